@@ -1,0 +1,39 @@
+/*
+ * ctl: ringctl's subcommands. ringctl.c parses the global options and
+ * dispatches; each subcommand parses the rest of argv itself and returns
+ * the process exit status (0 ok, 1 operation failed, 2 bad usage/input).
+ */
+#ifndef CLIENT_CTL_H
+#define CLIENT_CTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct ctl_globals {
+    const char *members;     /* --members FILE given before the subcommand */
+    const char *token_file;  /* --token-file FILE */
+    const char *store;       /* --store DIR|etcd://... */
+    bool        human;       /* --human: aligned columns instead of TSV */
+    int         timeout_ms;  /* --timeout MS */
+};
+
+/* Ring subcommands (ctl_ring.c). */
+int ctl_locate(struct ctl_globals *g, int argc, char **argv);
+int ctl_ring(struct ctl_globals *g, int argc, char **argv);
+int ctl_plan(struct ctl_globals *g, int argc, char **argv);
+
+/* Data subcommands (ctl_data.c). */
+int ctl_get(struct ctl_globals *g, int argc, char **argv);
+int ctl_set(struct ctl_globals *g, int argc, char **argv);
+int ctl_delete(struct ctl_globals *g, int argc, char **argv);
+int ctl_mget(struct ctl_globals *g, int argc, char **argv);
+int ctl_stats(struct ctl_globals *g, int argc, char **argv);
+
+/* Read a whole file into a NUL-terminated malloc'd buffer; NULL with errno
+ * set on failure. *len gets the length (without the NUL). */
+char *ctl_read_file(const char *path, size_t *len);
+
+/* Print "ringctl: <message>" on stderr. */
+void ctl_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

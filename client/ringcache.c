@@ -1,0 +1,2 @@
+/* being written */
+typedef int rc_placeholder_ringcache;

@@ -1,0 +1,26 @@
+/*
+ * The one Check runner: a suite per module, fork mode (Check's default), TAP
+ * output when CK_TAP_LOG_FILE_NAME is set (make check sets it to "-").
+ * CK_RUN_SUITE / CK_RUN_CASE pick a subset.
+ */
+#include <stdlib.h>
+
+#include "tests/suites.h"
+
+int
+main(void)
+{
+    SRunner *sr;
+    int failed;
+
+    sr = srunner_create(ring_suite());
+    srunner_add_suite(sr, members_suite());
+    srunner_add_suite(sr, store_suite());
+    srunner_add_suite(sr, proto_text_suite());
+    srunner_add_suite(sr, conn_suite());
+    srunner_add_suite(sr, client_suite());
+    srunner_run_all(sr, CK_ENV);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,21 @@
+/*
+ * One Check suite per module; tests/check_main.c runs them all.
+ */
+#ifndef TESTS_SUITES_H
+#define TESTS_SUITES_H
+
+#include <check.h>
+
+Suite *ring_suite(void);
+Suite *members_suite(void);
+Suite *store_suite(void);
+Suite *proto_text_suite(void);
+Suite *conn_suite(void);
+Suite *client_suite(void);
+
+/* Absolute path of the source tree (for test data such as the vectors). */
+#ifndef RC_SRCDIR
+#define RC_SRCDIR "."
+#endif
+
+#endif
