@@ -103,7 +103,7 @@ void pool_conn_close(struct pool_conn *c);
 int pool_conn_send(struct pool_conn *c, struct iovec *iov, int iovcnt,
                    int64_t deadline);
 
-/* Send what the socket takes now without waiting: advances *iov/*iovcnt.
+/* Send what the socket takes now without waiting: advances iov and iovcnt.
  * 0 (maybe partial), or RINGCACHE_EIO. */
 int pool_conn_send_some(struct pool_conn *c, struct iovec **iov, int *iovcnt);
 
