@@ -119,6 +119,10 @@ check_addr(const char *s, size_t len)
             return "bad address: expected host:port";
         }
         hlen = (size_t)(colon - s);
+        if (memchr(colon + 1, ':', len - hlen - 1) != NULL) {
+            return "bad address: an IPv6 address goes in brackets "
+                   "([v6]:port)";
+        }
         if (hlen == 0) {
             return "bad address: empty host";
         }
@@ -128,8 +132,7 @@ check_addr(const char *s, size_t len)
             if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
                   (c >= '0' && c <= '9') || c == '.' || c == '-' ||
                   c == '_')) {
-                return "bad address: bad character in host "
-                       "(IPv6 goes in brackets)";
+                return "bad address: bad character in host";
             }
         }
     }
@@ -710,6 +713,7 @@ ring_members_parse(const char *text, size_t len, const char *name,
         }
         if (body > RING_LINE_MAX) {
             PERR(&st, "line longer than %d bytes", RING_LINE_MAX);
+            rc = RING_EPARSE;
             goto fail;
         }
         rc = parse_line(&st, text + off, body);
