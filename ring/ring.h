@@ -19,6 +19,7 @@
 #define RING_NODES_MAX     65535   /* a node index fits in 16 bits */
 #define RING_LINE_MAX      1024    /* longest line of a *.members file */
 #define RING_VNODES_DEFAULT 160    /* see docs/vnodes.md for the measurement */
+#define RING_POINTS_MAX    (1u << 26) /* sum of weight*vnodes ring_build takes */
 
 /* Error codes (negative returns). */
 #define RING_OK       0

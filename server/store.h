@@ -24,7 +24,11 @@ enum store_result {
     STORE_DELETED,
     STORE_TOUCHED,
     STORE_NON_NUMERIC = -1, /* incr/decr on a value that is not a decimal u64 */
-    STORE_TOO_LARGE = -2,   /* item over item_size_max */
+    STORE_TOO_LARGE = -2,   /* item over item_size_max. A set that fails with it
+                             * must also drop the old value under that key
+                             * (memcached does): the protocol layer calls
+                             * store_delete. append/prepend/add/replace/cas
+                             * leave the old item as it was. */
     STORE_NO_MEMORY = -3,   /* nothing left to evict */
 };
 
@@ -46,23 +50,30 @@ struct store_config {
 };
 
 /*
- * An item. The fields are readable by anyone holding a reference; nobody
- * writes them after store_put() accepted the item.
+ * An item: one allocation holding this header (60 bytes: the key starts at
+ * offsetof(data), inside what would be tail padding), the key, the value
+ * and "\r\n". The public fields are readable by anyone holding a
+ * reference; nobody writes them after store_put() accepted the item, except
+ * exptime, which touch/gat update in place (an aligned 32-bit store: a
+ * reader sees the old or the new value). Times are unsigned 32-bit unix
+ * seconds (good until 2106). There is no per-item store time: flush_all
+ * uses a flush generation (see store_flush).
  */
 struct store_item {
     uint64_t hash;       /* XXH3_64bits(key): table bucket, lock stripe, ring position */
     uint64_t cas;        /* unique, non-zero once stored */
-    int64_t  exptime;    /* absolute unix time, 0 = never */
-    int64_t  time;       /* unix time of the last store (flush_all compares it) */
-    uint32_t flags;      /* opaque client flags */
-    uint32_t nbytes;     /* value length, without the trailing "\r\n" */
-    uint8_t  nkey;       /* key length, 1..250 */
-    /* private to the store from here on */
-    uint8_t  linked;
-    uint16_t pad_;
-    uint32_t refcount;
+    /* private to the store */
     struct store_item *h_next;           /* hash chain */
     struct store_item *lru_prev, *lru_next;
+    /* public again */
+    uint32_t exptime;    /* absolute unix time, 0 = never */
+    uint32_t flags;      /* opaque client flags */
+    uint32_t nbytes;     /* value length, without the trailing "\r\n" */
+    /* private to the store */
+    uint32_t refcount;   /* atomic: one for the table while linked, one per holder */
+    uint8_t  nkey;       /* public: key length, 1..250 */
+    uint8_t  bump;       /* minute (unix time / 60, mod 256) of the last LRU bump */
+    uint16_t gen;        /* flush generation when stored (14 bits), linked, fetched */
     char     data[];     /* key bytes, then value bytes, then "\r\n" */
 };
 
@@ -83,6 +94,8 @@ struct store_stats {
     uint64_t curr_items, total_items, bytes, evictions, expired_unfetched,
              reclaimed, get_expired, get_flushed;
     uint64_t limit_maxbytes;
+    uint64_t mem_used;   /* bytes charged now: linked items plus unlinked
+                          * ones still referenced or not yet stored */
     uint64_t hash_buckets;
 };
 
@@ -91,7 +104,8 @@ struct store;
 /* Create a store; NULL on ENOMEM. */
 struct store *store_new(const struct store_config *cfg);
 
-/* Stop the sweeper and free every item; no other call may be running. */
+/* Stop the sweeper and free every item; no other call may be running and
+ * every reference from store_get/store_alloc must have been released. */
 void store_free(struct store *s);
 
 /* Current unix time in seconds, as the store sees it (tests may shift it
@@ -161,18 +175,33 @@ int store_touch(struct store *s, const char *key, size_t nkey, uint64_t hash,
 int store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash,
                 bool incr, uint64_t delta, uint64_t *value, uint64_t *cas_out);
 
-/* flush_all: every item stored at or before `when` (absolute unix time,
- * from store_exptime; <= now means now) is invalid from `when` on. A later
- * call replaces a pending one. */
+/*
+ * flush_all: every item stored before `when` (absolute unix time, from
+ * store_exptime; <= now means now) is invalid from `when` on; items stored
+ * from `when` on survive. A later call replaces a pending one. Implemented
+ * as a flush generation stamped into each item: an immediate flush starts
+ * a new generation at once (so an item stored in the same second after the
+ * flush survives), a delayed one when the first operation at or after
+ * `when` sees it due. Memory is reclaimed lazily and by the sweep.
+ */
 void store_flush(struct store *s, int64_t when);
 
 /* Expire a bounded slice of the table (the sweeper calls this); returns the
  * number of items reclaimed. */
 size_t store_sweep(struct store *s, size_t max_buckets);
 
+/* Sum the per-stripe counters (takes each stripe lock briefly). */
 void store_get_stats(struct store *s, struct store_stats *out);
 
-/* Bytes an item of this key and value length is charged (header+key+value+2). */
+/* stats reset: zero total_items, evictions, reclaimed, expired_unfetched,
+ * get_expired and get_flushed (curr_items and bytes are gauges and stay). */
+void store_reset_stats(struct store *s);
+
+/* Bytes an item of this key and value length is charged against
+ * mem_limit and item_size_max: header + key + value + 2, plus what glibc
+ * malloc adds (8-byte chunk header, 16-byte rounding; page rounding above
+ * its 128 KiB mmap threshold). The header is offsetof(struct store_item,
+ * data) = 60 bytes. The bucket arrays are not charged. */
 size_t store_item_size(size_t nkey, size_t nbytes);
 
 #endif /* SERVER_STORE_H */
