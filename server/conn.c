@@ -1,0 +1,520 @@
+/*
+ * conn: the I/O side of a client connection. conn_event_cb reads once,
+ * lets proto_text parse everything buffered, writes every queued reply in
+ * one writev, and only reads again when the last read filled the buffer
+ * (otherwise epoll tells us), so a request costs one read and one write.
+ */
+#include "config.h"
+#include "server/conn.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "server/log.h"
+#include "server/proto_text.h"
+#include "server/stats.h"
+#include "server/thread.h"
+
+#define CONN_IOV_MAX      64
+#define CHUNK_POOL_MAX    64
+#define ICHUNK_POOL_MAX   256
+#define CONN_MAX_ROUNDS   16    /* read/parse rounds per event, for fairness */
+
+/* Create a connection; see conn.h. */
+struct conn *
+conn_new(struct worker *w, int fd)
+{
+    struct conn *c = calloc(1, sizeof(*c));
+
+    if (c == NULL)
+        return NULL;
+    c->w = w;
+    c->fd = fd;
+    c->next = w->conns;
+    if (w->conns != NULL)
+        w->conns->prev = c;
+    w->conns = c;
+    w->nconns++;
+    return c;
+}
+
+/* Register (or change) the events the connection waits for. */
+static int
+conn_set_events(struct conn *c, short flags)
+{
+    if (c->ev == NULL || c->ev_flags == flags)
+        return 0;
+    event_del(c->ev);
+    if (event_assign(c->ev, c->w->base, c->fd, flags | EV_PERSIST, conn_event_cb, c) < 0)
+        return -1;
+    if (event_add(c->ev, NULL) < 0)
+        return -1;
+    c->ev_flags = flags;
+    return 0;
+}
+
+/* Create the event (level-triggered read) on the worker's base. */
+int
+conn_start(struct conn *c)
+{
+    c->ev = event_new(c->w->base, c->fd, EV_READ | EV_PERSIST, conn_event_cb, c);
+    if (c->ev == NULL)
+        return -1;
+    if (event_add(c->ev, NULL) < 0)
+        return -1;
+    c->ev_flags = EV_READ;
+    return 0;
+}
+
+/* Return a chunk to its pool, or free it; releases an item reference. */
+static void
+chunk_free(struct conn *c, struct out_chunk *ch)
+{
+    struct worker *w = c->w;
+
+    if (ch->it != NULL) {
+        store_release(w->srv->store, ch->it);
+        ch->it = NULL;
+        if (w->nichunk_pool < ICHUNK_POOL_MAX) {
+            ch->next = w->ichunk_pool;
+            w->ichunk_pool = ch;
+            w->nichunk_pool++;
+            return;
+        }
+    } else if (ch->cap == CONN_OUT_CHUNK && w->nchunk_pool < CHUNK_POOL_MAX) {
+        ch->next = w->chunk_pool;
+        w->chunk_pool = ch;
+        w->nchunk_pool++;
+        return;
+    }
+    free(ch);
+}
+
+/* Drop every queued chunk. */
+void
+conn_out_clear(struct conn *c)
+{
+    struct out_chunk *ch = c->out_head;
+
+    while (ch != NULL) {
+        struct out_chunk *next = ch->next;
+        chunk_free(c, ch);
+        ch = next;
+    }
+    c->out_head = c->out_tail = NULL;
+    c->out_bytes = 0;
+}
+
+/* Append a chunk to the queue. */
+static void
+chunk_link(struct conn *c, struct out_chunk *ch)
+{
+    ch->next = NULL;
+    if (c->out_tail != NULL)
+        c->out_tail->next = ch;
+    else
+        c->out_head = ch;
+    c->out_tail = ch;
+}
+
+/* A new empty text chunk at the tail; aborts on ENOMEM like any allocator
+ * failure on the reply path would otherwise corrupt the stream. */
+static struct out_chunk *
+chunk_new_text(struct conn *c)
+{
+    struct worker *w = c->w;
+    struct out_chunk *ch = w->chunk_pool;
+
+    if (ch != NULL) {
+        w->chunk_pool = ch->next;
+        w->nchunk_pool--;
+    } else {
+        ch = malloc(sizeof(*ch) + CONN_OUT_CHUNK);
+        if (ch == NULL) {
+            log_msg(LOG_ERR, "out of memory for replies");
+            abort();
+        }
+        ch->cap = CONN_OUT_CHUNK;
+    }
+    ch->it = NULL;
+    ch->data = ch->buf;
+    ch->len = 0;
+    ch->off = 0;
+    chunk_link(c, ch);
+    return ch;
+}
+
+/* Room for n contiguous bytes at the tail. */
+char *
+conn_out_reserve(struct conn *c, size_t n)
+{
+    struct out_chunk *ch = c->out_tail;
+
+    if (ch == NULL || ch->it != NULL || ch->cap - ch->len < n)
+        ch = chunk_new_text(c);
+    return ch->buf + ch->len;
+}
+
+/* Account for n bytes written into the reserved room. */
+void
+conn_out_commit(struct conn *c, size_t n)
+{
+    c->out_tail->len += (uint32_t)n;
+    c->out_bytes += n;
+}
+
+/* Copy text into the queue, filling the tail chunk first. */
+void
+conn_out_add(struct conn *c, const void *data, size_t len)
+{
+    const char *p = data;
+
+    while (len > 0) {
+        struct out_chunk *ch = c->out_tail;
+        size_t room, n;
+
+        if (ch == NULL || ch->it != NULL || ch->len == ch->cap)
+            ch = chunk_new_text(c);
+        room = ch->cap - ch->len;
+        n = len < room ? len : room;
+        memcpy(ch->buf + ch->len, p, n);
+        ch->len += (uint32_t)n;
+        c->out_bytes += n;
+        p += n;
+        len -= n;
+    }
+}
+
+/* Queue a reference to an item's bytes. */
+void
+conn_out_item(struct conn *c, struct store_item *it, const char *p, size_t len)
+{
+    struct worker *w = c->w;
+    struct out_chunk *ch = w->ichunk_pool;
+
+    if (ch != NULL) {
+        w->ichunk_pool = ch->next;
+        w->nichunk_pool--;
+    } else {
+        ch = malloc(sizeof(*ch));
+        if (ch == NULL) {
+            log_msg(LOG_ERR, "out of memory for replies");
+            abort();
+        }
+        ch->cap = 0;
+    }
+    ch->it = it;
+    ch->data = p;
+    ch->len = (uint32_t)len;
+    ch->off = 0;
+    chunk_link(c, ch);
+    c->out_bytes += len;
+}
+
+/* Flatten the queue (tests). */
+char *
+conn_out_take(struct conn *c, size_t *len)
+{
+    struct out_chunk *ch;
+    char *buf;
+    size_t n = 0;
+
+    *len = 0;
+    if (c->out_bytes == 0) {
+        conn_out_clear(c);
+        return NULL;
+    }
+    buf = malloc(c->out_bytes + 1);
+    if (buf == NULL)
+        return NULL;
+    for (ch = c->out_head; ch != NULL; ch = ch->next) {
+        memcpy(buf + n, ch->data + ch->off, ch->len - ch->off);
+        n += ch->len - ch->off;
+    }
+    buf[n] = '\0';
+    *len = n;
+    conn_out_clear(c);
+    return buf;
+}
+
+/* Make sure rbuf exists and has room for at least one more byte past rend:
+ * take a pooled buffer, slide unparsed bytes to the front, or grow (only a
+ * get line can be this long; proto_text closes other long lines). */
+static int
+rbuf_make_room(struct conn *c)
+{
+    struct worker *w = c->w;
+
+    if (c->rbuf == NULL) {
+        if (w->nrbuf_pool > 0) {
+            c->rbuf = w->rbuf_pool[--w->nrbuf_pool];
+        } else {
+            c->rbuf = malloc(CONN_RBUF_SIZE);
+            if (c->rbuf == NULL)
+                return -1;
+        }
+        c->rsize = CONN_RBUF_SIZE;
+        c->rpos = c->rend = 0;
+    }
+    if (c->rpos == c->rend && c->pstate != CONN_PS_GET)
+        c->rpos = c->rend = 0;
+    if (c->rend < c->rsize)
+        return 0;
+    /* A paused get keeps offsets into rbuf, so nothing may move then. */
+    if (c->rpos > 0 && c->pstate != CONN_PS_GET) {
+        memmove(c->rbuf, c->rbuf + c->rpos, c->rend - c->rpos);
+        c->rend -= c->rpos;
+        c->rpos = 0;
+        return 0;
+    }
+    if (c->rsize >= CONN_LINE_MAX)
+        return -1;
+    {
+        char *nb = realloc(c->rbuf, (size_t)c->rsize * 2);
+        if (nb == NULL)
+            return -1;
+        c->rbuf = nb;
+        c->rsize *= 2;
+    }
+    return 0;
+}
+
+/* Pool the read buffer when it holds nothing unparsed. */
+void
+conn_rbuf_release(struct conn *c)
+{
+    struct worker *w = c->w;
+
+    if (c->rbuf == NULL || c->rpos != c->rend || c->pstate == CONN_PS_GET)
+        return;
+    if (c->rsize == CONN_RBUF_SIZE && w->nrbuf_pool < WORKER_RBUF_POOL)
+        w->rbuf_pool[w->nrbuf_pool++] = c->rbuf;
+    else
+        free(c->rbuf);
+    c->rbuf = NULL;
+    c->rsize = c->rpos = c->rend = 0;
+}
+
+/* Append bytes as input (tests). */
+int
+conn_feed(struct conn *c, const void *data, size_t len)
+{
+    const char *p = data;
+
+    while (len > 0) {
+        size_t room, n;
+
+        if (rbuf_make_room(c) < 0)
+            return -1;
+        room = c->rsize - c->rend;
+        n = len < room ? len : room;
+        memcpy(c->rbuf + c->rend, p, n);
+        c->rend += (uint32_t)n;
+        p += n;
+        len -= n;
+    }
+    return 0;
+}
+
+/* Close and free; see conn.h. */
+void
+conn_close(struct conn *c)
+{
+    struct worker *w = c->w;
+
+    if (c->ev != NULL) {
+        event_del(c->ev);
+        event_free(c->ev);
+    }
+    if (c->fd >= 0)
+        close(c->fd);
+    if (c->nread_it != NULL)
+        store_release(w->srv->store, c->nread_it);
+    conn_out_clear(c);
+    c->pstate = CONN_PS_CMD;
+    c->rpos = c->rend;
+    conn_rbuf_release(c);
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        w->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    w->nconns--;
+    log_msg(LOG_DEBUG, "connection %d closed", c->fd);
+    free(c);
+    if (w->srv != NULL)
+        worker_conn_closed(w);
+}
+
+/*
+ * Write queued output with writev until it is all out (0), the socket
+ * would block (1) or fails (-1).
+ */
+static int
+conn_flush(struct conn *c)
+{
+    struct iovec iov[CONN_IOV_MAX];
+
+    while (c->out_head != NULL) {
+        struct out_chunk *ch;
+        struct msghdr msg;
+        ssize_t n;
+        int niov = 0;
+
+        for (ch = c->out_head; ch != NULL && niov < CONN_IOV_MAX; ch = ch->next) {
+            if (ch->len == ch->off)
+                continue;
+            iov[niov].iov_base = (void *)(ch->data + ch->off);
+            iov[niov].iov_len = ch->len - ch->off;
+            niov++;
+        }
+        memset(&msg, 0, sizeof(msg));
+        msg.msg_iov = iov;
+        msg.msg_iovlen = (size_t)niov;
+        n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 1;
+            return -1;
+        }
+        STATS_ADD(&c->w->stats, bytes_written, n);
+        c->out_bytes -= (size_t)n;
+        while ((ch = c->out_head) != NULL) {
+            size_t left = ch->len - ch->off;
+            if ((size_t)n < left) {
+                ch->off += (uint32_t)n;
+                break;
+            }
+            n -= (ssize_t)left;
+            c->out_head = ch->next;
+            if (c->out_head == NULL)
+                c->out_tail = NULL;
+            chunk_free(c, ch);
+        }
+    }
+    return 0;
+}
+
+/*
+ * One read(2): straight into the item when a large data block is pending
+ * and nothing is buffered, else into rbuf. Returns bytes read, 0 on EOF,
+ * -1 on error, -2 when it would block. *filled says the read used all the
+ * room it had (more may be waiting).
+ */
+static ssize_t
+conn_read(struct conn *c, bool *filled)
+{
+    ssize_t n;
+    size_t room;
+
+    if (c->pstate == CONN_PS_NREAD && c->rpos == c->rend && c->nread_left >= 4096) {
+        room = c->nread_left;
+        n = read(c->fd, c->nread_dst, room);
+        if (n > 0) {
+            c->nread_dst += n;
+            c->nread_left -= (size_t)n;
+        }
+    } else {
+        if (rbuf_make_room(c) < 0)
+            return -1;
+        room = c->rsize - c->rend;
+        n = read(c->fd, c->rbuf + c->rend, room);
+        if (n > 0)
+            c->rend += (uint32_t)n;
+    }
+    if (n < 0)
+        return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? -2 : -1;
+    if (n > 0)
+        STATS_ADD(&c->w->stats, bytes_read, n);
+    *filled = (size_t)n == room;
+    return n;
+}
+
+/* Stop reading; close once the output is written. */
+void
+conn_shutdown(struct conn *c)
+{
+    c->close_after_write = true;
+    if (c->out_bytes == 0) {
+        conn_close(c);
+        return;
+    }
+    if (conn_set_events(c, EV_WRITE) < 0)
+        conn_close(c);
+}
+
+/* The state machine; see the file comment. */
+void
+conn_event_cb(int fd, short what, void *arg)
+{
+    struct conn *c = arg;
+    bool filled = true;
+    int rounds = 0;
+
+    (void)fd;
+    (void)what;
+    for (;;) {
+        enum proto_status st = PROTO_MORE;
+        ssize_t n;
+
+        if (!c->close_after_write) {
+            st = proto_text_process(c);
+            if (st == PROTO_CLOSE)
+                goto close;
+            if (st == PROTO_QUIT)
+                c->close_after_write = true;
+        }
+        if (c->out_bytes > 0) {
+            int r;
+
+            if (c->out_bytes > CONN_OUT_HARD_CAP) {
+                log_msg(LOG_INFO, "connection %d: output over %u bytes, closing",
+                        c->fd, CONN_OUT_HARD_CAP);
+                goto close;
+            }
+            r = conn_flush(c);
+            if (r < 0)
+                goto close;
+            if (r > 0) {
+                /* Stop reading until the client takes its replies. */
+                if (conn_set_events(c, EV_WRITE) < 0)
+                    goto close;
+                return;
+            }
+        }
+        if (c->close_after_write)
+            goto close;
+        if (st == PROTO_PAUSE)
+            continue;
+        if (!filled || ++rounds > CONN_MAX_ROUNDS) {
+            /* Drained (or had our share): wait for epoll to say more came. */
+            if (rounds > CONN_MAX_ROUNDS)
+                STATS_ADD(&c->w->stats, conn_yields, 1);
+            conn_rbuf_release(c);
+            if (conn_set_events(c, EV_READ) < 0)
+                goto close;
+            return;
+        }
+        n = conn_read(c, &filled);
+        if (n == -2) {
+            conn_rbuf_release(c);
+            if (conn_set_events(c, EV_READ) < 0)
+                goto close;
+            return;
+        }
+        if (n <= 0)
+            goto close;
+    }
+close:
+    conn_close(c);
+}

@@ -1,0 +1,125 @@
+/*
+ * conn: one client connection on a worker. Input arrives in a read buffer
+ * that proto_text parses in place; replies are queued as chunks (copied
+ * text, or a reference to an item's value) and written with writev, all the
+ * replies of a pipelined batch in one call. Output past CONN_OUT_SOFT_CAP
+ * stops input processing until the client reads; buffers return to the
+ * worker's pools when the connection is idle.
+ */
+#ifndef SERVER_CONN_H
+#define SERVER_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/store.h"
+
+struct worker;
+struct event;
+
+#define CONN_RBUF_SIZE     16384u            /* default read buffer */
+#define CONN_LINE_MAX      (4u << 20)        /* longest get line we buffer */
+#define CONN_OUT_CHUNK     16384u            /* output buffer chunk */
+#define CONN_OUT_SOFT_CAP  (1u << 20)        /* stop processing input above this */
+#define CONN_OUT_HARD_CAP  (64u << 20)       /* close the connection above this */
+#define CONN_COPY_MAX      2048u             /* values up to this are copied, not referenced */
+
+/* One piece of queued output. */
+struct out_chunk {
+    struct out_chunk  *next;
+    struct store_item *it;      /* reference held for a value chunk, else NULL */
+    const char        *data;    /* buf for a text chunk, the item's bytes otherwise */
+    uint32_t           len;     /* valid bytes at data */
+    uint32_t           off;     /* bytes already written */
+    uint32_t           cap;     /* capacity of buf (text chunks) */
+    char               buf[];
+};
+
+/* Where the text protocol is within the byte stream. */
+enum conn_pstate {
+    CONN_PS_CMD = 0,     /* expecting a command line */
+    CONN_PS_NREAD,       /* reading a data block into nread_it */
+    CONN_PS_SWALLOW,     /* discarding a rejected data block */
+    CONN_PS_GET,         /* a multi-get paused on a full output queue */
+};
+
+struct conn {
+    struct worker     *w;
+    int                fd;              /* -1 for an in-memory test connection */
+    struct event      *ev;
+    short              ev_flags;        /* events currently registered */
+    struct conn       *prev, *next;     /* worker's list */
+    bool               started;         /* some input has been seen */
+    bool               close_after_write;
+    bool               closed;
+
+    /* Input: bytes [rpos, rend) of rbuf are unparsed. */
+    char              *rbuf;
+    uint32_t           rsize, rpos, rend;
+
+    /* Protocol state (proto_text.c). */
+    enum conn_pstate   pstate;
+    bool               noreply;
+    int                nread_op;        /* enum store_op */
+    uint64_t           nread_cas;
+    struct store_item *nread_it;
+    char              *nread_dst;       /* next byte of the item to fill */
+    size_t             nread_left;      /* value bytes + 2 still to come */
+    size_t             swallow_left;
+    uint32_t           get_pos;         /* next key, offset in rbuf */
+    uint32_t           get_end;         /* end of the key list, offset in rbuf */
+    uint32_t           get_next;        /* offset just past the line's '\n' */
+    bool               get_cas, get_touch;
+    int64_t            get_exptime;
+
+    /* Output. */
+    struct out_chunk  *out_head, *out_tail;
+    size_t             out_bytes;       /* queued, not yet written */
+};
+
+/* Create a connection for fd on worker w (fd < 0: in-memory, for tests:
+ * no event is registered). NULL on ENOMEM. Does not take fd on failure. */
+struct conn *conn_new(struct worker *w, int fd);
+
+/* Register the connection's read event on its worker's base; 0 or -1. */
+int conn_start(struct conn *c);
+
+/* Close the socket, release every buffer and item reference, unlink from
+ * the worker and free c. */
+void conn_close(struct conn *c);
+
+/* Ask a connection to finish: stop reading, close when its output is out.
+ * Used at shutdown. */
+void conn_shutdown(struct conn *c);
+
+/* Append input bytes as if read from the socket (tests, fuzzing); 0 or -1
+ * when the input would exceed the buffer limit. */
+int conn_feed(struct conn *c, const void *data, size_t len);
+
+/* Queue a copy of len bytes of text. */
+void conn_out_add(struct conn *c, const void *data, size_t len);
+
+/* Contiguous room for n <= CONN_OUT_CHUNK bytes at the tail of the queue;
+ * write into it, then conn_out_commit the bytes used. */
+char *conn_out_reserve(struct conn *c, size_t n);
+void conn_out_commit(struct conn *c, size_t n);
+
+/* Queue len bytes at p inside item it; takes over the caller's reference
+ * (released once written, or when the connection closes). */
+void conn_out_item(struct conn *c, struct store_item *it, const char *p, size_t len);
+
+/* Unlink and return every queued byte as one malloc'd buffer (*len set),
+ * releasing chunks; for tests. NULL (len 0) when nothing is queued. */
+char *conn_out_take(struct conn *c, size_t *len);
+
+/* Drop every queued output chunk. */
+void conn_out_clear(struct conn *c);
+
+/* Give the read buffer back to the worker's pool if nothing is buffered. */
+void conn_rbuf_release(struct conn *c);
+
+/* The libevent callback: read, parse, reply, write. Exposed for tests. */
+void conn_event_cb(int fd, short what, void *arg);
+
+#endif /* SERVER_CONN_H */

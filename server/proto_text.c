@@ -1,0 +1,941 @@
+/*
+ * proto_text: the classic memcached text protocol (see
+ * shared notes/memcached-protocol.md for every reply and edge case).
+ * Lines are tokenized in place inside the connection's read buffer; each
+ * key is hashed once (XXH3_64bits, the ring's hash) and the hash is passed
+ * to the store. Multi-gets stream: they pause when the output queue is full
+ * and resume where they stopped, so no buffer is sized from the request.
+ */
+#include "config.h"
+#include "server/proto_text.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <xxhash.h>
+
+#include "server/conn.h"
+#include "server/log.h"
+#include "server/stats.h"
+#include "server/store.h"
+#include "server/thread.h"
+
+#define KEY_MAX          250
+#define LINE_MAX_NONGET  2048   /* bytes without '\n' before we hang up */
+#define GET_PREFIX_MAX   100    /* leading spaces allowed before a long get */
+#define MAX_TOKENS       8
+#define VALUE_HDR_MAX    (6 + KEY_MAX + 1 + 10 + 1 + 10 + 1 + 20 + 2)
+
+struct token {
+    const char *p;
+    size_t      len;
+};
+
+#define TOK_IS(t, lit) ((t)->len == sizeof(lit) - 1 && memcmp((t)->p, lit, sizeof(lit) - 1) == 0)
+
+/* Queue a literal reply unless the command said noreply. */
+#define REPLY(c, lit) reply((c), lit "\r\n", sizeof(lit "\r\n") - 1)
+
+static const char ERR_FORMAT[] = "CLIENT_ERROR bad command line format";
+
+/* Queue n bytes of reply text unless noreply is in force. */
+static void
+reply(struct conn *c, const char *s, size_t n)
+{
+    if (!c->noreply)
+        conn_out_add(c, s, n);
+}
+
+/* Queue "<msg>\r\n" unless noreply. */
+static void
+reply_line(struct conn *c, const char *msg)
+{
+    if (c->noreply)
+        return;
+    conn_out_add(c, msg, strlen(msg));
+    conn_out_add(c, "\r\n", 2);
+}
+
+/* Queue formatted text (stats only; always sent). */
+static void __attribute__((format(printf, 2, 3)))
+reply_printf(struct conn *c, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof(buf))
+        n = sizeof(buf) - 1;
+    conn_out_add(c, buf, (size_t)n);
+}
+
+/* Decimal digits of v at p; returns the end. */
+static char *
+fmt_u64(char *p, uint64_t v)
+{
+    char tmp[20];
+    int n = 0;
+
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (n > 0)
+        *p++ = tmp[--n];
+    return p;
+}
+
+/* An unsigned decimal that fits in 64 bits, digits only. */
+static bool
+parse_u64(const struct token *t, uint64_t *out)
+{
+    uint64_t v = 0;
+    size_t i;
+
+    if (t->len == 0 || t->len > 20)
+        return false;
+    for (i = 0; i < t->len; i++) {
+        unsigned d = (unsigned char)t->p[i] - '0';
+        if (d > 9 || v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+/* 32-bit client flags. */
+static bool
+parse_u32(const struct token *t, uint32_t *out)
+{
+    uint64_t v;
+
+    if (!parse_u64(t, &v) || v > UINT32_MAX)
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+/* A signed 32-bit decimal (exptime, bytes, delay). */
+static bool
+parse_i32(const struct token *t, int32_t *out)
+{
+    struct token digits = *t;
+    bool neg = false;
+    uint64_t v;
+
+    if (digits.len > 0 && digits.p[0] == '-') {
+        neg = true;
+        digits.p++;
+        digits.len--;
+    }
+    if (!parse_u64(&digits, &v) || v > (uint64_t)INT32_MAX + (neg ? 1 : 0))
+        return false;
+    *out = neg ? (int32_t)(-(int64_t)v) : (int32_t)v;
+    return true;
+}
+
+/* Split [p, end) at runs of spaces into at most max tokens; returns the
+ * count, or max + 1 when there are more. */
+static int
+tokenize(const char *p, const char *end, struct token *t, int max)
+{
+    int n = 0;
+
+    for (;;) {
+        const char *s;
+
+        while (p < end && *p == ' ')
+            p++;
+        if (p == end)
+            return n;
+        if (n == max)
+            return max + 1;
+        s = p;
+        p = memchr(p, ' ', (size_t)(end - p));
+        if (p == NULL)
+            p = end;
+        t[n].p = s;
+        t[n].len = (size_t)(p - s);
+        n++;
+    }
+}
+
+/* The last token of [p, end), or an empty token. */
+static struct token
+last_token(const char *p, const char *end)
+{
+    struct token t = { end, 0 };
+    const char *e = end;
+
+    while (e > p && e[-1] == ' ')
+        e--;
+    t.p = e;
+    while (t.p > p && t.p[-1] != ' ')
+        t.p--;
+    t.len = (size_t)(e - t.p);
+    return t;
+}
+
+static inline uint64_t
+key_hash(const char *key, size_t nkey)
+{
+    return XXH3_64bits(key, nkey);
+}
+
+static inline struct store *
+conn_store(struct conn *c)
+{
+    return c->w->srv->store;
+}
+
+/* Does a line start (after <= 100 spaces) with "get " or "gets "? Only
+ * those may run past LINE_MAX_NONGET without a newline. */
+static bool
+is_get_prefix(const char *p, size_t len)
+{
+    size_t i = 0;
+
+    while (i < len && i <= GET_PREFIX_MAX && p[i] == ' ')
+        i++;
+    if (i > GET_PREFIX_MAX)
+        return false;
+    p += i;
+    len -= i;
+    return (len >= 4 && memcmp(p, "get ", 4) == 0) ||
+           (len >= 5 && memcmp(p, "gets ", 5) == 0);
+}
+
+/* Begin discarding a rejected data block of n bytes (+2 for "\r\n"). */
+static void
+swallow(struct conn *c, size_t n)
+{
+    c->swallow_left = n;
+    c->pstate = CONN_PS_SWALLOW;
+}
+
+/* Queue one hit: the VALUE line, then the value (copied when small, else
+ * referenced: the queue takes over the reference). */
+static void
+emit_value(struct conn *c, struct store_item *it, bool with_cas)
+{
+    size_t vlen = (size_t)it->nbytes + 2;
+    bool copy = vlen <= CONN_COPY_MAX;
+    char *o = conn_out_reserve(c, VALUE_HDR_MAX + (copy ? vlen : 0));
+    char *p = o;
+
+    memcpy(p, "VALUE ", 6);
+    p += 6;
+    memcpy(p, store_item_key(it), it->nkey);
+    p += it->nkey;
+    *p++ = ' ';
+    p = fmt_u64(p, it->flags);
+    *p++ = ' ';
+    p = fmt_u64(p, it->nbytes);
+    if (with_cas) {
+        *p++ = ' ';
+        p = fmt_u64(p, it->cas);
+    }
+    *p++ = '\r';
+    *p++ = '\n';
+    if (copy) {
+        memcpy(p, store_item_value(it), vlen);
+        p += vlen;
+        conn_out_commit(c, (size_t)(p - o));
+        store_release(conn_store(c), it);
+    } else {
+        conn_out_commit(c, (size_t)(p - o));
+        conn_out_item(c, it, store_item_value(it), vlen);
+    }
+}
+
+/* Serve keys of a (possibly paused) get from get_pos to get_end; pauses
+ * when the output queue reaches its soft cap. */
+static enum proto_status
+get_continue(struct conn *c)
+{
+    struct thread_stats *ts = &c->w->stats;
+    struct store *s = conn_store(c);
+    const char *p = c->rbuf + c->get_pos;
+    const char *end = c->rbuf + c->get_end;
+
+    for (;;) {
+        const char *key;
+        struct store_item *it;
+        size_t nkey;
+
+        while (p < end && *p == ' ')
+            p++;
+        if (p == end)
+            break;
+        if (c->out_bytes >= CONN_OUT_SOFT_CAP) {
+            c->get_pos = (uint32_t)(p - c->rbuf);
+            return PROTO_PAUSE;
+        }
+        key = p;
+        p = memchr(p, ' ', (size_t)(end - p));
+        if (p == NULL)
+            p = end;
+        nkey = (size_t)(p - key);
+        STATS_ADD(ts, cmd_get, 1);
+        if (c->get_touch) {
+            STATS_ADD(ts, cmd_touch, 1);
+            it = store_get_touch(s, key, nkey, key_hash(key, nkey), c->get_exptime);
+            if (it != NULL)
+                STATS_ADD(ts, touch_hits, 1);
+            else
+                STATS_ADD(ts, touch_misses, 1);
+        } else {
+            it = store_get(s, key, nkey, key_hash(key, nkey));
+            if (it != NULL)
+                STATS_ADD(ts, get_hits, 1);
+            else
+                STATS_ADD(ts, get_misses, 1);
+        }
+        if (it != NULL)
+            emit_value(c, it, c->get_cas);
+    }
+    conn_out_add(c, "END\r\n", 5);
+    c->pstate = CONN_PS_CMD;
+    return PROTO_MORE;
+}
+
+/* get/gets/gat/gats: keys in [p, end). Every key is checked before any
+ * reply so a bad key gives the error alone, with no partial VALUEs. */
+static enum proto_status
+process_get(struct conn *c, const char *p, const char *end, bool with_cas,
+            bool touch, int64_t exptime)
+{
+    const char *q = p;
+    size_t nkeys = 0;
+
+    for (;;) {
+        const char *k;
+
+        while (q < end && *q == ' ')
+            q++;
+        if (q == end)
+            break;
+        k = q;
+        q = memchr(q, ' ', (size_t)(end - q));
+        if (q == NULL)
+            q = end;
+        if (q - k > KEY_MAX) {
+            reply_line(c, ERR_FORMAT);
+            return PROTO_MORE;
+        }
+        nkeys++;
+    }
+    if (nkeys == 0) {
+        reply_line(c, ERR_FORMAT);
+        return PROTO_MORE;
+    }
+    c->get_pos = (uint32_t)(p - c->rbuf);
+    c->get_end = (uint32_t)(end - c->rbuf);
+    c->get_cas = with_cas;
+    c->get_touch = touch;
+    c->get_exptime = exptime;
+    c->pstate = CONN_PS_GET;
+    return get_continue(c);
+}
+
+/* set/add/replace/append/prepend/cas: validate, allocate the item and
+ * switch to reading its data block (or swallow it on a rejection). */
+static void
+process_update(struct conn *c, struct token *t, int ntok, enum store_op op)
+{
+    struct store *s = conn_store(c);
+    struct thread_stats *ts = &c->w->stats;
+    int base = op == STORE_OP_CAS ? 6 : 5;
+    struct store_item *it;
+    uint32_t flags;
+    int32_t exptime, vlen;
+    uint64_t cas = 0, hash;
+    int err = 0;
+
+    if (ntok != base && ntok != base + 1) {
+        reply_line(c, ERR_FORMAT);
+        return;
+    }
+    c->noreply = TOK_IS(&t[ntok - 1], "noreply");
+    if (!parse_i32(&t[4], &vlen) || vlen < 0 || vlen > INT_MAX - 2) {
+        reply_line(c, ERR_FORMAT);
+        return;
+    }
+    if (t[1].len > KEY_MAX || !parse_u32(&t[2], &flags) || !parse_i32(&t[3], &exptime) ||
+        (op == STORE_OP_CAS && !parse_u64(&t[5], &cas))) {
+        reply_line(c, ERR_FORMAT);
+        swallow(c, (size_t)vlen + 2);
+        return;
+    }
+    STATS_ADD(ts, cmd_set, 1);
+    hash = key_hash(t[1].p, t[1].len);
+    it = store_alloc(s, t[1].p, t[1].len, hash, flags, store_exptime(s, exptime),
+                     (size_t)vlen, &err);
+    if (it == NULL) {
+        if (err == STORE_TOO_LARGE) {
+            STATS_ADD(ts, store_too_large, 1);
+            REPLY(c, "SERVER_ERROR object too large for cache");
+        } else {
+            STATS_ADD(ts, store_no_memory, 1);
+            REPLY(c, "SERVER_ERROR out of memory storing object");
+        }
+        /* Stale data must not outlive a failed set. */
+        if (op == STORE_OP_SET)
+            store_delete(s, t[1].p, t[1].len, hash);
+        swallow(c, (size_t)vlen + 2);
+        return;
+    }
+    c->nread_it = it;
+    c->nread_dst = store_item_value_mut(it);
+    c->nread_left = (size_t)vlen + 2;
+    c->nread_op = op;
+    c->nread_cas = cas;
+    c->pstate = CONN_PS_NREAD;
+}
+
+/* The data block is in: check its "\r\n" and store it. */
+static void
+complete_nread(struct conn *c)
+{
+    struct store *s = conn_store(c);
+    struct thread_stats *ts = &c->w->stats;
+    struct store_item *it = c->nread_it;
+    const char *v = store_item_value(it);
+    int r;
+
+    c->nread_it = NULL;
+    c->pstate = CONN_PS_CMD;
+    if (v[it->nbytes] != '\r' || v[it->nbytes + 1] != '\n') {
+        REPLY(c, "CLIENT_ERROR bad data chunk");
+        store_release(s, it);
+        return;
+    }
+    r = store_put(s, it, (enum store_op)c->nread_op, c->nread_cas, NULL);
+    if (c->nread_op == STORE_OP_CAS) {
+        if (r == STORE_STORED)
+            STATS_ADD(ts, cas_hits, 1);
+        else if (r == STORE_EXISTS)
+            STATS_ADD(ts, cas_badval, 1);
+        else if (r == STORE_NOT_FOUND)
+            STATS_ADD(ts, cas_misses, 1);
+    }
+    switch (r) {
+    case STORE_STORED:
+        REPLY(c, "STORED");
+        break;
+    case STORE_NOT_STORED:
+        REPLY(c, "NOT_STORED");
+        break;
+    case STORE_EXISTS:
+        REPLY(c, "EXISTS");
+        break;
+    case STORE_NOT_FOUND:
+        REPLY(c, "NOT_FOUND");
+        break;
+    case STORE_TOO_LARGE:
+        STATS_ADD(ts, store_too_large, 1);
+        REPLY(c, "SERVER_ERROR object too large for cache");
+        break;
+    default:
+        STATS_ADD(ts, store_no_memory, 1);
+        REPLY(c, "SERVER_ERROR out of memory storing object");
+        break;
+    }
+    store_release(s, it);
+}
+
+/* delete <key> [0] [noreply] */
+static void
+process_delete(struct conn *c, struct token *t, int ntok)
+{
+    struct thread_stats *ts = &c->w->stats;
+
+    if (ntok < 2 || ntok > 4) {
+        reply_line(c, ERR_FORMAT);
+        return;
+    }
+    if (ntok > 2) {
+        bool hold_is_zero = TOK_IS(&t[2], "0");
+        bool nr = TOK_IS(&t[ntok - 1], "noreply");
+
+        c->noreply = nr;
+        if (!((ntok == 3 && (hold_is_zero || nr)) || (ntok == 4 && hold_is_zero && nr))) {
+            reply_line(c, ERR_FORMAT);
+            return;
+        }
+    }
+    if (t[1].len > KEY_MAX) {
+        reply_line(c, ERR_FORMAT);
+        return;
+    }
+    if (store_delete(conn_store(c), t[1].p, t[1].len, key_hash(t[1].p, t[1].len)) ==
+        STORE_DELETED) {
+        STATS_ADD(ts, delete_hits, 1);
+        REPLY(c, "DELETED");
+    } else {
+        STATS_ADD(ts, delete_misses, 1);
+        REPLY(c, "NOT_FOUND");
+    }
+}
+
+/* incr|decr <key> <delta> [noreply] */
+static void
+process_arith(struct conn *c, struct token *t, int ntok, bool incr)
+{
+    struct thread_stats *ts = &c->w->stats;
+    uint64_t delta, value = 0;
+    char buf[24], *p;
+    int r;
+
+    if (ntok != 3 && ntok != 4) {
+        reply_line(c, ERR_FORMAT);
+        return;
+    }
+    c->noreply = TOK_IS(&t[ntok - 1], "noreply");
+    if (t[1].len > KEY_MAX) {
+        reply_line(c, ERR_FORMAT);
+        return;
+    }
+    if (!parse_u64(&t[2], &delta)) {
+        REPLY(c, "CLIENT_ERROR invalid numeric delta argument");
+        return;
+    }
+    r = store_arith(conn_store(c), t[1].p, t[1].len, key_hash(t[1].p, t[1].len),
+                    incr, delta, &value, NULL);
+    switch (r) {
+    case STORE_STORED:
+        if (incr)
+            STATS_ADD(ts, incr_hits, 1);
+        else
+            STATS_ADD(ts, decr_hits, 1);
+        p = fmt_u64(buf, value);
+        *p++ = '\r';
+        *p++ = '\n';
+        reply(c, buf, (size_t)(p - buf));
+        break;
+    case STORE_NOT_FOUND:
+        if (incr)
+            STATS_ADD(ts, incr_misses, 1);
+        else
+            STATS_ADD(ts, decr_misses, 1);
+        REPLY(c, "NOT_FOUND");
+        break;
+    case STORE_NON_NUMERIC:
+        REPLY(c, "CLIENT_ERROR cannot increment or decrement non-numeric value");
+        break;
+    default:
+        STATS_ADD(ts, store_no_memory, 1);
+        REPLY(c, "SERVER_ERROR out of memory");
+        break;
+    }
+}
+
+/* touch <key> <exptime> [noreply] */
+static void
+process_touch(struct conn *c, struct token *t, int ntok)
+{
+    struct thread_stats *ts = &c->w->stats;
+    struct store *s = conn_store(c);
+    int32_t exptime;
+
+    if (ntok != 3 && ntok != 4) {
+        reply_line(c, ERR_FORMAT);
+        return;
+    }
+    c->noreply = TOK_IS(&t[ntok - 1], "noreply");
+    if (t[1].len > KEY_MAX) {
+        reply_line(c, ERR_FORMAT);
+        return;
+    }
+    if (!parse_i32(&t[2], &exptime)) {
+        REPLY(c, "CLIENT_ERROR invalid exptime argument");
+        return;
+    }
+    STATS_ADD(ts, cmd_touch, 1);
+    if (store_touch(s, t[1].p, t[1].len, key_hash(t[1].p, t[1].len),
+                    store_exptime(s, exptime)) == STORE_TOUCHED) {
+        STATS_ADD(ts, touch_hits, 1);
+        REPLY(c, "TOUCHED");
+    } else {
+        STATS_ADD(ts, touch_misses, 1);
+        REPLY(c, "NOT_FOUND");
+    }
+}
+
+/* flush_all [delay] [noreply] */
+static void
+process_flush(struct conn *c, struct token *t, int ntok)
+{
+    struct store *s = conn_store(c);
+    int32_t delay = 0;
+    int nargs;
+
+    if (ntok > 3) {
+        reply_line(c, ERR_FORMAT);
+        return;
+    }
+    c->noreply = ntok > 1 && TOK_IS(&t[ntok - 1], "noreply");
+    nargs = ntok - 1 - (c->noreply ? 1 : 0);
+    if (nargs > 0 && !parse_i32(&t[1], &delay)) {
+        REPLY(c, "CLIENT_ERROR invalid exptime argument");
+        return;
+    }
+    STATS_ADD(&c->w->stats, cmd_flush, 1);
+    store_flush(s, delay > 0 ? store_exptime(s, delay) : store_now(s));
+    REPLY(c, "OK");
+}
+
+/* verbosity <level> [noreply]; extra tokens are ignored. */
+static void
+process_verbosity(struct conn *c, struct token *t, int ntok, struct token last)
+{
+    uint32_t level;
+
+    c->noreply = ntok > 1 && TOK_IS(&last, "noreply");
+    if (ntok < 2 || !parse_u32(&t[1], &level)) {
+        reply_line(c, ERR_FORMAT);
+        return;
+    }
+    log_set_level(level > LOG_DEBUG ? LOG_DEBUG : (int)level);
+    REPLY(c, "OK");
+}
+
+/* `stats`: memcached's general statistics, names as in protocol.txt. */
+static void
+stats_general(struct conn *c)
+{
+    struct server *srv = c->w->srv;
+    struct thread_stats ts;
+    struct store_stats ss;
+    struct rusage ru;
+    uint64_t total_conns, rejected, buckets;
+    int64_t now = store_now(srv->store);
+    unsigned hashpower = 0;
+
+    server_thread_stats(srv, &ts);
+    server_store_stats(srv, &ss);
+    server_conn_totals(srv, &total_conns, &rejected);
+    getrusage(RUSAGE_SELF, &ru);
+    for (buckets = ss.hash_buckets; buckets > 1; buckets >>= 1)
+        hashpower++;
+
+    reply_printf(c, "STAT pid %ld\r\n", (long)getpid());
+    reply_printf(c, "STAT uptime %" PRId64 "\r\n", now - srv->started);
+    reply_printf(c, "STAT time %" PRId64 "\r\n", now);
+    reply_printf(c, "STAT version %s\r\n", PROTO_VERSION_STRING);
+    reply_printf(c, "STAT libevent %s\r\n", event_get_version());
+    reply_printf(c, "STAT pointer_size %d\r\n", (int)(8 * sizeof(void *)));
+    reply_printf(c, "STAT rusage_user %ld.%06ld\r\n", (long)ru.ru_utime.tv_sec,
+                 (long)ru.ru_utime.tv_usec);
+    reply_printf(c, "STAT rusage_system %ld.%06ld\r\n", (long)ru.ru_stime.tv_sec,
+                 (long)ru.ru_stime.tv_usec);
+    reply_printf(c, "STAT max_connections %d\r\n", srv->settings.maxconns);
+    reply_printf(c, "STAT curr_connections %d\r\n",
+                 __atomic_load_n(&srv->curr_conns, __ATOMIC_RELAXED));
+    reply_printf(c, "STAT total_connections %" PRIu64 "\r\n", total_conns);
+    reply_printf(c, "STAT rejected_connections %" PRIu64 "\r\n", rejected);
+    reply_printf(c, "STAT connection_structures %d\r\n",
+                 __atomic_load_n(&srv->curr_conns, __ATOMIC_RELAXED));
+    reply_printf(c, "STAT cmd_get %" PRIu64 "\r\n", ts.cmd_get);
+    reply_printf(c, "STAT cmd_set %" PRIu64 "\r\n", ts.cmd_set);
+    reply_printf(c, "STAT cmd_flush %" PRIu64 "\r\n", ts.cmd_flush);
+    reply_printf(c, "STAT cmd_touch %" PRIu64 "\r\n", ts.cmd_touch);
+    reply_printf(c, "STAT get_hits %" PRIu64 "\r\n", ts.get_hits);
+    reply_printf(c, "STAT get_misses %" PRIu64 "\r\n", ts.get_misses);
+    reply_printf(c, "STAT get_expired %" PRIu64 "\r\n", ss.get_expired);
+    reply_printf(c, "STAT get_flushed %" PRIu64 "\r\n", ss.get_flushed);
+    reply_printf(c, "STAT delete_misses %" PRIu64 "\r\n", ts.delete_misses);
+    reply_printf(c, "STAT delete_hits %" PRIu64 "\r\n", ts.delete_hits);
+    reply_printf(c, "STAT incr_misses %" PRIu64 "\r\n", ts.incr_misses);
+    reply_printf(c, "STAT incr_hits %" PRIu64 "\r\n", ts.incr_hits);
+    reply_printf(c, "STAT decr_misses %" PRIu64 "\r\n", ts.decr_misses);
+    reply_printf(c, "STAT decr_hits %" PRIu64 "\r\n", ts.decr_hits);
+    reply_printf(c, "STAT cas_misses %" PRIu64 "\r\n", ts.cas_misses);
+    reply_printf(c, "STAT cas_hits %" PRIu64 "\r\n", ts.cas_hits);
+    reply_printf(c, "STAT cas_badval %" PRIu64 "\r\n", ts.cas_badval);
+    reply_printf(c, "STAT touch_hits %" PRIu64 "\r\n", ts.touch_hits);
+    reply_printf(c, "STAT touch_misses %" PRIu64 "\r\n", ts.touch_misses);
+    reply_printf(c, "STAT store_too_large %" PRIu64 "\r\n", ts.store_too_large);
+    reply_printf(c, "STAT store_no_memory %" PRIu64 "\r\n", ts.store_no_memory);
+    reply_printf(c, "STAT auth_cmds 0\r\nSTAT auth_errors 0\r\n");
+    reply_printf(c, "STAT bytes_read %" PRIu64 "\r\n", ts.bytes_read);
+    reply_printf(c, "STAT bytes_written %" PRIu64 "\r\n", ts.bytes_written);
+    reply_printf(c, "STAT limit_maxbytes %zu\r\n", srv->settings.maxbytes);
+    reply_printf(c, "STAT accepting_conns 1\r\n");
+    reply_printf(c, "STAT threads %d\r\n", srv->nworkers);
+    reply_printf(c, "STAT conn_yields %" PRIu64 "\r\n", ts.conn_yields);
+    reply_printf(c, "STAT hash_power_level %u\r\n", hashpower);
+    reply_printf(c, "STAT hash_bytes %" PRIu64 "\r\n", ss.hash_buckets * sizeof(void *));
+    reply_printf(c, "STAT bytes %" PRIu64 "\r\n", ss.bytes);
+    reply_printf(c, "STAT curr_items %" PRIu64 "\r\n", ss.curr_items);
+    reply_printf(c, "STAT total_items %" PRIu64 "\r\n", ss.total_items);
+    reply_printf(c, "STAT expired_unfetched %" PRIu64 "\r\n", ss.expired_unfetched);
+    reply_printf(c, "STAT evictions %" PRIu64 "\r\n", ss.evictions);
+    reply_printf(c, "STAT reclaimed %" PRIu64 "\r\n", ss.reclaimed);
+    conn_out_add(c, "END\r\n", 5);
+}
+
+/* `stats settings`: the options that clients and exporters look for. */
+static void
+stats_settings(struct conn *c)
+{
+    const struct settings *st = &c->w->srv->settings;
+
+    reply_printf(c, "STAT maxbytes %zu\r\n", st->maxbytes);
+    reply_printf(c, "STAT maxconns %d\r\n", st->maxconns);
+    reply_printf(c, "STAT tcpport %d\r\n", c->w->srv->bound_port ? c->w->srv->bound_port
+                                                                 : st->port);
+    reply_printf(c, "STAT udpport 0\r\n");
+    reply_printf(c, "STAT inter %s\r\n", st->listen_addr);
+    reply_printf(c, "STAT verbosity %d\r\n", log_get_level());
+    reply_printf(c, "STAT oldest 0\r\n");
+    reply_printf(c, "STAT evictions on\r\n");
+    reply_printf(c, "STAT domain_socket NULL\r\n");
+    reply_printf(c, "STAT umask 700\r\n");
+    reply_printf(c, "STAT num_threads %d\r\n", st->num_threads);
+    reply_printf(c, "STAT num_threads_per_udp %d\r\n", st->num_threads);
+    reply_printf(c, "STAT stat_key_prefix :\r\n");
+    reply_printf(c, "STAT detail_enabled no\r\n");
+    reply_printf(c, "STAT reqs_per_event 20\r\n");
+    reply_printf(c, "STAT cas_enabled yes\r\n");
+    reply_printf(c, "STAT tcp_backlog 1024\r\n");
+    reply_printf(c, "STAT binding_protocol ascii\r\n");
+    reply_printf(c, "STAT auth_enabled_sasl no\r\n");
+    reply_printf(c, "STAT auth_enabled_ascii no\r\n");
+    reply_printf(c, "STAT item_size_max %zu\r\n", st->item_size_max);
+    reply_printf(c, "STAT maxconns_fast yes\r\n");
+    reply_printf(c, "STAT client_flags_size 4\r\n");
+    conn_out_add(c, "END\r\n", 5);
+}
+
+/* stats [settings|reset|items|slabs]; anything else is ERROR. */
+static void
+process_stats(struct conn *c, struct token *t, int ntok)
+{
+    if (ntok == 1) {
+        stats_general(c);
+    } else if (TOK_IS(&t[1], "settings")) {
+        stats_settings(c);
+    } else if (TOK_IS(&t[1], "reset")) {
+        server_stats_reset(c->w->srv);
+        conn_out_add(c, "RESET\r\n", 7);
+    } else if (TOK_IS(&t[1], "items") || TOK_IS(&t[1], "slabs")) {
+        /* No slab classes here; an empty group keeps exporters happy. */
+        conn_out_add(c, "END\r\n", 5);
+    } else {
+        conn_out_add(c, "ERROR\r\n", 7);
+    }
+}
+
+/* Execute one command line [line, end) (no "\r\n"). */
+static enum proto_status
+process_command(struct conn *c, const char *line, const char *end)
+{
+    struct token t[MAX_TOKENS];
+    const char *p = line;
+    const char *cmd;
+    size_t ncmd;
+    int ntok;
+
+    c->noreply = false;
+    while (p < end && *p == ' ')
+        p++;
+    cmd = p;
+    while (p < end && *p != ' ')
+        p++;
+    ncmd = (size_t)(p - cmd);
+
+    /* The get family reads its own keys: no token limit. */
+    if (ncmd == 3 && memcmp(cmd, "get", 3) == 0)
+        return process_get(c, p, end, false, false, 0);
+    if (ncmd == 4 && memcmp(cmd, "gets", 4) == 0)
+        return process_get(c, p, end, true, false, 0);
+    if ((ncmd == 3 && memcmp(cmd, "gat", 3) == 0) ||
+        (ncmd == 4 && memcmp(cmd, "gats", 4) == 0)) {
+        struct token e;
+        int32_t exptime;
+
+        ntok = tokenize(p, end, &e, 1);
+        if (ntok == 0) {
+            reply_line(c, ERR_FORMAT);
+            return PROTO_MORE;
+        }
+        if (!parse_i32(&e, &exptime)) {
+            REPLY(c, "CLIENT_ERROR invalid exptime argument");
+            return PROTO_MORE;
+        }
+        return process_get(c, e.p + e.len, end, ncmd == 4, true,
+                           store_exptime(conn_store(c), exptime));
+    }
+
+    ntok = tokenize(line, end, t, MAX_TOKENS);
+    if (ntok == 0) {
+        conn_out_add(c, "ERROR\r\n", 7);
+        return PROTO_MORE;
+    }
+    switch (ncmd) {
+    case 3:
+        if (TOK_IS(&t[0], "set")) {
+            process_update(c, t, ntok, STORE_OP_SET);
+            return PROTO_MORE;
+        }
+        if (TOK_IS(&t[0], "add")) {
+            process_update(c, t, ntok, STORE_OP_ADD);
+            return PROTO_MORE;
+        }
+        if (TOK_IS(&t[0], "cas")) {
+            process_update(c, t, ntok, STORE_OP_CAS);
+            return PROTO_MORE;
+        }
+        break;
+    case 4:
+        if (TOK_IS(&t[0], "incr")) {
+            process_arith(c, t, ntok, true);
+            return PROTO_MORE;
+        }
+        if (TOK_IS(&t[0], "decr")) {
+            process_arith(c, t, ntok, false);
+            return PROTO_MORE;
+        }
+        if (TOK_IS(&t[0], "quit"))
+            return PROTO_QUIT;
+        break;
+    case 5:
+        if (TOK_IS(&t[0], "touch")) {
+            process_touch(c, t, ntok);
+            return PROTO_MORE;
+        }
+        if (TOK_IS(&t[0], "stats")) {
+            process_stats(c, t, ntok);
+            return PROTO_MORE;
+        }
+        break;
+    case 6:
+        if (TOK_IS(&t[0], "delete")) {
+            process_delete(c, t, ntok);
+            return PROTO_MORE;
+        }
+        if (TOK_IS(&t[0], "append")) {
+            process_update(c, t, ntok, STORE_OP_APPEND);
+            return PROTO_MORE;
+        }
+        break;
+    case 7:
+        if (TOK_IS(&t[0], "replace")) {
+            process_update(c, t, ntok, STORE_OP_REPLACE);
+            return PROTO_MORE;
+        }
+        if (TOK_IS(&t[0], "prepend")) {
+            process_update(c, t, ntok, STORE_OP_PREPEND);
+            return PROTO_MORE;
+        }
+        if (TOK_IS(&t[0], "version")) {
+            conn_out_add(c, "VERSION " PROTO_VERSION_STRING "\r\n",
+                         sizeof("VERSION " PROTO_VERSION_STRING "\r\n") - 1);
+            return PROTO_MORE;
+        }
+        break;
+    case 9:
+        if (TOK_IS(&t[0], "flush_all")) {
+            process_flush(c, t, ntok);
+            return PROTO_MORE;
+        }
+        if (TOK_IS(&t[0], "verbosity")) {
+            process_verbosity(c, t, ntok, last_token(line, end));
+            return PROTO_MORE;
+        }
+        break;
+    default:
+        break;
+    }
+    {
+        /* Unknown command. A last token of "HTTP/..." is a browser or a
+         * cross-protocol attack: hang up without a word. */
+        struct token last = last_token(line, end);
+
+        if (last.len >= 5 && memcmp(last.p, "HTTP/", 5) == 0)
+            return PROTO_CLOSE;
+    }
+    conn_out_add(c, "ERROR\r\n", 7);
+    return PROTO_MORE;
+}
+
+/* Parse and execute; see proto_text.h. */
+enum proto_status
+proto_text_process(struct conn *c)
+{
+    for (;;) {
+        enum proto_status st;
+        char *start, *nl;
+        const char *end;
+        size_t avail, n;
+
+        if (c->out_bytes >= CONN_OUT_SOFT_CAP)
+            return PROTO_PAUSE;
+        avail = c->rend - c->rpos;
+        switch (c->pstate) {
+        case CONN_PS_GET:
+            st = get_continue(c);
+            if (st != PROTO_MORE)
+                return st;
+            continue;
+        case CONN_PS_NREAD:
+            n = avail < c->nread_left ? avail : c->nread_left;
+            if (n > 0) {
+                memcpy(c->nread_dst, c->rbuf + c->rpos, n);
+                c->nread_dst += n;
+                c->nread_left -= n;
+                c->rpos += (uint32_t)n;
+            }
+            if (c->nread_left > 0)
+                return PROTO_MORE;
+            complete_nread(c);
+            continue;
+        case CONN_PS_SWALLOW:
+            n = avail < c->swallow_left ? avail : c->swallow_left;
+            c->swallow_left -= n;
+            c->rpos += (uint32_t)n;
+            if (c->swallow_left > 0)
+                return PROTO_MORE;
+            c->pstate = CONN_PS_CMD;
+            continue;
+        case CONN_PS_CMD:
+            break;
+        }
+        if (avail == 0)
+            return PROTO_MORE;
+        start = c->rbuf + c->rpos;
+        if (!c->started) {
+            c->started = true;
+            /* The binary protocol's magic byte: we do not speak it. */
+            if ((unsigned char)start[0] == 0x80)
+                return PROTO_CLOSE;
+        }
+        nl = memchr(start, '\n', avail);
+        if (nl == NULL) {
+            if (avail >= LINE_MAX_NONGET && !is_get_prefix(start, avail))
+                return PROTO_CLOSE;
+            return PROTO_MORE;
+        }
+        end = nl;
+        if (end > start && end[-1] == '\r')
+            end--;
+        c->rpos += (uint32_t)(nl + 1 - start);
+        st = process_command(c, start, end);
+        if (st != PROTO_MORE)
+            return st;
+    }
+}

@@ -1,0 +1,39 @@
+/*
+ * settings: ringcached's command-line options, named and defaulted as
+ * memcached's (-p -l -t -m -c -I -v). Parsed once in main, read-only after.
+ */
+#ifndef SERVER_SETTINGS_H
+#define SERVER_SETTINGS_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+struct settings {
+    int    port;            /* -p, TCP port (0 = any free port) */
+    char   listen_addr[64]; /* -l, IPv4 or IPv6 literal or host name */
+    int    num_threads;     /* -t, worker threads */
+    size_t maxbytes;        /* -m, in bytes (the flag is MiB) */
+    int    maxconns;        /* -c */
+    size_t item_size_max;   /* -I, bytes; the flag accepts k/m suffixes */
+    int    verbose;         /* -v count */
+};
+
+/* Fill in the defaults (port 11211, 127.0.0.1, 4 threads, 64 MiB, 1024
+ * connections, 1 MiB items, quiet). */
+void settings_init(struct settings *s);
+
+/*
+ * Parse argv into s (which settings_init filled). Returns 0 to run, 1 when
+ * --help or --version was printed to out (exit 0), -1 after printing an
+ * error and the usage to err (exit 2).
+ */
+int settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err);
+
+/* Parse a size such as "1048576", "1024k" or "1m" (k and m are powers of
+ * 1024, either case). Returns 0, or -1 if it is not such a number. */
+int settings_parse_size(const char *str, size_t *out);
+
+/* Print the usage text. */
+void settings_usage(FILE *f);
+
+#endif /* SERVER_SETTINGS_H */

@@ -1,0 +1,519 @@
+/*
+ * thread: accept loop and worker threads (memcached's thread.c model).
+ * Lock order: a worker's q_lock is a leaf; stats_lock is a leaf. Counters
+ * shared between threads (curr_conns, total_conns) are atomics.
+ */
+#include "config.h"
+#include "server/thread.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "server/conn.h"
+#include "server/log.h"
+
+#define SHUTDOWN_FLUSH_SECS 5   /* bound on flushing replies at exit */
+static const char TOO_MANY[] = "ERROR Too many open connections\r\n";
+
+/* Create the store and the workers' bases; see thread.h. */
+struct server *
+server_new(const struct settings *settings)
+{
+    struct store_config cfg;
+    struct server *srv = calloc(1, sizeof(*srv));
+    int i;
+
+    if (srv == NULL)
+        return NULL;
+    srv->settings = *settings;
+    srv->listen_fd = -1;
+    pthread_mutex_init(&srv->stats_lock, NULL);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.mem_limit = settings->maxbytes;
+    cfg.item_size_max = settings->item_size_max;
+    cfg.node_seed = 0;
+    cfg.sweeper = true;
+    srv->store = store_new(&cfg);
+    if (srv->store == NULL) {
+        log_msg(LOG_ERR, "cannot create the store");
+        goto fail;
+    }
+    srv->started = store_now(srv->store);
+    srv->workers = calloc((size_t)settings->num_threads, sizeof(*srv->workers));
+    if (srv->workers == NULL)
+        goto fail;
+    for (i = 0; i < settings->num_threads; i++) {
+        struct worker *w = &srv->workers[i];
+
+        w->srv = srv;
+        w->id = i;
+        w->notify_fd[0] = w->notify_fd[1] = -1;
+        pthread_mutex_init(&w->q_lock, NULL);
+        srv->nworkers++;
+        w->base = event_base_new();
+        if (w->base == NULL) {
+            log_msg(LOG_ERR, "cannot create an event base");
+            goto fail;
+        }
+        if (pipe2(w->notify_fd, O_NONBLOCK | O_CLOEXEC) < 0) {
+            log_msg(LOG_ERR, "pipe: %s", strerror(errno));
+            goto fail;
+        }
+    }
+    return srv;
+fail:
+    server_free(srv);
+    return NULL;
+}
+
+/* Bind and listen; see thread.h. */
+int
+server_listen(struct server *srv)
+{
+    struct addrinfo hints, *res = NULL, *ai;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char port[16];
+    int fd = -1, one = 1, rc;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    snprintf(port, sizeof(port), "%d", srv->settings.port);
+    rc = getaddrinfo(srv->settings.listen_addr, port, &hints, &res);
+    if (rc != 0) {
+        log_msg(LOG_ERR, "-l %s: %s", srv->settings.listen_addr, gai_strerror(rc));
+        return -1;
+    }
+    for (ai = res; ai != NULL; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    ai->ai_protocol);
+        if (fd < 0)
+            continue;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0)
+            break;
+        rc = errno;
+        close(fd);
+        fd = -1;
+        errno = rc;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        log_msg(LOG_ERR, "cannot listen on %s:%d: %s", srv->settings.listen_addr,
+                srv->settings.port, strerror(errno));
+        return -1;
+    }
+    srv->listen_fd = fd;
+    srv->bound_port = srv->settings.port;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET)
+            srv->bound_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        else if (ss.ss_family == AF_INET6)
+            srv->bound_port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    }
+    return 0;
+}
+
+/* A worker's connection closed: count it, and end a draining worker. */
+void
+worker_conn_closed(struct worker *w)
+{
+    __atomic_sub_fetch(&w->srv->curr_conns, 1, __ATOMIC_RELAXED);
+    if (w->shutting_down && w->nconns == 0)
+        event_base_loopexit(w->base, NULL);
+}
+
+/* Shutdown deadline for a worker: stop flushing, leave the loop. */
+static void
+worker_stop_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+
+    (void)fd;
+    (void)what;
+    event_base_loopexit(w->base, NULL);
+}
+
+/* Start draining: every connection stops reading and closes once its
+ * replies are out, bounded by SHUTDOWN_FLUSH_SECS. */
+static void
+worker_begin_shutdown(struct worker *w)
+{
+    struct timeval tv = { SHUTDOWN_FLUSH_SECS, 0 };
+    struct conn *c, *next;
+
+    if (w->shutting_down)
+        return;
+    w->shutting_down = true;
+    for (c = w->conns; c != NULL; c = next) {
+        next = c->next;
+        conn_shutdown(c);
+    }
+    if (w->nconns == 0) {
+        event_base_loopexit(w->base, NULL);
+        return;
+    }
+    w->stop_timer = evtimer_new(w->base, worker_stop_timer_cb, w);
+    if (w->stop_timer == NULL || evtimer_add(w->stop_timer, &tv) < 0)
+        event_base_loopexit(w->base, NULL);
+}
+
+/* Wake-up from the accept thread: adopt queued sockets, or shut down. */
+static void
+worker_notify_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    struct conn_queue_item *q, *next;
+    char buf[64];
+    bool stop;
+
+    (void)what;
+    while (read(fd, buf, sizeof(buf)) > 0)
+        continue;
+    pthread_mutex_lock(&w->q_lock);
+    q = w->q_head;
+    w->q_head = w->q_tail = NULL;
+    stop = w->stop;
+    pthread_mutex_unlock(&w->q_lock);
+    for (; q != NULL; q = next) {
+        struct conn *c;
+
+        next = q->next;
+        if (stop) {
+            close(q->fd);
+            __atomic_sub_fetch(&w->srv->curr_conns, 1, __ATOMIC_RELAXED);
+        } else if ((c = conn_new(w, q->fd)) == NULL) {
+            close(q->fd);
+            __atomic_sub_fetch(&w->srv->curr_conns, 1, __ATOMIC_RELAXED);
+        } else if (conn_start(c) < 0) {
+            conn_close(c);
+        } else {
+            log_msg(LOG_DEBUG, "worker %d: new connection %d", w->id, q->fd);
+        }
+        free(q);
+    }
+    if (stop)
+        worker_begin_shutdown(w);
+}
+
+/* Worker thread body: run the base until shutdown, then close leftovers. */
+static void *
+worker_main(void *arg)
+{
+    struct worker *w = arg;
+
+    event_base_dispatch(w->base);
+    w->shutting_down = true;
+    while (w->conns != NULL)
+        conn_close(w->conns);
+    return NULL;
+}
+
+/* Hand a socket to the next worker (round robin). */
+static void
+dispatch_conn(struct server *srv, int fd)
+{
+    struct worker *w = &srv->workers[srv->next_worker];
+    struct conn_queue_item *q = malloc(sizeof(*q));
+
+    srv->next_worker = (srv->next_worker + 1) % srv->nworkers;
+    if (q == NULL) {
+        close(fd);
+        __atomic_sub_fetch(&srv->curr_conns, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    q->fd = fd;
+    q->next = NULL;
+    pthread_mutex_lock(&w->q_lock);
+    if (w->q_tail != NULL)
+        w->q_tail->next = q;
+    else
+        w->q_head = q;
+    w->q_tail = q;
+    pthread_mutex_unlock(&w->q_lock);
+    /* A full pipe already holds a pending wake-up, so EAGAIN is fine. */
+    if (write(w->notify_fd[1], "c", 1) < 0 && errno != EAGAIN)
+        log_msg(LOG_ERR, "worker wake-up: %s", strerror(errno));
+}
+
+/* Re-enable accepting after running out of file descriptors. */
+static void
+accept_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct server *srv = arg;
+
+    (void)fd;
+    (void)what;
+    event_add(srv->listen_ev, NULL);
+}
+
+/* Accept every pending connection. Over -c: say so and close. */
+static void
+accept_cb(evutil_socket_t lfd, short what, void *arg)
+{
+    struct server *srv = arg;
+    int one = 1;
+
+    (void)what;
+    for (;;) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno == EMFILE || errno == ENFILE) {
+                struct timeval tv = { 0, 100000 };
+
+                log_msg(LOG_ERR, "accept: %s; pausing accepts", strerror(errno));
+                event_del(srv->listen_ev);
+                evtimer_add(srv->accept_retry_ev, &tv);
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                log_msg(LOG_ERR, "accept: %s", strerror(errno));
+            }
+            return;
+        }
+        if (__atomic_load_n(&srv->curr_conns, __ATOMIC_RELAXED) >= srv->settings.maxconns) {
+            if (send(fd, TOO_MANY, sizeof(TOO_MANY) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+                log_msg(LOG_DEBUG, "reject: %s", strerror(errno));
+            close(fd);
+            __atomic_add_fetch(&srv->rejected_conns, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        __atomic_add_fetch(&srv->curr_conns, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&srv->total_conns, 1, __ATOMIC_RELAXED);
+        dispatch_conn(srv, fd);
+    }
+}
+
+/* SIGTERM/SIGINT: leave the accept loop. */
+static void
+signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+    struct server *srv = arg;
+
+    (void)what;
+    log_msg(LOG_INFO, "signal %d: shutting down", (int)sig);
+    event_base_loopbreak(srv->main_base);
+}
+
+/* Run until a signal; see thread.h. */
+int
+server_run(struct server *srv)
+{
+    sigset_t block, old;
+    int i, rc = 0;
+
+    srv->main_base = event_base_new();
+    if (srv->main_base == NULL)
+        return -1;
+    srv->listen_ev = event_new(srv->main_base, srv->listen_fd, EV_READ | EV_PERSIST,
+                               accept_cb, srv);
+    srv->accept_retry_ev = evtimer_new(srv->main_base, accept_retry_cb, srv);
+    srv->sigterm_ev = evsignal_new(srv->main_base, SIGTERM, signal_cb, srv);
+    srv->sigint_ev = evsignal_new(srv->main_base, SIGINT, signal_cb, srv);
+    if (srv->listen_ev == NULL || srv->accept_retry_ev == NULL || srv->sigterm_ev == NULL ||
+        srv->sigint_ev == NULL || event_add(srv->sigterm_ev, NULL) < 0 ||
+        event_add(srv->sigint_ev, NULL) < 0)
+        return -1;
+
+    /* Workers never take the signals; the main thread's base does. */
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    for (i = 0; i < srv->nworkers; i++) {
+        struct worker *w = &srv->workers[i];
+
+        w->notify_ev = event_new(w->base, w->notify_fd[0], EV_READ | EV_PERSIST,
+                                 worker_notify_cb, w);
+        if (w->notify_ev == NULL || event_add(w->notify_ev, NULL) < 0 ||
+            pthread_create(&w->tid, NULL, worker_main, w) != 0) {
+            log_msg(LOG_ERR, "cannot start worker %d", i);
+            rc = -1;
+            break;
+        }
+        w->started = true;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+
+    if (rc == 0 && event_add(srv->listen_ev, NULL) == 0) {
+        log_msg(LOG_INFO, "listening on %s:%d", srv->settings.listen_addr, srv->bound_port);
+        event_base_dispatch(srv->main_base);
+    }
+
+    /* Stop accepting, then let every worker flush and exit. */
+    event_del(srv->listen_ev);
+    event_del(srv->accept_retry_ev);
+    close(srv->listen_fd);
+    srv->listen_fd = -1;
+    for (i = 0; i < srv->nworkers; i++) {
+        struct worker *w = &srv->workers[i];
+
+        if (!w->started)
+            continue;
+        pthread_mutex_lock(&w->q_lock);
+        w->stop = true;
+        pthread_mutex_unlock(&w->q_lock);
+        if (write(w->notify_fd[1], "s", 1) < 0 && errno != EAGAIN)
+            log_msg(LOG_ERR, "worker wake-up: %s", strerror(errno));
+    }
+    for (i = 0; i < srv->nworkers; i++) {
+        if (srv->workers[i].started) {
+            pthread_join(srv->workers[i].tid, NULL);
+            srv->workers[i].started = false;
+        }
+    }
+    return rc;
+}
+
+/* Free a worker's pooled buffers. */
+static void
+worker_free_pools(struct worker *w)
+{
+    struct out_chunk *ch;
+
+    while (w->nrbuf_pool > 0)
+        free(w->rbuf_pool[--w->nrbuf_pool]);
+    while ((ch = w->chunk_pool) != NULL) {
+        w->chunk_pool = ch->next;
+        free(ch);
+    }
+    while ((ch = w->ichunk_pool) != NULL) {
+        w->ichunk_pool = ch->next;
+        free(ch);
+    }
+    w->nchunk_pool = w->nichunk_pool = 0;
+}
+
+/* Free everything; see thread.h. */
+void
+server_free(struct server *srv)
+{
+    int i;
+
+    if (srv == NULL)
+        return;
+    for (i = 0; i < srv->nworkers; i++) {
+        struct worker *w = &srv->workers[i];
+        struct conn_queue_item *q;
+
+        w->shutting_down = true;
+        while (w->conns != NULL)
+            conn_close(w->conns);
+        while ((q = w->q_head) != NULL) {
+            w->q_head = q->next;
+            close(q->fd);
+            free(q);
+        }
+        if (w->notify_ev != NULL)
+            event_free(w->notify_ev);
+        if (w->stop_timer != NULL)
+            event_free(w->stop_timer);
+        if (w->base != NULL)
+            event_base_free(w->base);
+        if (w->notify_fd[0] >= 0)
+            close(w->notify_fd[0]);
+        if (w->notify_fd[1] >= 0)
+            close(w->notify_fd[1]);
+        worker_free_pools(w);
+        pthread_mutex_destroy(&w->q_lock);
+    }
+    free(srv->workers);
+    if (srv->listen_ev != NULL)
+        event_free(srv->listen_ev);
+    if (srv->accept_retry_ev != NULL)
+        event_free(srv->accept_retry_ev);
+    if (srv->sigterm_ev != NULL)
+        event_free(srv->sigterm_ev);
+    if (srv->sigint_ev != NULL)
+        event_free(srv->sigint_ev);
+    if (srv->main_base != NULL)
+        event_base_free(srv->main_base);
+    if (srv->listen_fd >= 0)
+        close(srv->listen_fd);
+    if (srv->store != NULL)
+        store_free(srv->store);
+    pthread_mutex_destroy(&srv->stats_lock);
+    free(srv);
+}
+
+/* Raw sum of every worker's counters. */
+static void
+sum_workers(struct server *srv, struct thread_stats *out)
+{
+    int i;
+
+    memset(out, 0, sizeof(*out));
+    for (i = 0; i < srv->nworkers; i++)
+        stats_accumulate(out, &srv->workers[i].stats);
+}
+
+/* Counters since the last reset. */
+void
+server_thread_stats(struct server *srv, struct thread_stats *out)
+{
+    struct thread_stats raw;
+
+    sum_workers(srv, &raw);
+    pthread_mutex_lock(&srv->stats_lock);
+    stats_subtract(out, &raw, &srv->base_thread);
+    pthread_mutex_unlock(&srv->stats_lock);
+}
+
+/* a - b, never below zero. */
+static uint64_t
+since(uint64_t a, uint64_t b)
+{
+    return a >= b ? a - b : 0;
+}
+
+/* Store figures (the store zeroes its own cumulative ones on reset). */
+void
+server_store_stats(struct server *srv, struct store_stats *out)
+{
+    store_get_stats(srv->store, out);
+}
+
+/* Connection totals since the last reset. */
+void
+server_conn_totals(struct server *srv, uint64_t *total, uint64_t *rejected)
+{
+    uint64_t t = __atomic_load_n(&srv->total_conns, __ATOMIC_RELAXED);
+    uint64_t r = __atomic_load_n(&srv->rejected_conns, __ATOMIC_RELAXED);
+
+    pthread_mutex_lock(&srv->stats_lock);
+    *total = since(t, srv->base_total_conns);
+    *rejected = since(r, srv->base_rejected_conns);
+    pthread_mutex_unlock(&srv->stats_lock);
+}
+
+/* `stats reset`: the current totals become the zero point. */
+void
+server_stats_reset(struct server *srv)
+{
+    struct thread_stats raw;
+
+    sum_workers(srv, &raw);
+    store_reset_stats(srv->store);
+    pthread_mutex_lock(&srv->stats_lock);
+    srv->base_thread = raw;
+    srv->base_total_conns = __atomic_load_n(&srv->total_conns, __ATOMIC_RELAXED);
+    srv->base_rejected_conns = __atomic_load_n(&srv->rejected_conns, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&srv->stats_lock);
+}

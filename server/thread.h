@@ -1,0 +1,114 @@
+/*
+ * thread: the node's threads, as memcached's thread.c. The main thread runs
+ * the accept loop on its own event_base and hands each new socket to a
+ * worker (round robin) through that worker's queue plus a one-byte wake-up
+ * on a pipe; the worker creates the connection on its own event_base, and a
+ * connection never moves between bases. SIGTERM/SIGINT stop accepting, let
+ * every worker flush what it owes (bounded), and return from server_run.
+ */
+#ifndef SERVER_THREAD_H
+#define SERVER_THREAD_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "server/settings.h"
+#include "server/stats.h"
+#include "server/store.h"
+
+struct event_base;
+struct event;
+struct conn;
+struct out_chunk;
+struct server;
+
+/* A new socket on its way from the accept loop to a worker. */
+struct conn_queue_item {
+    struct conn_queue_item *next;
+    int fd;
+};
+
+#define WORKER_RBUF_POOL 64
+
+/* One worker thread. Everything but the queue is touched only by the
+ * worker itself (or by anyone before the threads start). */
+struct worker {
+    struct server     *srv;
+    int                id;
+    pthread_t          tid;
+    bool               started;
+    struct event_base *base;
+    struct event      *notify_ev;
+    int                notify_fd[2];   /* pipe: [0] read by the worker */
+    pthread_mutex_t    q_lock;         /* protects q_head/q_tail/stop */
+    struct conn_queue_item *q_head, *q_tail;
+    bool               stop;           /* shutdown requested (under q_lock) */
+    bool               shutting_down;  /* worker's own copy of stop */
+    struct event      *stop_timer;     /* bounds the final flush */
+    struct conn       *conns;          /* every open connection of this worker */
+    int                nconns;
+    struct thread_stats stats;
+    /* Buffer pools, so idle connections hold no buffers (conn.c). */
+    char              *rbuf_pool[WORKER_RBUF_POOL];
+    int                nrbuf_pool;
+    struct out_chunk  *chunk_pool;     /* free output chunks with a buffer */
+    int                nchunk_pool;
+    struct out_chunk  *ichunk_pool;    /* free item-reference chunks */
+    int                nichunk_pool;
+};
+
+/* The whole node. */
+struct server {
+    struct settings    settings;
+    struct store      *store;
+    int64_t            started;        /* unix time at start, for uptime */
+    int                nworkers;
+    struct worker     *workers;
+    int                next_worker;    /* round robin, accept thread only */
+    int                listen_fd;
+    int                bound_port;     /* actual port after server_listen */
+    struct event_base *main_base;
+    struct event      *listen_ev, *sigterm_ev, *sigint_ev, *accept_retry_ev;
+    int                curr_conns;     /* atomic */
+    uint64_t           total_conns;    /* atomic */
+    uint64_t           rejected_conns; /* atomic */
+    /* `stats reset` baseline, under stats_lock. */
+    pthread_mutex_t    stats_lock;
+    struct thread_stats base_thread;
+    uint64_t           base_total_conns, base_rejected_conns;
+};
+
+/*
+ * Create the store and the workers' event bases (threads are not started,
+ * so a test may drive worker 0 by hand). NULL on failure, logged.
+ */
+struct server *server_new(const struct settings *settings);
+
+/* Bind and listen on settings.listen_addr:port; 0 or -1 (logged). */
+int server_listen(struct server *srv);
+
+/* Start the workers and run the accept loop until SIGTERM or SIGINT, then
+ * flush and join the workers. Returns 0, or -1 if threads failed to start. */
+int server_run(struct server *srv);
+
+/* Free everything; the threads must have stopped (or never started). */
+void server_free(struct server *srv);
+
+/* Sum of every worker's counters minus the `stats reset` baseline. */
+void server_thread_stats(struct server *srv, struct thread_stats *out);
+
+/* The store's figures. */
+void server_store_stats(struct server *srv, struct store_stats *out);
+
+/* Connection totals minus the reset baseline. */
+void server_conn_totals(struct server *srv, uint64_t *total, uint64_t *rejected);
+
+/* `stats reset`: record the current totals as the new baseline. */
+void server_stats_reset(struct server *srv);
+
+/* Called by conn.c when a worker's connection closes (conn count, and
+ * ends the worker's loop once it is shutting down and has none left). */
+void worker_conn_closed(struct worker *w);
+
+#endif /* SERVER_THREAD_H */
