@@ -1,4 +1,311 @@
-/* being written */
+/*
+ * libringcache: the smart client of a ringcache cluster. It routes every key
+ * straight to the node that owns it (the same ring/ code the nodes run) and
+ * speaks the memcached text protocol to it: no proxy hop. This is the only
+ * installed header; every exported symbol starts with ringcache_.
+ *
+ * Thread safety: one handle may be shared by any number of threads. All
+ * calls on a handle are safe to make concurrently (each node has its own
+ * mutex-protected pool of connections; the ring is read-only after
+ * creation). ringcache_free must not race with other calls on the handle.
+ *
+ * Failure rules: a node that fails (connect error, timeout, I/O error or a
+ * reply that is not the protocol) is marked down for the retry interval,
+ * doubled on each consecutive failure up to retry_max_ms. While a node is
+ * marked down no call waits for it:
+ *   - reads (get, gets, multi-get) fail over down the key's preference list
+ *     (when the membership has R > 1); a key whose every owner is down is
+ *     reported as a miss, RINGCACHE_ENOTFOUND;
+ *   - writes go to the first owner that is not marked down; a key whose
+ *     every owner is down fails with RINGCACHE_EDOWN. A write that fails
+ *     after it was sent is not retried elsewhere (it may have been applied)
+ *     and reports RINGCACHE_EIO or RINGCACHE_ETIMEDOUT.
+ * No call blocks longer than about connect_timeout_ms + op_timeout_ms.
+ */
 #ifndef CLIENT_RINGCACHE_H
 #define CLIENT_RINGCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
 #endif
+
+/* Error codes: every call returns 0 (RINGCACHE_OK) or one of these. */
+#define RINGCACHE_OK           0
+#define RINGCACHE_ENOTFOUND  (-1)   /* miss, or NOT_FOUND from the node */
+#define RINGCACHE_ENOTSTORED (-2)   /* add on a present key; replace/append/prepend on a missing one */
+#define RINGCACHE_EEXISTS    (-3)   /* cas: the item changed since it was read */
+#define RINGCACHE_EINVAL     (-4)   /* bad argument (NULL, bad options, ...) */
+#define RINGCACHE_EKEY       (-5)   /* key empty, over 250 bytes, or with a space or control char */
+#define RINGCACHE_ETOOBIG    (-6)   /* value above max_value_bytes, or refused as too large by the node */
+#define RINGCACHE_ENOMEM     (-7)   /* out of memory in this process */
+#define RINGCACHE_EDOWN      (-8)   /* write: every owner of the key is marked down */
+#define RINGCACHE_ETIMEDOUT  (-9)   /* the node did not answer within the timeout */
+#define RINGCACHE_EIO        (-10)  /* connection refused, reset or closed */
+#define RINGCACHE_EPROTO     (-11)  /* the node's reply is not the memcached protocol */
+#define RINGCACHE_ECLIENT    (-12)  /* CLIENT_ERROR or ERROR: the node rejected the request */
+#define RINGCACHE_ESERVER    (-13)  /* SERVER_ERROR: the node could not do it */
+#define RINGCACHE_ENONNUMERIC (-14) /* incr/decr on a value that is not a decimal number */
+#define RINGCACHE_EMEMBERS   (-15)  /* bad membership file or seed list */
+#define RINGCACHE_ERRNO_MIN  (-15)  /* the lowest code, for iterating */
+
+#define RINGCACHE_KEY_MAX    250    /* bytes in a key */
+
+/* A handle on a cluster. Opaque. */
+struct ringcache;
+
+/* Tunables; fill with ringcache_options_init, then change what you need. */
+struct ringcache_options {
+    int      connect_timeout_ms;  /* TCP connect, default 200 */
+    int      op_timeout_ms;       /* one request and its reply (a whole multi-get), default 1000 */
+    int      retry_interval_ms;   /* a failed node is left alone this long, default 1000 */
+    int      retry_max_ms;        /* cap of the doubling back-off, default 8000 */
+    size_t   max_value_bytes;     /* largest value sent, default 1 MiB (1048576) */
+    unsigned pool_size;           /* idle connections kept per node, default 4 */
+};
+
+/* A value read from the cluster. data is NUL-terminated (not counted in
+ * len) and owned by the caller: release it with ringcache_value_clear. */
+struct ringcache_value {
+    char    *data;
+    size_t   len;
+    uint32_t flags;
+    uint64_t cas;                 /* filled by gets, 0 otherwise */
+};
+
+/**
+ * Fill *opt with the defaults listed in struct ringcache_options.
+ */
+void ringcache_options_init(struct ringcache_options *opt);
+
+/**
+ * Create a handle from a membership file (the *.members text format).
+ * @param out   receives the handle on success; free it with ringcache_free
+ * @param path  the membership file
+ * @param opt   options, or NULL for the defaults
+ * @param err   receives a one-line reason on failure (may be NULL)
+ * @param errlen size of err
+ * @return 0, RINGCACHE_EMEMBERS (unreadable or invalid file, see err),
+ *         RINGCACHE_EINVAL or RINGCACHE_ENOMEM
+ */
+int ringcache_new_members_file(struct ringcache **out, const char *path,
+                               const struct ringcache_options *opt,
+                               char *err, size_t errlen);
+
+/**
+ * Create a handle from membership text already in memory.
+ * @param name  used in error messages ("name:line: reason")
+ * Other parameters and returns as ringcache_new_members_file.
+ */
+int ringcache_new_members_text(struct ringcache **out, const char *text,
+                               size_t len, const char *name,
+                               const struct ringcache_options *opt,
+                               char *err, size_t errlen);
+
+/**
+ * Create a handle from seed addresses ("host:port" or "[v6]:port"). Until
+ * nodes publish their membership, the seeds are the membership: each node's
+ * id is its address (brackets dropped), weight 1, 160 vnodes, R = 1.
+ * Returns as ringcache_new_members_file.
+ */
+int ringcache_new_seeds(struct ringcache **out, const char *const *addrs,
+                        size_t n_addrs, const struct ringcache_options *opt,
+                        char *err, size_t errlen);
+
+/**
+ * Close every connection and free the handle. NULL is allowed. No other
+ * call may be running on the handle.
+ */
+void ringcache_free(struct ringcache *rc);
+
+/**
+ * A static, human-readable message for an error code (never NULL).
+ */
+const char *ringcache_strerror(int code);
+
+/**
+ * Free the data of a value read by get, gets or mget and zero it.
+ */
+void ringcache_value_clear(struct ringcache_value *v);
+
+/**
+ * Read a key.
+ * @param out  on success holds the value (caller clears it); untouched on error
+ * @return 0, RINGCACHE_ENOTFOUND on a miss (including every owner down),
+ *         RINGCACHE_EKEY, or an error of the last node tried
+ *         (RINGCACHE_ECLIENT, RINGCACHE_ESERVER)
+ */
+int ringcache_get(struct ringcache *rc, const char *key, size_t key_len,
+                  struct ringcache_value *out);
+
+/**
+ * Read a key with its CAS unique (out->cas), for a later ringcache_cas.
+ * Returns as ringcache_get.
+ */
+int ringcache_gets(struct ringcache *rc, const char *key, size_t key_len,
+                   struct ringcache_value *out);
+
+/**
+ * Store a value unconditionally.
+ * @param flags opaque 32 bits stored with the value
+ * @param ttl   0 = never expires; 1..2592000 seconds from now; above that
+ *              an absolute Unix time; negative = expired at once
+ * @return 0, RINGCACHE_EKEY, RINGCACHE_ETOOBIG, RINGCACHE_EDOWN,
+ *         RINGCACHE_EIO, RINGCACHE_ETIMEDOUT, RINGCACHE_EPROTO,
+ *         RINGCACHE_ECLIENT or RINGCACHE_ESERVER
+ */
+int ringcache_set(struct ringcache *rc, const char *key, size_t key_len,
+                  const void *value, size_t value_len, uint32_t flags,
+                  int32_t ttl);
+
+/**
+ * Store only if the key is absent; RINGCACHE_ENOTSTORED when present.
+ * Other returns as ringcache_set.
+ */
+int ringcache_add(struct ringcache *rc, const char *key, size_t key_len,
+                  const void *value, size_t value_len, uint32_t flags,
+                  int32_t ttl);
+
+/**
+ * Store only if the key is present; RINGCACHE_ENOTSTORED when absent.
+ * Other returns as ringcache_set.
+ */
+int ringcache_replace(struct ringcache *rc, const char *key, size_t key_len,
+                      const void *value, size_t value_len, uint32_t flags,
+                      int32_t ttl);
+
+/**
+ * Append bytes to a present value (flags and ttl are ignored by the node
+ * but sent); RINGCACHE_ENOTSTORED when absent.
+ */
+int ringcache_append(struct ringcache *rc, const char *key, size_t key_len,
+                     const void *value, size_t value_len);
+
+/**
+ * Prepend bytes to a present value; RINGCACHE_ENOTSTORED when absent.
+ */
+int ringcache_prepend(struct ringcache *rc, const char *key, size_t key_len,
+                      const void *value, size_t value_len);
+
+/**
+ * Store only if the item's CAS unique is still `cas` (from ringcache_gets).
+ * @return 0, RINGCACHE_EEXISTS when it changed, RINGCACHE_ENOTFOUND when
+ *         the key is gone; other returns as ringcache_set
+ */
+int ringcache_cas(struct ringcache *rc, const char *key, size_t key_len,
+                  const void *value, size_t value_len, uint32_t flags,
+                  int32_t ttl, uint64_t cas);
+
+/**
+ * Delete a key. @return 0, RINGCACHE_ENOTFOUND, or a write error
+ * (RINGCACHE_EDOWN, RINGCACHE_EIO, ...).
+ */
+int ringcache_delete(struct ringcache *rc, const char *key, size_t key_len);
+
+/**
+ * Add delta to a decimal value (wraps at 2^64).
+ * @param result receives the new value (may be NULL)
+ * @return 0, RINGCACHE_ENOTFOUND, RINGCACHE_ENONNUMERIC, or a write error
+ */
+int ringcache_incr(struct ringcache *rc, const char *key, size_t key_len,
+                   uint64_t delta, uint64_t *result);
+
+/**
+ * Subtract delta from a decimal value (stops at 0). Returns as ringcache_incr.
+ */
+int ringcache_decr(struct ringcache *rc, const char *key, size_t key_len,
+                   uint64_t delta, uint64_t *result);
+
+/**
+ * Give a present key a new ttl (same rules as ringcache_set).
+ * @return 0, RINGCACHE_ENOTFOUND, or a write error
+ */
+int ringcache_touch(struct ringcache *rc, const char *key, size_t key_len,
+                    int32_t ttl);
+
+/**
+ * Called once per key of a multi-get, in no particular order.
+ * @param index   position of the key in the request
+ * @param node    index of the node that answered (see ringcache_node_id),
+ *                or -1 when no owner could be reached
+ * @param status  0 (hit: v is valid) or RINGCACHE_ENOTFOUND (miss)
+ * @param v       the value on a hit; it belongs to the library and is only
+ *                valid during the call (copy what you keep); NULL on a miss
+ */
+typedef void (*ringcache_mget_fn)(void *arg, size_t index, int node,
+                                  int status, const struct ringcache_value *v);
+
+/**
+ * Read many keys in one round trip: keys are grouped by owner and each node
+ * gets a single `get k1 k2 ...` (or `gets`), all nodes in parallel. Keys of
+ * nodes that fail or are down fall over down their preference lists, then
+ * count as misses.
+ * @param keys, key_lens  n keys (key_lens may be NULL: keys are C strings)
+ * @param with_cas  nonzero sends gets and fills v->cas
+ * @return 0 when every key was reported to fn (hits and misses),
+ *         RINGCACHE_EKEY (nothing sent) when a key is invalid,
+ *         RINGCACHE_EINVAL or RINGCACHE_ENOMEM
+ */
+int ringcache_mget_cb(struct ringcache *rc, const char *const *keys,
+                      const size_t *key_lens, size_t n, int with_cas,
+                      ringcache_mget_fn fn, void *arg);
+
+/**
+ * Multi-get into arrays: for each i, status[i] is 0 (values[i] filled; the
+ * caller clears it) or RINGCACHE_ENOTFOUND (values[i] zeroed). Returns as
+ * ringcache_mget_cb.
+ */
+int ringcache_mget(struct ringcache *rc, const char *const *keys,
+                   const size_t *key_lens, size_t n,
+                   struct ringcache_value *values, int *status);
+
+/**
+ * Number of nodes of the membership the handle routes with.
+ */
+size_t ringcache_node_count(const struct ringcache *rc);
+
+/**
+ * Id of node i ("cache-a"), or NULL when i is out of range. Owned by the handle.
+ */
+const char *ringcache_node_id(const struct ringcache *rc, size_t i);
+
+/**
+ * Address of node i ("127.0.0.1:11311"), or NULL. Owned by the handle.
+ */
+const char *ringcache_node_addr(const struct ringcache *rc, size_t i);
+
+/**
+ * Nonzero when node i is currently marked down (a hint: it changes
+ * whenever any thread talks to the node).
+ */
+int ringcache_node_is_down(struct ringcache *rc, size_t i);
+
+/**
+ * The owners of a key in preference order (primary first), as node
+ * indexes written into out[]; returns how many (at most want and R), or
+ * RINGCACHE_EKEY for an invalid key.
+ */
+int ringcache_locate(const struct ringcache *rc, const char *key,
+                     size_t key_len, size_t *out, size_t want);
+
+/**
+ * Called once per `STAT name value` line of a node's stats.
+ */
+typedef void (*ringcache_stat_fn)(void *arg, const char *name,
+                                  const char *value);
+
+/**
+ * Ask node i for its `stats` and hand every line to fn. A node marked down
+ * is still asked (this is how an operator checks it).
+ * @return 0, RINGCACHE_EINVAL (bad index), or an I/O or protocol error
+ */
+int ringcache_stats(struct ringcache *rc, size_t i, ringcache_stat_fn fn,
+                    void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CLIENT_RINGCACHE_H */

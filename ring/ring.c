@@ -16,9 +16,6 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-/* Below this many points a bucket is insertion-sorted, above merge-sorted. */
-#define RING_INSERTION_MAX 32
-
 /* Ranges of the lookup index longer than this are binary-searched. */
 #define RING_SCAN_MAX 16
 
@@ -97,72 +94,6 @@ put_decimal(char *p, uint32_t v)
     return n;
 }
 
-/* Stable merge sort of pos/node[lo, hi) by position, using scratch
- * arrays spos/snode indexed the same way. Recursion depth is log2(n). */
-static void
-merge_sort(uint64_t *pos, uint16_t *node, uint64_t *spos, uint16_t *snode,
-           uint32_t lo, uint32_t hi)
-{
-    uint32_t mid, i, j, k;
-
-    if (hi - lo < 2) {
-        return;
-    }
-    mid = lo + (hi - lo) / 2;
-    merge_sort(pos, node, spos, snode, lo, mid);
-    merge_sort(pos, node, spos, snode, mid, hi);
-    if (pos[mid - 1] <= pos[mid]) {
-        return;
-    }
-    memcpy(spos + lo, pos + lo, (size_t)(hi - lo) * sizeof(*pos));
-    memcpy(snode + lo, node + lo, (size_t)(hi - lo) * sizeof(*node));
-    i = lo;
-    j = mid;
-    k = lo;
-    while (i < mid && j < hi) {
-        /* <= keeps equal positions in their input order: stability. */
-        if (spos[i] <= spos[j]) {
-            pos[k] = spos[i];
-            node[k++] = snode[i++];
-        } else {
-            pos[k] = spos[j];
-            node[k++] = snode[j++];
-        }
-    }
-    while (i < mid) {
-        pos[k] = spos[i];
-        node[k++] = snode[i++];
-    }
-    while (j < hi) {
-        pos[k] = spos[j];
-        node[k++] = snode[j++];
-    }
-}
-
-/* Stable sort of one bucket [lo, hi) by position. */
-static void
-sort_bucket(uint64_t *pos, uint16_t *node, uint64_t *spos, uint16_t *snode,
-            uint32_t lo, uint32_t hi)
-{
-    uint32_t i, j;
-
-    if (hi - lo > RING_INSERTION_MAX) {
-        merge_sort(pos, node, spos, snode, lo, hi);
-        return;
-    }
-    for (i = lo + 1; i < hi; i++) {
-        uint64_t p = pos[i];
-        uint16_t n = node[i];
-
-        for (j = i; j > lo && pos[j - 1] > p; j--) {
-            pos[j] = pos[j - 1];
-            node[j] = node[j - 1];
-        }
-        pos[j] = p;
-        node[j] = n;
-    }
-}
-
 /* Number of index bits for n points: about 2-4 points per bucket, so the
  * index costs 1-2 bytes per point. */
 static uint32_t
@@ -181,17 +112,19 @@ index_bits(uint64_t n)
 
 /*
  * ring_build_hashed: see ring_internal.h. Points are generated in ring tie
- * order (nodes by id, then vnode index), scattered stably into buckets on
- * the top idx_bits bits of their position, and each bucket is sorted
- * stably: so equal positions stay in (id, vnode) order and the result does
- * not depend on the order of m->nodes. The caller owns the result.
+ * order (nodes by id, then vnode index) and scattered stably into buckets
+ * on the top idx_bits bits of their position, each bucket insertion-sorted
+ * as points land: so equal positions stay in (id, vnode) order and the
+ * result does not depend on the order of m->nodes. A bucket holds a few
+ * points with XXH3; a hash that piles points into one bucket (the 8-bit
+ * test hash) makes this quadratic in that bucket, which tests keep small. The caller owns the result.
  */
 struct ring *
 ring_build_hashed(const struct ring_members *m, ring_hash_fn hash)
 {
     struct ring *r = NULL;
     uint64_t total = 0, *gpos = NULL;
-    uint16_t *gnode = NULL, *tmp = NULL;
+    uint16_t *tmp = NULL;
     uint32_t i, g, nb, shift;
     char buf[RING_ID_MAX + 12];
 
@@ -215,17 +148,15 @@ ring_build_hashed(const struct ring_members *m, ring_hash_fn hash)
     nb = 1u << r->idx_bits;
     shift = 64 - r->idx_bits;
     r->m = ring_members_dup(m);
-    r->pos = malloc(total * sizeof(*r->pos));
+    r->pos = calloc(total, sizeof(*r->pos));
     r->node = malloc(total * sizeof(*r->node));
     r->idx = calloc((size_t)nb + 1, sizeof(*r->idx));
     r->zone = malloc((size_t)m->n_nodes * sizeof(*r->zone));
     r->by_id = malloc((size_t)m->n_nodes * sizeof(*r->by_id));
     tmp = malloc((size_t)m->n_nodes * sizeof(*tmp));
     gpos = malloc(total * sizeof(*gpos));
-    gnode = malloc(total * sizeof(*gnode));
     if (r->m == NULL || r->pos == NULL || r->node == NULL || r->idx == NULL ||
-        r->zone == NULL || r->by_id == NULL || tmp == NULL || gpos == NULL ||
-        gnode == NULL) {
+        r->zone == NULL || r->by_id == NULL || tmp == NULL || gpos == NULL) {
         goto fail;
     }
     for (i = 0; i < m->n_nodes; i++) {
@@ -246,38 +177,57 @@ ring_build_hashed(const struct ring_members *m, ring_hash_fn hash)
         buf[idlen] = '#';
         for (v = 0; v < nv; v++) {
             size_t len = idlen + 1 + put_decimal(buf + idlen + 1, v);
-            uint64_t h = hash(buf, len);
+            /* The production hash inlined: no indirect call per point. */
+            uint64_t h = hash == ring_hash ? XXH3_64bits(buf, len)
+                                           : hash(buf, len);
 
             gpos[g] = h;
-            gnode[g] = nd;
             r->idx[h >> shift]++;
             g++;
         }
     }
-    /* idx[b] = end of bucket b; a backward scatter leaves it at the start,
-     * and keeps equal positions in generation order. */
-    for (i = 1; i < nb; i++) {
-        r->idx[i] += r->idx[i - 1];
-    }
-    r->idx[nb] = r->n_points;
-    for (g = r->n_points; g-- > 0;) {
-        uint32_t d = --r->idx[gpos[g] >> shift];
+    /* idx[b] = start of bucket b, then the next free slot of it. */
+    for (i = 0, g = 0; i < nb; i++) {
+        uint32_t c = r->idx[i];
 
-        r->pos[d] = gpos[g];
-        r->node[d] = gnode[g];
+        r->idx[i] = g;
+        g += c;
     }
-    for (i = 0; i < nb; i++) {
-        if (r->idx[i + 1] - r->idx[i] > 1) {
-            sort_bucket(r->pos, r->node, gpos, gnode, r->idx[i], r->idx[i + 1]);
+    /* Scatter in generation order (node by node, so the owner is known), insertion-sorting each point into its
+     * bucket as it lands: buckets hold 2-4 points, so this touches the
+     * line just written. Moving only past strictly greater positions keeps
+     * ties in generation order. Slots below the bucket hold smaller
+     * positions or zeros (pos is zero-filled), so the walk stops there. */
+    g = 0;
+    for (i = 0; i < m->n_nodes; i++) {
+        uint16_t nd = r->by_id[i];
+        uint32_t end = g + m->nodes[nd].weight * m->vnodes;
+
+        for (; g < end; g++) {
+            uint64_t p = gpos[g];
+            uint32_t j = r->idx[p >> shift]++;
+
+            /* The destination of a later point, fetched ahead. */
+            if (g + 16 < r->n_points) {
+                __builtin_prefetch(&r->pos[r->idx[gpos[g + 16] >> shift]], 1);
+            }
+            while (j > 0 && r->pos[j - 1] > p) {
+                r->pos[j] = r->pos[j - 1];
+                r->node[j] = r->node[j - 1];
+                j--;
+            }
+            r->pos[j] = p;
+            r->node[j] = nd;
         }
     }
+    /* Now idx[b] = end of bucket b = start of bucket b + 1. */
+    memmove(r->idx + 1, r->idx, (size_t)nb * sizeof(*r->idx));
+    r->idx[0] = 0;
     free(gpos);
-    free(gnode);
     free(tmp);
     return r;
 fail:
     free(gpos);
-    free(gnode);
     free(tmp);
     ring_free(r);
     return NULL;

@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -31,9 +32,11 @@
 #define MAX_BUCKETS      (1u << 30)     /* per stripe */
 
 /* A get moves an item to its LRU head on its first fetch, then at most
- * once per BUMP_INTERVAL seconds (as memcached does), so hot keys do not
- * write to their LRU neighbours on every read. */
-#define BUMP_INTERVAL    60u
+ * once per minute (memcached: once per 60 s), so hot keys do not write to
+ * their LRU neighbours on every read. The item keeps the minute of its last
+ * bump in 8 bits; eviction compares those minutes (modulo 256, 4.2 hours)
+ * across stripes, while within a stripe the list order is exact. */
+#define BUMP_SECONDS     60
 
 /* Eviction compares the LRU tails of this many non-empty stripes and
  * evicts the oldest: an approximate global LRU without a global list. */
@@ -45,17 +48,20 @@
 #define SWEEP_MIN        1024u
 #define SWEEP_MAX        65536u
 
-#define IF_LINKED        0x01u
-#define IF_FETCHED       0x02u
+/* it->gen: the flush generation in the low 14 bits, then two flags. */
+#define GEN_MASK         0x3fffu
+#define IF_LINKED        0x4000u
+#define IF_FETCHED       0x8000u
 
 #define TAIL_EMPTY       UINT32_MAX
 #define CAS_LOW_MASK     ((UINT64_C(1) << 48) - 1)
-#define GEN_MASK         0xffffu
-/* The flush generation is 16 bits; a full walk every 2^15 flushes removes
+/* The flush generation is 14 bits; a full walk every 2^13 flushes removes
  * stale items before their generation number can come round again. */
-#define GEN_WALK_MASK    0x7fffu
+#define GEN_WALK_MASK    0x1fffu
 
 enum dead { LIVE = 0, DEAD_EXPIRED, DEAD_FLUSHED };
+
+_Static_assert(offsetof(struct store_item, data) == 60, "item header is 60 bytes");
 
 struct stripe {
     pthread_mutex_t lock;
@@ -63,7 +69,7 @@ struct stripe {
     uint32_t mask;                    /* buckets - 1 */
     uint32_t count;                   /* linked items */
     struct store_item *lru_head, *lru_tail;
-    uint32_t tail_atime;              /* atomic: lru_tail->atime or TAIL_EMPTY */
+    uint32_t tail_bump;               /* atomic: lru_tail->bump or TAIL_EMPTY */
     uint64_t bytes;                   /* charged bytes of linked items */
     uint64_t total_items, evictions, reclaimed, expired_unfetched,
              get_expired, get_flushed;
@@ -147,7 +153,7 @@ time32(int64_t t)
 size_t
 store_item_size(size_t nkey, size_t nbytes)
 {
-    size_t raw = sizeof(struct store_item) + nkey + nbytes + 2;
+    size_t raw = offsetof(struct store_item, data) + nkey + nbytes + 2;
 
     if (raw >= 128 * 1024)
         return (raw + 16 + 4095) & ~(size_t)4095;
@@ -219,7 +225,7 @@ store_exptime(const struct store *s, int64_t exptime)
 static inline void
 do_publish_tail(struct stripe *st)
 {
-    store32(&st->tail_atime, st->lru_tail != NULL ? st->lru_tail->atime : TAIL_EMPTY);
+    store32(&st->tail_bump, st->lru_tail != NULL ? st->lru_tail->bump : TAIL_EMPTY);
 }
 
 static void
@@ -286,7 +292,7 @@ do_link(struct store *s, struct stripe *st, struct store_item *it)
     uint32_t b = bucket_of(st, it->hash);
 
     item_ref(it);
-    it->iflags |= IF_LINKED;
+    it->gen |= IF_LINKED;
     it->h_next = st->buckets[b];
     st->buckets[b] = it;
     do_lru_push(st, it);
@@ -316,7 +322,7 @@ do_unlink(struct store *s, struct stripe *st, struct store_item *it,
     do_lru_remove(st, it);
     if (was_tail)
         do_publish_tail(st);
-    it->iflags &= ~IF_LINKED;
+    it->gen &= (uint16_t)~IF_LINKED;
     st->count--;
     st->bytes -= item_charge(it);
     store_release(s, it);
@@ -325,7 +331,7 @@ do_unlink(struct store *s, struct stripe *st, struct store_item *it,
 static inline enum dead
 item_dead(const struct store_item *it, int64_t now, uint32_t gen)
 {
-    if (it->gen != gen)
+    if ((it->gen & GEN_MASK) != gen)
         return DEAD_FLUSHED;
     if (it->exptime != 0 && (int64_t)it->exptime <= now)
         return DEAD_EXPIRED;
@@ -338,7 +344,7 @@ do_reclaim(struct store *s, struct stripe *st, struct store_item *it,
            enum dead why, struct store_item **prevp)
 {
     st->reclaimed++;
-    if (why == DEAD_EXPIRED && !(it->iflags & IF_FETCHED))
+    if (why == DEAD_EXPIRED && !(it->gen & IF_FETCHED))
         st->expired_unfetched++;
     do_unlink(s, st, it, prevp);
 }
@@ -382,17 +388,23 @@ do_find(struct store *s, struct stripe *st, const char *key, size_t nkey,
     return NULL;
 }
 
+static inline uint8_t
+minute8(int64_t now)
+{
+    return (uint8_t)(now / BUMP_SECONDS);
+}
+
 /* Move a fetched item to the LRU head: always on its first fetch, then
- * at most once per BUMP_INTERVAL. */
+ * at most once a minute. */
 static void
 do_bump(struct stripe *st, struct store_item *it, int64_t now)
 {
-    uint32_t t = time32(now);
+    uint8_t m = minute8(now);
 
-    if ((it->iflags & IF_FETCHED) && t - it->atime < BUMP_INTERVAL)
+    if ((it->gen & IF_FETCHED) && it->bump == m)
         return;
-    it->iflags |= IF_FETCHED;
-    it->atime = t;
+    it->gen |= IF_FETCHED;
+    it->bump = m;
     if (st->lru_head != it) {
         do_lru_remove(st, it);
         do_lru_push(st, it);
@@ -417,7 +429,7 @@ walk_remove_stale(struct store *s, uint32_t gen)
             struct store_item **pp = &st->buckets[b], *it;
 
             while ((it = *pp) != NULL) {
-                if (it->gen != gen)
+                if ((it->gen & GEN_MASK) != gen)
                     do_reclaim(s, st, it, DEAD_FLUSHED, pp);
                 else
                     pp = &it->h_next;
@@ -490,7 +502,8 @@ store_flush(struct store *s, int64_t when)
 static bool
 evict_one(struct store *s, int64_t now)
 {
-    uint32_t start, i, found = 0, best_atime = TAIL_EMPTY;
+    uint32_t start, i, found = 0, best_age = 0;
+    uint8_t m = minute8(now);
     struct stripe *best = NULL;
     struct store_item *it;
     enum dead why;
@@ -498,14 +511,15 @@ evict_one(struct store *s, int64_t now)
     start = __atomic_fetch_add(&s->evict_cursor, EVICT_SAMPLE, __ATOMIC_RELAXED);
     for (i = 0; i < STRIPES && found < EVICT_SAMPLE; i++) {
         struct stripe *st = &s->stripes[(start + i) & STRIPE_MASK];
-        uint32_t a = load32(&st->tail_atime);
+        uint32_t a = load32(&st->tail_bump), age;
 
         if (a == TAIL_EMPTY)
             continue;
         found++;
-        if (best == NULL || a < best_atime) {
+        age = (uint8_t)(m - (uint8_t)a);
+        if (best == NULL || age > best_age) {
             best = st;
-            best_atime = a;
+            best_age = age;
         }
     }
     if (best == NULL)
@@ -569,7 +583,7 @@ store_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash,
         *err = rc;
         return NULL;
     }
-    it = malloc(sizeof(*it) + nkey + nbytes + 2);
+    it = malloc(offsetof(struct store_item, data) + nkey + nbytes + 2);
     if (it == NULL) {
         __atomic_fetch_sub(&s->mem_used, size, __ATOMIC_RELAXED);
         *err = STORE_NO_MEMORY;
@@ -579,12 +593,11 @@ store_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash,
     it->cas = 0;
     it->h_next = it->lru_prev = it->lru_next = NULL;
     it->exptime = time32(exptime);
-    it->atime = 0;
     it->flags = flags;
     it->nbytes = (uint32_t)nbytes;
     it->refcount = 1;
     it->nkey = (uint8_t)nkey;
-    it->iflags = 0;
+    it->bump = 0;
     it->gen = 0;
     memcpy(it->data, key, nkey);
     it->data[nkey + nbytes] = '\r';
@@ -605,8 +618,8 @@ do_replace(struct store *s, struct stripe *st, struct store_item *old,
            struct store_item *it, int64_t now)
 {
     it->cas = cas_mint(s);
-    it->gen = (uint16_t)do_gen(s);
-    it->atime = time32(now);
+    it->gen = (uint16_t)(do_gen(s) | (it->gen & IF_FETCHED));
+    it->bump = minute8(now);
     if (old != NULL)
         do_unlink(s, st, old, NULL);
     do_link(s, st, it);
@@ -678,7 +691,7 @@ store_put(struct store *s, struct store_item *it, enum store_op op,
     int64_t now;
     int rc = STORE_STORED;
 
-    if (it->iflags & IF_LINKED)
+    if (it->gen & IF_LINKED)
         return STORE_NOT_STORED;   /* an item is stored once */
     if (op == STORE_OP_APPEND || op == STORE_OP_PREPEND)
         return put_concat(s, it, op == STORE_OP_APPEND, cas_out);
@@ -884,7 +897,7 @@ store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash,
         cur = do_find(s, st, key, nkey, hash, now, false);
         if (cur == old) {
             n->exptime = old->exptime;
-            n->iflags |= old->iflags & IF_FETCHED;
+            n->gen |= old->gen & IF_FETCHED;
             do_replace(s, st, old, n, now);
             *value = v;
             if (cas_out != NULL)
@@ -1042,7 +1055,7 @@ store_new(const struct store_config *cfg)
             goto fail;
         pthread_mutex_init(&st->lock, NULL);
         st->mask = INIT_BUCKETS - 1;
-        st->tail_atime = TAIL_EMPTY;
+        st->tail_bump = TAIL_EMPTY;
         inited++;
     }
     s->nbuckets_total = (uint64_t)STRIPES * INIT_BUCKETS;

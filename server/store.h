@@ -50,14 +50,14 @@ struct store_config {
 };
 
 /*
- * An item: one allocation holding this 64-byte header, the key, the value
+ * An item: one allocation holding this header (60 bytes: the key starts at
+ * offsetof(data), inside what would be tail padding), the key, the value
  * and "\r\n". The public fields are readable by anyone holding a
  * reference; nobody writes them after store_put() accepted the item, except
  * exptime, which touch/gat update in place (an aligned 32-bit store: a
- * reader sees the old or the new value).
- * Times are unsigned 32-bit unix seconds (good until 2106) to keep the
- * header at 64 bytes; there is no per-item store time: flush_all uses a
- * flush generation (see store_flush).
+ * reader sees the old or the new value). Times are unsigned 32-bit unix
+ * seconds (good until 2106). There is no per-item store time: flush_all
+ * uses a flush generation (see store_flush).
  */
 struct store_item {
     uint64_t hash;       /* XXH3_64bits(key): table bucket, lock stripe, ring position */
@@ -67,14 +67,13 @@ struct store_item {
     struct store_item *lru_prev, *lru_next;
     /* public again */
     uint32_t exptime;    /* absolute unix time, 0 = never */
-    uint32_t atime;      /* unix time of the last LRU bump (store or rate-limited get) */
     uint32_t flags;      /* opaque client flags */
     uint32_t nbytes;     /* value length, without the trailing "\r\n" */
     /* private to the store */
     uint32_t refcount;   /* atomic: one for the table while linked, one per holder */
     uint8_t  nkey;       /* public: key length, 1..250 */
-    uint8_t  iflags;     /* linked, fetched */
-    uint16_t gen;        /* flush generation when stored */
+    uint8_t  bump;       /* minute (unix time / 60, mod 256) of the last LRU bump */
+    uint16_t gen;        /* flush generation when stored (14 bits), linked, fetched */
     char     data[];     /* key bytes, then value bytes, then "\r\n" */
 };
 
@@ -201,7 +200,8 @@ void store_reset_stats(struct store *s);
 /* Bytes an item of this key and value length is charged against
  * mem_limit and item_size_max: header + key + value + 2, plus what glibc
  * malloc adds (8-byte chunk header, 16-byte rounding; page rounding above
- * its 128 KiB mmap threshold). The bucket arrays are not charged. */
+ * its 128 KiB mmap threshold). The header is offsetof(struct store_item,
+ * data) = 60 bytes. The bucket arrays are not charged. */
 size_t store_item_size(size_t nkey, size_t nbytes);
 
 #endif /* SERVER_STORE_H */

@@ -1,8 +1,582 @@
-/* Placeholder: the client suite is being written. */
+/*
+ * client_suite: libringcache without a network. Key and value checks, the
+ * reply parser as a table (bytes -> parsed unit or error), error mapping,
+ * multi-get grouping against ring_locate, handle creation errors, and
+ * ringcache_strerror for every code.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/mcproto.h"
+#include "client/ringcache.h"
+#include "client/route.h"
+#include "ring/ring.h"
 #include "tests/suites.h"
+
+static const char three_members[] =
+    "epoch 1\nvnodes 160\nreplicas 1\n"
+    "node cache-a 127.0.0.1:11311\n"
+    "node cache-b 127.0.0.1:11312\n"
+    "node cache-c 127.0.0.1:11313\n";
+
+/*
+ * Keys
+ */
+
+START_TEST(test_key_check)
+{
+    static const struct {
+        const char *key;
+        size_t      len;
+        int         want;
+    } cases[] = {
+        { "a", 1, 0 },
+        { "user:42", 7, 0 },
+        { "caf\xc3\xa9", 5, 0 },          /* UTF-8 bytes are fine */
+        { "", 0, RINGCACHE_EKEY },
+        { "a b", 3, RINGCACHE_EKEY },
+        { "a\tb", 3, RINGCACHE_EKEY },
+        { "a\rb", 3, RINGCACHE_EKEY },
+        { "a\nb", 3, RINGCACHE_EKEY },
+        { "a\0b", 3, RINGCACHE_EKEY },
+        { "a\x7f", 2, RINGCACHE_EKEY },
+        { "\x01", 1, RINGCACHE_EKEY },
+    };
+    char longkey[300];
+    size_t i;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ck_assert_msg(mcp_check_key(cases[i].key, cases[i].len) == cases[i].want,
+                      "case %zu", i);
+    }
+    memset(longkey, 'k', sizeof(longkey));
+    ck_assert_int_eq(mcp_check_key(longkey, 250), 0);
+    ck_assert_int_eq(mcp_check_key(longkey, 251), RINGCACHE_EKEY);
+    ck_assert_int_eq(mcp_check_key(NULL, 3), RINGCACHE_EKEY);
+}
+END_TEST
+
+/*
+ * Reply parser table
+ */
+
+struct parse_case {
+    const char   *bytes;
+    long          want;       /* bytes consumed, 0 = need more, < 0 error */
+    enum mcp_kind kind;
+    const char   *key;        /* VALUE key / STAT name */
+    const char   *data;       /* VALUE data / STAT value / error message */
+    uint32_t      flags;
+    int           has_cas;
+    uint64_t      cas;
+    uint64_t      number;
+};
+
+static const struct parse_case parse_cases[] = {
+    { "END\r\n", 5, MCP_END, NULL, NULL, 0, 0, 0, 0 },
+    { "STORED\r\n", 8, MCP_STORED, NULL, NULL, 0, 0, 0, 0 },
+    { "NOT_STORED\r\n", 12, MCP_NOT_STORED, NULL, NULL, 0, 0, 0, 0 },
+    { "EXISTS\r\n", 8, MCP_EXISTS, NULL, NULL, 0, 0, 0, 0 },
+    { "NOT_FOUND\r\n", 11, MCP_NOT_FOUND, NULL, NULL, 0, 0, 0, 0 },
+    { "DELETED\r\n", 9, MCP_DELETED, NULL, NULL, 0, 0, 0, 0 },
+    { "TOUCHED\r\n", 9, MCP_TOUCHED, NULL, NULL, 0, 0, 0, 0 },
+    { "OK\r\n", 4, MCP_OK, NULL, NULL, 0, 0, 0, 0 },
+    { "42\r\n", 4, MCP_NUMBER, NULL, NULL, 0, 0, 0, 42 },
+    { "18446744073709551615\r\n", 22, MCP_NUMBER, NULL, NULL, 0, 0, 0, UINT64_MAX },
+    { "VALUE k 5 3\r\nabc\r\n", 18, MCP_VALUE, "k", "abc", 5, 0, 0, 0 },
+    { "VALUE k 0 0\r\n\r\n", 15, MCP_VALUE, "k", "", 0, 0, 0, 0 },
+    { "VALUE key 4294967295 2 77\r\nhi\r\nEND\r\n", 31, MCP_VALUE, "key", "hi", UINT32_MAX, 1, 77, 0 },
+    { "VALUE k 0 4\r\na\r\nb\r\n", 19, MCP_VALUE, "k", "a\r\nb", 0, 0, 0, 0 },
+    { "STAT pid 123\r\n", 14, MCP_STAT, "pid", "123", 0, 0, 0, 0 },
+    { "STAT version 1.6.18 x\r\n", 23, MCP_STAT, "version", "1.6.18 x", 0, 0, 0, 0 },
+    { "ERROR\r\n", 7, MCP_ERROR, NULL, "", 0, 0, 0, 0 },
+    { "CLIENT_ERROR bad data chunk\r\n", 29, MCP_CLIENT_ERROR, NULL, "bad data chunk", 0, 0, 0, 0 },
+    { "SERVER_ERROR out of memory\r\n", 28, MCP_SERVER_ERROR, NULL, "out of memory", 0, 0, 0, 0 },
+    /* incomplete: more bytes needed */
+    { "", 0, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "EN", 0, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "END\r", 0, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "VALUE k 0 3\r\nab", 0, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "VALUE k 0 3\r\nabc\r", 0, 0, NULL, NULL, 0, 0, 0, 0 },
+    /* garbage */
+    { "END\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "end\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "ENDX\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "STORED \r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "HTTP/1.1 200 OK\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "12a\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "18446744073709551616\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "VALUE k 0 3\r\nabcXY", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "VALUE k 0\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "VALUE k 0 1 2 3\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "VALUE k  0 1\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "VALUE k -1 1\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "VALUE k 4294967296 1\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "VALUE k 0 x\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "VALUE k 0 1 c\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "VALUE k 0 2000000\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },  /* over max_value */
+    { "VALUE k\x01 0 1\r\nx\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "STAT\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "STAT x\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "ERRORS\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+    { "EN\rD\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
+};
+
+START_TEST(test_parse_table)
+{
+    const struct parse_case *pc = &parse_cases[_i];
+    struct mcp_reply r;
+    size_t len = strlen(pc->bytes), need = 0;
+    char *buf;
+    long got;
+
+    /* A private copy so a read past the end shows up under ASan. */
+    buf = malloc(len + 1);
+    memcpy(buf, pc->bytes, len);
+    got = mcp_parse(buf, len, 1048576, &r, &need);
+    ck_assert_msg(got == pc->want, "case %d \"%s\": got %ld want %ld", _i,
+                  pc->bytes, got, pc->want);
+    if (got == 0) {
+        ck_assert_msg(need > len, "case %d: need %zu <= len %zu", _i, need, len);
+    }
+    if (got > 0) {
+        ck_assert_int_eq(r.kind, pc->kind);
+        if (pc->key != NULL) {
+            ck_assert_uint_eq(r.key_len, strlen(pc->key));
+            ck_assert(memcmp(r.key, pc->key, r.key_len) == 0);
+        }
+        if (pc->data != NULL) {
+            ck_assert_uint_eq(r.data_len, strlen(pc->data));
+            ck_assert(memcmp(r.data, pc->data, r.data_len) == 0);
+        }
+        ck_assert_uint_eq(r.flags, pc->flags);
+        ck_assert_int_eq(r.has_cas, pc->has_cas);
+        ck_assert(r.cas == pc->cas);
+        ck_assert(r.number == pc->number);
+    }
+    free(buf);
+}
+END_TEST
+
+START_TEST(test_parse_long_line)
+{
+    char buf[MCP_LINE_MAX + 10];
+    struct mcp_reply r;
+    size_t need;
+
+    /* A reply line that never ends is garbage, not a reason to buffer
+     * forever. */
+    memset(buf, 'A', sizeof(buf));
+    ck_assert_int_eq(mcp_parse(buf, MCP_LINE_MAX - 1, 1048576, &r, &need), 0);
+    ck_assert_int_eq(mcp_parse(buf, sizeof(buf), 1048576, &r, &need), RINGCACHE_EPROTO);
+}
+END_TEST
+
+START_TEST(test_parse_stream)
+{
+    /* A multi-get reply consumed unit by unit, fed one byte at a time. */
+    static const char stream[] =
+        "VALUE a 1 1\r\nx\r\nVALUE bb 2 3 9\r\nyyy\r\nEND\r\n";
+    static const enum mcp_kind kinds[] = { MCP_VALUE, MCP_VALUE, MCP_END };
+    size_t have, off = 0, k = 0, need;
+    struct mcp_reply r;
+    long got;
+
+    for (have = 0; have <= sizeof(stream) - 1; have++) {
+        while (off < have) {
+            got = mcp_parse(stream + off, have - off, 100, &r, &need);
+            ck_assert(got >= 0);
+            if (got == 0) {
+                break;
+            }
+            ck_assert_uint_lt(k, 3);
+            ck_assert_int_eq(r.kind, kinds[k]);
+            k++;
+            off += (size_t)got;
+        }
+    }
+    ck_assert_uint_eq(k, 3);
+    ck_assert_uint_eq(off, sizeof(stream) - 1);
+}
+END_TEST
+
+START_TEST(test_error_codes)
+{
+    static const struct {
+        const char *line;
+        int         code;
+    } cases[] = {
+        { "ERROR\r\n", RINGCACHE_ECLIENT },
+        { "CLIENT_ERROR bad command line format\r\n", RINGCACHE_ECLIENT },
+        { "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n", RINGCACHE_ENONNUMERIC },
+        { "SERVER_ERROR object too large for cache\r\n", RINGCACHE_ETOOBIG },
+        { "SERVER_ERROR out of memory storing object\r\n", RINGCACHE_ESERVER },
+        { "SERVER_ERROR MOVED 4 127.0.0.1:1\r\n", RINGCACHE_ESERVER },
+        { "STORED\r\n", 0 },
+    };
+    struct mcp_reply r;
+    size_t i, need;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ck_assert(mcp_parse(cases[i].line, strlen(cases[i].line), 10, &r, &need) > 0);
+        ck_assert_msg(mcp_error_code(&r) == cases[i].code, "case %zu", i);
+    }
+}
+END_TEST
+
+START_TEST(test_format_storage)
+{
+    char buf[MCP_LINE_MAX];
+    size_t n;
+
+    n = mcp_format_storage(buf, "set", "key", 3, 7, -1, 5, false, 0);
+    ck_assert_uint_eq(n, strlen("set key 7 -1 5\r\n"));
+    ck_assert(memcmp(buf, "set key 7 -1 5\r\n", n) == 0);
+    n = mcp_format_storage(buf, "cas", "key", 3, UINT32_MAX, 60, 0, true, UINT64_MAX);
+    ck_assert_str_eq(buf, "cas key 4294967295 60 0 18446744073709551615\r\n");
+    ck_assert_uint_eq(n, strlen(buf));
+}
+END_TEST
+
+/*
+ * strerror
+ */
+
+START_TEST(test_strerror_every_code)
+{
+    const char *unknown = ringcache_strerror(-1000);
+    int a, b;
+
+    ck_assert_ptr_nonnull(unknown);
+    ck_assert_str_eq(ringcache_strerror(1), unknown);
+    ck_assert_str_eq(ringcache_strerror(RINGCACHE_ERRNO_MIN - 1), unknown);
+    for (a = RINGCACHE_ERRNO_MIN; a <= 0; a++) {
+        const char *s = ringcache_strerror(a);
+
+        ck_assert_ptr_nonnull(s);
+        ck_assert_msg(strcmp(s, unknown) != 0, "code %d has no message", a);
+        for (b = a + 1; b <= 0; b++) {
+            ck_assert_msg(strcmp(s, ringcache_strerror(b)) != 0,
+                          "codes %d and %d share a message", a, b);
+        }
+    }
+}
+END_TEST
+
+/*
+ * Routing and multi-get grouping
+ */
+
+static struct ring *
+build_ring(const char *text)
+{
+    struct ring_members *m = NULL;
+    struct ring *r;
+    char err[256];
+
+    ck_assert_int_eq(ring_members_parse(text, strlen(text), "test", &m, err, sizeof(err)), RING_OK);
+    r = ring_build(m);
+    ring_members_free(m);
+    ck_assert_ptr_nonnull(r);
+    return r;
+}
+
+/* usable callback: a bitmask of usable nodes, counting the questions. */
+struct usable_mask {
+    uint32_t mask;
+    unsigned asked[8];
+};
+
+static bool
+mask_usable(void *arg, uint32_t node)
+{
+    struct usable_mask *u = arg;
+
+    u->asked[node]++;
+    return (u->mask >> node) & 1;
+}
+
+#define N_GROUP_KEYS 500
+
+static void
+make_keys(struct route_key *keys, char (*names)[32], const struct ring *r,
+          uint32_t replicas)
+{
+    size_t i;
+
+    for (i = 0; i < N_GROUP_KEYS; i++) {
+        snprintf(names[i], 32, "key:%zu", i);
+        memset(&keys[i], 0, sizeof(keys[i]));
+        keys[i].key = names[i];
+        keys[i].len = strlen(names[i]);
+        keys[i].n_owners = route_owners(r, replicas, keys[i].key, keys[i].len,
+                                        keys[i].owners);
+    }
+}
+
+START_TEST(test_route_owners_is_ring_locate)
+{
+    struct ring *r = build_ring(three_members);
+    uint32_t mine[ROUTE_R_MAX], theirs[8], n;
+    char key[32];
+    int i;
+
+    for (i = 0; i < 2000; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        n = route_owners(r, 3, key, strlen(key), mine);
+        ck_assert_uint_eq(n, 3);
+        ck_assert_uint_eq(ring_locate(r, ring_hash(key, strlen(key)), 3, theirs), 3);
+        ck_assert(memcmp(mine, theirs, sizeof(uint32_t) * 3) == 0);
+        ck_assert_uint_eq(mine[0], ring_primary(r, ring_hash(key, strlen(key))));
+    }
+    ring_free(r);
+}
+END_TEST
+
+START_TEST(test_group_by_owner)
+{
+    struct ring *r = build_ring(three_members);
+    static struct route_key keys[N_GROUP_KEYS];
+    static char names[N_GROUP_KEYS][32];
+    struct usable_mask u = { .mask = 7 };
+    struct route_plan p;
+    uint32_t g, primary[1];
+    size_t j, seen = 0, prev;
+    int per_node[3] = { 0, 0, 0 };
+
+    make_keys(keys, names, r, 1);
+    keys[7].done = true;                 /* answered keys are skipped */
+    ck_assert_int_eq(route_plan_build(&p, 3, keys, N_GROUP_KEYS, mask_usable, &u), 0);
+    ck_assert_uint_eq(p.n_groups, 3);
+    ck_assert_uint_eq(p.n_orphans, 0);
+    for (g = 0; g < p.n_groups; g++) {
+        ck_assert_uint_eq(u.asked[p.node[g]], 1);
+        prev = 0;
+        for (j = p.start[g]; j < p.start[g + 1]; j++) {
+            size_t i = p.idx[j];
+
+            ck_assert_uint_ne(i, 7);
+            /* Every key sits in the group of its ring_locate primary. */
+            ring_locate(r, ring_hash(keys[i].key, keys[i].len), 1, primary);
+            ck_assert_uint_eq(primary[0], p.node[g]);
+            /* Request order is kept inside a group. */
+            ck_assert(j == p.start[g] || i > prev);
+            prev = i;
+            per_node[p.node[g]]++;
+            seen++;
+        }
+    }
+    ck_assert_uint_eq(seen, N_GROUP_KEYS - 1);
+    ck_assert_int_gt(per_node[0], 0);
+    ck_assert_int_gt(per_node[1], 0);
+    ck_assert_int_gt(per_node[2], 0);
+    route_plan_free(&p);
+    ring_free(r);
+}
+END_TEST
+
+START_TEST(test_group_failover)
+{
+    static const char r2[] =
+        "epoch 1\nvnodes 160\nreplicas 2\n"
+        "node a 127.0.0.1:1\nnode b 127.0.0.1:2\nnode c 127.0.0.1:3\n";
+    struct ring *r = build_ring(r2);
+    static struct route_key keys[N_GROUP_KEYS];
+    static char names[N_GROUP_KEYS][32];
+    struct usable_mask u = { .mask = 5 };      /* node 1 (b) is down */
+    struct route_plan p;
+    uint32_t g;
+    size_t j;
+
+    make_keys(keys, names, r, 2);
+    ck_assert_int_eq(route_plan_build(&p, 3, keys, N_GROUP_KEYS, mask_usable, &u), 0);
+    ck_assert_uint_eq(p.n_orphans, 0);
+    ck_assert_uint_eq(u.asked[1], 1);
+    for (g = 0; g < p.n_groups; g++) {
+        ck_assert_uint_ne(p.node[g], 1);
+        for (j = p.start[g]; j < p.start[g + 1]; j++) {
+            const struct route_key *k = &keys[p.idx[j]];
+
+            /* A key whose primary is b moves to its second owner. */
+            ck_assert_uint_eq(k->owners[k->next], p.node[g]);
+            ck_assert_uint_eq(k->next, k->owners[0] == 1 ? 1 : 0);
+        }
+    }
+    route_plan_free(&p);
+
+    /* R = 1 view of the same keys with b down: b's keys are orphans. */
+    make_keys(keys, names, r, 1);
+    memset(&u, 0, sizeof(u));
+    u.mask = 5;
+    ck_assert_int_eq(route_plan_build(&p, 3, keys, N_GROUP_KEYS, mask_usable, &u), 0);
+    ck_assert_uint_gt(p.n_orphans, 0);
+    for (j = 0; j < N_GROUP_KEYS; j++) {
+        ck_assert_int_eq(keys[j].next == keys[j].n_owners, keys[j].owners[0] == 1);
+    }
+    ck_assert_uint_eq(p.start[p.n_groups], N_GROUP_KEYS - p.n_orphans);
+    route_plan_free(&p);
+    ring_free(r);
+}
+END_TEST
+
+/*
+ * Handles, without talking to any node
+ */
+
+START_TEST(test_options_defaults)
+{
+    struct ringcache_options o;
+
+    ringcache_options_init(&o);
+    ck_assert_int_eq(o.connect_timeout_ms, 200);
+    ck_assert_int_eq(o.op_timeout_ms, 1000);
+    ck_assert_int_eq(o.retry_interval_ms, 1000);
+    ck_assert_uint_eq(o.max_value_bytes, 1048576);
+    ck_assert_uint_gt(o.pool_size, 0);
+}
+END_TEST
+
+START_TEST(test_create_errors)
+{
+    struct ringcache *rc = NULL;
+    struct ringcache_options o;
+    char err[256] = "";
+    const char *bad_seed[] = { "no-port-here" };
+
+    ck_assert_int_eq(ringcache_new_members_text(&rc, "node x\n", 7, "bad.members",
+                                                NULL, err, sizeof(err)),
+                     RINGCACHE_EMEMBERS);
+    ck_assert_ptr_null(rc);
+    ck_assert_msg(strstr(err, "bad.members") != NULL, "err: %s", err);
+    ck_assert_int_eq(ringcache_new_members_file(&rc, "/nonexistent/x.members", NULL,
+                                                err, sizeof(err)),
+                     RINGCACHE_EMEMBERS);
+    ck_assert_msg(strstr(err, "/nonexistent/x.members") != NULL, "err: %s", err);
+    ck_assert_int_eq(ringcache_new_seeds(&rc, bad_seed, 1, NULL, err, sizeof(err)),
+                     RINGCACHE_EMEMBERS);
+    ringcache_options_init(&o);
+    o.op_timeout_ms = 0;
+    ck_assert_int_eq(ringcache_new_members_text(&rc, three_members, strlen(three_members),
+                                                "t", &o, err, sizeof(err)),
+                     RINGCACHE_EINVAL);
+    ck_assert_ptr_null(rc);
+}
+END_TEST
+
+START_TEST(test_seeds_are_the_membership)
+{
+    const char *seeds[] = { "127.0.0.1:11311", "[::1]:11312" };
+    struct ringcache *rc = NULL;
+    struct ring_members *m;
+    struct ring *r;
+    size_t owner;
+    char err[256];
+    int i;
+
+    ck_assert_int_eq(ringcache_new_seeds(&rc, seeds, 2, NULL, err, sizeof(err)), 0);
+    ck_assert_uint_eq(ringcache_node_count(rc), 2);
+    ck_assert_str_eq(ringcache_node_id(rc, 0), "127.0.0.1:11311");
+    ck_assert_str_eq(ringcache_node_id(rc, 1), "::1:11312");
+    ck_assert_str_eq(ringcache_node_addr(rc, 1), "[::1]:11312");
+    ck_assert_ptr_null(ringcache_node_id(rc, 2));
+    /* The same placement as a ring built from those ids by ring/. */
+    m = ring_members_new();
+    ck_assert_int_eq(ring_members_add(m, "127.0.0.1:11311", "127.0.0.1:11311", 1, ""), 0);
+    ck_assert_int_eq(ring_members_add(m, "::1:11312", "[::1]:11312", 1, ""), 0);
+    r = ring_build(m);
+    for (i = 0; i < 200; i++) {
+        char key[16];
+
+        snprintf(key, sizeof(key), "s%d", i);
+        ck_assert_int_eq(ringcache_locate(rc, key, strlen(key), &owner, 1), 1);
+        ck_assert_uint_eq(owner, ring_primary(r, ring_hash(key, strlen(key))));
+    }
+    ring_free(r);
+    ring_members_free(m);
+    ringcache_free(rc);
+}
+END_TEST
+
+static int mget_calls;
+
+static void
+count_mget(void *arg, size_t index, int node, int status,
+           const struct ringcache_value *v)
+{
+    (void)arg; (void)index; (void)node; (void)status; (void)v;
+    mget_calls++;
+}
+
+START_TEST(test_validation_before_sending)
+{
+    /* Port 1 on loopback: were anything sent, the call would fail with an
+     * I/O or down error instead of the validation errors asserted here. */
+    const char *seeds[] = { "127.0.0.1:1" };
+    const char *keys[] = { "good", "bad key" };
+    struct ringcache_options o;
+    struct ringcache *rc = NULL;
+    struct ringcache_value v;
+    char big[64];
+    uint64_t n;
+
+    ringcache_options_init(&o);
+    o.max_value_bytes = 32;
+    ck_assert_int_eq(ringcache_new_seeds(&rc, seeds, 1, &o, NULL, 0), 0);
+    memset(big, 'v', sizeof(big));
+    ck_assert_int_eq(ringcache_set(rc, "k", 1, big, 33, 0, 0), RINGCACHE_ETOOBIG);
+    ck_assert_int_eq(ringcache_set(rc, "", 0, "v", 1, 0, 0), RINGCACHE_EKEY);
+    ck_assert_int_eq(ringcache_add(rc, "a b", 3, "v", 1, 0, 0), RINGCACHE_EKEY);
+    ck_assert_int_eq(ringcache_cas(rc, "a\nb", 3, "v", 1, 0, 0, 1), RINGCACHE_EKEY);
+    ck_assert_int_eq(ringcache_get(rc, "a\rb", 3, &v), RINGCACHE_EKEY);
+    ck_assert_int_eq(ringcache_delete(rc, "a b", 3), RINGCACHE_EKEY);
+    ck_assert_int_eq(ringcache_incr(rc, "a b", 3, 1, &n), RINGCACHE_EKEY);
+    ck_assert_int_eq(ringcache_touch(rc, "a b", 3, 1), RINGCACHE_EKEY);
+    ck_assert_int_eq(ringcache_set(rc, "k", 1, NULL, 1, 0, 0), RINGCACHE_EINVAL);
+    mget_calls = 0;
+    ck_assert_int_eq(ringcache_mget_cb(rc, keys, NULL, 2, 0, count_mget, NULL), RINGCACHE_EKEY);
+    ck_assert_int_eq(mget_calls, 0);
+    /* Nothing was sent, so the node was never marked down. */
+    ck_assert_int_eq(ringcache_node_is_down(rc, 0), 0);
+    ringcache_free(rc);
+}
+END_TEST
 
 Suite *
 client_suite(void)
 {
-    return suite_create("client");
+    Suite *s = suite_create("client");
+    TCase *tc;
+
+    tc = tcase_create("key_check");
+    tcase_add_test(tc, test_key_check);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("parse");
+    tcase_add_loop_test(tc, test_parse_table, 0,
+                        (int)(sizeof(parse_cases) / sizeof(parse_cases[0])));
+    tcase_add_test(tc, test_parse_long_line);
+    tcase_add_test(tc, test_parse_stream);
+    tcase_add_test(tc, test_error_codes);
+    tcase_add_test(tc, test_format_storage);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("strerror");
+    tcase_add_test(tc, test_strerror_every_code);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("route");
+    tcase_add_test(tc, test_route_owners_is_ring_locate);
+    tcase_add_test(tc, test_group_by_owner);
+    tcase_add_test(tc, test_group_failover);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("handle");
+    tcase_add_test(tc, test_options_defaults);
+    tcase_add_test(tc, test_create_errors);
+    tcase_add_test(tc, test_seeds_are_the_membership);
+    tcase_add_test(tc, test_validation_before_sending);
+    suite_add_tcase(s, tc);
+    return s;
 }

@@ -1,0 +1,459 @@
+/*
+ * pool: per-node connection pools, node up/down state with back-off, and
+ * deadline-bounded non-blocking socket I/O (see pool.h). Every wait is a
+ * poll(2) with a timeout computed from an absolute deadline, so no call
+ * can outlive its deadline.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/pool.h"
+#include "client/ringcache.h"
+
+#define POOL_BUF_MIN 16384
+
+int64_t
+pool_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int
+pool_node_init(struct pool_node *n, const char *addr, char *err, size_t errlen)
+{
+    char host[RINGCACHE_KEY_MAX + 8];
+    const char *colon, *port, *h;
+    size_t hlen;
+    struct addrinfo hints, *res = NULL;
+    int rc;
+
+    memset(n, 0, sizeof(*n));
+    if (addr[0] == '[') {
+        const char *close = strchr(addr, ']');
+
+        if (close == NULL || close[1] != ':') {
+            snprintf(err, errlen, "%s: expected [v6-address]:port", addr);
+            return RINGCACHE_EMEMBERS;
+        }
+        h = addr + 1;
+        hlen = (size_t)(close - h);
+        port = close + 2;
+    } else {
+        colon = strrchr(addr, ':');
+        if (colon == NULL) {
+            snprintf(err, errlen, "%s: expected host:port", addr);
+            return RINGCACHE_EMEMBERS;
+        }
+        h = addr;
+        hlen = (size_t)(colon - addr);
+        port = colon + 1;
+    }
+    if (hlen == 0 || hlen >= sizeof(host) || *port == '\0') {
+        snprintf(err, errlen, "%s: expected host:port", addr);
+        return RINGCACHE_EMEMBERS;
+    }
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    rc = getaddrinfo(host, port, &hints, &res);
+    if (rc != 0) {
+        snprintf(err, errlen, "%s: %s", addr, gai_strerror(rc));
+        return RINGCACHE_EMEMBERS;
+    }
+    memcpy(&n->addr, res->ai_addr, res->ai_addrlen);
+    n->addr_len = res->ai_addrlen;
+    freeaddrinfo(res);
+    pthread_mutex_init(&n->lock, NULL);
+    return 0;
+}
+
+void
+pool_conn_close(struct pool_conn *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    if (c->fd >= 0) {
+        close(c->fd);
+    }
+    free(c->buf);
+    free(c);
+}
+
+/* Detach the free list; the caller closes it outside the lock. Caller
+ * holds n->lock. */
+static struct pool_conn *
+do_take_idle(struct pool_node *n)
+{
+    struct pool_conn *list = n->idle;
+
+    n->idle = NULL;
+    n->n_idle = 0;
+    return list;
+}
+
+static void
+close_list(struct pool_conn *c)
+{
+    while (c != NULL) {
+        struct pool_conn *next = c->next;
+
+        pool_conn_close(c);
+        c = next;
+    }
+}
+
+void
+pool_node_destroy(struct pool_node *n)
+{
+    close_list(do_take_idle(n));
+    pthread_mutex_destroy(&n->lock);
+}
+
+bool
+pool_node_usable(struct pool_node *n, int64_t now)
+{
+    bool ok;
+
+    /* Fast path without the lock: most of the time the node is up. */
+    if (!__atomic_load_n(&n->down, __ATOMIC_ACQUIRE)) {
+        return true;
+    }
+    pthread_mutex_lock(&n->lock);
+    if (!n->down) {
+        ok = true;
+    } else if (!n->probing && now >= n->down_until) {
+        /* One thread tries the node again; the others keep treating it as
+         * down, so a dead node costs one wait, not one per thread. */
+        n->probing = true;
+        ok = true;
+    } else {
+        ok = false;
+    }
+    pthread_mutex_unlock(&n->lock);
+    return ok;
+}
+
+bool
+pool_node_is_down(struct pool_node *n, int64_t now)
+{
+    (void)now;
+    return __atomic_load_n(&n->down, __ATOMIC_ACQUIRE);
+}
+
+void
+pool_node_ok(struct pool_node *n)
+{
+    if (!__atomic_load_n(&n->down, __ATOMIC_ACQUIRE)) {
+        return;
+    }
+    pthread_mutex_lock(&n->lock);
+    __atomic_store_n(&n->down, false, __ATOMIC_RELEASE);
+    n->probing = false;
+    n->fails = 0;
+    pthread_mutex_unlock(&n->lock);
+}
+
+void
+pool_node_failed(struct pool_node *n, const struct pool_config *cfg)
+{
+    struct pool_conn *idle;
+    int64_t wait;
+    unsigned shift;
+
+    pthread_mutex_lock(&n->lock);
+    if (n->fails < 31) {
+        n->fails++;
+    }
+    shift = n->fails - 1 < 16 ? n->fails - 1 : 16;
+    wait = (int64_t)cfg->retry_interval_ms << shift;
+    if (wait > cfg->retry_max_ms) {
+        wait = cfg->retry_max_ms;
+    }
+    if (wait < cfg->retry_interval_ms) {
+        wait = cfg->retry_interval_ms;
+    }
+    __atomic_store_n(&n->down, true, __ATOMIC_RELEASE);
+    n->probing = false;
+    n->down_until = pool_now_ms() + wait;
+    idle = do_take_idle(n);
+    pthread_mutex_unlock(&n->lock);
+    close_list(idle);
+}
+
+void
+pool_node_drop_idle(struct pool_node *n)
+{
+    struct pool_conn *idle;
+
+    pthread_mutex_lock(&n->lock);
+    idle = do_take_idle(n);
+    pthread_mutex_unlock(&n->lock);
+    close_list(idle);
+}
+
+int
+pool_acquire(struct pool_node *n, struct pool_conn **out)
+{
+    struct pool_conn *c;
+    int fd, one = 1;
+
+    pthread_mutex_lock(&n->lock);
+    c = n->idle;
+    if (c != NULL) {
+        n->idle = c->next;
+        n->n_idle--;
+    }
+    pthread_mutex_unlock(&n->lock);
+    if (c != NULL) {
+        c->next = NULL;
+        c->reused = true;
+        *out = c;
+        return 0;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return RINGCACHE_ENOMEM;
+    }
+    fd = socket(n->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        free(c);
+        return RINGCACHE_EIO;
+    }
+    c->fd = fd;
+    /* Requests are small and latency-bound: never wait for Nagle. */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (connect(fd, (struct sockaddr *)&n->addr, n->addr_len) != 0) {
+        if (errno != EINPROGRESS) {
+            pool_conn_close(c);
+            return RINGCACHE_EIO;
+        }
+        c->connecting = true;
+    }
+    *out = c;
+    return 0;
+}
+
+/* Milliseconds left before deadline, for poll (0 when past). */
+static int
+left_ms(int64_t deadline)
+{
+    int64_t left = deadline - pool_now_ms();
+
+    if (left <= 0) {
+        return 0;
+    }
+    return left > 60000 ? 60000 : (int)left;
+}
+
+/* Wait for events on c->fd until deadline: 0 when ready, ETIMEDOUT, EIO. */
+static int
+wait_fd(int fd, short events, int64_t deadline)
+{
+    struct pollfd p = { .fd = fd, .events = events };
+    int rc;
+
+    for (;;) {
+        rc = poll(&p, 1, left_ms(deadline));
+        if (rc > 0) {
+            return 0;
+        }
+        if (rc == 0) {
+            return RINGCACHE_ETIMEDOUT;
+        }
+        if (errno != EINTR) {
+            return RINGCACHE_EIO;
+        }
+    }
+}
+
+int
+pool_conn_finish_connect(struct pool_conn *c)
+{
+    int soerr = 0;
+    socklen_t len = sizeof(soerr);
+
+    if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 || soerr != 0) {
+        return RINGCACHE_EIO;
+    }
+    c->connecting = false;
+    return 0;
+}
+
+int
+pool_conn_wait_connected(struct pool_conn *c, int64_t deadline)
+{
+    int rc;
+
+    if (!c->connecting) {
+        return 0;
+    }
+    rc = wait_fd(c->fd, POLLOUT, deadline);
+    if (rc != 0) {
+        return rc;
+    }
+    return pool_conn_finish_connect(c);
+}
+
+void
+pool_release(struct pool_node *n, struct pool_conn *c, bool healthy,
+             const struct pool_config *cfg)
+{
+    if (healthy && !c->connecting && c->start == c->end) {
+        c->start = c->end = 0;
+        pthread_mutex_lock(&n->lock);
+        if (n->n_idle < cfg->pool_size) {
+            c->next = n->idle;
+            n->idle = c;
+            n->n_idle++;
+            c = NULL;
+        }
+        pthread_mutex_unlock(&n->lock);
+    }
+    pool_conn_close(c);
+}
+
+int
+pool_conn_send_some(struct pool_conn *c, struct iovec **iov, int *iovcnt)
+{
+    struct msghdr msg;
+    ssize_t n;
+
+    while (*iovcnt > 0) {
+        memset(&msg, 0, sizeof(msg));
+        msg.msg_iov = *iov;
+        msg.msg_iovlen = (size_t)*iovcnt;
+        n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                return 0;
+            }
+            return RINGCACHE_EIO;
+        }
+        /* Drop what was sent from the front of the vector. */
+        while (*iovcnt > 0 && (size_t)n >= (*iov)->iov_len) {
+            n -= (ssize_t)(*iov)->iov_len;
+            (*iov)++;
+            (*iovcnt)--;
+        }
+        if (*iovcnt > 0) {
+            (*iov)->iov_base = (char *)(*iov)->iov_base + n;
+            (*iov)->iov_len -= (size_t)n;
+        }
+    }
+    return 0;
+}
+
+int
+pool_conn_send(struct pool_conn *c, struct iovec *iov, int iovcnt,
+               int64_t deadline)
+{
+    int rc;
+
+    for (;;) {
+        rc = pool_conn_send_some(c, &iov, &iovcnt);
+        if (rc != 0 || iovcnt == 0) {
+            return rc;
+        }
+        rc = wait_fd(c->fd, POLLOUT, deadline);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+}
+
+int
+pool_conn_reserve(struct pool_conn *c, size_t want)
+{
+    char *nbuf;
+    size_t ncap;
+
+    if (c->cap - c->end >= want) {
+        return 0;
+    }
+    if (c->start > 0) {
+        memmove(c->buf, c->buf + c->start, c->end - c->start);
+        c->end -= c->start;
+        c->start = 0;
+        if (c->cap - c->end >= want) {
+            return 0;
+        }
+    }
+    ncap = c->cap == 0 ? POOL_BUF_MIN : c->cap;
+    while (ncap - c->end < want) {
+        ncap *= 2;
+    }
+    nbuf = realloc(c->buf, ncap);
+    if (nbuf == NULL) {
+        return RINGCACHE_ENOMEM;
+    }
+    c->buf = nbuf;
+    c->cap = ncap;
+    return 0;
+}
+
+long
+pool_conn_recv_some(struct pool_conn *c)
+{
+    ssize_t n;
+
+    if (pool_conn_reserve(c, 4096) != 0) {
+        return RINGCACHE_ENOMEM;
+    }
+    for (;;) {
+        n = recv(c->fd, c->buf + c->end, c->cap - c->end, MSG_DONTWAIT);
+        if (n > 0) {
+            c->end += (size_t)n;
+            return (long)n;
+        }
+        if (n == 0) {
+            return RINGCACHE_EIO;
+        }
+        if (errno == EINTR) {
+            continue;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            return 0;
+        }
+        return RINGCACHE_EIO;
+    }
+}
+
+int
+pool_conn_recv(struct pool_conn *c, int64_t deadline)
+{
+    long n;
+    int rc;
+
+    /* Called when a reply is still incomplete, which after a request
+     * means the node has not answered yet: wait first, then read (two
+     * system calls, not three). */
+    for (;;) {
+        rc = wait_fd(c->fd, POLLIN, deadline);
+        if (rc != 0) {
+            return rc;
+        }
+        n = pool_conn_recv_some(c);
+        if (n != 0) {
+            return n > 0 ? 0 : (int)n;
+        }
+    }
+}

@@ -1,0 +1,150 @@
+/*
+ * store_bench: the item store alone, no network. Prints `figure value`
+ * lines: resident bytes per item after 1M sets of 100-byte values with
+ * 14-byte keys (by default), and get/set throughput from several threads.
+ * Usage: store_bench [items] [threads] [ops-per-thread] [key-length 6..20]
+ */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "server/store.h"
+
+static int key_width = 10;   /* digits after "key:" */
+
+struct worker {
+    struct store *s;
+    unsigned seed;
+    long items, ops;
+};
+
+/* Resident set size in bytes, from /proc/self/statm. */
+static long
+rss_bytes(void)
+{
+    long size = 0, res = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+
+    if (f == NULL)
+        return -1;
+    if (fscanf(f, "%ld %ld", &size, &res) != 2)
+        res = -1;
+    fclose(f);
+    return res * sysconf(_SC_PAGESIZE);
+}
+
+static double
+mono(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* One set of key number i with a 100-byte value; 0 or a store error. */
+static int
+set_one(struct store *s, long i)
+{
+    char key[32];
+    int n = snprintf(key, sizeof(key), "key:%0*ld", key_width, i), err = 0;
+    struct store_item *it = store_alloc(s, key, (size_t)n, XXH3_64bits(key, (size_t)n),
+                                        0, 0, 100, &err);
+
+    if (it == NULL)
+        return err;
+    memset(store_item_value_mut(it), 'v', 100);
+    err = store_put(s, it, STORE_OP_SET, 0, NULL);
+    store_release(s, it);
+    return err;
+}
+
+/* 90% gets, 10% sets over the key space. */
+static void *
+worker_main(void *arg)
+{
+    struct worker *w = arg;
+    char key[32];
+    long k;
+
+    for (k = 0; k < w->ops; k++) {
+        long i = (long)(rand_r(&w->seed) % (unsigned)w->items);
+
+        if (k % 10 == 0) {
+            set_one(w->s, i);
+        } else {
+            int n = snprintf(key, sizeof(key), "key:%0*ld", key_width, i);
+            struct store_item *it = store_get(w->s, key, (size_t)n,
+                                              XXH3_64bits(key, (size_t)n));
+
+            if (it != NULL)
+                store_release(w->s, it);
+        }
+    }
+    return NULL;
+}
+
+int
+main(int argc, char **argv)
+{
+    long items = argc > 1 ? atol(argv[1]) : 1000000;
+    int threads = argc > 2 ? atoi(argv[2]) : 2;
+    long ops = argc > 3 ? atol(argv[3]) : 2000000;
+    struct store_config cfg = { .mem_limit = (size_t)4 << 30,
+                                .item_size_max = 1 << 20, .node_seed = 1 };
+    struct worker *w;
+    pthread_t *th;
+    struct store *s;
+    long rss0, i;
+    double t0, t;
+    int k;
+
+    if (argc > 4)
+        key_width = atoi(argv[4]) - 4;
+    if (items <= 0 || threads <= 0 || ops <= 0 || key_width < 2 || key_width > 16) {
+        fprintf(stderr, "usage: store_bench [items] [threads] [ops-per-thread] [key-length 6..20]\n");
+        return 2;
+    }
+    rss0 = rss_bytes();
+    s = store_new(&cfg);
+    if (s == NULL)
+        return 1;
+    t0 = mono();
+    for (i = 0; i < items; i++) {
+        if (set_one(s, i) != STORE_STORED) {
+            fprintf(stderr, "set %ld failed\n", i);
+            return 1;
+        }
+    }
+    t = mono() - t0;
+    printf("store_bytes_per_item/100B/key%d %.1f\n", key_width + 4,
+           (double)(rss_bytes() - rss0) / (double)items);
+    printf("store_charged_per_item/100B/key%d %zu\n", key_width + 4,
+           store_item_size((size_t)key_width + 4, 100));
+    printf("store_fill_sets_per_sec %.0f\n", (double)items / t);
+
+    w = calloc((size_t)threads, sizeof(*w));
+    th = calloc((size_t)threads, sizeof(*th));
+    if (w == NULL || th == NULL)
+        return 1;
+    t0 = mono();
+    for (k = 0; k < threads; k++) {
+        w[k] = (struct worker){ .s = s, .seed = (unsigned)k + 1, .items = items, .ops = ops };
+        pthread_create(&th[k], NULL, worker_main, &w[k]);
+    }
+    for (k = 0; k < threads; k++)
+        pthread_join(th[k], NULL);
+    t = mono() - t0;
+    printf("store_ops_per_sec/get90_set10/%dthreads %.0f\n", threads,
+           (double)ops * threads / t);
+    store_free(s);
+    free(w);
+    free(th);
+    return 0;
+}
