@@ -165,6 +165,11 @@ mcp_parse(const char *buf, size_t len, size_t max_value, struct mcp_reply *r,
     size_t line_len, msg_len, scan;
 
     memset(r, 0, sizeof(*r));
+    if (len == 0) {
+        /* buf may be NULL here (a connection that has read nothing yet). */
+        *need = 1;
+        return 0;
+    }
     scan = len < MCP_LINE_MAX ? len : MCP_LINE_MAX;
     nl = memchr(buf, '\n', scan);
     if (nl == NULL) {

@@ -397,8 +397,9 @@ node_request(struct ringcache *rc, uint32_t idx, const struct iovec *iov_in,
     long used;
     size_t need;
 
-    *sent = false;
     for (attempt = 0; attempt < 2; attempt++) {
+        /* A retried attempt starts clean: the stale one never ran. */
+        *sent = false;
         got_bytes = false;
         ret = pool_acquire(node, &c);
         if (ret != 0) {
