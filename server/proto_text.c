@@ -873,6 +873,17 @@ process_command(struct conn *c, const char *line, const char *end)
     return PROTO_MORE;
 }
 
+/* Finish a paused get only; see proto_text.h. */
+enum proto_status
+proto_text_drain(struct conn *c)
+{
+    if (c->pstate != CONN_PS_GET)
+        return PROTO_MORE;
+    if (c->out_bytes >= CONN_OUT_SOFT_CAP)
+        return PROTO_PAUSE;
+    return get_continue(c);
+}
+
 /* Parse and execute; see proto_text.h. */
 enum proto_status
 proto_text_process(struct conn *c)
