@@ -453,10 +453,13 @@ class View:
     the universe (from `ringctl locate`), id <-> address. Shared by all
     client threads; refreshed from `config` when a higher epoch shows up."""
 
-    def __init__(self, keys, seeds, members=None):
+    def __init__(self, keys, seeds, members=None, async_refresh=False):
         self.keys = list(keys)
         self.seeds = list(seeds)
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()          # guards the fields below
+        self.refresh_lock = threading.Lock()  # one refresher at a time
+        self.async_refresh = async_refresh
+        self.refreshing = False
         self.epoch = 0
         self.text = None
         self.owners = {}
@@ -464,26 +467,32 @@ class View:
         self.id_of = {}
         self.refreshes = 0
         if members is not None:
-            self._adopt(members)
+            self._install(members, locate(members, self.keys))
 
-    def _adopt(self, text):
+    def _install(self, text, owners):
         m = parse_members(text)
-        owners = locate(text, self.keys)
-        self.text = text
-        self.owners = owners
-        self.addr_of = {i: parse_addr(a) for i, a in m["nodes"]}
-        self.id_of = {v: k for k, v in self.addr_of.items()}
-        self.epoch = m["epoch"]
-        self.refreshes += 1
+        addr_of = {i: parse_addr(a) for i, a in m["nodes"]}
+        with self.lock:
+            if m["epoch"] < self.epoch:
+                return
+            self.text = text
+            self.owners = owners
+            self.addr_of = addr_of
+            self.id_of = {v: k for k, v in addr_of.items()}
+            self.epoch = m["epoch"]
+            self.refreshes += 1
 
     def refresh(self, min_epoch=0, hint=None):
-        """Learn the membership from `config` on hint, then the seeds and
-        known nodes, adopting only a higher epoch. True if the view's epoch
-        is now >= min_epoch."""
-        with self.lock:
+        """Learn the membership from `config` on hint, then the known nodes
+        and the seeds, adopting only a higher epoch (owners are computed
+        outside the view's lock, so routing goes on meanwhile). True if the
+        view's epoch is now >= min_epoch."""
+        with self.refresh_lock:
             if min_epoch and self.epoch >= min_epoch:
                 return True
-            cands = ([hint] if hint else []) + list(self.addr_of.values()) + self.seeds
+            with self.lock:
+                known = list(self.addr_of.values())
+            cands = ([hint] if hint else []) + known + self.seeds
             seen = set()
             for a in cands:
                 if a in seen:
@@ -494,15 +503,34 @@ class View:
                 except (OSError, ProtoError, ValueError):
                     continue
                 if e > self.epoch:
-                    self._adopt(text)
+                    self._install(text, locate(text, self.keys))
                 if self.epoch >= max(min_epoch, 1):
                     return True
             return self.epoch >= max(min_epoch, 1)
+
+    def refresh_later(self, min_epoch, hint=None):
+        """refresh() in a background thread unless one runs already."""
+        with self.lock:
+            if self.refreshing or self.epoch >= min_epoch:
+                return
+            self.refreshing = True
+
+        def run():
+            try:
+                self.refresh(min_epoch, hint)
+            finally:
+                with self.lock:
+                    self.refreshing = False
+        threading.Thread(target=run, daemon=True).start()
 
     def route(self, key):
         with self.lock:
             o = self.owners[key]
             return self.epoch, [self.addr_of[i] for i in o]
+
+    def addrs(self):
+        with self.lock:
+            return dict(self.addr_of)
 
     def node_id(self, addr):
         return self.id_of.get(addr, "%s:%d" % addr)
@@ -619,6 +647,11 @@ class Client:
                     r.status = "error" if kind == "get" else "failed"
                     r.why = "MOVED: more than %d hops" % MAX_HOPS
                     break
+                if e > self.view.epoch and self.view.async_refresh:
+                    # Follow the hint now, learn the epoch in the background.
+                    self.view.refresh_later(e, hint=parse_addr(to))
+                    addr = parse_addr(to)
+                    continue
                 if e > self.view.epoch:
                     self.view.refresh(e, hint=parse_addr(to))
                 if self.view.epoch >= e:
