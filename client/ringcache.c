@@ -125,6 +125,7 @@ new_from_members(struct ringcache **out, const struct ring_members *m,
         goto fail;
     }
     rc->cfg.connect_timeout_ms = rc->opt.connect_timeout_ms;
+    rc->cfg.op_timeout_ms = rc->opt.op_timeout_ms;
     rc->cfg.retry_interval_ms = rc->opt.retry_interval_ms;
     rc->cfg.retry_max_ms = rc->opt.retry_max_ms;
     rc->cfg.pool_size = rc->opt.pool_size;
@@ -401,7 +402,7 @@ node_request(struct ringcache *rc, uint32_t idx, const struct iovec *iov_in,
         /* A retried attempt starts clean: the stale one never ran. */
         *sent = false;
         got_bytes = false;
-        ret = pool_acquire(node, &c);
+        ret = pool_acquire(node, &rc->cfg, &c);
         if (ret != 0) {
             goto fail;
         }
@@ -935,7 +936,7 @@ batch_start(struct mget *m, struct mget_batch *b)
 {
     int ret;
 
-    ret = pool_acquire(&m->rc->nodes[b->node], &b->conn);
+    ret = pool_acquire(&m->rc->nodes[b->node], &m->rc->cfg, &b->conn);
     if (ret != 0) {
         return ret;
     }

@@ -14,6 +14,7 @@ Suite *conn_suite(void);
 Suite *client_suite(void);
 Suite *proto_suite(void);
 Suite *cluster_suite(void);
+Suite *mstore_suite(void);
 
 /* Absolute path of the source tree (for test data such as the vectors). */
 #ifndef RC_SRCDIR
