@@ -453,10 +453,13 @@ class View:
     the universe (from `ringctl locate`), id <-> address. Shared by all
     client threads; refreshed from `config` when a higher epoch shows up."""
 
-    def __init__(self, keys, seeds, members=None):
+    def __init__(self, keys, seeds, members=None, async_refresh=False):
         self.keys = list(keys)
         self.seeds = list(seeds)
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()          # guards the fields below
+        self.refresh_lock = threading.Lock()  # one refresher at a time
+        self.async_refresh = async_refresh
+        self.refreshing = False
         self.epoch = 0
         self.text = None
         self.owners = {}
@@ -464,26 +467,32 @@ class View:
         self.id_of = {}
         self.refreshes = 0
         if members is not None:
-            self._adopt(members)
+            self._install(members, locate(members, self.keys))
 
-    def _adopt(self, text):
+    def _install(self, text, owners):
         m = parse_members(text)
-        owners = locate(text, self.keys)
-        self.text = text
-        self.owners = owners
-        self.addr_of = {i: parse_addr(a) for i, a in m["nodes"]}
-        self.id_of = {v: k for k, v in self.addr_of.items()}
-        self.epoch = m["epoch"]
-        self.refreshes += 1
+        addr_of = {i: parse_addr(a) for i, a in m["nodes"]}
+        with self.lock:
+            if m["epoch"] < self.epoch:
+                return
+            self.text = text
+            self.owners = owners
+            self.addr_of = addr_of
+            self.id_of = {v: k for k, v in addr_of.items()}
+            self.epoch = m["epoch"]
+            self.refreshes += 1
 
     def refresh(self, min_epoch=0, hint=None):
-        """Learn the membership from `config` on hint, then the seeds and
-        known nodes, adopting only a higher epoch. True if the view's epoch
-        is now >= min_epoch."""
-        with self.lock:
+        """Learn the membership from `config` on hint, then the known nodes
+        and the seeds, adopting only a higher epoch (owners are computed
+        outside the view's lock, so routing goes on meanwhile). True if the
+        view's epoch is now >= min_epoch."""
+        with self.refresh_lock:
             if min_epoch and self.epoch >= min_epoch:
                 return True
-            cands = ([hint] if hint else []) + list(self.addr_of.values()) + self.seeds
+            with self.lock:
+                known = list(self.addr_of.values())
+            cands = ([hint] if hint else []) + known + self.seeds
             seen = set()
             for a in cands:
                 if a in seen:
@@ -494,15 +503,34 @@ class View:
                 except (OSError, ProtoError, ValueError):
                     continue
                 if e > self.epoch:
-                    self._adopt(text)
+                    self._install(text, locate(text, self.keys))
                 if self.epoch >= max(min_epoch, 1):
                     return True
             return self.epoch >= max(min_epoch, 1)
+
+    def refresh_later(self, min_epoch, hint=None):
+        """refresh() in a background thread unless one runs already."""
+        with self.lock:
+            if self.refreshing or self.epoch >= min_epoch:
+                return
+            self.refreshing = True
+
+        def run():
+            try:
+                self.refresh(min_epoch, hint)
+            finally:
+                with self.lock:
+                    self.refreshing = False
+        threading.Thread(target=run, daemon=True).start()
 
     def route(self, key):
         with self.lock:
             o = self.owners[key]
             return self.epoch, [self.addr_of[i] for i in o]
+
+    def addrs(self):
+        with self.lock:
+            return dict(self.addr_of)
 
     def node_id(self, addr):
         return self.id_of.get(addr, "%s:%d" % addr)
@@ -619,6 +647,11 @@ class Client:
                     r.status = "error" if kind == "get" else "failed"
                     r.why = "MOVED: more than %d hops" % MAX_HOPS
                     break
+                if e > self.view.epoch and self.view.async_refresh:
+                    # Follow the hint now, learn the epoch in the background.
+                    self.view.refresh_later(e, hint=parse_addr(to))
+                    addr = parse_addr(to)
+                    continue
                 if e > self.view.epoch:
                     self.view.refresh(e, hint=parse_addr(to))
                 if self.view.epoch >= e:
@@ -1249,3 +1282,156 @@ def supports_cluster():
                    for l in (r.stdout + r.stderr).splitlines()):
             return "ringctl has no `%s` command yet" % cmd
     return None
+
+
+# ---------------------------------------------------------------- bulk fill
+
+def fill_fast(hist, view, declare=True, batch=200, phase=0, keys=None):
+    """Write keys (default: every key of hist) once, pipelined in batches
+    to each key's primary per view; records every op (a batch's replies
+    share its timestamps). Returns how many were acknowledged."""
+    keys = hist.keys if keys is None else keys
+    by_node = {}
+    for k in keys:
+        ep, addrs = view.route(k)
+        by_node.setdefault(addrs[0], []).append(k)
+    acked = [0]
+    lock = threading.Lock()
+
+    def run(addr, ks):
+        c = Conn(addr, 10.0)
+        try:
+            if declare:
+                c.declare(view.epoch)
+            for i in range(0, len(ks), batch):
+                chunk = ks[i:i + batch]
+                seqs = [hist.next_seq(k) for k in chunk]
+                t0 = time.monotonic()
+                c.send(b"".join(b"set %s 0 0 %d\r\n%s\r\n" % (
+                    k.encode(), hist.size, make_value(k, s, hist.size))
+                    for k, s in zip(chunk, seqs)))
+                lines = [c.readline() for _ in chunk]
+                t1 = time.monotonic()
+                for k, s, line in zip(chunk, seqs, lines):
+                    r = Result()
+                    r.t0, r.t1, r.node = t0, t1, view.node_id(addr)
+                    r.status = "ok" if line == b"STORED" else "failed"
+                    hist.add_write(k, s, "s", r, phase)
+                    if r.status == "ok":
+                        with lock:
+                            acked[0] += 1
+        finally:
+            c.close()
+    ts = [threading.Thread(target=run, args=(a, ks)) for a, ks in by_node.items()]
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join()
+    return acked[0]
+
+
+# ---------------------------------------------------------------- scenarios
+
+def start_cluster(t, ids, replicas=1, mem=256):
+    """Nodes ids started with cluster identities and `ringctl init` of
+    them: returns the Cluster (the caller closes it). TAP: init ok and every
+    node at epoch 1."""
+    cl = Cluster(replicas=replicas, mem=mem)
+    for i in ids:
+        cl.add(i)
+    rc, out, err = cl.ctl("init", "--members", cl.write_members(ids))
+    t.ok(rc == 0 and cl.store_epoch() == 1, "ringctl init: exit 0, epoch 1 in the store",
+         (rc, out[-500:], err[-500:]))
+    conv = cl.converged(1, ids)
+    t.ok(all(v == (1, 0) for v in conv.values()), "every node reports EPOCH 1 0", conv)
+    return cl
+
+
+def run_load_around(load, phase, fn, before_ops=400, after_ops=400, timeout=30.0):
+    """Start the load, let it do before_ops operations, call fn(), let it
+    do after_ops more, stop it. Returns fn's result."""
+    def done(n):
+        return load.counts["W"] + load.counts["R"] >= n
+    load.start(phase)
+    try:
+        n0 = load.counts["W"] + load.counts["R"]
+        wait_for(lambda: done(n0 + before_ops), timeout, 0.02)
+        out = fn()
+        n1 = load.counts["W"] + load.counts["R"]
+        wait_for(lambda: done(n1 + after_ops), timeout, 0.02)
+    finally:
+        load.stop()
+    return out
+
+
+def check_transition(t, cl, hist, phase, before, after, label, extra=(), attempted=None):
+    """After a transition (or an abort: after == before, attempted = the
+    membership that was tried): the reads of the phase, the owner sweep at
+    `after`, movement and the non-moving ranges (of the attempted change),
+    misrouted acks and the nodes' own counters. TAP lines, prefixed with
+    label. Returns the sweep result."""
+    viol, unacked = check_reads(hist, [r for r in hist.reads if r[8] == phase])
+    nreads = sum(1 for r in hist.reads if r[8] == phase)
+    t.ok(not viol["stale"] and not viol["lost"],
+         "%s: 0 stale reads (of %d; stale values %d, misses of acked values %d)"
+         % (label, nreads, len(viol["stale"]), len(viol["lost"])),
+         [r[:6] for r in (viol["stale"] + viol["lost"])[:10]])
+    t.ok(not viol["resurrected"], "%s: 0 resurrected deletes seen by readers" % label,
+         viol["resurrected"][:10])
+    t.ok(not viol["phantom"] and not viol["corrupt"], "%s: 0 phantom or corrupt values" % label,
+         (viol["phantom"] + viol["corrupt"])[:10])
+    res = sweep(hist, after, extra=extra)
+    t.diag("%s: %s" % (label, sweep_summary(res)))
+    t.diag("%s: unacked writes seen applied by readers: %d" % (label, unacked))
+    inval = evicted(res)
+    if inval:
+        for what in ("0 lost acked writes", "0 resurrected deletes", "no orphans"):
+            t.skip("%s: %s" % (label, what), inval)
+    else:
+        t.ok(not res["lost"], "%s: 0 lost acked writes on the owners (%d acked keys)"
+             % (label, res["acked_keys"]), [r[:3] for r in res["lost"][:10]])
+        t.ok(not res["resurrected"], "%s: 0 resurrected deletes on the owners" % label,
+             [r[:3] for r in res["resurrected"][:10]])
+        t.ok(all(v == 0 for v in res["orphans"].values()),
+             "%s: no orphans on any node (curr_items minus owned keys found)" % label,
+             res["orphans"])
+    t.ok(not res["moved"] and not res["errors"] and not res["phantom"] and not res["corrupt"],
+         "%s: every owner serves its keys at the final epoch" % label,
+         (res["moved"] + res["errors"])[:5])
+    target = attempted or after
+    mv = movement(before, target, hist.keys) if before != target else None
+    if mv is not None and before != after:
+        t.ok(not mv["survivor_moves"], "%s: 0 keys moved between nodes present in both epochs"
+             % label, mv["survivor_moves"][:5])
+        t.ok(mv["frac_ok"] and not mv["set_violations"],
+             "%s: primary changed for %.3f of keys (1/(N+1) = %.3f +-20%%), owner sets %.3f"
+             % (label, mv["primary_frac"], mv["expected_frac"], mv["set_frac"]),
+             mv["set_violations"][:5])
+    nonmoving = mv["nonmoving"] if mv is not None else set(hist.keys)
+    ne = phase_errors(hist, phase, nonmoving)
+    t.ok(not any(ne.values()),
+         "%s: no errors on ranges that did not move (%d keys): write %d, read %d, "
+         "TRYAGAIN %d, MOVED %d" % (label, len(nonmoving), len(ne["write_errors"]),
+                                     len(ne["read_errors"]), len(ne["tryagain"]),
+                                     len(ne["moved"])),
+         [x[:8] for v in ne.values() for x in v[:3]])
+    owner_maps = [locate(before, hist.keys)] + ([locate(after, hist.keys)] if after != before
+                                                else [])
+    mis = misrouted_acks(hist, phase, owner_maps)
+    t.ok(not mis, "%s: 0 writes acknowledged by a node that is the primary in neither epoch"
+         % label, mis[:5])
+    moving = set(hist.keys) - nonmoving
+    lat = sorted(o[3] - o[2] for k in moving for o in hist.ops[k] if o[8] == phase)
+    if lat:
+        t.diag("%s: moving keys: %d writes, p99 %.1f ms, max %.1f ms" % (
+            label, len(lat), lat[int(len(lat) * 0.99)] * 1000, lat[-1] * 1000))
+    st = cl.status()
+    mr = status_counter(st, "misrouted")
+    t.ok(st["rc"] == 0 and mr and all(v == 0 for v in mr.values()),
+         "%s: ringctl status: misrouted 0 on every node %s" % (label, mr),
+         (st["rc"], st["raw"][-800:], st["err"][-300:]))
+    return res
+
+
+def tail(s, n=600):
+    return s[-n:] if s else ""
