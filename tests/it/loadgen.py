@@ -1336,17 +1336,30 @@ def fill_fast(hist, view, declare=True, batch=200, phase=0, keys=None):
 
 def start_cluster(t, ids, replicas=1, mem=256):
     """Nodes ids started with cluster identities and `ringctl init` of
-    them: returns the Cluster (the caller closes it). TAP: init ok and every
-    node at epoch 1."""
+    them: returns (Cluster, ok) (the caller closes the cluster). TAP: init
+    ok and every node at epoch 1."""
     cl = Cluster(replicas=replicas, mem=mem)
     for i in ids:
         cl.add(i)
     rc, out, err = cl.ctl("init", "--members", cl.write_members(ids))
-    t.ok(rc == 0 and cl.store_epoch() == 1, "ringctl init: exit 0, epoch 1 in the store",
-         (rc, out[-500:], err[-500:]))
+    ok = t.ok(rc == 0 and cl.store_epoch() == 1, "ringctl init: exit 0, epoch 1 in the store",
+              (rc, out[-500:], err[-500:]))
     conv = cl.converged(1, ids)
-    t.ok(all(v == (1, 0) for v in conv.values()), "every node reports EPOCH 1 0", conv)
-    return cl
+    ok = t.ok(all(v == (1, 0) for v in conv.values()), "every node reports EPOCH 1 0",
+              conv) and ok
+    return cl, ok
+
+
+def run_tap(t, fn, *args):
+    """Run a scenario; an exception is a failed TAP line with its traceback
+    (never a silent pass)."""
+    try:
+        fn(t, *args)
+    except Exception:
+        import traceback
+        t.ok(False, "the scenario ran to its end", traceback.format_exc())
+    finally:
+        kill_all()
 
 
 def run_load_around(load, phase, fn, before_ops=400, after_ops=400, timeout=30.0):
