@@ -1816,6 +1816,8 @@ ctl_status(struct ctl_globals *g, int argc, char **argv)
     } else {
         printf("none\n");
     }
+    printf("phase%s%s\n", g->human ? ":   " : "\t",
+           a.have_meta ? tphase_names[a.meta.phase] : a.new != NULL ? "INCOMPLETE" : "NONE");
     if (a.old == NULL) {
         goto out;
     }

@@ -378,9 +378,9 @@ def main():
         # status
         rc, out, err = ctl("status")
         lines = out.splitlines()
-        rows = [l.split("\t") for l in lines[3:]]
+        rows = [l.split("\t") for l in lines[4:]]
         t.ok(rc == 0 and lines[0] == "epoch\t1" and lines[1] == "pending\tnone"
-             and lines[2].startswith("id\taddr\tstate\tactive\tpending\tphase\titems\tbytes\tshare")
+             and lines[2] == "phase\tNONE" and lines[3].startswith("id\taddr\tstate\tactive\tpending\tphase\titems\tbytes\tshare")
              and len(rows) == 3 and all(r[2] == "up" and r[3] == "1" and r[6] == "1000"
                                         for r in rows)
              and abs(sum(float(r[8]) for r in rows) - 1.0) < 0.001,
@@ -438,7 +438,8 @@ def main():
              and fakes[winner].st()["pending"] == 3,
              "the winner's pending is in the store with boot ids; nodes are prepared", meta)
         rc, out, err = ctl("status")
-        t.ok(rc == 0 and out.splitlines()[1].startswith("pending\t3\tPREPARED\tjoin " + winner),
+        t.ok(rc == 0 and out.splitlines()[1].startswith("pending\t3\tPREPARED\tjoin " + winner)
+             and out.splitlines()[2] == "phase\tPREPARED",
              "status shows the pending transition", out)
         rc, out, err = ctl("abort")
         t.ok(rc == 0 and store_file("pending.meta") is None
