@@ -12,6 +12,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import rctest  # noqa: E402  (the node helper's process handling)
+
 BUILDDIR = os.environ.get("RC_BUILDDIR", os.getcwd())
 SRCDIR = os.environ.get("RC_SRCDIR", os.path.dirname(os.path.dirname(
     os.path.dirname(os.path.abspath(__file__)))))
@@ -125,63 +128,29 @@ def mc_get(port, key):
     return rest[:n].decode()
 
 
-class Node:
-    """One cache node process on 127.0.0.1, stopped by PID."""
+_SIGKILL = signal.SIGKILL
+
+
+class Node(rctest.Node):
+    """One cache node process on 127.0.0.1 (tests/it/rctest.py starts and
+    stops it by PID); it can be signalled and restarted on its port."""
 
     def __init__(self, port, binary=None):
-        self.port = port
-        self.binary = binary or RINGCACHED
-        self.proc = None
+        binary = binary or RINGCACHED
+        args = ["-t", "2", "-m", "64"]
+        if os.path.basename(binary) == "memcached":
+            args += ["-U", "0"] + (["-u", "root"] if os.geteuid() == 0 else [])
+        super().__init__(args=args, binary=binary, port=port)
 
-    def start(self, timeout=5.0):
-        args = [self.binary, "-p", str(self.port), "-l", "127.0.0.1", "-t", "2", "-m", "64"]
-        if os.path.basename(self.binary) == "memcached":
-            args += ["-U", "0"]
-            if os.geteuid() == 0:
-                args += ["-u", "root"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        up = wait_for(lambda: self.proc.poll() is not None or accepts(self.port), timeout)
-        if self.proc.poll() is not None or not up:
-            err = self.proc.stderr.read().decode(errors="replace") if self.proc.poll() is not None else ""
-            self.stop()
-            raise RuntimeError("%s on port %d did not start: %s" % (self.binary, self.port, err))
-        return self
-
-    @property
-    def pid(self):
-        return self.proc.pid if self.proc else None
+    def start(self, timeout=5.0, tries=1):
+        return super().start(timeout=timeout, tries=tries)
 
     def signal(self, sig):
-        if self.proc and self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, sig)
 
-    def stop(self):
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.kill()
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        if self.proc.stderr:
-            self.proc.stderr.close()
-        self.proc = None
-
-
-def skip_if_no_node():
-    """While server/main.c is still the skeleton's placeholder there is no
-    node to test against: skip (TAP) rather than fail."""
-    if node_binary() != RINGCACHED:
-        return
-    try:
-        with open(os.path.join(SRCDIR, "server", "main.c")) as f:
-            placeholder = "being written" in f.read(200)
-    except OSError:
-        placeholder = False
-    if placeholder:
-        print("1..0 # SKIP ringcached is not written yet (RC_IT_NODE=memcached runs this against memcached)")
-        sys.exit(0)
+    def stop(self, sig=_SIGKILL, timeout=5.0):
+        return super().stop(sig=sig, timeout=timeout)
 
 
 def node_binary():

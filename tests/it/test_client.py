@@ -4,21 +4,32 @@ operation's reply codes, many threads on one handle, and failures: a killed
 node's keys are misses within the timeout, a stopped (hung) node costs at
 most a few timeouts, a restarted node comes back after the retry interval."""
 
+import os
 import signal
 import sys
 import time
 
-sys.path.insert(0, __import__("os").path.dirname(__file__))
-from client_lib import (skip_if_no_node, Cluster, Probe, Tap, mc_get, mc_stats, parse_many,  # noqa: E402
+sys.path.insert(0, os.path.dirname(__file__))
+from client_lib import (Cluster, Probe, Tap, mc_get, mc_stats, parse_many,  # noqa: E402
                         wait_for)
 
 OP_TIMEOUT, RETRY, RETRY_MAX = 300, 300, 600
 N = 300
 
 
+def stopped(pid):
+    """True once every thread of pid is in the stopped state: kill(2)
+    returns before a multi-threaded process has actually stopped."""
+    try:
+        tasks = os.listdir("/proc/%d/task" % pid)
+        return all(open("/proc/%d/task/%s/stat" % (pid, tid)).read().rsplit(")", 1)[1].split()[0]
+                   == "T" for tid in tasks)
+    except OSError:
+        return False
+
+
 def main():
-    skip_if_no_node()
-    t = Tap(16)
+    t = Tap(17)
     cl = probe = None
     try:
         cl = Cluster()
@@ -72,7 +83,8 @@ def main():
             "prepend": "OK", "gets": "start-mid-end 6", "cas": "OK", "cas_stale": "EEXISTS",
             "incr_text": "ENONNUMERIC", "touch": "OK", "get": "new 7", "delete": "OK",
             "delete_again": "ENOTFOUND", "touch_missing": "ENOTFOUND",
-            "cas_missing": "ENOTFOUND", "set_ttl": "OK", "get_expired": "ENOTFOUND",
+            "cas_missing": "ENOTFOUND", "set_big": "OK", "get_big": "OK 1",
+            "set_too_big": "ETOOBIG", "set_ttl": "OK", "get_expired": "ENOTFOUND",
         }
         t.ok(got == want, "get/gets/set/add/replace/append/prepend/cas/delete/incr/decr/touch",
              "\n".join("%s: got %s want %s" % (k, got.get(k), w) for k, w in want.items()
@@ -106,6 +118,8 @@ def main():
         # that finds out waits (a timeout per retry interval at most).
         hung = "cache-c"
         cl.by_id[hung].signal(signal.SIGSTOP)
+        t.ok(wait_for(lambda: stopped(cl.by_id[hung].pid), 5.0),
+             "%s is stopped (every thread in state T)" % hung)
         t0 = time.monotonic()
         res, max_ms = parse_many(probe.cmd("many get k %d" % N))
         elapsed = (time.monotonic() - t0) * 1000

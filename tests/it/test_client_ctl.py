@@ -8,7 +8,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from client_lib import (skip_if_no_node, BUILDDIR, RINGCTL, SRCDIR, Cluster, Tap, accepts, free_port,  # noqa: E402
+from client_lib import (BUILDDIR, RINGCTL, SRCDIR, Cluster, Tap, accepts, free_port,  # noqa: E402
                         mc_get, mc_stats, node_binary, run)
 
 
@@ -131,7 +131,6 @@ def test_local_cluster(t):
 
 
 def main():
-    skip_if_no_node()
     t = Tap(13)
     cl = None
     try:
