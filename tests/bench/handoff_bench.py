@@ -219,17 +219,29 @@ def bench_ringcache(a, figures):
         load.stop()
         st = cl.status()
         figures["join_s"] = t_done - t_join
-        sent = sum(v for v in lg.status_counter(st, "bytes_sent").values())
-        if not sent and last_status:
-            sent = sum(lg.status_counter(last_status, "bytes_sent").values())
+        summary = dict(l.split("\t", 1) for l in out.splitlines() if "\t" in l)
+        # Bytes the sources sent: NodeStatus transfers as ringctl reports
+        # them (the join summary's moved_bytes), else the status table.
+        sent = int(summary.get("moved_bytes", 0)) or sum(
+            lg.status_counter(last_status or st, "bytes_sent").values())
+        # Bytes imported at the joiner: its own counter when it exposes one
+        # (status or stats), else the value bytes of the keys it gained.
         imported = lg.status_counter(st, "bytes_imported").get("d", 0)
-        if not imported and last_status:
-            imported = lg.status_counter(last_status, "bytes_imported").get("d", 0)
+        if not imported:
+            dst = lg.node_stats(d.addr)
+            imported = int(dst.get("bytes_imported", dst.get("cluster_bytes_imported", 0)))
+        how = "node counter"
+        if not imported:
+            imported = sum(size_of(i) for i in range(a.items) if prim2[i] == "d")
+            how = "value bytes of the keys whose primary became d (no node counter)"
+        print("# copied_over_imported: sent %d bytes, imported %d bytes (%s)" % (sent, imported,
+                                                                               how), flush=True)
         copy_time = (copy_seen[-1] - copy_seen[0]) if len(copy_seen) > 1 else figures["join_s"]
         figures["copy_mb_s"] = sent / 1e6 / copy_time if sent and copy_time > 0 else float("nan")
         figures["copied_over_imported"] = sent / float(imported) if imported else float("nan")
         fence = lg.status_counter(st, "fence_held_ms")
-        figures["fence_ms_max"] = max(fence.values()) if fence else float("nan")
+        figures["fence_ms_max"] = (max(fence.values()) if fence
+                                   else float(summary.get("fence_ms", "nan")))
         before = load.window(t_before, t_join, nonmoving)
         during = load.window(t_join, t_done, nonmoving)
         figures["p99_ratio_nonmoving"] = p99(during) / p99(before)

@@ -954,7 +954,7 @@ def sweep(hist, members, extra=(), declare=True, orphan_wait=10.0, batch=100):
     addr_of = {i: parse_addr(a) for i, a in m["nodes"]}
     res = {"lost": [], "resurrected": [], "phantom": [], "corrupt": [],
            "unacked_applied": 0, "moved": [], "errors": [], "found": {}, "items": {},
-           "orphans": {}, "evictions": {}, "checked_keys": 0, "acked_keys": 0}
+           "orphans": {}, "evictions": {}, "misrouted": {}, "checked_keys": 0, "acked_keys": 0}
     t_now = time.monotonic()
     per_node = {i: [k for k in hist.keys if i in owners[k]] for i in addr_of}
     for nid, keys in per_node.items():
@@ -1011,6 +1011,8 @@ def sweep(hist, members, extra=(), declare=True, orphan_wait=10.0, batch=100):
             items = int(st.get("curr_items", 0))
             res["items"][nid] = items
             res["evictions"][nid] = int(st.get("evictions", 0))
+            if "misrouted" in st:
+                res["misrouted"][nid] = int(st["misrouted"])
             out[nid] = items - res["found"].get(nid, 0)
         return out
     res["orphans"] = wait_for(lambda: (lambda o: o if all(v == 0 for v in o.values()) else None)(
@@ -1334,17 +1336,30 @@ def fill_fast(hist, view, declare=True, batch=200, phase=0, keys=None):
 
 def start_cluster(t, ids, replicas=1, mem=256):
     """Nodes ids started with cluster identities and `ringctl init` of
-    them: returns the Cluster (the caller closes it). TAP: init ok and every
-    node at epoch 1."""
+    them: returns (Cluster, ok) (the caller closes the cluster). TAP: init
+    ok and every node at epoch 1."""
     cl = Cluster(replicas=replicas, mem=mem)
     for i in ids:
         cl.add(i)
     rc, out, err = cl.ctl("init", "--members", cl.write_members(ids))
-    t.ok(rc == 0 and cl.store_epoch() == 1, "ringctl init: exit 0, epoch 1 in the store",
-         (rc, out[-500:], err[-500:]))
+    ok = t.ok(rc == 0 and cl.store_epoch() == 1, "ringctl init: exit 0, epoch 1 in the store",
+              (rc, out[-500:], err[-500:]))
     conv = cl.converged(1, ids)
-    t.ok(all(v == (1, 0) for v in conv.values()), "every node reports EPOCH 1 0", conv)
-    return cl
+    ok = t.ok(all(v == (1, 0) for v in conv.values()), "every node reports EPOCH 1 0",
+              conv) and ok
+    return cl, ok
+
+
+def run_tap(t, fn, *args):
+    """Run a scenario; an exception is a failed TAP line with its traceback
+    (never a silent pass)."""
+    try:
+        fn(t, *args)
+    except Exception:
+        import traceback
+        t.ok(False, "the scenario ran to its end", traceback.format_exc())
+    finally:
+        kill_all()
 
 
 def run_load_around(load, phase, fn, before_ops=400, after_ops=400, timeout=30.0):
@@ -1425,10 +1440,14 @@ def check_transition(t, cl, hist, phase, before, after, label, extra=(), attempt
     if lat:
         t.diag("%s: moving keys: %d writes, p99 %.1f ms, max %.1f ms" % (
             label, len(lat), lat[int(len(lat) * 0.99)] * 1000, lat[-1] * 1000))
+    t.ok(res["misrouted"] and all(v == 0 for v in res["misrouted"].values()),
+         "%s: stats misrouted 0 on every node %s" % (label, res["misrouted"]))
     st = cl.status()
     mr = status_counter(st, "misrouted")
-    t.ok(st["rc"] == 0 and mr and all(v == 0 for v in mr.values()),
-         "%s: ringctl status: misrouted 0 on every node %s" % (label, mr),
+    orph = status_counter(st, "orphans")
+    t.ok(st["rc"] == 0 and mr and all(v == 0 for v in mr.values())
+         and orph and all(v == 0 for v in orph.values()),
+         "%s: ringctl status: misrouted %s, orphans %s" % (label, mr, orph),
          (st["rc"], st["raw"][-800:], st["err"][-300:]))
     return res
 
