@@ -218,41 +218,73 @@ ctl_delete(struct ctl_globals *g, int argc, char **argv)
     return status;
 }
 
-/* What ctl_mget's callback needs. */
+/* ctl_mget's results, kept so they print in input order. */
 struct mget_out {
-    struct ringcache *rc;
-    char            **keys;
-    bool              human;
-    int               width;
-    int               node_width;
-    int               misses;
+    struct ringcache_value *values;
+    int                    *node;
+    int                    *status;
+    bool                    oom;
 };
 
 static void
-mget_print(void *arg, size_t index, int node, int status,
-           const struct ringcache_value *v)
+mget_keep(void *arg, size_t index, int node, int status,
+          const struct ringcache_value *v)
 {
     struct mget_out *o = arg;
-    const char *id = node >= 0 ? ringcache_node_id(o->rc, (size_t)node) : "-";
 
-    if (status != 0) {
-        ctl_error("%s: %s (%s)", o->keys[index], ringcache_strerror(status), id);
-        o->misses++;
-        return;
+    o->node[index] = node;
+    o->status[index] = status;
+    if (status == 0) {
+        o->values[index].data = malloc(v->len + 1);
+        if (o->values[index].data == NULL) {
+            o->status[index] = RINGCACHE_ENOMEM;
+            o->oom = true;
+            return;
+        }
+        memcpy(o->values[index].data, v->data, v->len);
+        o->values[index].len = v->len;
     }
-    if (o->human) {
-        printf("%-*s  %-*s  ", o->width, o->keys[index], o->node_width, id);
-    } else {
-        printf("%s\t%s\t", o->keys[index], id);
+}
+
+/* Print the kept results: hits on stdout, misses on stderr. Returns the
+ * number of keys not printed. */
+static int
+mget_print(struct ringcache *rc, char **keys, size_t n, struct mget_out *o,
+           bool human)
+{
+    size_t i;
+    int width, node_width = 1, misses = 0;
+
+    width = widest(keys, (int)n, 3);
+    for (i = 0; i < ringcache_node_count(rc); i++) {
+        int l = (int)strlen(ringcache_node_id(rc, i));
+
+        node_width = l > node_width ? l : node_width;
     }
-    fwrite(v->data, 1, v->len, stdout);
-    putchar('\n');
+    for (i = 0; i < n; i++) {
+        const char *id = o->node[i] >= 0 ? ringcache_node_id(rc, (size_t)o->node[i]) : "-";
+
+        if (o->status[i] != 0) {
+            ctl_error("%s: %s (%s)", keys[i], ringcache_strerror(o->status[i]), id);
+            misses++;
+            continue;
+        }
+        if (human) {
+            printf("%-*s  %-*s  ", width, keys[i], node_width, id);
+        } else {
+            printf("%s\t%s\t", keys[i], id);
+        }
+        fwrite(o->values[i].data, 1, o->values[i].len, stdout);
+        putchar('\n');
+    }
+    return misses;
 }
 
 int
 ctl_mget(struct ctl_globals *g, int argc, char **argv)
 {
-    struct mget_out out = { .human = g->human };
+    struct mget_out out = { 0 };
+    struct ringcache *rc;
     char *text, *line, *save = NULL;
     char **keys = NULL, **nkeys;
     size_t len, n = 0, cap = 0, i;
@@ -297,27 +329,34 @@ ctl_mget(struct ctl_globals *g, int argc, char **argv)
         free(text);
         return 0;
     }
-    out.rc = open_cluster(g, "mget");
-    if (out.rc == NULL) {
+    rc = open_cluster(g, "mget");
+    if (rc == NULL) {
         free(keys);
         free(text);
         return 2;
     }
-    out.keys = keys;
-    out.width = widest(keys, (int)n, 3);
-    for (i = 0; i < ringcache_node_count(out.rc); i++) {
-        int l = (int)strlen(ringcache_node_id(out.rc, i));
-
-        out.node_width = l > out.node_width ? l : out.node_width;
-    }
-    ret = ringcache_mget_cb(out.rc, (const char *const *)keys, NULL, n, 0, mget_print, &out);
-    if (ret != 0) {
-        ctl_error("mget: %s", ringcache_strerror(ret));
-        status = ret == RINGCACHE_EKEY ? 2 : 1;
+    out.values = calloc(n, sizeof(*out.values));
+    out.node = calloc(n, sizeof(*out.node));
+    out.status = calloc(n, sizeof(*out.status));
+    if (out.values == NULL || out.node == NULL || out.status == NULL) {
+        ctl_error("mget: out of memory");
+        status = 1;
     } else {
-        status = out.misses > 0 ? 1 : 0;
+        ret = ringcache_mget_cb(rc, (const char *const *)keys, NULL, n, 0, mget_keep, &out);
+        if (ret != 0) {
+            ctl_error("mget: %s", ringcache_strerror(ret));
+            status = ret == RINGCACHE_EKEY ? 2 : 1;
+        } else {
+            status = mget_print(rc, keys, n, &out, g->human) > 0 || out.oom ? 1 : 0;
+        }
+        for (i = 0; i < n; i++) {
+            ringcache_value_clear(&out.values[i]);
+        }
     }
-    ringcache_free(out.rc);
+    free(out.values);
+    free(out.node);
+    free(out.status);
+    ringcache_free(rc);
     free(keys);
     free(text);
     return status;

@@ -106,6 +106,7 @@ starts_word(const char *line, size_t len, const char *word, const char **msg,
     return true;
 }
 
+/* True when line[0..len) is exactly word. */
 static bool
 is_exactly(const char *line, size_t len, const char *word)
 {
@@ -165,6 +166,11 @@ mcp_parse(const char *buf, size_t len, size_t max_value, struct mcp_reply *r,
     size_t line_len, msg_len, scan;
 
     memset(r, 0, sizeof(*r));
+    if (len == 0) {
+        /* buf may be NULL here (a connection that has read nothing yet). */
+        *need = 1;
+        return 0;
+    }
     scan = len < MCP_LINE_MAX ? len : MCP_LINE_MAX;
     nl = memchr(buf, '\n', scan);
     if (nl == NULL) {

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include "client/ringcache.h"
 
 #define POOL_BUF_MIN 16384
+#define POOL_BUF_KEEP (256 * 1024)
 
 int64_t
 pool_now_ms(void)
@@ -107,6 +109,7 @@ do_take_idle(struct pool_node *n)
     return list;
 }
 
+/* Close every connection of a detached list. */
 static void
 close_list(struct pool_conn *c)
 {
@@ -207,8 +210,29 @@ pool_node_drop_idle(struct pool_node *n)
     close_list(idle);
 }
 
+/* A connect finished: from now on the socket blocks (every send passes
+ * MSG_DONTWAIT and every wait is bounded), with a receive timeout of one
+ * operation, so a reply can be awaited inside recv itself. */
+static int
+conn_connected(struct pool_conn *c)
+{
+    struct timeval tv;
+    int fl;
+
+    c->connecting = false;
+    tv.tv_sec = c->rcvtimeo_ms / 1000;
+    tv.tv_usec = (c->rcvtimeo_ms % 1000) * 1000;
+    fl = fcntl(c->fd, F_GETFL);
+    if (fl < 0 || fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK) != 0 ||
+        setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
+        return RINGCACHE_EIO;
+    }
+    return 0;
+}
+
 int
-pool_acquire(struct pool_node *n, struct pool_conn **out)
+pool_acquire(struct pool_node *n, const struct pool_config *cfg,
+             struct pool_conn **out)
 {
     struct pool_conn *c;
     int fd, one = 1;
@@ -236,6 +260,7 @@ pool_acquire(struct pool_node *n, struct pool_conn **out)
         return RINGCACHE_EIO;
     }
     c->fd = fd;
+    c->rcvtimeo_ms = cfg->op_timeout_ms;
     /* Requests are small and latency-bound: never wait for Nagle. */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (connect(fd, (struct sockaddr *)&n->addr, n->addr_len) != 0) {
@@ -244,6 +269,9 @@ pool_acquire(struct pool_node *n, struct pool_conn **out)
             return RINGCACHE_EIO;
         }
         c->connecting = true;
+    } else if (conn_connected(c) != 0) {
+        pool_conn_close(c);
+        return RINGCACHE_EIO;
     }
     *out = c;
     return 0;
@@ -291,8 +319,7 @@ pool_conn_finish_connect(struct pool_conn *c)
     if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 || soerr != 0) {
         return RINGCACHE_EIO;
     }
-    c->connecting = false;
-    return 0;
+    return conn_connected(c);
 }
 
 int
@@ -316,6 +343,12 @@ pool_release(struct pool_node *n, struct pool_conn *c, bool healthy,
 {
     if (healthy && !c->connecting && c->start == c->end) {
         c->start = c->end = 0;
+        /* A big value grew the buffer: do not park megabytes in the pool. */
+        if (c->cap > POOL_BUF_KEEP) {
+            free(c->buf);
+            c->buf = NULL;
+            c->cap = 0;
+        }
         pthread_mutex_lock(&n->lock);
         if (n->n_idle < cfg->pool_size) {
             c->next = n->idle;
@@ -440,12 +473,31 @@ pool_conn_recv_some(struct pool_conn *c)
 int
 pool_conn_recv(struct pool_conn *c, int64_t deadline)
 {
+    ssize_t got;
     long n;
     int rc;
 
-    /* Called when a reply is still incomplete, which after a request
-     * means the node has not answered yet: wait first, then read (two
-     * system calls, not three). */
+    /* The whole op timeout is still ahead (the usual case: the request
+     * was just sent; the 1 ms slack covers a tick of the ms clock): wait
+     * in recv, which SO_RCVTIMEO bounds by that timeout. */
+    if (deadline - pool_now_ms() >= c->rcvtimeo_ms - 1) {
+        if (pool_conn_reserve(c, 4096) != 0) {
+            return RINGCACHE_ENOMEM;
+        }
+        do {
+            got = recv(c->fd, c->buf + c->end, c->cap - c->end, 0);
+        } while (got < 0 && errno == EINTR);
+        if (got > 0) {
+            c->end += (size_t)got;
+            return 0;
+        }
+        if (got == 0) {
+            return RINGCACHE_EIO;
+        }
+        return errno == EAGAIN || errno == EWOULDBLOCK ? RINGCACHE_ETIMEDOUT : RINGCACHE_EIO;
+    }
+    /* Part of the time is spent: wait with poll for what is left, then
+     * read without blocking. */
     for (;;) {
         rc = wait_fd(c->fd, POLLIN, deadline);
         if (rc != 0) {

@@ -32,6 +32,7 @@ struct ringcache {
  * or RINGCACHE_EPROTO (a reply this request cannot get). */
 typedef int (*reply_fn)(void *ctx, const struct mcp_reply *r);
 
+/* Write a one-line reason into the caller's err buffer, if it gave one. */
 static void
 set_err(char *err, size_t errlen, const char *fmt, const char *arg)
 {
@@ -89,6 +90,7 @@ ringcache_value_clear(struct ringcache_value *v)
  * Creation
  */
 
+/* 0 when the options make sense, RINGCACHE_EINVAL otherwise. */
 static int
 check_options(const struct ringcache_options *o)
 {
@@ -125,6 +127,7 @@ new_from_members(struct ringcache **out, const struct ring_members *m,
         goto fail;
     }
     rc->cfg.connect_timeout_ms = rc->opt.connect_timeout_ms;
+    rc->cfg.op_timeout_ms = rc->opt.op_timeout_ms;
     rc->cfg.retry_interval_ms = rc->opt.retry_interval_ms;
     rc->cfg.retry_max_ms = rc->opt.retry_max_ms;
     rc->cfg.pool_size = rc->opt.pool_size;
@@ -397,10 +400,11 @@ node_request(struct ringcache *rc, uint32_t idx, const struct iovec *iov_in,
     long used;
     size_t need;
 
-    *sent = false;
     for (attempt = 0; attempt < 2; attempt++) {
+        /* A retried attempt starts clean: the stale one never ran. */
+        *sent = false;
         got_bytes = false;
-        ret = pool_acquire(node, &c);
+        ret = pool_acquire(node, &rc->cfg, &c);
         if (ret != 0) {
             goto fail;
         }
@@ -548,6 +552,8 @@ struct get_ctx {
     int                     result;
 };
 
+/* Reply handler of get/gets: at most one VALUE for our key, then END.
+ * The value is copied (malloc) into the context; the caller frees it. */
 static int
 get_reply(void *arg, const struct mcp_reply *r)
 {
@@ -586,6 +592,7 @@ get_reply(void *arg, const struct mcp_reply *r)
     }
 }
 
+/* get or gets of one key, failing over down its preference list. */
 static int
 do_get(struct ringcache *rc, const char *cmd, const char *key, size_t key_len,
        struct ringcache_value *out)
@@ -634,6 +641,8 @@ struct line_ctx {
     uint64_t      number;
 };
 
+/* Reply handler of the one-line commands: maps the line to a code and
+ * rejects lines that command can never get. */
 static int
 line_reply(void *arg, const struct mcp_reply *r)
 {
@@ -670,6 +679,8 @@ line_reply(void *arg, const struct mcp_reply *r)
     }
 }
 
+/* A storage command (set/add/replace/append/prepend/cas): validate, then
+ * header, value and \r\n in one sendmsg (no copy of the value). */
 static int
 do_store(struct ringcache *rc, const char *cmd, const char *key,
          size_t key_len, const void *value, size_t value_len, uint32_t flags,
@@ -819,6 +830,8 @@ struct stats_ctx {
     int               result;
 };
 
+/* Reply handler of stats: each STAT line to the caller's callback with
+ * NUL-terminated copies, until END. */
 static int
 stats_reply(void *arg, const struct mcp_reply *r)
 {
@@ -893,6 +906,7 @@ struct mget {
     void              *arg;
 };
 
+/* Report key i to the caller exactly once (v NULL: a miss). */
 static void
 mget_report(struct mget *m, size_t i, int node, const struct ringcache_value *v)
 {
@@ -934,7 +948,7 @@ batch_start(struct mget *m, struct mget_batch *b)
 {
     int ret;
 
-    ret = pool_acquire(&m->rc->nodes[b->node], &b->conn);
+    ret = pool_acquire(&m->rc->nodes[b->node], &m->rc->cfg, &b->conn);
     if (ret != 0) {
         return ret;
     }
@@ -1164,6 +1178,7 @@ mget_run(struct mget *m, struct mget_batch *b, size_t nb)
     return 0;
 }
 
+/* Close what a round left open and free its batches. */
 static void
 batches_free(struct mget_batch *b, size_t nb)
 {

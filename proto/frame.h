@@ -24,7 +24,8 @@ enum frame_type {
     FRAME_ADMIN_REQUEST,    /* admin request (cluster issue) */
     FRAME_ADMIN_REPLY,      /* admin reply */
     FRAME_HANDOFF_BATCH,    /* post-images and tombstones */
-    FRAME_HANDOFF_ACK,
+    FRAME_HANDOFF_ACK,      /* ringcache.HandoffAck */
+    FRAME_ERROR,            /* ringcache.Error, then the sender closes */
     FRAME_TYPE_END          /* first unknown type */
 };
 

@@ -445,7 +445,7 @@ void
 conn_shutdown(struct conn *c)
 {
     c->close_after_write = true;
-    if (c->out_bytes == 0) {
+    if (c->out_bytes == 0 && c->pstate != CONN_PS_GET) {
         conn_close(c);
         return;
     }
@@ -473,6 +473,9 @@ conn_event_cb(int fd, short what, void *arg)
                 goto close;
             if (st == PROTO_QUIT)
                 c->close_after_write = true;
+        } else {
+            /* Shutting down: finish a multi-get in flight, nothing new. */
+            st = proto_text_drain(c);
         }
         if (c->out_bytes > 0) {
             int r;
@@ -492,10 +495,10 @@ conn_event_cb(int fd, short what, void *arg)
                 return;
             }
         }
-        if (c->close_after_write)
-            goto close;
         if (st == PROTO_PAUSE)
             continue;
+        if (c->close_after_write)
+            goto close;
         if (!filled || ++rounds > CONN_MAX_ROUNDS) {
             /* Drained (or had our share): wait for epoll to say more came. */
             if (rounds > CONN_MAX_ROUNDS)

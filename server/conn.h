@@ -72,6 +72,7 @@ struct conn {
     uint32_t           get_next;        /* offset just past the line's '\n' */
     bool               get_cas, get_touch;
     int64_t            get_exptime;
+    uint64_t           declared_epoch;  /* `epoch <n>`: MOVED instead of forwarding */
 
     /* Output. */
     struct out_chunk  *out_head, *out_tail;

@@ -6,13 +6,69 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "server/cluster.h"
 #include "server/log.h"
 #include "server/settings.h"
 #include "server/thread.h"
+
+/* The admin token: the first line of the file, 1-256 bytes. 0 or -1. */
+static int
+read_token(const char *path, uint8_t *tok, size_t *len)
+{
+    char line[CLUSTER_TOKEN_MAX + 3];
+    FILE *f = fopen(path, "r");
+    size_t n;
+
+    if (f == NULL) {
+        log_msg(LOG_ERR, "--token-file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fgets(line, sizeof(line), f) == NULL)
+        line[0] = '\0';
+    fclose(f);
+    n = strcspn(line, "\r\n");
+    if (n == 0 || n > CLUSTER_TOKEN_MAX) {
+        log_msg(LOG_ERR, "%s:1: the token must be 1-%d bytes on the first line", path,
+                CLUSTER_TOKEN_MAX);
+        return -1;
+    }
+    memcpy(tok, line, n);
+    *len = n;
+    return 0;
+}
+
+/* Cluster mode: load the state directory, start the cluster port. */
+static int
+start_cluster(struct server *srv, const struct settings *st)
+{
+    uint8_t tok[CLUSTER_TOKEN_MAX];
+    size_t tok_len = 0;
+    char err[1400];
+    int port;
+
+    if (st->token_file[0] != '\0' && read_token(st->token_file, tok, &tok_len) < 0)
+        return -1;
+    if (cluster_new(srv, st->node_id, st->state_dir, st->cluster_name,
+                    st->token_file[0] != '\0' ? tok : NULL, tok_len, &srv->cluster,
+                    err, sizeof(err)) < 0) {
+        log_msg(LOG_ERR, "%s", err);
+        return -1;
+    }
+    port = st->cluster_port != 0 ? st->cluster_port : srv->bound_port + CLUSTER_PORT_OFFSET;
+    if (port > 65535) {
+        log_msg(LOG_ERR, "cluster port %d (client port + %d) is over 65535: give "
+                "--cluster-port", port, CLUSTER_PORT_OFFSET);
+        return -1;
+    }
+    log_msg(LOG_INFO, "cluster port %d (not served yet)", port);
+    return 0;
+}
 
 int
 main(int argc, char **argv)
@@ -36,7 +92,16 @@ main(int argc, char **argv)
         server_free(srv);
         return 1;
     }
+    if (settings.state_dir[0] != '\0' && start_cluster(srv, &settings) < 0) {
+        cluster_free(srv->cluster);
+        srv->cluster = NULL;
+        server_free(srv);
+        return 1;
+    }
     rc = server_run(srv);
+    /* Workers are joined: stop the cluster thread, then free its state. */
+    cluster_free(srv->cluster);
+    srv->cluster = NULL;
     server_free(srv);
     return rc == 0 ? 0 : 1;
 }

@@ -21,6 +21,7 @@
 #include <event2/event.h>
 #include <xxhash.h>
 
+#include "server/cluster.h"
 #include "server/conn.h"
 #include "server/log.h"
 #include "server/stats.h"
@@ -201,6 +202,64 @@ conn_store(struct conn *c)
     return c->w->srv->store;
 }
 
+/* Queue the reply for a keyed request this node does not serve. A plain
+ * client is answered MOVED too until forwarding exists (CLUSTER_FORWARD is
+ * the hook for it). */
+static void
+reply_route(struct conn *c, const struct cluster_view *v, enum cluster_route r,
+            uint32_t owner)
+{
+    char buf[64 + RING_ADDR_MAX];
+    int n;
+
+    if (r == CLUSTER_TRYAGAIN)
+        n = snprintf(buf, sizeof(buf), "SERVER_ERROR TRYAGAIN %" PRIu64 "\r\n", v->epoch);
+    else
+        n = snprintf(buf, sizeof(buf), "SERVER_ERROR MOVED %" PRIu64 " %s\r\n", v->epoch,
+                     cluster_view_addr(v, owner));
+    cluster_count(c->w->srv->cluster, r == CLUSTER_FORWARD ? CLUSTER_MOVED : r);
+    if (n > 0 && (size_t)n < sizeof(buf))
+        reply(c, buf, (size_t)n);
+}
+
+/* The ownership check of a keyed request (docs/cluster.md), run right
+ * before the store is touched: true to serve it here, false after queueing
+ * the MOVED or TRYAGAIN reply. */
+static bool
+route_ok(struct conn *c, uint64_t hash, bool write)
+{
+    struct cluster *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
+    const struct cluster_view *v;
+    enum cluster_route r;
+    uint32_t owner = 0;
+
+    if (cl == NULL)
+        return true;
+    v = cluster_view(cl);
+    r = cluster_route(v, hash, write, c->declared_epoch != 0, &owner);
+    if (r == CLUSTER_LOCAL)
+        return true;
+    reply_route(c, v, r, owner);
+    return false;
+}
+
+/* After a local write: the view may have changed under it. A write that
+ * is no longer owned and not fenced would be a misrouted acknowledgement
+ * (the fence barrier makes that impossible; the counter proves it). */
+static void
+route_after_write(struct conn *c, uint64_t hash)
+{
+    struct cluster *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
+    uint32_t owner;
+    enum cluster_route r;
+
+    if (cl == NULL)
+        return;
+    r = cluster_route(cluster_view(cl), hash, true, true, &owner);
+    if (r == CLUSTER_MOVED)
+        cluster_count_misrouted(cl);
+}
+
 /* Does a line start (after <= 100 spaces) with "get " or "gets "? Only
  * those may run past LINE_MAX_NONGET without a newline. */
 static bool
@@ -290,6 +349,17 @@ get_continue(struct conn *c)
             p = end;
         nkey = (size_t)(p - key);
         STATS_ADD(ts, cmd_get, 1);
+        if (c->w->srv != NULL && c->w->srv->cluster != NULL) {
+            uint32_t owner;
+
+            /* Ownership may have moved since the line was checked (a
+             * paused get resumes later): a miss, never a stale hit. */
+            if (cluster_route(cluster_view(c->w->srv->cluster), key_hash(key, nkey),
+                              c->get_touch, true, &owner) != CLUSTER_LOCAL) {
+                STATS_ADD(ts, get_misses, 1);
+                continue;
+            }
+        }
         if (c->get_touch) {
             STATS_ADD(ts, cmd_touch, 1);
             it = store_get_touch(s, key, nkey, key_hash(key, nkey), c->get_exptime);
@@ -320,7 +390,13 @@ process_get(struct conn *c, const char *p, const char *end, bool with_cas,
 {
     const char *q = p;
     size_t nkeys = 0;
+    struct cluster *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
+    const struct cluster_view *v = cl != NULL ? cluster_view(cl) : NULL;
+    enum cluster_route worst = CLUSTER_LOCAL;
+    uint32_t worst_owner = 0;
 
+    if (v != NULL && v->ring == NULL)
+        v = NULL;
     for (;;) {
         const char *k;
 
@@ -337,9 +413,24 @@ process_get(struct conn *c, const char *p, const char *end, bool with_cas,
             return PROTO_MORE;
         }
         nkeys++;
+        if (v != NULL && worst != CLUSTER_TRYAGAIN) {
+            uint32_t owner = 0;
+            enum cluster_route r = cluster_route(v, key_hash(k, (size_t)(q - k)), touch,
+                                                 c->declared_epoch != 0, &owner);
+
+            if (r != CLUSTER_LOCAL && (worst == CLUSTER_LOCAL || r == CLUSTER_TRYAGAIN)) {
+                worst = r;
+                worst_owner = owner;
+            }
+        }
     }
     if (nkeys == 0) {
         reply_line(c, ERR_FORMAT);
+        return PROTO_MORE;
+    }
+    /* One key not served here answers the whole get (docs/cluster.md). */
+    if (worst != CLUSTER_LOCAL) {
+        reply_route(c, v, worst, worst_owner);
         return PROTO_MORE;
     }
     c->get_pos = (uint32_t)(p - c->rbuf);
@@ -382,6 +473,10 @@ process_update(struct conn *c, struct token *t, int ntok, enum store_op op)
     }
     STATS_ADD(ts, cmd_set, 1);
     hash = key_hash(t[1].p, t[1].len);
+    if (!route_ok(c, hash, true)) {
+        swallow(c, (size_t)vlen + 2);
+        return;
+    }
     it = store_alloc(s, t[1].p, t[1].len, hash, flags, store_exptime(s, exptime),
                      (size_t)vlen, &err);
     if (it == NULL) {
@@ -423,7 +518,14 @@ complete_nread(struct conn *c)
         store_release(s, it);
         return;
     }
+    /* Checked again here: the data may have arrived in a later callback,
+     * after a fence or a commit. */
+    if (!route_ok(c, it->hash, true)) {
+        store_release(s, it);
+        return;
+    }
     r = store_put(s, it, (enum store_op)c->nread_op, c->nread_cas, NULL);
+    route_after_write(c, it->hash);
     if (c->nread_op == STORE_OP_CAS) {
         if (r == STORE_STORED)
             STATS_ADD(ts, cas_hits, 1);
@@ -462,6 +564,8 @@ static void
 process_delete(struct conn *c, struct token *t, int ntok)
 {
     struct thread_stats *ts = &c->w->stats;
+    uint64_t hash;
+    int r;
 
     if (ntok < 2 || ntok > 4) {
         reply_line(c, ERR_FORMAT);
@@ -481,8 +585,12 @@ process_delete(struct conn *c, struct token *t, int ntok)
         reply_line(c, ERR_FORMAT);
         return;
     }
-    if (store_delete(conn_store(c), t[1].p, t[1].len, key_hash(t[1].p, t[1].len)) ==
-        STORE_DELETED) {
+    hash = key_hash(t[1].p, t[1].len);
+    if (!route_ok(c, hash, true))
+        return;
+    r = store_delete(conn_store(c), t[1].p, t[1].len, hash);
+    route_after_write(c, hash);
+    if (r == STORE_DELETED) {
         STATS_ADD(ts, delete_hits, 1);
         REPLY(c, "DELETED");
     } else {
@@ -496,7 +604,7 @@ static void
 process_arith(struct conn *c, struct token *t, int ntok, bool incr)
 {
     struct thread_stats *ts = &c->w->stats;
-    uint64_t delta, value = 0;
+    uint64_t delta, value = 0, hash;
     char buf[24], *p;
     int r;
 
@@ -513,8 +621,11 @@ process_arith(struct conn *c, struct token *t, int ntok, bool incr)
         REPLY(c, "CLIENT_ERROR invalid numeric delta argument");
         return;
     }
-    r = store_arith(conn_store(c), t[1].p, t[1].len, key_hash(t[1].p, t[1].len),
-                    incr, delta, &value, NULL);
+    hash = key_hash(t[1].p, t[1].len);
+    if (!route_ok(c, hash, true))
+        return;
+    r = store_arith(conn_store(c), t[1].p, t[1].len, hash, incr, delta, &value, NULL);
+    route_after_write(c, hash);
     switch (r) {
     case STORE_STORED:
         if (incr)
@@ -550,6 +661,8 @@ process_touch(struct conn *c, struct token *t, int ntok)
     struct thread_stats *ts = &c->w->stats;
     struct store *s = conn_store(c);
     int32_t exptime;
+    uint64_t hash;
+    int r;
 
     if (ntok != 3 && ntok != 4) {
         reply_line(c, ERR_FORMAT);
@@ -564,9 +677,13 @@ process_touch(struct conn *c, struct token *t, int ntok)
         REPLY(c, "CLIENT_ERROR invalid exptime argument");
         return;
     }
+    hash = key_hash(t[1].p, t[1].len);
+    if (!route_ok(c, hash, true))
+        return;
     STATS_ADD(ts, cmd_touch, 1);
-    if (store_touch(s, t[1].p, t[1].len, key_hash(t[1].p, t[1].len),
-                    store_exptime(s, exptime)) == STORE_TOUCHED) {
+    r = store_touch(s, t[1].p, t[1].len, hash, store_exptime(s, exptime));
+    route_after_write(c, hash);
+    if (r == STORE_TOUCHED) {
         STATS_ADD(ts, touch_hits, 1);
         REPLY(c, "TOUCHED");
     } else {
@@ -685,6 +802,21 @@ stats_general(struct conn *c)
     reply_printf(c, "STAT expired_unfetched %" PRIu64 "\r\n", ss.expired_unfetched);
     reply_printf(c, "STAT evictions %" PRIu64 "\r\n", ss.evictions);
     reply_printf(c, "STAT reclaimed %" PRIu64 "\r\n", ss.reclaimed);
+    {
+        const struct cluster_view *v = srv->cluster != NULL ? cluster_view(srv->cluster) : NULL;
+        struct cluster_counters cc;
+
+        memset(&cc, 0, sizeof(cc));
+        if (srv->cluster != NULL)
+            cluster_counters_get(srv->cluster, &cc);
+        reply_printf(c, "STAT cluster_epoch %" PRIu64 "\r\n", v != NULL ? v->epoch : 0);
+        reply_printf(c, "STAT cluster_pending_epoch %" PRIu64 "\r\n",
+                     v != NULL ? v->pending_epoch : 0);
+        reply_printf(c, "STAT moved %" PRIu64 "\r\n", cc.moved);
+        reply_printf(c, "STAT tryagain %" PRIu64 "\r\n", cc.tryagain);
+        reply_printf(c, "STAT forwarded %" PRIu64 "\r\n", cc.forwarded);
+        reply_printf(c, "STAT misrouted %" PRIu64 "\r\n", cc.misrouted);
+    }
     conn_out_add(c, "END\r\n", 5);
 }
 
@@ -738,6 +870,44 @@ process_stats(struct conn *c, struct token *t, int ntok)
     } else {
         conn_out_add(c, "ERROR\r\n", 7);
     }
+}
+
+/* `config`: the active membership (docs/cluster.md). */
+static void
+process_config(struct conn *c)
+{
+    struct cluster *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
+    const struct cluster_view *v;
+
+    if (cl == NULL) {
+        conn_out_add(c, "CONFIG 0 0\r\n\r\nEND\r\n", 19);
+        return;
+    }
+    v = cluster_view(cl);
+    conn_out_add(c, v->config, v->config_len);
+}
+
+/* `epoch`: "EPOCH <active> <pending>"; `epoch <n>`: this connection
+ * declares its epoch and gets MOVED instead of forwarding from now on
+ * (`epoch 0` withdraws it). */
+static void
+process_epoch(struct conn *c, struct token *t, int ntok)
+{
+    struct cluster *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
+    const struct cluster_view *v = cl != NULL ? cluster_view(cl) : NULL;
+    uint64_t n;
+
+    if (ntok == 1) {
+        reply_printf(c, "EPOCH %" PRIu64 " %" PRIu64 "\r\n", v != NULL ? v->epoch : 0,
+                     v != NULL ? v->pending_epoch : 0);
+        return;
+    }
+    if (ntok != 2 || !parse_u64(&t[1], &n)) {
+        reply_line(c, ERR_FORMAT);
+        return;
+    }
+    c->declared_epoch = n;
+    conn_out_add(c, "OK\r\n", 4);
 }
 
 /* Execute one command line [line, end) (no "\r\n"). */
@@ -822,6 +992,10 @@ process_command(struct conn *c, const char *line, const char *end)
             process_stats(c, t, ntok);
             return PROTO_MORE;
         }
+        if (TOK_IS(&t[0], "epoch")) {
+            process_epoch(c, t, ntok);
+            return PROTO_MORE;
+        }
         break;
     case 6:
         if (TOK_IS(&t[0], "delete")) {
@@ -830,6 +1004,10 @@ process_command(struct conn *c, const char *line, const char *end)
         }
         if (TOK_IS(&t[0], "append")) {
             process_update(c, t, ntok, STORE_OP_APPEND);
+            return PROTO_MORE;
+        }
+        if (TOK_IS(&t[0], "config") && ntok == 1) {
+            process_config(c);
             return PROTO_MORE;
         }
         break;
@@ -871,6 +1049,17 @@ process_command(struct conn *c, const char *line, const char *end)
     }
     conn_out_add(c, "ERROR\r\n", 7);
     return PROTO_MORE;
+}
+
+/* Finish a paused get only; see proto_text.h. */
+enum proto_status
+proto_text_drain(struct conn *c)
+{
+    if (c->pstate != CONN_PS_GET)
+        return PROTO_MORE;
+    if (c->out_bytes >= CONN_OUT_SOFT_CAP)
+        return PROTO_PAUSE;
+    return get_continue(c);
 }
 
 /* Parse and execute; see proto_text.h. */

@@ -24,4 +24,11 @@ enum proto_status {
  */
 enum proto_status proto_text_process(struct conn *c);
 
+/*
+ * Shutdown: continue only a multi-get that paused on a full output queue
+ * (an in-flight reply), never a new command. PROTO_PAUSE while it still
+ * has keys to serve, PROTO_MORE when nothing is in flight.
+ */
+enum proto_status proto_text_drain(struct conn *c);
+
 #endif /* SERVER_PROTO_TEXT_H */

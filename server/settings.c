@@ -27,6 +27,7 @@ settings_init(struct settings *s)
     s->maxconns = 1024;
     s->item_size_max = 1024 * 1024;
     s->verbose = 0;
+    strcpy(s->cluster_name, "ringcache");
 }
 
 /* Print the usage text to f. */
@@ -43,6 +44,11 @@ settings_usage(FILE *f)
         "  -c, --conn-limit=<num>     max simultaneous connections (default: 1024)\n"
         "  -I, --max-item-size=<num>  largest item, k/m suffix allowed (default: 1m)\n"
         "  -v, --verbose              print the listening address; -vv: per connection\n"
+        "      --id=<id>              this node's id in memberships (cluster mode)\n"
+        "      --state-dir=<dir>      cluster state directory; enables cluster mode\n"
+        "      --token-file=<file>    admin token (first line) for the cluster port\n"
+        "      --cluster=<name>       cluster name (default: ringcache)\n"
+        "      --cluster-port=<num>   cluster port (default: client port + 10000)\n"
         "  -h, --help                 print this help and exit\n"
         "  -V, --version              print the version and exit\n");
 }
@@ -98,6 +104,28 @@ bad_value(FILE *err, char opt, const char *val, const char *why)
     return -1;
 }
 
+/* Long-only options (cluster mode). */
+enum {
+    OPT_ID = 256,
+    OPT_STATE_DIR,
+    OPT_TOKEN_FILE,
+    OPT_CLUSTER,
+    OPT_CLUSTER_PORT,
+};
+
+/* Copy a string option into dst[size]; -1 (reported) when empty or long. */
+static int
+copy_opt(FILE *err, const char *name, const char *val, char *dst, size_t size)
+{
+    if (val[0] == '\0' || strlen(val) >= size) {
+        fprintf(err, "ringcached: --%s: must be 1-%zu bytes\n", name, size - 1);
+        settings_usage(err);
+        return -1;
+    }
+    strcpy(dst, val);
+    return 0;
+}
+
 /* Parse the command line into s. */
 int
 settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
@@ -112,6 +140,11 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
+        { "id", required_argument, NULL, OPT_ID },
+        { "state-dir", required_argument, NULL, OPT_STATE_DIR },
+        { "token-file", required_argument, NULL, OPT_TOKEN_FILE },
+        { "cluster", required_argument, NULL, OPT_CLUSTER },
+        { "cluster-port", required_argument, NULL, OPT_CLUSTER_PORT },
         { NULL, 0, NULL, 0 },
     };
     long v;
@@ -154,6 +187,32 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         case 'v':
             s->verbose++;
             break;
+        case OPT_ID:
+            if (copy_opt(err, "id", optarg, s->node_id, sizeof(s->node_id)) < 0)
+                return -1;
+            break;
+        case OPT_STATE_DIR:
+            if (copy_opt(err, "state-dir", optarg, s->state_dir, sizeof(s->state_dir)) < 0)
+                return -1;
+            break;
+        case OPT_TOKEN_FILE:
+            if (copy_opt(err, "token-file", optarg, s->token_file, sizeof(s->token_file)) < 0)
+                return -1;
+            break;
+        case OPT_CLUSTER:
+            if (copy_opt(err, "cluster", optarg, s->cluster_name,
+                         sizeof(s->cluster_name)) < 0)
+                return -1;
+            break;
+        case OPT_CLUSTER_PORT:
+            if (parse_int(optarg, 1, 65535, &v) < 0) {
+                fprintf(err, "ringcached: --cluster-port %s: not a port number (1-65535)\n",
+                        optarg);
+                settings_usage(err);
+                return -1;
+            }
+            s->cluster_port = (int)v;
+            break;
         case 'h':
             settings_usage(out);
             return 1;
@@ -175,6 +234,17 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
     }
     if (optind < argc) {
         fprintf(err, "ringcached: unexpected argument: %s\n", argv[optind]);
+        settings_usage(err);
+        return -1;
+    }
+    if (s->state_dir[0] != '\0' && s->node_id[0] == '\0') {
+        fprintf(err, "ringcached: --state-dir needs --id\n");
+        settings_usage(err);
+        return -1;
+    }
+    if (s->state_dir[0] == '\0' && (s->node_id[0] != '\0' || s->token_file[0] != '\0' ||
+                                    s->cluster_port != 0)) {
+        fprintf(err, "ringcached: --id, --token-file and --cluster-port need --state-dir\n");
         settings_usage(err);
         return -1;
     }

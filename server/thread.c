@@ -41,6 +41,8 @@ server_new(const struct settings *settings)
     srv->settings = *settings;
     srv->listen_fd = -1;
     pthread_mutex_init(&srv->stats_lock, NULL);
+    pthread_mutex_init(&srv->barrier_lock, NULL);
+    pthread_cond_init(&srv->barrier_cond, NULL);
     memset(&cfg, 0, sizeof(cfg));
     cfg.mem_limit = settings->maxbytes;
     cfg.item_size_max = settings->item_size_max;
@@ -209,6 +211,11 @@ worker_notify_cb(evutil_socket_t fd, short what, void *arg)
     }
     if (stop)
         worker_begin_shutdown(w);
+    /* Between callbacks: this worker holds no cluster view. */
+    pthread_mutex_lock(&w->srv->barrier_lock);
+    w->barrier_seen = w->srv->barrier_gen;
+    pthread_cond_broadcast(&w->srv->barrier_cond);
+    pthread_mutex_unlock(&w->srv->barrier_lock);
 }
 
 /* Worker thread body: run the base until shutdown, then close leftovers. */
@@ -217,11 +224,60 @@ worker_main(void *arg)
 {
     struct worker *w = arg;
 
+    pthread_mutex_lock(&w->srv->barrier_lock);
+    w->barrier_live = true;
+    w->barrier_seen = w->srv->barrier_gen;
+    pthread_mutex_unlock(&w->srv->barrier_lock);
     event_base_dispatch(w->base);
+    pthread_mutex_lock(&w->srv->barrier_lock);
+    w->barrier_live = false;
+    pthread_cond_broadcast(&w->srv->barrier_cond);
+    pthread_mutex_unlock(&w->srv->barrier_lock);
     w->shutting_down = true;
     while (w->conns != NULL)
         conn_close(w->conns);
     return NULL;
+}
+
+/* Grace period over every running worker; see thread.h. */
+int
+server_barrier(struct server *srv)
+{
+    struct timespec deadline;
+    uint64_t gen;
+    int i, rc = 0;
+
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 10;
+    pthread_mutex_lock(&srv->barrier_lock);
+    gen = ++srv->barrier_gen;
+    pthread_mutex_unlock(&srv->barrier_lock);
+    for (i = 0; i < srv->nworkers; i++) {
+        if (srv->workers[i].notify_fd[1] >= 0 &&
+            write(srv->workers[i].notify_fd[1], "b", 1) < 0 && errno != EAGAIN)
+            log_msg(LOG_ERR, "worker wake-up: %s", strerror(errno));
+    }
+    pthread_mutex_lock(&srv->barrier_lock);
+    for (;;) {
+        bool waiting = false;
+
+        for (i = 0; i < srv->nworkers; i++) {
+            struct worker *w = &srv->workers[i];
+
+            if (w->barrier_live && w->barrier_seen < gen)
+                waiting = true;
+        }
+        if (!waiting)
+            break;
+        if (pthread_cond_timedwait(&srv->barrier_cond, &srv->barrier_lock,
+                                   &deadline) == ETIMEDOUT) {
+            log_msg(LOG_ERR, "worker barrier: no answer in 10 s");
+            rc = -1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&srv->barrier_lock);
+    return rc;
 }
 
 /* Hand a socket to the next worker (round robin). */
@@ -450,6 +506,8 @@ server_free(struct server *srv)
     if (srv->store != NULL)
         store_free(srv->store);
     pthread_mutex_destroy(&srv->stats_lock);
+    pthread_mutex_destroy(&srv->barrier_lock);
+    pthread_cond_destroy(&srv->barrier_cond);
     free(srv);
 }
 

@@ -20,6 +20,7 @@
 struct event_base;
 struct event;
 struct conn;
+struct cluster;
 struct out_chunk;
 struct server;
 
@@ -56,6 +57,9 @@ struct worker {
     int                nchunk_pool;
     struct out_chunk  *ichunk_pool;    /* free item-reference chunks */
     int                nichunk_pool;
+    /* server_barrier (under srv->barrier_lock). */
+    bool               barrier_live;   /* the thread runs its loop */
+    uint64_t           barrier_seen;   /* last barrier generation passed */
 };
 
 /* The whole node. */
@@ -77,6 +81,11 @@ struct server {
     pthread_mutex_t    stats_lock;
     struct thread_stats base_thread;
     uint64_t           base_total_conns, base_rejected_conns;
+    /* Cluster mode (server/cluster.h); NULL: a plain single-node cache. */
+    struct cluster    *cluster;
+    pthread_mutex_t    barrier_lock;
+    pthread_cond_t     barrier_cond;
+    uint64_t           barrier_gen;
 };
 
 /*
@@ -106,6 +115,14 @@ void server_conn_totals(struct server *srv, uint64_t *total, uint64_t *rejected)
 
 /* `stats reset`: record the current totals as the new baseline. */
 void server_stats_reset(struct server *srv);
+
+/*
+ * Wait until every running worker has returned to its event loop once
+ * (an RCU-style grace period): after it, no worker is still inside a
+ * request that started before the call. Any thread but a worker's.
+ * 0, or -1 after 10 s without it (logged).
+ */
+int server_barrier(struct server *srv);
 
 /* Called by conn.c when a worker's connection closes (conn count, and
  * ends the worker's loop once it is shutting down and has none left). */

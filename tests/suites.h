@@ -13,6 +13,8 @@ Suite *proto_text_suite(void);
 Suite *conn_suite(void);
 Suite *client_suite(void);
 Suite *proto_suite(void);
+Suite *cluster_suite(void);
+Suite *mstore_suite(void);
 
 /* Absolute path of the source tree (for test data such as the vectors). */
 #ifndef RC_SRCDIR

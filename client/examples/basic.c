@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "client/ringcache.h"
+#include <ringcache.h>
 
 #define N_KEYS 10
 

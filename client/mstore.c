@@ -1,0 +1,699 @@
+/*
+ * mstore: the membership store front end and its directory backend. The
+ * directory backend serialises every transaction under flock(DIR/lock),
+ * so two admins' checks-then-writes are linearizable; each record is a file
+ * whose first line is "# rev N", written crash-safely (temp file, fsync,
+ * rename or link, directory fsync). DIR/revision holds the store-wide
+ * revision counter, so a revision is never reused (no ABA on pending).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "client/mstore.h"
+
+#define NAME_MAX_LEN 255
+
+struct mstore {
+    const struct mstore_backend *be;
+    void *state;
+};
+
+/* Directory backend state. */
+struct dir_store {
+    char *dir;      /* the directory, without a trailing '/' */
+    int   lock_fd;  /* DIR/lock, flock'ed around every read and txn */
+};
+
+static void
+set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* printf into err (if any). */
+static void
+set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err == NULL || errlen == 0) {
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* A record name is one or more '/'-separated components of
+ * [A-Za-z0-9._-], none empty, "." or "..": it stays inside the store. */
+static bool
+name_ok(const char *name)
+{
+    size_t i, len = strlen(name), comp = 0;
+
+    if (len == 0 || len > NAME_MAX_LEN) {
+        return false;
+    }
+    for (i = 0; i <= len; i++) {
+        char c = name[i];
+
+        if (c == '/' || c == '\0') {
+            if (comp == 0 || (comp == 1 && name[i - 1] == '.')
+                || (comp == 2 && name[i - 1] == '.' && name[i - 2] == '.')) {
+                return false;
+            }
+            comp = 0;
+            continue;
+        }
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+              || c == '.' || c == '_' || c == '-')) {
+            return false;
+        }
+        comp++;
+    }
+    return true;
+}
+
+/* fsync a directory so a rename, link or unlink in it is durable. */
+static int
+fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    int rc = 0;
+
+    if (fd < 0) {
+        return -1;
+    }
+    if (fsync(fd) != 0 && errno != EINVAL) {
+        rc = -1;
+    }
+    close(fd);
+    return rc;
+}
+
+/* The directory holding path (a malloc'd copy); NULL on ENOMEM. */
+static char *
+parent_of(const char *path)
+{
+    char *p = strdup(path), *slash;
+
+    if (p == NULL) {
+        return NULL;
+    }
+    slash = strrchr(p, '/');
+    if (slash == NULL) {
+        strcpy(p, ".");
+    } else if (slash == p) {
+        slash[1] = '\0';
+    } else {
+        *slash = '\0';
+    }
+    return p;
+}
+
+/*
+ * Read a whole file into a malloc'd NUL-terminated buffer. MSTORE_ENOENT
+ * when it does not exist, MSTORE_ECORRUPT when it is larger than the store
+ * accepts, MSTORE_EIO otherwise.
+ */
+static int
+read_whole(const char *path, char **out, size_t *len, char *err, size_t errlen)
+{
+    struct stat st;
+    char *buf = NULL;
+    size_t n = 0;
+    ssize_t got;
+    int fd, rc = MSTORE_OK;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) {
+            return MSTORE_ENOENT;
+        }
+        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        return MSTORE_EIO;
+    }
+    if (fstat(fd, &st) != 0) {
+        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        rc = MSTORE_EIO;
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size > (off_t)MSTORE_RECORD_MAX) {
+        set_err(err, errlen, "%s:1: not a regular file of at most %u bytes", path,
+                MSTORE_RECORD_MAX);
+        rc = MSTORE_ECORRUPT;
+        goto out;
+    }
+    buf = malloc((size_t)st.st_size + 1);
+    if (buf == NULL) {
+        rc = MSTORE_ENOMEM;
+        goto out;
+    }
+    while (n < (size_t)st.st_size) {
+        got = read(fd, buf + n, (size_t)st.st_size - n);
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got < 0) {
+            set_err(err, errlen, "%s: %s", path, strerror(errno));
+            rc = MSTORE_EIO;
+            goto out;
+        }
+        if (got == 0) {
+            break;  /* shrank under us: take what is there */
+        }
+        n += (size_t)got;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    buf = NULL;
+out:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+/* Parse "N\n"-style decimal at p (up to the end of line); -1 if it is not
+ * a positive 64-bit decimal followed by '\n'. */
+static int
+parse_rev_digits(const char *p, const char *end, uint64_t *rev)
+{
+    uint64_t v = 0;
+    const char *start = p;
+
+    while (p < end && *p >= '0' && *p <= '9') {
+        if (v > (UINT64_MAX - 9) / 10) {
+            return -1;
+        }
+        v = v * 10 + (uint64_t)(*p - '0');
+        p++;
+    }
+    if (p == start || p >= end || *p != '\n' || v == 0 || v == MSTORE_ANY_REV) {
+        return -1;
+    }
+    *rev = v;
+    return 0;
+}
+
+/* Read the record file at path into rec (rev from its first line). */
+static int
+read_record(const char *path, struct mstore_record *rec, char *err, size_t errlen)
+{
+    static const char prefix[] = "# rev ";
+    char *text = NULL;
+    size_t len = 0;
+    int rc;
+
+    memset(rec, 0, sizeof(*rec));
+    snprintf(rec->where, sizeof(rec->where), "%s", path);
+    rc = read_whole(path, &text, &len, err, errlen);
+    if (rc != MSTORE_OK) {
+        return rc;
+    }
+    if (len < sizeof(prefix) - 1 || memcmp(text, prefix, sizeof(prefix) - 1) != 0
+        || parse_rev_digits(text + sizeof(prefix) - 1, text + len, &rec->rev) != 0) {
+        set_err(err, errlen, "%s:1: expected '# rev N' (N > 0) as the first line", path);
+        free(text);
+        return MSTORE_ECORRUPT;
+    }
+    rec->text = text;
+    rec->len = len;
+    return MSTORE_OK;
+}
+
+/* Write content to path crash-safely: path.tmp, fsync, then rename over
+ * path (exclusive = false) or link to path, which fails if it exists
+ * (exclusive = true: the O_EXCL create, but never half-written). Then the
+ * directory is fsync'd. MSTORE_ECONFLICT when an exclusive create finds
+ * the name taken. */
+static int
+write_atomic(const char *path, const char *head, size_t head_len, const char *data,
+             size_t len, bool exclusive, char *err, size_t errlen)
+{
+    char tmp[MSTORE_WHERE_MAX + 8];
+    char *parent = NULL;
+    const char *parts[2] = { head, data };
+    size_t lens[2] = { head_len, len };
+    int fd = -1, rc = MSTORE_EIO, i;
+
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp)) {
+        set_err(err, errlen, "%s: path too long", path);
+        return MSTORE_EINVAL;
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        set_err(err, errlen, "%s: %s", tmp, strerror(errno));
+        return MSTORE_EIO;
+    }
+    for (i = 0; i < 2; i++) {
+        size_t off = 0;
+
+        while (off < lens[i]) {
+            ssize_t w = write(fd, parts[i] + off, lens[i] - off);
+
+            if (w < 0 && errno == EINTR) {
+                continue;
+            }
+            if (w < 0) {
+                set_err(err, errlen, "%s: %s", tmp, strerror(errno));
+                goto out;
+            }
+            off += (size_t)w;
+        }
+    }
+    if (fsync(fd) != 0) {
+        set_err(err, errlen, "%s: fsync: %s", tmp, strerror(errno));
+        goto out;
+    }
+    close(fd);
+    fd = -1;
+    if (exclusive) {
+        if (link(tmp, path) != 0) {
+            int e = errno;
+
+            unlink(tmp);
+            if (e == EEXIST) {
+                set_err(err, errlen, "%s: exists", path);
+                rc = MSTORE_ECONFLICT;
+            } else {
+                set_err(err, errlen, "%s: %s", path, strerror(e));
+            }
+            goto out;
+        }
+        unlink(tmp);
+    } else if (rename(tmp, path) != 0) {
+        set_err(err, errlen, "%s: rename: %s", path, strerror(errno));
+        unlink(tmp);
+        goto out;
+    }
+    parent = parent_of(path);
+    if (parent == NULL || fsync_dir(parent) != 0) {
+        set_err(err, errlen, "%s: fsync of the directory failed", path);
+        goto out;
+    }
+    rc = MSTORE_OK;
+out:
+    if (fd >= 0) {
+        close(fd);
+    }
+    free(parent);
+    return rc;
+}
+
+/* Create the directories leading to DIR/name (e.g. DIR/history). */
+static int
+make_parents(const char *dir, const char *name, char *err, size_t errlen)
+{
+    char path[MSTORE_WHERE_MAX];
+    const char *p = name;
+    const char *slash;
+
+    while ((slash = strchr(p, '/')) != NULL) {
+        snprintf(path, sizeof(path), "%s/%.*s", dir, (int)(slash - name), name);
+        if (mkdir(path, 0755) == 0) {
+            if (fsync_dir(dir) != 0) {
+                set_err(err, errlen, "%s: fsync failed", dir);
+                return MSTORE_EIO;
+            }
+        } else if (errno != EEXIST) {
+            set_err(err, errlen, "%s: %s", path, strerror(errno));
+            return MSTORE_EIO;
+        }
+        p = slash + 1;
+    }
+    return MSTORE_OK;
+}
+
+/* Open (creating if needed) a store directory and its lock file. */
+static int
+dir_open(const char *spec, void **state, char *err, size_t errlen)
+{
+    struct dir_store *d;
+    char path[MSTORE_WHERE_MAX];
+    size_t len = strlen(spec);
+    struct stat st;
+
+    while (len > 1 && spec[len - 1] == '/') {
+        len--;
+    }
+    if (len == 0 || len > MSTORE_WHERE_MAX - NAME_MAX_LEN - 16) {
+        set_err(err, errlen, "store: bad directory '%s'", spec);
+        return MSTORE_EINVAL;
+    }
+    if (mkdir(spec, 0755) != 0 && errno != EEXIST) {
+        set_err(err, errlen, "%s: %s", spec, strerror(errno));
+        return MSTORE_EIO;
+    }
+    if (stat(spec, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        set_err(err, errlen, "%s: not a directory", spec);
+        return MSTORE_EIO;
+    }
+    d = calloc(1, sizeof(*d));
+    if (d == NULL || (d->dir = strndup(spec, len)) == NULL) {
+        free(d);
+        return MSTORE_ENOMEM;
+    }
+    snprintf(path, sizeof(path), "%s/lock", d->dir);
+    d->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (d->lock_fd < 0) {
+        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        free(d->dir);
+        free(d);
+        return MSTORE_EIO;
+    }
+    *state = d;
+    return MSTORE_OK;
+}
+
+static void
+dir_close(void *state)
+{
+    struct dir_store *d = state;
+
+    if (d == NULL) {
+        return;
+    }
+    close(d->lock_fd);
+    free(d->dir);
+    free(d);
+}
+
+/* flock with EINTR retries. */
+static int
+lock_fd(int fd, int op, const char *dir, char *err, size_t errlen)
+{
+    while (flock(fd, op) != 0) {
+        if (errno != EINTR) {
+            set_err(err, errlen, "%s/lock: flock: %s", dir, strerror(errno));
+            return MSTORE_EIO;
+        }
+    }
+    return MSTORE_OK;
+}
+
+/* Read one record under a shared lock (so the pending pair is seen whole
+ * relative to other admins' transactions). */
+static int
+dir_get(void *state, const char *name, struct mstore_record *rec, char *err, size_t errlen)
+{
+    struct dir_store *d = state;
+    char path[MSTORE_WHERE_MAX];
+    int rc;
+
+    snprintf(path, sizeof(path), "%s/%s", d->dir, name);
+    rc = lock_fd(d->lock_fd, LOCK_SH, d->dir, err, errlen);
+    if (rc != MSTORE_OK) {
+        return rc;
+    }
+    rc = read_record(path, rec, err, errlen);
+    flock(d->lock_fd, LOCK_UN);
+    if (rc == MSTORE_ENOENT) {
+        set_err(err, errlen, "%s: no such record", path);
+    }
+    return rc;
+}
+
+/* The store-wide revision counter (0 when DIR/revision does not exist). */
+static int
+read_counter(struct dir_store *d, uint64_t *out, char *err, size_t errlen)
+{
+    char path[MSTORE_WHERE_MAX];
+    char *text = NULL;
+    size_t len = 0;
+    int rc;
+
+    snprintf(path, sizeof(path), "%s/revision", d->dir);
+    rc = read_whole(path, &text, &len, err, errlen);
+    if (rc == MSTORE_ENOENT) {
+        *out = 0;
+        return MSTORE_OK;
+    }
+    if (rc != MSTORE_OK) {
+        return rc;
+    }
+    if (parse_rev_digits(text, text + len, out) != 0) {
+        set_err(err, errlen, "%s:1: expected a positive revision number", path);
+        rc = MSTORE_ECORRUPT;
+    }
+    free(text);
+    return rc;
+}
+
+/*
+ * Check every op's condition, then stamp a new revision (the counter is
+ * written first, so it is never behind a record), then apply the writes in
+ * order. All under the exclusive flock: two admins' transactions are
+ * serialised, which makes create_if_absent and CAS linearizable.
+ */
+static int
+dir_txn(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed,
+        uint64_t *new_rev, char *err, size_t errlen)
+{
+    struct dir_store *d = state;
+    char path[MSTORE_WHERE_MAX];
+    char head[64];
+    uint64_t counter = 0, rev;
+    size_t i;
+    int rc, hl;
+
+    rc = lock_fd(d->lock_fd, LOCK_EX, d->dir, err, errlen);
+    if (rc != MSTORE_OK) {
+        return rc;
+    }
+    rc = read_counter(d, &counter, err, errlen);
+    if (rc != MSTORE_OK) {
+        goto out;
+    }
+    for (i = 0; i < n_ops; i++) {
+        struct mstore_record cur;
+        uint64_t have;
+        bool ok;
+
+        snprintf(path, sizeof(path), "%s/%s", d->dir, ops[i].name);
+        rc = read_record(path, &cur, err, errlen);
+        if (rc != MSTORE_OK && rc != MSTORE_ENOENT) {
+            goto out;
+        }
+        have = rc == MSTORE_OK ? cur.rev : 0;
+        mstore_record_clear(&cur);
+        rc = MSTORE_OK;
+        if (have > counter) {
+            counter = have;     /* a lost counter file: never reuse a rev */
+        }
+        switch (ops[i].kind) {
+        case MSTORE_CHECK:  ok = have == ops[i].rev; break;
+        case MSTORE_CREATE: ok = have == 0; break;
+        default:            ok = ops[i].rev == MSTORE_ANY_REV || have == ops[i].rev; break;
+        }
+        if (!ok) {
+            if (failed != NULL) {
+                *failed = i;
+            }
+            set_err(err, errlen, "%s: revision is %" PRIu64 ", expected %s%" PRIu64, path,
+                    have, ops[i].kind == MSTORE_CREATE ? "absent, " : "", ops[i].rev);
+            rc = MSTORE_ECONFLICT;
+            goto out;
+        }
+    }
+    for (i = 0; i < n_ops && ops[i].kind == MSTORE_CHECK; i++) {
+    }
+    if (i == n_ops) {
+        goto out;   /* checks only: nothing to stamp */
+    }
+    rev = counter + 1;
+    hl = snprintf(head, sizeof(head), "%" PRIu64 "\n", rev);
+    snprintf(path, sizeof(path), "%s/revision", d->dir);
+    rc = write_atomic(path, head, (size_t)hl, "", 0, false, err, errlen);
+    if (rc != MSTORE_OK) {
+        goto out;
+    }
+    hl = snprintf(head, sizeof(head), "# rev %" PRIu64 "\n", rev);
+    for (i = 0; i < n_ops; i++) {
+        snprintf(path, sizeof(path), "%s/%s", d->dir, ops[i].name);
+        switch (ops[i].kind) {
+        case MSTORE_CHECK:
+            break;
+        case MSTORE_CREATE:
+        case MSTORE_PUT:
+            rc = make_parents(d->dir, ops[i].name, err, errlen);
+            if (rc == MSTORE_OK) {
+                rc = write_atomic(path, head, (size_t)hl, ops[i].data, ops[i].len,
+                                  ops[i].kind == MSTORE_CREATE, err, errlen);
+            }
+            break;
+        case MSTORE_DELETE:
+            if (unlink(path) != 0 && errno != ENOENT) {
+                set_err(err, errlen, "%s: %s", path, strerror(errno));
+                rc = MSTORE_EIO;
+            } else {
+                char *parent = parent_of(path);
+
+                if (parent == NULL || fsync_dir(parent) != 0) {
+                    set_err(err, errlen, "%s: fsync of the directory failed", path);
+                    rc = MSTORE_EIO;
+                }
+                free(parent);
+            }
+            break;
+        }
+        if (rc != MSTORE_OK) {
+            if (failed != NULL) {
+                *failed = i;
+            }
+            goto out;
+        }
+    }
+    if (new_rev != NULL) {
+        *new_rev = rev;
+    }
+out:
+    flock(d->lock_fd, LOCK_UN);
+    return rc;
+}
+
+const struct mstore_backend mstore_dir_backend = {
+    .name = "dir",
+    .open = dir_open,
+    .get = dir_get,
+    .txn = dir_txn,
+    .close = dir_close,
+};
+
+struct mstore *
+mstore_open(const char *spec, char *err, size_t errlen)
+{
+    const struct mstore_backend *be = &mstore_dir_backend;
+    struct mstore *s;
+    int rc;
+
+    if (spec == NULL || spec[0] == '\0') {
+        set_err(err, errlen, "no store given (--store DIR)");
+        return NULL;
+    }
+    if (strncmp(spec, "etcd://", 7) == 0) {
+        set_err(err, errlen, "%s: the etcd backend is not built in this version "
+                "(use --store DIR)", spec);
+        return NULL;
+    }
+    if (strncmp(spec, "dir:", 4) == 0) {
+        spec += 4;
+    }
+    s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        set_err(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->be = be;
+    rc = be->open(spec, &s->state, err, errlen);
+    if (rc != MSTORE_OK) {
+        if (rc == MSTORE_ENOMEM) {
+            set_err(err, errlen, "out of memory");
+        }
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void
+mstore_close(struct mstore *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    s->be->close(s->state);
+    free(s);
+}
+
+int
+mstore_get(struct mstore *s, const char *name, struct mstore_record *rec, char *err,
+           size_t errlen)
+{
+    memset(rec, 0, sizeof(*rec));
+    if (!name_ok(name)) {
+        set_err(err, errlen, "bad record name '%s'", name);
+        return MSTORE_EINVAL;
+    }
+    return s->be->get(s->state, name, rec, err, errlen);
+}
+
+int
+mstore_txn(struct mstore *s, const struct mstore_op *ops, size_t n_ops, size_t *failed,
+           uint64_t *new_rev, char *err, size_t errlen)
+{
+    size_t i;
+
+    for (i = 0; i < n_ops; i++) {
+        if (!name_ok(ops[i].name)
+            || ((ops[i].kind == MSTORE_CREATE || ops[i].kind == MSTORE_PUT)
+                && (ops[i].len > MSTORE_RECORD_MAX - 64 || (ops[i].len > 0 && ops[i].data == NULL)))) {
+            set_err(err, errlen, "bad record name or data for '%s'", ops[i].name);
+            if (failed != NULL) {
+                *failed = i;
+            }
+            return MSTORE_EINVAL;
+        }
+    }
+    return s->be->txn(s->state, ops, n_ops, failed, new_rev, err, errlen);
+}
+
+int
+mstore_create_if_absent(struct mstore *s, const char *name, const char *data, size_t len,
+                        uint64_t *new_rev, char *err, size_t errlen)
+{
+    struct mstore_op op = { MSTORE_CREATE, name, 0, data, len };
+
+    return mstore_txn(s, &op, 1, NULL, new_rev, err, errlen);
+}
+
+int
+mstore_cas(struct mstore *s, const char *name, uint64_t expect_rev, const char *data,
+           size_t len, uint64_t *new_rev, char *err, size_t errlen)
+{
+    struct mstore_op op = { MSTORE_PUT, name, expect_rev, data, len };
+
+    return mstore_txn(s, &op, 1, NULL, new_rev, err, errlen);
+}
+
+int
+mstore_delete(struct mstore *s, const char *name, uint64_t expect_rev, char *err,
+              size_t errlen)
+{
+    struct mstore_op op = { MSTORE_DELETE, name, expect_rev, NULL, 0 };
+
+    return mstore_txn(s, &op, 1, NULL, NULL, err, errlen);
+}
+
+void
+mstore_record_clear(struct mstore_record *rec)
+{
+    free(rec->text);
+    rec->text = NULL;
+    rec->len = 0;
+    rec->rev = 0;
+}
+
+const char *
+mstore_strerror(int rc)
+{
+    switch (rc) {
+    case MSTORE_OK:        return "ok";
+    case MSTORE_ENOENT:    return "no such record";
+    case MSTORE_ECONFLICT: return "revision conflict";
+    case MSTORE_EIO:       return "I/O error";
+    case MSTORE_ECORRUPT:  return "malformed record";
+    case MSTORE_EINVAL:    return "invalid argument";
+    case MSTORE_ENOMEM:    return "out of memory";
+    default:               return "unknown error";
+    }
+}

@@ -1,0 +1,1122 @@
+/*
+ * cluster: memberships, rings and arcs of this node, the route decision,
+ * and the state directory (active.members, pending.members, pending.meta,
+ * each written tmp + fsync + rename + directory fsync). All mutation runs
+ * on one thread (the cluster thread, or main before it starts); workers
+ * only read the published view.
+ */
+#include "config.h"
+#include "server/cluster.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "server/log.h"
+#include "server/thread.h"
+
+#define ACTIVE_FILE        "active.members"
+#define PENDING_FILE       "pending.members"
+#define META_FILE          "pending.meta"
+#define STATE_FILE_MAX     (16u << 20)   /* largest state file we read */
+#define LIST_MAX           8             /* ring_arc lists hold 8 */
+
+/*
+ * arcset
+ */
+
+/* Append one inclusive range. */
+static int
+arcset_push(struct arcset *a, uint64_t start, uint64_t end)
+{
+    if (a->n == a->cap) {
+        uint32_t ncap = a->cap == 0 ? 16 : a->cap * 2;
+        struct arc_range *nr = realloc(a->r, (size_t)ncap * sizeof(*nr));
+
+        if (nr == NULL)
+            return -1;
+        a->r = nr;
+        a->cap = ncap;
+    }
+    a->r[a->n].start = start;
+    a->r[a->n].end = end;
+    a->n++;
+    return 0;
+}
+
+/* (lo, hi] clockwise: [lo+1, hi], split in two when it wraps past 2^64-1. */
+int
+arcset_add_arc(struct arcset *a, uint64_t lo, uint64_t hi)
+{
+    if (lo == hi)
+        return arcset_push(a, 0, UINT64_MAX);
+    if (lo < hi)
+        return arcset_push(a, lo + 1, hi);
+    if (lo != UINT64_MAX && arcset_push(a, lo + 1, UINT64_MAX) < 0)
+        return -1;
+    return arcset_push(a, 0, hi);
+}
+
+static int
+range_cmp(const void *x, const void *y)
+{
+    const struct arc_range *a = x, *b = y;
+
+    return a->start < b->start ? -1 : a->start > b->start;
+}
+
+/* Sort by start and merge overlapping or touching ranges. */
+void
+arcset_finish(struct arcset *a)
+{
+    uint32_t i, o = 0;
+
+    if (a->n == 0)
+        return;
+    qsort(a->r, a->n, sizeof(*a->r), range_cmp);
+    for (i = 1; i < a->n; i++) {
+        struct arc_range *last = &a->r[o];
+
+        if (last->end == UINT64_MAX || a->r[i].start <= last->end + 1) {
+            if (a->r[i].end > last->end)
+                last->end = a->r[i].end;
+        } else {
+            a->r[++o] = a->r[i];
+        }
+    }
+    a->n = o + 1;
+}
+
+/* Binary search for the last range starting at or before h. */
+bool
+arcset_has(const struct arcset *a, uint64_t h)
+{
+    uint32_t lo = 0, hi = a->n;
+
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+
+        if (a->r[mid].start <= h)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 && h <= a->r[lo - 1].end;
+}
+
+void
+arcset_clear(struct arcset *a)
+{
+    free(a->r);
+    a->r = NULL;
+    a->n = a->cap = 0;
+}
+
+/* Covered fraction of 2^64. */
+double
+arcset_share(const struct arcset *a)
+{
+    long double sum = 0;
+    uint32_t i;
+
+    for (i = 0; i < a->n; i++)
+        sum += (long double)(a->r[i].end - a->r[i].start) + 1.0L;
+    return (double)(sum / 18446744073709551616.0L);
+}
+
+/* Deep copy of a finished set. */
+static int
+arcset_copy(struct arcset *dst, const struct arcset *src)
+{
+    memset(dst, 0, sizeof(*dst));
+    if (src->n == 0)
+        return 0;
+    dst->r = malloc((size_t)src->n * sizeof(*dst->r));
+    if (dst->r == NULL)
+        return -1;
+    memcpy(dst->r, src->r, (size_t)src->n * sizeof(*dst->r));
+    dst->n = dst->cap = src->n;
+    return 0;
+}
+
+/* Append every range of src (unsorted until arcset_finish). */
+static int
+arcset_append(struct arcset *dst, const struct arcset *src)
+{
+    uint32_t i;
+
+    for (i = 0; i < src->n; i++)
+        if (arcset_push(dst, src->r[i].start, src->r[i].end) < 0)
+            return -1;
+    return 0;
+}
+
+/* Arcs of r whose preference list holds self: each point's arc is
+ * (previous position, its position]. */
+int
+arcset_owned(struct arcset *a, const struct ring *r, uint32_t self)
+{
+    uint32_t n = ring_n_points(r), want, i, k, list[LIST_MAX];
+    uint64_t prev, pos;
+    uint32_t node, vnode;
+
+    want = ring_members(r)->replicas;
+    if (want > LIST_MAX)
+        want = LIST_MAX;
+    ring_point(r, n - 1, &prev, &node, &vnode);
+    for (i = 0; i < n; i++) {
+        uint32_t got;
+
+        ring_point(r, i, &pos, &node, &vnode);
+        if (pos == prev && n > 1)
+            continue;
+        got = ring_locate(r, pos, want, list);
+        for (k = 0; k < got; k++) {
+            if (list[k] == self) {
+                if (arcset_add_arc(a, prev, pos) < 0)
+                    return -1;
+                break;
+            }
+        }
+        prev = pos;
+    }
+    arcset_finish(a);
+    return 0;
+}
+
+/*
+ * Route decision
+ */
+
+/* See cluster.h. Fence first: fenced ranges are owned here in epoch N. */
+enum cluster_route
+cluster_route(const struct cluster_view *v, uint64_t hash, bool write,
+              bool declared, uint32_t *owner)
+{
+    uint32_t list[LIST_MAX], n, k;
+
+    if (v->ring == NULL)
+        return CLUSTER_LOCAL;
+    if (v->fence.n > 0 && arcset_has(&v->fence, hash)) {
+        *owner = ring_primary(v->ring, hash);
+        return CLUSTER_TRYAGAIN;
+    }
+    if (write || v->replicas <= 1) {
+        n = 1;
+        list[0] = ring_primary(v->ring, hash);
+    } else {
+        n = ring_locate(v->ring, hash, v->replicas < LIST_MAX ? v->replicas : LIST_MAX,
+                        list);
+    }
+    for (k = 0; k < n; k++)
+        if ((int32_t)list[k] == v->self)
+            return CLUSTER_LOCAL;
+    *owner = list[0];
+    return declared ? CLUSTER_MOVED : CLUSTER_FORWARD;
+}
+
+const char *
+cluster_view_addr(const struct cluster_view *v, uint32_t idx)
+{
+    const struct ring_members *m = ring_members(v->ring);
+
+    return idx < m->n_nodes ? m->nodes[idx].addr : "";
+}
+
+void
+cluster_count(struct cluster *cl, enum cluster_route r)
+{
+    uint64_t *c = NULL;
+
+    switch (r) {
+    case CLUSTER_MOVED:
+        c = &cl->ctr.moved;
+        break;
+    case CLUSTER_TRYAGAIN:
+        c = &cl->ctr.tryagain;
+        break;
+    case CLUSTER_FORWARD:
+        c = &cl->ctr.forwarded;
+        break;
+    default:
+        return;
+    }
+    __atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
+}
+
+void
+cluster_count_misrouted(struct cluster *cl)
+{
+    __atomic_add_fetch(&cl->ctr.misrouted, 1, __ATOMIC_RELAXED);
+}
+
+void
+cluster_counters_get(const struct cluster *cl, struct cluster_counters *out)
+{
+    out->moved = __atomic_load_n(&cl->ctr.moved, __ATOMIC_RELAXED);
+    out->tryagain = __atomic_load_n(&cl->ctr.tryagain, __ATOMIC_RELAXED);
+    out->forwarded = __atomic_load_n(&cl->ctr.forwarded, __ATOMIC_RELAXED);
+    out->misrouted = __atomic_load_n(&cl->ctr.misrouted, __ATOMIC_RELAXED);
+}
+
+/* Owned in the active epoch, any replica position (orphans, cleanup). */
+bool
+cluster_owned_active(const struct cluster *cl, uint64_t hash)
+{
+    uint32_t list[LIST_MAX], n, k, want;
+
+    if (cl->active_ring == NULL)
+        return true;
+    if (cl->self_old < 0)
+        return false;
+    want = cl->active->replicas < LIST_MAX ? cl->active->replicas : LIST_MAX;
+    n = ring_locate(cl->active_ring, hash, want, list);
+    for (k = 0; k < n; k++)
+        if ((int32_t)list[k] == cl->self_old)
+            return true;
+    return false;
+}
+
+const char *
+cluster_phase_name(enum cluster_phase ph)
+{
+    switch (ph) {
+    case CLUSTER_PHASE_PREPARED:
+        return "prepared";
+    case CLUSTER_PHASE_COPYING:
+        return "copying";
+    case CLUSTER_PHASE_FENCED:
+        return "fenced";
+    default:
+        return "none";
+    }
+}
+
+/*
+ * Views
+ */
+
+/* Free a view; its ring too unless `keep` (the next view) shares it. */
+static void
+view_free(struct cluster_view *v, const struct ring *keep)
+{
+    if (v == NULL)
+        return;
+    if (v->ring != NULL && v->ring != keep)
+        ring_free(v->ring);
+    arcset_clear(&v->fence);
+    free(v->config);
+    free(v);
+}
+
+/* The `config` reply of a membership (NULL: none). */
+static int
+format_config(const struct ring_members *m, char **out, size_t *outlen)
+{
+    size_t tlen = m != NULL ? ring_members_format(m, NULL, 0) : 0;
+    char head[64];
+    int hl = snprintf(head, sizeof(head), "CONFIG %" PRIu64 " %zu\r\n",
+                      m != NULL ? m->epoch : 0, tlen);
+    char *buf = malloc((size_t)hl + tlen + 1 + 7);
+
+    if (buf == NULL)
+        return -1;
+    memcpy(buf, head, (size_t)hl);
+    if (m != NULL)
+        ring_members_format(m, buf + hl, tlen + 1);
+    memcpy(buf + hl + tlen, "\r\nEND\r\n", 7);
+    *out = buf;
+    *outlen = (size_t)hl + tlen + 7;
+    return 0;
+}
+
+/* Build a view of the current state, publish it, wait for every worker
+ * to pass a barrier, then free the old one. */
+int
+cluster_publish(struct cluster *cl)
+{
+    struct cluster_view *v = calloc(1, sizeof(*v)), *old;
+
+    if (v == NULL)
+        return -1;
+    v->epoch = cl->active != NULL ? cl->active->epoch : 0;
+    v->pending_epoch = cl->pending != NULL ? cl->pending->epoch : 0;
+    v->ring = cl->active_ring;
+    v->self = cl->self_old;
+    v->replicas = cl->active != NULL ? cl->active->replicas : 1;
+    if (format_config(cl->active, &v->config, &v->config_len) < 0 ||
+        (cl->pending != NULL && cl->phase == CLUSTER_PHASE_FENCED &&
+         arcset_copy(&v->fence, &cl->fence_arcs) < 0)) {
+        v->ring = NULL;
+        view_free(v, NULL);
+        return -1;
+    }
+    old = cl->view;
+    __atomic_store_n(&cl->view, v, __ATOMIC_RELEASE);
+    /* After the barrier no worker can still be inside a request that
+     * loaded `old`: a request never outlives its event callback. */
+    if (cl->srv != NULL && server_barrier(cl->srv) < 0) {
+        /* A stuck worker might still read it: leak it rather than free. */
+        return 0;
+    }
+    view_free(old, v->ring);
+    return 0;
+}
+
+/*
+ * State directory
+ */
+
+/* Write a state file atomically; see cluster.h. */
+int
+cluster_write_file(const char *dir, const char *name, const char *data, size_t len,
+                   char *err, size_t errlen)
+{
+    char tmp[1200], path[1200];
+    int fd, dfd;
+    size_t off = 0;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    snprintf(tmp, sizeof(tmp), "%s/%s.tmp", dir, name);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        goto fail;
+    while (off < len) {
+        ssize_t n = write(fd, data + off, len - off);
+
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            close(fd);
+            goto fail;
+        }
+        off += (size_t)n;
+    }
+    if (fsync(fd) < 0 || close(fd) < 0)
+        goto fail;
+    if (rename(tmp, path) < 0)
+        goto fail;
+    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        goto fail;
+    if (fsync(dfd) < 0) {
+        close(dfd);
+        goto fail;
+    }
+    close(dfd);
+    return 0;
+fail:
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    return -1;
+}
+
+/* Remove a state file (absent is fine) and sync the directory. */
+static int
+remove_file(const char *dir, const char *name, char *err, size_t errlen)
+{
+    char path[1200];
+    int dfd;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if (unlink(path) < 0 && errno != ENOENT) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return 0;
+}
+
+/* Read a whole file; 1 if absent, 0 with *buf (malloc'd, NUL-ended), -1. */
+static int
+read_file(const char *path, char **buf, size_t *len, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    char *b = NULL;
+    size_t n = 0, cap = 0;
+
+    if (f == NULL) {
+        if (errno == ENOENT)
+            return 1;
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    for (;;) {
+        size_t got;
+
+        if (cap - n < 4096) {
+            char *nb;
+
+            if (cap >= STATE_FILE_MAX) {
+                snprintf(err, errlen, "%s:1: file too large", path);
+                goto fail;
+            }
+            cap = cap == 0 ? 8192 : cap * 2;
+            nb = realloc(b, cap + 1);
+            if (nb == NULL) {
+                snprintf(err, errlen, "%s: out of memory", path);
+                goto fail;
+            }
+            b = nb;
+        }
+        got = fread(b + n, 1, cap - n, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    if (ferror(f)) {
+        snprintf(err, errlen, "%s: read error", path);
+        goto fail;
+    }
+    fclose(f);
+    b[n] = '\0';
+    *buf = b;
+    *len = n;
+    return 0;
+fail:
+    fclose(f);
+    free(b);
+    return -1;
+}
+
+/* Load a membership file; 1 if absent. */
+static int
+load_members(const char *dir, const char *name, struct ring_members **out,
+             char *err, size_t errlen)
+{
+    char path[1200];
+    char *buf = NULL;
+    size_t len = 0;
+    int rc;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    rc = read_file(path, &buf, &len, err, errlen);
+    if (rc != 0)
+        return rc;
+    rc = ring_members_parse(buf, len, path, out, err, errlen) == RING_OK ? 0 : -1;
+    free(buf);
+    return rc;
+}
+
+static int
+hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Parse pending.meta: "token <hex>" and "phase <name>" lines, '#' comments. */
+static int
+load_meta(struct cluster *cl, char *err, size_t errlen)
+{
+    char path[1200];
+    char *buf = NULL, *line;
+    size_t len;
+    int rc, lineno = 0;
+    bool have_token = false, have_phase = false;
+
+    snprintf(path, sizeof(path), "%s/%s", cl->state_dir, META_FILE);
+    rc = read_file(path, &buf, &len, err, errlen);
+    if (rc == 1) {
+        snprintf(err, errlen, "%s:1: missing (pending.members exists)", path);
+        return -1;
+    }
+    if (rc < 0)
+        return -1;
+    if (strlen(buf) != len) {
+        snprintf(err, errlen, "%s:1: NUL byte in file", path);
+        goto fail;
+    }
+    line = buf;
+    while (line != NULL && *line != '\0') {
+        char *nl = strchr(line, '\n'), *val;
+
+        lineno++;
+        if (nl != NULL)
+            *nl = '\0';
+        if (nl != NULL && nl > line && nl[-1] == '\r')
+            nl[-1] = '\0';
+        val = strchr(line, ' ');
+        if (line[0] == '\0' || line[0] == '#') {
+            /* blank or comment */
+        } else if (val != NULL && strncmp(line, "token ", 6) == 0) {
+            size_t i, n;
+
+            val++;
+            n = strlen(val);
+            if (have_token || n == 0 || n % 2 != 0 || n / 2 > CLUSTER_TOKEN_MAX) {
+                snprintf(err, errlen, "%s:%d: bad token line", path, lineno);
+                goto fail;
+            }
+            for (i = 0; i < n / 2; i++) {
+                int hi = hexval(val[2 * i]), lo = hexval(val[2 * i + 1]);
+
+                if (hi < 0 || lo < 0) {
+                    snprintf(err, errlen, "%s:%d: token is not hex", path, lineno);
+                    goto fail;
+                }
+                cl->ptoken[i] = (uint8_t)(hi << 4 | lo);
+            }
+            cl->ptoken_len = n / 2;
+            have_token = true;
+        } else if (val != NULL && strncmp(line, "phase ", 6) == 0) {
+            val++;
+            if (have_phase) {
+                snprintf(err, errlen, "%s:%d: second phase line", path, lineno);
+                goto fail;
+            }
+            if (strcmp(val, "prepared") == 0)
+                cl->phase = CLUSTER_PHASE_PREPARED;
+            else if (strcmp(val, "copying") == 0)
+                cl->phase = CLUSTER_PHASE_COPYING;
+            else if (strcmp(val, "fenced") == 0)
+                cl->phase = CLUSTER_PHASE_FENCED;
+            else {
+                snprintf(err, errlen, "%s:%d: unknown phase '%.32s'", path, lineno, val);
+                goto fail;
+            }
+            have_phase = true;
+        } else {
+            snprintf(err, errlen, "%s:%d: expected 'token <hex>' or 'phase <name>'",
+                     path, lineno);
+            goto fail;
+        }
+        line = nl != NULL ? nl + 1 : NULL;
+    }
+    if (!have_token || !have_phase) {
+        snprintf(err, errlen, "%s:%d: missing %s line", path, lineno > 0 ? lineno : 1,
+                 have_token ? "phase" : "token");
+        goto fail;
+    }
+    free(buf);
+    return 0;
+fail:
+    free(buf);
+    return -1;
+}
+
+/* Write pending.meta from the current pending state. */
+static int
+save_meta(struct cluster *cl, char *err, size_t errlen)
+{
+    char buf[2 * CLUSTER_TOKEN_MAX + 64];
+    size_t n = 0, i;
+
+    n += (size_t)snprintf(buf, sizeof(buf), "token ");
+    for (i = 0; i < cl->ptoken_len; i++)
+        n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%02x", cl->ptoken[i]);
+    n += (size_t)snprintf(buf + n, sizeof(buf) - n, "\nphase %s\n",
+                          cluster_phase_name(cl->phase));
+    return cluster_write_file(cl->state_dir, META_FILE, buf, n, err, errlen);
+}
+
+/* Write a membership file in text form. */
+static int
+save_members(struct cluster *cl, const char *name, const struct ring_members *m,
+             char *err, size_t errlen)
+{
+    size_t len = ring_members_format(m, NULL, 0);
+    char *buf = malloc(len + 1);
+    int rc;
+
+    if (buf == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    ring_members_format(m, buf, len + 1);
+    rc = cluster_write_file(cl->state_dir, name, buf, len, err, errlen);
+    free(buf);
+    return rc;
+}
+
+/*
+ * Transitions
+ */
+
+/* Forget the pending transition in memory. */
+static void
+clear_pending(struct cluster *cl)
+{
+    uint32_t i;
+
+    ring_members_free(cl->pending);
+    cl->pending = NULL;
+    ring_free(cl->pending_ring);
+    cl->pending_ring = NULL;
+    cl->self_new = -1;
+    cl->ptoken_len = 0;
+    cl->phase = CLUSTER_PHASE_NONE;
+    arcset_clear(&cl->importing);
+    arcset_clear(&cl->sourcing);
+    arcset_clear(&cl->losing);
+    arcset_clear(&cl->fence_arcs);
+    for (i = 0; i < cl->n_dests; i++)
+        arcset_clear(&cl->dests[i].arcs);
+    free(cl->dests);
+    cl->dests = NULL;
+    cl->n_dests = 0;
+}
+
+static bool
+list_has_id(const struct ring_members *m, const uint32_t *list, uint32_t n,
+            const char *id)
+{
+    uint32_t k;
+
+    for (k = 0; k < n; k++)
+        if (strcmp(m->nodes[list[k]].id, id) == 0)
+            return true;
+    return false;
+}
+
+/* Find or add the transfer to new node idx. */
+static struct cluster_dest *
+dest_for(struct cluster *cl, uint32_t idx)
+{
+    struct cluster_dest *d;
+    uint32_t i;
+
+    for (i = 0; i < cl->n_dests; i++)
+        if (cl->dests[i].new_idx == idx)
+            return &cl->dests[i];
+    d = realloc(cl->dests, (size_t)(cl->n_dests + 1) * sizeof(*d));
+    if (d == NULL)
+        return NULL;
+    cl->dests = d;
+    d = &cl->dests[cl->n_dests++];
+    memset(d, 0, sizeof(*d));
+    d->new_idx = idx;
+    snprintf(d->id, sizeof(d->id), "%s", cl->pending->nodes[idx].id);
+    snprintf(d->addr, sizeof(d->addr), "%s", cl->pending->nodes[idx].addr);
+    return d;
+}
+
+/*
+ * This node's arcs in the pending transition, from ring_diff(active,
+ * pending): importing (in the new list, not the old), losing (the reverse),
+ * and as the old primary, one transfer per gaining node. Without an active
+ * membership the node imports everything it owns in the new epoch.
+ */
+static int
+compute_arcs(struct cluster *cl)
+{
+    const struct ring_members *om = cl->active, *nm = cl->pending;
+    struct ring_diff *d;
+    uint32_t i, k;
+    int rc = -1;
+
+    if (cl->active_ring == NULL || cl->self_old < 0) {
+        if (cl->self_new >= 0 &&
+            arcset_owned(&cl->importing, cl->pending_ring, (uint32_t)cl->self_new) < 0)
+            return -1;
+        if (cl->active_ring == NULL)
+            return 0;
+    }
+    d = ring_diff(cl->active_ring, cl->pending_ring);
+    if (d == NULL)
+        return -1;
+    for (i = 0; i < d->n_arcs; i++) {
+        const struct ring_arc *a = &d->arcs[i];
+        const char *me = cl->id;
+        bool in_old = list_has_id(om, a->old_nodes, a->n_old, me);
+        bool in_new = list_has_id(nm, a->new_nodes, a->n_new, me);
+
+        if (cl->self_old >= 0 && in_new && !in_old &&
+            arcset_add_arc(&cl->importing, a->lo, a->hi) < 0)
+            goto out;
+        if (in_old && !in_new && arcset_add_arc(&cl->losing, a->lo, a->hi) < 0)
+            goto out;
+        if (a->n_old == 0 || (int32_t)a->old_nodes[0] != cl->self_old)
+            continue;
+        for (k = 0; k < a->n_new; k++) {
+            const char *gid = nm->nodes[a->new_nodes[k]].id;
+            struct cluster_dest *dst;
+
+            if (list_has_id(om, a->old_nodes, a->n_old, gid))
+                continue;
+            dst = dest_for(cl, a->new_nodes[k]);
+            if (dst == NULL || arcset_add_arc(&dst->arcs, a->lo, a->hi) < 0 ||
+                arcset_add_arc(&cl->sourcing, a->lo, a->hi) < 0)
+                goto out;
+        }
+    }
+    if (cl->self_old >= 0)
+        arcset_finish(&cl->importing);
+    arcset_finish(&cl->losing);
+    arcset_finish(&cl->sourcing);
+    for (i = 0; i < cl->n_dests; i++)
+        arcset_finish(&cl->dests[i].arcs);
+    if (arcset_append(&cl->fence_arcs, &cl->sourcing) < 0 ||
+        arcset_append(&cl->fence_arcs, &cl->losing) < 0)
+        goto out;
+    arcset_finish(&cl->fence_arcs);
+    rc = 0;
+out:
+    ring_diff_free(d);
+    return rc;
+}
+
+/* Install `next` as pending in memory (a copy) and compute the arcs. */
+static int
+install_pending(struct cluster *cl, const struct ring_members *next,
+                const uint8_t *token, size_t token_len, char *err, size_t errlen)
+{
+    cl->pending = ring_members_dup(next);
+    cl->pending_ring = cl->pending != NULL ? ring_build(cl->pending) : NULL;
+    if (cl->pending_ring == NULL) {
+        clear_pending(cl);
+        snprintf(err, errlen, "cannot build the ring of epoch %" PRIu64, next->epoch);
+        return -1;
+    }
+    cl->self_new = ring_members_find(cl->pending, cl->id);
+    if (token != NULL) {
+        memcpy(cl->ptoken, token, token_len);
+        cl->ptoken_len = token_len;
+    }
+    if (compute_arcs(cl) < 0) {
+        clear_pending(cl);
+        snprintf(err, errlen, "out of memory computing arcs");
+        return -1;
+    }
+    return 0;
+}
+
+bool
+cluster_token_ok(const struct cluster *cl, const uint8_t *token, size_t len)
+{
+    return cl->pending != NULL && len == cl->ptoken_len &&
+           (len == 0 || memcmp(token, cl->ptoken, len) == 0);
+}
+
+/* PREPARE; see cluster.h and docs/cluster.md. */
+int
+cluster_prepare(struct cluster *cl, const struct ring_members *next,
+                const uint8_t *token, size_t token_len, uint64_t from_epoch,
+                bool *again, char *err, size_t errlen)
+{
+    uint64_t active = cl->active != NULL ? cl->active->epoch : 0;
+
+    *again = false;
+    if (token_len == 0 || token_len > CLUSTER_TOKEN_MAX) {
+        snprintf(err, errlen, "prepare: the token must be 1-%d bytes", CLUSTER_TOKEN_MAX);
+        return -1;
+    }
+    if (cl->pending != NULL) {
+        if (cluster_token_ok(cl, token, token_len) && cl->pending->epoch == next->epoch) {
+            *again = true;
+            return 0;
+        }
+        snprintf(err, errlen, "another transition is pending (epoch %" PRIu64 ", phase %s)",
+                 cl->pending->epoch, cluster_phase_name(cl->phase));
+        return -1;
+    }
+    if (next->epoch != from_epoch + 1) {
+        snprintf(err, errlen, "prepare: epoch %" PRIu64 " does not follow %" PRIu64,
+                 next->epoch, from_epoch);
+        return -1;
+    }
+    /* A node without a membership holds nothing anyone owns: it may join
+     * any epoch. Otherwise the transition must start from our epoch. */
+    if (active != 0 && active != from_epoch) {
+        snprintf(err, errlen, "prepare: active epoch is %" PRIu64 ", not %" PRIu64,
+                 active, from_epoch);
+        return -1;
+    }
+    if (cl->self_old < 0 && ring_members_find(next, cl->id) < 0) {
+        snprintf(err, errlen, "prepare: node %s is in neither epoch", cl->id);
+        return -1;
+    }
+    if (install_pending(cl, next, token, token_len, err, errlen) < 0)
+        return -1;
+    cl->phase = CLUSTER_PHASE_PREPARED;
+    if (save_members(cl, PENDING_FILE, cl->pending, err, errlen) < 0 ||
+        save_meta(cl, err, errlen) < 0) {
+        char e2[256];
+
+        remove_file(cl->state_dir, PENDING_FILE, e2, sizeof(e2));
+        remove_file(cl->state_dir, META_FILE, e2, sizeof(e2));
+        clear_pending(cl);
+        return -1;
+    }
+    if (cluster_publish(cl) < 0) {
+        snprintf(err, errlen, "out of memory publishing the view");
+        return -1;
+    }
+    log_msg(LOG_INFO, "prepared epoch %" PRIu64 ": importing %.4f, sourcing %.4f to %u, "
+            "losing %.4f", next->epoch, arcset_share(&cl->importing),
+            arcset_share(&cl->sourcing), cl->n_dests, arcset_share(&cl->losing));
+    return 0;
+}
+
+/* Record a phase; see cluster.h. */
+int
+cluster_set_phase(struct cluster *cl, enum cluster_phase ph, char *err, size_t errlen)
+{
+    if (cl->pending == NULL) {
+        snprintf(err, errlen, "no pending transition");
+        return -1;
+    }
+    if (cl->phase == ph)
+        return 0;
+    cl->phase = ph;
+    if (save_meta(cl, err, errlen) < 0)
+        return -1;
+    if (cluster_publish(cl) < 0) {
+        snprintf(err, errlen, "out of memory publishing the view");
+        return -1;
+    }
+    return 0;
+}
+
+/* Install m as active in memory (takes it) and publish. */
+static int
+activate(struct cluster *cl, struct ring_members *m, char *err, size_t errlen)
+{
+    struct ring *r = ring_build(m);
+
+    if (r == NULL) {
+        ring_members_free(m);
+        snprintf(err, errlen, "cannot build the ring of epoch %" PRIu64, m->epoch);
+        return -1;
+    }
+    ring_members_free(cl->active);
+    cl->active = m;
+    /* The old ring belongs to the current view, which frees it. */
+    cl->active_ring = r;
+    cl->self_old = ring_members_find(m, cl->id);
+    return 0;
+}
+
+/* COMMIT; see cluster.h. */
+int
+cluster_commit(struct cluster *cl, const struct ring_members *next,
+               const uint8_t *token, size_t token_len, bool *again,
+               char *err, size_t errlen)
+{
+    struct ring_members *m;
+    uint64_t active = cl->active != NULL ? cl->active->epoch : 0;
+
+    *again = false;
+    if (cl->pending == NULL) {
+        if (next == NULL) {
+            snprintf(err, errlen, "commit: no pending transition");
+            return -1;
+        }
+        if (active == next->epoch) {
+            *again = true;
+            return 0;
+        }
+        if (active != 0) {
+            snprintf(err, errlen, "commit: no pending transition for epoch %" PRIu64
+                     " (active %" PRIu64 ")", next->epoch, active);
+            return -1;
+        }
+        m = ring_members_dup(next);
+    } else {
+        if (!cluster_token_ok(cl, token, token_len)) {
+            snprintf(err, errlen, "commit: token does not match the pending transition");
+            return -1;
+        }
+        if (next != NULL && next->epoch != cl->pending->epoch) {
+            snprintf(err, errlen, "commit: epoch %" PRIu64 " is not the pending %" PRIu64,
+                     next->epoch, cl->pending->epoch);
+            return -1;
+        }
+        if (cl->n_dests > 0 && cl->phase != CLUSTER_PHASE_FENCED) {
+            snprintf(err, errlen, "commit: this node is a source and was not fenced");
+            return -1;
+        }
+        m = ring_members_dup(cl->pending);
+    }
+    if (m == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (m->epoch <= active) {
+        ring_members_free(m);
+        snprintf(err, errlen, "commit: epoch %" PRIu64 " is not above active %" PRIu64,
+                 next != NULL ? next->epoch : 0, active);
+        return -1;
+    }
+    /* Persist first: a crash after this comes back in the new epoch (a
+     * stale pending file below the active epoch is dropped at load). */
+    if (save_members(cl, ACTIVE_FILE, m, err, errlen) < 0) {
+        ring_members_free(m);
+        return -1;
+    }
+    if (activate(cl, m, err, errlen) < 0)
+        return -1;
+    clear_pending(cl);
+    if (remove_file(cl->state_dir, META_FILE, err, errlen) < 0 ||
+        remove_file(cl->state_dir, PENDING_FILE, err, errlen) < 0)
+        log_msg(LOG_ERR, "%s", err);
+    if (cluster_publish(cl) < 0) {
+        snprintf(err, errlen, "out of memory publishing the view");
+        return -1;
+    }
+    log_msg(LOG_INFO, "committed epoch %" PRIu64, cl->active->epoch);
+    return 0;
+}
+
+/* ABORT; see cluster.h. Without a pending transition it is a no-op. */
+int
+cluster_abort(struct cluster *cl, const uint8_t *token, size_t token_len,
+              char *err, size_t errlen)
+{
+    if (cl->pending == NULL)
+        return 0;
+    if (!cluster_token_ok(cl, token, token_len)) {
+        snprintf(err, errlen, "abort: token does not match the pending transition");
+        return -1;
+    }
+    if (remove_file(cl->state_dir, META_FILE, err, errlen) < 0 ||
+        remove_file(cl->state_dir, PENDING_FILE, err, errlen) < 0)
+        return -1;
+    log_msg(LOG_INFO, "aborted epoch %" PRIu64, cl->pending->epoch);
+    clear_pending(cl);
+    if (cluster_publish(cl) < 0) {
+        snprintf(err, errlen, "out of memory publishing the view");
+        return -1;
+    }
+    return 0;
+}
+
+/* Read the state directory into cl. */
+static int
+load_state(struct cluster *cl, char *err, size_t errlen)
+{
+    struct ring_members *m = NULL, *p = NULL;
+    int rc;
+
+    rc = load_members(cl->state_dir, ACTIVE_FILE, &m, err, errlen);
+    if (rc < 0)
+        return -1;
+    if (rc == 0 && activate(cl, m, err, errlen) < 0)
+        return -1;
+    rc = load_members(cl->state_dir, PENDING_FILE, &p, err, errlen);
+    if (rc < 0)
+        return -1;
+    if (rc == 1)
+        return 0;
+    if (load_meta(cl, err, errlen) < 0) {
+        ring_members_free(p);
+        return -1;
+    }
+    if (cl->active != NULL && p->epoch <= cl->active->epoch) {
+        /* Crashed between persisting the commit and removing pending. */
+        log_msg(LOG_INFO, "dropping stale pending epoch %" PRIu64, p->epoch);
+        ring_members_free(p);
+        cl->ptoken_len = 0;
+        cl->phase = CLUSTER_PHASE_NONE;
+        remove_file(cl->state_dir, META_FILE, err, errlen);
+        return remove_file(cl->state_dir, PENDING_FILE, err, errlen);
+    }
+    {
+        enum cluster_phase ph = cl->phase;
+        uint8_t tok[CLUSTER_TOKEN_MAX];
+        size_t tl = cl->ptoken_len;
+
+        memcpy(tok, cl->ptoken, tl);
+        rc = install_pending(cl, p, tok, tl, err, errlen);
+        ring_members_free(p);
+        if (rc < 0)
+            return -1;
+        cl->phase = ph;
+    }
+    return 0;
+}
+
+/* See cluster.h. */
+int
+cluster_new(struct server *srv, const char *id, const char *state_dir,
+            const char *name, const uint8_t *token, size_t token_len,
+            struct cluster **out, char *err, size_t errlen)
+{
+    struct cluster *cl = calloc(1, sizeof(*cl));
+    struct stat st;
+
+    *out = NULL;
+    if (cl == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    cl->srv = srv;
+    cl->self_old = cl->self_new = -1;
+    if (id == NULL || strlen(id) == 0 || strlen(id) > RING_ID_MAX ||
+        strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-") !=
+        strlen(id)) {
+        snprintf(err, errlen, "--id: a node id is 1-64 bytes of [A-Za-z0-9._:-]");
+        goto fail;
+    }
+    strcpy(cl->id, id);
+    if (strlen(state_dir) >= sizeof(cl->state_dir) ||
+        strlen(name) >= sizeof(cl->name)) {
+        snprintf(err, errlen, "--state-dir or --cluster too long");
+        goto fail;
+    }
+    strcpy(cl->state_dir, state_dir);
+    strcpy(cl->name, name);
+    cl->cluster_id = XXH3_64bits(name, strlen(name));
+    if (token != NULL) {
+        if (token_len > CLUSTER_TOKEN_MAX) {
+            snprintf(err, errlen, "the token is over %d bytes", CLUSTER_TOKEN_MAX);
+            goto fail;
+        }
+        memcpy(cl->token, token, token_len);
+        cl->token_len = token_len;
+        cl->has_token = true;
+    }
+    if (stat(state_dir, &st) < 0) {
+        snprintf(err, errlen, "--state-dir %s: %s", state_dir, strerror(errno));
+        goto fail;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "--state-dir %s: not a directory", state_dir);
+        goto fail;
+    }
+    if (getrandom(&cl->boot_id, sizeof(cl->boot_id), 0) != (ssize_t)sizeof(cl->boot_id))
+        cl->boot_id = (uint64_t)getpid() ^ ((uint64_t)time(NULL) << 20);
+    if (load_state(cl, err, errlen) < 0)
+        goto fail;
+    if (cluster_publish(cl) < 0) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    *out = cl;
+    return 0;
+fail:
+    cluster_free(cl);
+    return -1;
+}
+
+/* Free everything; no worker may be running. */
+void
+cluster_free(struct cluster *cl)
+{
+    if (cl == NULL)
+        return;
+    clear_pending(cl);
+    /* A ring not yet published (failed start) is in no view. */
+    if (cl->view == NULL || cl->view->ring != cl->active_ring)
+        ring_free(cl->active_ring);
+    view_free(cl->view, NULL);
+    ring_members_free(cl->active);
+    free(cl);
+}

@@ -1,0 +1,212 @@
+/*
+ * cluster: this node's view of the cluster (docs/cluster.md). The active and
+ * pending memberships, their rings, this node's arcs in a transition
+ * (importing, source per destination, losing, fenced), the route decision
+ * for a keyed request, and persistence to the state directory. Workers read
+ * an immutable view through one atomically published pointer; everything
+ * else is owned by the cluster thread (server/cport.c).
+ */
+#ifndef SERVER_CLUSTER_H
+#define SERVER_CLUSTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ring/ring.h"
+
+struct server;
+
+#define CLUSTER_TOKEN_MAX   256   /* bytes of the admin and transition tokens */
+#define CLUSTER_PORT_OFFSET 10000 /* cluster port = client port + this */
+
+/* Phases as the node sees them (values of ringcache.Phase). */
+enum cluster_phase {
+    CLUSTER_PHASE_NONE = 0,
+    CLUSTER_PHASE_PREPARED = 1,
+    CLUSTER_PHASE_COPYING = 2,
+    CLUSTER_PHASE_FENCED = 3,
+};
+
+/* What to do with a keyed request (cluster_route). */
+enum cluster_route {
+    CLUSTER_LOCAL = 0,   /* serve it here */
+    CLUSTER_TRYAGAIN,    /* fenced: SERVER_ERROR TRYAGAIN <epoch> */
+    CLUSTER_MOVED,       /* SERVER_ERROR MOVED <epoch> <addr of owner> */
+    CLUSTER_FORWARD,     /* plain client: relay to the owner (see docs/cluster.md) */
+};
+
+/* Sorted, disjoint, inclusive ranges of key hashes. */
+struct arc_range {
+    uint64_t start, end;
+};
+struct arcset {
+    uint32_t          n, cap;
+    struct arc_range *r;
+};
+
+/* Add the ring arc (lo, hi] (lo == hi: the whole circle); keep unsorted
+ * until arcset_finish. 0 or -1 (ENOMEM). */
+int arcset_add_arc(struct arcset *a, uint64_t lo, uint64_t hi);
+/* Sort and merge what was added. */
+void arcset_finish(struct arcset *a);
+/* Is h in the set? Binary search over the range starts. */
+bool arcset_has(const struct arcset *a, uint64_t h);
+void arcset_clear(struct arcset *a);
+/* Fraction of the keyspace covered, for logs and tests. */
+double arcset_share(const struct arcset *a);
+
+/* The arcs of ring r whose preference list (R of the ring) contains node
+ * index self; 0 or -1 (ENOMEM). */
+int arcset_owned(struct arcset *a, const struct ring *r, uint32_t self);
+
+/*
+ * An immutable snapshot that workers read lock-free. A new one is published
+ * on every change (commit, prepare, fence, abort); the old one is freed only
+ * after every worker passed a barrier (server_barrier), so no worker ever
+ * touches a freed view. Workers must not keep a view across event
+ * callbacks.
+ */
+struct cluster_view {
+    uint64_t      epoch;          /* active; 0 = no membership (plain cache) */
+    uint64_t      pending_epoch;  /* 0 = none */
+    struct ring  *ring;           /* active ring, NULL at epoch 0; freed
+                                   * with the last view that uses it */
+    int32_t       self;           /* this node's index in the ring, -1 */
+    uint32_t      replicas;
+    struct arcset fence;          /* ranges answering TRYAGAIN (empty unless fenced) */
+    char         *config;         /* the whole `config` reply */
+    size_t        config_len;
+};
+
+/* Counters (atomics), exposed in `stats` and Status. */
+struct cluster_counters {
+    uint64_t moved, tryagain, forwarded, misrouted;
+};
+
+/* One outgoing transfer of a source: destination and the arcs it gains
+ * whose old primary is this node. */
+struct cluster_dest {
+    uint32_t      new_idx;        /* index in the pending membership */
+    char          id[RING_ID_MAX + 1];
+    char          addr[RING_ADDR_MAX + 1];
+    struct arcset arcs;
+};
+
+/* The mutable state: owned by the cluster thread (and main before it). */
+struct cluster {
+    struct server       *srv;          /* NULL in unit tests */
+    char                 id[RING_ID_MAX + 1];
+    char                 state_dir[1024];
+    char                 name[128];
+    uint64_t             cluster_id;   /* XXH3 of name */
+    uint8_t              token[CLUSTER_TOKEN_MAX];
+    size_t               token_len;
+    bool                 has_token;
+    uint64_t             boot_id;
+
+    struct ring_members *active;       /* NULL = no membership */
+    struct ring         *active_ring;  /* shared with the current view */
+    int32_t              self_old;     /* index in active, -1 */
+
+    /* The pending transition (pending == NULL: none). */
+    struct ring_members *pending;
+    struct ring         *pending_ring;
+    int32_t              self_new;     /* index in pending, -1 */
+    uint8_t              ptoken[CLUSTER_TOKEN_MAX];
+    size_t               ptoken_len;
+    enum cluster_phase   phase;
+    struct arcset        importing;    /* this node gains these */
+    struct arcset        sourcing;     /* union of dests[].arcs */
+    struct arcset        losing;       /* this node stops owning these */
+    struct arcset        fence_arcs;   /* sourcing + losing */
+    struct cluster_dest *dests;
+    uint32_t             n_dests;
+    uint64_t             fence_held_ms;
+
+    struct cluster_view *view;         /* published (atomic pointer) */
+    struct cluster_counters ctr;
+};
+
+/*
+ * Create the cluster of a node: id, state directory, cluster name, token
+ * (may be NULL: the cluster port then refuses every peer). Loads the state
+ * directory; a malformed file is an error "file:line: reason" in err.
+ * srv may be NULL (tests). 0, or -1 with err set.
+ */
+int cluster_new(struct server *srv, const char *id, const char *state_dir,
+                const char *name, const uint8_t *token, size_t token_len,
+                struct cluster **out, char *err, size_t errlen);
+void cluster_free(struct cluster *cl);
+
+/* The current view (acquire load); valid until the caller's event
+ * callback returns. */
+static inline const struct cluster_view *
+cluster_view(const struct cluster *cl)
+{
+    return __atomic_load_n(&cl->view, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * Route decision for a key hash on a view: LOCAL when there is no
+ * membership, when this node is the primary, or (reads, R >= 2) any owner;
+ * TRYAGAIN when the hash is in a fenced range; else MOVED for a connection
+ * that declared its epoch, FORWARD otherwise. *owner gets the primary's
+ * index (for cluster_view_addr) when not LOCAL.
+ */
+enum cluster_route cluster_route(const struct cluster_view *v, uint64_t hash,
+                                 bool write, bool declared, uint32_t *owner);
+
+/* Address of node idx of the view's membership. */
+const char *cluster_view_addr(const struct cluster_view *v, uint32_t idx);
+
+/* Count a route outcome / a misrouted write (any thread). */
+void cluster_count(struct cluster *cl, enum cluster_route r);
+void cluster_count_misrouted(struct cluster *cl);
+void cluster_counters_get(const struct cluster *cl, struct cluster_counters *out);
+
+/*
+ * State transitions, run on the cluster thread. Each returns 0 or -1 with a
+ * reason in err; none of them touches the store or the handoff (cport.c
+ * does that around them). They persist before they publish.
+ */
+
+/* Accept a pending epoch (docs/cluster.md PREPARE rules); *again is set
+ * when it is a repeat of the same transition (same token and epoch). */
+int cluster_prepare(struct cluster *cl, const struct ring_members *next,
+                    const uint8_t *token, size_t token_len, uint64_t from_epoch,
+                    bool *again, char *err, size_t errlen);
+/* Check a token against the pending transition. */
+bool cluster_token_ok(const struct cluster *cl, const uint8_t *token, size_t len);
+/* Record a phase (persisted); FENCED publishes the fence. */
+int cluster_set_phase(struct cluster *cl, enum cluster_phase ph, char *err, size_t errlen);
+/*
+ * Make `next` (or the pending membership when next is NULL) active:
+ * persist, publish, clear pending. A node without an active membership
+ * and without a pending one accepts any epoch (ringctl init). *again is set
+ * when that epoch is already active.
+ */
+int cluster_commit(struct cluster *cl, const struct ring_members *next,
+                   const uint8_t *token, size_t token_len, bool *again,
+                   char *err, size_t errlen);
+/* Drop the pending transition (persisted), unfence. */
+int cluster_abort(struct cluster *cl, const uint8_t *token, size_t token_len,
+                  char *err, size_t errlen);
+
+/* Is a key hash owned (in any position of R) in the active epoch? True
+ * without a membership. */
+bool cluster_owned_active(const struct cluster *cl, uint64_t hash);
+
+/* Publish a new view from the current state (cluster thread). Waits for a
+ * worker barrier before freeing the old view. */
+int cluster_publish(struct cluster *cl);
+
+/* Phase names as written in pending.meta. */
+const char *cluster_phase_name(enum cluster_phase ph);
+
+/* Write path+".tmp", fsync, rename over path, fsync the directory.
+ * 0 or -1 with err set. Exposed for tests. */
+int cluster_write_file(const char *dir, const char *name, const char *data,
+                       size_t len, char *err, size_t errlen);
+
+#endif /* SERVER_CLUSTER_H */

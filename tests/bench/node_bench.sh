@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# node benchmark (not a test): memcaslap against ringcached and Debian's
+# memcached with the same -t and -m, alternating ROUNDS times, then RSS per
+# item after 1M sets of 100-byte values. Prints `figure value` lines:
+#   tps_ratio/get90_set10, tps_ratio/multiget10 (ours / memcached, medians),
+#   tps/... for each server, bytes_per_item/100B ours=... memcached=...
+# Environment: RC_BUILDDIR (default ./_build), ROUNDS (3), SECS (5 per run),
+# THREADS (server -t, 2), MEM (-m for the load runs, 64), CONC (memcaslap -c, 32).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+build=${RC_BUILDDIR:-$top/_build}
+ours_bin=$build/server/ringcached
+theirs_bin=${MEMCACHED:-/usr/bin/memcached}
+rounds=${ROUNDS:-3}
+secs=${SECS:-5}
+threads=${THREADS:-2}
+mem=${MEM:-64}
+conc=${CONC:-32}
+items=${ITEMS:-1000000}
+for b in "$ours_bin" "$theirs_bin" "$(command -v memcaslap)"; do
+    [ -x "$b" ] || { echo "missing $b" >&2; exit 1; }
+done
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do
+        kill -TERM "$p" 2>/dev/null || true
+    done
+    for p in "${pids[@]}"; do
+        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+wait_port() {
+    python3 - "$1" <<'PY'
+import socket, sys, time
+deadline = time.monotonic() + 10
+while time.monotonic() < deadline:
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=0.5).close()
+        sys.exit(0)
+    except OSError:
+        time.sleep(0.02)
+sys.exit(1)
+PY
+}
+# start_server WHICH MEM: sets SRV_PID, SRV_PORT
+start_server() {
+    SRV_PORT=$(free_port)
+    if [ "$1" = ours ]; then
+        "$ours_bin" -l 127.0.0.1 -p "$SRV_PORT" -t "$threads" -m "$2" -c 4096 &
+    else
+        "$theirs_bin" -u nobody -l 127.0.0.1 -p "$SRV_PORT" -U 0 -t "$threads" -m "$2" -c 4096 &
+    fi
+    SRV_PID=$!
+    pids+=("$SRV_PID")
+    wait_port "$SRV_PORT" || { echo "$1 did not start" >&2; exit 1; }
+}
+stop_server() {
+    kill -TERM "$SRV_PID"
+    for _ in $(seq 100); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.05; done
+    kill -KILL "$SRV_PID" 2>/dev/null || true
+    wait "$SRV_PID" 2>/dev/null || true
+}
+
+cat > "$work/get90_set10.cfg" <<'CFG'
+key
+64 64 1
+value
+100 100 1
+cmd
+0 0.1
+1 0.9
+CFG
+
+# run_load WHICH LOAD: prints TPS
+run_load() {
+    local extra=()
+    [ "$2" = multiget10 ] && extra=(-d 10)
+    start_server "$1" "$mem"
+    timeout $((secs + 30)) memcaslap -s "127.0.0.1:$SRV_PORT" -F "$work/get90_set10.cfg" \
+        -t "${secs}s" -T 2 -c "$conc" "${extra[@]}" >"$work/out" 2>&1 || true
+    stop_server
+    local tps
+    tps=$(sed -n 's/.*TPS: \([0-9]*\).*/\1/p' "$work/out" | tail -1)
+    [ -n "$tps" ] || { cat "$work/out" >&2; echo 0; return; }
+    echo "$tps"
+}
+median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+for load in get90_set10 multiget10; do
+    ours=""; theirs=""
+    for r in $(seq "$rounds"); do
+        ours="$ours $(run_load ours "$load")"
+        theirs="$theirs $(run_load memcached "$load")"
+    done
+    mo=$(echo "$ours" | median)
+    mt=$(echo "$theirs" | median)
+    echo "tps/$load/ringcached $mo   # runs:$ours"
+    echo "tps/$load/memcached $mt   # runs:$theirs"
+    echo "tps_ratio/$load $(awk -v a="$mo" -v b="$mt" 'BEGIN {printf "%.3f", (b > 0) ? a / b : 0}')"
+done
+
+# Memory per item: 1M sets of 100-byte values, -m large enough for no eviction.
+declare -A bpi
+for which in ours memcached; do
+    start_server "$which" 1024
+    read -r _ n _ kb < <(python3 "$here/node_load.py" "$SRV_PORT" "$SRV_PID" "$items" 100)
+    stop_server
+    bpi[$which]=$(awk -v kb="$kb" -v n="$n" 'BEGIN {printf "%.1f", (n > 0) ? kb * 1024 / n : 0}')
+done
+echo "bytes_per_item/100B ours=${bpi[ours]} memcached=${bpi[memcached]}"

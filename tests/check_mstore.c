@@ -1,0 +1,413 @@
+/*
+ * mstore_suite: the membership store's directory backend. Conditional
+ * writes (create-if-absent, CAS, CAS-delete, multi-op transactions), races
+ * between forked processes (exactly one winner), revisions that never
+ * repeat, and malformed files reported as file:line.
+ */
+#include <check.h>
+#include <errno.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "client/mstore.h"
+#include "tests/suites.h"
+
+#define RACERS 12
+
+static char tdir[256];
+static struct mstore *st;
+static char err[1024];
+
+static int
+rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb; (void)flag; (void)ftw;
+    return remove(path);
+}
+
+static void
+setup(void)
+{
+    snprintf(tdir, sizeof(tdir), "/tmp/rc-mstore-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tdir));
+    st = mstore_open(tdir, err, sizeof(err));
+    ck_assert_msg(st != NULL, "open: %s", err);
+}
+
+static void
+teardown(void)
+{
+    mstore_close(st);
+    st = NULL;
+    nftw(tdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Write a raw file into the store directory (to plant corruption). */
+static void
+plant(const char *name, const char *text)
+{
+    char path[512];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", tdir, name);
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+START_TEST(test_create_twice)
+{
+    struct mstore_record rec;
+    uint64_t r1 = 0, r2 = 0;
+
+    ck_assert_int_eq(mstore_get(st, "pending.meta", &rec, err, sizeof(err)), MSTORE_ENOENT);
+    ck_assert_int_eq(mstore_create_if_absent(st, "pending.meta", "token a\n", 8, &r1, err,
+                                             sizeof(err)), MSTORE_OK);
+    ck_assert_uint_gt(r1, 0);
+    ck_assert_int_eq(mstore_create_if_absent(st, "pending.meta", "token b\n", 8, &r2, err,
+                                             sizeof(err)), MSTORE_ECONFLICT);
+    ck_assert_int_eq(mstore_get(st, "pending.meta", &rec, err, sizeof(err)), MSTORE_OK);
+    ck_assert_uint_eq(rec.rev, r1);
+    ck_assert_ptr_nonnull(strstr(rec.text, "token a\n"));
+    ck_assert_ptr_null(strstr(rec.text, "token b"));
+    ck_assert_msg(strncmp(rec.text, "# rev ", 6) == 0, "%s", rec.text);
+    ck_assert_ptr_nonnull(strstr(rec.where, "/pending.meta"));
+    mstore_record_clear(&rec);
+}
+END_TEST
+
+START_TEST(test_cas_stale)
+{
+    struct mstore_record rec;
+    uint64_t r1 = 0, r2 = 0, r3 = 0;
+
+    ck_assert_int_eq(mstore_create_if_absent(st, "active.members", "epoch 1\n", 8, &r1, err,
+                                             sizeof(err)), MSTORE_OK);
+    ck_assert_int_eq(mstore_cas(st, "active.members", r1, "epoch 2\n", 8, &r2, err,
+                                sizeof(err)), MSTORE_OK);
+    ck_assert_uint_gt(r2, r1);
+    /* The stale revision loses and changes nothing. */
+    ck_assert_int_eq(mstore_cas(st, "active.members", r1, "epoch 9\n", 8, &r3, err,
+                                sizeof(err)), MSTORE_ECONFLICT);
+    ck_assert_int_eq(mstore_get(st, "active.members", &rec, err, sizeof(err)), MSTORE_OK);
+    ck_assert_uint_eq(rec.rev, r2);
+    ck_assert_ptr_nonnull(strstr(rec.text, "epoch 2\n"));
+    mstore_record_clear(&rec);
+    /* CAS on an absent record is a conflict too, not a create. */
+    ck_assert_int_eq(mstore_cas(st, "nothing", r2, "x", 1, NULL, err, sizeof(err)),
+                     MSTORE_ECONFLICT);
+    ck_assert_int_eq(mstore_get(st, "nothing", &rec, err, sizeof(err)), MSTORE_ENOENT);
+}
+END_TEST
+
+START_TEST(test_delete_and_no_aba)
+{
+    struct mstore_record rec;
+    uint64_t r1 = 0, r2 = 0;
+
+    ck_assert_int_eq(mstore_create_if_absent(st, "pending.meta", "a", 1, &r1, err,
+                                             sizeof(err)), MSTORE_OK);
+    ck_assert_int_eq(mstore_delete(st, "pending.meta", r1 + 1, err, sizeof(err)),
+                     MSTORE_ECONFLICT);
+    ck_assert_int_eq(mstore_delete(st, "pending.meta", r1, err, sizeof(err)), MSTORE_OK);
+    ck_assert_int_eq(mstore_get(st, "pending.meta", &rec, err, sizeof(err)), MSTORE_ENOENT);
+    /* Deleting again with the old revision conflicts; with ANY it is a no-op. */
+    ck_assert_int_eq(mstore_delete(st, "pending.meta", r1, err, sizeof(err)),
+                     MSTORE_ECONFLICT);
+    ck_assert_int_eq(mstore_delete(st, "pending.meta", MSTORE_ANY_REV, err, sizeof(err)),
+                     MSTORE_OK);
+    /* Re-created: a new revision, so a holder of r1 cannot act on it. */
+    ck_assert_int_eq(mstore_create_if_absent(st, "pending.meta", "b", 1, &r2, err,
+                                             sizeof(err)), MSTORE_OK);
+    ck_assert_uint_gt(r2, r1);
+    ck_assert_int_eq(mstore_cas(st, "pending.meta", r1, "c", 1, NULL, err, sizeof(err)),
+                     MSTORE_ECONFLICT);
+    /* Even with the counter file lost, revisions do not go back. */
+    ck_assert_int_eq(mstore_delete(st, "pending.meta", r2, err, sizeof(err)), MSTORE_OK);
+    ck_assert_int_eq(mstore_create_if_absent(st, "active.members", "x", 1, &r1, err,
+                                             sizeof(err)), MSTORE_OK);
+    {
+        char path[512];
+
+        snprintf(path, sizeof(path), "%s/revision", tdir);
+        ck_assert_int_eq(unlink(path), 0);
+    }
+    ck_assert_int_eq(mstore_cas(st, "active.members", r1, "y", 1, &r2, err, sizeof(err)),
+                     MSTORE_OK);
+    ck_assert_uint_gt(r2, r1);
+}
+END_TEST
+
+START_TEST(test_txn_all_or_nothing)
+{
+    struct mstore_record rec;
+    struct mstore_op ops[3];
+    uint64_t ra = 0, rp = 0, rn = 0;
+    size_t failed = 99;
+
+    ck_assert_int_eq(mstore_create_if_absent(st, "active.members", "epoch 1\n", 8, &ra, err,
+                                             sizeof(err)), MSTORE_OK);
+    ck_assert_int_eq(mstore_create_if_absent(st, "pending.members", "epoch 2\n", 8, &rp, err,
+                                             sizeof(err)), MSTORE_OK);
+    /* Commit shape: put active, put history, delete pending; a stale
+     * pending revision fails the whole thing. */
+    ops[0] = (struct mstore_op){ MSTORE_PUT, "active.members", ra, "epoch 2\n", 8 };
+    ops[1] = (struct mstore_op){ MSTORE_CREATE, "history/epoch-2.members", 0, "epoch 2\n", 8 };
+    ops[2] = (struct mstore_op){ MSTORE_DELETE, "pending.members", rp + 100, NULL, 0 };
+    ck_assert_int_eq(mstore_txn(st, ops, 3, &failed, NULL, err, sizeof(err)), MSTORE_ECONFLICT);
+    ck_assert_uint_eq(failed, 2);
+    ck_assert_int_eq(mstore_get(st, "active.members", &rec, err, sizeof(err)), MSTORE_OK);
+    ck_assert_uint_eq(rec.rev, ra);
+    mstore_record_clear(&rec);
+    ck_assert_int_eq(mstore_get(st, "history/epoch-2.members", &rec, err, sizeof(err)),
+                     MSTORE_ENOENT);
+    ops[2].rev = rp;
+    ck_assert_int_eq(mstore_txn(st, ops, 3, &failed, &rn, err, sizeof(err)), MSTORE_OK);
+    ck_assert_int_eq(mstore_get(st, "history/epoch-2.members", &rec, err, sizeof(err)),
+                     MSTORE_OK);
+    ck_assert_uint_eq(rec.rev, rn);
+    mstore_record_clear(&rec);
+    ck_assert_int_eq(mstore_get(st, "pending.members", &rec, err, sizeof(err)), MSTORE_ENOENT);
+    /* A check of absence (rev 0) on a present record fails. */
+    ops[0] = (struct mstore_op){ MSTORE_CHECK, "active.members", 0, NULL, 0 };
+    ck_assert_int_eq(mstore_txn(st, ops, 1, &failed, NULL, err, sizeof(err)), MSTORE_ECONFLICT);
+}
+END_TEST
+
+START_TEST(test_bad_names)
+{
+    static const char *bad[] = { "", "../x", "/abs", "a//b", "a/../b", "a/.", "sp ace",
+                                 "a/", "x\n" };
+    struct mstore_record rec;
+    size_t i;
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ck_assert_msg(mstore_get(st, bad[i], &rec, err, sizeof(err)) == MSTORE_EINVAL, "%s",
+                      bad[i]);
+        ck_assert_msg(mstore_create_if_absent(st, bad[i], "x", 1, NULL, err, sizeof(err))
+                      == MSTORE_EINVAL, "%s", bad[i]);
+    }
+}
+END_TEST
+
+START_TEST(test_corrupt)
+{
+    struct mstore_record rec;
+    char want[512];
+
+    plant("active.members", "epoch 1\nnode a 1.2.3.4:5\n");
+    ck_assert_int_eq(mstore_get(st, "active.members", &rec, err, sizeof(err)), MSTORE_ECORRUPT);
+    snprintf(want, sizeof(want), "%s/active.members:1: ", tdir);
+    ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "%s", err);
+    /* A write touching a corrupt record is refused, not silently fixed. */
+    ck_assert_int_eq(mstore_cas(st, "active.members", 1, "x", 1, NULL, err, sizeof(err)),
+                     MSTORE_ECORRUPT);
+    plant("active.members", "# rev 0\nepoch 1\n");
+    ck_assert_int_eq(mstore_get(st, "active.members", &rec, err, sizeof(err)), MSTORE_ECORRUPT);
+    plant("active.members", "# rev 12x\n");
+    ck_assert_int_eq(mstore_get(st, "active.members", &rec, err, sizeof(err)), MSTORE_ECORRUPT);
+    plant("active.members", "# rev 99999999999999999999999\n");
+    ck_assert_int_eq(mstore_get(st, "active.members", &rec, err, sizeof(err)), MSTORE_ECORRUPT);
+    plant("active.members", "# rev 7");
+    ck_assert_int_eq(mstore_get(st, "active.members", &rec, err, sizeof(err)), MSTORE_ECORRUPT);
+    plant("active.members", "# rev 7\n");
+    ck_assert_int_eq(mstore_get(st, "active.members", &rec, err, sizeof(err)), MSTORE_OK);
+    ck_assert_uint_eq(rec.rev, 7);
+    mstore_record_clear(&rec);
+    /* The revision counter file too. */
+    plant("revision", "many\n");
+    ck_assert_int_eq(mstore_create_if_absent(st, "x", "x", 1, NULL, err, sizeof(err)),
+                     MSTORE_ECORRUPT);
+    snprintf(want, sizeof(want), "%s/revision:1: ", tdir);
+    ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "%s", err);
+}
+END_TEST
+
+START_TEST(test_leftover_tmp)
+{
+    uint64_t r = 0;
+
+    /* A crash between writing the temp file and linking it leaves NAME.tmp;
+     * it must not block or leak into the next create. */
+    plant("pending.meta.tmp", "# rev 3\ngarbage");
+    ck_assert_int_eq(mstore_create_if_absent(st, "pending.meta", "ok\n", 3, &r, err,
+                                             sizeof(err)), MSTORE_OK);
+    {
+        char path[512];
+
+        snprintf(path, sizeof(path), "%s/pending.meta.tmp", tdir);
+        ck_assert_int_eq(access(path, F_OK), -1);
+    }
+}
+END_TEST
+
+START_TEST(test_etcd_refused)
+{
+    ck_assert_ptr_null(mstore_open("etcd://127.0.0.1:2379/rc", err, sizeof(err)));
+    ck_assert_ptr_nonnull(strstr(err, "etcd"));
+}
+END_TEST
+
+/* Fork n children running fn(i) and return how many exited 0. */
+static int
+race(int n, int (*fn)(int))
+{
+    pid_t pids[RACERS * 2];
+    int i, status, wins = 0;
+
+    ck_assert_int_le(n, RACERS * 2);
+    for (i = 0; i < n; i++) {
+        pids[i] = fork();
+        ck_assert_int_ge(pids[i], 0);
+        if (pids[i] == 0) {
+            _exit(fn(i));
+        }
+    }
+    for (i = 0; i < n; i++) {
+        ck_assert_int_eq(waitpid(pids[i], &status, 0), pids[i]);
+        ck_assert(WIFEXITED(status));
+        ck_assert_msg(WEXITSTATUS(status) <= 1, "child %d failed: %d", i, WEXITSTATUS(status));
+        wins += WEXITSTATUS(status) == 0;
+    }
+    return wins;
+}
+
+/* One racer: its own store handle (its own lock fd), one create. */
+static int
+racer_create(int i)
+{
+    struct mstore *s = mstore_open(tdir, NULL, 0);
+    char body[64];
+    int rc, n;
+
+    if (s == NULL) {
+        return 2;
+    }
+    n = snprintf(body, sizeof(body), "winner %d\n", i);
+    rc = mstore_create_if_absent(s, "pending.meta", body, (size_t)n, NULL, NULL, 0);
+    mstore_close(s);
+    return rc == MSTORE_OK ? 0 : rc == MSTORE_ECONFLICT ? 1 : 3;
+}
+
+START_TEST(test_race_create)
+{
+    struct mstore_record rec;
+    int round, wins, who = -1;
+
+    for (round = 0; round < 5; round++) {
+        wins = race(RACERS, racer_create);
+        ck_assert_int_eq(wins, 1);
+        ck_assert_int_eq(mstore_get(st, "pending.meta", &rec, err, sizeof(err)), MSTORE_OK);
+        ck_assert_msg(sscanf(strchr(rec.text, '\n') + 1, "winner %d", &who) == 1, "%s",
+                      rec.text);
+        ck_assert(who >= 0 && who < RACERS);
+        ck_assert_int_eq(mstore_delete(st, "pending.meta", rec.rev, err, sizeof(err)),
+                         MSTORE_OK);
+        mstore_record_clear(&rec);
+    }
+}
+END_TEST
+
+#define CAS_ROUNDS 30
+
+/* One racer: CAS_ROUNDS read-increment-CAS attempts on a counter record.
+ * Exits 0 if any succeeded, 1 if none (both fine); the lost-update check
+ * is the final count against the successes it appends to a log. */
+static int
+racer_cas(int i)
+{
+    struct mstore *s = mstore_open(tdir, NULL, 0);
+    struct mstore_record rec;
+    char body[64], path[512];
+    int k, n, won = 0;
+    long v;
+    FILE *log;
+
+    (void)i;
+    if (s == NULL) {
+        return 2;
+    }
+    snprintf(path, sizeof(path), "%s/../%s.log", tdir, strrchr(tdir, '/') + 1);
+    for (k = 0; k < CAS_ROUNDS; k++) {
+        if (mstore_get(s, "counter", &rec, NULL, 0) != MSTORE_OK) {
+            return 2;
+        }
+        v = strtol(strchr(rec.text, '\n') + 1, NULL, 10);
+        n = snprintf(body, sizeof(body), "%ld\n", v + 1);
+        if (mstore_cas(s, "counter", rec.rev, body, (size_t)n, NULL, NULL, 0) == MSTORE_OK) {
+            log = fopen(path, "a");
+            if (log == NULL) {
+                return 2;
+            }
+            fprintf(log, "%" PRIu64 "\n", rec.rev);
+            fclose(log);
+            won++;
+        }
+        mstore_record_clear(&rec);
+    }
+    mstore_close(s);
+    return won > 0 ? 0 : 1;
+}
+
+START_TEST(test_race_cas)
+{
+    struct mstore_record rec;
+    char path[512];
+    uint64_t revs[RACERS * CAS_ROUNDS], r;
+    size_t n = 0, i, j;
+    long final;
+    FILE *log;
+
+    ck_assert_int_eq(mstore_create_if_absent(st, "counter", "0\n", 2, NULL, err, sizeof(err)),
+                     MSTORE_OK);
+    race(RACERS, racer_cas);
+    snprintf(path, sizeof(path), "%s/../%s.log", tdir, strrchr(tdir, '/') + 1);
+    log = fopen(path, "r");
+    ck_assert_ptr_nonnull(log);
+    while (n < RACERS * CAS_ROUNDS && fscanf(log, "%" SCNu64, &r) == 1) {
+        revs[n++] = r;
+    }
+    fclose(log);
+    unlink(path);
+    /* Exactly one winner per revision, and no lost update. */
+    for (i = 0; i < n; i++) {
+        for (j = i + 1; j < n; j++) {
+            ck_assert_msg(revs[i] != revs[j], "two CAS won from revision %" PRIu64, revs[i]);
+        }
+    }
+    ck_assert_int_eq(mstore_get(st, "counter", &rec, err, sizeof(err)), MSTORE_OK);
+    final = strtol(strchr(rec.text, '\n') + 1, NULL, 10);
+    mstore_record_clear(&rec);
+    ck_assert_int_eq(final, (long)n);
+    ck_assert_int_ge(n, CAS_ROUNDS);   /* progress: at least one win per round */
+}
+END_TEST
+
+Suite *
+mstore_suite(void)
+{
+    Suite *s = suite_create("mstore");
+    TCase *tc = tcase_create("dir");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_create_twice);
+    tcase_add_test(tc, test_cas_stale);
+    tcase_add_test(tc, test_delete_and_no_aba);
+    tcase_add_test(tc, test_txn_all_or_nothing);
+    tcase_add_test(tc, test_bad_names);
+    tcase_add_test(tc, test_corrupt);
+    tcase_add_test(tc, test_leftover_tmp);
+    tcase_add_test(tc, test_etcd_refused);
+    tcase_add_test(tc, test_race_create);
+    tcase_add_test(tc, test_race_cas);
+    suite_add_tcase(s, tc);
+    return s;
+}

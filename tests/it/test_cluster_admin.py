@@ -1,0 +1,131 @@
+"""Admin faults under load, R=1: two `ringctl join` of different nodes
+started at once (exactly one exits 0, the other 3, the store's epoch goes up
+by exactly 1); the admin killed with SIGKILL while `status` shows COPYING,
+then `resume` (consistent at N+1) or `abort` (consistent at N, the joiner
+purged what it imported). The copy is rate-limited (--rate 1) over ~16 MB so
+that it lasts long enough to race and to kill."""
+import os
+import re
+import signal
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import loadgen as lg  # noqa: E402
+
+NKEYS = 16000
+SIZE = 1000
+
+
+def wait_copying(cl, proc, timeout=20.0):
+    """Poll `ringctl status` until it shows a COPYING phase (or proc ended)."""
+    seen = {"raw": ""}
+
+    def poll():
+        if proc.poll() is not None:
+            return True
+        st = cl.status()
+        seen["raw"] = st["raw"]
+        return re.search(r"copy", st["raw"], re.I) is not None
+    lg.wait_for(poll, timeout, 0.05)
+    return proc.poll() is None and re.search(r"copy", seen["raw"], re.I) is not None, seen["raw"]
+
+
+def scenario(t):
+    why = lg.supports_cluster()
+    if why:
+        t.skip("racing admins, admin killed during COPY then resume/abort", why)
+        return
+    cl, ok = lg.start_cluster(t, ["a", "b", "c"])
+    try:
+        if not ok:
+            return
+        e1 = cl.store_active()
+        keys = ["rk-%d" % i for i in range(NKEYS)]
+        view = lg.View(keys, [cl.nodes["a"].addr])
+        if not t.ok(view.refresh(1), "the client learns epoch 1 from `config`"):
+            return
+        hist = lg.History(keys, size=SIZE)
+        load = lg.Load(hist, view, "epoch", writers=2, readers=1, seed=5, progress=t.diag)
+        t.ok(lg.fill_fast(hist, view) == NKEYS, "fill: %d keys of %d bytes" % (NKEYS, SIZE))
+
+        # ---- two admins racing
+        e, f = cl.add("e"), cl.add("f")
+
+        def race():
+            p1 = cl.ctl_bg("join", "e", e.addr_s, "--rate", "1")
+            p2 = cl.ctl_bg("join", "f", f.addr_s, "--rate", "1")
+            outs = [p.communicate(timeout=90) for p in (p1, p2)]
+            return [p1.returncode, p2.returncode], outs
+        rcs, outs = lg.run_load_around(load, 1, race)
+        t.ok(sorted(rcs) == [0, 3], "two admins racing: one exits 0, the other 3 (%s)" % rcs,
+             [lg.tail(o[1]) for o in outs])
+        e2 = cl.store_active()
+        ids2 = {i for i, _ in lg.parse_members(e2)["nodes"]}
+        t.ok(cl.store_epoch() == 2 and len(ids2 & {"e", "f"}) == 1 and not cl.store_pending(),
+             "the store's epoch went up by exactly 1 with exactly one of e, f", e2)
+        winner = "e" if "e" in ids2 else "f"
+        loser = cl.nodes["f" if winner == "e" else "e"]
+        conv = cl.converged(2, sorted(ids2))
+        t.ok(all(v == (2, 0) for v in conv.values()), "every member at EPOCH 2 0", conv)
+        lg.check_transition(t, cl, hist, 1, e1, e2, "race winner %s" % winner,
+                            extra=[(loser.id, loser.addr)])
+
+        # ---- the admin killed during COPY, then resume
+        d = cl.add("d")
+        state = {}
+
+        def kill_then_resume():
+            p = cl.ctl_bg("join", "d", d.addr_s, "--rate", "1")
+            state["copying"], state["raw"] = wait_copying(cl, p)
+            os.kill(p.pid, signal.SIGKILL)
+            p.communicate(timeout=10)
+            state["killed_rc"] = p.returncode
+            return cl.ctl("resume")
+        rc, out, err = lg.run_load_around(load, 2, kill_then_resume)
+        t.ok(state["copying"] and state["killed_rc"] == -signal.SIGKILL,
+             "ringctl join killed with SIGKILL while status shows COPYING", state["raw"][-600:])
+        t.ok(rc == 0 and cl.store_epoch() == 3 and not cl.store_pending(),
+             "resume finishes the join: exit 0, epoch 3", (rc, lg.tail(out), lg.tail(err)))
+        e3 = cl.store_active()
+        ids3 = sorted(i for i, _ in lg.parse_members(e3)["nodes"])
+        conv = cl.converged(3, ids3)
+        t.ok(all(v == (3, 0) for v in conv.values()), "every member at EPOCH 3 0", conv)
+        lg.check_transition(t, cl, hist, 2, e2, e3, "kill -9 in COPY + resume",
+                            extra=[(loser.id, loser.addr)])
+
+        # ---- the admin killed during COPY, then abort
+        attempted = lg.members_text(lg.parse_members(e3)["nodes"] + [(loser.id, loser.addr_s)],
+                                    4, cl.replicas, cl.vnodes)
+
+        def kill_then_abort():
+            p = cl.ctl_bg("join", loser.id, loser.addr_s, "--rate", "1")
+            state["copying"], state["raw"] = wait_copying(cl, p)
+            os.kill(p.pid, signal.SIGKILL)
+            p.communicate(timeout=10)
+            return cl.ctl("abort")
+        rc, out, err = lg.run_load_around(load, 3, kill_then_abort)
+        t.ok(state["copying"], "ringctl join %s killed while COPYING" % loser.id,
+             state["raw"][-600:])
+        t.ok(rc == 0 and cl.store_epoch() == 3 and not cl.store_pending(),
+             "abort: exit 0, the store still at epoch 3", (rc, lg.tail(out), lg.tail(err)))
+        conv = cl.converged(3, ids3)
+        t.ok(all(v == (3, 0) for v in conv.values()), "every member still at EPOCH 3 0", conv)
+        lg.check_transition(t, cl, hist, 3, e3, e3, "kill -9 in COPY + abort",
+                            extra=[(loser.id, loser.addr)], attempted=attempted)
+    finally:
+        cl.close()
+        if t.failed == 0:
+            cl.cleanup_dir()
+        else:
+            t.diag("logs kept in %s" % cl.dir)
+
+
+def main():
+    t = lg.Tap()
+    lg.watchdog(170)
+    lg.run_tap(t, scenario)
+    t.done()
+
+
+if __name__ == "__main__":
+    main()
