@@ -1164,6 +1164,7 @@ class Cluster:
         self.store = os.path.join(self.dir, "store")
         os.makedirs(self.store)
         self.nodes = {}
+        self.ctl_procs = []
 
     def add(self, nid):
         n = NodeProc(self, nid).start()
@@ -1190,6 +1191,7 @@ class Cluster:
         p = track(subprocess.Popen(self.ctl_cmd(*args), stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True, env=e))
+        self.ctl_procs.append(p)
         try:
             out, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -1201,9 +1203,11 @@ class Cluster:
     def ctl_bg(self, *args, env=None):
         e = dict(os.environ)
         e.update(env or {})
-        return track(subprocess.Popen(self.ctl_cmd(*args), stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=e))
+        p = track(subprocess.Popen(self.ctl_cmd(*args), stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, env=e))
+        self.ctl_procs.append(p)
+        return p
 
     def store_active(self):
         """The store's active membership text ('' if none)."""
@@ -1242,9 +1246,13 @@ class Cluster:
         return last
 
     def close(self):
+        """SIGKILL this cluster's nodes and any ringctl it started."""
         for n in self.nodes.values():
             n.stop(signal.SIGKILL)
-        kill_all()
+        for p in self.ctl_procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait()
 
     def cleanup_dir(self):
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -1304,6 +1312,15 @@ def supports_cluster():
         if not any(l.strip().startswith(cmd + " ") or l.strip() == cmd
                    for l in (r.stdout + r.stderr).splitlines()):
             return "ringctl has no `%s` command yet" % cmd
+    # A node with a state directory and a token listens on its cluster port.
+    cl = Cluster(mem=16)
+    try:
+        n = cl.add("probe")
+        if not wait_for(lambda: can_connect(n.port + 10000), 5.0):
+            return "ringcached does not listen on its cluster port yet"
+    finally:
+        cl.close()
+        cl.cleanup_dir()
     return None
 
 
