@@ -106,6 +106,7 @@ starts_word(const char *line, size_t len, const char *word, const char **msg,
     return true;
 }
 
+/* True when line[0..len) is exactly word. */
 static bool
 is_exactly(const char *line, size_t len, const char *word)
 {

@@ -21,6 +21,7 @@
 #include "client/ringcache.h"
 
 #define POOL_BUF_MIN 16384
+#define POOL_BUF_KEEP (256 * 1024)
 
 int64_t
 pool_now_ms(void)
@@ -108,6 +109,7 @@ do_take_idle(struct pool_node *n)
     return list;
 }
 
+/* Close every connection of a detached list. */
 static void
 close_list(struct pool_conn *c)
 {
@@ -178,6 +180,14 @@ pool_node_failed(struct pool_node *n, const struct pool_config *cfg)
     unsigned shift;
 
     pthread_mutex_lock(&n->lock);
+    if (n->down && !n->probing) {
+        /* Another thread already marked this outage (requests that were
+         * in flight fail together): one outage is one step of back-off. */
+        idle = do_take_idle(n);
+        pthread_mutex_unlock(&n->lock);
+        close_list(idle);
+        return;
+    }
     if (n->fails < 31) {
         n->fails++;
     }
@@ -341,6 +351,12 @@ pool_release(struct pool_node *n, struct pool_conn *c, bool healthy,
 {
     if (healthy && !c->connecting && c->start == c->end) {
         c->start = c->end = 0;
+        /* A big value grew the buffer: do not park megabytes in the pool. */
+        if (c->cap > POOL_BUF_KEEP) {
+            free(c->buf);
+            c->buf = NULL;
+            c->cap = 0;
+        }
         pthread_mutex_lock(&n->lock);
         if (n->n_idle < cfg->pool_size) {
             c->next = n->idle;

@@ -32,6 +32,7 @@ struct ringcache {
  * or RINGCACHE_EPROTO (a reply this request cannot get). */
 typedef int (*reply_fn)(void *ctx, const struct mcp_reply *r);
 
+/* Write a one-line reason into the caller's err buffer, if it gave one. */
 static void
 set_err(char *err, size_t errlen, const char *fmt, const char *arg)
 {
@@ -89,6 +90,7 @@ ringcache_value_clear(struct ringcache_value *v)
  * Creation
  */
 
+/* 0 when the options make sense, RINGCACHE_EINVAL otherwise. */
 static int
 check_options(const struct ringcache_options *o)
 {
@@ -550,6 +552,8 @@ struct get_ctx {
     int                     result;
 };
 
+/* Reply handler of get/gets: at most one VALUE for our key, then END.
+ * The value is copied (malloc) into the context; the caller frees it. */
 static int
 get_reply(void *arg, const struct mcp_reply *r)
 {
@@ -588,6 +592,7 @@ get_reply(void *arg, const struct mcp_reply *r)
     }
 }
 
+/* get or gets of one key, failing over down its preference list. */
 static int
 do_get(struct ringcache *rc, const char *cmd, const char *key, size_t key_len,
        struct ringcache_value *out)
@@ -636,6 +641,8 @@ struct line_ctx {
     uint64_t      number;
 };
 
+/* Reply handler of the one-line commands: maps the line to a code and
+ * rejects lines that command can never get. */
 static int
 line_reply(void *arg, const struct mcp_reply *r)
 {
@@ -672,6 +679,8 @@ line_reply(void *arg, const struct mcp_reply *r)
     }
 }
 
+/* A storage command (set/add/replace/append/prepend/cas): validate, then
+ * header, value and \r\n in one sendmsg (no copy of the value). */
 static int
 do_store(struct ringcache *rc, const char *cmd, const char *key,
          size_t key_len, const void *value, size_t value_len, uint32_t flags,
@@ -821,6 +830,8 @@ struct stats_ctx {
     int               result;
 };
 
+/* Reply handler of stats: each STAT line to the caller's callback with
+ * NUL-terminated copies, until END. */
 static int
 stats_reply(void *arg, const struct mcp_reply *r)
 {
@@ -895,6 +906,7 @@ struct mget {
     void              *arg;
 };
 
+/* Report key i to the caller exactly once (v NULL: a miss). */
 static void
 mget_report(struct mget *m, size_t i, int node, const struct ringcache_value *v)
 {
@@ -1166,6 +1178,7 @@ mget_run(struct mget *m, struct mget_batch *b, size_t nb)
     return 0;
 }
 
+/* Close what a round left open and free its batches. */
 static void
 batches_free(struct mget_batch *b, size_t nb)
 {

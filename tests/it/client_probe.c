@@ -264,6 +264,24 @@ cmd_ops(const char *key)
     printf("delete_again %s\n", code_name(ringcache_delete(rc, key, kl)));
     printf("touch_missing %s\n", code_name(ringcache_touch(rc, key, kl, 100)));
     printf("cas_missing %s\n", code_name(ringcache_cas(rc, key, kl, "z", 1, 0, 0, 1)));
+    {
+        /* A large value crosses many reads and leaves the pool buffer. */
+        size_t big = 1000000, i;
+        char *b = malloc(big + 1);
+
+        for (i = 0; i < big; i++) {
+            b[i] = (char)('a' + i % 26);
+        }
+        printf("set_big %s\n", code_name(ringcache_set(rc, key, kl, b, big, 0, 0)));
+        ret = ringcache_get(rc, key, kl, &v);
+        printf("get_big %s %d\n", code_name(ret),
+               ret == 0 && v.len == big && memcmp(v.data, b, big) == 0);
+        if (ret == 0) {
+            ringcache_value_clear(&v);
+        }
+        printf("set_too_big %s\n", code_name(ringcache_set(rc, key, kl, b, 1048577, 0, 0)));
+        free(b);
+    }
     printf("set_ttl %s\n", code_name(ringcache_set(rc, key, kl, "gone", 4, 0, -1)));
     printf("get_expired %s\n", code_name(ringcache_get(rc, key, kl, &v)));
 }

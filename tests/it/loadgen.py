@@ -453,10 +453,13 @@ class View:
     the universe (from `ringctl locate`), id <-> address. Shared by all
     client threads; refreshed from `config` when a higher epoch shows up."""
 
-    def __init__(self, keys, seeds, members=None):
+    def __init__(self, keys, seeds, members=None, async_refresh=False):
         self.keys = list(keys)
         self.seeds = list(seeds)
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()          # guards the fields below
+        self.refresh_lock = threading.Lock()  # one refresher at a time
+        self.async_refresh = async_refresh
+        self.refreshing = False
         self.epoch = 0
         self.text = None
         self.owners = {}
@@ -464,26 +467,34 @@ class View:
         self.id_of = {}
         self.refreshes = 0
         if members is not None:
-            self._adopt(members)
+            self._install(members, locate(members, self.keys))
 
-    def _adopt(self, text):
+    def _install(self, text, owners):
         m = parse_members(text)
-        owners = locate(text, self.keys)
-        self.text = text
-        self.owners = owners
-        self.addr_of = {i: parse_addr(a) for i, a in m["nodes"]}
-        self.id_of = {v: k for k, v in self.addr_of.items()}
-        self.epoch = m["epoch"]
-        self.refreshes += 1
+        addr_of = {i: parse_addr(a) for i, a in m["nodes"]}
+        with self.lock:
+            if m["epoch"] < self.epoch:
+                return
+            self.text = text
+            self.owners = owners
+            self.addr_of = addr_of
+            # Never forget an address: a node followed through a MOVED hint
+            # before the view learnt its epoch is still named.
+            self.id_of.update({v: k for k, v in addr_of.items()})
+            self.epoch = m["epoch"]
+            self.refreshes += 1
 
     def refresh(self, min_epoch=0, hint=None):
-        """Learn the membership from `config` on hint, then the seeds and
-        known nodes, adopting only a higher epoch. True if the view's epoch
-        is now >= min_epoch."""
-        with self.lock:
+        """Learn the membership from `config` on hint, then the known nodes
+        and the seeds, adopting only a higher epoch (owners are computed
+        outside the view's lock, so routing goes on meanwhile). True if the
+        view's epoch is now >= min_epoch."""
+        with self.refresh_lock:
             if min_epoch and self.epoch >= min_epoch:
                 return True
-            cands = ([hint] if hint else []) + list(self.addr_of.values()) + self.seeds
+            with self.lock:
+                known = list(self.addr_of.values())
+            cands = ([hint] if hint else []) + known + self.seeds
             seen = set()
             for a in cands:
                 if a in seen:
@@ -494,15 +505,34 @@ class View:
                 except (OSError, ProtoError, ValueError):
                     continue
                 if e > self.epoch:
-                    self._adopt(text)
+                    self._install(text, locate(text, self.keys))
                 if self.epoch >= max(min_epoch, 1):
                     return True
             return self.epoch >= max(min_epoch, 1)
+
+    def refresh_later(self, min_epoch, hint=None):
+        """refresh() in a background thread unless one runs already."""
+        with self.lock:
+            if self.refreshing or self.epoch >= min_epoch:
+                return
+            self.refreshing = True
+
+        def run():
+            try:
+                self.refresh(min_epoch, hint)
+            finally:
+                with self.lock:
+                    self.refreshing = False
+        threading.Thread(target=run, daemon=True).start()
 
     def route(self, key):
         with self.lock:
             o = self.owners[key]
             return self.epoch, [self.addr_of[i] for i in o]
+
+    def addrs(self):
+        with self.lock:
+            return dict(self.addr_of)
 
     def node_id(self, addr):
         return self.id_of.get(addr, "%s:%d" % addr)
@@ -612,6 +642,13 @@ class Client:
                     r.why = line.decode(errors="replace")
                 break
             what, e, to = red
+            if self.mode == "any":
+                # A plain memcached client cannot follow a redirect: the
+                # node should have forwarded.
+                r.node = self.view.node_id(addr)
+                r.status = "error" if kind == "get" else "failed"
+                r.why = "plain client got " + line.decode(errors="replace")
+                break
             if what == "moved":
                 r.moved += 1
                 hops += 1
@@ -619,6 +656,11 @@ class Client:
                     r.status = "error" if kind == "get" else "failed"
                     r.why = "MOVED: more than %d hops" % MAX_HOPS
                     break
+                if e > self.view.epoch and self.view.async_refresh:
+                    # Follow the hint now, learn the epoch in the background.
+                    self.view.refresh_later(e, hint=parse_addr(to))
+                    addr = parse_addr(to)
+                    continue
                 if e > self.view.epoch:
                     self.view.refresh(e, hint=parse_addr(to))
                 if self.view.epoch >= e:
@@ -664,14 +706,15 @@ class History:
     def add_write(self, key, seq, kind, r, phase):
         self.ops[key].append((seq, kind, r.t0, r.t1, r.status, r.node, r.moved, r.tryagain, phase))
 
-    def add_read(self, key, r, phase):
+    def add_read(self, key, r, phase, mode=None):
         seq = None
         if r.status == "hit":
             seq = parse_value(key, r.value)
             if seq is None:
                 seq = -1    # corrupt
         with self.lock:
-            self.reads.append((key, r.t0, r.t1, r.status, seq, r.node, r.moved, r.tryagain, phase))
+            self.reads.append((key, r.t0, r.t1, r.status, seq, r.node, r.moved, r.tryagain, phase,
+                               mode or "epoch", r.why))
 
     def acked_keys(self):
         return [k for k in self.keys if any(o[4] == "ok" for o in self.ops[k])]
@@ -738,12 +781,13 @@ class Load:
     between start() and stop(); phase tags the records."""
 
     def __init__(self, hist, view, mode, writers=3, readers=2, delete_frac=0.05,
-                 rate=None, seed=None, progress=None):
+                 rate=None, seed=None, progress=None, plain_readers=0):
         self.hist = hist
         self.view = view
         self.mode = mode
         self.writers = writers
         self.readers = readers
+        self.plain_readers = plain_readers   # extra readers in "any" mode
         self.delete_frac = delete_frac
         self.rate = rate          # ops/s per thread cap, None = as fast as possible
         self.rng = random.Random(seed)
@@ -803,15 +847,16 @@ class Load:
         finally:
             c.close()
 
-    def _reader(self, idx):
+    def _reader(self, idx, mode=None):
         keys = self.hist.keys
         rng = random.Random(self.rng.random())
-        c = Client(self.view, self.mode, rng=rng)
+        mode = mode or self.mode
+        c = Client(self.view, mode, rng=rng)
         try:
             while not self.stop_ev.is_set():
                 k = rng.choice(keys)
                 r = c.op("get", k)
-                self.hist.add_read(k, r, self.phase)
+                self.hist.add_read(k, r, self.phase, mode)
                 self.counts["R"] += 1
                 if r.status == "error":
                     self.counts["Rerr"] += 1
@@ -856,6 +901,8 @@ class Load:
                          for i in range(self.writers)]
                         + [threading.Thread(target=self._reader, args=(i,), daemon=True)
                            for i in range(self.readers)]
+                        + [threading.Thread(target=self._reader, args=(i, "any"), daemon=True)
+                           for i in range(self.plain_readers)]
                         + [threading.Thread(target=self._ticker, daemon=True)])
         for t in self.threads:
             t.start()
@@ -869,8 +916,9 @@ class Load:
 
 def phase_errors(hist, phase, keys):
     """Errors seen in `phase` on the given keys (the non-moving ranges):
-    failed or indeterminate writes, read errors, misses of acknowledged
-    values, TRYAGAIN or MOVED replies. -> dict of lists."""
+    failed or indeterminate writes, read errors, TRYAGAIN or MOVED replies
+    (of the epoch-declaring clients; plain_read_errors() covers the plain
+    ones). -> dict of lists."""
     out = {"write_errors": [], "read_errors": [], "tryagain": [], "moved": []}
     for k in keys:
         for o in hist.ops[k]:
@@ -883,7 +931,7 @@ def phase_errors(hist, phase, keys):
             if o[6]:
                 out["moved"].append((k,) + o)
     for rd in hist.reads:
-        if rd[8] != phase or rd[0] not in keys:
+        if rd[8] != phase or rd[0] not in keys or rd[9] == "any":
             continue
         if rd[3] == "error":
             out["read_errors"].append(rd)
@@ -892,6 +940,12 @@ def phase_errors(hist, phase, keys):
         if rd[6]:
             out["moved"].append(rd)
     return out
+
+
+def plain_read_errors(hist, phase):
+    """(reads, errors) of the plain ("any" mode) readers in phase."""
+    rs = [rd for rd in hist.reads if rd[8] == phase and rd[9] == "any"]
+    return rs, [rd for rd in rs if rd[3] == "error"]
 
 
 def misrouted_acks(hist, phase, owners_sets):
@@ -921,7 +975,7 @@ def sweep(hist, members, extra=(), declare=True, orphan_wait=10.0, batch=100):
     addr_of = {i: parse_addr(a) for i, a in m["nodes"]}
     res = {"lost": [], "resurrected": [], "phantom": [], "corrupt": [],
            "unacked_applied": 0, "moved": [], "errors": [], "found": {}, "items": {},
-           "orphans": {}, "evictions": {}, "checked_keys": 0, "acked_keys": 0}
+           "orphans": {}, "evictions": {}, "misrouted": {}, "checked_keys": 0, "acked_keys": 0}
     t_now = time.monotonic()
     per_node = {i: [k for k in hist.keys if i in owners[k]] for i in addr_of}
     for nid, keys in per_node.items():
@@ -978,6 +1032,8 @@ def sweep(hist, members, extra=(), declare=True, orphan_wait=10.0, batch=100):
             items = int(st.get("curr_items", 0))
             res["items"][nid] = items
             res["evictions"][nid] = int(st.get("evictions", 0))
+            if "misrouted" in st:
+                res["misrouted"][nid] = int(st["misrouted"])
             out[nid] = items - res["found"].get(nid, 0)
         return out
     res["orphans"] = wait_for(lambda: (lambda o: o if all(v == 0 for v in o.values()) else None)(
@@ -1108,6 +1164,7 @@ class Cluster:
         self.store = os.path.join(self.dir, "store")
         os.makedirs(self.store)
         self.nodes = {}
+        self.ctl_procs = []
 
     def add(self, nid):
         n = NodeProc(self, nid).start()
@@ -1134,6 +1191,7 @@ class Cluster:
         p = track(subprocess.Popen(self.ctl_cmd(*args), stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True, env=e))
+        self.ctl_procs.append(p)
         try:
             out, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -1145,9 +1203,11 @@ class Cluster:
     def ctl_bg(self, *args, env=None):
         e = dict(os.environ)
         e.update(env or {})
-        return track(subprocess.Popen(self.ctl_cmd(*args), stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=e))
+        p = track(subprocess.Popen(self.ctl_cmd(*args), stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, env=e))
+        self.ctl_procs.append(p)
+        return p
 
     def store_active(self):
         """The store's active membership text ('' if none)."""
@@ -1186,9 +1246,13 @@ class Cluster:
         return last
 
     def close(self):
+        """SIGKILL this cluster's nodes and any ringctl it started."""
         for n in self.nodes.values():
             n.stop(signal.SIGKILL)
-        kill_all()
+        for p in self.ctl_procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait()
 
     def cleanup_dir(self):
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -1248,6 +1312,15 @@ def supports_cluster():
         if not any(l.strip().startswith(cmd + " ") or l.strip() == cmd
                    for l in (r.stdout + r.stderr).splitlines()):
             return "ringctl has no `%s` command yet" % cmd
+    # A node with a state directory and a token listens on its cluster port.
+    cl = Cluster(mem=16)
+    try:
+        n = cl.add("probe")
+        if not wait_for(lambda: can_connect(n.port + 10000), 5.0):
+            return "ringcached does not listen on its cluster port yet"
+    finally:
+        cl.close()
+        cl.cleanup_dir()
     return None
 
 
@@ -1301,17 +1374,30 @@ def fill_fast(hist, view, declare=True, batch=200, phase=0, keys=None):
 
 def start_cluster(t, ids, replicas=1, mem=256):
     """Nodes ids started with cluster identities and `ringctl init` of
-    them: returns the Cluster (the caller closes it). TAP: init ok and every
-    node at epoch 1."""
+    them: returns (Cluster, ok) (the caller closes the cluster). TAP: init
+    ok and every node at epoch 1."""
     cl = Cluster(replicas=replicas, mem=mem)
     for i in ids:
         cl.add(i)
     rc, out, err = cl.ctl("init", "--members", cl.write_members(ids))
-    t.ok(rc == 0 and cl.store_epoch() == 1, "ringctl init: exit 0, epoch 1 in the store",
-         (rc, out[-500:], err[-500:]))
+    ok = t.ok(rc == 0 and cl.store_epoch() == 1, "ringctl init: exit 0, epoch 1 in the store",
+              (rc, out[-500:], err[-500:]))
     conv = cl.converged(1, ids)
-    t.ok(all(v == (1, 0) for v in conv.values()), "every node reports EPOCH 1 0", conv)
-    return cl
+    ok = t.ok(all(v == (1, 0) for v in conv.values()), "every node reports EPOCH 1 0",
+              conv) and ok
+    return cl, ok
+
+
+def run_tap(t, fn, *args):
+    """Run a scenario; an exception is a failed TAP line with its traceback
+    (never a silent pass)."""
+    try:
+        fn(t, *args)
+    except Exception:
+        import traceback
+        t.ok(False, "the scenario ran to its end", traceback.format_exc())
+    finally:
+        kill_all()
 
 
 def run_load_around(load, phase, fn, before_ops=400, after_ops=400, timeout=30.0):
@@ -1382,6 +1468,11 @@ def check_transition(t, cl, hist, phase, before, after, label, extra=(), attempt
                                      len(ne["read_errors"]), len(ne["tryagain"]),
                                      len(ne["moved"])),
          [x[:8] for v in ne.values() for x in v[:3]])
+    plain, perr = plain_read_errors(hist, phase)
+    if plain:
+        t.ok(not perr, "%s: plain memcached readers (no epoch, any node): %d reads, %d errors "
+             "(the node forwards)" % (label, len(plain), len(perr)),
+             [(r[0], r[5], r[10]) for r in perr[:5]])
     owner_maps = [locate(before, hist.keys)] + ([locate(after, hist.keys)] if after != before
                                                 else [])
     mis = misrouted_acks(hist, phase, owner_maps)
@@ -1392,10 +1483,14 @@ def check_transition(t, cl, hist, phase, before, after, label, extra=(), attempt
     if lat:
         t.diag("%s: moving keys: %d writes, p99 %.1f ms, max %.1f ms" % (
             label, len(lat), lat[int(len(lat) * 0.99)] * 1000, lat[-1] * 1000))
+    t.ok(res["misrouted"] and all(v == 0 for v in res["misrouted"].values()),
+         "%s: stats misrouted 0 on every node %s" % (label, res["misrouted"]))
     st = cl.status()
     mr = status_counter(st, "misrouted")
-    t.ok(st["rc"] == 0 and mr and all(v == 0 for v in mr.values()),
-         "%s: ringctl status: misrouted 0 on every node %s" % (label, mr),
+    orph = status_counter(st, "orphans")
+    t.ok(st["rc"] == 0 and mr and all(v == 0 for v in mr.values())
+         and orph and all(v == 0 for v in orph.values()),
+         "%s: ringctl status: misrouted %s, orphans %s" % (label, mr, orph),
          (st["rc"], st["raw"][-800:], st["err"][-300:]))
     return res
 

@@ -83,7 +83,8 @@ def main():
             "prepend": "OK", "gets": "start-mid-end 6", "cas": "OK", "cas_stale": "EEXISTS",
             "incr_text": "ENONNUMERIC", "touch": "OK", "get": "new 7", "delete": "OK",
             "delete_again": "ENOTFOUND", "touch_missing": "ENOTFOUND",
-            "cas_missing": "ENOTFOUND", "set_ttl": "OK", "get_expired": "ENOTFOUND",
+            "cas_missing": "ENOTFOUND", "set_big": "OK", "get_big": "OK 1",
+            "set_too_big": "ETOOBIG", "set_ttl": "OK", "get_expired": "ENOTFOUND",
         }
         t.ok(got == want, "get/gets/set/add/replace/append/prepend/cas/delete/incr/decr/touch",
              "\n".join("%s: got %s want %s" % (k, got.get(k), w) for k, w in want.items()

@@ -17,12 +17,15 @@ def scenario(t):
     if why:
         t.skip("abort at each phase, restart during PREPARE", why)
         return
-    cl = lg.start_cluster(t, ["a", "b", "c"])
+    cl, ok = lg.start_cluster(t, ["a", "b", "c"])
     try:
+        if not ok:
+            return
         e1 = cl.store_active()
         keys = ["ak-%d" % i for i in range(NKEYS)]
         view = lg.View(keys, [cl.nodes["a"].addr])
-        view.refresh(1)
+        if not t.ok(view.refresh(1), "the client learns epoch 1 from `config`"):
+            return
         hist = lg.History(keys, size=200)
         load = lg.Load(hist, view, "epoch", writers=2, readers=2, seed=3, progress=t.diag)
         t.ok(lg.fill_fast(hist, view) == NKEYS, "fill: every key acknowledged")
@@ -96,10 +99,7 @@ def scenario(t):
 def main():
     t = lg.Tap()
     lg.watchdog(150)
-    try:
-        scenario(t)
-    finally:
-        lg.kill_all()
+    lg.run_tap(t, scenario)
     t.done()
 
 

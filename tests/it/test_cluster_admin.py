@@ -35,12 +35,15 @@ def scenario(t):
     if why:
         t.skip("racing admins, admin killed during COPY then resume/abort", why)
         return
-    cl = lg.start_cluster(t, ["a", "b", "c"])
+    cl, ok = lg.start_cluster(t, ["a", "b", "c"])
     try:
+        if not ok:
+            return
         e1 = cl.store_active()
         keys = ["rk-%d" % i for i in range(NKEYS)]
         view = lg.View(keys, [cl.nodes["a"].addr])
-        view.refresh(1)
+        if not t.ok(view.refresh(1), "the client learns epoch 1 from `config`"):
+            return
         hist = lg.History(keys, size=SIZE)
         load = lg.Load(hist, view, "epoch", writers=2, readers=1, seed=5, progress=t.diag)
         t.ok(lg.fill_fast(hist, view) == NKEYS, "fill: %d keys of %d bytes" % (NKEYS, SIZE))
@@ -120,10 +123,7 @@ def scenario(t):
 def main():
     t = lg.Tap()
     lg.watchdog(170)
-    try:
-        scenario(t)
-    finally:
-        lg.kill_all()
+    lg.run_tap(t, scenario)
     t.done()
 
 

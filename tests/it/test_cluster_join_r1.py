@@ -16,16 +16,19 @@ def scenario(t, replicas):
     if why:
         t.skip("join/leave under load, R=%d" % replicas, why)
         return
-    cl = lg.start_cluster(t, ["a", "b", "c"], replicas=replicas)
+    cl, ok = lg.start_cluster(t, ["a", "b", "c"], replicas=replicas)
     try:
+        if not ok:
+            return
         e1 = cl.store_active()
         keys = ["jk-%d" % i for i in range(NKEYS)]
         view = lg.View(keys, [cl.nodes["a"].addr])
-        t.ok(view.refresh(1) and view.epoch == 1, "the client learns epoch 1 from `config`",
-             view.text)
+        if not t.ok(view.refresh(1) and view.epoch == 1,
+                    "the client learns epoch 1 from `config`", view.text):
+            return
         hist = lg.History(keys, size=200)
         load = lg.Load(hist, view, "epoch", writers=3, readers=2, seed=replicas,
-                       progress=t.diag)
+                       progress=t.diag, plain_readers=1)
         filled = lg.fill_fast(hist, view)
         t.ok(filled == NKEYS, "fill: %d of %d keys acknowledged" % (filled, NKEYS))
 
@@ -64,10 +67,7 @@ def scenario(t, replicas):
 def main(replicas):
     t = lg.Tap()
     lg.watchdog(120)
-    try:
-        scenario(t, replicas)
-    finally:
-        lg.kill_all()
+    lg.run_tap(t, scenario, replicas)
     t.done()
 
 

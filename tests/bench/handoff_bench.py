@@ -1,0 +1,392 @@
+#!/usr/bin/env python3
+"""handoff benchmark (not a test): a 3-node ringcache cluster holding
+--items items (default 1M) of 100-1000 bytes under a steady get/set load;
+join a 4th node; then the same on 3 plain memcached with client-side
+libmemcached-style ketama placement (160 points per server: 40 MD5 digests
+x 4 points; key hash = the first 4 bytes of MD5, little-endian) adding a 4th.
+Prints one `figure value` line per result:
+
+  join_s                       wall time of `ringctl join`
+  copy_mb_s                    bytes the sources sent / time status showed COPYING
+  copied_over_imported         bytes sent (sources' transfers) / bytes imported (joiner)
+  fence_ms_max                 max NodeStatus fence_held_ms
+  p99_ratio_nonmoving          p99 latency of ops on keys whose owners do not change,
+                               during the join over before it
+  hit_ratio_after_over_before  get hit ratio in a window after the join over before
+  ketama_hit_ratio_after_over_before   the same for memcached + ketama
+
+Usage: RC_BUILDDIR=_build python3 tests/bench/handoff_bench.py [--items N]
+       [--secs S] [--threads T] [--sample K] [--rate MBPS] [--skip-ketama]
+"""
+import argparse
+import bisect
+import hashlib
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "it"))
+os.environ.setdefault("RC_BUILDDIR", os.path.join(HERE, "..", "..", "_build"))
+import loadgen as lg  # noqa: E402
+
+
+def size_of(i):
+    return 100 + (i * 2654435761 % 901)
+
+
+def key_of(i):
+    return "hb-%d" % i
+
+
+def value_of(i):
+    return b"v" * size_of(i)
+
+
+# ---------------------------------------------------------------- fill
+
+def fill(groups, declare_epoch=None, batch=500):
+    """groups: {addr: [i, ...]}: pipelined sets to each address in
+    parallel; returns how many were STORED."""
+    stored = [0]
+    lock = threading.Lock()
+
+    def run(addr, idx):
+        c = lg.Conn(addr, 30.0)
+        n = 0
+        try:
+            if declare_epoch:
+                c.declare(declare_epoch)
+            for j in range(0, len(idx), batch):
+                chunk = idx[j:j + batch]
+                c.send(b"".join(b"set %s 0 0 %d\r\n%s\r\n" % (key_of(i).encode(), size_of(i),
+                                                               value_of(i)) for i in chunk))
+                for _ in chunk:
+                    n += c.readline() == b"STORED"
+        finally:
+            c.close()
+        with lock:
+            stored[0] += n
+    ts = [threading.Thread(target=run, args=(a, ix)) for a, ix in groups.items()]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return stored[0]
+
+
+def locate_primaries(text, n):
+    """Primary id of key_of(i) for i < n, via `ringctl locate`."""
+    fd_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "hb-%d.members" % os.getpid())
+    with open(fd_path, "w") as f:
+        f.write(text)
+    try:
+        r = subprocess.run([lg.RINGCTL, "locate", "--members", fd_path, "--replicas", "1"],
+                           input="".join(key_of(i) + "\n" for i in range(n)),
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr)
+        return [line.rpartition("\t")[2] for line in r.stdout.splitlines()]
+    finally:
+        os.unlink(fd_path)
+
+
+# ---------------------------------------------------------------- steady load
+
+class Steady:
+    """T threads: 90% gets, 10% sets on a sample of keys, through op(kind,
+    i) -> (ok, hit). Records (t0, latency, i, kind, hit, ok)."""
+
+    def __init__(self, op_factory, sample, threads):
+        self.op_factory = op_factory
+        self.sample = sample
+        self.threads = threads
+        self.stop_ev = threading.Event()
+        self.recs = []
+        self.ts = []
+
+    def _run(self, seed):
+        op = self.op_factory()
+        rng = random.Random(seed)
+        out = []
+        while not self.stop_ev.is_set():
+            i = rng.choice(self.sample)
+            kind = "set" if rng.random() < 0.1 else "get"
+            t0 = time.monotonic()
+            ok, hit = op(kind, i)
+            out.append((t0, time.monotonic() - t0, i, kind, hit, ok))
+        self.recs.extend(out)
+
+    def start(self):
+        self.ts = [threading.Thread(target=self._run, args=(s,), daemon=True)
+                   for s in range(self.threads)]
+        for t in self.ts:
+            t.start()
+
+    def stop(self):
+        self.stop_ev.set()
+        for t in self.ts:
+            t.join(60)
+
+    def window(self, t_lo, t_hi, keys=None):
+        return [r for r in self.recs if t_lo <= r[0] < t_hi and (keys is None or r[2] in keys)]
+
+
+def hit_ratio(recs):
+    g = [r for r in recs if r[3] == "get"]
+    return sum(1 for r in g if r[4]) / float(len(g)) if g else float("nan")
+
+
+def p99(recs):
+    lat = sorted(r[1] for r in recs if r[5])
+    return lat[int(len(lat) * 0.99)] if lat else float("nan")
+
+
+# ---------------------------------------------------------------- ringcache
+
+def bench_ringcache(a, figures):
+    cl = lg.Cluster(replicas=1, mem=a.mem)
+    try:
+        for i in ("a", "b", "c"):
+            cl.add(i)
+        rc, out, err = cl.ctl("init", "--members", cl.write_members(["a", "b", "c"]))
+        if rc != 0:
+            raise RuntimeError("ringctl init: %s %s" % (out, err))
+        cl.converged(1, ["a", "b", "c"])
+        e1 = cl.store_active()
+        d = cl.add("d")
+        e2_planned = cl.members(["a", "b", "c", "d"], epoch=2)
+        t = time.monotonic()
+        prim1 = locate_primaries(e1, a.items)
+        prim2 = locate_primaries(e2_planned, a.items)
+        addr = {i: cl.nodes[i].addr for i in cl.nodes}
+        groups = {}
+        for i, p in enumerate(prim1):
+            groups.setdefault(addr[p], []).append(i)
+        stored = fill(groups, declare_epoch=1)
+        print("# ringcache: filled %d/%d items in %.1f s" % (stored, a.items,
+                                                             time.monotonic() - t), flush=True)
+        rng = random.Random(7)
+        sample = rng.sample(range(a.items), min(a.sample, a.items))
+        nonmoving = {i for i in sample if prim1[i] == prim2[i]}
+        view = lg.View([key_of(i) for i in sample], [addr["a"]], async_refresh=True)
+        view.refresh(1)
+
+        def factory():
+            c = lg.Client(view, "epoch", timeout=5.0)
+
+            def op(kind, i):
+                if kind == "get":
+                    r = c.op("get", key_of(i))
+                    return r.status in ("hit", "miss"), r.status == "hit"
+                r = c.op("set", key_of(i), value_of(i))
+                return r.status == "ok", None
+            return op
+        load = Steady(factory, sample, a.threads)
+        load.start()
+        t_before = time.monotonic()
+        time.sleep(a.secs)     # a measurement window of fixed length, not a wait
+        t_join = time.monotonic()
+        copy_seen = []
+        last_status = {}
+        stop_poll = threading.Event()
+
+        def poll():
+            while not stop_poll.is_set():
+                st = cl.status()
+                now = time.monotonic()
+                if re.search(r"copy", st["raw"], re.I):
+                    copy_seen.append(now)
+                if st["nodes"]:
+                    last_status.update(st)
+                stop_poll.wait(0.2)
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        args = ["join", "d", d.addr_s] + (["--rate", str(a.rate)] if a.rate else [])
+        rc, out, err = cl.ctl(*args, timeout=3600)
+        t_done = time.monotonic()
+        stop_poll.set()
+        poller.join()
+        if rc != 0:
+            raise RuntimeError("ringctl join: exit %d: %s %s" % (rc, out[-500:], err[-500:]))
+        time.sleep(a.secs)     # the window after the join
+        t_end = time.monotonic()
+        load.stop()
+        st = cl.status()
+        figures["join_s"] = t_done - t_join
+        summary = dict(l.split("\t", 1) for l in out.splitlines() if "\t" in l)
+        # Bytes the sources sent: NodeStatus transfers as ringctl reports
+        # them (the join summary's moved_bytes), else the status table.
+        sent = int(summary.get("moved_bytes", 0)) or sum(
+            lg.status_counter(last_status or st, "bytes_sent").values())
+        # Bytes imported at the joiner: its own counter when it exposes one
+        # (status or stats), else the value bytes of the keys it gained.
+        imported = lg.status_counter(st, "bytes_imported").get("d", 0)
+        if not imported:
+            dst = lg.node_stats(d.addr)
+            imported = int(dst.get("bytes_imported", dst.get("cluster_bytes_imported", 0)))
+        how = "node counter"
+        if not imported:
+            imported = sum(size_of(i) for i in range(a.items) if prim2[i] == "d")
+            how = "value bytes of the keys whose primary became d (no node counter)"
+        print("# copied_over_imported: sent %d bytes, imported %d bytes (%s)" % (sent, imported,
+                                                                               how), flush=True)
+        copy_time = (copy_seen[-1] - copy_seen[0]) if len(copy_seen) > 1 else figures["join_s"]
+        figures["copy_mb_s"] = sent / 1e6 / copy_time if sent and copy_time > 0 else float("nan")
+        figures["copied_over_imported"] = sent / float(imported) if imported else float("nan")
+        fence = lg.status_counter(st, "fence_held_ms")
+        figures["fence_ms_max"] = (max(fence.values()) if fence
+                                   else float(summary.get("fence_ms", "nan")))
+        before = load.window(t_before, t_join, nonmoving)
+        during = load.window(t_join, t_done, nonmoving)
+        figures["p99_ratio_nonmoving"] = p99(during) / p99(before)
+        hb = hit_ratio(load.window(t_before, t_join))
+        ha = hit_ratio(load.window(t_done, t_end))
+        figures["hit_ratio_after_over_before"] = ha / hb
+        ev = {}
+        for nid, n in cl.nodes.items():
+            ev[nid] = int(lg.node_stats(n.addr).get("evictions", 0))
+        print("# ringcache: before p99 %.2f ms, during p99 %.2f ms (%d ops), hit before %.4f "
+              "after %.4f, bytes sent %d imported %d, evictions %s, ops %d"
+              % (p99(before) * 1e3, p99(during) * 1e3, len(during), hb, ha, sent, imported, ev,
+                 len(load.recs)), flush=True)
+        if any(ev.values()):
+            print("# INVALID: evictions; raise --mem", flush=True)
+    finally:
+        cl.close()
+        cl.cleanup_dir()
+
+
+# ---------------------------------------------------------------- memcached + ketama
+
+class Ketama:
+    """libmemcached-style weighted ketama with equal weights."""
+
+    def __init__(self, servers):
+        pts = []
+        for host, port in servers:
+            for j in range(40):
+                d = hashlib.md5(("%s:%d-%d" % (host, port, j)).encode()).digest()
+                for h in range(4):
+                    pts.append(((d[3 + h * 4] << 24) | (d[2 + h * 4] << 16)
+                                | (d[1 + h * 4] << 8) | d[h * 4], (host, port)))
+        pts.sort()
+        self.pos = [p for p, _ in pts]
+        self.srv = [s for _, s in pts]
+
+    def server(self, key):
+        d = hashlib.md5(key.encode()).digest()
+        h = (d[3] << 24) | (d[2] << 16) | (d[1] << 8) | d[0]
+        i = bisect.bisect_left(self.pos, h)
+        return self.srv[i if i < len(self.pos) else 0]
+
+
+def bench_ketama(a, figures):
+    procs = []
+
+    def start():
+        for _ in range(5):
+            port = lg.free_port_pair(0)
+            cmd = ["memcached", "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-t", "2",
+                   "-m", str(a.mem)] + (["-u", "root"] if os.getuid() == 0 else [])
+            p = lg.track(subprocess.Popen(cmd, stdin=subprocess.DEVNULL))
+            if lg.wait_for(lambda: p.poll() is not None or lg.can_connect(port), 10) \
+                    and p.poll() is None:
+                procs.append(p)
+                return ("127.0.0.1", port)
+        raise RuntimeError("memcached did not start")
+    try:
+        servers = [start() for _ in range(3)]
+        ring = {"k": Ketama(servers)}
+        t = time.monotonic()
+        groups = {}
+        for i in range(a.items):
+            groups.setdefault(ring["k"].server(key_of(i)), []).append(i)
+        stored = fill(groups)
+        print("# ketama: filled %d/%d items in %.1f s" % (stored, a.items, time.monotonic() - t),
+              flush=True)
+        rng = random.Random(7)
+        sample = rng.sample(range(a.items), min(a.sample, a.items))
+
+        def factory():
+            conns = {}
+
+            def op(kind, i):
+                s = ring["k"].server(key_of(i))
+                c = conns.get(s)
+                try:
+                    if c is None:
+                        c = conns[s] = lg.Conn(s, 5.0)
+                    if kind == "get":
+                        vals, err = c.get_multi([key_of(i)])
+                        return vals is not None, bool(vals)
+                    return c.store("set", key_of(i), value_of(i)) == b"STORED", None
+                except (OSError, lg.ProtoError):
+                    conns.pop(s, None)
+                    return False, False
+            return op
+        load = Steady(factory, sample, a.threads)
+        load.start()
+        t_before = time.monotonic()
+        time.sleep(a.secs)
+        servers.append(start())
+        t_join = time.monotonic()
+        ring["k"] = Ketama(servers)    # every client switches to 4 servers
+        time.sleep(a.secs)
+        t_end = time.monotonic()
+        load.stop()
+        hb = hit_ratio(load.window(t_before, t_join))
+        ha = hit_ratio(load.window(t_join, t_end))
+        figures["ketama_hit_ratio_after_over_before"] = ha / hb
+        print("# ketama: hit before %.4f after %.4f, ops %d" % (hb, ha, len(load.recs)),
+              flush=True)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--items", type=int, default=1000000)
+    ap.add_argument("--secs", type=float, default=5.0, help="load window before and after")
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--sample", type=int, default=50000, help="keys the live load touches")
+    ap.add_argument("--mem", type=int, default=1024, help="-m of every node (MiB)")
+    ap.add_argument("--rate", type=str, default=None, help="ringctl join --rate MBPS")
+    ap.add_argument("--skip-ketama", action="store_true")
+    ap.add_argument("--skip-ringcache", action="store_true")
+    a = ap.parse_args()
+    figures = {}
+    try:
+        if not a.skip_ringcache:
+            why = lg.supports_cluster()
+            if why:
+                print("# ringcache part skipped: %s" % why, flush=True)
+            else:
+                bench_ringcache(a, figures)
+        if not a.skip_ketama:
+            bench_ketama(a, figures)
+    finally:
+        lg.kill_all()
+    for k in ("join_s", "copy_mb_s", "copied_over_imported", "fence_ms_max",
+              "p99_ratio_nonmoving", "hit_ratio_after_over_before",
+              "ketama_hit_ratio_after_over_before"):
+        if k in figures:
+            print("%s %.3f" % (k, figures[k]))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
