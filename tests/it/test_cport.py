@@ -541,6 +541,13 @@ def run(tap, tmp, nodes, a, b):
            "after a restart: epoch 2, empty, new boot id")
     ad.close()
 
+    # ---- 6. every node stops cleanly (sanitizer reports fail the exit code)
+    for n in list(nodes):
+        rc = n.stop()
+        log = open(os.path.join(tmp, n.nid + ".log"), errors="replace").read()
+        tap.ok(rc == 0 and "Sanitizer" not in log and "runtime error" not in log,
+               "node %s exits 0 after SIGTERM" % n.nid, "rc %r\n%s" % (rc, log[-3000:]))
+
 
 if __name__ == "__main__":
     main()
