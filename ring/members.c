@@ -13,6 +13,7 @@
 
 #include "config.h"
 #include "ring/ring.h"
+#include "ring/ring_internal.h"
 
 #define MEMBERS_INITIAL_CAP 8
 
@@ -356,13 +357,13 @@ find_duplicate(const struct ring_members *m)
     return dup;
 }
 
-/* ring_members_validate: see ring.h. Also requires at least one node. */
+/* ring_members_check_fields: see ring_internal.h. */
 int
-ring_members_validate(const struct ring_members *m, char *err, size_t errlen)
+ring_members_check_fields(const struct ring_members *m, char *err,
+                          size_t errlen)
 {
     const char *why;
     uint32_t i;
-    int dup;
 
     if (m->vnodes == 0 || m->vnodes > RING_VNODES_MAX) {
         set_err(err, errlen, "vnodes must be 1..65535");
@@ -386,6 +387,19 @@ ring_members_validate(const struct ring_members *m, char *err, size_t errlen)
             set_err(err, errlen, "node %u: %s", i, why);
             return RING_EINVAL;
         }
+    }
+    return RING_OK;
+}
+
+/* ring_members_validate: see ring.h. Also requires at least one node. */
+int
+ring_members_validate(const struct ring_members *m, char *err, size_t errlen)
+{
+    int rc, dup;
+
+    rc = ring_members_check_fields(m, err, errlen);
+    if (rc != RING_OK) {
+        return rc;
     }
     dup = find_duplicate(m);
     if (dup == -2) {

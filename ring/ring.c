@@ -5,8 +5,10 @@
  * lists are pure: no allocation, no locks, safe from any number of threads.
  */
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "config.h"
 #include "ring/ring.h"
@@ -19,6 +21,51 @@
 /* Ranges of the lookup index longer than this are binary-searched. */
 #define RING_SCAN_MAX 16
 
+/* Keys hashed per batch while building (see hash_points). */
+#define HASH_BATCH 16
+
+/* Vnode indexes whose digits hash_points converts once a build. */
+#define SUFFIX_TABLE 1024
+
+/* Room for "id#vnode": an id, '#', and the 8-byte word of the vnode's
+ * digits (a vnode index is < RING_POINTS_MAX, 8 digits at most). */
+#define POINT_KEY_MAX (RING_ID_MAX + 1 + 8)
+
+/* A bucket of the build sort with more points than this is merge-sorted
+ * (a hash that piles points up must not make the build quadratic). */
+#define SORT_SMALL 32
+
+/* Extra bits of the fine scatter below the lookup index bits. */
+#ifndef SUB_BITS
+#define SUB_BITS 2
+#endif
+
+/* Most coarse buckets of the first build pass: 2^10 write streams still
+ * fit the L1/L2 caches and TLB. */
+#ifndef COARSE_BITS_MAX
+#define COARSE_BITS_MAX 10
+#endif
+
+/* Huge page size for the arrays of large rings (see block_alloc). */
+#define HUGE_PAGE ((size_t)2 << 20)
+#ifndef WASTE_DIV
+#define WASTE_DIV 8
+#endif
+
+/* Under AddressSanitizer every array comes from malloc, so overflows of the
+ * ring's arrays are caught. */
+#if defined(__SANITIZE_ADDRESS__)
+#define RING_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RING_ASAN 1
+#endif
+#endif
+
+#if defined(MADV_HUGEPAGE) && defined(MAP_ANONYMOUS) && !defined(RING_ASAN)
+#define RING_HUGE_PAGES 1
+#endif
+
 /* ring_hash: see ring.h. */
 uint64_t
 ring_hash(const void *data, size_t len)
@@ -26,14 +73,176 @@ ring_hash(const void *data, size_t len)
     return XXH3_64bits(data, len);
 }
 
-/* qsort_r comparator: node indexes (uint16_t) by id bytes. */
-static int
-cmp_by_id(const void *a, const void *b, void *arg)
+/*
+ * Allocate `size` bytes for a ring's arrays (`scratch` false) or for build
+ * scratch (true). Sets *mapped to the length of the mapping it made, or 0
+ * when the block came from malloc; free with block_free. A page fault
+ * costs about 1 us on the VMs this runs on (a 10000x160 ring faults ~35 MB
+ * in 4 KiB pages: ~9 ms), so a block of a MiB or more gets its own mapping,
+ * 2 MiB aligned and advised for transparent huge pages: one fault per
+ * 2 MiB. The mapping is rounded up to 2 MiB; the ring's own arrays take it
+ * only when that wastes at most 1/8 of the block (the waste counts in
+ * ring_bytes), scratch always (it is freed at the end of the build). When
+ * the kernel has no huge page to give, the mapping behaves like malloc.
+ */
+static void *
+block_alloc(size_t size, bool scratch, size_t *mapped)
 {
-    const struct ring_node *nodes = arg;
+#ifdef RING_HUGE_PAGES
+    size_t len = (size + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
 
-    return strcmp(nodes[*(const uint16_t *)a].id,
-                  nodes[*(const uint16_t *)b].id);
+    if (size >= HUGE_PAGE / 2 && (scratch || len - size <= size / WASTE_DIV)) {
+        size_t map = len + HUGE_PAGE, head;
+        char *p = mmap(NULL, map, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+        if (p != MAP_FAILED) {
+            /* Keep the 2 MiB aligned part: huge pages need the alignment. */
+            head = (HUGE_PAGE - (uintptr_t)p % HUGE_PAGE) % HUGE_PAGE;
+            if (head > 0) {
+                munmap(p, head);
+            }
+            if (map - head > len) {
+                munmap(p + head + len, map - head - len);
+            }
+            /* Advice only: without huge pages the block still works. */
+            (void)madvise(p + head, len, MADV_HUGEPAGE);
+            *mapped = len;
+            return p + head;
+        }
+    }
+#else
+    (void)scratch;
+#endif
+    *mapped = 0;
+    return malloc(size);
+}
+
+/* Free a block_alloc block; `mapped` is what block_alloc set. */
+static void
+block_free(void *p, size_t mapped)
+{
+#ifdef RING_HUGE_PAGES
+    if (mapped > 0) {
+        munmap(p, mapped);
+        return;
+    }
+#else
+    (void)mapped;
+#endif
+    free(p);
+}
+
+/*
+ * Node ids in byte order. The sort key is the first 16 bytes of the id,
+ * big-endian and zero-padded, so almost every comparison is two integer
+ * compares; equal keys fall back to the rest of the id.
+ */
+struct id_key {
+    uint64_t hi, lo;
+    uint32_t node;
+};
+
+/* Compare two id keys: <0, 0 (same id), >0, like strcmp of the ids. */
+static int
+id_key_cmp(const struct id_key *a, const struct id_key *b,
+           const struct ring_node *nodes)
+{
+    if (a->hi != b->hi) {
+        return a->hi < b->hi ? -1 : 1;
+    }
+    if (a->lo != b->lo) {
+        return a->lo < b->lo ? -1 : 1;
+    }
+    /* Equal first 16 bytes: a NUL among them ends both ids there. */
+    if ((a->lo & 0xff) == 0) {
+        return 0;
+    }
+    return strcmp(nodes[a->node].id + 16, nodes[b->node].id + 16);
+}
+
+/* Stable merge sort of n id keys; tmp has room for n / 2 + 1. Runs that are
+ * already in order cost one comparison (memberships are often sorted). */
+static void
+sort_id_keys(struct id_key *a, struct id_key *tmp, uint32_t n,
+             const struct ring_node *nodes)
+{
+    uint32_t h, i, j, k;
+
+    if (n <= 8) {
+        for (i = 1; i < n; i++) {
+            struct id_key x = a[i];
+
+            for (j = i; j > 0 && id_key_cmp(&a[j - 1], &x, nodes) > 0; j--) {
+                a[j] = a[j - 1];
+            }
+            a[j] = x;
+        }
+        return;
+    }
+    h = n / 2;
+    sort_id_keys(a, tmp, h, nodes);
+    sort_id_keys(a + h, tmp, n - h, nodes);
+    if (id_key_cmp(&a[h - 1], &a[h], nodes) <= 0) {
+        return;
+    }
+    memcpy(tmp, a, h * sizeof(*a));
+    for (i = 0, j = h, k = 0; i < h;) {
+        if (j < n && id_key_cmp(&a[j], &tmp[i], nodes) < 0) {
+            a[k++] = a[j++];
+        } else {
+            a[k++] = tmp[i++];
+        }
+    }
+}
+
+/* First 8 bytes at s (zero-padded past len) as a big-endian integer. */
+static uint64_t
+be_prefix(const char *s, size_t len)
+{
+    unsigned char b[8] = { 0 };
+    uint64_t v = 0;
+    size_t i;
+
+    memcpy(b, s, len < 8 ? len : 8);
+    for (i = 0; i < 8; i++) {
+        v = v << 8 | b[i];
+    }
+    return v;
+}
+
+/*
+ * Fill by_id[] with the node indexes of m in id byte order. RING_OK,
+ * RING_EINVAL when two nodes share an id, RING_ENOMEM.
+ */
+static int
+sort_by_id(const struct ring_members *m, uint16_t *by_id)
+{
+    uint32_t i, n = m->n_nodes;
+    struct id_key *key = malloc(((size_t)n + n / 2 + 1) * sizeof(*key));
+    int rc = RING_OK;
+
+    if (key == NULL) {
+        return RING_ENOMEM;
+    }
+    for (i = 0; i < n; i++) {
+        const char *id = m->nodes[i].id;
+        size_t len = strnlen(id, RING_ID_MAX);
+
+        key[i].hi = be_prefix(id, len);
+        key[i].lo = len > 8 ? be_prefix(id + 8, len - 8) : 0;
+        key[i].node = i;
+    }
+    sort_id_keys(key, key + n, n, m->nodes);
+    for (i = 0; i < n; i++) {
+        if (i > 0 && id_key_cmp(&key[i - 1], &key[i], m->nodes) == 0) {
+            rc = RING_EINVAL;
+            break;
+        }
+        by_id[i] = (uint16_t)key[i].node;
+    }
+    free(key);
+    return rc;
 }
 
 /* qsort_r comparator: node indexes by zone, then index (deterministic). */
@@ -53,14 +262,25 @@ cmp_by_zone(const void *a, const void *b, void *arg)
 /*
  * Give each node a zone index: one per named zone, and one of its own for
  * every node without a zone (the contract counts it as a zone alone).
- * Returns the number of zones; tmp has n entries.
+ * Returns the number of zones, or 0 on ENOMEM.
  */
 static uint32_t
-assign_zones(const struct ring_members *m, uint16_t *zone, uint16_t *tmp)
+assign_zones(const struct ring_members *m, uint16_t *zone)
 {
     uint32_t i, n = m->n_nodes, nz = 0;
     const char *prev = NULL;
+    uint16_t *tmp;
 
+    for (i = 0; i < n && m->nodes[i].zone[0] == '\0'; i++) {
+        zone[i] = (uint16_t)i;
+    }
+    if (i == n) {
+        return n;  /* no zones: every node is a zone of its own */
+    }
+    tmp = malloc((size_t)n * sizeof(*tmp));
+    if (tmp == NULL) {
+        return 0;
+    }
     for (i = 0; i < n; i++) {
         tmp[i] = (uint16_t)i;
     }
@@ -74,23 +294,67 @@ assign_zones(const struct ring_members *m, uint16_t *zone, uint16_t *tmp)
         zone[tmp[i]] = (uint16_t)(nz - 1);
         prev = z[0] == '\0' ? NULL : z;
     }
+    free(tmp);
     return nz;
 }
 
-/* Write v in decimal at p (no NUL); returns the number of digits. */
+/* "00".."99": two decimal digits per table lookup. */
+static const char digit_pairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233"
+    "34353637383940414243444546474849505152535455565758596061626364656667"
+    "6869707172737475767778798081828384858687888990919293949596979899";
+
+/*
+ * v (< 10^8) in decimal as the bytes of a little-endian word, first digit
+ * in the lowest byte, unused bytes zero; returns the number of digits.
+ * Built in a register: storing it is one 8-byte store.
+ */
+static uint32_t
+decimal_word(uint32_t v, uint64_t *word)
+{
+    uint64_t w = 0;
+    uint32_t n = 0;
+
+    /* The last two digits go in first and end up in the highest bytes. */
+    while (v >= 100) {
+        uint32_t pr = (v % 100) * 2;
+
+        w = w << 16 | (uint64_t)(unsigned char)digit_pairs[pr + 1] << 8 |
+            (unsigned char)digit_pairs[pr];
+        v /= 100;
+        n += 2;
+    }
+    if (v >= 10) {
+        w = w << 16 | (uint64_t)(unsigned char)digit_pairs[v * 2 + 1] << 8 |
+            (unsigned char)digit_pairs[v * 2];
+        n += 2;
+    } else {
+        w = w << 8 | (uint64_t)('0' + v);
+        n += 1;
+    }
+    *word = w;
+    return n;
+}
+
+/* Store a decimal_word at p: 8 bytes, the digits then zeros. */
+static void
+store_word(char *p, uint64_t w)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    w = __builtin_bswap64(w);
+#endif
+    memcpy(p, &w, sizeof(w));
+}
+
+/* Write v in decimal at p (8 bytes of room; no NUL); returns the number of
+ * digits. */
 static size_t
 put_decimal(char *p, uint32_t v)
 {
-    char tmp[10];
-    size_t n = 0, i;
+    uint64_t w;
+    uint32_t n = decimal_word(v, &w);
 
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    for (i = 0; i < n; i++) {
-        p[i] = tmp[n - 1 - i];
-    }
+    store_word(p, w);
     return n;
 }
 
@@ -111,25 +375,212 @@ index_bits(uint64_t n)
 }
 
 /*
- * ring_build_hashed: see ring_internal.h. Points are generated in ring tie
- * order (nodes by id, then vnode index) and scattered stably into buckets
- * on the top idx_bits bits of their position, each bucket insertion-sorted
- * as points land: so equal positions stay in (id, vnode) order and the
- * result does not depend on the order of m->nodes. A bucket holds a few
- * points with XXH3; a hash that piles points into one bucket (the 8-bit
- * test hash) makes this quadratic in that bucket, which tests keep small. The caller owns the result.
+ * Hash every point in tie order (nodes by id, then vnode index) into
+ * r->pos[], and count the points of each coarse bucket (top cbits bits)
+ * into ccount[]. The keys "id#v" of a batch are all written before the
+ * first is hashed: XXH3 loads its input in 8-byte words, and a word that
+ * straddles bytes stored a moment ago cannot be forwarded from the store
+ * buffer, so the load would wait for the stores to reach the cache
+ * (that stall was about 2/3 of the hash time). The digits of the first
+ * SUFFIX_TABLE vnode indexes are converted once, not once per node.
+ */
+static void
+hash_points(const struct ring *r, ring_hash_fn hash, uint32_t cbits,
+            uint32_t *ccount)
+{
+    char buf[HASH_BATCH][POINT_KEY_MAX];
+    size_t len[HASH_BATCH];
+    uint64_t sfx[SUFFIX_TABLE];
+    uint8_t sfx_len[SUFFIX_TABLE];
+    const bool xxh3 = hash == ring_hash;
+    const uint32_t cshift = 64 - cbits;
+    uint32_t i, k, g = 0, nt = 0;
+
+    for (i = 0; i < r->m->n_nodes; i++) {
+        uint32_t nv = r->m->nodes[i].weight * r->m->vnodes;
+
+        nt = nv > nt ? nv : nt;
+    }
+    nt = nt < SUFFIX_TABLE ? nt : SUFFIX_TABLE;
+    for (i = 0; i < nt; i++) {
+        sfx_len[i] = (uint8_t)decimal_word(i, &sfx[i]);
+    }
+    for (i = 0; i < r->m->n_nodes; i++) {
+        const struct ring_node *n = &r->m->nodes[r->by_id[i]];
+        size_t idlen = strlen(n->id);
+        uint32_t v, nv = n->weight * r->m->vnodes;
+
+        for (k = 0; k < HASH_BATCH && k < nv; k++) {
+            memcpy(buf[k], n->id, idlen);
+            buf[k][idlen] = '#';
+        }
+        for (v = 0; v < nv; v += HASH_BATCH) {
+            uint32_t kn = nv - v < HASH_BATCH ? nv - v : HASH_BATCH;
+
+            for (k = 0; k < kn; k++) {
+                uint64_t w;
+
+                if (v + k < nt) {
+                    w = sfx[v + k];
+                    len[k] = idlen + 1 + sfx_len[v + k];
+                } else {
+                    len[k] = idlen + 1 + decimal_word(v + k, &w);
+                }
+                store_word(buf[k] + idlen + 1, w);
+            }
+            for (k = 0; k < kn; k++) {
+                /* The production hash inlined: no indirect call a point. */
+                uint64_t h = xxh3 ? XXH3_64bits(buf[k], len[k])
+                                  : hash(buf[k], len[k]);
+
+                r->pos[g++] = h;
+                ccount[cbits > 0 ? h >> cshift : 0]++;
+            }
+        }
+    }
+}
+
+/*
+ * Stable merge sort of n points (pos[], node[] in step) by position;
+ * spos/snode are scratch of n / 2 + 1 entries. For buckets that hold
+ * many points, which only a degenerate hash produces.
+ */
+static void
+sort_points(uint64_t *pos, uint16_t *node, uint64_t *spos, uint16_t *snode,
+            uint32_t n)
+{
+    uint32_t h, i, j, k;
+
+    if (n <= SORT_SMALL) {
+        for (i = 1; i < n; i++) {
+            uint64_t p = pos[i];
+            uint16_t nd = node[i];
+
+            for (j = i; j > 0 && pos[j - 1] > p; j--) {
+                pos[j] = pos[j - 1];
+                node[j] = node[j - 1];
+            }
+            pos[j] = p;
+            node[j] = nd;
+        }
+        return;
+    }
+    h = n / 2;
+    sort_points(pos, node, spos, snode, h);
+    sort_points(pos + h, node + h, spos, snode, n - h);
+    if (pos[h - 1] <= pos[h]) {
+        return;
+    }
+    memcpy(spos, pos, h * sizeof(*pos));
+    memcpy(snode, node, h * sizeof(*node));
+    /* Equal positions: the left run first, so ties keep their order. */
+    for (i = 0, j = h, k = 0; i < h;) {
+        if (j < n && pos[j] < spos[i]) {
+            pos[k] = pos[j];
+            node[k++] = node[j++];
+        } else {
+            pos[k] = spos[i];
+            node[k++] = snode[i++];
+        }
+    }
+}
+
+/*
+ * Sort the points of one coarse bucket, tpos/tnode[a, e) in tie order,
+ * into r->pos/r->node[a, e) (the same range: both are laid out by coarse
+ * bucket), and write its part of the lookup index. A stable counting
+ * scatter on the fine bits plus SUB_BITS more, so that a sub-bucket holds
+ * less than one point on average, then an insertion sort that has little
+ * left to do (mostly one well-predicted comparison a point, on cache lines
+ * just written). Moving only past strictly greater positions keeps ties
+ * in tie order. cur[] has 2^(fbits + SUB_BITS) entries.
+ */
+static void
+sort_coarse(struct ring *r, uint32_t c, uint32_t fbits, uint32_t a,
+            uint32_t e, uint64_t *tpos, uint16_t *tnode, uint32_t *cur)
+{
+    const uint32_t shift = 64 - r->idx_bits - SUB_BITS;
+    const uint32_t nf = 1u << fbits, ns = nf << SUB_BITS;
+    const uint64_t smask = ns - 1;
+    uint32_t *idx = r->idx + ((size_t)c << fbits);
+    uint64_t *pos = r->pos;
+    uint16_t *node = r->node;
+    uint32_t i, f, s;
+    bool big = false;
+
+    memset(cur, 0, ns * sizeof(*cur));
+    for (i = a; i < e; i++) {
+        cur[(tpos[i] >> shift) & smask]++;
+    }
+    for (f = 0, s = a; f < nf; f++) {
+        uint32_t start = s;
+
+        idx[f] = s;
+        for (i = f << SUB_BITS; i < (f + 1) << SUB_BITS; i++) {
+            uint32_t cnt = cur[i];
+
+            cur[i] = s;
+            s += cnt;
+        }
+        big |= s - start > SORT_SMALL;
+    }
+    for (i = a; i < e; i++) {
+        uint64_t p = tpos[i];
+        uint32_t j = cur[(p >> shift) & smask]++;
+
+        pos[j] = p;
+        node[j] = tnode[i];
+    }
+    /* tpos/tnode[a, e) are free now: the merge sort's scratch. */
+    for (f = 0; big && f < nf; f++) {
+        uint32_t end = f + 1 < nf ? idx[f + 1] : e;
+
+        if (end - idx[f] > SORT_SMALL) {
+            sort_points(pos + idx[f], node + idx[f], tpos + a, tnode + a,
+                        end - idx[f]);
+        }
+    }
+    for (i = a + 1; i < e; i++) {
+        uint64_t p = pos[i];
+        uint16_t nd;
+        uint32_t j;
+
+        if (pos[i - 1] <= p) {
+            continue;
+        }
+        nd = node[i];
+        for (j = i; j > a && pos[j - 1] > p; j--) {
+            pos[j] = pos[j - 1];
+            node[j] = node[j - 1];
+        }
+        pos[j] = p;
+        node[j] = nd;
+    }
+}
+
+/*
+ * ring_build_hashed: see ring_internal.h. Points are hashed in tie order
+ * (nodes by id, then vnode index) straight into pos[], then sorted by a
+ * stable two-pass bucket sort: a scatter into 2^cbits coarse buckets on
+ * the top bits (a few hundred sequential write streams) into scratch, then
+ * each coarse bucket, small enough for the cache, sorted back into pos[]
+ * by sort_coarse, which also writes the lookup index. Stability keeps
+ * equal positions in (id, vnode) order, so the result does not depend on
+ * the order of m->nodes. The caller owns the result.
  */
 struct ring *
 ring_build_hashed(const struct ring_members *m, ring_hash_fn hash)
 {
     struct ring *r = NULL;
-    uint64_t total = 0, *gpos = NULL;
-    uint16_t *tmp = NULL;
-    uint32_t i, g, nb, shift;
-    char buf[RING_ID_MAX + 12];
+    uint64_t total = 0, *tpos = NULL;
+    uint16_t *tnode;
+    uint32_t *cur, i, g, nb, cbits, fbits;
+    uint32_t ccount[(1u << COARSE_BITS_MAX) + 1];
+    size_t n, scratch_len = 0;
+    char *b;
 
     if (m == NULL || hash == NULL ||
-        ring_members_validate(m, NULL, 0) != RING_OK) {
+        ring_members_check_fields(m, NULL, 0) != RING_OK) {
         return NULL;
     }
     for (i = 0; i < m->n_nodes; i++) {
@@ -138,6 +589,7 @@ ring_build_hashed(const struct ring_members *m, ring_hash_fn hash)
     if (total > RING_POINTS_MAX) {
         return NULL;
     }
+    n = (size_t)total;
     r = calloc(1, sizeof(*r));
     if (r == NULL) {
         return NULL;
@@ -146,89 +598,73 @@ ring_build_hashed(const struct ring_members *m, ring_hash_fn hash)
     r->n_points = (uint32_t)total;
     r->idx_bits = index_bits(total);
     nb = 1u << r->idx_bits;
-    shift = 64 - r->idx_bits;
+    cbits = r->idx_bits > 8 ? r->idx_bits - 8 : 0;
+    if (cbits > COARSE_BITS_MAX) {
+        cbits = COARSE_BITS_MAX;
+    }
+    fbits = r->idx_bits - cbits;
     r->m = ring_members_dup(m);
-    r->pos = calloc(total, sizeof(*r->pos));
-    r->node = malloc(total * sizeof(*r->node));
-    r->idx = calloc((size_t)nb + 1, sizeof(*r->idx));
     r->zone = malloc((size_t)m->n_nodes * sizeof(*r->zone));
     r->by_id = malloc((size_t)m->n_nodes * sizeof(*r->by_id));
-    tmp = malloc((size_t)m->n_nodes * sizeof(*tmp));
-    gpos = malloc(total * sizeof(*gpos));
-    if (r->m == NULL || r->pos == NULL || r->node == NULL || r->idx == NULL ||
-        r->zone == NULL || r->by_id == NULL || tmp == NULL || gpos == NULL) {
+    if (r->m == NULL || r->zone == NULL || r->by_id == NULL ||
+        sort_by_id(r->m, r->by_id) != RING_OK) {
         goto fail;
     }
-    for (i = 0; i < m->n_nodes; i++) {
-        r->by_id[i] = (uint16_t)i;
+    r->n_zones = assign_zones(r->m, r->zone);
+    /* One block: pos (8-aligned first), idx, node. */
+    r->block_size = n * sizeof(*r->pos) + ((size_t)nb + 1) * sizeof(*r->idx) +
+                    n * sizeof(*r->node);
+    r->block = block_alloc(r->block_size, false, &r->block_len);
+    /* Scratch: a position and an owner a point, and the fine cursors. */
+    tpos = block_alloc(n * sizeof(*tpos) +
+                       ((size_t)1 << (fbits + SUB_BITS)) * sizeof(*cur) +
+                       n * sizeof(*tnode), true, &scratch_len);
+    if (r->n_zones == 0 || r->block == NULL || tpos == NULL) {
+        goto fail;
     }
-    qsort_r(r->by_id, m->n_nodes, sizeof(*r->by_id), cmp_by_id, r->m->nodes);
-    r->n_zones = assign_zones(r->m, r->zone, tmp);
+    b = r->block;
+    r->pos = (uint64_t *)(void *)b;
+    r->idx = (uint32_t *)(void *)(b + n * sizeof(*r->pos));
+    r->node = (uint16_t *)(void *)(b + n * sizeof(*r->pos) +
+                                   ((size_t)nb + 1) * sizeof(*r->idx));
+    cur = (uint32_t *)(void *)(tpos + n);
+    tnode = (uint16_t *)(void *)(cur + ((size_t)1 << (fbits + SUB_BITS)));
 
-    /* Hash every point, in tie order, and count the buckets. */
-    g = 0;
-    for (i = 0; i < m->n_nodes; i++) {
-        uint16_t nd = r->by_id[i];
-        const struct ring_node *n = &m->nodes[nd];
-        size_t idlen = strlen(n->id);
-        uint32_t v, nv = n->weight * m->vnodes;
+    memset(ccount, 0, sizeof(ccount));
+    hash_points(r, hash, cbits, ccount);
+    /* ccount[c] becomes the start of coarse bucket c, then its cursor. */
+    for (i = 0, g = 0; i < (1u << cbits); i++) {
+        uint32_t cnt = ccount[i];
 
-        memcpy(buf, n->id, idlen);
-        buf[idlen] = '#';
-        for (v = 0; v < nv; v++) {
-            size_t len = idlen + 1 + put_decimal(buf + idlen + 1, v);
-            /* The production hash inlined: no indirect call per point. */
-            uint64_t h = hash == ring_hash ? XXH3_64bits(buf, len)
-                                           : hash(buf, len);
-
-            gpos[g] = h;
-            r->idx[h >> shift]++;
-            g++;
-        }
+        ccount[i] = g;
+        g += cnt;
     }
-    /* idx[b] = start of bucket b, then the next free slot of it. */
-    for (i = 0, g = 0; i < nb; i++) {
-        uint32_t c = r->idx[i];
-
-        r->idx[i] = g;
-        g += c;
-    }
-    /* Scatter in generation order (node by node, so the owner is known), insertion-sorting each point into its
-     * bucket as it lands: buckets hold 2-4 points, so this touches the
-     * line just written. Moving only past strictly greater positions keeps
-     * ties in generation order. Slots below the bucket hold smaller
-     * positions or zeros (pos is zero-filled), so the walk stops there. */
+    /* Coarse scatter, in tie order; the owner is known node by node. */
     g = 0;
     for (i = 0; i < m->n_nodes; i++) {
         uint16_t nd = r->by_id[i];
         uint32_t end = g + m->nodes[nd].weight * m->vnodes;
 
         for (; g < end; g++) {
-            uint64_t p = gpos[g];
-            uint32_t j = r->idx[p >> shift]++;
+            uint64_t p = r->pos[g];
+            uint32_t j = ccount[cbits > 0 ? p >> (64 - cbits) : 0]++;
 
-            /* The destination of a later point, fetched ahead. */
-            if (g + 16 < r->n_points) {
-                __builtin_prefetch(&r->pos[r->idx[gpos[g + 16] >> shift]], 1);
-            }
-            while (j > 0 && r->pos[j - 1] > p) {
-                r->pos[j] = r->pos[j - 1];
-                r->node[j] = r->node[j - 1];
-                j--;
-            }
-            r->pos[j] = p;
-            r->node[j] = nd;
+            tpos[j] = p;
+            tnode[j] = nd;
         }
     }
-    /* Now idx[b] = end of bucket b = start of bucket b + 1. */
-    memmove(r->idx + 1, r->idx, (size_t)nb * sizeof(*r->idx));
-    r->idx[0] = 0;
-    free(gpos);
-    free(tmp);
+    /* Now ccount[c] is the end of coarse bucket c. */
+    for (i = 0, g = 0; i < (1u << cbits); i++) {
+        sort_coarse(r, i, fbits, g, ccount[i], tpos, tnode, cur);
+        g = ccount[i];
+    }
+    r->idx[nb] = r->n_points;
+    block_free(tpos, scratch_len);
     return r;
 fail:
-    free(gpos);
-    free(tmp);
+    if (tpos != NULL) {
+        block_free(tpos, scratch_len);
+    }
     ring_free(r);
     return NULL;
 }
@@ -248,9 +684,9 @@ ring_free(struct ring *r)
         return;
     }
     ring_members_free(r->m);
-    free(r->pos);
-    free(r->node);
-    free(r->idx);
+    if (r->block != NULL) {
+        block_free(r->block, r->block_len);
+    }
     free(r->zone);
     free(r->by_id);
     free(r);
@@ -433,7 +869,7 @@ ring_point(const struct ring *r, uint32_t rank, uint64_t *pos, uint32_t *node,
     const struct ring_node *n;
     uint32_t k = 0, j, v, nv;
     uint64_t p;
-    char buf[RING_ID_MAX + 12];
+    char buf[POINT_KEY_MAX];
     size_t idlen;
 
     if (rank >= r->n_points) {
@@ -501,13 +937,12 @@ ring_shares(const struct ring *r, double *share)
 }
 
 /* ring_bytes: see ring.h. Everything the ring keeps, membership copy
- * included. */
+ * included; a mapped block counts whole (rounded up to its huge pages). */
 size_t
 ring_bytes(const struct ring *r)
 {
     return sizeof(*r) + sizeof(*r->m) +
            (size_t)r->m->cap_nodes * sizeof(struct ring_node) +
-           (size_t)r->n_points * (sizeof(*r->pos) + sizeof(*r->node)) +
-           (((size_t)1 << r->idx_bits) + 1) * sizeof(*r->idx) +
+           (r->block_len > 0 ? r->block_len : r->block_size) +
            (size_t)r->m->n_nodes * (sizeof(*r->zone) + sizeof(*r->by_id));
 }

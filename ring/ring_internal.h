@@ -13,20 +13,31 @@
  * and node[] (2 bytes, RING_NODES_MAX fits). The vnode index is not kept;
  * ring_point() recomputes it. idx[] is the lookup index: idx[b] is the rank
  * of the first point whose top idx_bits bits are >= b, with
- * idx[1 << idx_bits] == n_points; the build scatter produces it for free.
+ * idx[1 << idx_bits] == n_points; the build's bucket sort produces it.
+ * pos[], idx[] and node[] share one allocation (`block`), which is either
+ * malloc'ed or, for large rings, its own huge-page mapping (ring.c).
  */
 struct ring {
     struct ring_members *m;        /* own copy of the membership */
     ring_hash_fn         hash;     /* point hash the ring was built with */
     uint32_t             n_points;
-    uint32_t             idx_bits; /* 1..26 */
+    uint32_t             idx_bits; /* 1..25 */
     uint32_t             n_zones;  /* distinct zones; unzoned nodes count 1 each */
     uint64_t            *pos;      /* n_points positions, ascending */
     uint16_t            *node;     /* n_points owner node indexes */
     uint32_t            *idx;      /* (1 << idx_bits) + 1 entries */
     uint16_t            *zone;     /* n_nodes zone indexes */
     uint16_t            *by_id;    /* n_nodes node indexes sorted by id */
+    void                *block;    /* pos, idx and node live here */
+    size_t               block_len; /* bytes mapped; 0 when malloc'ed */
+    size_t               block_size; /* bytes the arrays use */
 };
+
+/* ring_members_validate without the duplicate-id check (ring_build checks
+ * duplicates on the id order it sorts anyway). RING_OK or RING_EINVAL with
+ * a reason in err (err may be NULL). */
+int ring_members_check_fields(const struct ring_members *m, char *err,
+                              size_t errlen);
 
 /* Build with any point hash (ring_build passes XXH3). NULL on ENOMEM or an
  * invalid membership. */
