@@ -15,6 +15,7 @@ struct ctl_globals {
     const char *store;       /* --store DIR|etcd://... */
     bool        human;       /* --human: aligned columns instead of TSV */
     int         timeout_ms;  /* --timeout MS */
+    const char *cluster;     /* --cluster NAME (default "ringcache") */
 };
 
 /* Ring subcommands (ctl_ring.c). */
@@ -28,6 +29,18 @@ int ctl_set(struct ctl_globals *g, int argc, char **argv);
 int ctl_delete(struct ctl_globals *g, int argc, char **argv);
 int ctl_mget(struct ctl_globals *g, int argc, char **argv);
 int ctl_stats(struct ctl_globals *g, int argc, char **argv);
+
+/* Cluster administration (ctl_admin.c, docs/cluster.md). Exit status 0
+ * done, 1 failed (and aborted), 2 bad usage or input, 3 another
+ * transition is pending, 4 RINGCTL_EXIT_AFTER (tests). */
+int ctl_init(struct ctl_globals *g, int argc, char **argv);
+int ctl_status(struct ctl_globals *g, int argc, char **argv);
+int ctl_join(struct ctl_globals *g, int argc, char **argv);
+int ctl_leave(struct ctl_globals *g, int argc, char **argv);
+int ctl_abort(struct ctl_globals *g, int argc, char **argv);
+int ctl_resume(struct ctl_globals *g, int argc, char **argv);
+/* "plan join|leave ..." (a dry run against the store), else ctl_plan. */
+int ctl_admin_plan(struct ctl_globals *g, int argc, char **argv);
 
 /* Read a whole file into a NUL-terminated malloc'd buffer; NULL with errno
  * set on failure. *len gets the length (without the NUL). */

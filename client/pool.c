@@ -180,6 +180,14 @@ pool_node_failed(struct pool_node *n, const struct pool_config *cfg)
     unsigned shift;
 
     pthread_mutex_lock(&n->lock);
+    if (n->down && !n->probing) {
+        /* Another thread already marked this outage (requests that were
+         * in flight fail together): one outage is one step of back-off. */
+        idle = do_take_idle(n);
+        pthread_mutex_unlock(&n->lock);
+        close_list(idle);
+        return;
+    }
     if (n->fails < 31) {
         n->fails++;
     }

@@ -20,7 +20,9 @@
  *     every owner is down fails with RINGCACHE_EDOWN. A write that fails
  *     after it was sent is not retried elsewhere (it may have been applied)
  *     and reports RINGCACHE_EIO or RINGCACHE_ETIMEDOUT.
- * No call blocks longer than about connect_timeout_ms + op_timeout_ms.
+ * A call waits at most about connect_timeout_ms + op_timeout_ms for each
+ * node it tries (one for writes, at most R for reads), and not at all for
+ * a node already marked down.
  */
 #ifndef CLIENT_RINGCACHE_H
 #define CLIENT_RINGCACHE_H

@@ -21,12 +21,19 @@ struct ctl_command {
 static const struct ctl_command commands[] = {
     { "locate", ctl_locate, "locate --members FILE [--replicas R] [KEY...]   preference list per key" },
     { "ring",   ctl_ring,   "ring --members FILE                             points and share per node" },
-    { "plan",   ctl_plan,   "plan --from A.members --to B.members           what a change moves" },
+    { "plan",   ctl_admin_plan, "plan --from A.members --to B.members           what a change moves" },
     { "get",    ctl_get,    "get KEY...                                      read keys" },
     { "set",    ctl_set,    "set KEY VALUE [--ttl S] [--flags F]             write a key" },
     { "delete", ctl_delete, "delete KEY...                                   delete keys" },
     { "mget",   ctl_mget,   "mget                                            read keys from stdin" },
     { "stats",  ctl_stats,  "stats                                           every node's stats side by side" },
+    { "init",   ctl_init,   "init --members FILE                             store epoch 1, commit it to the nodes" },
+    { "status", ctl_status, "status                                          store epoch, pending, every node's state" },
+    { "plan ",  NULL,       "plan join ID ADDR [--weight W] [--zone Z] | plan leave ID   dry run (needs --store)" },
+    { "join",   ctl_join,   "join ID ADDR [--weight W] [--zone Z] [--rate MIB_PER_S]   add a node" },
+    { "leave",  ctl_leave,  "leave ID [--rate MIB_PER_S]                     remove a node" },
+    { "abort",  ctl_abort,  "abort                                           abort the pending transition" },
+    { "resume", ctl_resume, "resume                                          finish the pending transition" },
 };
 
 static void
@@ -34,7 +41,8 @@ usage(FILE *out)
 {
     size_t i;
 
-    fprintf(out, "usage: ringctl [--members FILE] [--human] [--timeout MS] COMMAND [ARGS]\n\n");
+    fprintf(out, "usage: ringctl [--members FILE] [--store DIR --token-file FILE [--cluster NAME]]\n"
+                 "               [--human] [--timeout MS] COMMAND [ARGS]\n\n");
     fprintf(out, "commands:\n");
     for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         fprintf(out, "  %s\n", commands[i].usage);
@@ -42,7 +50,8 @@ usage(FILE *out)
     fprintf(out, "\nglobal options:\n"
             "  --members FILE     membership file (*.members)\n"
             "  --token-file FILE  admin token for the cluster port\n"
-            "  --store DIR        membership store\n"
+            "  --store DIR        membership store (a directory on the admin host)\n"
+            "  --cluster NAME     cluster name (default ringcache)\n"
             "  --human            aligned output for people (default: TSV)\n"
             "  --timeout MS       per-operation timeout (default 1000)\n"
             "  -h, --help         this text\n"
@@ -114,11 +123,12 @@ main(int argc, char **argv)
         { "store",      required_argument, NULL, 's' },
         { "human",      no_argument,       NULL, 'H' },
         { "timeout",    required_argument, NULL, 't' },
+        { "cluster",    required_argument, NULL, 'c' },
         { "help",       no_argument,       NULL, 'h' },
         { "version",    no_argument,       NULL, 'V' },
         { NULL, 0, NULL, 0 }
     };
-    struct ctl_globals g = { .timeout_ms = 1000 };
+    struct ctl_globals g = { .timeout_ms = 1000, .cluster = "ringcache" };
     size_t i;
     int c;
 
@@ -129,6 +139,13 @@ main(int argc, char **argv)
         case 'k': g.token_file = optarg; break;
         case 's': g.store = optarg; break;
         case 'H': g.human = true; break;
+        case 'c':
+            if (optarg[0] == '\0') {
+                ctl_error("--cluster: expected a name");
+                return 2;
+            }
+            g.cluster = optarg;
+            break;
         case 't':
             g.timeout_ms = atoi(optarg);
             if (g.timeout_ms <= 0) {
@@ -146,7 +163,7 @@ main(int argc, char **argv)
         return 2;
     }
     for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
-        if (strcmp(argv[optind], commands[i].name) == 0) {
+        if (commands[i].fn != NULL && strcmp(argv[optind], commands[i].name) == 0) {
             /* The subcommand sees argv[0] = its name, and getopt restarts. */
             optind++;
             argc -= optind - 1;

@@ -480,9 +480,11 @@ conn_event_cb(int fd, short what, void *arg)
         if (c->out_bytes > 0) {
             int r;
 
-            if (c->out_bytes > CONN_OUT_HARD_CAP) {
-                log_msg(LOG_INFO, "connection %d: output over %u bytes, closing",
-                        c->fd, CONN_OUT_HARD_CAP);
+            /* Input stops at the soft cap, so only a bug or a huge -I gets
+             * here; never hold more than this for one client. */
+            if (c->out_bytes > CONN_OUT_HARD_CAP + c->w->srv->settings.item_size_max) {
+                log_msg(LOG_INFO, "connection %d: %zu bytes of replies queued, closing",
+                        c->fd, c->out_bytes);
                 goto close;
             }
             r = conn_flush(c);

@@ -22,7 +22,7 @@ struct event;
 #define CONN_LINE_MAX      (4u << 20)        /* longest get line we buffer */
 #define CONN_OUT_CHUNK     16384u            /* output buffer chunk */
 #define CONN_OUT_SOFT_CAP  (1u << 20)        /* stop processing input above this */
-#define CONN_OUT_HARD_CAP  (64u << 20)       /* close the connection above this */
+#define CONN_OUT_HARD_CAP  (64u << 20)       /* close above this plus -I */
 #define CONN_COPY_MAX      2048u             /* values up to this are copied, not referenced */
 
 /* One piece of queued output. */

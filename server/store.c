@@ -59,9 +59,36 @@
  * stale items before their generation number can come round again. */
 #define GEN_WALK_MASK    0x1fffu
 
+/* A walk or purge call reads at most this many buckets beyond
+ * WALK_BUCKETS_PER_ITEM per requested item, so a range that matches little
+ * still costs a bounded time per call. */
+#define WALK_BUCKETS     4096u
+#define WALK_BUCKETS_PER_ITEM 4u
+/* Keys a drain pops under one stripe lock hold. */
+#define DRAIN_BATCH      64u
+#define DIRTY_INIT       4u             /* dirty-set buckets per stripe */
+
 enum dead { LIVE = 0, DEAD_EXPIRED, DEAD_FLUSHED };
 
+/* What evict_one did. */
+enum evicted { EV_NONE = 0, EV_RECLAIMED, EV_EVICTED };
+
 _Static_assert(offsetof(struct store_item, data) == 60, "item header is 60 bytes");
+_Static_assert(STRIPES == STORE_STRIPES, "store.h names the stripe count");
+
+/*
+ * A key recorded by dirty tracking: a copy of the key (so a delete or an
+ * eviction can still be sent as a tombstone), in a small per-stripe hash
+ * set that dedups it and a FIFO queue that drains it. Both belong to the
+ * stripe and its lock, so recording costs no other lock.
+ */
+struct dirty_key {
+    struct dirty_key *h_next;        /* set chain */
+    struct dirty_key *q_next;        /* drain queue */
+    uint64_t hash;
+    uint8_t nkey;
+    char key[];
+};
 
 struct stripe {
     pthread_mutex_t lock;
@@ -72,7 +99,13 @@ struct stripe {
     uint32_t tail_bump;               /* atomic: lru_tail->bump or TAIL_EMPTY */
     uint64_t bytes;                   /* charged bytes of linked items */
     uint64_t total_items, evictions, reclaimed, expired_unfetched,
-             get_expired, get_flushed;
+             get_expired, get_flushed, purged;
+    /* Dirty tracking; all empty while tracking is false, which is the only
+     * thing a mutation reads when no session is active. */
+    bool tracking;
+    uint32_t d_mask, d_count;
+    struct dirty_key **d_buckets;
+    struct dirty_key *d_head, *d_tail;
 } __attribute__((aligned(64)));
 
 struct store {
@@ -96,6 +129,18 @@ struct store {
     pthread_mutex_t flush_lock;       /* serializes generation bumps */
     pthread_mutex_t sweep_lock;       /* guards the sweep cursor */
     uint32_t sweep_stripe, sweep_bucket;
+
+    /* The handoff: cold except while a transition runs. Lock order:
+     * copy_lock, flush_lock, track_lock, a stripe lock. */
+    pthread_mutex_t copy_lock;        /* walks and drains: callback order */
+    pthread_mutex_t track_lock;       /* session start/stop; track_on */
+    bool track_on;                    /* written under track_lock */
+    bool track_lost;                  /* atomic */
+    store_hash_pred track_pred;       /* set before any stripe tracks */
+    void *track_arg;
+    uint64_t track_pending;           /* atomic: keys in the dirty sets */
+    uint32_t drain_stripe;            /* under copy_lock */
+    uint64_t imported, import_evictions;   /* atomic */
 
     bool sweeper_on;
     bool sweeper_stop;
@@ -181,6 +226,12 @@ item_ref(struct store_item *it)
     __atomic_fetch_add(&it->refcount, 1, __ATOMIC_RELAXED);
 }
 
+void
+store_item_ref(struct store_item *it)
+{
+    item_ref(it);
+}
+
 /* A new CAS: node seed in the high 16 bits, a counter below, never 0. */
 static uint64_t
 cas_mint(struct store *s)
@@ -218,6 +269,108 @@ store_exptime(const struct store *s, int64_t exptime)
     if (exptime <= 2592000)
         return now + exptime;
     return exptime;
+}
+
+/* ---- dirty tracking (do_: caller holds the stripe lock) ---------------- */
+
+static inline uint32_t
+dirty_bucket(const struct stripe *st, uint64_t hash)
+{
+    return (uint32_t)(hash >> STRIPE_BITS) & st->d_mask;
+}
+
+/* Double the stripe's dirty set when it holds twice as many keys as
+ * buckets; on ENOMEM it keeps its size. */
+static void
+do_dirty_grow(struct stripe *st)
+{
+    uint32_t n = st->d_mask + 1, i;
+    struct dirty_key **nb;
+
+    if (st->d_count <= n * 2 || n >= MAX_BUCKETS)
+        return;
+    nb = calloc((size_t)n * 2, sizeof(*nb));
+    if (nb == NULL)
+        return;
+    st->d_mask = n * 2 - 1;
+    for (i = 0; i < n; i++) {
+        struct dirty_key *d = st->d_buckets[i], *next;
+
+        for (; d != NULL; d = next) {
+            uint32_t b = dirty_bucket(st, d->hash);
+
+            next = d->h_next;
+            d->h_next = nb[b];
+            nb[b] = d;
+        }
+    }
+    free(st->d_buckets);
+    st->d_buckets = nb;
+}
+
+/* Record a changed key of a tracking stripe if the session's predicate
+ * wants it and it is not recorded yet. */
+static void
+do_track_key(struct store *s, struct stripe *st, const char *key, size_t nkey,
+             uint64_t hash)
+{
+    struct dirty_key **pp, *d;
+
+    if (!s->track_pred(hash, s->track_arg))
+        return;
+    pp = &st->d_buckets[dirty_bucket(st, hash)];
+    for (d = *pp; d != NULL; d = d->h_next) {
+        if (d->hash == hash && d->nkey == nkey && memcmp(d->key, key, nkey) == 0)
+            return;
+    }
+    d = malloc(offsetof(struct dirty_key, key) + nkey);
+    if (d == NULL) {
+        /* A change we cannot record would let the copy diverge: fail the
+         * session loudly instead. */
+        __atomic_store_n(&s->track_lost, true, __ATOMIC_RELAXED);
+        return;
+    }
+    d->hash = hash;
+    d->nkey = (uint8_t)nkey;
+    memcpy(d->key, key, nkey);
+    d->h_next = *pp;
+    *pp = d;
+    d->q_next = NULL;
+    if (st->d_tail != NULL)
+        st->d_tail->q_next = d;
+    else
+        st->d_head = d;
+    st->d_tail = d;
+    st->d_count++;
+    __atomic_fetch_add(&s->track_pending, 1, __ATOMIC_RELAXED);
+    do_dirty_grow(st);
+}
+
+/* The hook every mutation calls with the item it changes: a plain load of
+ * a field of the stripe it already holds locked when no session runs. */
+static inline void
+do_track(struct store *s, struct stripe *st, const struct store_item *it)
+{
+    if (__builtin_expect(st->tracking, 0))
+        do_track_key(s, st, it->data, it->nkey, it->hash);
+}
+
+/* Pop the oldest recorded key of a stripe (the caller frees it). */
+static struct dirty_key *
+do_dirty_pop(struct stripe *st)
+{
+    struct dirty_key *d = st->d_head, **pp;
+
+    if (d == NULL)
+        return NULL;
+    st->d_head = d->q_next;
+    if (st->d_head == NULL)
+        st->d_tail = NULL;
+    for (pp = &st->d_buckets[dirty_bucket(st, d->hash)]; *pp != d; pp = &(*pp)->h_next)
+        ;
+    *pp = d->h_next;
+    st->d_count--;
+    return d;
 }
 
 /* ---- LRU and hash chains (do_: caller holds the stripe lock) ----------- */
@@ -291,6 +444,7 @@ do_link(struct store *s, struct stripe *st, struct store_item *it)
 {
     uint32_t b = bucket_of(st, it->hash);
 
+    do_track(s, st, it);
     item_ref(it);
     it->gen |= IF_LINKED;
     it->h_next = st->buckets[b];
@@ -312,6 +466,7 @@ do_unlink(struct store *s, struct stripe *st, struct store_item *it,
 {
     bool was_tail = st->lru_tail == it;
 
+    do_track(s, st, it);
     if (prevp == NULL) {
         prevp = &st->buckets[bucket_of(st, it->hash)];
         while (*prevp != it)
@@ -446,8 +601,18 @@ bump_gen(struct store *s)
 {
     uint32_t g = (__atomic_load_n(&s->gen, __ATOMIC_RELAXED) + 1) & GEN_MASK;
 
+    bool tracking;
+
     __atomic_store_n(&s->gen, g, __ATOMIC_RELEASE);
-    if ((g & GEN_WALK_MASK) == 0)
+    /* With a dirty-tracking session, every flushed item of its range must
+     * be recorded now (a destination may hold a copy): reclaim them all.
+     * track_lock orders this against store_track_start, so either the
+     * session sees the new generation (its walk skips flushed items) or we
+     * see the session. */
+    pthread_mutex_lock(&s->track_lock);
+    tracking = s->track_on;
+    pthread_mutex_unlock(&s->track_lock);
+    if ((g & GEN_WALK_MASK) == 0 || tracking)
         walk_remove_stale(s, g);
 }
 
@@ -499,7 +664,7 @@ store_flush(struct store *s, int64_t when)
  * unlinked too; its bytes come back when the last reader releases it.
  * Returns false when every stripe is empty.
  */
-static bool
+static enum evicted
 evict_one(struct store *s, int64_t now)
 {
     uint32_t start, i, found = 0, best_age = 0;
@@ -507,6 +672,7 @@ evict_one(struct store *s, int64_t now)
     struct stripe *best = NULL;
     struct store_item *it;
     enum dead why;
+    enum evicted rc = EV_RECLAIMED;
 
     start = __atomic_fetch_add(&s->evict_cursor, EVICT_SAMPLE, __ATOMIC_RELAXED);
     for (i = 0; i < STRIPES && found < EVICT_SAMPLE; i++) {
@@ -523,7 +689,7 @@ evict_one(struct store *s, int64_t now)
         }
     }
     if (best == NULL)
-        return false;
+        return EV_NONE;
     pthread_mutex_lock(&best->lock);
     it = best->lru_tail;
     if (it != NULL) {
@@ -533,17 +699,20 @@ evict_one(struct store *s, int64_t now)
         } else {
             best->evictions++;
             do_unlink(s, best, it, NULL);
+            rc = EV_EVICTED;
         }
     }
     pthread_mutex_unlock(&best->lock);
-    return true;
+    return rc;
 }
 
-/* Reserve size bytes against the limit, evicting as needed. */
+/* Reserve size bytes against the limit, evicting as needed; counts the
+ * live items evicted in *evicted. */
 static int
-mem_reserve(struct store *s, size_t size, int64_t now)
+mem_reserve(struct store *s, size_t size, int64_t now, uint64_t *evicted)
 {
     unsigned empty = 0;
+    enum evicted ev;
     uint64_t cur = __atomic_load_n(&s->mem_used, __ATOMIC_RELAXED);
 
     for (;;) {
@@ -555,15 +724,20 @@ mem_reserve(struct store *s, size_t size, int64_t now)
         }
         /* Every stripe empty: what is left is held by readers or being
          * built by other threads; give it a few tries, then give up. */
-        if (!evict_one(s, now) && ++empty > 3)
+        ev = evict_one(s, now);
+        if (ev == EV_EVICTED)
+            (*evicted)++;
+        if (ev == EV_NONE && ++empty > 3)
             return STORE_NO_MEMORY;
         cur = __atomic_load_n(&s->mem_used, __ATOMIC_RELAXED);
     }
 }
 
-struct store_item *
-store_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash,
-            uint32_t flags, int64_t exptime, size_t nbytes, int *err)
+/* store_alloc, counting the live items it evicted in *evicted. */
+static struct store_item *
+alloc_common(struct store *s, const char *key, size_t nkey, uint64_t hash,
+             uint32_t flags, int64_t exptime, size_t nbytes, int *err,
+             uint64_t *evicted)
 {
     struct store_item *it;
     size_t size;
@@ -578,7 +752,7 @@ store_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash,
         *err = STORE_NO_MEMORY;
         return NULL;
     }
-    rc = mem_reserve(s, size, store_now(s));
+    rc = mem_reserve(s, size, store_now(s), evicted);
     if (rc < 0) {
         *err = rc;
         return NULL;
@@ -603,6 +777,15 @@ store_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash,
     it->data[nkey + nbytes] = '\r';
     it->data[nkey + nbytes + 1] = '\n';
     return it;
+}
+
+struct store_item *
+store_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash,
+            uint32_t flags, int64_t exptime, size_t nbytes, int *err)
+{
+    uint64_t evicted = 0;
+
+    return alloc_common(s, key, nkey, hash, flags, exptime, nbytes, err, &evicted);
 }
 
 void
@@ -739,8 +922,10 @@ get_common(struct store *s, const char *key, size_t nkey, uint64_t hash,
     pthread_mutex_lock(&st->lock);
     it = do_find(s, st, key, nkey, hash, now, true);
     if (it != NULL) {
-        if (touch)
-            it->exptime = time32(exptime);
+        if (touch) {
+            __atomic_store_n(&it->exptime, time32(exptime), __ATOMIC_RELAXED);
+            do_track(s, st, it);
+        }
         do_bump(st, it, now);
         item_ref(it);
     }
@@ -787,7 +972,8 @@ store_touch(struct store *s, const char *key, size_t nkey, uint64_t hash,
     pthread_mutex_lock(&st->lock);
     it = do_find(s, st, key, nkey, hash, now, false);
     if (it != NULL) {
-        it->exptime = time32(exptime);
+        __atomic_store_n(&it->exptime, time32(exptime), __ATOMIC_RELAXED);
+        do_track(s, st, it);
         do_bump(st, it, now);
     }
     pthread_mutex_unlock(&st->lock);
@@ -875,6 +1061,7 @@ store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash,
             __atomic_load_n(&old->refcount, __ATOMIC_ACQUIRE) == 1) {
             memcpy(store_item_value_mut(old), buf, len);
             old->cas = cas_mint(s);
+            do_track(s, st, old);
             do_bump(st, old, now);
             *value = v;
             if (cas_out != NULL)
@@ -989,6 +1176,505 @@ sweeper_main(void *arg)
     return NULL;
 }
 
+/* ---- ranges: walk, count, purge ---------------------------------------- */
+
+/* Reverse the bits of a 32-bit word. */
+static inline uint32_t
+rev32(uint32_t v)
+{
+    v = ((v >> 1) & 0x55555555u) | ((v & 0x55555555u) << 1);
+    v = ((v >> 2) & 0x33333333u) | ((v & 0x33333333u) << 2);
+    v = ((v >> 4) & 0x0f0f0f0fu) | ((v & 0x0f0f0f0fu) << 4);
+    v = ((v >> 8) & 0x00ff00ffu) | ((v & 0x00ff00ffu) << 8);
+    return (v >> 16) | (v << 16);
+}
+
+/* The bucket after v under mask, in reverse-binary order (increment the
+ * reversed masked bits); 0 when the stripe is done. */
+static inline uint32_t
+cursor_next(uint32_t v, uint32_t mask)
+{
+    v |= ~mask;
+    return rev32(rev32(v) + 1);
+}
+
+/* A growable array of item references collected under a stripe lock. */
+struct refs {
+    struct store_item **v;
+    size_t n, cap;
+};
+
+static bool
+refs_reserve(struct refs *r, size_t more)
+{
+    size_t cap = r->cap != 0 ? r->cap : 64;
+    struct store_item **nv;
+
+    if (r->n + more <= r->cap)
+        return true;
+    while (cap < r->n + more)
+        cap *= 2;
+    nv = realloc(r->v, cap * sizeof(*nv));
+    if (nv == NULL)
+        return false;
+    r->v = nv;
+    r->cap = cap;
+    return true;
+}
+
+/* Matching live items of one bucket. */
+static size_t
+do_bucket_matches(struct stripe *st, uint32_t b, store_hash_pred pred, void *arg,
+                  int64_t now, uint32_t gen)
+{
+    struct store_item *it;
+    size_t n = 0;
+
+    for (it = st->buckets[b]; it != NULL; it = it->h_next) {
+        if (item_dead(it, now, gen) == LIVE && (pred == NULL || pred(it->hash, arg)))
+            n++;
+    }
+    return n;
+}
+
+int
+store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred,
+           void *arg, store_walk_fn fn, void *fn_arg, size_t max_items)
+{
+    struct refs r = { NULL, 0, 0 };
+    size_t visited = 0, budget, i;
+    int rc = 0;
+
+    if (max_items == 0)
+        max_items = 1;
+    budget = WALK_BUCKETS + (max_items < SIZE_MAX / WALK_BUCKETS_PER_ITEM ?
+                             max_items * WALK_BUCKETS_PER_ITEM : SIZE_MAX / 2);
+    pthread_mutex_lock(&s->copy_lock);
+    while (cur->stripe < STRIPES && visited < max_items && budget > 0) {
+        struct stripe *st = &s->stripes[cur->stripe];
+        int64_t now = clock_begin(s);
+        uint32_t v = cur->bucket, gen;
+        bool stripe_done = false, full = false;
+
+        r.n = 0;
+        pthread_mutex_lock(&st->lock);
+        gen = do_gen(s);
+        while (budget > 0 && visited + r.n < max_items) {
+            uint32_t b = v & st->mask;
+            size_t m = do_bucket_matches(st, b, pred, arg, now, gen);
+            struct store_item *it;
+
+            /* Whole buckets only: a bucket read in part could not be
+             * resumed once another change reorders its chain. */
+            if (m > 0 && visited + r.n > 0 && visited + r.n + m > max_items) {
+                full = true;
+                break;
+            }
+            if (m > 0 && !refs_reserve(&r, m)) {
+                rc = STORE_NO_MEMORY;
+                break;
+            }
+            for (it = st->buckets[b]; m > 0 && it != NULL; it = it->h_next) {
+                if (item_dead(it, now, gen) == LIVE && (pred == NULL || pred(it->hash, arg))) {
+                    item_ref(it);
+                    r.v[r.n++] = it;
+                }
+            }
+            budget--;
+            v = cursor_next(v, st->mask);
+            if (v == 0) {
+                stripe_done = true;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&st->lock);
+        if (stripe_done) {
+            cur->stripe++;
+            cur->bucket = 0;
+        } else {
+            cur->bucket = v;
+        }
+        for (i = 0; i < r.n; i++) {
+            fn(r.v[i], fn_arg);
+            store_release(s, r.v[i]);
+        }
+        visited += r.n;
+        if (rc < 0 || full)
+            break;
+    }
+    pthread_mutex_unlock(&s->copy_lock);
+    free(r.v);
+    if (rc < 0)
+        return rc;
+    return cur->stripe < STRIPES ? 1 : 0;
+}
+
+void
+store_count(struct store *s, store_hash_pred pred, void *arg,
+            uint64_t *items, uint64_t *bytes)
+{
+    uint64_t n = 0, nb = 0;
+    uint32_t i, b;
+
+    for (i = 0; i < STRIPES; i++) {
+        struct stripe *st = &s->stripes[i];
+        int64_t now = clock_begin(s);
+        uint32_t gen;
+
+        pthread_mutex_lock(&st->lock);
+        gen = do_gen(s);
+        for (b = 0; b <= st->mask; b++) {
+            struct store_item *it;
+
+            for (it = st->buckets[b]; it != NULL; it = it->h_next) {
+                if (item_dead(it, now, gen) == LIVE && (pred == NULL || pred(it->hash, arg))) {
+                    n++;
+                    nb += item_charge(it);
+                }
+            }
+        }
+        pthread_mutex_unlock(&st->lock);
+    }
+    *items = n;
+    *bytes = nb;
+}
+
+int
+store_purge(struct store *s, store_hash_pred pred, void *arg, size_t max_items,
+            struct store_cursor *cur)
+{
+    size_t purged = 0, budget;
+
+    if (max_items == 0)
+        max_items = 1;
+    budget = WALK_BUCKETS + (max_items < SIZE_MAX / WALK_BUCKETS_PER_ITEM ?
+                             max_items * WALK_BUCKETS_PER_ITEM : SIZE_MAX / 2);
+    while (cur->stripe < STRIPES && purged < max_items && budget > 0) {
+        struct stripe *st = &s->stripes[cur->stripe];
+        uint32_t v = cur->bucket;
+        bool stripe_done = false;
+
+        clock_begin(s);
+        pthread_mutex_lock(&st->lock);
+        while (budget > 0 && purged < max_items) {
+            struct store_item **pp = &st->buckets[v & st->mask], *it;
+
+            /* Unlinking is final, so stopping inside a bucket is fine:
+             * the next call reads it again and finds only the rest. */
+            while ((it = *pp) != NULL && purged < max_items) {
+                if (pred == NULL || pred(it->hash, arg)) {
+                    st->purged++;
+                    do_unlink(s, st, it, pp);
+                    purged++;
+                } else {
+                    pp = &it->h_next;
+                }
+            }
+            if (it != NULL)
+                break;
+            budget--;
+            v = cursor_next(v, st->mask);
+            if (v == 0) {
+                stripe_done = true;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&st->lock);
+        if (stripe_done) {
+            cur->stripe++;
+            cur->bucket = 0;
+        } else {
+            cur->bucket = v;
+        }
+    }
+    return cur->stripe < STRIPES ? 1 : 0;
+}
+
+/* ---- dirty tracking sessions -------------------------------------------- */
+
+/* Detach and free every stripe's dirty set. With lock, each stripe is
+ * detached under its lock; without (store_free), nobody else runs. */
+static void
+track_clear(struct store *s, bool lock)
+{
+    uint32_t i;
+
+    for (i = 0; i < STRIPES; i++) {
+        struct stripe *st = &s->stripes[i];
+        struct dirty_key *d, *next, **buckets;
+
+        if (lock)
+            pthread_mutex_lock(&st->lock);
+        st->tracking = false;
+        d = st->d_head;
+        buckets = st->d_buckets;
+        st->d_head = st->d_tail = NULL;
+        st->d_buckets = NULL;
+        st->d_count = 0;
+        st->d_mask = 0;
+        if (lock)
+            pthread_mutex_unlock(&st->lock);
+        for (; d != NULL; d = next) {
+            next = d->q_next;
+            free(d);
+        }
+        free(buckets);
+    }
+    __atomic_store_n(&s->track_pending, 0, __ATOMIC_RELAXED);
+}
+
+int
+store_track_start(struct store *s, store_hash_pred pred, void *arg)
+{
+    struct dirty_key ***sets;
+    uint32_t i;
+    int rc = 0;
+
+    pthread_mutex_lock(&s->track_lock);
+    if (s->track_on) {
+        rc = STORE_BUSY;
+        goto out;
+    }
+    /* Allocate everything first, so a failure leaves no stripe tracking. */
+    sets = calloc(STRIPES, sizeof(*sets));
+    if (sets == NULL) {
+        rc = STORE_NO_MEMORY;
+        goto out;
+    }
+    for (i = 0; i < STRIPES; i++) {
+        sets[i] = calloc(DIRTY_INIT, sizeof(**sets));
+        if (sets[i] == NULL) {
+            while (i > 0)
+                free(sets[--i]);
+            free(sets);
+            rc = STORE_NO_MEMORY;
+            goto out;
+        }
+    }
+    s->track_pred = pred;
+    s->track_arg = arg;
+    __atomic_store_n(&s->track_lost, false, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->track_pending, 0, __ATOMIC_RELAXED);
+    s->drain_stripe = 0;
+    s->track_on = true;
+    /* Turning each stripe on under its lock is the barrier: a mutation
+     * that locks the stripe after this sees tracking (and the predicate
+     * written above), and one that locked it before has finished. */
+    for (i = 0; i < STRIPES; i++) {
+        struct stripe *st = &s->stripes[i];
+
+        pthread_mutex_lock(&st->lock);
+        st->d_buckets = sets[i];
+        st->d_mask = DIRTY_INIT - 1;
+        st->d_count = 0;
+        st->d_head = st->d_tail = NULL;
+        st->tracking = true;
+        pthread_mutex_unlock(&st->lock);
+    }
+    free(sets);
+out:
+    pthread_mutex_unlock(&s->track_lock);
+    return rc;
+}
+
+/* Look a key up for a drain without side effects (a dead item is left to
+ * the sweep, so reading it does not record the key again). Borrowed. */
+static struct store_item *
+do_find_live(struct store *s, struct stripe *st, const char *key, size_t nkey,
+             uint64_t hash, int64_t now)
+{
+    struct store_item *it;
+
+    for (it = st->buckets[bucket_of(st, hash)]; it != NULL; it = it->h_next) {
+        if (it->hash == hash && it->nkey == nkey && memcmp(it->data, key, nkey) == 0)
+            return item_dead(it, now, do_gen(s)) == LIVE ? it : NULL;
+    }
+    return NULL;
+}
+
+size_t
+store_track_drain(struct store *s, store_dirty_fn fn, void *arg, size_t max)
+{
+    struct dirty_key *keys[DRAIN_BATCH];
+    struct store_item *items[DRAIN_BATCH];
+    size_t done = 0;
+    uint32_t idle = 0, n, i;
+
+    pthread_mutex_lock(&s->copy_lock);
+    while (done < max && idle < STRIPES &&
+           __atomic_load_n(&s->track_pending, __ATOMIC_RELAXED) > 0) {
+        struct stripe *st = &s->stripes[s->drain_stripe];
+        int64_t now = clock_begin(s);
+        bool more;
+
+        n = 0;
+        pthread_mutex_lock(&st->lock);
+        if (!st->tracking) {
+            pthread_mutex_unlock(&st->lock);
+            break;
+        }
+        while (n < DRAIN_BATCH && done + n < max && st->d_head != NULL) {
+            struct dirty_key *d = do_dirty_pop(st);
+            struct store_item *it = do_find_live(s, st, d->key, d->nkey, d->hash, now);
+
+            if (it != NULL)
+                item_ref(it);
+            keys[n] = d;
+            items[n++] = it;
+        }
+        more = st->d_head != NULL;
+        pthread_mutex_unlock(&st->lock);
+        if (n > 0)
+            __atomic_fetch_sub(&s->track_pending, n, __ATOMIC_RELAXED);
+        for (i = 0; i < n; i++) {
+            fn(keys[i]->key, keys[i]->nkey, keys[i]->hash, items[i], arg);
+            if (items[i] != NULL)
+                store_release(s, items[i]);
+            free(keys[i]);
+        }
+        done += n;
+        idle = n > 0 ? 0 : idle + 1;
+        if (!more)
+            s->drain_stripe = (s->drain_stripe + 1) & STRIPE_MASK;
+    }
+    pthread_mutex_unlock(&s->copy_lock);
+    return done;
+}
+
+size_t
+store_track_pending(struct store *s)
+{
+    return (size_t)__atomic_load_n(&s->track_pending, __ATOMIC_RELAXED);
+}
+
+bool
+store_track_lost(struct store *s)
+{
+    return __atomic_load_n(&s->track_lost, __ATOMIC_RELAXED);
+}
+
+void
+store_track_stop(struct store *s)
+{
+    pthread_mutex_lock(&s->copy_lock);
+    pthread_mutex_lock(&s->track_lock);
+    if (s->track_on) {
+        track_clear(s, true);
+        s->track_on = false;
+        s->track_pred = NULL;
+        s->track_arg = NULL;
+    }
+    pthread_mutex_unlock(&s->track_lock);
+    pthread_mutex_unlock(&s->copy_lock);
+}
+
+/* ---- import (destination side) ------------------------------------------ */
+
+/* Raise the CAS counter so the next minted CAS has a larger counter part
+ * than this imported one. */
+static void
+cas_raise(struct store *s, uint64_t cas)
+{
+    uint64_t want = (cas & CAS_LOW_MASK) + 1;
+    uint64_t cur = __atomic_load_n(&s->cas_next, __ATOMIC_RELAXED);
+
+    while (cur < want &&
+           !__atomic_compare_exchange_n(&s->cas_next, &cur, want, true,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
+struct store_item *
+store_import_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash,
+                   uint32_t flags, int64_t ttl_remaining, size_t nbytes, int *err)
+{
+    uint64_t evicted = 0;
+    int64_t exptime = 0;
+    struct store_item *it;
+
+    if (ttl_remaining < 0)
+        exptime = 1;                    /* long expired */
+    else if (ttl_remaining > 0)
+        exptime = store_now(s) + (ttl_remaining > (int64_t)UINT32_MAX ?
+                                  (int64_t)UINT32_MAX : ttl_remaining);
+    it = alloc_common(s, key, nkey, hash, flags, exptime, nbytes, err, &evicted);
+    if (evicted > 0)
+        __atomic_fetch_add(&s->import_evictions, evicted, __ATOMIC_RELAXED);
+    return it;
+}
+
+int
+store_put_import(struct store *s, struct store_item *it, uint64_t cas)
+{
+    struct stripe *st = stripe_of(s, it->hash);
+    struct store_item *old;
+    int64_t now;
+    int rc;
+
+    if (it->gen & IF_LINKED)
+        return STORE_NOT_STORED;   /* an item is stored once */
+    now = clock_begin(s);
+    if (cas != 0)
+        cas_raise(s, cas);
+    pthread_mutex_lock(&st->lock);
+    old = do_find(s, st, store_item_key(it), it->nkey, it->hash, now, false);
+    if (it->exptime != 0 && (int64_t)it->exptime <= now) {
+        /* An expired post-image is a tombstone. */
+        if (old != NULL)
+            do_unlink(s, st, old, NULL);
+        rc = old != NULL ? STORE_DELETED : STORE_NOT_FOUND;
+    } else {
+        it->cas = cas != 0 ? cas : cas_mint(s);
+        it->gen = (uint16_t)do_gen(s);
+        it->bump = minute8(now);
+        if (old != NULL)
+            do_unlink(s, st, old, NULL);
+        do_link(s, st, it);
+        rc = STORE_STORED;
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (rc == STORE_STORED)
+        __atomic_fetch_add(&s->imported, 1, __ATOMIC_RELAXED);
+    return rc;
+}
+
+int
+store_import(struct store *s, const char *key, size_t nkey, uint64_t hash,
+             uint32_t flags, int64_t ttl_remaining, uint64_t cas,
+             const char *value, size_t nbytes)
+{
+    struct store_item *it;
+    int err = 0, rc;
+
+    if (ttl_remaining < 0)
+        return store_import_delete(s, key, nkey, hash);
+    it = store_import_alloc(s, key, nkey, hash, flags, ttl_remaining, nbytes, &err);
+    if (it == NULL)
+        return err;
+    memcpy(store_item_value_mut(it), value, nbytes);
+    rc = store_put_import(s, it, cas);
+    store_release(s, it);
+    return rc;
+}
+
+int
+store_import_delete(struct store *s, const char *key, size_t nkey, uint64_t hash)
+{
+    return store_delete(s, key, nkey, hash);
+}
+
+int64_t
+store_item_ttl_remaining(const struct store *s, const struct store_item *it)
+{
+    uint32_t e = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
+    int64_t now;
+
+    if (e == 0)
+        return 0;
+    now = store_now(s);
+    return (int64_t)e > now ? (int64_t)e - now : -1;
+}
+
 /* ---- stats -------------------------------------------------------------- */
 
 void
@@ -1010,8 +1696,12 @@ store_get_stats(struct store *s, struct store_stats *out)
         out->get_expired += st->get_expired;
         out->get_flushed += st->get_flushed;
         out->hash_buckets += (uint64_t)st->mask + 1;
+        out->purged += st->purged;
         pthread_mutex_unlock(&st->lock);
     }
+    out->imported = __atomic_load_n(&s->imported, __ATOMIC_RELAXED);
+    out->import_evictions = __atomic_load_n(&s->import_evictions, __ATOMIC_RELAXED);
+    out->track_pending = __atomic_load_n(&s->track_pending, __ATOMIC_RELAXED);
     out->limit_maxbytes = s->mem_limit;
     out->mem_used = __atomic_load_n(&s->mem_used, __ATOMIC_RELAXED);
 }
@@ -1061,6 +1751,8 @@ store_new(const struct store_config *cfg)
     s->nbuckets_total = (uint64_t)STRIPES * INIT_BUCKETS;
     pthread_mutex_init(&s->flush_lock, NULL);
     pthread_mutex_init(&s->sweep_lock, NULL);
+    pthread_mutex_init(&s->copy_lock, NULL);
+    pthread_mutex_init(&s->track_lock, NULL);
     pthread_mutex_init(&s->sweeper_mu, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1098,6 +1790,7 @@ store_free(struct store *s)
         pthread_mutex_unlock(&s->sweeper_mu);
         pthread_join(s->sweeper, NULL);
     }
+    track_clear(s, false);
     for (i = 0; i < STRIPES; i++) {
         struct stripe *st = &s->stripes[i];
 
@@ -1110,6 +1803,8 @@ store_free(struct store *s)
     }
     pthread_mutex_destroy(&s->flush_lock);
     pthread_mutex_destroy(&s->sweep_lock);
+    pthread_mutex_destroy(&s->copy_lock);
+    pthread_mutex_destroy(&s->track_lock);
     pthread_mutex_destroy(&s->sweeper_mu);
     pthread_cond_destroy(&s->sweeper_cv);
     free(s);

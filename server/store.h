@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #define STORE_KEY_MAX 250
+#define STORE_STRIPES 1024   /* lock stripes (store_cursor.stripe < this) */
 
 /* Results of store operations (>= 0) and errors (< 0). */
 enum store_result {
@@ -30,6 +31,7 @@ enum store_result {
                              * store_delete. append/prepend/add/replace/cas
                              * leave the old item as it was. */
     STORE_NO_MEMORY = -3,   /* nothing left to evict */
+    STORE_BUSY = -4,        /* store_track_start: a session is already active */
 };
 
 /* How a store command combines with what is there. */
@@ -97,6 +99,13 @@ struct store_stats {
     uint64_t mem_used;   /* bytes charged now: linked items plus unlinked
                           * ones still referenced or not yet stored */
     uint64_t hash_buckets;
+    /* The handoff (see "Ranges" below). Not zeroed by store_reset_stats:
+     * the handoff reads them, a client's "stats reset" must not hide an
+     * import eviction. */
+    uint64_t imported;          /* post-images linked by store_import/store_put_import */
+    uint64_t import_evictions;  /* live items evicted to make room for an import */
+    uint64_t purged;            /* items removed by store_purge */
+    uint64_t track_pending;     /* keys in the dirty set now (0 when not tracking) */
 };
 
 struct store;
@@ -203,5 +212,179 @@ void store_reset_stats(struct store *s);
  * its 128 KiB mmap threshold). The header is offsetof(struct store_item,
  * data) = 60 bytes. The bucket arrays are not charged. */
 size_t store_item_size(size_t nkey, size_t nbytes);
+
+/* Take one more reference to an item someone already holds (a walk or
+ * drain callback that keeps the item past its return). Release it with
+ * store_release. */
+void store_item_ref(struct store_item *it);
+
+/* ---- Ranges: the primitives of the handoff ------------------------------
+ *
+ * The handoff copies arcs of the ring between nodes. An arc set is given
+ * as a predicate on the item's hash (its ring position, kept in the item,
+ * so nothing is rehashed). Predicates are called with a stripe lock held:
+ * they must be fast, must not block and must not call the store.
+ *
+ * The source of a copy does, in this order: store_track_start (every later
+ * change to a key in the range is recorded), store_walk until it returns 0
+ * (each live item once, as a post-image), store_track_drain until
+ * store_track_pending is 0 with writes to the range fenced, then
+ * store_track_stop. Each record the callbacks see is sent to the
+ * destination in callback order on one FIFO stream; the destination applies
+ * them with store_import / store_import_delete. Why it converges: a key not
+ * changed since tracking started is sent by the walk with its current
+ * state; a changed one is re-sent later by the drain with its state at
+ * drain time (a post-image or a tombstone), after any older record of it.
+ * store_walk and store_track_drain take one store-wide copy lock for their
+ * whole call, callbacks included, so the callback order is the order in
+ * which states were read; callbacks must not call back into walk, drain or
+ * track_start/stop.
+ */
+
+typedef bool (*store_hash_pred)(uint64_t hash, void *arg);
+
+/* Walk callback: a live item whose hash satisfies the predicate. The item
+ * is borrowed: the store releases it after the callback returns (take
+ * store_item_ref to keep it). Called with no stripe lock held. */
+typedef void (*store_walk_fn)(struct store_item *it, void *arg);
+
+/*
+ * Drain callback: a key that changed. it is its current state: a borrowed
+ * live item (the post-image, released by the store after the callback) or
+ * NULL (a tombstone: the key is gone, deleted, expired, evicted, flushed or
+ * purged). key is valid during the callback only. No stripe lock held.
+ */
+typedef void (*store_dirty_fn)(const char *key, size_t nkey, uint64_t hash,
+                               struct store_item *it, void *arg);
+
+/*
+ * Position of an incremental walk or purge. Zero it (or store_cursor_init)
+ * before the first call; it holds no memory and no reference. Within a
+ * stripe it is a reverse-binary bucket cursor (the scheme of Redis's
+ * dictScan): stripe tables only grow, and a doubling splits bucket b into
+ * b and b + n, which the reversed increment visits next, so an item
+ * present during the whole walk is visited even across resizes. An item
+ * can be visited twice only if the walk restarts; a whole bucket is always
+ * read under one lock hold.
+ */
+struct store_cursor {
+    uint32_t stripe;     /* next stripe, STORE_STRIPES when done */
+    uint32_t bucket;     /* reverse-binary cursor in that stripe */
+};
+
+static inline void
+store_cursor_init(struct store_cursor *cur)
+{
+    cur->stripe = 0;
+    cur->bucket = 0;
+}
+
+/*
+ * Visit live (unexpired, unflushed) items whose hash satisfies pred (NULL:
+ * all), calling fn(it, fn_arg) for each outside every stripe lock. Incremental:
+ * one call reads at most about max_items items (whole buckets: it stops at
+ * the bucket that reaches max_items; a single bucket longer than that is
+ * still read whole) and a bounded number of buckets, one stripe lock at a
+ * time, taking a reference to each item under the lock and calling fn after
+ * unlocking. Returns 1 while there is more, 0 when the walk is complete.
+ * Every item present and unchanged from the first call to the last is
+ * visited at least once; items added, changed or removed meanwhile may or
+ * may not be (dirty tracking covers them). Takes the copy lock.
+ */
+int store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred,
+               void *arg, store_walk_fn fn, void *fn_arg, size_t max_items);
+
+/* Count the live items whose hash satisfies pred (NULL: all) and their
+ * charged bytes (as the bytes stat: store_item_size). Takes each stripe
+ * lock in turn; a consistent total only on a quiet store. */
+void store_count(struct store *s, store_hash_pred pred, void *arg,
+                 uint64_t *items, uint64_t *bytes);
+
+/*
+ * Start dirty tracking: from the return of this call on, every change to a
+ * key whose hash satisfies pred records the key (once, however often it
+ * changes, until drained): set/add/replace/cas/append/prepend, incr/decr,
+ * touch/gat, delete, import, purge, and removals by eviction, expiry
+ * (when the store reclaims the item) and flush_all (a flush during tracking
+ * reclaims every flushed item at once so each one is recorded). pred and
+ * arg must stay valid until store_track_stop. One session at a time:
+ * STORE_BUSY for a second, STORE_NO_MEMORY, else 0. The dirty set is
+ * memory outside mem_limit (about 48 bytes + key per distinct key); when a
+ * key cannot be recorded for lack of memory the session is marked lost
+ * (store_track_lost) and the copy must be restarted.
+ */
+int store_track_start(struct store *s, store_hash_pred pred, void *arg);
+
+/*
+ * Pop up to max recorded keys (FIFO within a stripe) and call fn for each
+ * with the key's current state, read under its stripe lock at pop time; a
+ * change after the pop records the key again. Returns the number of keys
+ * delivered (0 when the set is empty or no session is active). Takes the
+ * copy lock.
+ */
+size_t store_track_drain(struct store *s, store_dirty_fn fn, void *arg, size_t max);
+
+/* Keys recorded and not drained yet (0 without a session). */
+size_t store_track_pending(struct store *s);
+
+/* True when the session failed to record a key (ENOMEM). */
+bool store_track_lost(struct store *s);
+
+/* End the session and drop the recorded keys. No-op without a session. */
+void store_track_stop(struct store *s);
+
+/*
+ * Destination side: store a post-image as is, with the source's cas (cas 0
+ * gets a new local one) and exptime = now + ttl_remaining (0 = never;
+ * ttl_remaining < 0, an already expired post-image, acts as a tombstone:
+ * the key is deleted). Replaces whatever the key holds. Returns
+ * STORE_STORED, STORE_DELETED / STORE_NOT_FOUND for an expired post-image,
+ * or STORE_TOO_LARGE / STORE_NO_MEMORY.
+ *
+ * CAS: the store's 48-bit counter (the low bits of every CAS it mints, the
+ * node_seed being the high 16) is raised above the low 48 bits of every
+ * imported cas before the item is linked. So a later local CAS is greater
+ * than every imported one in its counter part and can never equal one: it
+ * differs in the seed bits, or, with the same seed, in the counter.
+ *
+ * Memory: an import may evict like any store; every live item evicted to
+ * make room for an import is counted in the import_evictions stat, which
+ * the handoff must treat as a failed (lossy) transfer.
+ */
+int store_import(struct store *s, const char *key, size_t nkey, uint64_t hash,
+                 uint32_t flags, int64_t ttl_remaining, uint64_t cas,
+                 const char *value, size_t nbytes);
+
+/*
+ * The two halves of store_import, for values that arrive in chunks:
+ * store_import_alloc is store_alloc with a remaining TTL (< 0 gives an
+ * already expired item) that counts its evictions in import_evictions; the
+ * caller fills store_item_value_mut(it), then store_put_import links it
+ * with that cas exactly as store_import does (an expired item deletes the
+ * key instead of being linked). The caller keeps its reference and
+ * releases it.
+ */
+struct store_item *store_import_alloc(struct store *s, const char *key, size_t nkey,
+                                      uint64_t hash, uint32_t flags,
+                                      int64_t ttl_remaining, size_t nbytes, int *err);
+int store_put_import(struct store *s, struct store_item *it, uint64_t cas);
+
+/* A tombstone from the source: delete the key. STORE_DELETED or
+ * STORE_NOT_FOUND. */
+int store_import_delete(struct store *s, const char *key, size_t nkey, uint64_t hash);
+
+/*
+ * Remove every item (live or dead) whose hash satisfies pred (NULL: all), at most
+ * max_items per call and a bounded number of buckets, one stripe lock at a
+ * time; cur as for store_walk. Counts them in the purged stat. Returns 1
+ * while there is more, 0 when done. Items stored into the range during the
+ * purge may survive: purge a range nobody writes to.
+ */
+int store_purge(struct store *s, store_hash_pred pred, void *arg,
+                size_t max_items, struct store_cursor *cur);
+
+/* An item's remaining lifetime for export: 0 = never expires, > 0 seconds
+ * left, -1 = already expired or flushed (do not send it as a post-image). */
+int64_t store_item_ttl_remaining(const struct store *s, const struct store_item *it);
 
 #endif /* SERVER_STORE_H */

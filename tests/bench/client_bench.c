@@ -1,11 +1,13 @@
 /*
  * client_bench: libringcache against libmemcached (ketama over three
  * memcached) and against the same load through twemproxy, single-threaded:
- * get, set and a 100-key multi-get. Passes alternate between contenders;
- * the figures are medians. tests/bench/client_bench.sh starts the servers.
+ * get, set and a 100-key multi-get. Each pass runs a short burst of every
+ * contender back to back (rotating who goes first), so all see the same
+ * background load; a ratio is the median over passes of the per-pass
+ * ratio, a rate the median of its bursts. client_bench.sh starts servers.
  *
  *   client_bench --ours MEMBERS --memcached H:P,H:P,H:P --proxy H:P
- *                [--ours-mc MEMBERS] [--passes N] [--ops N]
+ *                 [--ours-mc MEMBERS] [--passes N] [--ops N]   (N ops per burst)
  *
  * --ours-mc (a membership naming the memcached servers) adds our library
  * against the very servers libmemcached uses, to separate client from node.
@@ -22,7 +24,7 @@
 #define N_KEYS    10000
 #define VALUE_LEN 100
 #define MGET_N    100
-#define MAX_PASS  15
+#define MAX_PASS  200
 
 enum op { OP_GET, OP_SET, OP_MGET, N_OPS };
 static const char *op_name[N_OPS] = { "get", "set", "mget100" };
@@ -261,7 +263,7 @@ main(int argc, char **argv)
     };
     struct contender cs[4];
     const char *ours = NULL, *ours_mc = NULL, *mcs = NULL, *proxy = NULL;
-    int passes = 5, ops = 20000, nc = 0, c, p, o, i;
+    int passes = 40, ops = 1000, nc = 0, c, p, o, i;
     int ops_for[N_OPS];
     size_t k;
 
@@ -316,17 +318,30 @@ main(int argc, char **argv)
         }
     }
     for (o = 0; o < N_OPS; o++) {
-        double m[4];
+        double m[4], r[MAX_PASS];
 
         for (i = 0; i < nc; i++) {
             m[i] = median(cs[i].rate[o], passes);
             printf("client_ops/%s/%s %.0f\n", cs[i].name, op_name[o], m[i]);
         }
-        printf("client_ratio/libmemcached/%s %.3f\n", op_name[o], m[0] / m[1]);
-        printf("client_ratio/twemproxy/%s %.3f\n", op_name[o], m[0] / m[2]);
+        /* Ratios of the same pass: the background load cancels out. */
+        for (p = 0; p < passes; p++) {
+            r[p] = cs[0].rate[o][p] / cs[1].rate[o][p];
+        }
+        printf("client_ratio/libmemcached/%s %.3f\n", op_name[o], median(r, passes));
+        for (p = 0; p < passes; p++) {
+            r[p] = cs[0].rate[o][p] / cs[2].rate[o][p];
+        }
+        printf("client_ratio/twemproxy/%s %.3f\n", op_name[o], median(r, passes));
         if (nc > 3) {
-            printf("client_ratio_same_server/libmemcached/%s %.3f\n", op_name[o], m[3] / m[1]);
-            printf("client_ratio_same_server/twemproxy/%s %.3f\n", op_name[o], m[3] / m[2]);
+            for (p = 0; p < passes; p++) {
+                r[p] = cs[3].rate[o][p] / cs[1].rate[o][p];
+            }
+            printf("client_ratio_same_server/libmemcached/%s %.3f\n", op_name[o], median(r, passes));
+            for (p = 0; p < passes; p++) {
+                r[p] = cs[3].rate[o][p] / cs[2].rate[o][p];
+            }
+            printf("client_ratio_same_server/twemproxy/%s %.3f\n", op_name[o], median(r, passes));
         }
     }
     for (i = 0; i < nc; i++) {

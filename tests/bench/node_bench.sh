@@ -3,8 +3,9 @@
 # memcached with the same -t and -m, alternating ROUNDS times, then RSS per
 # item after 1M sets of 100-byte values. Prints `figure value` lines:
 #   tps_ratio/get90_set10, tps_ratio/multiget10 (ours / memcached, medians),
-#   tps/... for each server, bytes_per_item/100B ours=... memcached=...
-# Environment: RC_BUILDDIR (default ./_build), ROUNDS (3), SECS (5 per run),
+#   tps/... for each server, cpu_us_per_op/... (server CPU per operation),
+#   bytes_per_item/100B ours=... memcached=...
+# Environment: RC_BUILDDIR (default ./_build), ROUNDS (7), SECS (3 per run),
 # THREADS (server -t, 2), MEM (-m for the load runs, 64), CONC (memcaslap -c, 32).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -12,8 +13,8 @@ top=$(cd "$here/../.." && pwd)
 build=${RC_BUILDDIR:-$top/_build}
 ours_bin=$build/server/ringcached
 theirs_bin=${MEMCACHED:-/usr/bin/memcached}
-rounds=${ROUNDS:-3}
-secs=${SECS:-5}
+rounds=${ROUNDS:-7}
+secs=${SECS:-3}
 threads=${THREADS:-2}
 mem=${MEM:-64}
 conc=${CONC:-32}
@@ -24,10 +25,10 @@ done
 work=$(mktemp -d)
 pids=()
 cleanup() {
-    for p in "${pids[@]}"; do
+    for p in "${pids[@]+"${pids[@]}"}"; do
         kill -TERM "$p" 2>/dev/null || true
     done
-    for p in "${pids[@]}"; do
+    for p in "${pids[@]+"${pids[@]}"}"; do
         for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
         kill -KILL "$p" 2>/dev/null || true
         wait "$p" 2>/dev/null || true
@@ -65,6 +66,9 @@ start_server() {
     wait_port "$SRV_PORT" || { echo "$1 did not start" >&2; exit 1; }
 }
 stop_server() {
+    local keep=() p
+    for p in "${pids[@]}"; do [ "$p" = "$SRV_PID" ] || keep+=("$p"); done
+    pids=("${keep[@]}")
     kill -TERM "$SRV_PID"
     for _ in $(seq 100); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.05; done
     kill -KILL "$SRV_PID" 2>/dev/null || true
@@ -81,32 +85,45 @@ cmd
 1 0.9
 CFG
 
-# run_load WHICH LOAD: prints TPS
+# run_load PID PORT LOAD: one memcaslap run against a running server;
+# prints "TPS CPU_US_PER_OP" (server user+system CPU per operation, which
+# stays meaningful when other processes share the CPUs).
 run_load() {
-    local extra=()
-    [ "$2" = multiget10 ] && extra=(-d 10)
-    start_server "$1" "$mem"
-    timeout $((secs + 30)) memcaslap -s "127.0.0.1:$SRV_PORT" -F "$work/get90_set10.cfg" \
+    local extra=() t0 t1 hz tps ops
+    [ "$3" = multiget10 ] && extra=(-d 10)
+    hz=$(getconf CLK_TCK)
+    t0=$(awk '{print $14 + $15}' "/proc/$1/stat")
+    timeout $((secs + 30)) memcaslap -s "127.0.0.1:$2" -F "$work/get90_set10.cfg" \
         -t "${secs}s" -T 2 -c "$conc" "${extra[@]}" >"$work/out" 2>&1 || true
-    stop_server
-    local tps
+    t1=$(awk '{print $14 + $15}' "/proc/$1/stat")
     tps=$(sed -n 's/.*TPS: \([0-9]*\).*/\1/p' "$work/out" | tail -1)
-    [ -n "$tps" ] || { cat "$work/out" >&2; echo 0; return; }
-    echo "$tps"
+    ops=$(sed -n 's/.*Ops: \([0-9]*\).*/\1/p' "$work/out" | tail -1)
+    [ -n "$tps" ] && [ -n "$ops" ] || { cat "$work/out" >&2; echo "0 0"; return; }
+    echo "$tps $(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$ops" 'BEGIN {printf "%.2f", t * 1e6 / hz / n}')"
 }
-median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
+# Both servers run side by side (an idle one costs nothing) and the runs
+# alternate, so a noisy neighbour hits both alike; fresh servers per load.
 for load in get90_set10 multiget10; do
-    ours=""; theirs=""
+    start_server ours "$mem"; opid=$SRV_PID; oport=$SRV_PORT
+    start_server memcached "$mem"; tpid=$SRV_PID; tport=$SRV_PORT
+    ours=""; theirs=""; ours_cpu=""; theirs_cpu=""; ratios=""
     for r in $(seq "$rounds"); do
-        ours="$ours $(run_load ours "$load")"
-        theirs="$theirs $(run_load memcached "$load")"
+        read -r a ca < <(run_load "$opid" "$oport" "$load")
+        read -r b cb < <(run_load "$tpid" "$tport" "$load")
+        ours="$ours $a"; ours_cpu="$ours_cpu $ca"
+        theirs="$theirs $b"; theirs_cpu="$theirs_cpu $cb"
+        ratios="$ratios $(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.3f", (b > 0) ? a / b : 0}')"
     done
+    SRV_PID=$opid; stop_server
+    SRV_PID=$tpid; stop_server
     mo=$(echo "$ours" | median)
     mt=$(echo "$theirs" | median)
     echo "tps/$load/ringcached $mo   # runs:$ours"
     echo "tps/$load/memcached $mt   # runs:$theirs"
-    echo "tps_ratio/$load $(awk -v a="$mo" -v b="$mt" 'BEGIN {printf "%.3f", (b > 0) ? a / b : 0}')"
+    echo "tps_ratio/$load $(awk -v a="$mo" -v b="$mt" 'BEGIN {printf "%.3f", (b > 0) ? a / b : 0}')   # paired:$ratios"
+    echo "cpu_us_per_op/$load ours=$(echo "$ours_cpu" | median) memcached=$(echo "$theirs_cpu" | median)"
 done
 
 # Memory per item: 1M sets of 100-byte values, -m large enough for no eviction.

@@ -478,7 +478,9 @@ class View:
             self.text = text
             self.owners = owners
             self.addr_of = addr_of
-            self.id_of = {v: k for k, v in addr_of.items()}
+            # Never forget an address: a node followed through a MOVED hint
+            # before the view learnt its epoch is still named.
+            self.id_of.update({v: k for k, v in addr_of.items()})
             self.epoch = m["epoch"]
             self.refreshes += 1
 
@@ -640,6 +642,13 @@ class Client:
                     r.why = line.decode(errors="replace")
                 break
             what, e, to = red
+            if self.mode == "any":
+                # A plain memcached client cannot follow a redirect: the
+                # node should have forwarded.
+                r.node = self.view.node_id(addr)
+                r.status = "error" if kind == "get" else "failed"
+                r.why = "plain client got " + line.decode(errors="replace")
+                break
             if what == "moved":
                 r.moved += 1
                 hops += 1
@@ -697,14 +706,15 @@ class History:
     def add_write(self, key, seq, kind, r, phase):
         self.ops[key].append((seq, kind, r.t0, r.t1, r.status, r.node, r.moved, r.tryagain, phase))
 
-    def add_read(self, key, r, phase):
+    def add_read(self, key, r, phase, mode=None):
         seq = None
         if r.status == "hit":
             seq = parse_value(key, r.value)
             if seq is None:
                 seq = -1    # corrupt
         with self.lock:
-            self.reads.append((key, r.t0, r.t1, r.status, seq, r.node, r.moved, r.tryagain, phase))
+            self.reads.append((key, r.t0, r.t1, r.status, seq, r.node, r.moved, r.tryagain, phase,
+                               mode or "epoch", r.why))
 
     def acked_keys(self):
         return [k for k in self.keys if any(o[4] == "ok" for o in self.ops[k])]
@@ -771,12 +781,13 @@ class Load:
     between start() and stop(); phase tags the records."""
 
     def __init__(self, hist, view, mode, writers=3, readers=2, delete_frac=0.05,
-                 rate=None, seed=None, progress=None):
+                 rate=None, seed=None, progress=None, plain_readers=0):
         self.hist = hist
         self.view = view
         self.mode = mode
         self.writers = writers
         self.readers = readers
+        self.plain_readers = plain_readers   # extra readers in "any" mode
         self.delete_frac = delete_frac
         self.rate = rate          # ops/s per thread cap, None = as fast as possible
         self.rng = random.Random(seed)
@@ -836,15 +847,16 @@ class Load:
         finally:
             c.close()
 
-    def _reader(self, idx):
+    def _reader(self, idx, mode=None):
         keys = self.hist.keys
         rng = random.Random(self.rng.random())
-        c = Client(self.view, self.mode, rng=rng)
+        mode = mode or self.mode
+        c = Client(self.view, mode, rng=rng)
         try:
             while not self.stop_ev.is_set():
                 k = rng.choice(keys)
                 r = c.op("get", k)
-                self.hist.add_read(k, r, self.phase)
+                self.hist.add_read(k, r, self.phase, mode)
                 self.counts["R"] += 1
                 if r.status == "error":
                     self.counts["Rerr"] += 1
@@ -889,6 +901,8 @@ class Load:
                          for i in range(self.writers)]
                         + [threading.Thread(target=self._reader, args=(i,), daemon=True)
                            for i in range(self.readers)]
+                        + [threading.Thread(target=self._reader, args=(i, "any"), daemon=True)
+                           for i in range(self.plain_readers)]
                         + [threading.Thread(target=self._ticker, daemon=True)])
         for t in self.threads:
             t.start()
@@ -902,8 +916,9 @@ class Load:
 
 def phase_errors(hist, phase, keys):
     """Errors seen in `phase` on the given keys (the non-moving ranges):
-    failed or indeterminate writes, read errors, misses of acknowledged
-    values, TRYAGAIN or MOVED replies. -> dict of lists."""
+    failed or indeterminate writes, read errors, TRYAGAIN or MOVED replies
+    (of the epoch-declaring clients; plain_read_errors() covers the plain
+    ones). -> dict of lists."""
     out = {"write_errors": [], "read_errors": [], "tryagain": [], "moved": []}
     for k in keys:
         for o in hist.ops[k]:
@@ -916,7 +931,7 @@ def phase_errors(hist, phase, keys):
             if o[6]:
                 out["moved"].append((k,) + o)
     for rd in hist.reads:
-        if rd[8] != phase or rd[0] not in keys:
+        if rd[8] != phase or rd[0] not in keys or rd[9] == "any":
             continue
         if rd[3] == "error":
             out["read_errors"].append(rd)
@@ -925,6 +940,12 @@ def phase_errors(hist, phase, keys):
         if rd[6]:
             out["moved"].append(rd)
     return out
+
+
+def plain_read_errors(hist, phase):
+    """(reads, errors) of the plain ("any" mode) readers in phase."""
+    rs = [rd for rd in hist.reads if rd[8] == phase and rd[9] == "any"]
+    return rs, [rd for rd in rs if rd[3] == "error"]
 
 
 def misrouted_acks(hist, phase, owners_sets):
@@ -1143,6 +1164,7 @@ class Cluster:
         self.store = os.path.join(self.dir, "store")
         os.makedirs(self.store)
         self.nodes = {}
+        self.ctl_procs = []
 
     def add(self, nid):
         n = NodeProc(self, nid).start()
@@ -1169,6 +1191,7 @@ class Cluster:
         p = track(subprocess.Popen(self.ctl_cmd(*args), stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True, env=e))
+        self.ctl_procs.append(p)
         try:
             out, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -1180,9 +1203,11 @@ class Cluster:
     def ctl_bg(self, *args, env=None):
         e = dict(os.environ)
         e.update(env or {})
-        return track(subprocess.Popen(self.ctl_cmd(*args), stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=e))
+        p = track(subprocess.Popen(self.ctl_cmd(*args), stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, env=e))
+        self.ctl_procs.append(p)
+        return p
 
     def store_active(self):
         """The store's active membership text ('' if none)."""
@@ -1221,9 +1246,13 @@ class Cluster:
         return last
 
     def close(self):
+        """SIGKILL this cluster's nodes and any ringctl it started."""
         for n in self.nodes.values():
             n.stop(signal.SIGKILL)
-        kill_all()
+        for p in self.ctl_procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait()
 
     def cleanup_dir(self):
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -1283,6 +1312,15 @@ def supports_cluster():
         if not any(l.strip().startswith(cmd + " ") or l.strip() == cmd
                    for l in (r.stdout + r.stderr).splitlines()):
             return "ringctl has no `%s` command yet" % cmd
+    # A node with a state directory and a token listens on its cluster port.
+    cl = Cluster(mem=16)
+    try:
+        n = cl.add("probe")
+        if not wait_for(lambda: can_connect(n.port + 10000), 5.0):
+            return "ringcached does not listen on its cluster port yet"
+    finally:
+        cl.close()
+        cl.cleanup_dir()
     return None
 
 
@@ -1430,6 +1468,11 @@ def check_transition(t, cl, hist, phase, before, after, label, extra=(), attempt
                                      len(ne["read_errors"]), len(ne["tryagain"]),
                                      len(ne["moved"])),
          [x[:8] for v in ne.values() for x in v[:3]])
+    plain, perr = plain_read_errors(hist, phase)
+    if plain:
+        t.ok(not perr, "%s: plain memcached readers (no epoch, any node): %d reads, %d errors "
+             "(the node forwards)" % (label, len(plain), len(perr)),
+             [(r[0], r[5], r[10]) for r in perr[:5]])
     owner_maps = [locate(before, hist.keys)] + ([locate(after, hist.keys)] if after != before
                                                 else [])
     mis = misrouted_acks(hist, phase, owner_maps)

@@ -22,6 +22,16 @@ SRCDIR = os.environ.get("RC_SRCDIR", os.path.dirname(os.path.dirname(
 RINGCACHED = os.path.join(BUILDDIR, "server", "ringcached")
 
 
+def sanitized():
+    """True when the build under test uses ASan/UBSan (memory figures are
+    meaningless there: shadow memory and quarantine)."""
+    try:
+        with open(os.path.join(BUILDDIR, "config.h")) as f:
+            return "#define RC_SANITIZERS 1" in f.read()
+    except OSError:
+        return False
+
+
 class Tap:
     """Minimal TAP producer: the plan is printed at the end (tap-driver
     accepts a trailing plan), so tests need not count in advance."""
@@ -45,6 +55,11 @@ class Tap:
 
     def eq(self, got, want, desc):
         return self.ok(got == want, desc, "got:  %r\nwant: %r" % (got, want))
+
+    def skip(self, desc, why):
+        self.n += 1
+        print("ok %d - %s # SKIP %s" % (self.n, desc, why))
+        sys.stdout.flush()
 
     def diag(self, msg):
         for line in str(msg).splitlines():

@@ -28,7 +28,7 @@ def scenario(t, replicas):
             return
         hist = lg.History(keys, size=200)
         load = lg.Load(hist, view, "epoch", writers=3, readers=2, seed=replicas,
-                       progress=t.diag)
+                       progress=t.diag, plain_readers=1)
         filled = lg.fill_fast(hist, view)
         t.ok(filled == NKEYS, "fill: %d of %d keys acknowledged" % (filled, NKEYS))
 

@@ -72,6 +72,65 @@ def movement_cases(t, keys):
          "planted: a membership that replaced a node is not a clean join")
 
 
+def epoch_client(t):
+    """The epoch-declaring client against nodes given epoch 2 through their
+    state directories (docs/cluster.md), starting from a stale epoch-1 view
+    without node c: it must follow MOVED, learn epoch 2 from `config`, and
+    the declared sweep must find everything on its owners."""
+    r = lg.subprocess.run([lg.RINGCACHED, "--help"], capture_output=True, text=True)
+    if "--state-dir" not in r.stdout + r.stderr:
+        t.skip("epoch-declaring client against cluster nodes", "ringcached has no --state-dir")
+        return
+    cl = lg.Cluster(mem=64)
+    try:
+        ids = ["a", "b", "c"]
+        for i in ids:
+            n = lg.NodeProc(cl, i)
+            n.port = lg.free_port_pair()
+            cl.nodes[i] = n
+        text = cl.members(ids, epoch=2)
+        for i in ids:
+            with open(os.path.join(cl.nodes[i].state_dir, "active.members"), "w") as f:
+                f.write(text)
+            cl.nodes[i].start()
+        conv = cl.converged(2, ids)
+        t.ok(all(v == (2, 0) for v in conv.values()), "nodes started at EPOCH 2 0", conv)
+        keys = ["ek-%d" % i for i in range(1500)]
+        stale = lg.members_text([(i, cl.nodes[i].addr_s) for i in ("a", "b")], epoch=1)
+        view = lg.View(keys, [cl.nodes["a"].addr], members=stale)
+        hist = lg.History(keys, size=100)
+        load = lg.Load(hist, view, "epoch", writers=3, readers=2, seed=2)
+        acked = load.fill()
+        moved = sum(o[6] for k in keys for o in hist.ops[k])
+        t.ok(acked == len(keys) and view.epoch == 2 and moved > 0,
+             "from a stale view: %d MOVED followed, epoch 2 learnt, %d/%d acked"
+             % (moved, acked, len(keys)))
+        lg.run_load_around(load, 1, lambda: None, 1500, 1500)
+        viol, _ = lg.check_reads(hist)
+        t.ok(not any(viol.values()) and load.counts["Werr"] == 0 and load.counts["Rerr"] == 0,
+             "epoch load: %d writes, %d reads, no error or violation"
+             % (load.counts["W"], load.counts["R"]), (load.errors[:3], viol))
+        res = lg.sweep(hist, text)
+        t.diag(lg.sweep_summary(res))
+        t.ok(lg.sweep_clean(res) and res["misrouted"] == {i: 0 for i in ids},
+             "declared sweep at epoch 2: every key on its owner, no orphan, misrouted 0")
+        owners = lg.locate(text, keys)
+        k = keys[0]
+        other = [i for i in ids if i not in owners[k]][0]
+        c = lg.Conn(cl.nodes[other].addr)
+        try:
+            c.declare(2)
+            vals, err = c.get_multi([k])
+        finally:
+            c.close()
+        t.ok(vals is None and lg.parse_redirect(err) == (
+            "moved", 2, cl.nodes[owners[k][0]].addr_s),
+            "a declared get at a non-owner is MOVED to the owner", err)
+    finally:
+        cl.close()
+        cl.cleanup_dir()
+
+
 def main():
     t = lg.Tap()
     lg.watchdog(120)
@@ -81,6 +140,7 @@ def main():
     finally:
         cl.close()
         cl.cleanup_dir()
+    lg.run_tap(t, epoch_client)
     t.done()
 
 

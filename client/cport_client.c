@@ -1,0 +1,599 @@
+/*
+ * cport_client: a blocking cluster-port client for ringctl. One
+ * non-blocking socket driven with poll() against a monotonic deadline per
+ * call, frames from proto/frame.h, protobuf-c messages converted to and
+ * from cport_client.h's structs here and nowhere else.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "client/cport_client.h"
+#include "proto/frame.h"
+#include "proto/members_pb.h"
+#include "proto/ringcache.pb-c.h"
+
+struct cport_conn {
+    int      fd;            /* -1 once dead */
+    uint64_t cluster_id;
+    uint8_t *rbuf;
+    size_t   rlen, rcap;
+};
+
+/* Milliseconds on the monotonic clock. */
+static int64_t
+now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Wait for events on fd until the deadline: 1 ready, 0 timed out, -1 error. */
+static int
+wait_fd(int fd, short events, int64_t deadline)
+{
+    struct pollfd p = { .fd = fd, .events = events };
+    int64_t left;
+    int rc;
+
+    for (;;) {
+        left = deadline - now_ms();
+        if (left <= 0) {
+            return 0;
+        }
+        rc = poll(&p, 1, (int)(left > 60000 ? 60000 : left));
+        if (rc > 0) {
+            return 1;
+        }
+        if (rc < 0 && errno != EINTR) {
+            return -1;
+        }
+    }
+}
+
+/* Split "host:port" or "[v6]:port" into host and port strings. */
+static int
+split_addr(const char *addr, char *host, size_t hostlen, char *port, size_t portlen)
+{
+    const char *colon, *h = addr;
+    size_t hl;
+
+    if (addr[0] == '[') {
+        const char *close = strchr(addr, ']');
+
+        if (close == NULL || close[1] != ':') {
+            return -1;
+        }
+        h = addr + 1;
+        hl = (size_t)(close - h);
+        colon = close + 1;
+    } else {
+        colon = strrchr(addr, ':');
+        if (colon == NULL) {
+            return -1;
+        }
+        hl = (size_t)(colon - addr);
+    }
+    if (hl == 0 || hl >= hostlen || strlen(colon + 1) == 0 || strlen(colon + 1) >= portlen) {
+        return -1;
+    }
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    strcpy(port, colon + 1);
+    return 0;
+}
+
+int
+cport_addr_of(const char *addr, char *out, size_t outlen)
+{
+    char host[RING_ADDR_MAX + 1], port[16], *end;
+    long p;
+    int n;
+
+    if (split_addr(addr, host, sizeof(host), port, sizeof(port)) != 0) {
+        return -1;
+    }
+    errno = 0;
+    p = strtol(port, &end, 10);
+    if (errno != 0 || *end != '\0' || p < 1 || p + CPORT_PORT_OFFSET > 65535) {
+        return -1;
+    }
+    n = snprintf(out, outlen, strchr(host, ':') != NULL ? "[%s]:%ld" : "%s:%ld", host,
+                 p + CPORT_PORT_OFFSET);
+    return n < 0 || (size_t)n >= outlen ? -1 : 0;
+}
+
+/* Mark the connection dead (the socket is closed; the struct stays). */
+static void
+conn_kill(struct cport_conn *c)
+{
+    if (c->fd >= 0) {
+        close(c->fd);
+        c->fd = -1;
+    }
+}
+
+/* Connect a non-blocking socket to host:port before the deadline. */
+static int
+tcp_connect(const char *addr, int64_t deadline, char *err, size_t errlen)
+{
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_NUMERICSERV };
+    struct addrinfo *res = NULL, *ai;
+    char host[RING_ADDR_MAX + 1], port[16];
+    int fd = -1, rc, soerr, one = 1;
+    socklen_t sl;
+
+    if (split_addr(addr, host, sizeof(host), port, sizeof(port)) != 0) {
+        snprintf(err, errlen, "%s: not host:port", addr);
+        return -1;
+    }
+    rc = getaddrinfo(host, port, &hints, &res);
+    if (rc != 0) {
+        snprintf(err, errlen, "%s: %s", addr, gai_strerror(rc));
+        return -1;
+    }
+    snprintf(err, errlen, "%s: no address", addr);
+    for (ai = res; ai != NULL; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            snprintf(err, errlen, "%s: socket: %s", addr, strerror(errno));
+            continue;
+        }
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            break;
+        }
+        if (errno == EINPROGRESS) {
+            rc = wait_fd(fd, POLLOUT, deadline);
+            sl = sizeof(soerr);
+            if (rc == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0) {
+                break;
+            }
+            snprintf(err, errlen, "%s: connect: %s", addr,
+                     rc == 0 ? "timed out" : strerror(rc == 1 ? soerr : errno));
+        } else {
+            snprintf(err, errlen, "%s: connect: %s", addr, strerror(errno));
+        }
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd >= 0) {
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    return fd;
+}
+
+/* Write header + payload before the deadline. */
+static int
+send_frame(struct cport_conn *c, enum frame_type type, const uint8_t *payload,
+           size_t len, int64_t deadline, char *err, size_t errlen)
+{
+    uint8_t hdr[FRAME_HEADER_SIZE];
+    const uint8_t *parts[2] = { hdr, payload };
+    size_t lens[2] = { sizeof(hdr), len }, off;
+    ssize_t w;
+    int i, rc;
+
+    frame_header_write(hdr, type, c->cluster_id, (uint32_t)len);
+    for (i = 0; i < 2; i++) {
+        off = 0;
+        while (off < lens[i]) {
+            w = send(c->fd, parts[i] + off, lens[i] - off, MSG_NOSIGNAL);
+            if (w > 0) {
+                off += (size_t)w;
+                continue;
+            }
+            if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                snprintf(err, errlen, "send: %s", strerror(errno));
+                return CPORT_EIO;
+            }
+            rc = wait_fd(c->fd, POLLOUT, deadline);
+            if (rc <= 0) {
+                snprintf(err, errlen, "send: %s", rc == 0 ? "timed out" : strerror(errno));
+                return CPORT_EIO;
+            }
+        }
+    }
+    return CPORT_OK;
+}
+
+/*
+ * Read one whole frame before the deadline. On CPORT_OK *f points into the
+ * read buffer, valid until the next read; *consumed is to be dropped by
+ * the caller with drop_frame once it has unpacked the payload.
+ */
+static int
+read_frame(struct cport_conn *c, struct frame *f, size_t *consumed, int64_t deadline,
+           char *err, size_t errlen)
+{
+    ssize_t got;
+    int rc;
+
+    for (;;) {
+        rc = frame_decode(c->rbuf, c->rlen, c->cluster_id, CPORT_PAYLOAD_MAX, f, consumed);
+        if (rc == FRAME_OK) {
+            return CPORT_OK;
+        }
+        if (rc != FRAME_EAGAIN) {
+            snprintf(err, errlen, "bad frame from the node: %s", frame_strerror(rc));
+            return CPORT_EPROTO;
+        }
+        if (c->rcap - c->rlen < 65536) {
+            size_t ncap = c->rcap == 0 ? 65536 : c->rcap * 2;
+            uint8_t *nb;
+
+            if (ncap > CPORT_PAYLOAD_MAX + FRAME_HEADER_SIZE + 65536) {
+                snprintf(err, errlen, "frame too large");
+                return CPORT_EPROTO;
+            }
+            nb = realloc(c->rbuf, ncap);
+            if (nb == NULL) {
+                snprintf(err, errlen, "out of memory");
+                return CPORT_ENOMEM;
+            }
+            c->rbuf = nb;
+            c->rcap = ncap;
+        }
+        got = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
+        if (got > 0) {
+            c->rlen += (size_t)got;
+            continue;
+        }
+        if (got == 0) {
+            snprintf(err, errlen, "the node closed the connection");
+            return CPORT_EIO;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            snprintf(err, errlen, "recv: %s", strerror(errno));
+            return CPORT_EIO;
+        }
+        rc = wait_fd(c->fd, POLLIN, deadline);
+        if (rc <= 0) {
+            snprintf(err, errlen, "recv: %s", rc == 0 ? "timed out" : strerror(errno));
+            return CPORT_EIO;
+        }
+    }
+}
+
+/* Drop a consumed frame from the front of the read buffer. */
+static void
+drop_frame(struct cport_conn *c, size_t consumed)
+{
+    memmove(c->rbuf, c->rbuf + consumed, c->rlen - consumed);
+    c->rlen -= consumed;
+}
+
+/* An Error frame's message into err. */
+static void
+error_frame(const struct frame *f, char *err, size_t errlen)
+{
+    Ringcache__Error *e = ringcache__error__unpack(NULL, f->length, f->payload);
+
+    if (e == NULL) {
+        snprintf(err, errlen, "the node sent a malformed Error frame");
+        return;
+    }
+    snprintf(err, errlen, "%s (node epoch %llu, pending %llu)", e->message,
+             (unsigned long long)e->active_epoch, (unsigned long long)e->pending_epoch);
+    ringcache__error__free_unpacked(e, NULL);
+}
+
+int
+cport_connect(const char *addr, const char *cluster, const uint8_t *token, size_t token_len,
+              int timeout_ms, struct cport_conn **out, struct cport_hello *hello, char *err,
+              size_t errlen)
+{
+    Ringcache__Hello h = RINGCACHE__HELLO__INIT;
+    Ringcache__Hello *reply = NULL;
+    struct cport_conn *c;
+    struct frame f;
+    int64_t deadline = now_ms() + timeout_ms;
+    uint8_t *buf = NULL;
+    size_t len, consumed = 0;
+    int rc;
+
+    *out = NULL;
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return CPORT_ENOMEM;
+    }
+    c->cluster_id = ring_hash(cluster, strlen(cluster));
+    c->fd = tcp_connect(addr, deadline, err, errlen);
+    if (c->fd < 0) {
+        rc = CPORT_EIO;
+        goto out;
+    }
+    h.cluster = (char *)cluster;
+    h.token.data = (uint8_t *)token;
+    h.token.len = token_len;
+    h.role = RINGCACHE__HELLO__ROLE__ADMIN;
+    h.node_id = (char *)"ringctl";
+    len = ringcache__hello__get_packed_size(&h);
+    buf = malloc(len + 1);
+    if (buf == NULL) {
+        rc = CPORT_ENOMEM;
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    ringcache__hello__pack(&h, buf);
+    rc = send_frame(c, FRAME_HELLO, buf, len, deadline, err, errlen);
+    if (rc != CPORT_OK) {
+        goto out;
+    }
+    rc = read_frame(c, &f, &consumed, deadline, err, errlen);
+    if (rc != CPORT_OK) {
+        goto out;
+    }
+    if (f.type == FRAME_ERROR) {
+        error_frame(&f, err, errlen);
+        rc = CPORT_EREFUSED;
+        goto out;
+    }
+    if (f.type != FRAME_HELLO
+        || (reply = ringcache__hello__unpack(NULL, f.length, f.payload)) == NULL) {
+        snprintf(err, errlen, "expected a Hello reply, got frame type %u", f.type);
+        rc = CPORT_EPROTO;
+        goto out;
+    }
+    drop_frame(c, consumed);
+    if (hello != NULL) {
+        memset(hello, 0, sizeof(*hello));
+        snprintf(hello->node_id, sizeof(hello->node_id), "%s", reply->node_id);
+        hello->boot_id = reply->boot_id;
+        hello->active_epoch = reply->active_epoch;
+    }
+    *out = c;
+    c = NULL;
+out:
+    if (reply != NULL) {
+        ringcache__hello__free_unpacked(reply, NULL);
+    }
+    free(buf);
+    cport_close(c);
+    return rc;
+}
+
+/* Copy a wire status into ours. */
+static int
+copy_status(const Ringcache__NodeStatus *s, struct cport_status *st)
+{
+    size_t i;
+
+    memset(st, 0, sizeof(*st));
+    snprintf(st->node_id, sizeof(st->node_id), "%s", s->node_id);
+    st->boot_id = s->boot_id;
+    st->active_epoch = s->active_epoch;
+    st->pending_epoch = s->pending_epoch;
+    st->phase = (int)s->phase >= 0 && (int)s->phase <= (int)CPORT_PHASE_ABORTED ? (enum cport_phase)s->phase
+                                                                  : CPORT_PHASE_NONE;
+    st->curr_items = s->curr_items;
+    st->bytes = s->bytes;
+    st->limit_maxbytes = s->limit_maxbytes;
+    st->evictions = s->evictions;
+    st->items_imported = s->items_imported;
+    st->bytes_imported = s->bytes_imported;
+    st->orphans = s->orphans;
+    st->misrouted = s->misrouted;
+    st->fence_held_ms = s->fence_held_ms;
+    if (s->n_transfers == 0) {
+        return CPORT_OK;
+    }
+    st->transfers = calloc(s->n_transfers, sizeof(*st->transfers));
+    if (st->transfers == NULL) {
+        return CPORT_ENOMEM;
+    }
+    for (i = 0; i < s->n_transfers; i++) {
+        const Ringcache__TransferStatus *t = s->transfers[i];
+        struct cport_transfer *o = &st->transfers[i];
+
+        snprintf(o->dest, sizeof(o->dest), "%s", t->dest);
+        o->items_sent = t->items_sent;
+        o->bytes_sent = t->bytes_sent;
+        o->items_total = t->items_total;
+        o->bytes_total = t->bytes_total;
+        o->walk_done = t->walk_done;
+        o->dirty_backlog = t->dirty_backlog;
+        o->unacked = t->unacked;
+        snprintf(o->error, sizeof(o->error), "%s", t->error);
+    }
+    st->n_transfers = (uint32_t)s->n_transfers;
+    return CPORT_OK;
+}
+
+/* The wire form of a membership, as an unpacked protobuf-c message that
+ * the caller frees with ringcache__membership__free_unpacked. */
+static Ringcache__Membership *
+membership_msg(const struct ring_members *m)
+{
+    Ringcache__Membership *pb;
+    uint8_t *buf;
+    size_t len = 0;
+
+    buf = members_pb_pack(m, &len);
+    if (buf == NULL) {
+        return NULL;
+    }
+    pb = ringcache__membership__unpack(NULL, len, buf);
+    free(buf);
+    return pb;
+}
+
+int
+cport_call(struct cport_conn *c, const struct cport_request *req, int timeout_ms,
+           struct cport_status *st, char *err, size_t errlen)
+{
+    Ringcache__AdminRequest ar = RINGCACHE__ADMIN_REQUEST__INIT;
+    Ringcache__Prepare prep = RINGCACHE__PREPARE__INIT;
+    Ringcache__StartCopy sc = RINGCACHE__START_COPY__INIT;
+    Ringcache__Fence fe = RINGCACHE__FENCE__INIT;
+    Ringcache__Commit co = RINGCACHE__COMMIT__INIT;
+    Ringcache__Abort ab = RINGCACHE__ABORT__INIT;
+    Ringcache__StatusRequest sr = RINGCACHE__STATUS_REQUEST__INIT;
+    Ringcache__Membership *mpb = NULL;
+    Ringcache__AdminReply *reply = NULL;
+    ProtobufCBinaryData tok = { req->token_len, (uint8_t *)req->token };
+    int64_t deadline = now_ms() + timeout_ms;
+    struct frame f;
+    uint8_t *buf = NULL;
+    size_t len, consumed = 0;
+    int rc = CPORT_ENOMEM;
+
+    if (st != NULL) {
+        memset(st, 0, sizeof(*st));
+    }
+    if (c->fd < 0) {
+        snprintf(err, errlen, "connection already closed");
+        return CPORT_EIO;
+    }
+    if ((req->kind == CPORT_PREPARE || req->kind == CPORT_COMMIT) && req->membership != NULL) {
+        mpb = membership_msg(req->membership);
+        if (mpb == NULL) {
+            snprintf(err, errlen, "out of memory");
+            goto out;
+        }
+    }
+    switch (req->kind) {
+    case CPORT_PREPARE:
+        prep.membership = mpb;
+        prep.token = tok;
+        prep.from_epoch = req->from_epoch;
+        ar.req_case = RINGCACHE__ADMIN_REQUEST__REQ_PREPARE;
+        ar.prepare = &prep;
+        break;
+    case CPORT_START_COPY:
+        sc.token = tok;
+        sc.rate_bytes_per_s = req->rate_bytes_per_s;
+        ar.req_case = RINGCACHE__ADMIN_REQUEST__REQ_START_COPY;
+        ar.start_copy = &sc;
+        break;
+    case CPORT_FENCE:
+        fe.token = tok;
+        fe.hold_ms = req->hold_ms;
+        ar.req_case = RINGCACHE__ADMIN_REQUEST__REQ_FENCE;
+        ar.fence = &fe;
+        break;
+    case CPORT_COMMIT:
+        co.token = tok;
+        co.membership = mpb;
+        ar.req_case = RINGCACHE__ADMIN_REQUEST__REQ_COMMIT;
+        ar.commit = &co;
+        break;
+    case CPORT_ABORT:
+        ab.token = tok;
+        ab.epoch = req->epoch;
+        ar.req_case = RINGCACHE__ADMIN_REQUEST__REQ_ABORT;
+        ar.abort = &ab;
+        break;
+    case CPORT_STATUS:
+        ar.req_case = RINGCACHE__ADMIN_REQUEST__REQ_STATUS;
+        ar.status = &sr;
+        break;
+    }
+    len = ringcache__admin_request__get_packed_size(&ar);
+    buf = malloc(len + 1);
+    if (buf == NULL) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    ringcache__admin_request__pack(&ar, buf);
+    rc = send_frame(c, FRAME_ADMIN_REQUEST, buf, len, deadline, err, errlen);
+    if (rc != CPORT_OK) {
+        goto out;
+    }
+    rc = read_frame(c, &f, &consumed, deadline, err, errlen);
+    if (rc != CPORT_OK) {
+        goto out;
+    }
+    if (f.type == FRAME_ERROR) {
+        error_frame(&f, err, errlen);
+        rc = CPORT_EREFUSED;
+        goto out;
+    }
+    if (f.type != FRAME_ADMIN_REPLY
+        || (reply = ringcache__admin_reply__unpack(NULL, f.length, f.payload)) == NULL) {
+        snprintf(err, errlen, "expected an AdminReply, got frame type %u", f.type);
+        rc = CPORT_EPROTO;
+        goto out;
+    }
+    drop_frame(c, consumed);
+    if (st != NULL && reply->status != NULL && copy_status(reply->status, st) != CPORT_OK) {
+        snprintf(err, errlen, "out of memory");
+        rc = CPORT_ENOMEM;
+        goto out;
+    }
+    if (!reply->ok) {
+        snprintf(err, errlen, "%s", reply->error[0] != '\0' ? reply->error : "refused");
+        rc = CPORT_EREFUSED;
+        goto out;
+    }
+    rc = CPORT_OK;
+out:
+    /* Any failure but a plain refusal (ok = false) leaves the stream in an
+     * unknown state: close it. */
+    if (rc != CPORT_OK && !(rc == CPORT_EREFUSED && reply != NULL)) {
+        conn_kill(c);
+    }
+    if (reply != NULL) {
+        ringcache__admin_reply__free_unpacked(reply, NULL);
+    }
+    if (mpb != NULL) {
+        ringcache__membership__free_unpacked(mpb, NULL);
+    }
+    free(buf);
+    return rc;
+}
+
+bool
+cport_alive(const struct cport_conn *c)
+{
+    return c != NULL && c->fd >= 0;
+}
+
+void
+cport_close(struct cport_conn *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    conn_kill(c);
+    free(c->rbuf);
+    free(c);
+}
+
+void
+cport_status_clear(struct cport_status *st)
+{
+    if (st == NULL) {
+        return;
+    }
+    free(st->transfers);
+    st->transfers = NULL;
+    st->n_transfers = 0;
+}
+
+const char *
+cport_phase_name(enum cport_phase p)
+{
+    switch (p) {
+    case CPORT_PHASE_PREPARED:  return "PREPARED";
+    case CPORT_PHASE_COPYING:   return "COPYING";
+    case CPORT_PHASE_FENCED:    return "FENCED";
+    case CPORT_PHASE_COMMITTED: return "COMMITTED";
+    case CPORT_PHASE_ABORTED:   return "ABORTED";
+    default:                    return "NONE";
+    }
+}
