@@ -213,7 +213,9 @@ START_TEST(test_error_codes)
         { "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n", RINGCACHE_ENONNUMERIC },
         { "SERVER_ERROR object too large for cache\r\n", RINGCACHE_ETOOBIG },
         { "SERVER_ERROR out of memory storing object\r\n", RINGCACHE_ESERVER },
-        { "SERVER_ERROR MOVED 4 127.0.0.1:1\r\n", RINGCACHE_ESERVER },
+        { "SERVER_ERROR MOVED 4 127.0.0.1:1\r\n", RINGCACHE_EMOVED },
+        { "SERVER_ERROR TRYAGAIN 4\r\n", RINGCACHE_ETRYAGAIN },
+        { "SERVER_ERROR MOVED 4\r\n", RINGCACHE_ESERVER },
         { "STORED\r\n", 0 },
     };
     struct mcp_reply r;
@@ -513,7 +515,7 @@ START_TEST(test_validation_before_sending)
 {
     /* Port 1 on loopback: were anything sent, the call would fail with an
      * I/O or down error instead of the validation errors asserted here. */
-    const char *seeds[] = { "127.0.0.1:1" };
+    const char *members = "epoch 1\nvnodes 160\nreplicas 1\nnode a 127.0.0.1:1\n";
     const char *keys[] = { "good", "bad key" };
     struct ringcache_options o;
     struct ringcache *rc = NULL;
@@ -523,7 +525,9 @@ START_TEST(test_validation_before_sending)
 
     ringcache_options_init(&o);
     o.max_value_bytes = 32;
-    ck_assert_int_eq(ringcache_new_seeds(&rc, seeds, 1, &o, NULL, 0), 0);
+    /* From a membership (a seeds handle asks the seed for config). */
+    ck_assert_int_eq(ringcache_new_members_text(&rc, members, strlen(members), "t", &o,
+                                                NULL, 0), 0);
     memset(big, 'v', sizeof(big));
     ck_assert_int_eq(ringcache_set(rc, "k", 1, big, 33, 0, 0), RINGCACHE_ETOOBIG);
     ck_assert_int_eq(ringcache_set(rc, "", 0, "v", 1, 0, 0), RINGCACHE_EKEY);

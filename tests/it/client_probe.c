@@ -32,7 +32,7 @@ code_name(int code)
     static const char *names[] = {
         "OK", "ENOTFOUND", "ENOTSTORED", "EEXISTS", "EINVAL", "EKEY", "ETOOBIG",
         "ENOMEM", "EDOWN", "ETIMEDOUT", "EIO", "EPROTO", "ECLIENT", "ESERVER",
-        "ENONNUMERIC", "EMEMBERS",
+        "ENONNUMERIC", "EMEMBERS", "EMOVED", "ETRYAGAIN",
     };
 
     if (code > 0 || code < RINGCACHE_ERRNO_MIN) {
