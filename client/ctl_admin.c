@@ -1105,8 +1105,8 @@ show_progress(const struct progress *p, double rate, bool tty, bool final)
                 : p->items_total > 0 ? (double)p->items / (double)p->items_total : 1.0;
     int w = 30, fill, i;
 
-    if (frac > 1) {
-        frac = 1;
+    if (frac > 1 || final) {
+        frac = 1;   /* totals are estimates taken at walk start */
     }
     if (rate > 0 && p->bytes_total > p->bytes) {
         snprintf(eta, sizeof(eta), "%.0fs", (double)(p->bytes_total - p->bytes) / rate);
@@ -1976,8 +1976,10 @@ plan_change(struct ctl_globals *g, int argc, char **argv)
             moving[arc->old_nodes[0]] += arc_frac(arc->lo, arc->hi) * gain;
         }
     }
-    printf("plan\t%s %s%s%s\n", join ? "join" : "leave", id, join ? " " : "", addr);
-    printf("epoch\t%" PRIu64 " -> %" PRIu64 "\n", a.old->epoch, a.new->epoch);
+    printf("plan%s%s %s%s%s\n", g->human ? ":  " : "\t", join ? "join" : "leave", id,
+           join ? " " : "", addr);
+    printf("epoch%s%" PRIu64 " -> %" PRIu64 "\n", g->human ? ": " : "\t", a.old->epoch,
+           a.new->epoch);
     table_row(&t, "id\tshare_before\tshare_after\titems\tbytes\tmove_items\tmove_bytes");
     rc = nodes_build(&a);
     if (rc != EX_OK) {

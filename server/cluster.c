@@ -210,7 +210,9 @@ cluster_route(const struct cluster_view *v, uint64_t hash, bool write,
         *owner = ring_primary(v->ring, hash);
         return CLUSTER_TRYAGAIN;
     }
-    if (write || v->replicas <= 1) {
+    /* Until replication (issue 6) keeps the other owners current, only
+     * the primary has every write: reads go there too. */
+    if (write || v->replicas <= 1 || !CLUSTER_REPLICATED) {
         n = 1;
         list[0] = ring_primary(v->ring, hash);
     } else {
@@ -735,13 +737,17 @@ compute_arcs(struct cluster *cl)
     for (i = 0; i < d->n_arcs; i++) {
         const struct ring_arc *a = &d->arcs[i];
         const char *me = cl->id;
-        bool in_old = list_has_id(om, a->old_nodes, a->n_old, me);
+        /* Who holds the arc's data in epoch N: every old owner once writes
+         * are replicated, else only the old primary. */
+        uint32_t n_had = CLUSTER_REPLICATED ? a->n_old : (a->n_old > 0 ? 1 : 0);
+        bool in_old = list_has_id(om, a->old_nodes, n_had, me);
         bool in_new = list_has_id(nm, a->new_nodes, a->n_new, me);
 
         if (cl->self_old >= 0 && in_new && !in_old &&
             arcset_add_arc(&cl->importing, a->lo, a->hi) < 0)
             goto out;
-        if (in_old && !in_new && arcset_add_arc(&cl->losing, a->lo, a->hi) < 0)
+        if (list_has_id(om, a->old_nodes, a->n_old, me) && !in_new &&
+            arcset_add_arc(&cl->losing, a->lo, a->hi) < 0)
             goto out;
         if (a->n_old == 0 || (int32_t)a->old_nodes[0] != cl->self_old)
             continue;
@@ -749,7 +755,7 @@ compute_arcs(struct cluster *cl)
             const char *gid = nm->nodes[a->new_nodes[k]].id;
             struct cluster_dest *dst;
 
-            if (list_has_id(om, a->old_nodes, a->n_old, gid))
+            if (list_has_id(om, a->old_nodes, n_had, gid))
                 continue;
             dst = dest_for(cl, a->new_nodes[k]);
             if (dst == NULL || arcset_add_arc(&dst->arcs, a->lo, a->hi) < 0 ||

@@ -19,6 +19,11 @@ struct server;
 
 #define CLUSTER_TOKEN_MAX   256   /* bytes of the admin and transition tokens */
 #define CLUSTER_PORT_OFFSET 10000 /* cluster port = client port + this */
+/* Whether every owner of a key holds its writes (R >= 2 replication,
+ * issue 6). Until then only the primary has the data: reads are served by
+ * the primary alone, and a transition copies from the old primary to every
+ * new owner other than itself (a former secondary holds nothing current). */
+#define CLUSTER_REPLICATED 0
 
 /* Phases as the node sees them (values of ringcache.Phase). */
 enum cluster_phase {
@@ -149,7 +154,8 @@ cluster_view(const struct cluster *cl)
 
 /*
  * Route decision for a key hash on a view: LOCAL when there is no
- * membership, when this node is the primary, or (reads, R >= 2) any owner;
+ * membership, when this node is the primary, or (reads, R >= 2, once
+ * CLUSTER_REPLICATED) any owner;
  * TRYAGAIN when the hash is in a fenced range; else MOVED for a connection
  * that declared its epoch, FORWARD otherwise. *owner gets the primary's
  * index (for cluster_view_addr) when not LOCAL.

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "server/cluster.h"
+#include "server/cport.h"
 #include "server/log.h"
 #include "server/settings.h"
 #include "server/thread.h"
@@ -45,7 +46,7 @@ read_token(const char *path, uint8_t *tok, size_t *len)
 
 /* Cluster mode: load the state directory, start the cluster port. */
 static int
-start_cluster(struct server *srv, const struct settings *st)
+start_cluster(struct server *srv, const struct settings *st, struct cport **cp)
 {
     uint8_t tok[CLUSTER_TOKEN_MAX];
     size_t tok_len = 0;
@@ -66,7 +67,9 @@ start_cluster(struct server *srv, const struct settings *st)
                 "--cluster-port", port, CLUSTER_PORT_OFFSET);
         return -1;
     }
-    log_msg(LOG_INFO, "cluster port %d (not served yet)", port);
+    *cp = cport_new(srv, srv->cluster, st->listen_addr, port);
+    if (*cp == NULL || cport_start(*cp) < 0)
+        return -1;
     return 0;
 }
 
@@ -75,6 +78,7 @@ main(int argc, char **argv)
 {
     struct settings settings;
     struct server *srv;
+    struct cport *cp = NULL;
     int rc;
 
     settings_init(&settings);
@@ -92,7 +96,8 @@ main(int argc, char **argv)
         server_free(srv);
         return 1;
     }
-    if (settings.state_dir[0] != '\0' && start_cluster(srv, &settings) < 0) {
+    if (settings.state_dir[0] != '\0' && start_cluster(srv, &settings, &cp) < 0) {
+        cport_free(cp);
         cluster_free(srv->cluster);
         srv->cluster = NULL;
         server_free(srv);
@@ -100,6 +105,7 @@ main(int argc, char **argv)
     }
     rc = server_run(srv);
     /* Workers are joined: stop the cluster thread, then free its state. */
+    cport_free(cp);
     cluster_free(srv->cluster);
     srv->cluster = NULL;
     server_free(srv);

@@ -1,0 +1,862 @@
+/*
+ * cport: the cluster port's thread. Connections are libevent bufferevents
+ * on the cluster event_base; every message is a frame (proto/frame.h)
+ * whose protobuf payload is decoded here, at the edge, into the calls of
+ * server/cluster.h and server/handoff.h. Requests on one connection are
+ * answered in order: a Fence that waits for its drain pauses its
+ * connection's input until it replies.
+ */
+#include "config.h"
+#include "server/cport.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "proto/frame.h"
+#include "proto/members_pb.h"
+#include "proto/ringcache.pb-c.h"
+#include "server/cluster.h"
+#include "server/handoff.h"
+#include "server/log.h"
+#include "server/store.h"
+#include "server/thread.h"
+
+#define CPORT_CONNS_MAX   256       /* open cluster-port connections */
+#define CLEANUP_ITEMS     2000      /* purged per cleanup tick */
+#define CLEANUP_TICK_MS   10        /* so cleanup stays under ~200k items/s */
+#define XFERS_MAX         64
+
+enum cpc_state {
+    CPC_HELLO = 0,   /* waiting for Hello */
+    CPC_ADMIN,
+    CPC_PEER,
+};
+
+struct cp_conn {
+    struct cport       *cp;
+    struct bufferevent *bev;
+    enum cpc_state      state;
+    bool                closing;    /* close once the output is written */
+    bool                waiting;    /* a reply is pending (Fence): input paused */
+    struct handoff_in  *in;         /* peer: import state */
+    struct cp_conn     *prev, *next;
+};
+
+struct cport {
+    struct server      *srv;
+    struct cluster     *cl;
+    struct store       *store;
+    char                addr[64];
+    int                 port;
+    int                 listen_fd;
+    int                 stop_fd[2];
+    pthread_t           tid;
+    bool                started;
+    struct event_base  *base;
+    struct event       *listen_ev, *stop_ev, *cleanup_ev;
+    struct cp_conn     *conns;
+    int                 nconns;
+    struct handoff     *ho;
+    struct cp_conn     *fence_waiter;
+    struct store_cursor cleanup_cur;
+    bool                cleaning;
+};
+
+static void conn_read_cb(struct bufferevent *bev, void *arg);
+
+/* Free a connection now. */
+static void
+cpc_free(struct cp_conn *c)
+{
+    struct cport *cp = c->cp;
+
+    if (cp->fence_waiter == c) {
+        handoff_fence_cancel(cp->ho);
+        cp->fence_waiter = NULL;
+    }
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        cp->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    cp->nconns--;
+    handoff_in_free(c->in);
+    bufferevent_free(c->bev);
+    free(c);
+}
+
+/* Close once what is queued is written. */
+static void
+cpc_close_after_write(struct cp_conn *c)
+{
+    c->closing = true;
+    bufferevent_disable(c->bev, EV_READ);
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+        cpc_free(c);
+}
+
+static void
+conn_write_cb(struct bufferevent *bev, void *arg)
+{
+    struct cp_conn *c = arg;
+
+    (void)bev;
+    if (c->closing)
+        cpc_free(c);
+}
+
+static void
+conn_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+        cpc_free(arg);
+}
+
+static void
+send_msg(struct cp_conn *c, enum frame_type type, const void *msg)
+{
+    if (handoff_send(c->bev, type, c->cp->cl->cluster_id, msg) < 0)
+        c->closing = true;
+}
+
+/* Error frame, then close (docs/cluster.md). */
+static void
+send_error(struct cp_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void
+send_error(struct cp_conn *c, const char *fmt, ...)
+{
+    Ringcache__Error e = RINGCACHE__ERROR__INIT;
+    const struct cluster_view *v = cluster_view(c->cp->cl);
+    char msg[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    log_msg(LOG_INFO, "cluster port: %s", msg);
+    e.message = msg;
+    e.active_epoch = v->epoch;
+    e.pending_epoch = v->pending_epoch;
+    send_msg(c, FRAME_ERROR, &e);
+    cpc_close_after_write(c);
+}
+
+/*
+ * Status and replies
+ */
+
+static bool
+orphan_pred(uint64_t hash, void *arg)
+{
+    struct cluster *cl = arg;
+
+    return !cluster_owned_active(cl, hash) && !arcset_has(&cl->importing, hash);
+}
+
+static void
+send_reply(struct cp_conn *c, bool ok, const char *err)
+{
+    struct cport *cp = c->cp;
+    struct cluster *cl = cp->cl;
+    Ringcache__AdminReply r = RINGCACHE__ADMIN_REPLY__INIT;
+    Ringcache__NodeStatus st = RINGCACHE__NODE_STATUS__INIT;
+    Ringcache__TransferStatus ts[XFERS_MAX], *tsp[XFERS_MAX];
+    struct handoff_xfer xs[XFERS_MAX];
+    struct store_stats ss;
+    struct cluster_counters cc;
+    uint64_t orphan_bytes;
+    size_t n, i;
+
+    store_get_stats(cp->store, &ss);
+    cluster_counters_get(cl, &cc);
+    st.node_id = cl->id;
+    st.boot_id = cl->boot_id;
+    st.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
+    st.pending_epoch = cl->pending != NULL ? cl->pending->epoch : 0;
+    st.phase = (Ringcache__Phase)cl->phase;
+    st.curr_items = ss.curr_items;
+    st.bytes = ss.bytes;
+    st.limit_maxbytes = ss.limit_maxbytes;
+    st.evictions = ss.evictions;
+    n = handoff_status(cp->ho, xs, XFERS_MAX);
+    if (n > XFERS_MAX)
+        n = XFERS_MAX;
+    for (i = 0; i < n; i++) {
+        ringcache__transfer_status__init(&ts[i]);
+        ts[i].dest = xs[i].dest;
+        ts[i].items_sent = xs[i].items_sent;
+        ts[i].bytes_sent = xs[i].bytes_sent;
+        ts[i].items_total = xs[i].items_total;
+        ts[i].bytes_total = xs[i].bytes_total;
+        ts[i].walk_done = xs[i].walk_done;
+        ts[i].dirty_backlog = xs[i].dirty_backlog;
+        ts[i].unacked = xs[i].unacked;
+        ts[i].error = xs[i].error;
+        tsp[i] = &ts[i];
+    }
+    st.n_transfers = n;
+    st.transfers = tsp;
+    handoff_imported(cp->ho, &st.items_imported, &st.bytes_imported);
+    store_count(cp->store, orphan_pred, cl, &st.orphans, &orphan_bytes);
+    st.misrouted = cc.misrouted;
+    st.fence_held_ms = cl->fence_held_ms;
+    r.ok = ok;
+    r.error = (char *)(err != NULL ? err : "");
+    r.status = &st;
+    send_msg(c, FRAME_ADMIN_REPLY, &r);
+}
+
+/*
+ * Purges
+ */
+
+static bool
+importing_pred(uint64_t hash, void *arg)
+{
+    return arcset_has(arg, hash);
+}
+
+/* Remove every item of the arcs this node imports (leftovers before a
+ * copy, what it imported after an abort). Nobody writes there: this node
+ * does not serve those arcs. Synchronous, so no import can interleave. */
+static void
+purge_importing(struct cport *cp)
+{
+    struct store_cursor cur;
+
+    if (cp->cl->importing.n == 0)
+        return;
+    store_cursor_init(&cur);
+    while (store_purge(cp->store, importing_pred, &cp->cl->importing, 1u << 16, &cur) != 0)
+        continue;
+}
+
+/* CLEANUP: what the active epoch does not give this node, in the
+ * background, CLEANUP_ITEMS per tick. */
+static void
+cleanup_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct cport *cp = arg;
+    struct timeval tv = { 0, CLEANUP_TICK_MS * 1000 };
+
+    (void)fd;
+    (void)what;
+    if (!cp->cleaning)
+        return;
+    if (store_purge(cp->store, orphan_pred, cp->cl, CLEANUP_ITEMS, &cp->cleanup_cur) == 0) {
+        cp->cleaning = false;
+        log_msg(LOG_INFO, "cleanup done");
+        return;
+    }
+    evtimer_add(cp->cleanup_ev, &tv);
+}
+
+static void
+cleanup_start(struct cport *cp)
+{
+    struct timeval tv = { 0, 0 };
+
+    store_cursor_init(&cp->cleanup_cur);
+    cp->cleaning = true;
+    evtimer_add(cp->cleanup_ev, &tv);
+}
+
+/*
+ * Admin requests
+ */
+
+/* The wire membership of a request as a struct ring_members. */
+static struct ring_members *
+unpack_members(const Ringcache__Membership *pm, char *err, size_t errlen)
+{
+    struct ring_members *m = NULL;
+    size_t n = ringcache__membership__get_packed_size(pm);
+    uint8_t *buf = malloc(n > 0 ? n : 1);
+
+    if (buf == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    ringcache__membership__pack(pm, buf);
+    if (members_pb_unpack(buf, n, &m, err, errlen) != RING_OK)
+        m = NULL;
+    free(buf);
+    return m;
+}
+
+static void
+do_prepare(struct cp_conn *c, const Ringcache__Prepare *p)
+{
+    struct cport *cp = c->cp;
+    struct ring_members *m;
+    char err[512];
+    bool again;
+
+    if (p->membership == NULL) {
+        send_reply(c, false, "prepare: no membership");
+        return;
+    }
+    m = unpack_members(p->membership, err, sizeof(err));
+    if (m == NULL) {
+        send_reply(c, false, err);
+        return;
+    }
+    if (cluster_prepare(cp->cl, m, p->token.data, p->token.len, p->from_epoch, &again,
+                        err, sizeof(err)) < 0) {
+        ring_members_free(m);
+        send_reply(c, false, err);
+        return;
+    }
+    ring_members_free(m);
+    if (!again) {
+        /* Cleanup of an older epoch must not touch what we will import. */
+        purge_importing(cp);
+        handoff_imported_reset(cp->ho);
+    }
+    /* Sources track changes before they acknowledge. */
+    if (handoff_prepare(cp->ho, err, sizeof(err)) < 0) {
+        send_reply(c, false, err);
+        return;
+    }
+    send_reply(c, true, NULL);
+}
+
+static bool
+token_check(struct cp_conn *c, const ProtobufCBinaryData *tok)
+{
+    struct cluster *cl = c->cp->cl;
+
+    if (cl->pending == NULL) {
+        send_reply(c, false, "no pending transition");
+        return false;
+    }
+    if (!cluster_token_ok(cl, tok->data, tok->len)) {
+        send_reply(c, false, "token does not match the pending transition");
+        return false;
+    }
+    return true;
+}
+
+static void
+do_start_copy(struct cp_conn *c, const Ringcache__StartCopy *p)
+{
+    struct cport *cp = c->cp;
+    char err[256];
+
+    if (!token_check(c, &p->token))
+        return;
+    if (cp->cl->phase == CLUSTER_PHASE_PREPARED &&
+        cluster_set_phase(cp->cl, CLUSTER_PHASE_COPYING, err, sizeof(err)) < 0) {
+        send_reply(c, false, err);
+        return;
+    }
+    if (handoff_start_copy(cp->ho, p->rate_bytes_per_s, err, sizeof(err)) < 0) {
+        send_reply(c, false, err);
+        return;
+    }
+    send_reply(c, true, NULL);
+}
+
+/* The drain of a fence finished: answer the waiting admin. */
+static void
+fence_done(void *arg, const char *err)
+{
+    struct cport *cp = arg;
+    struct cp_conn *c = cp->fence_waiter;
+
+    cp->fence_waiter = NULL;
+    if (c == NULL)
+        return;
+    c->waiting = false;
+    send_reply(c, err == NULL, err);
+    log_msg(LOG_INFO, "fence %s after %" PRIu64 " ms", err == NULL ? "done" : "failed",
+            cp->cl->fence_held_ms);
+    if (!c->closing) {
+        bufferevent_enable(c->bev, EV_READ);
+        /* Requests that came while we waited are already buffered. */
+        conn_read_cb(c->bev, c);
+    }
+}
+
+static void
+do_fence(struct cp_conn *c, const Ringcache__Fence *p)
+{
+    struct cport *cp = c->cp;
+    char err[256];
+
+    if (!token_check(c, &p->token))
+        return;
+    if (cp->fence_waiter != NULL) {
+        send_reply(c, false, "a fence is already in progress");
+        return;
+    }
+    /* Publishing the fence view waits for every worker to finish the
+     * request it is in: after it, no write to a fenced arc is in flight. */
+    if (cluster_set_phase(cp->cl, CLUSTER_PHASE_FENCED, err, sizeof(err)) < 0) {
+        send_reply(c, false, err);
+        return;
+    }
+    cp->fence_waiter = c;
+    c->waiting = true;
+    bufferevent_disable(c->bev, EV_READ);
+    handoff_fence(cp->ho, fence_done, cp);
+}
+
+static void
+do_commit(struct cp_conn *c, const Ringcache__Commit *p)
+{
+    struct cport *cp = c->cp;
+    struct ring_members *m = NULL;
+    char err[512];
+    bool again;
+    int rc;
+
+    if (p->membership != NULL) {
+        m = unpack_members(p->membership, err, sizeof(err));
+        if (m == NULL) {
+            send_reply(c, false, err);
+            return;
+        }
+    }
+    rc = cluster_commit(cp->cl, m, p->token.data, p->token.len, &again, err, sizeof(err));
+    ring_members_free(m);
+    if (rc < 0) {
+        send_reply(c, false, err);
+        return;
+    }
+    if (!again) {
+        handoff_stop(cp->ho);
+        cleanup_start(cp);
+    }
+    send_reply(c, true, NULL);
+}
+
+static void
+do_abort(struct cp_conn *c, const Ringcache__Abort *p)
+{
+    struct cport *cp = c->cp;
+    struct cluster *cl = cp->cl;
+    struct cp_conn *o, *next;
+    char err[256];
+
+    if (cl->pending == NULL) {
+        send_reply(c, true, NULL);
+        return;
+    }
+    if (!cluster_token_ok(cl, p->token.data, p->token.len)) {
+        send_reply(c, false, "token does not match the pending transition");
+        return;
+    }
+    if (p->epoch != 0 && p->epoch != cl->pending->epoch) {
+        send_reply(c, false, "abort: not the pending epoch");
+        return;
+    }
+    handoff_stop(cp->ho);
+    if (cp->fence_waiter != NULL && cp->fence_waiter != c) {
+        struct cp_conn *w = cp->fence_waiter;
+
+        cp->fence_waiter = NULL;
+        w->waiting = false;
+        send_reply(w, false, "aborted");
+        bufferevent_enable(w->bev, EV_READ);
+    }
+    /* Incoming streams of this transition end here. */
+    for (o = cp->conns; o != NULL; o = next) {
+        next = o->next;
+        if (o->state == CPC_PEER && !o->closing)
+            send_error(o, "transition aborted");
+    }
+    purge_importing(cp);
+    if (cluster_abort(cl, p->token.data, p->token.len, err, sizeof(err)) < 0) {
+        send_reply(c, false, err);
+        return;
+    }
+    send_reply(c, true, NULL);
+}
+
+static void
+admin_request(struct cp_conn *c, const struct frame *f)
+{
+    Ringcache__AdminRequest *rq = ringcache__admin_request__unpack(NULL, f->length,
+                                                                   f->payload);
+
+    if (rq == NULL) {
+        send_error(c, "bad AdminRequest");
+        return;
+    }
+    switch (rq->req_case) {
+    case RINGCACHE__ADMIN_REQUEST__REQ_PREPARE:
+        do_prepare(c, rq->prepare);
+        break;
+    case RINGCACHE__ADMIN_REQUEST__REQ_START_COPY:
+        do_start_copy(c, rq->start_copy);
+        break;
+    case RINGCACHE__ADMIN_REQUEST__REQ_FENCE:
+        do_fence(c, rq->fence);
+        break;
+    case RINGCACHE__ADMIN_REQUEST__REQ_COMMIT:
+        do_commit(c, rq->commit);
+        break;
+    case RINGCACHE__ADMIN_REQUEST__REQ_ABORT:
+        do_abort(c, rq->abort);
+        break;
+    case RINGCACHE__ADMIN_REQUEST__REQ_STATUS:
+        send_reply(c, true, NULL);
+        break;
+    default:
+        send_reply(c, false, "empty admin request");
+        break;
+    }
+    ringcache__admin_request__free_unpacked(rq, NULL);
+}
+
+/*
+ * Frames
+ */
+
+static void
+hello(struct cp_conn *c, const struct frame *f)
+{
+    struct cluster *cl = c->cp->cl;
+    Ringcache__Hello *m = ringcache__hello__unpack(NULL, f->length, f->payload);
+    Ringcache__Hello r = RINGCACHE__HELLO__INIT;
+
+    if (m == NULL) {
+        send_error(c, "bad Hello");
+        return;
+    }
+    if (m->cluster == NULL || strcmp(m->cluster, cl->name) != 0) {
+        send_error(c, "wrong cluster");
+    } else if (!cl->has_token) {
+        send_error(c, "this node has no --token-file: the cluster port is closed");
+    } else if (m->token.len != cl->token_len ||
+               memcmp(m->token.data, cl->token, cl->token_len) != 0) {
+        send_error(c, "wrong token");
+    } else if (m->role != RINGCACHE__HELLO__ROLE__ADMIN &&
+               m->role != RINGCACHE__HELLO__ROLE__PEER) {
+        send_error(c, "unknown role");
+    } else {
+        if (m->role == RINGCACHE__HELLO__ROLE__PEER) {
+            c->in = handoff_in_new(c->cp->ho);
+            if (c->in == NULL) {
+                send_error(c, "out of memory");
+                goto out;
+            }
+            c->state = CPC_PEER;
+            log_msg(LOG_INFO, "cluster port: peer %.64s connected",
+                    m->node_id != NULL ? m->node_id : "?");
+        } else {
+            c->state = CPC_ADMIN;
+        }
+        r.cluster = cl->name;
+        r.node_id = cl->id;
+        r.boot_id = cl->boot_id;
+        r.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
+        send_msg(c, FRAME_HELLO, &r);
+    }
+out:
+    ringcache__hello__free_unpacked(m, NULL);
+}
+
+static void
+peer_batch(struct cp_conn *c, const struct frame *f)
+{
+    Ringcache__HandoffAck a = RINGCACHE__HANDOFF_ACK__INIT;
+    char err[512];
+    uint64_t seq = 0;
+    int rc;
+
+    err[0] = '\0';
+    rc = handoff_in_batch(c->in, f->payload, f->length, &seq, err, sizeof(err));
+    if (rc < 0) {
+        send_error(c, "%s", err);
+        return;
+    }
+    a.seq = seq;
+    a.error = err;
+    send_msg(c, FRAME_HANDOFF_ACK, &a);
+}
+
+static void
+dispatch(struct cp_conn *c, const struct frame *f)
+{
+    switch (c->state) {
+    case CPC_HELLO:
+        if (f->type != FRAME_HELLO)
+            send_error(c, "the first frame must be Hello");
+        else
+            hello(c, f);
+        return;
+    case CPC_ADMIN:
+        if (f->type == FRAME_ADMIN_REQUEST)
+            admin_request(c, f);
+        else
+            send_error(c, "unexpected frame type %u on an admin connection", f->type);
+        return;
+    case CPC_PEER:
+        if (f->type == FRAME_HANDOFF_BATCH)
+            peer_batch(c, f);
+        else
+            send_error(c, "unexpected frame type %u on a peer connection", f->type);
+        return;
+    }
+}
+
+/* Decode every whole frame buffered; a bad one closes the connection
+ * (after an Error frame). Stops while a reply is pending. */
+static void
+conn_read_cb(struct bufferevent *bev, void *arg)
+{
+    struct cp_conn *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+
+    while (!c->closing && !c->waiting) {
+        size_t len = evbuffer_get_length(in), hl, used, total;
+        struct frame f;
+        uint8_t *p;
+        int rc;
+
+        if (len == 0)
+            break;
+        hl = len < FRAME_HEADER_SIZE ? len : FRAME_HEADER_SIZE;
+        p = evbuffer_pullup(in, (ssize_t)hl);
+        rc = frame_decode(p, hl, c->cp->cl->cluster_id, HANDOFF_PAYLOAD_MAX, &f, &used);
+        if (rc != FRAME_OK && rc != FRAME_EAGAIN) {
+            send_error(c, "bad frame: %s", frame_strerror(rc));
+            return;
+        }
+        if (hl < FRAME_HEADER_SIZE)
+            break;
+        total = FRAME_HEADER_SIZE + ((size_t)p[12] << 24 | (size_t)p[13] << 16 |
+                                     (size_t)p[14] << 8 | p[15]);
+        if (len < total) {
+            bufferevent_setwatermark(bev, EV_READ, total, 0);
+            break;
+        }
+        bufferevent_setwatermark(bev, EV_READ, 0, 0);
+        p = evbuffer_pullup(in, (ssize_t)total);
+        if (frame_decode(p, total, c->cp->cl->cluster_id, HANDOFF_PAYLOAD_MAX, &f,
+                         &used) != FRAME_OK) {
+            send_error(c, "bad frame");
+            return;
+        }
+        /* c stays allocated: an error leaves an Error frame to write, and
+         * the connection is freed by the write callback. */
+        dispatch(c, &f);
+        evbuffer_drain(in, used);
+    }
+}
+
+/*
+ * Listener and thread
+ */
+
+static void
+accept_cb(evutil_socket_t lfd, short what, void *arg)
+{
+    struct cport *cp = arg;
+    int one = 1;
+
+    (void)what;
+    for (;;) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct cp_conn *c;
+
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            return;
+        }
+        if (cp->nconns >= CPORT_CONNS_MAX) {
+            close(fd);
+            continue;
+        }
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        c = calloc(1, sizeof(*c));
+        if (c == NULL) {
+            close(fd);
+            continue;
+        }
+        c->cp = cp;
+        c->bev = bufferevent_socket_new(cp->base, fd, BEV_OPT_CLOSE_ON_FREE);
+        if (c->bev == NULL) {
+            close(fd);
+            free(c);
+            continue;
+        }
+        c->next = cp->conns;
+        if (cp->conns != NULL)
+            cp->conns->prev = c;
+        cp->conns = c;
+        cp->nconns++;
+        bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
+        bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    }
+}
+
+static void
+stop_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct cport *cp = arg;
+
+    (void)fd;
+    (void)what;
+    event_base_loopbreak(cp->base);
+}
+
+static void *
+cport_main(void *arg)
+{
+    struct cport *cp = arg;
+
+    event_base_dispatch(cp->base);
+    return NULL;
+}
+
+struct cport *
+cport_new(struct server *srv, struct cluster *cl, const char *listen_addr, int port)
+{
+    struct cport *cp = calloc(1, sizeof(*cp));
+
+    if (cp == NULL)
+        return NULL;
+    cp->srv = srv;
+    cp->cl = cl;
+    cp->store = srv->store;
+    cp->port = port;
+    cp->listen_fd = -1;
+    cp->stop_fd[0] = cp->stop_fd[1] = -1;
+    snprintf(cp->addr, sizeof(cp->addr), "%s", listen_addr);
+    cp->base = event_base_new();
+    if (cp->base == NULL || pipe2(cp->stop_fd, O_NONBLOCK | O_CLOEXEC) < 0)
+        goto fail;
+    cp->ho = handoff_new(cl, srv->store, cp->base);
+    cp->stop_ev = event_new(cp->base, cp->stop_fd[0], EV_READ, stop_cb, cp);
+    cp->cleanup_ev = evtimer_new(cp->base, cleanup_cb, cp);
+    if (cp->ho == NULL || cp->stop_ev == NULL || cp->cleanup_ev == NULL)
+        goto fail;
+    return cp;
+fail:
+    cport_free(cp);
+    return NULL;
+}
+
+static int
+cport_listen(struct cport *cp)
+{
+    struct addrinfo hints, *res = NULL, *ai;
+    char port[16];
+    int fd = -1, one = 1, rc;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    snprintf(port, sizeof(port), "%d", cp->port);
+    rc = getaddrinfo(cp->addr, port, &hints, &res);
+    if (rc != 0) {
+        log_msg(LOG_ERR, "cluster port %s:%d: %s", cp->addr, cp->port, gai_strerror(rc));
+        return -1;
+    }
+    for (ai = res; ai != NULL; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    ai->ai_protocol);
+        if (fd < 0)
+            continue;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0)
+            break;
+        rc = errno;
+        close(fd);
+        fd = -1;
+        errno = rc;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        log_msg(LOG_ERR, "cannot listen on cluster port %s:%d: %s", cp->addr, cp->port,
+                strerror(errno));
+        return -1;
+    }
+    cp->listen_fd = fd;
+    return 0;
+}
+
+int
+cport_start(struct cport *cp)
+{
+    sigset_t block, old;
+    char err[256];
+    int rc;
+
+    if (cport_listen(cp) < 0)
+        return -1;
+    cp->listen_ev = event_new(cp->base, cp->listen_fd, EV_READ | EV_PERSIST, accept_cb, cp);
+    if (cp->listen_ev == NULL || event_add(cp->listen_ev, NULL) < 0 ||
+        event_add(cp->stop_ev, NULL) < 0)
+        return -1;
+    /* A pending transition that survived a restart: track again (the
+     * store is empty, but the rules stay the same). */
+    if (cp->cl->pending != NULL && handoff_prepare(cp->ho, err, sizeof(err)) < 0)
+        log_msg(LOG_ERR, "%s", err);
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    rc = pthread_create(&cp->tid, NULL, cport_main, cp);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        log_msg(LOG_ERR, "cannot start the cluster port thread");
+        return -1;
+    }
+    cp->started = true;
+    log_msg(LOG_INFO, "cluster port on %s:%d", cp->addr, cp->port);
+    return 0;
+}
+
+void
+cport_free(struct cport *cp)
+{
+    if (cp == NULL)
+        return;
+    if (cp->started) {
+        if (write(cp->stop_fd[1], "s", 1) < 0)
+            log_msg(LOG_ERR, "cluster port wake-up: %s", strerror(errno));
+        pthread_join(cp->tid, NULL);
+    }
+    while (cp->conns != NULL)
+        cpc_free(cp->conns);
+    handoff_free(cp->ho);
+    if (cp->listen_ev != NULL)
+        event_free(cp->listen_ev);
+    if (cp->stop_ev != NULL)
+        event_free(cp->stop_ev);
+    if (cp->cleanup_ev != NULL)
+        event_free(cp->cleanup_ev);
+    if (cp->base != NULL)
+        event_base_free(cp->base);
+    if (cp->listen_fd >= 0)
+        close(cp->listen_fd);
+    if (cp->stop_fd[0] >= 0)
+        close(cp->stop_fd[0]);
+    if (cp->stop_fd[1] >= 0)
+        close(cp->stop_fd[1]);
+    free(cp);
+}

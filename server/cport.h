@@ -1,0 +1,27 @@
+/*
+ * cport: the cluster port (docs/cluster.md). A listener on its own thread
+ * and event_base, so no worker ever waits for it: the Hello handshake
+ * (cluster id, admin token), the admin requests (Prepare, StartCopy, Fence,
+ * Commit, Abort, Status), peer handoff connections, and the background
+ * cleanup after a commit. A bad frame closes that connection only.
+ */
+#ifndef SERVER_CPORT_H
+#define SERVER_CPORT_H
+
+struct cluster;
+struct server;
+struct cport;
+
+/* Create the cluster port of srv for listen_addr:port (not yet bound).
+ * NULL on ENOMEM. */
+struct cport *cport_new(struct server *srv, struct cluster *cl, const char *listen_addr,
+                        int port);
+
+/* Bind, listen and start the thread. 0, or -1 (logged). */
+int cport_start(struct cport *cp);
+
+/* Stop the thread (if started), close every connection, free. NULL is
+ * fine. The workers may still run; the store must still exist. */
+void cport_free(struct cport *cp);
+
+#endif /* SERVER_CPORT_H */

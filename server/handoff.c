@@ -1,0 +1,961 @@
+/*
+ * handoff: source streams and destination import. A source stream is a
+ * PEER connection to the destination's cluster port (its client port +
+ * 10000); batches are built record by record straight into their wire
+ * form (a HandoffBatch is its header fields followed by repeated records,
+ * so records are packed as they come). Why the copy converges is told in
+ * server/store.h ("Ranges"); this file keeps that order on one FIFO per
+ * destination.
+ */
+#include "config.h"
+#include "server/handoff.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "proto/frame.h"
+#include "proto/ringcache.pb-c.h"
+#include "server/cluster.h"
+#include "server/log.h"
+#include "server/store.h"
+
+#define CHUNK_BYTES      (HANDOFF_BATCH_BYTES - 1024)  /* value bytes per chunk */
+#define PUMP_BATCHES     32       /* batches per pump call, then yield */
+#define POLL_MS          5        /* dirty polling while streaming */
+#define RECORD_TAG       0x22     /* field 4 (records), wire type 2 */
+
+enum xfer_state {
+    XS_IDLE = 0,
+    XS_CONNECTING,      /* TCP connect, then Hello sent */
+    XS_STREAMING,       /* HelloReply received */
+    XS_FAILED,
+};
+
+/* One outgoing transfer. */
+struct xfer {
+    struct handoff     *h;
+    char                id[RING_ID_MAX + 1];
+    char                addr[RING_ADDR_MAX + 1];
+    struct arcset       arcs;         /* our copy of the arcs it gains from us */
+    enum xfer_state     state;
+    struct bufferevent *bev;
+    struct store_cursor cur;
+    bool                walk_done;
+    uint64_t            next_seq, unacked;
+    uint8_t            *buf;          /* packed records of the batch being built */
+    size_t              len, cap;
+    uint32_t            nrec;
+    size_t              kv_bytes;     /* key+value bytes in the batch */
+    struct handoff_xfer st;
+};
+
+struct handoff {
+    struct cluster    *cl;
+    struct store      *s;
+    struct event_base *base;
+    struct xfer       *x;
+    uint32_t           nx;
+    struct arcset      track_arcs;    /* predicate of the dirty tracking */
+    bool               tracking;
+    bool               copying;
+    uint64_t           rate;          /* bytes/s, 0 = unlimited */
+    double             tokens;
+    uint64_t           refill_ms;
+    struct event      *pump_ev;
+    bool               pump_armed;
+    handoff_done_fn    fence_fn;
+    void              *fence_arg;
+    uint64_t           fence_start_ms;
+    uint64_t           imported_items, imported_bytes;
+};
+
+/* The state of a value arriving in chunks on one peer connection. */
+struct handoff_in {
+    struct handoff    *h;
+    struct store_item *it;            /* allocated, being filled */
+    uint64_t           cas;
+    size_t             got;
+};
+
+static void pump_schedule(struct handoff *h, uint64_t ms);
+
+static uint64_t
+now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Frame and send; see handoff.h. */
+int
+handoff_send(struct bufferevent *bev, int type, uint64_t cluster_id, const void *msg)
+{
+    const ProtobufCMessage *m = msg;
+    size_t n = protobuf_c_message_get_packed_size(m);
+    uint8_t hdr[FRAME_HEADER_SIZE];
+    uint8_t *buf = malloc(n > 0 ? n : 1);
+    int rc;
+
+    if (buf == NULL)
+        return -1;
+    protobuf_c_message_pack(m, buf);
+    frame_header_write(hdr, (enum frame_type)type, cluster_id, (uint32_t)n);
+    rc = bufferevent_write(bev, hdr, sizeof(hdr)) == 0 &&
+         bufferevent_write(bev, buf, n) == 0 ? 0 : -1;
+    free(buf);
+    return rc;
+}
+
+static bool
+arcs_pred(uint64_t hash, void *arg)
+{
+    return arcset_has(arg, hash);
+}
+
+/*
+ * Source: batches
+ */
+
+static void
+xfer_fail(struct xfer *x, const char *why)
+{
+    if (x->state == XS_FAILED)
+        return;
+    log_msg(LOG_ERR, "handoff to %s failed: %s", x->id, why);
+    snprintf(x->st.error, sizeof(x->st.error), "%s", why);
+    x->state = XS_FAILED;
+    if (x->bev != NULL) {
+        bufferevent_free(x->bev);
+        x->bev = NULL;
+    }
+    pump_schedule(x->h, 0);
+}
+
+/* Make room for n more bytes in the batch buffer. */
+static int
+batch_room(struct xfer *x, size_t n)
+{
+    if (x->cap - x->len >= n)
+        return 0;
+    {
+        size_t ncap = x->cap == 0 ? HANDOFF_BATCH_BYTES + 4096 : x->cap;
+        uint8_t *nb;
+
+        while (ncap - x->len < n)
+            ncap *= 2;
+        nb = realloc(x->buf, ncap);
+        if (nb == NULL)
+            return -1;
+        x->buf = nb;
+        x->cap = ncap;
+    }
+    return 0;
+}
+
+/* Send the batch being built (if any) as one frame. */
+static void
+batch_flush(struct xfer *x)
+{
+    struct handoff *h = x->h;
+    struct cluster *cl = h->cl;
+    Ringcache__HandoffBatch b = RINGCACHE__HANDOFF_BATCH__INIT;
+    uint8_t hdr[FRAME_HEADER_SIZE], head[64 + CLUSTER_TOKEN_MAX];
+    size_t hl;
+
+    if (x->nrec == 0 || x->state != XS_STREAMING)
+        return;
+    b.token.data = cl->ptoken;
+    b.token.len = cl->ptoken_len;
+    b.epoch = cl->pending != NULL ? cl->pending->epoch : 0;
+    b.seq = ++x->next_seq;
+    hl = ringcache__handoff_batch__pack(&b, head);
+    frame_header_write(hdr, FRAME_HANDOFF_BATCH, cl->cluster_id, (uint32_t)(hl + x->len));
+    if (bufferevent_write(x->bev, hdr, sizeof(hdr)) < 0 ||
+        bufferevent_write(x->bev, head, hl) < 0 ||
+        bufferevent_write(x->bev, x->buf, x->len) < 0) {
+        xfer_fail(x, "out of memory queueing a batch");
+        return;
+    }
+    x->unacked++;
+    x->st.items_sent += x->nrec;
+    x->st.bytes_sent += x->kv_bytes;
+    if (h->rate > 0)
+        h->tokens -= (double)(hl + x->len);
+    x->len = 0;
+    x->nrec = 0;
+    x->kv_bytes = 0;
+}
+
+/* Append one packed record; flushes first when the batch is full. */
+static void
+batch_add(struct xfer *x, const Ringcache__HandoffRecord *r)
+{
+    size_t n = ringcache__handoff_record__get_packed_size(r);
+    size_t kv = r->key.len + r->value.len;
+
+    if (x->state != XS_STREAMING)
+        return;
+    if (x->nrec >= HANDOFF_BATCH_RECORDS ||
+        (x->nrec > 0 && x->kv_bytes + kv > HANDOFF_BATCH_BYTES))
+        batch_flush(x);
+    if (batch_room(x, n + 11) < 0) {
+        xfer_fail(x, "out of memory building a batch");
+        return;
+    }
+    x->buf[x->len++] = RECORD_TAG;
+    {
+        size_t v = n;
+
+        while (v >= 0x80) {
+            x->buf[x->len++] = (uint8_t)(v | 0x80);
+            v >>= 7;
+        }
+        x->buf[x->len++] = (uint8_t)v;
+    }
+    x->len += ringcache__handoff_record__pack(r, x->buf + x->len);
+    x->nrec++;
+    x->kv_bytes += kv;
+}
+
+/* A post-image, chunked when the value is over CHUNK_BYTES (each chunk
+ * in a batch of its own). */
+static void
+add_item(struct xfer *x, struct store_item *it, int64_t ttl)
+{
+    Ringcache__HandoffRecord r = RINGCACHE__HANDOFF_RECORD__INIT;
+    size_t off = 0;
+
+    r.key.data = (uint8_t *)store_item_key(it);
+    r.key.len = it->nkey;
+    r.flags = it->flags;
+    r.ttl = ttl;
+    r.cas = it->cas;
+    if (it->nbytes <= CHUNK_BYTES) {
+        r.value.data = (uint8_t *)store_item_value(it);
+        r.value.len = it->nbytes;
+        batch_add(x, &r);
+        return;
+    }
+    batch_flush(x);
+    while (off < it->nbytes) {
+        size_t n = it->nbytes - off < CHUNK_BYTES ? it->nbytes - off : CHUNK_BYTES;
+
+        r.total_bytes = off == 0 ? it->nbytes : 0;
+        r.offset = (uint32_t)off;
+        r.value.data = (uint8_t *)store_item_value(it) + off;
+        r.value.len = n;
+        batch_add(x, &r);
+        batch_flush(x);
+        off += n;
+    }
+}
+
+static void
+add_tombstone(struct xfer *x, const char *key, size_t nkey)
+{
+    Ringcache__HandoffRecord r = RINGCACHE__HANDOFF_RECORD__INIT;
+
+    r.key.data = (uint8_t *)key;
+    r.key.len = nkey;
+    r.tombstone = 1;
+    batch_add(x, &r);
+}
+
+/* store_walk callback: one live item of the stream's arcs. */
+static void
+walk_cb(struct store_item *it, void *arg)
+{
+    struct xfer *x = arg;
+    int64_t ttl = store_item_ttl_remaining(x->h->s, it);
+
+    if (ttl >= 0)
+        add_item(x, it, ttl);
+}
+
+/* store_track_drain callback: a changed key goes to every stream whose
+ * arcs hold it (R >= 2 can give one arc two new owners). */
+static void
+drain_cb(const char *key, size_t nkey, uint64_t hash, struct store_item *it, void *arg)
+{
+    struct handoff *h = arg;
+    int64_t ttl = it != NULL ? store_item_ttl_remaining(h->s, it) : -1;
+    uint32_t i;
+
+    for (i = 0; i < h->nx; i++) {
+        struct xfer *x = &h->x[i];
+
+        if (x->state != XS_STREAMING || !arcset_has(&x->arcs, hash))
+            continue;
+        if (ttl >= 0)
+            add_item(x, it, ttl);
+        else
+            add_tombstone(x, key, nkey);
+    }
+}
+
+/*
+ * Source: the pump (walk, then drain), the window and the rate limit
+ */
+
+static void
+refill(struct handoff *h)
+{
+    uint64_t t = now_ms();
+    double burst;
+
+    if (h->rate == 0)
+        return;
+    burst = (double)h->rate / 4 > (double)(HANDOFF_BATCH_BYTES * 2) ? (double)h->rate / 4
+                                                                  : HANDOFF_BATCH_BYTES * 2;
+    h->tokens += (double)(t - h->refill_ms) * (double)h->rate / 1000.0;
+    if (h->tokens > burst)
+        h->tokens = burst;
+    h->refill_ms = t;
+}
+
+static bool
+can_send(const struct handoff *h, const struct xfer *x)
+{
+    return x->state == XS_STREAMING && x->unacked < HANDOFF_WINDOW &&
+           (h->rate == 0 || h->tokens > 0);
+}
+
+/* Every stream walked its arcs (failed ones do not count). */
+static bool
+walks_done(const struct handoff *h)
+{
+    uint32_t i;
+
+    for (i = 0; i < h->nx; i++)
+        if (h->x[i].state != XS_FAILED &&
+            (h->x[i].state != XS_STREAMING || !h->x[i].walk_done))
+            return false;
+    return true;
+}
+
+/* A fence is done when every stream is walked, flushed and acked and the
+ * dirty set is empty; it fails when a stream failed. */
+static void
+fence_check(struct handoff *h)
+{
+    handoff_done_fn fn = h->fence_fn;
+    const char *why = NULL;
+    uint32_t i;
+
+    if (fn == NULL)
+        return;
+    for (i = 0; i < h->nx; i++) {
+        struct xfer *x = &h->x[i];
+
+        if (x->state == XS_FAILED) {
+            why = x->st.error;
+            break;
+        }
+        if (!x->walk_done || x->nrec > 0 || x->unacked > 0)
+            return;
+    }
+    if (why == NULL && h->tracking && store_track_lost(h->s))
+        why = "dirty tracking lost a key (out of memory)";
+    if (why == NULL && h->tracking && store_track_pending(h->s) > 0)
+        return;
+    h->fence_fn = NULL;
+    h->cl->fence_held_ms = now_ms() - h->fence_start_ms;
+    fn(h->fence_arg, why);
+}
+
+static void
+pump_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct handoff *h = arg;
+    int budget = PUMP_BATCHES;
+    uint32_t i;
+    bool more = false;
+
+    (void)fd;
+    (void)what;
+    h->pump_armed = false;
+    if (!h->copying)
+        return;
+    refill(h);
+    for (i = 0; i < h->nx; i++) {
+        struct xfer *x = &h->x[i];
+
+        while (!x->walk_done && budget > 0 && can_send(h, x)) {
+            if (store_walk(h->s, &x->cur, arcs_pred, &x->arcs, walk_cb, x,
+                           HANDOFF_BATCH_RECORDS) == 0) {
+                x->walk_done = true;
+                x->st.walk_done = true;
+            }
+            batch_flush(x);
+            budget--;
+        }
+        if (!x->walk_done && x->state == XS_STREAMING && x->unacked < HANDOFF_WINDOW)
+            more = true;
+    }
+    /* Dirty keys only once every stream is up and walked: a key popped now
+     * must reach every stream it belongs to. */
+    if (h->tracking && walks_done(h)) {
+        while (budget > 0) {
+            bool room = true;
+            size_t n;
+
+            for (i = 0; i < h->nx; i++)
+                if (h->x[i].state == XS_STREAMING && !can_send(h, &h->x[i]))
+                    room = false;
+            if (!room)
+                break;
+            n = store_track_drain(h->s, drain_cb, h, HANDOFF_BATCH_RECORDS);
+            for (i = 0; i < h->nx; i++)
+                batch_flush(&h->x[i]);
+            budget--;
+            if (n == 0)
+                break;
+            more = true;
+        }
+    }
+    for (i = 0; i < h->nx; i++)
+        h->x[i].st.dirty_backlog = h->tracking ? store_track_pending(h->s) : 0;
+    fence_check(h);
+    if (h->rate > 0 && h->tokens <= 0)
+        pump_schedule(h, (uint64_t)(-h->tokens * 1000.0 / (double)h->rate) + 1);
+    else if (more && budget == 0)
+        pump_schedule(h, 0);
+    else
+        pump_schedule(h, h->fence_fn != NULL ? 1 : POLL_MS);
+}
+
+static void
+pump_schedule(struct handoff *h, uint64_t ms)
+{
+    struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
+
+    if (!h->copying || h->pump_ev == NULL)
+        return;
+    if (h->pump_armed && ms > 0)
+        return;
+    event_del(h->pump_ev);
+    event_add(h->pump_ev, &tv);
+    h->pump_armed = true;
+}
+
+/* A frame from the destination: HelloReply, HandoffAck or Error. */
+static void
+xfer_frame(struct xfer *x, const struct frame *f)
+{
+    if (f->type == FRAME_HELLO && x->state == XS_CONNECTING) {
+        Ringcache__Hello *m = ringcache__hello__unpack(NULL, f->length, f->payload);
+
+        if (m == NULL) {
+            xfer_fail(x, "bad HelloReply");
+            return;
+        }
+        ringcache__hello__free_unpacked(m, NULL);
+        x->state = XS_STREAMING;
+        pump_schedule(x->h, 0);
+    } else if (f->type == FRAME_HANDOFF_ACK && x->state == XS_STREAMING) {
+        Ringcache__HandoffAck *a = ringcache__handoff_ack__unpack(NULL, f->length, f->payload);
+
+        if (a == NULL) {
+            xfer_fail(x, "bad HandoffAck");
+            return;
+        }
+        if (a->error != NULL && a->error[0] != '\0') {
+            char why[160];
+
+            snprintf(why, sizeof(why), "destination: %s", a->error);
+            ringcache__handoff_ack__free_unpacked(a, NULL);
+            xfer_fail(x, why);
+            return;
+        }
+        ringcache__handoff_ack__free_unpacked(a, NULL);
+        if (x->unacked > 0)
+            x->unacked--;
+        pump_schedule(x->h, 0);
+    } else if (f->type == FRAME_ERROR) {
+        Ringcache__Error *e = ringcache__error__unpack(NULL, f->length, f->payload);
+        char why[160];
+
+        snprintf(why, sizeof(why), "destination refused: %s",
+                 e != NULL && e->message != NULL ? e->message : "?");
+        if (e != NULL)
+            ringcache__error__free_unpacked(e, NULL);
+        xfer_fail(x, why);
+    } else {
+        xfer_fail(x, "unexpected frame from the destination");
+    }
+}
+
+static void
+xfer_read_cb(struct bufferevent *bev, void *arg)
+{
+    struct xfer *x = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+
+    while (x->state != XS_FAILED) {
+        size_t len = evbuffer_get_length(in), used;
+        size_t hl = len < FRAME_HEADER_SIZE ? len : FRAME_HEADER_SIZE;
+        struct frame f;
+        uint8_t *p;
+        int rc;
+
+        if (len == 0)
+            return;
+        p = evbuffer_pullup(in, (ssize_t)hl);
+        rc = frame_decode(p, hl, x->h->cl->cluster_id, 1u << 20, &f, &used);
+        if (rc != FRAME_OK && rc != FRAME_EAGAIN) {
+            xfer_fail(x, frame_strerror(rc));
+            return;
+        }
+        if (hl < FRAME_HEADER_SIZE)
+            return;
+        used = FRAME_HEADER_SIZE + ((size_t)p[12] << 24 | (size_t)p[13] << 16 |
+                                    (size_t)p[14] << 8 | p[15]);
+        if (len < used)
+            return;
+        p = evbuffer_pullup(in, (ssize_t)used);
+        if (frame_decode(p, used, x->h->cl->cluster_id, 1u << 20, &f, &used) != FRAME_OK) {
+            xfer_fail(x, "bad frame");
+            return;
+        }
+        xfer_frame(x, &f);
+        if (x->state == XS_FAILED)
+            return;
+        evbuffer_drain(in, used);
+    }
+}
+
+static void
+xfer_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    struct xfer *x = arg;
+
+    (void)bev;
+    if (what & BEV_EVENT_CONNECTED) {
+        Ringcache__Hello m = RINGCACHE__HELLO__INIT;
+        struct cluster *cl = x->h->cl;
+
+        m.cluster = cl->name;
+        m.token.data = cl->token;
+        m.token.len = cl->token_len;
+        m.role = RINGCACHE__HELLO__ROLE__PEER;
+        m.node_id = cl->id;
+        m.boot_id = cl->boot_id;
+        m.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
+        if (handoff_send(x->bev, FRAME_HELLO, cl->cluster_id, &m) < 0)
+            xfer_fail(x, "out of memory");
+        return;
+    }
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        char why[160];
+
+        snprintf(why, sizeof(why), "connection to %.64s: %s", x->addr,
+                 (what & BEV_EVENT_EOF) ? "closed by the destination"
+                                        : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        xfer_fail(x, why);
+    }
+}
+
+/* host:port or [v6]:port -> host and the cluster port (port + 10000). */
+static int
+cluster_addr(const char *addr, char *host, size_t hostlen, int *port)
+{
+    const char *colon = strrchr(addr, ':');
+    const char *h = addr;
+    size_t n;
+    long p;
+
+    if (colon == NULL)
+        return -1;
+    n = (size_t)(colon - addr);
+    if (addr[0] == '[' && n >= 2 && addr[n - 1] == ']') {
+        h = addr + 1;
+        n -= 2;
+    }
+    if (n == 0 || n >= hostlen)
+        return -1;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    p = strtol(colon + 1, NULL, 10);
+    if (p <= 0 || p + CLUSTER_PORT_OFFSET > 65535)
+        return -1;
+    *port = (int)p + CLUSTER_PORT_OFFSET;
+    return 0;
+}
+
+/* Open the peer connection of a transfer and count what it will copy. */
+static void
+xfer_open(struct xfer *x)
+{
+    char host[RING_ADDR_MAX + 1];
+    int port;
+
+    store_count(x->h->s, arcs_pred, &x->arcs, &x->st.items_total, &x->st.bytes_total);
+    if (cluster_addr(x->addr, host, sizeof(host), &port) < 0) {
+        xfer_fail(x, "bad destination address");
+        return;
+    }
+    x->bev = bufferevent_socket_new(x->h->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (x->bev == NULL) {
+        xfer_fail(x, "out of memory");
+        return;
+    }
+    bufferevent_setcb(x->bev, xfer_read_cb, NULL, xfer_event_cb, x);
+    bufferevent_enable(x->bev, EV_READ | EV_WRITE);
+    x->state = XS_CONNECTING;
+    if (bufferevent_socket_connect_hostname(x->bev, NULL, AF_UNSPEC, host, port) < 0) {
+        /* xfer_event_cb may already have failed it. */
+        if (x->state != XS_FAILED)
+            xfer_fail(x, "cannot connect to the destination");
+    }
+}
+
+/*
+ * Source: the API
+ */
+
+struct handoff *
+handoff_new(struct cluster *cl, struct store *s, struct event_base *base)
+{
+    struct handoff *h = calloc(1, sizeof(*h));
+
+    if (h == NULL)
+        return NULL;
+    h->cl = cl;
+    h->s = s;
+    h->base = base;
+    h->pump_ev = evtimer_new(base, pump_cb, h);
+    if (h->pump_ev == NULL) {
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+/* Close every stream and forget the transfers. */
+static void
+xfers_clear(struct handoff *h)
+{
+    uint32_t i;
+
+    for (i = 0; i < h->nx; i++) {
+        struct xfer *x = &h->x[i];
+
+        if (x->bev != NULL)
+            bufferevent_free(x->bev);
+        arcset_clear(&x->arcs);
+        free(x->buf);
+    }
+    free(h->x);
+    h->x = NULL;
+    h->nx = 0;
+}
+
+void
+handoff_stop(struct handoff *h)
+{
+    h->copying = false;
+    event_del(h->pump_ev);
+    h->pump_armed = false;
+    xfers_clear(h);
+    if (h->tracking) {
+        store_track_stop(h->s);
+        h->tracking = false;
+    }
+    arcset_clear(&h->track_arcs);
+    h->fence_fn = NULL;
+}
+
+void
+handoff_free(struct handoff *h)
+{
+    if (h == NULL)
+        return;
+    handoff_stop(h);
+    event_free(h->pump_ev);
+    free(h);
+}
+
+/* Copy the sourcing arcs and start tracking them. */
+int
+handoff_prepare(struct handoff *h, char *err, size_t errlen)
+{
+    struct cluster *cl = h->cl;
+    int rc;
+
+    if (h->tracking || cl->sourcing.n == 0)
+        return 0;
+    h->track_arcs.r = malloc((size_t)cl->sourcing.n * sizeof(*h->track_arcs.r));
+    if (h->track_arcs.r == NULL)
+        goto nomem;
+    memcpy(h->track_arcs.r, cl->sourcing.r, (size_t)cl->sourcing.n * sizeof(*cl->sourcing.r));
+    h->track_arcs.n = h->track_arcs.cap = cl->sourcing.n;
+    rc = store_track_start(h->s, arcs_pred, &h->track_arcs);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot start dirty tracking (%s)",
+                 rc == STORE_BUSY ? "a session is active" : "out of memory");
+        arcset_clear(&h->track_arcs);
+        return -1;
+    }
+    h->tracking = true;
+    return 0;
+nomem:
+    arcset_clear(&h->track_arcs);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+}
+
+int
+handoff_start_copy(struct handoff *h, uint64_t rate, char *err, size_t errlen)
+{
+    struct cluster *cl = h->cl;
+    uint32_t i;
+
+    if (handoff_prepare(h, err, errlen) < 0)
+        return -1;
+    if (h->rate != rate) {
+        h->rate = rate;
+        h->tokens = 0;
+        h->refill_ms = now_ms();
+    }
+    if (h->copying)
+        return 0;
+    h->x = calloc(cl->n_dests > 0 ? cl->n_dests : 1, sizeof(*h->x));
+    if (h->x == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    h->nx = cl->n_dests;
+    h->copying = true;
+    for (i = 0; i < h->nx; i++) {
+        struct xfer *x = &h->x[i];
+        const struct cluster_dest *d = &cl->dests[i];
+
+        x->h = h;
+        snprintf(x->id, sizeof(x->id), "%s", d->id);
+        snprintf(x->addr, sizeof(x->addr), "%s", d->addr);
+        snprintf(x->st.dest, sizeof(x->st.dest), "%s", d->id);
+        store_cursor_init(&x->cur);
+        x->arcs.r = malloc((size_t)(d->arcs.n > 0 ? d->arcs.n : 1) * sizeof(*x->arcs.r));
+        if (x->arcs.r == NULL) {
+            xfer_fail(x, "out of memory");
+            continue;
+        }
+        memcpy(x->arcs.r, d->arcs.r, (size_t)d->arcs.n * sizeof(*d->arcs.r));
+        x->arcs.n = x->arcs.cap = d->arcs.n;
+        xfer_open(x);
+    }
+    pump_schedule(h, 0);
+    return 0;
+}
+
+void
+handoff_fence(struct handoff *h, handoff_done_fn fn, void *arg)
+{
+    char err[160];
+
+    h->fence_fn = fn;
+    h->fence_arg = arg;
+    h->fence_start_ms = now_ms();
+    if (!h->copying && h->cl->n_dests > 0 &&
+        handoff_start_copy(h, h->rate, err, sizeof(err)) < 0) {
+        h->fence_fn = NULL;
+        fn(arg, err);
+        return;
+    }
+    if (!h->copying) {
+        /* Not a source: nothing to drain. */
+        h->fence_fn = NULL;
+        h->cl->fence_held_ms = 0;
+        fn(arg, NULL);
+        return;
+    }
+    pump_schedule(h, 0);
+}
+
+void
+handoff_fence_cancel(struct handoff *h)
+{
+    h->fence_fn = NULL;
+}
+
+size_t
+handoff_status(struct handoff *h, struct handoff_xfer *out, size_t max)
+{
+    uint32_t i;
+
+    for (i = 0; i < h->nx && i < max; i++) {
+        out[i] = h->x[i].st;
+        out[i].unacked = h->x[i].unacked;
+    }
+    return h->nx;
+}
+
+void
+handoff_imported(const struct handoff *h, uint64_t *items, uint64_t *bytes)
+{
+    *items = h->imported_items;
+    *bytes = h->imported_bytes;
+}
+
+void
+handoff_imported_reset(struct handoff *h)
+{
+    h->imported_items = h->imported_bytes = 0;
+}
+
+/*
+ * Destination
+ */
+
+struct handoff_in *
+handoff_in_new(struct handoff *h)
+{
+    struct handoff_in *in = calloc(1, sizeof(*in));
+
+    if (in != NULL)
+        in->h = h;
+    return in;
+}
+
+static void
+in_drop_chunk(struct handoff_in *in)
+{
+    if (in->it != NULL) {
+        store_release(in->h->s, in->it);
+        in->it = NULL;
+    }
+    in->got = 0;
+}
+
+void
+handoff_in_free(struct handoff_in *in)
+{
+    if (in == NULL)
+        return;
+    in_drop_chunk(in);
+    free(in);
+}
+
+/* Apply one record; 0, 1 (store refused, err set) or -1 (a lie). */
+static int
+in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, size_t errlen)
+{
+    struct handoff *h = in->h;
+    struct store *s = h->s;
+    const char *key = (const char *)r->key.data;
+    uint64_t hash;
+    int rc = 0;
+
+    if (r->key.len == 0 || r->key.len > STORE_KEY_MAX) {
+        snprintf(err, errlen, "record with a key of %zu bytes", r->key.len);
+        return -1;
+    }
+    hash = ring_hash(key, r->key.len);
+    if (!arcset_has(&h->cl->importing, hash)) {
+        snprintf(err, errlen, "key %.*s is outside the arcs this node imports",
+                 (int)(r->key.len > 64 ? 64 : r->key.len), key);
+        return -1;
+    }
+    if (in->it != NULL || r->offset != 0) {
+        /* A continuation chunk: same key, next offset. */
+        if (in->it == NULL || r->tombstone || r->total_bytes != 0 ||
+            r->offset != in->got || r->key.len != in->it->nkey ||
+            memcmp(key, store_item_key(in->it), r->key.len) != 0 ||
+            r->value.len > in->it->nbytes - in->got) {
+            snprintf(err, errlen, "broken chunk sequence for key %.*s",
+                     (int)(r->key.len > 64 ? 64 : r->key.len), key);
+            return -1;
+        }
+        memcpy(store_item_value_mut(in->it) + in->got, r->value.data, r->value.len);
+        in->got += r->value.len;
+        h->imported_bytes += r->value.len;
+        if (in->got == in->it->nbytes) {
+            rc = store_put_import(s, in->it, in->cas);
+            h->imported_items++;
+            in_drop_chunk(in);
+        }
+    } else if (r->tombstone) {
+        store_import_delete(s, key, r->key.len, hash);
+        h->imported_items++;
+    } else if (r->total_bytes != 0) {
+        int e = 0;
+
+        if (r->value.len > r->total_bytes) {
+            snprintf(err, errlen, "first chunk longer than its value");
+            return -1;
+        }
+        in->it = store_import_alloc(s, key, r->key.len, hash, r->flags, r->ttl,
+                                    r->total_bytes, &e);
+        if (in->it == NULL) {
+            rc = e;
+        } else {
+            in->cas = r->cas;
+            memcpy(store_item_value_mut(in->it), r->value.data, r->value.len);
+            in->got = r->value.len;
+            h->imported_bytes += r->key.len + r->value.len;
+            if (in->got == r->total_bytes) {
+                rc = store_put_import(s, in->it, in->cas);
+                h->imported_items++;
+                in_drop_chunk(in);
+            }
+        }
+    } else {
+        rc = store_import(s, key, r->key.len, hash, r->flags, r->ttl, r->cas,
+                          (const char *)r->value.data, r->value.len);
+        h->imported_items++;
+        h->imported_bytes += r->key.len + r->value.len;
+    }
+    if (rc == STORE_TOO_LARGE || rc == STORE_NO_MEMORY) {
+        snprintf(err, errlen, "import of %.*s: %s", (int)(r->key.len > 64 ? 64 : r->key.len),
+                 key, rc == STORE_TOO_LARGE ? "too large" : "out of memory");
+        return 1;
+    }
+    return 0;
+}
+
+int
+handoff_in_batch(struct handoff_in *in, const uint8_t *payload, size_t len,
+                 uint64_t *seq, char *err, size_t errlen)
+{
+    struct cluster *cl = in->h->cl;
+    Ringcache__HandoffBatch *b = ringcache__handoff_batch__unpack(NULL, len, payload);
+    struct store_stats before, after;
+    size_t i;
+    int rc = 0;
+
+    if (b == NULL) {
+        snprintf(err, errlen, "bad HandoffBatch");
+        return -1;
+    }
+    *seq = b->seq;
+    if (cl->pending == NULL || b->epoch != cl->pending->epoch ||
+        !cluster_token_ok(cl, b->token.data, b->token.len)) {
+        snprintf(err, errlen, "batch for epoch %" PRIu64 " does not match the pending "
+                 "transition (epoch %" PRIu64 ")", b->epoch,
+                 cl->pending != NULL ? cl->pending->epoch : 0);
+        rc = -1;
+        goto out;
+    }
+    store_get_stats(in->h->s, &before);
+    for (i = 0; i < b->n_records && rc == 0; i++)
+        rc = in_record(in, b->records[i], err, errlen);
+    store_get_stats(in->h->s, &after);
+    if (rc == 0 && after.import_evictions > before.import_evictions) {
+        snprintf(err, errlen, "imports evicted %" PRIu64 " live items: not enough memory",
+                 after.import_evictions - before.import_evictions);
+        rc = 1;
+    }
+out:
+    ringcache__handoff_batch__free_unpacked(b, NULL);
+    return rc;
+}

@@ -1,0 +1,90 @@
+/*
+ * handoff: the copy of moving arcs between nodes (docs/cluster.md, COPY and
+ * FENCE). A source runs one stream per destination: a walk of the arcs,
+ * then the dirty keys, as batches of post-images and tombstones with a
+ * window of unacknowledged batches and a byte rate limit. A destination
+ * checks and imports what a peer sends. Everything runs on the cluster
+ * thread's event_base (server/cport.c).
+ */
+#ifndef SERVER_HANDOFF_H
+#define SERVER_HANDOFF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ring/ring.h"
+
+struct bufferevent;
+struct cluster;
+struct event_base;
+struct store;
+struct handoff;
+struct handoff_in;
+
+#define HANDOFF_BATCH_RECORDS 256
+#define HANDOFF_BATCH_BYTES   (256u << 10)   /* key + value bytes a batch */
+#define HANDOFF_WINDOW        8              /* unacknowledged batches */
+#define HANDOFF_PAYLOAD_MAX   (4u << 20)     /* frame payload ceiling (docs) */
+
+/* Status of one outgoing transfer (ringcache.TransferStatus). */
+struct handoff_xfer {
+    char     dest[RING_ID_MAX + 1];
+    uint64_t items_sent, bytes_sent, items_total, bytes_total;
+    bool     walk_done;
+    uint64_t dirty_backlog, unacked;
+    char     error[160];
+};
+
+/* Called once when a fence finished (err NULL) or failed. */
+typedef void (*handoff_done_fn)(void *arg, const char *err);
+
+/* Create / free the handoff of a node. base is the cluster thread's. */
+struct handoff *handoff_new(struct cluster *cl, struct store *s, struct event_base *base);
+void handoff_free(struct handoff *h);
+
+/* PREPARE, as a source: start dirty tracking of the arcs it sources (a
+ * copy of them, so the cluster may drop its own). Idempotent. 0 or -1. */
+int handoff_prepare(struct handoff *h, char *err, size_t errlen);
+
+/* COPY: open one stream per destination and start (or re-rate) them;
+ * rate 0 = unlimited. Idempotent. 0 or -1. */
+int handoff_start_copy(struct handoff *h, uint64_t rate_bytes_per_s, char *err,
+                       size_t errlen);
+
+/* FENCE, after the fence view is published: drain the dirty set to zero
+ * and wait for the last ack of every stream, then call fn (maybe at once).
+ * A failed stream fails the fence. */
+void handoff_fence(struct handoff *h, handoff_done_fn fn, void *arg);
+
+/* Forget a fence waiter (its connection closed) without calling it. */
+void handoff_fence_cancel(struct handoff *h);
+
+/* COMMIT or ABORT: close the streams, stop dirty tracking. */
+void handoff_stop(struct handoff *h);
+
+/* Transfers' status into out[max]; returns how many there are. */
+size_t handoff_status(struct handoff *h, struct handoff_xfer *out, size_t max);
+
+/* Items and key+value bytes imported since the last PREPARE. */
+void handoff_imported(const struct handoff *h, uint64_t *items, uint64_t *bytes);
+void handoff_imported_reset(struct handoff *h);
+
+/* Destination: the import state of one peer connection (a value in chunks). */
+struct handoff_in *handoff_in_new(struct handoff *h);
+void handoff_in_free(struct handoff_in *in);
+
+/*
+ * Apply one HandoffBatch payload. 0: applied, ack seq; 1: the store
+ * refused (no memory, an import evicted items): ack with err, the source
+ * fails the transfer; -1: a peer that lies (wrong token or epoch, a key
+ * outside the arcs this node imports, a broken chunk sequence): Error and
+ * close.
+ */
+int handoff_in_batch(struct handoff_in *in, const uint8_t *payload, size_t len,
+                     uint64_t *seq, char *err, size_t errlen);
+
+/* Frame and send a protobuf message (a ProtobufCMessage *) on bev. 0 or -1. */
+int handoff_send(struct bufferevent *bev, int type, uint64_t cluster_id, const void *msg);
+
+#endif /* SERVER_HANDOFF_H */
