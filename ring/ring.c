@@ -35,22 +35,17 @@
  * (a hash that piles points up must not make the build quadratic). */
 #define SORT_SMALL 32
 
-/* Extra bits of the fine scatter below the lookup index bits. */
-#ifndef SUB_BITS
+/* Extra bits of the fine scatter below the lookup index bits: a sub-bucket
+ * then holds under one point on average, which leaves the insertion sort
+ * little to do (at 160k points the fine pass went from 1.14 to 0.73 ms). */
 #define SUB_BITS 2
-#endif
 
-/* Most coarse buckets of the first build pass: 2^10 write streams still
- * fit the L1/L2 caches and TLB. */
-#ifndef COARSE_BITS_MAX
+/* Most coarse buckets of the first build pass: the 2^10 write streams'
+ * open cache lines fit the L2 cache (and, with huge pages, the TLB). */
 #define COARSE_BITS_MAX 10
-#endif
 
 /* Huge page size for the arrays of large rings (see block_alloc). */
 #define HUGE_PAGE ((size_t)2 << 20)
-#ifndef WASTE_DIV
-#define WASTE_DIV 8
-#endif
 
 /* Under AddressSanitizer every array comes from malloc, so overflows of the
  * ring's arrays are caught. */
@@ -91,7 +86,7 @@ block_alloc(size_t size, bool scratch, size_t *mapped)
 #ifdef RING_HUGE_PAGES
     size_t len = (size + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
 
-    if (size >= HUGE_PAGE / 2 && (scratch || len - size <= size / WASTE_DIV)) {
+    if (size >= HUGE_PAGE / 2 && (scratch || len - size <= size / 8)) {
         size_t map = len + HUGE_PAGE, head;
         char *p = mmap(NULL, map, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

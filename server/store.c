@@ -309,8 +309,9 @@ do_dirty_grow(struct stripe *st)
 }
 
 /* Record a changed key of a tracking stripe if the session's predicate
- * wants it and it is not recorded yet. */
-static void
+ * wants it and it is not recorded yet. Out of line and cold, so the
+ * mutation paths that test st->tracking stay as small as without it. */
+static void __attribute__((noinline, cold))
 do_track_key(struct store *s, struct stripe *st, const char *key, size_t nkey,
              uint64_t hash)
 {

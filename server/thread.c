@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,6 +42,7 @@ server_new(const struct settings *settings)
         return NULL;
     srv->settings = *settings;
     srv->listen_fd = -1;
+    srv->stall_timeout_ms = CONN_STALL_TIMEOUT_MS;
     pthread_mutex_init(&srv->stats_lock, NULL);
     pthread_mutex_init(&srv->barrier_lock, NULL);
     pthread_cond_init(&srv->barrier_cond, NULL);
@@ -82,6 +84,22 @@ fail:
     return NULL;
 }
 
+/* Make room for -c connections plus our own descriptors (listeners,
+ * wake-up pipes, epoll, files), as memcached does; up to the hard limit. */
+static void
+raise_fd_limit(const struct server *srv)
+{
+    rlim_t want = (rlim_t)srv->settings.maxconns + 64 + 4 * (rlim_t)srv->nworkers;
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
+        return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur < want)
+        log_msg(LOG_INFO, "open files limited to %lu: fewer than -c %d connections "
+                "may be accepted", (unsigned long)rl.rlim_cur, srv->settings.maxconns);
+}
+
 /* Bind and listen; see thread.h. */
 int
 server_listen(struct server *srv)
@@ -92,6 +110,7 @@ server_listen(struct server *srv)
     char port[16];
     int fd = -1, one = 1, rc;
 
+    raise_fd_limit(srv);
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;

@@ -821,6 +821,90 @@ START_TEST(build_rejects_invalid)
 }
 END_TEST
 
+/* The build sorts ids on 16-byte prefixes and checks duplicates itself:
+ * ids sharing long prefixes tie in id order, a duplicate is refused, and a
+ * ring big enough for the widest bucket sort and a huge-page block for its
+ * arrays (1.6M points) is order independent. */
+START_TEST(build_long_ids_and_large_ring)
+{
+    static const char *ids[] = {
+        "aaaaaaaaaaaaaaa", "aaaaaaaaaaaaaaaa", "aaaaaaaaaaaaaaaa0",
+        "aaaaaaaaaaaaaaaa00", "aaaaaaaaaaaaaaab", "aaaaaaaaaaaaaaaaz",
+        "aaaaaaaab", "aaaaaaaa", "b",
+        "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc",
+        "ccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc",
+    };
+    struct ring_members *m = ring_members_new(), *p, *big, *bigp;
+    struct ring *r, *rp;
+    uint64_t s = 12, prev = 0;
+    uint32_t i, n, ties = 0, bad;
+
+    ck_assert_ptr_nonnull(m);
+    m->epoch = 1;
+    m->vnodes = 40;
+    for (i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+        char addr[32];
+
+        snprintf(addr, sizeof(addr), "10.0.0.%u:1", i + 1);
+        ck_assert_int_eq(ring_members_add(m, ids[i], addr, 1, NULL), RING_OK);
+    }
+    p = shuffled(m, &s);
+    r = ring_build_with_hash(m, hash8);
+    rp = ring_build_with_hash(p, hash8);
+    ck_assert_ptr_nonnull(r);
+    assert_same_ring(r, rp);
+    n = ring_n_points(r);
+    for (i = 1; i < n; i++) {
+        uint64_t p0, p1;
+        uint32_t n0, n1, v0, v1;
+
+        ring_point(r, i - 1, &p0, &n0, &v0);
+        ring_point(r, i, &p1, &n1, &v1);
+        if (p0 == p1) {
+            int c = strcmp(node_id(r, n0), node_id(r, n1));
+
+            ck_assert(c < 0 || (c == 0 && v0 < v1));
+            ties += c != 0;
+        }
+    }
+    ck_assert_uint_gt(ties, 0);
+    ring_free(r);
+    ring_free(rp);
+    /* Two nodes with one id (forced past ring_members_add). */
+    memcpy(p->nodes[3].id, p->nodes[5].id, sizeof(p->nodes[3].id));
+    ck_assert_ptr_null(ring_build(p));
+    ring_members_free(p);
+    ring_members_free(m);
+
+    /* 1.6M points: positions ascend, lookups land on them, any order. */
+    big = random_members(&s, 1000, 1600, 1, 0);
+    bigp = shuffled(big, &s);
+    r = ring_build(big);
+    rp = ring_build(bigp);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_ptr_nonnull(rp);
+    ck_assert_uint_eq(ring_n_points(r), 1600000);
+    ck_assert_uint_eq(ring_n_points(rp), 1600000);
+    /* One assertion at the end: Check reports every passing one. */
+    for (i = 0, bad = 0; i < ring_n_points(r); i++) {
+        uint64_t pi, pj;
+        uint32_t ni, nj;
+
+        ring_point(r, i, &pi, &ni, NULL);
+        ring_point(rp, i, &pj, &nj, NULL);
+        bad += pi != pj || strcmp(node_id(r, ni), node_id(rp, nj)) != 0;
+        bad += i > 0 && pi < prev;
+        bad += (i == 0 || pi != prev) && ring_point_rank(r, pi) != i;
+        prev = pi;
+    }
+    ck_assert_uint_eq(bad, 0);
+    ring_free(r);
+    ring_free(rp);
+    ring_members_free(big);
+    ring_members_free(bigp);
+}
+END_TEST
+
 START_TEST(ring_bytes_per_point)
 {
     uint64_t s = 10;
@@ -861,6 +945,11 @@ ring_suite(void)
     tcase_add_test(tc, diff_arcs_match_lists);
     tcase_add_test(tc, build_rejects_invalid);
     tcase_add_test(tc, ring_bytes_per_point);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("build");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, build_long_ids_and_large_ring);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1222,9 +1223,31 @@ churn_main(void *arg)
             put(c->s, STORE_OP_ADD, key, "7", r >> 16, ttl, 0, NULL);
             break;
         }
-        c->ops++;
+        __atomic_fetch_add(&c->ops, 1, __ATOMIC_RELAXED);
     }
     return NULL;
+}
+
+/* Poll (10 s deadline) until every writer has done at least min ops, so a
+ * walk or drain really overlaps with writes on a loaded machine; with a
+ * store, drain it meanwhile. */
+static void
+wait_ops(struct churn *c, int nc, long min, struct store *drain_src,
+         store_dirty_fn fn, void *arg)
+{
+    double deadline = mono() + 10.0;
+    int k;
+
+    for (k = 0; k < nc; k++) {
+        while (__atomic_load_n(&c[k].ops, __ATOMIC_RELAXED) < min) {
+            ck_assert_msg(mono() < deadline, "writer %d did only %ld ops in 10 s", k,
+                          __atomic_load_n(&c[k].ops, __ATOMIC_RELAXED));
+            if (drain_src != NULL)
+                store_track_drain(drain_src, fn, arg, 64);
+            else
+                sched_yield();
+        }
+    }
 }
 
 START_TEST(test_walk_concurrent)
@@ -1243,6 +1266,7 @@ START_TEST(test_walk_concurrent)
         c[k] = (struct churn){ .s = s, .prefix = "c", .nkeys = 50000, .seed = (unsigned)k + 7 };
         ck_assert_int_eq(pthread_create(&th[k], NULL, churn_main, &c[k]), 0);
     }
+    wait_ops(c, W, 100, NULL, NULL, NULL);
     store_cursor_init(&cur);
     while (store_walk(s, &cur, in_arc, &quarter, visit_fn, &v, 16) == 1)
         ;
@@ -1559,6 +1583,7 @@ START_TEST(test_track_drain_concurrent)
     pthread_t th[W];
     char key[32];
     size_t drained = 0;
+    double deadline;
     int i, k, rounds = 0;
 
     ck_assert_int_eq(store_track_start(s, in_arc, &quarter), 0);
@@ -1566,8 +1591,12 @@ START_TEST(test_track_drain_concurrent)
         c[k] = (struct churn){ .s = s, .prefix = "w", .nkeys = N, .seed = (unsigned)k + 3 };
         ck_assert_int_eq(pthread_create(&th[k], NULL, churn_main, &c[k]), 0);
     }
-    for (rounds = 0; rounds < 2000 || drained < 1000; rounds++)
+    wait_ops(c, W, 100, NULL, NULL, NULL);
+    deadline = mono() + 10.0;
+    for (rounds = 0; rounds < 2000 || drained < 1000; rounds++) {
+        ck_assert_msg(mono() < deadline, "only %zu keys drained in 10 s", drained);
         drained += store_track_drain(s, mirror_fn, &m, 50);
+    }
     for (k = 0; k < W; k++) {
         __atomic_store_n(&c[k].stop, 1, __ATOMIC_RELAXED);
         pthread_join(th[k], NULL);
@@ -1710,13 +1739,12 @@ START_TEST(test_handoff_converge)
         ck_assert_int_ge(more, 0);
         store_track_drain(src, copy_dirty_fn, &cp, 32);
     } while (more == 1);
-    for (i = 0; i < 200; i++)
-        store_track_drain(src, copy_dirty_fn, &cp, 64);
+    wait_ops(c, W, 5000, src, copy_dirty_fn, &cp);
     /* FENCE: writes stop, the dirty set drains to empty */
     for (k = 0; k < W; k++) {
         __atomic_store_n(&c[k].stop, 1, __ATOMIC_RELAXED);
         pthread_join(th[k], NULL);
-        ck_assert_int_gt(c[k].ops, 1000);
+        ck_assert_int_ge(c[k].ops, 5000);
     }
     while (store_track_drain(src, copy_dirty_fn, &cp, 256) > 0)
         ;

@@ -144,6 +144,18 @@ try:
     tap.eq(errors[:5], [], "concurrent clients saw their own values")
     tap.eq(mc.get("shared"), b"2400", "concurrent incr: none lost")
 
+    # many connections at once (well under -c 1024), each served
+    socks = [node.connect() for _ in range(600)]
+    for i, c in enumerate(socks):
+        c.sendall(b"set c%d 0 0 1\r\nx\r\n" % i)
+    answered = sum(recv_until(c, b"\r\n", timeout=10) == b"STORED\r\n" for c in socks)
+    tap.eq(answered, 600, "600 simultaneous connections all served")
+    st = mc.stats()
+    tap.ok(st[b"curr_connections"] >= 601, "curr_connections counts them (%d)"
+           % st[b"curr_connections"])
+    for c in socks:
+        c.close()
+
     # flush_all and stats
     tap.eq(mc.flush_all(), True, "flush_all")
     tap.eq(mc.get("a"), None, "flushed")
