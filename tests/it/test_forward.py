@@ -79,6 +79,18 @@ def parse_stream(rep):
     return out
 
 
+def proc_state(pid):
+    """"T" when every thread of pid is stopped, else another letter."""
+    try:
+        states = set()
+        for tid in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                states.add(f.read().rsplit(")", 1)[1].split()[0])
+        return "T" if states == {"T"} else "R"
+    except (OSError, IndexError):
+        return None
+
+
 def node_stat(node, name):
     return int(lg.node_stats(node.addr).get(name, -1))
 
@@ -229,6 +241,7 @@ def scenario(t):
         b = cl.nodes["b"]
         os.kill(b.pid, signal.SIGSTOP)
         try:
+            t.ok(lg.wait_for(lambda: proc_state(b.pid) == "T", 5.0), "owner b is stopped")
             t0 = time.monotonic()
             try:
                 mc.get(remote_b[0])
