@@ -210,8 +210,10 @@ cluster_route(const struct cluster_view *v, uint64_t hash, bool write,
         *owner = ring_primary(v->ring, hash);
         return CLUSTER_TRYAGAIN;
     }
-    /* Until replication (issue 6) keeps the other owners current, only
-     * the primary has every write: reads go there too. */
+    /* Writes go to the primary (which replicates them); reads to any
+     * owner once every write is replicated (CLUSTER_REPLICATED), except
+     * an owner that is importing the arc in a transition: it purged the
+     * arc and is being refilled, so it would answer misses. */
     if (write || v->replicas <= 1 || !CLUSTER_REPLICATED) {
         n = 1;
         list[0] = ring_primary(v->ring, hash);
@@ -220,10 +222,20 @@ cluster_route(const struct cluster_view *v, uint64_t hash, bool write,
                         list);
     }
     for (k = 0; k < n; k++)
-        if ((int32_t)list[k] == v->self)
+        if ((int32_t)list[k] == v->self &&
+            (k == 0 || v->importing.n == 0 || !arcset_has(&v->importing, hash)))
             return CLUSTER_LOCAL;
     *owner = list[0];
     return declared ? CLUSTER_MOVED : CLUSTER_FORWARD;
+}
+
+/* The owners of a hash on a view, primary first; see cluster.h. */
+uint32_t
+cluster_view_owners(const struct cluster_view *v, uint64_t hash, uint32_t *list, uint32_t max)
+{
+    if (v->ring == NULL)
+        return 0;
+    return ring_locate(v->ring, hash, v->replicas < max ? v->replicas : max, list);
 }
 
 const char *
@@ -336,6 +348,7 @@ view_free(struct cluster_view *v, const struct ring *keep)
     if (v->ring != NULL && v->ring != keep)
         ring_free(v->ring);
     arcset_clear(&v->fence);
+    arcset_clear(&v->importing);
     free(v->config);
     free(v);
 }
@@ -377,7 +390,8 @@ cluster_publish(struct cluster *cl)
     v->replicas = cl->active != NULL ? cl->active->replicas : 1;
     if (format_config(cl->active, &v->config, &v->config_len) < 0 ||
         (cl->pending != NULL && cl->phase == CLUSTER_PHASE_FENCED &&
-         arcset_copy(&v->fence, &cl->fence_arcs) < 0)) {
+         arcset_copy(&v->fence, &cl->fence_arcs) < 0) ||
+        (cl->pending != NULL && arcset_copy(&v->importing, &cl->importing) < 0)) {
         v->ring = NULL;
         view_free(v, NULL);
         return -1;
@@ -757,9 +771,12 @@ compute_arcs(struct cluster *cl)
     for (i = 0; i < d->n_arcs; i++) {
         const struct ring_arc *a = &d->arcs[i];
         const char *me = cl->id;
-        /* Who holds the arc's data in epoch N: every old owner once writes
-         * are replicated, else only the old primary. */
-        uint32_t n_had = CLUSTER_REPLICATED ? a->n_old : (a->n_old > 0 ? 1 : 0);
+        /* Who is trusted to hold the arc's data in epoch N: the old primary
+         * only. With replication the other old owners are normally current
+         * too, but not after a write whose replica failed ("replica
+         * unavailable"), so each new owner other than the old primary is
+         * purged and refilled from it: the copy makes every owner exact. */
+        uint32_t n_had = a->n_old > 0 ? 1 : 0;
         bool in_old = list_has_id(om, a->old_nodes, n_had, me);
         bool in_new = list_has_id(nm, a->new_nodes, a->n_new, me);
 

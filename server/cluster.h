@@ -19,11 +19,12 @@ struct server;
 
 #define CLUSTER_TOKEN_MAX   256   /* bytes of the admin and transition tokens */
 #define CLUSTER_PORT_OFFSET 10000 /* cluster port = client port + this */
-/* Whether every owner of a key holds its writes (R >= 2 replication,
- * issue 6). Until then only the primary has the data: reads are served by
- * the primary alone, and a transition copies from the old primary to every
- * new owner other than itself (a former secondary holds nothing current). */
-#define CLUSTER_REPLICATED 0
+/* Whether every owner of a key holds its writes: the primary forwards each
+ * write as a post-image to the other owners before it acknowledges
+ * (server/replicate.c), so any owner may serve reads. A transition still
+ * copies from the old primary to every new owner other than itself (see
+ * compute_arcs in cluster.c). */
+#define CLUSTER_REPLICATED 1
 
 /* Phases as the node sees them (values of ringcache.Phase). */
 enum cluster_phase {
@@ -80,6 +81,7 @@ struct cluster_view {
     int32_t       self;           /* this node's index in the ring, -1 */
     uint32_t      replicas;
     struct arcset fence;          /* ranges answering TRYAGAIN (empty unless fenced) */
+    struct arcset importing;      /* ranges this node is being refilled with */
     char         *config;         /* the whole `config` reply */
     size_t        config_len;
 };
@@ -164,6 +166,12 @@ cluster_view(const struct cluster *cl)
  */
 enum cluster_route cluster_route(const struct cluster_view *v, uint64_t hash,
                                  bool write, bool declared, uint32_t *owner);
+
+/* The owners (at most max, R of the view) of a hash, primary first, as
+ * indices for cluster_view_addr; 0 without a membership. */
+#define CLUSTER_OWNERS_MAX 8
+uint32_t cluster_view_owners(const struct cluster_view *v, uint64_t hash, uint32_t *list,
+                             uint32_t max);
 
 /* Address of node idx of the view's membership. */
 const char *cluster_view_addr(const struct cluster_view *v, uint32_t idx);

@@ -329,9 +329,10 @@ retry_cb(evutil_socket_t fd, short what, void *arg)
 
 /*
  * The owner answered TRYAGAIN (its range is fenced for a moment during a
- * transition). A plain client cannot retry by itself, so the request is
- * re-sent after a short backoff (5, 10, 20, then 40 ms) until give_up;
- * after that the TRYAGAIN is relayed. Consumes r unless it returns false.
+ * transition), or MOVED again. A plain client cannot retry by itself, so
+ * the request is re-sent to up after a short backoff (5, 10, 20, then
+ * 40 ms) until give_up; after that the error is relayed. Consumes r unless
+ * it returns false.
  */
 static bool
 req_tryagain(struct fwd_up *up, struct fwd_req *r)
@@ -359,9 +360,10 @@ req_tryagain(struct fwd_up *up, struct fwd_req *r)
 
 /*
  * The owner answered "SERVER_ERROR MOVED <epoch> <addr>" (it is in a newer
- * epoch than this node): send the request once more to the address it
- * names; a second MOVED, or no request copy, is SERVER_ERROR TRYAGAIN.
- * Consumes r (requeued elsewhere or finished).
+ * epoch than this node): send the request to the address it names, at
+ * once the first time, after a backoff later (nodes commit an epoch one
+ * after the other, so the named node may still be behind), until give_up;
+ * then answer SERVER_ERROR TRYAGAIN. Consumes r (requeued or finished).
  */
 static void
 req_moved(struct fwd_up *from, struct fwd_req *r, const char *line, size_t len)
@@ -376,11 +378,15 @@ req_moved(struct fwd_up *from, struct fwd_req *r, const char *line, size_t len)
     addr = sp != NULL ? sp + 1 : NULL;
     if (sp != NULL)
         *sp = '\0';
-    if (r->again != NULL && !r->moved && addr != NULL && strcmp(addr, from->addr) != 0 &&
-        strlen(addr) <= RING_ADDR_MAX && (to = up_find(from->fw, addr)) != NULL) {
-        r->moved = true;
-        up_resend(to, r);
-        return;
+    if (r->again != NULL && addr != NULL && strlen(addr) <= RING_ADDR_MAX &&
+        (to = up_find(from->fw, addr)) != NULL) {
+        if (!r->moved && to != from) {
+            r->moved = true;
+            up_resend(to, r);
+            return;
+        }
+        if (req_tryagain(to, r))
+            return;
     }
     if (r->kind == FWD_GET_SPLICE) {
         /* Inside a multi-get: those keys are misses. */
