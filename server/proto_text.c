@@ -213,7 +213,8 @@ reply_route(struct conn *c, const struct cluster_view *v, enum cluster_route r,
     int n;
 
     if (r == CLUSTER_TRYAGAIN)
-        n = snprintf(buf, sizeof(buf), "SERVER_ERROR TRYAGAIN %" PRIu64 "\r\n", v->epoch);
+        n = snprintf(buf, sizeof(buf), "SERVER_ERROR TRYAGAIN %" PRIu64 "\r\n",
+                     cluster_view_reply_epoch(v));
     else
         n = snprintf(buf, sizeof(buf), "SERVER_ERROR MOVED %" PRIu64 " %s\r\n", v->epoch,
                      cluster_view_addr(v, owner));
