@@ -16,6 +16,7 @@ struct ctl_globals {
     bool        human;       /* --human: aligned columns instead of TSV */
     int         timeout_ms;  /* --timeout MS */
     const char *cluster;     /* --cluster NAME (default "ringcache") */
+    const char *seeds;       /* --seeds HOST:PORT,...: data commands learn the membership */
 };
 
 /* Ring subcommands (ctl_ring.c). */

@@ -1475,8 +1475,9 @@ parse_change(int argc, char **argv, const char *kind, bool with_rate, char *id,
     char *end;
     int c;
 
+    /* No "+": options may follow the operands (join ID ADDR --rate R). */
     optind = 0;
-    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'w':
             *weight = (uint32_t)strtoul(optarg, &end, 10);

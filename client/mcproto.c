@@ -158,6 +158,59 @@ parse_value(const char *line, size_t line_len, size_t avail, size_t max_value,
     return (long)(head + bytes + 2);
 }
 
+/* Parse "CONFIG <epoch> <bytes>" (line without "\r\n") and its data
+ * block, like a VALUE. */
+static long
+parse_config(const char *line, size_t line_len, size_t avail, size_t max_value,
+             struct mcp_reply *r, size_t *need)
+{
+    const char *tok[4];
+    size_t tlen[4], head = line_len + 2;
+    uint64_t bytes;
+
+    if (split(line, line_len, tok, tlen, 4) != 3 ||
+        parse_u64(tok[1], tlen[1], UINT64_MAX, &r->epoch) != 0 ||
+        parse_u64(tok[2], tlen[2], max_value, &bytes) != 0) {
+        return RINGCACHE_EPROTO;
+    }
+    if (avail < head + bytes + 2) {
+        *need = head + bytes + 2;
+        return 0;
+    }
+    if (line[head + bytes] != '\r' || line[head + bytes + 1] != '\n') {
+        return RINGCACHE_EPROTO;
+    }
+    r->kind = MCP_CONFIG;
+    r->data = line + head;
+    r->data_len = bytes;
+    return (long)(head + bytes + 2);
+}
+
+/* A SERVER_ERROR message of the cluster extension: "MOVED <epoch> <addr>"
+ * or "TRYAGAIN <epoch>". Changes r only when it is one. */
+static void
+parse_redirect(const char *msg, size_t len, struct mcp_reply *r)
+{
+    const char *tok[4];
+    size_t tlen[4];
+    uint64_t epoch;
+    int n;
+
+    n = split(msg, len, tok, tlen, 4);
+    if (n == 3 && tlen[0] == 5 && memcmp(tok[0], "MOVED", 5) == 0 &&
+        parse_u64(tok[1], tlen[1], UINT64_MAX, &epoch) == 0 &&
+        tlen[2] <= MCP_ADDR_MAX) {
+        r->kind = MCP_MOVED;
+        r->epoch = epoch;
+        r->key = tok[2];
+        r->key_len = tlen[2];
+    } else if (n == 2 && tlen[0] == 8 && memcmp(tok[0], "TRYAGAIN", 8) == 0 &&
+               parse_u64(tok[1], tlen[1], UINT64_MAX, &epoch) == 0) {
+        r->kind = MCP_TRYAGAIN;
+        r->epoch = epoch;
+    }
+}
+
 long
 mcp_parse(const char *buf, size_t len, size_t max_value, struct mcp_reply *r,
           size_t *need)
@@ -190,6 +243,9 @@ mcp_parse(const char *buf, size_t len, size_t max_value, struct mcp_reply *r,
     }
     if (line_len > 6 && memcmp(buf, "VALUE ", 6) == 0) {
         return parse_value(buf, line_len, len, max_value, r, need);
+    }
+    if (line_len > 7 && memcmp(buf, "CONFIG ", 7) == 0) {
+        return parse_config(buf, line_len, len, max_value, r, need);
     }
     if (is_exactly(buf, line_len, "END")) {
         r->kind = MCP_END;
@@ -229,10 +285,21 @@ mcp_parse(const char *buf, size_t len, size_t max_value, struct mcp_reply *r,
         r->kind = MCP_CLIENT_ERROR;
         r->data = msg;
         r->data_len = msg_len;
+    } else if (line_len > 6 && memcmp(buf, "EPOCH ", 6) == 0) {
+        const char *tok[4];
+        size_t tlen[4];
+
+        if (split(buf, line_len, tok, tlen, 4) != 3 ||
+            parse_u64(tok[1], tlen[1], UINT64_MAX, &r->epoch) != 0 ||
+            parse_u64(tok[2], tlen[2], UINT64_MAX, &r->pending) != 0) {
+            return RINGCACHE_EPROTO;
+        }
+        r->kind = MCP_EPOCH;
     } else if (starts_word(buf, line_len, "SERVER_ERROR", &msg, &msg_len)) {
         r->kind = MCP_SERVER_ERROR;
         r->data = msg;
         r->data_len = msg_len;
+        parse_redirect(msg, msg_len, r);
     } else if (starts_word(buf, line_len, "ERROR", &msg, &msg_len)) {
         r->kind = MCP_ERROR;
         r->data = msg;
@@ -273,6 +340,10 @@ mcp_error_code(const struct mcp_reply *r)
             return RINGCACHE_ETOOBIG;
         }
         return RINGCACHE_ESERVER;
+    case MCP_MOVED:
+        return RINGCACHE_EMOVED;
+    case MCP_TRYAGAIN:
+        return RINGCACHE_ETRYAGAIN;
     default:
         return 0;
     }

@@ -20,6 +20,7 @@ struct pool_conn {
     bool              connecting;  /* non-blocking connect still in progress */
     bool              reused;      /* came from the free list */
     int               rcvtimeo_ms; /* SO_RCVTIMEO of the socket (op timeout) */
+    uint64_t          declared;    /* epoch this connection declared (`epoch <n>`), 0 none */
     char             *buf;         /* received bytes not yet consumed */
     size_t            cap;
     size_t            start;       /* first unconsumed byte */

@@ -1,13 +1,17 @@
 /*
- * libringcache: handles, routing through ring/, single-key operations with
- * fail-over, and the parallel multi-get (one `get k1 k2 ...` per node, all
- * nodes polled together). The public contract is in ringcache.h.
+ * libringcache: handles, routing through ring/ with a reference-counted
+ * ring snapshot per epoch, single-key operations with fail-over and
+ * MOVED/TRYAGAIN handling, epoch learning (config, epoch poll), and the
+ * parallel multi-get (one `get k1 k2 ...` per node, all nodes polled
+ * together). The public contract is in ringcache.h.
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "client/mcproto.h"
 #include "client/pool.h"
@@ -15,13 +19,43 @@
 #include "client/route.h"
 #include "ring/ring.h"
 
+#define HOPS_MAX          3      /* MOVED redirects followed per operation */
+#define POLL_DEFAULT_MS   1000   /* default epoch poll interval */
+
+/* A node as the handle knows it. Nodes live until ringcache_free (a ring
+ * snapshot in use may still point at a node an epoch dropped), so the
+ * strings below can be handed out. */
+struct rc_node {
+    struct pool_node pool;
+    char             id[RING_ID_MAX + 1];   /* "" for a node known only by a MOVED address */
+    char             addr[RING_ADDR_MAX + 1];
+    bool             no_ext;                /* atomic: answered ERROR to `epoch`/`config` */
+};
+
+/* One epoch's routing: immutable once published, freed with its last
+ * reference. */
+struct rc_view {
+    unsigned         refs;                  /* atomic */
+    uint64_t         epoch;
+    struct ring     *ring;
+    uint32_t         replicas;              /* preference list length, <= ROUTE_R_MAX */
+    size_t           n_nodes;
+    struct rc_node **nodes;                 /* ring index -> node (the handle owns the nodes) */
+};
+
 struct ringcache {
-    struct ring             *ring;      /* read-only after creation */
-    uint32_t                 replicas;  /* preference list length, <= ROUTE_R_MAX */
+    pthread_mutex_t          view_lock;     /* guards view (read + take a reference) */
+    struct rc_view          *view;
+    pthread_mutex_t          refresh_lock;  /* one adoption at a time; guards the node table */
+    struct rc_node         **all;           /* every node ever used, until free */
+    size_t                   n_all;
+    size_t                   cap_all;
     struct ringcache_options opt;
     struct pool_config       cfg;
-    size_t                   n_nodes;
-    struct pool_node        *nodes;     /* one per membership node, same order */
+    int                      poll_ms;       /* atomic; 0 = no poll */
+    int64_t                  next_poll;     /* atomic; monotonic ms */
+    unsigned                 poll_rr;       /* atomic; round robin of polled nodes */
+    bool                     confirmed;     /* atomic: a node reported a non-zero epoch */
 };
 
 /* What a reply handler says after each reply unit. */
@@ -31,6 +65,22 @@ struct ringcache {
 /* A reply handler: consumes one parsed unit, returns STEP_MORE, STEP_DONE
  * or RINGCACHE_EPROTO (a reply this request cannot get). */
 typedef int (*reply_fn)(void *ctx, const struct mcp_reply *r);
+
+/* A request's reply handling: the handler, its context, how to clear the
+ * context before another attempt, and where the handler leaves its code. */
+struct op {
+    reply_fn  fn;
+    void    (*reset)(void *ctx);
+    void     *ctx;
+    int      *result;
+};
+
+/* A MOVED or TRYAGAIN reply (kind 0: none). */
+struct redirect {
+    enum mcp_kind kind;
+    uint64_t      epoch;
+    char          addr[MCP_ADDR_MAX + 1];
+};
 
 /* Write a one-line reason into the caller's err buffer, if it gave one. */
 static void
@@ -73,6 +123,8 @@ ringcache_strerror(int code)
     case RINGCACHE_ESERVER:     return "the node could not do it (SERVER_ERROR)";
     case RINGCACHE_ENONNUMERIC: return "incr/decr on a value that is not a number";
     case RINGCACHE_EMEMBERS:    return "bad membership or seed list";
+    case RINGCACHE_EMOVED:      return "the key's owner moved and 3 redirects (MOVED) did not reach it";
+    case RINGCACHE_ETRYAGAIN:   return "the key's range is being moved (TRYAGAIN) for longer than the op timeout";
     default:                    return "unknown error code";
     }
 }
@@ -84,6 +136,206 @@ ringcache_value_clear(struct ringcache_value *v)
         free(v->data);
         memset(v, 0, sizeof(*v));
     }
+}
+
+/*
+ * Ring snapshots and the node table
+ */
+
+/* Take a reference on the current view. Takes view_lock briefly. */
+static struct rc_view *
+view_get(struct ringcache *rc)
+{
+    struct rc_view *v;
+
+    pthread_mutex_lock(&rc->view_lock);
+    v = rc->view;
+    __atomic_add_fetch(&v->refs, 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&rc->view_lock);
+    return v;
+}
+
+/* Free a view that nobody references (its nodes belong to the handle). */
+static void
+view_free(struct rc_view *v)
+{
+    if (v != NULL) {
+        ring_free(v->ring);
+        free(v->nodes);
+        free(v);
+    }
+}
+
+/* Drop a reference; the last one frees the view. NULL is allowed. */
+static void
+view_put(struct rc_view *v)
+{
+    if (v != NULL && __atomic_sub_fetch(&v->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        view_free(v);
+    }
+}
+
+/* The epoch a connection declares for requests routed with v: only once
+ * some node has reported an epoch, so plain memcached never sees it. */
+static uint64_t
+declare_epoch(struct ringcache *rc, const struct rc_view *v)
+{
+    if (v->epoch == 0 || !__atomic_load_n(&rc->confirmed, __ATOMIC_ACQUIRE)) {
+        return 0;
+    }
+    return v->epoch;
+}
+
+/* A node reported epoch e: from now on connections declare theirs. */
+static void
+saw_epoch(struct ringcache *rc, uint64_t e)
+{
+    if (e > 0 && !__atomic_load_n(&rc->confirmed, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&rc->confirmed, true, __ATOMIC_RELEASE);
+    }
+}
+
+/* The node with this address (and this id; id "" or NULL: any id), added
+ * to the table when missing. A node first known by address only takes the
+ * id of the membership that names it (it is in no view before). Caller
+ * holds refresh_lock (or is creating the handle). NULL with err set. */
+static struct rc_node *
+node_lookup(struct ringcache *rc, const char *id, const char *addr, char *err,
+            size_t errlen)
+{
+    struct rc_node *n;
+    size_t i;
+
+    if (id == NULL) {
+        id = "";
+    }
+    for (i = 0; i < rc->n_all; i++) {
+        n = rc->all[i];
+        if (strcmp(n->addr, addr) != 0) {
+            continue;
+        }
+        if (id[0] == '\0' || strcmp(n->id, id) == 0) {
+            return n;
+        }
+        if (n->id[0] == '\0') {
+            snprintf(n->id, sizeof(n->id), "%s", id);
+            return n;
+        }
+    }
+    if (strlen(addr) > RING_ADDR_MAX) {
+        set_err(err, errlen, "%s: address too long", addr);
+        return NULL;
+    }
+    if (rc->n_all == rc->cap_all) {
+        size_t ncap = rc->cap_all == 0 ? 8 : rc->cap_all * 2;
+        struct rc_node **na = realloc(rc->all, ncap * sizeof(*na));
+
+        if (na == NULL) {
+            set_err(err, errlen, "%s", "out of memory");
+            return NULL;
+        }
+        rc->all = na;
+        rc->cap_all = ncap;
+    }
+    n = calloc(1, sizeof(*n));
+    if (n == NULL) {
+        set_err(err, errlen, "%s", "out of memory");
+        return NULL;
+    }
+    if (pool_node_init(&n->pool, addr, err, errlen) != 0) {
+        free(n);
+        return NULL;
+    }
+    snprintf(n->id, sizeof(n->id), "%s", id);
+    snprintf(n->addr, sizeof(n->addr), "%s", addr);
+    rc->all[rc->n_all++] = n;
+    return n;
+}
+
+/* Build a view of membership m (borrowed). Caller holds refresh_lock.
+ * RINGCACHE_EMEMBERS or RINGCACHE_ENOMEM with err set. */
+static int
+view_build(struct ringcache *rc, const struct ring_members *m,
+           struct rc_view **out, char *err, size_t errlen)
+{
+    const struct ring_members *rm;
+    struct rc_view *v;
+    size_t i;
+    int ret;
+
+    if (m->n_nodes == 0) {
+        set_err(err, errlen, "%s", "the membership has no nodes");
+        return RINGCACHE_EMEMBERS;
+    }
+    v = calloc(1, sizeof(*v));
+    if (v == NULL) {
+        return RINGCACHE_ENOMEM;
+    }
+    v->refs = 1;
+    v->epoch = m->epoch;
+    v->ring = ring_build(m);
+    if (v->ring == NULL) {
+        set_err(err, errlen, "%s", "cannot build the ring (invalid membership or out of memory)");
+        ret = RINGCACHE_EMEMBERS;
+        goto fail;
+    }
+    rm = ring_members(v->ring);
+    v->replicas = rm->replicas < ROUTE_R_MAX ? rm->replicas : ROUTE_R_MAX;
+    if (v->replicas == 0) {
+        v->replicas = 1;
+    }
+    v->nodes = calloc(rm->n_nodes, sizeof(*v->nodes));
+    if (v->nodes == NULL) {
+        ret = RINGCACHE_ENOMEM;
+        goto fail;
+    }
+    for (i = 0; i < rm->n_nodes; i++) {
+        v->nodes[i] = node_lookup(rc, rm->nodes[i].id, rm->nodes[i].addr, err, errlen);
+        if (v->nodes[i] == NULL) {
+            ret = RINGCACHE_EMEMBERS;
+            goto fail;
+        }
+    }
+    v->n_nodes = rm->n_nodes;
+    *out = v;
+    return 0;
+fail:
+    view_free(v);
+    return ret;
+}
+
+/* Make m the handle's membership if it is the first one or its epoch is
+ * strictly higher than the current one. Returns 1 adopted, 0 not newer,
+ * or an error (err set). Caller holds refresh_lock. Nodes the new epoch
+ * dropped lose their idle connections (calls still using the old view
+ * keep theirs). */
+static int
+adopt(struct ringcache *rc, const struct ring_members *m, char *err, size_t errlen)
+{
+    struct rc_view *v = NULL, *old;
+    size_t i, j;
+    int ret;
+
+    if (rc->view != NULL && m->epoch <= rc->view->epoch) {
+        return 0;
+    }
+    ret = view_build(rc, m, &v, err, errlen);
+    if (ret != 0) {
+        return ret;
+    }
+    pthread_mutex_lock(&rc->view_lock);
+    old = rc->view;
+    rc->view = v;
+    pthread_mutex_unlock(&rc->view_lock);
+    view_put(old);
+    for (i = 0; i < rc->n_all; i++) {
+        for (j = 0; j < v->n_nodes && v->nodes[j] != rc->all[i]; j++) {
+        }
+        if (j == v->n_nodes) {
+            pool_node_drop_idle(&rc->all[i]->pool);
+        }
+    }
+    return 1;
 }
 
 /*
@@ -102,15 +354,12 @@ check_options(const struct ringcache_options *o)
     return 0;
 }
 
-/* Build a handle around m (borrowed: the ring keeps its own copy). */
+/* A handle with no membership yet (rc->view NULL). */
 static int
-new_from_members(struct ringcache **out, const struct ring_members *m,
-                 const struct ringcache_options *opt, char *err, size_t errlen)
+handle_new(struct ringcache **out, const struct ringcache_options *opt,
+           char *err, size_t errlen)
 {
     struct ringcache *rc;
-    const struct ring_members *rm;
-    size_t i;
-    int ret;
 
     rc = calloc(1, sizeof(*rc));
     if (rc == NULL) {
@@ -123,50 +372,43 @@ new_from_members(struct ringcache **out, const struct ring_members *m,
     }
     if (check_options(&rc->opt) != 0) {
         set_err(err, errlen, "%s", "bad options (timeouts must be > 0, max_value_bytes 1..2^31-3)");
-        ret = RINGCACHE_EINVAL;
-        goto fail;
+        free(rc);
+        return RINGCACHE_EINVAL;
     }
     rc->cfg.connect_timeout_ms = rc->opt.connect_timeout_ms;
     rc->cfg.op_timeout_ms = rc->opt.op_timeout_ms;
     rc->cfg.retry_interval_ms = rc->opt.retry_interval_ms;
     rc->cfg.retry_max_ms = rc->opt.retry_max_ms;
     rc->cfg.pool_size = rc->opt.pool_size;
-    if (m->n_nodes == 0) {
-        set_err(err, errlen, "%s", "the membership has no nodes");
-        ret = RINGCACHE_EMEMBERS;
-        goto fail;
-    }
-    rc->ring = ring_build(m);
-    if (rc->ring == NULL) {
-        set_err(err, errlen, "%s", "cannot build the ring (invalid membership or out of memory)");
-        ret = RINGCACHE_EMEMBERS;
-        goto fail;
-    }
-    rm = ring_members(rc->ring);
-    rc->replicas = rm->replicas < ROUTE_R_MAX ? rm->replicas : ROUTE_R_MAX;
-    if (rc->replicas == 0) {
-        rc->replicas = 1;
-    }
-    rc->nodes = calloc(rm->n_nodes, sizeof(*rc->nodes));
-    if (rc->nodes == NULL) {
-        ret = RINGCACHE_ENOMEM;
-        goto fail;
-    }
-    for (i = 0; i < rm->n_nodes; i++) {
-        char why[256] = "";
-
-        ret = pool_node_init(&rc->nodes[i], rm->nodes[i].addr, why, sizeof(why));
-        if (ret != 0) {
-            set_err(err, errlen, "%s", why);
-            goto fail;
-        }
-        rc->n_nodes++;
-    }
+    rc->poll_ms = POLL_DEFAULT_MS;
+    pthread_mutex_init(&rc->view_lock, NULL);
+    pthread_mutex_init(&rc->refresh_lock, NULL);
     *out = rc;
     return 0;
-fail:
-    ringcache_free(rc);
-    return ret;
+}
+
+/* Build a handle around m (borrowed). The first call polls the nodes'
+ * epoch, so a membership file learns at once whether the nodes speak
+ * epochs (and whether a newer one exists). */
+static int
+new_from_members(struct ringcache **out, const struct ring_members *m,
+                 const struct ringcache_options *opt, char *err, size_t errlen)
+{
+    struct ringcache *rc;
+    int ret;
+
+    ret = handle_new(&rc, opt, err, errlen);
+    if (ret != 0) {
+        return ret;
+    }
+    ret = adopt(rc, m, err, errlen);
+    if (ret < 0) {
+        ringcache_free(rc);
+        return ret;
+    }
+    rc->next_poll = 0;
+    *out = rc;
+    return 0;
 }
 
 int
@@ -245,12 +487,16 @@ out:
     return ret;
 }
 
+static int fetch_config(struct ringcache *rc, struct rc_node *node,
+                        struct ring_members **out, char *err, size_t errlen);
+
 int
 ringcache_new_seeds(struct ringcache **out, const char *const *addrs,
                     size_t n_addrs, const struct ringcache_options *opt,
                     char *err, size_t errlen)
 {
-    struct ring_members *m;
+    struct ringcache *rc = NULL;
+    struct ring_members *m, *got;
     size_t i;
     int ret;
 
@@ -286,8 +532,34 @@ ringcache_new_seeds(struct ringcache **out, const char *const *addrs,
             goto out;
         }
     }
-    ret = new_from_members(out, m, opt, err, errlen);
+    ret = new_from_members(&rc, m, opt, err, errlen);
+    if (ret != 0) {
+        goto out;
+    }
+    /* The seeds' view (epoch 0) is in place; ask them for the real one.
+     * A seed that fails or has none is skipped; an invalid membership
+     * from a node is skipped too (another seed may do better). */
+    for (i = 0; i < rc->view->n_nodes; i++) {
+        struct rc_node *node = rc->view->nodes[i];
+
+        got = NULL;
+        if (!pool_node_usable(&node->pool, pool_now_ms()) ||
+            fetch_config(rc, node, &got, NULL, 0) != 0 || got == NULL) {
+            continue;
+        }
+        saw_epoch(rc, got->epoch);
+        ret = adopt(rc, got, err, errlen);
+        ring_members_free(got);
+        if (ret > 0) {
+            break;
+        }
+    }
+    ret = 0;
+    rc->next_poll = pool_now_ms() + rc->poll_ms;
+    *out = rc;
+    rc = NULL;
 out:
+    ringcache_free(rc);
     ring_members_free(m);
     return ret;
 }
@@ -300,11 +572,14 @@ ringcache_free(struct ringcache *rc)
     if (rc == NULL) {
         return;
     }
-    for (i = 0; i < rc->n_nodes; i++) {
-        pool_node_destroy(&rc->nodes[i]);
+    view_put(rc->view);
+    for (i = 0; i < rc->n_all; i++) {
+        pool_node_destroy(&rc->all[i]->pool);
+        free(rc->all[i]);
     }
-    free(rc->nodes);
-    ring_free(rc->ring);
+    free(rc->all);
+    pthread_mutex_destroy(&rc->view_lock);
+    pthread_mutex_destroy(&rc->refresh_lock);
     free(rc);
 }
 
@@ -315,34 +590,61 @@ ringcache_free(struct ringcache *rc)
 size_t
 ringcache_node_count(const struct ringcache *rc)
 {
-    return rc != NULL ? rc->n_nodes : 0;
+    struct rc_view *v;
+    size_t n;
+
+    if (rc == NULL) {
+        return 0;
+    }
+    /* The handle is opaque: "const" means the call changes nothing the
+     * caller can see; taking a reference on the view is internal. */
+    v = view_get((struct ringcache *)rc);
+    n = v->n_nodes;
+    view_put(v);
+    return n;
+}
+
+/* Node i of the current view, or NULL. The node outlives the view. */
+static struct rc_node *
+current_node(const struct ringcache *rc, size_t i)
+{
+    struct rc_view *v;
+    struct rc_node *n;
+
+    if (rc == NULL) {
+        return NULL;
+    }
+    v = view_get((struct ringcache *)rc);
+    n = i < v->n_nodes ? v->nodes[i] : NULL;
+    view_put(v);
+    return n;
 }
 
 const char *
 ringcache_node_id(const struct ringcache *rc, size_t i)
 {
-    if (rc == NULL || i >= rc->n_nodes) {
-        return NULL;
-    }
-    return ring_members(rc->ring)->nodes[i].id;
+    struct rc_node *n = current_node(rc, i);
+
+    return n != NULL ? n->id : NULL;
 }
 
 const char *
 ringcache_node_addr(const struct ringcache *rc, size_t i)
 {
-    if (rc == NULL || i >= rc->n_nodes) {
-        return NULL;
-    }
-    return ring_members(rc->ring)->nodes[i].addr;
+    struct rc_node *n = current_node(rc, i);
+
+    return n != NULL ? n->addr : NULL;
 }
 
 int
 ringcache_node_is_down(struct ringcache *rc, size_t i)
 {
-    if (rc == NULL || i >= rc->n_nodes) {
+    struct rc_node *n = current_node(rc, i);
+
+    if (n == NULL) {
         return 0;
     }
-    return pool_node_is_down(&rc->nodes[i], pool_now_ms()) ? 1 : 0;
+    return pool_node_is_down(&n->pool, pool_now_ms()) ? 1 : 0;
 }
 
 int
@@ -350,6 +652,7 @@ ringcache_locate(const struct ringcache *rc, const char *key, size_t key_len,
                  size_t *out, size_t want)
 {
     uint32_t owners[ROUTE_R_MAX];
+    struct rc_view *v;
     uint32_t n, i;
 
     if (rc == NULL || out == NULL) {
@@ -358,7 +661,9 @@ ringcache_locate(const struct ringcache *rc, const char *key, size_t key_len,
     if (mcp_check_key(key, key_len) != 0) {
         return RINGCACHE_EKEY;
     }
-    n = route_owners(rc->ring, rc->replicas, key, key_len, owners);
+    v = view_get((struct ringcache *)rc);
+    n = route_owners(v->ring, v->replicas, key, key_len, owners);
+    view_put(v);
     if (n > want) {
         n = (uint32_t)want;
     }
@@ -366,6 +671,32 @@ ringcache_locate(const struct ringcache *rc, const char *key, size_t key_len,
         out[i] = owners[i];
     }
     return (int)n;
+}
+
+uint64_t
+ringcache_epoch(struct ringcache *rc)
+{
+    struct rc_view *v;
+    uint64_t e;
+
+    if (rc == NULL) {
+        return 0;
+    }
+    v = view_get(rc);
+    e = v->epoch;
+    view_put(v);
+    return e;
+}
+
+int
+ringcache_set_poll_interval(struct ringcache *rc, int ms)
+{
+    if (rc == NULL || ms < 0) {
+        return RINGCACHE_EINVAL;
+    }
+    __atomic_store_n(&rc->poll_ms, ms, __ATOMIC_RELEASE);
+    __atomic_store_n(&rc->next_poll, pool_now_ms() + ms, __ATOMIC_RELEASE);
+    return 0;
 }
 
 /*
@@ -381,29 +712,39 @@ is_node_failure(int err)
 }
 
 /*
- * Send iov to node idx and feed each reply unit to fn until it says
- * STEP_DONE. *sent tells whether any byte may have reached the node (a
+ * Send iov to node and feed each reply unit to op->fn until it says
+ * STEP_DONE. When declare is non-zero and the connection has not declared
+ * that epoch, "epoch <declare>\r\n" goes first in the same write and its
+ * OK is consumed here (an ERROR marks the node as not speaking epochs). A
+ * MOVED or TRYAGAIN reply ends the request into *rd (the handler never
+ * sees it). *sent tells whether any byte may have reached the node (a
  * write is then not tried elsewhere). Records the node's health. Returns
- * 0 or an error (the handler's own result travels in ctx).
+ * 0 or an error (the handler's own result travels in its context).
  */
 static int
-node_request(struct ringcache *rc, uint32_t idx, const struct iovec *iov_in,
-             int iovcnt, reply_fn fn, void *ctx, bool *sent)
+node_request(struct ringcache *rc, struct rc_node *rn, uint64_t declare,
+             const struct iovec *iov_in, int iovcnt, const struct op *op,
+             bool *sent, struct redirect *rd)
 {
-    struct pool_node *node = &rc->nodes[idx];
+    struct pool_node *node = &rn->pool;
     struct pool_conn *c = NULL;
-    struct iovec iov[4];
+    struct iovec iov[6];
     struct mcp_reply r;
+    char prefix[40];
     int64_t deadline;
-    bool got_bytes;
-    int ret, attempt, step;
+    bool got_bytes, want_ack;
+    int ret, attempt, step, n;
     long used;
     size_t need;
 
+    rd->kind = 0;
     for (attempt = 0; attempt < 2; attempt++) {
         /* A retried attempt starts clean: the stale one never ran. */
         *sent = false;
         got_bytes = false;
+        if (op->reset != NULL) {
+            op->reset(op->ctx);
+        }
         ret = pool_acquire(node, &rc->cfg, &c);
         if (ret != 0) {
             goto fail;
@@ -415,24 +756,57 @@ node_request(struct ringcache *rc, uint32_t idx, const struct iovec *iov_in,
             }
         }
         deadline = pool_now_ms() + rc->opt.op_timeout_ms;
-        memcpy(iov, iov_in, sizeof(iov[0]) * (size_t)iovcnt);
+        n = 0;
+        want_ack = declare != 0 && c->declared != declare &&
+                   !__atomic_load_n(&rn->no_ext, __ATOMIC_RELAXED);
+        if (want_ack) {
+            iov[0].iov_base = prefix;
+            iov[0].iov_len = (size_t)snprintf(prefix, sizeof(prefix), "epoch %llu\r\n",
+                                              (unsigned long long)declare);
+            n = 1;
+        }
+        memcpy(iov + n, iov_in, sizeof(iov[0]) * (size_t)iovcnt);
         *sent = true;
-        ret = pool_conn_send(c, iov, iovcnt, deadline);
+        ret = pool_conn_send(c, iov, n + iovcnt, deadline);
         for (step = STEP_MORE; ret == 0 && step == STEP_MORE;) {
             used = mcp_parse(c->buf + c->start, c->end - c->start,
                              rc->opt.max_value_bytes, &r, &need);
             if (used < 0) {
                 ret = (int)used;
-            } else if (used == 0) {
+                break;
+            }
+            if (used == 0) {
                 ret = pool_conn_recv(c, deadline);
                 got_bytes = got_bytes || ret == 0;
+                continue;
+            }
+            if (want_ack) {
+                /* The reply to our declaration comes first. */
+                if (r.kind == MCP_ERROR || r.kind == MCP_CLIENT_ERROR) {
+                    __atomic_store_n(&rn->no_ext, true, __ATOMIC_RELAXED);
+                } else if (r.kind != MCP_OK) {
+                    ret = RINGCACHE_EPROTO;
+                    break;
+                }
+                c->declared = declare;
+                want_ack = false;
+            } else if (r.kind == MCP_MOVED || r.kind == MCP_TRYAGAIN) {
+                rd->kind = r.kind;
+                rd->epoch = r.epoch;
+                rd->addr[0] = '\0';
+                if (r.key_len > 0) {
+                    memcpy(rd->addr, r.key, r.key_len);
+                    rd->addr[r.key_len] = '\0';
+                }
+                saw_epoch(rc, r.epoch);
+                step = STEP_DONE;
             } else {
-                step = fn(ctx, &r);
+                step = op->fn(op->ctx, &r);
                 if (step < 0) {
                     ret = step;
                 }
-                c->start += (size_t)used;
             }
+            c->start += (size_t)used;
         }
         if (ret == 0) {
             /* Bytes after a complete reply mean we are out of step. */
@@ -456,6 +830,7 @@ node_request(struct ringcache *rc, uint32_t idx, const struct iovec *iov_in,
         goto fail;
     }
 fail:
+    rd->kind = 0;
     pool_conn_close(c);
     if (ret == RINGCACHE_ENOMEM) {
         pool_node_ok(node);
@@ -465,43 +840,309 @@ fail:
     return ret;
 }
 
-/* Owners of a key in preference order; validates the key. */
-static int
-owners_of(struct ringcache *rc, const char *key, size_t key_len,
-          uint32_t *owners, uint32_t *n)
+/*
+ * Epoch learning: config, epoch poll, adoption
+ */
+
+struct config_ctx {
+    struct ring_members *m;        /* the membership (NULL: the node has none) */
+    const char          *name;     /* for parse errors */
+    char                *err;
+    size_t               errlen;
+    struct rc_node      *node;
+    int                  result;
+};
+
+/* Clear a config context before another attempt. */
+static void
+config_reset(void *arg)
 {
-    if (rc == NULL) {
-        return RINGCACHE_EINVAL;
+    struct config_ctx *g = arg;
+
+    ring_members_free(g->m);
+    g->m = NULL;
+    g->result = 0;
+}
+
+/* Reply handler of `config`: CONFIG <epoch> <bytes> + text, then END. The
+ * text is parsed here (a bad one is RINGCACHE_EMEMBERS, the connection
+ * stays in step). ERROR: a node without the extension. */
+static int
+config_reply(void *arg, const struct mcp_reply *r)
+{
+    struct config_ctx *g = arg;
+    char why[512] = "";
+    int ret;
+
+    switch (r->kind) {
+    case MCP_CONFIG:
+        if (g->m != NULL || g->result != 0) {
+            return RINGCACHE_EPROTO;
+        }
+        if (r->epoch == 0) {
+            return STEP_MORE;      /* no membership: END follows */
+        }
+        ret = ring_members_parse(r->data, r->data_len, g->name, &g->m, why, sizeof(why));
+        if (ret != RING_OK) {
+            g->result = ret == RING_ENOMEM ? RINGCACHE_ENOMEM : RINGCACHE_EMEMBERS;
+            set_err(g->err, g->errlen, "%s", why[0] != '\0' ? why : "invalid membership");
+        } else if (g->m->epoch != r->epoch || g->m->n_nodes == 0) {
+            g->result = RINGCACHE_EMEMBERS;
+            set_err(g->err, g->errlen, "%s: CONFIG epoch and membership disagree, or no nodes",
+                    g->name);
+            ring_members_free(g->m);
+            g->m = NULL;
+        }
+        return STEP_MORE;
+    case MCP_END:
+        return STEP_DONE;
+    case MCP_ERROR:
+    case MCP_CLIENT_ERROR:
+        __atomic_store_n(&g->node->no_ext, true, __ATOMIC_RELAXED);
+        g->result = mcp_error_code(r);
+        return STEP_DONE;
+    case MCP_SERVER_ERROR:
+        g->result = mcp_error_code(r);
+        return STEP_DONE;
+    default:
+        return RINGCACHE_EPROTO;
     }
-    if (mcp_check_key(key, key_len) != 0) {
-        return RINGCACHE_EKEY;
+}
+
+/* Ask node for `config`. 0 with *out the membership (NULL when the node
+ * has none; the caller frees it), or an error. */
+static int
+fetch_config(struct ringcache *rc, struct rc_node *node, struct ring_members **out,
+             char *err, size_t errlen)
+{
+    struct config_ctx g = { .node = node, .err = err, .errlen = errlen };
+    struct op op = { config_reply, config_reset, &g, &g.result };
+    struct iovec iov = { .iov_base = (void *)"config\r\n", .iov_len = 8 };
+    struct redirect rd;
+    char name[RING_ADDR_MAX + 32];
+    bool sent;
+    int ret;
+
+    snprintf(name, sizeof(name), "config from %s", node->addr);
+    g.name = name;
+    ret = node_request(rc, node, 0, &iov, 1, &op, &sent, &rd);
+    if (ret == 0) {
+        ret = g.result;
     }
-    *n = route_owners(rc->ring, rc->replicas, key, key_len, owners);
+    if (ret != 0) {
+        ring_members_free(g.m);
+        return ret;
+    }
+    *out = g.m;
     return 0;
 }
 
-/* A read: the first owner that answers decides; every owner down or
- * failing is a miss. */
+/* Fetch config from node and adopt it when newer. 1 adopted, 0 not
+ * newer (or none), or an error. Caller holds refresh_lock. */
 static int
-read_request(struct ringcache *rc, const char *key, size_t key_len,
-             const struct iovec *iov, int iovcnt, reply_fn fn, void *ctx,
-             int *result)
+refresh_from(struct ringcache *rc, struct rc_node *node, char *err, size_t errlen)
+{
+    struct ring_members *m = NULL;
+    int ret;
+
+    ret = fetch_config(rc, node, &m, err, errlen);
+    if (ret != 0 || m == NULL) {
+        return ret;
+    }
+    saw_epoch(rc, m->epoch);
+    ret = adopt(rc, m, err, errlen);
+    ring_members_free(m);
+    return ret;
+}
+
+/* A node told us of epoch `want`, higher than `had` (the epoch the caller
+ * routed with): fetch config from that node, else from addr (a MOVED
+ * target; may be NULL). Threads that learn the same news together fetch
+ * once: the others find the epoch already adopted. True when the handle's
+ * epoch is now above `had`. Takes refresh_lock. */
+static bool
+learn(struct ringcache *rc, uint64_t had, uint64_t want, struct rc_node *from,
+      const char *addr)
+{
+    struct rc_node *to;
+    uint64_t now;
+
+    pthread_mutex_lock(&rc->refresh_lock);
+    now = rc->view->epoch;
+    if (now < want && from != NULL) {
+        refresh_from(rc, from, NULL, 0);
+        now = rc->view->epoch;
+    }
+    if (now < want && addr != NULL && addr[0] != '\0') {
+        to = node_lookup(rc, NULL, addr, NULL, 0);
+        if (to != NULL && to != from && pool_node_usable(&to->pool, pool_now_ms())) {
+            refresh_from(rc, to, NULL, 0);
+            now = rc->view->epoch;
+        }
+    }
+    pthread_mutex_unlock(&rc->refresh_lock);
+    return now > had;
+}
+
+int
+ringcache_refresh(struct ringcache *rc)
+{
+    struct rc_view *v;
+    size_t i;
+    int ret = RINGCACHE_EDOWN;
+
+    if (rc == NULL) {
+        return RINGCACHE_EINVAL;
+    }
+    v = view_get(rc);
+    pthread_mutex_lock(&rc->refresh_lock);
+    for (i = 0; i < v->n_nodes; i++) {
+        if (!pool_node_usable(&v->nodes[i]->pool, pool_now_ms())) {
+            continue;
+        }
+        ret = refresh_from(rc, v->nodes[i], NULL, 0);
+        if (ret >= 0 || ret == RINGCACHE_EMEMBERS || ret == RINGCACHE_ENOMEM) {
+            ret = ret > 0 ? 0 : ret;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&rc->refresh_lock);
+    view_put(v);
+    return ret;
+}
+
+struct epoch_ctx {
+    struct rc_node *node;
+    uint64_t        active;
+    bool            got;
+    int             result;
+};
+
+/* Reply handler of `epoch`: one EPOCH line, or ERROR from a node without
+ * the extension. */
+static int
+epoch_reply(void *arg, const struct mcp_reply *r)
+{
+    struct epoch_ctx *e = arg;
+
+    switch (r->kind) {
+    case MCP_EPOCH:
+        e->active = r->epoch;
+        e->got = true;
+        return STEP_DONE;
+    case MCP_ERROR:
+    case MCP_CLIENT_ERROR:
+        __atomic_store_n(&e->node->no_ext, true, __ATOMIC_RELAXED);
+        /* fall through */
+    case MCP_SERVER_ERROR:
+        e->result = mcp_error_code(r);
+        return STEP_DONE;
+    default:
+        return RINGCACHE_EPROTO;
+    }
+}
+
+/* The periodic poll, run by the first call that finds it due (the
+ * compare-and-swap on next_poll elects one thread per interval): ask one
+ * node, round robin, skipping nodes marked down or without the extension,
+ * for its epoch; fetch config from it when it is ahead. */
+static void
+maybe_poll(struct ringcache *rc)
+{
+    int ms = __atomic_load_n(&rc->poll_ms, __ATOMIC_ACQUIRE);
+    int64_t now, due;
+    struct rc_view *v;
+    struct rc_node *node = NULL;
+    struct epoch_ctx e = { 0 };
+    struct op op = { epoch_reply, NULL, &e, &e.result };
+    struct iovec iov = { .iov_base = (void *)"epoch\r\n", .iov_len = 7 };
+    struct redirect rd;
+    unsigned start;
+    size_t k;
+    bool sent;
+
+    if (ms <= 0) {
+        return;
+    }
+    now = pool_now_ms();
+    due = __atomic_load_n(&rc->next_poll, __ATOMIC_ACQUIRE);
+    if (now < due || !__atomic_compare_exchange_n(&rc->next_poll, &due, now + ms, false,
+                                                  __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+        return;
+    }
+    v = view_get(rc);
+    start = __atomic_fetch_add(&rc->poll_rr, 1, __ATOMIC_RELAXED);
+    for (k = 0; k < v->n_nodes; k++) {
+        struct rc_node *n = v->nodes[(start + k) % v->n_nodes];
+
+        if (!__atomic_load_n(&n->no_ext, __ATOMIC_RELAXED) &&
+            pool_node_usable(&n->pool, now)) {
+            node = n;
+            break;
+        }
+    }
+    if (node != NULL) {
+        e.node = node;
+        if (node_request(rc, node, 0, &iov, 1, &op, &sent, &rd) == 0 && e.got) {
+            saw_epoch(rc, e.active);
+            if (e.active > v->epoch) {
+                learn(rc, v->epoch, e.active, node, NULL);
+            }
+        }
+    }
+    view_put(v);
+}
+
+/* Sleep *backoff ms unless that passes deadline; then double it. False
+ * when the budget is spent. */
+static bool
+backoff_wait(int *backoff, int64_t deadline)
+{
+    struct timespec ts;
+
+    if (pool_now_ms() + *backoff > deadline) {
+        return false;
+    }
+    ts.tv_sec = *backoff / 1000;
+    ts.tv_nsec = (long)(*backoff % 1000) * 1000000L;
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+    if (*backoff < 512) {
+        *backoff *= 2;
+    }
+    return true;
+}
+
+/*
+ * Keyed requests: one attempt with a view, then the redirect loop
+ */
+
+/* A read with view v: the first owner that answers decides; every owner
+ * down or failing is a miss. A redirect stops it (*rd, *from). */
+static int
+read_once(struct ringcache *rc, struct rc_view *v, const char *key, size_t key_len,
+          const struct iovec *iov, int iovcnt, const struct op *op,
+          struct redirect *rd, struct rc_node **from)
 {
     uint32_t owners[ROUTE_R_MAX], n, i;
     bool sent;
     int ret;
 
-    ret = owners_of(rc, key, key_len, owners, &n);
-    if (ret != 0) {
-        return ret;
-    }
+    rd->kind = 0;
+    n = route_owners(v->ring, v->replicas, key, key_len, owners);
     for (i = 0; i < n; i++) {
-        if (!pool_node_usable(&rc->nodes[owners[i]], pool_now_ms())) {
+        struct rc_node *node = v->nodes[owners[i]];
+
+        if (!pool_node_usable(&node->pool, pool_now_ms())) {
             continue;
         }
-        ret = node_request(rc, owners[i], iov, iovcnt, fn, ctx, &sent);
+        ret = node_request(rc, node, declare_epoch(rc, v), iov, iovcnt, op, &sent, rd);
+        if (rd->kind != 0) {
+            *from = node;
+            return 0;
+        }
         if (ret == 0) {
-            return *result;
+            return *op->result;
         }
         if (!is_node_failure(ret)) {
             return ret;
@@ -510,34 +1151,94 @@ read_request(struct ringcache *rc, const char *key, size_t key_len,
     return RINGCACHE_ENOTFOUND;
 }
 
-/* A write: the first owner not marked down; fail-over only when nothing
- * was sent. */
+/* A write with view v: the first owner not marked down; fail-over only
+ * when nothing was sent. A redirect stops it (*rd, *from). */
 static int
-write_request(struct ringcache *rc, const char *key, size_t key_len,
-              const struct iovec *iov, int iovcnt, reply_fn fn, void *ctx,
-              int *result)
+write_once(struct ringcache *rc, struct rc_view *v, const char *key, size_t key_len,
+           const struct iovec *iov, int iovcnt, const struct op *op,
+           struct redirect *rd, struct rc_node **from)
 {
     uint32_t owners[ROUTE_R_MAX], n, i;
     bool sent;
     int ret;
 
-    ret = owners_of(rc, key, key_len, owners, &n);
-    if (ret != 0) {
-        return ret;
-    }
+    rd->kind = 0;
+    n = route_owners(v->ring, v->replicas, key, key_len, owners);
     for (i = 0; i < n; i++) {
-        if (!pool_node_usable(&rc->nodes[owners[i]], pool_now_ms())) {
+        struct rc_node *node = v->nodes[owners[i]];
+
+        if (!pool_node_usable(&node->pool, pool_now_ms())) {
             continue;
         }
-        ret = node_request(rc, owners[i], iov, iovcnt, fn, ctx, &sent);
+        ret = node_request(rc, node, declare_epoch(rc, v), iov, iovcnt, op, &sent, rd);
+        if (rd->kind != 0) {
+            *from = node;
+            return 0;
+        }
         if (ret == 0) {
-            return *result;
+            return *op->result;
         }
         if (!is_node_failure(ret) || sent) {
             return ret;
         }
     }
     return RINGCACHE_EDOWN;
+}
+
+/*
+ * A keyed request with the epoch rules of ringcache.h: MOVED with a
+ * higher epoch -> learn it and retry at once; MOVED from a node behind us
+ * (or when nothing newer could be fetched) -> back off and retry; at most
+ * HOPS_MAX MOVED per call. TRYAGAIN -> back off 1 ms doubling within the
+ * op timeout (at once when it taught us a newer epoch). Out of budget: a
+ * read is a miss, a write RINGCACHE_EMOVED / RINGCACHE_ETRYAGAIN.
+ */
+static int
+keyed_request(struct ringcache *rc, const char *key, size_t key_len, bool write,
+              const struct iovec *iov, int iovcnt, const struct op *op)
+{
+    struct redirect rd;
+    struct rc_node *from;
+    struct rc_view *v;
+    uint64_t had;
+    int64_t deadline;
+    int hops = 0, backoff = 1, ret;
+
+    if (rc == NULL) {
+        return RINGCACHE_EINVAL;
+    }
+    if (mcp_check_key(key, key_len) != 0) {
+        return RINGCACHE_EKEY;
+    }
+    maybe_poll(rc);
+    deadline = pool_now_ms() + rc->opt.op_timeout_ms;
+    for (;;) {
+        from = NULL;
+        v = view_get(rc);
+        had = v->epoch;
+        if (write) {
+            ret = write_once(rc, v, key, key_len, iov, iovcnt, op, &rd, &from);
+        } else {
+            ret = read_once(rc, v, key, key_len, iov, iovcnt, op, &rd, &from);
+        }
+        view_put(v);
+        if (rd.kind == 0) {
+            return ret;
+        }
+        if (rd.kind == MCP_MOVED && ++hops > HOPS_MAX) {
+            return write ? RINGCACHE_EMOVED : RINGCACHE_ENOTFOUND;
+        }
+        if (rd.epoch > had &&
+            learn(rc, had, rd.epoch, from, rd.kind == MCP_MOVED ? rd.addr : NULL)) {
+            continue;
+        }
+        if (!backoff_wait(&backoff, deadline)) {
+            if (!write) {
+                return RINGCACHE_ENOTFOUND;
+            }
+            return rd.kind == MCP_MOVED ? RINGCACHE_EMOVED : RINGCACHE_ETRYAGAIN;
+        }
+    }
 }
 
 /*
@@ -592,12 +1293,25 @@ get_reply(void *arg, const struct mcp_reply *r)
     }
 }
 
+/* Clear a get context before another attempt (a node that failed after
+ * sending a VALUE leaves one behind). */
+static void
+get_reset(void *arg)
+{
+    struct get_ctx *g = arg;
+
+    ringcache_value_clear(&g->v);
+    g->hit = false;
+    g->result = 0;
+}
+
 /* get or gets of one key, failing over down its preference list. */
 static int
 do_get(struct ringcache *rc, const char *cmd, const char *key, size_t key_len,
        struct ringcache_value *out)
 {
     struct get_ctx g = { .key = key, .key_len = key_len };
+    struct op op = { get_reply, get_reset, &g, &g.result };
     struct iovec iov[3];
     int ret;
 
@@ -610,7 +1324,7 @@ do_get(struct ringcache *rc, const char *cmd, const char *key, size_t key_len,
     iov[1].iov_len = key_len;
     iov[2].iov_base = (void *)"\r\n";
     iov[2].iov_len = 2;
-    ret = read_request(rc, key, key_len, iov, 3, get_reply, &g, &g.result);
+    ret = keyed_request(rc, key, key_len, false, iov, 3, &op);
     if (ret == 0) {
         *out = g.v;
         return 0;
@@ -679,6 +1393,16 @@ line_reply(void *arg, const struct mcp_reply *r)
     }
 }
 
+/* Clear a one-line context before another attempt. */
+static void
+line_reset(void *arg)
+{
+    struct line_ctx *l = arg;
+
+    l->result = 0;
+    l->number = 0;
+}
+
 /* A storage command (set/add/replace/append/prepend/cas): validate, then
  * header, value and \r\n in one sendmsg (no copy of the value). */
 static int
@@ -687,6 +1411,7 @@ do_store(struct ringcache *rc, const char *cmd, const char *key,
          int32_t ttl, bool with_cas, uint64_t cas)
 {
     struct line_ctx l = { .ok = MCP_STORED };
+    struct op op = { line_reply, line_reset, &l, &l.result };
     char head[MCP_LINE_MAX];
     struct iovec iov[3];
     int ret;
@@ -708,7 +1433,7 @@ do_store(struct ringcache *rc, const char *cmd, const char *key,
     iov[1].iov_len = value_len;
     iov[2].iov_base = (void *)"\r\n";
     iov[2].iov_len = 2;
-    return write_request(rc, key, key_len, iov, 3, line_reply, &l, &l.result);
+    return keyed_request(rc, key, key_len, true, iov, 3, &op);
 }
 
 int
@@ -761,6 +1486,7 @@ do_line(struct ringcache *rc, const char *cmd, const char *key, size_t key_len,
         const char *tail, enum mcp_kind ok, uint64_t *number)
 {
     struct line_ctx l = { .ok = ok };
+    struct op op = { line_reply, line_reset, &l, &l.result };
     struct iovec iov[3];
     int ret;
 
@@ -777,7 +1503,7 @@ do_line(struct ringcache *rc, const char *cmd, const char *key, size_t key_len,
     iov[1].iov_len = key_len;
     iov[2].iov_base = (void *)tail;
     iov[2].iov_len = strlen(tail);
-    ret = write_request(rc, key, key_len, iov, 3, line_reply, &l, &l.result);
+    ret = keyed_request(rc, key, key_len, true, iov, 3, &op);
     if (ret == 0 && number != NULL) {
         *number = l.number;
     }
@@ -862,14 +1588,18 @@ int
 ringcache_stats(struct ringcache *rc, size_t i, ringcache_stat_fn fn, void *arg)
 {
     struct stats_ctx s = { .fn = fn, .arg = arg };
+    struct op op = { stats_reply, NULL, &s, &s.result };
     struct iovec iov = { .iov_base = (void *)"stats\r\n", .iov_len = 7 };
+    struct redirect rd;
+    struct rc_node *node;
     bool sent;
     int ret;
 
-    if (rc == NULL || fn == NULL || i >= rc->n_nodes) {
+    node = current_node(rc, i);
+    if (fn == NULL || node == NULL) {
         return RINGCACHE_EINVAL;
     }
-    ret = node_request(rc, (uint32_t)i, &iov, 1, stats_reply, &s, &sent);
+    ret = node_request(rc, node, 0, &iov, 1, &op, &sent, &rd);
     return ret != 0 ? ret : s.result;
 }
 
@@ -881,14 +1611,16 @@ enum batch_state { B_CONNECTING, B_SENDING, B_READING, B_DONE, B_FAILED };
 
 /* One node's share of a multi-get round. */
 struct mget_batch {
-    uint32_t           node;
+    uint32_t           node;        /* index in the round's view */
     enum batch_state   state;
     struct pool_conn  *conn;
     bool               retried;     /* already re-sent on a fresh connection */
     bool               got_bytes;
+    bool               want_ack;    /* the reply to our `epoch <n>` comes first */
+    char               prefix[40];  /* "epoch <n>\r\n" when the connection must declare */
     char              *req;
     size_t             req_len;
-    struct iovec       iov;
+    struct iovec       iov[2];
     struct iovec      *iovp;
     int                iovcnt;
     const size_t      *idx;         /* key indexes in request order (in the plan) */
@@ -899,12 +1631,27 @@ struct mget_batch {
 
 struct mget {
     struct ringcache  *rc;
+    struct rc_view    *v;           /* the view rounds route with (a reference) */
+    uint64_t           declare;     /* epoch connections declare, 0 none */
     struct route_key   *keys;
     size_t             n;
     bool               with_cas;
     ringcache_mget_fn  fn;
     void              *arg;
+    /* Redirects of the current round (their keys stay pending). */
+    bool               moved;
+    bool               tryagain;
+    uint64_t           rd_epoch;    /* the highest epoch they carried */
+    struct rc_node    *rd_from;     /* the node that sent it */
+    char               rd_addr[MCP_ADDR_MAX + 1];
 };
+
+/* The pool of the node of batch b. */
+static struct pool_node *
+batch_pool(struct mget *m, const struct mget_batch *b)
+{
+    return &m->v->nodes[b->node]->pool;
+}
 
 /* Report key i to the caller exactly once (v NULL: a miss). */
 static void
@@ -948,18 +1695,47 @@ batch_start(struct mget *m, struct mget_batch *b)
 {
     int ret;
 
-    ret = pool_acquire(&m->rc->nodes[b->node], &m->rc->cfg, &b->conn);
+    struct rc_node *rn = m->v->nodes[b->node];
+
+    ret = pool_acquire(&rn->pool, &m->rc->cfg, &b->conn);
     if (ret != 0) {
         return ret;
     }
-    b->iov.iov_base = b->req;
-    b->iov.iov_len = b->req_len;
-    b->iovp = &b->iov;
-    b->iovcnt = 1;
+    b->want_ack = m->declare != 0 && b->conn->declared != m->declare &&
+                  !__atomic_load_n(&rn->no_ext, __ATOMIC_RELAXED);
+    b->iov[0].iov_base = b->prefix;
+    b->iov[0].iov_len = (size_t)snprintf(b->prefix, sizeof(b->prefix), "epoch %llu\r\n",
+                                         (unsigned long long)m->declare);
+    b->iov[1].iov_base = b->req;
+    b->iov[1].iov_len = b->req_len;
+    b->iovp = b->want_ack ? &b->iov[0] : &b->iov[1];
+    b->iovcnt = b->want_ack ? 2 : 1;
     b->got_bytes = false;
     b->connect_deadline = pool_now_ms() + m->rc->opt.connect_timeout_ms;
     b->state = b->conn->connecting ? B_CONNECTING : B_SENDING;
     return 0;
+}
+
+/* Record a MOVED or TRYAGAIN answer to batch b (keeps the highest epoch
+ * and who sent it). */
+static void
+mget_redirect(struct mget *m, const struct mget_batch *b, const struct mcp_reply *r)
+{
+    if (r->kind == MCP_MOVED) {
+        m->moved = true;
+    } else {
+        m->tryagain = true;
+    }
+    saw_epoch(m->rc, r->epoch);
+    if (r->epoch > m->rd_epoch) {
+        m->rd_epoch = r->epoch;
+        m->rd_from = m->v->nodes[b->node];
+        m->rd_addr[0] = '\0';
+        if (r->kind == MCP_MOVED && r->key_len > 0) {
+            memcpy(m->rd_addr, r->key, r->key_len);
+            m->rd_addr[r->key_len] = '\0';
+        }
+    }
 }
 
 /* Consume the reply units buffered on a batch's connection. Returns 0,
@@ -977,6 +1753,29 @@ batch_parse(struct mget *m, struct mget_batch *b)
                          m->rc->opt.max_value_bytes, &r, &need);
         if (used <= 0) {
             return (int)used;
+        }
+        if (b->want_ack) {
+            /* The reply to our declaration comes first. */
+            if (r.kind == MCP_ERROR || r.kind == MCP_CLIENT_ERROR) {
+                __atomic_store_n(&m->v->nodes[b->node]->no_ext, true, __ATOMIC_RELAXED);
+            } else if (r.kind != MCP_OK) {
+                return RINGCACHE_EPROTO;
+            }
+            c->declared = m->declare;
+            b->want_ack = false;
+            c->start += (size_t)used;
+            continue;
+        }
+        if (r.kind == MCP_MOVED || r.kind == MCP_TRYAGAIN) {
+            /* The whole request is redirected: its unanswered keys stay
+             * pending for the next round (regrouped if the view changes). */
+            c->start += (size_t)used;
+            mget_redirect(m, b, &r);
+            if (c->start != c->end) {
+                return RINGCACHE_EPROTO;
+            }
+            b->state = B_DONE;
+            return 0;
         }
         if (r.kind == MCP_VALUE) {
             struct ringcache_value v;
@@ -1042,14 +1841,14 @@ batch_fail(struct mget *m, struct mget_batch *b, int err)
         pool_conn_close(c);
         if (stale && !b->retried) {
             b->retried = true;
-            pool_node_drop_idle(&m->rc->nodes[b->node]);
+            pool_node_drop_idle(batch_pool(m, b));
             if (batch_start(m, b) == 0) {
                 return;
             }
         }
     }
     b->state = B_FAILED;
-    pool_node_failed(&m->rc->nodes[b->node], &m->rc->cfg);
+    pool_node_failed(batch_pool(m, b), &m->rc->cfg);
     for (j = b->pos; j < b->n; j++) {
         m->keys[b->idx[j]].next++;
     }
@@ -1100,9 +1899,9 @@ batch_step(struct mget *m, struct mget_batch *b, short revents)
                 return;
             }
             if (b->state == B_DONE) {
-                pool_release(&m->rc->nodes[b->node], b->conn, true, &m->rc->cfg);
+                pool_release(batch_pool(m, b), b->conn, true, &m->rc->cfg);
                 b->conn = NULL;
-                pool_node_ok(&m->rc->nodes[b->node]);
+                pool_node_ok(batch_pool(m, b));
                 return;
             }
         }
@@ -1191,13 +1990,13 @@ batches_free(struct mget_batch *b, size_t nb)
     free(b);
 }
 
-/* route_usable_fn over the handle's nodes. */
+/* route_usable_fn over the nodes of a multi-get's view. */
 static bool
 node_usable(void *arg, uint32_t node)
 {
-    struct ringcache *rc = arg;
+    struct mget *m = arg;
 
-    return pool_node_usable(&rc->nodes[node], pool_now_ms());
+    return pool_node_usable(&m->v->nodes[node]->pool, pool_now_ms());
 }
 
 /* One round: every unanswered key goes to its next usable owner, one
@@ -1206,13 +2005,12 @@ node_usable(void *arg, uint32_t node)
 static int
 mget_round(struct mget *m, size_t *left)
 {
-    struct ringcache *rc = m->rc;
     struct route_plan plan;
     struct mget_batch *b = NULL;
     size_t i, nb = 0;
     int ret;
 
-    ret = route_plan_build(&plan, rc->n_nodes, m->keys, m->n, node_usable, rc);
+    ret = route_plan_build(&plan, m->v->n_nodes, m->keys, m->n, node_usable, m);
     if (ret != 0) {
         return ret;
     }
@@ -1255,7 +2053,7 @@ out:
     if (ret != 0) {
         /* Out of memory: release every probe this round claimed. */
         for (i = 0; i < plan.n_groups; i++) {
-            pool_node_ok(&rc->nodes[plan.node[i]]);
+            pool_node_ok(&m->v->nodes[plan.node[i]]->pool);
         }
     }
     if (b != NULL) {
@@ -1269,15 +2067,34 @@ out:
     return ret;
 }
 
+/* Route every pending key with m->v from the start of its preference
+ * list (after the view changed: indexes belong to the new view). */
+static void
+mget_route(struct mget *m)
+{
+    size_t i;
+
+    for (i = 0; i < m->n; i++) {
+        struct route_key *k = &m->keys[i];
+
+        if (!k->done) {
+            k->n_owners = route_owners(m->v->ring, m->v->replicas, k->key, k->len, k->owners);
+            k->next = 0;
+        }
+    }
+}
+
 int
 ringcache_mget_cb(struct ringcache *rc, const char *const *keys,
                   const size_t *key_lens, size_t n, int with_cas,
                   ringcache_mget_fn fn, void *arg)
 {
     struct mget m = { .rc = rc, .n = n, .with_cas = with_cas != 0, .fn = fn, .arg = arg };
+    struct rc_view *nv;
     size_t i, left = n;
-    uint32_t round;
-    int ret = 0;
+    uint32_t fail_rounds = 0;
+    int64_t deadline;
+    int hops = 0, backoff = 1, ret = 0;
 
     if (rc == NULL || fn == NULL || (keys == NULL && n > 0)) {
         return RINGCACHE_EINVAL;
@@ -1299,21 +2116,56 @@ ringcache_mget_cb(struct ringcache *rc, const char *const *keys,
             ret = RINGCACHE_EKEY;
             goto out;
         }
-        k->n_owners = route_owners(rc->ring, rc->replicas, k->key, k->len, k->owners);
     }
-    /* Each round moves a failed key one step down its preference list. */
-    for (round = 0; left > 0 && round <= rc->replicas; round++) {
+    maybe_poll(rc);
+    deadline = pool_now_ms() + rc->opt.op_timeout_ms;
+    m.v = view_get(rc);
+    mget_route(&m);
+    /* A round without redirects moves each failed key one step down its
+     * preference list (at most R + 1 of them). Redirected keys are sent
+     * again: at once after learning a newer epoch (regrouped by the new
+     * ring), else after a back-off; at most HOPS_MAX rounds with MOVED
+     * and TRYAGAIN within the op timeout. Whatever is left is a miss. */
+    while (left > 0) {
+        m.declare = declare_epoch(rc, m.v);
+        m.moved = m.tryagain = false;
+        m.rd_epoch = 0;
+        m.rd_from = NULL;
+        m.rd_addr[0] = '\0';
         ret = mget_round(&m, &left);
-        if (ret != 0) {
-            goto out;
+        if (ret != 0 || left == 0) {
+            break;
+        }
+        if (!m.moved && !m.tryagain) {
+            if (++fail_rounds > m.v->replicas) {
+                break;
+            }
+            continue;
+        }
+        if (m.moved && ++hops > HOPS_MAX) {
+            break;
+        }
+        if (!(m.rd_epoch > m.v->epoch &&
+              learn(rc, m.v->epoch, m.rd_epoch, m.rd_from, m.moved ? m.rd_addr : NULL)) &&
+            !backoff_wait(&backoff, deadline)) {
+            break;
+        }
+        nv = view_get(rc);
+        if (nv != m.v) {
+            view_put(m.v);
+            m.v = nv;
+            mget_route(&m);
+        } else {
+            view_put(nv);
         }
     }
-    for (i = 0; i < n; i++) {
+    for (i = 0; ret == 0 && i < n; i++) {
         if (!m.keys[i].done) {
             mget_report(&m, i, -1, NULL);
         }
     }
 out:
+    view_put(m.v);
     free(m.keys);
     return ret;
 }

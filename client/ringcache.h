@@ -6,8 +6,13 @@
  *
  * Thread safety: one handle may be shared by any number of threads. All
  * calls on a handle are safe to make concurrently (each node has its own
- * mutex-protected pool of connections; the ring is read-only after
- * creation). ringcache_free must not race with other calls on the handle.
+ * mutex-protected pool of connections; each call routes with a
+ * reference-counted snapshot of the ring, replaced atomically when a new
+ * epoch is adopted). ringcache_free must not race with other calls on the
+ * handle. Node indexes (ringcache_node_*, ringcache_locate, the multi-get
+ * callback) are positions in the membership current when they are read;
+ * an epoch change renumbers them. Strings returned by ringcache_node_id and
+ * ringcache_node_addr stay valid until ringcache_free.
  *
  * Failure rules: a node that fails (connect error, timeout, I/O error or a
  * reply that is not the protocol) is marked down for the retry interval,
@@ -23,6 +28,30 @@
  * A call waits at most about connect_timeout_ms + op_timeout_ms for each
  * node it tries (one for writes, at most R for reads), and not at all for
  * a node already marked down.
+ *
+ * Epochs (docs/cluster.md): the handle routes with one membership epoch
+ * at a time (ringcache_epoch). It learns newer ones
+ *   - from `SERVER_ERROR MOVED <epoch> <addr>`: when the epoch is higher
+ *     than the handle's, it fetches `config` from the node that answered
+ *     (else from addr), adopts it and retries; at most 3 redirects per
+ *     operation, then a read is a miss (RINGCACHE_ENOTFOUND, never a stale
+ *     hit) and a write fails with RINGCACHE_EMOVED;
+ *   - from `SERVER_ERROR TRYAGAIN <epoch>` (the key's range is fenced
+ *     during a handoff): retried after 1 ms, doubling, until the op
+ *     timeout; then a miss for reads, RINGCACHE_ETRYAGAIN for writes;
+ *   - from a periodic poll: every poll interval (default 1000 ms, see
+ *     ringcache_set_poll_interval) the first call that finds it due sends
+ *     `epoch` to one node, on the calling thread (there is no background
+ *     thread), and fetches `config` when that node is ahead. A poll of a
+ *     node that hangs costs that one call up to one more timeout;
+ *   - from ringcache_refresh.
+ * Only strictly higher epochs are adopted. A new ring is swapped in
+ * atomically; calls already running finish with the ring they started
+ * with (a reference-counted snapshot). Once a node has reported a
+ * non-zero epoch, every connection declares the handle's epoch
+ * (`epoch <n>`, once per connection and again after each change) so that
+ * nodes answer MOVED rather than forwarding; plain memcached servers
+ * (which report no epoch) never see it.
  */
 #ifndef CLIENT_RINGCACHE_H
 #define CLIENT_RINGCACHE_H
@@ -51,7 +80,9 @@ extern "C" {
 #define RINGCACHE_ESERVER    (-13)  /* SERVER_ERROR: the node could not do it */
 #define RINGCACHE_ENONNUMERIC (-14) /* incr/decr on a value that is not a decimal number */
 #define RINGCACHE_EMEMBERS   (-15)  /* bad membership file or seed list */
-#define RINGCACHE_ERRNO_MIN  (-15)  /* the lowest code, for iterating */
+#define RINGCACHE_EMOVED     (-16)  /* write: still redirected (MOVED) after 3 hops */
+#define RINGCACHE_ETRYAGAIN  (-17)  /* write: the key's range stayed fenced (TRYAGAIN) for the op timeout */
+#define RINGCACHE_ERRNO_MIN  (-17)  /* the lowest code, for iterating */
 
 #define RINGCACHE_KEY_MAX    250    /* bytes in a key */
 
@@ -107,14 +138,43 @@ int ringcache_new_members_text(struct ringcache **out, const char *text,
                                char *err, size_t errlen);
 
 /**
- * Create a handle from seed addresses ("host:port" or "[v6]:port"). Until
- * nodes publish their membership, the seeds are the membership: each node's
- * id is its address (brackets dropped), weight 1, 160 vnodes, R = 1.
+ * Create a handle from seed addresses ("host:port" or "[v6]:port"). The
+ * seeds are asked for the membership (`config`) in order; the first that
+ * returns one with a non-zero epoch gives the ring. When none has one
+ * (plain nodes, epoch 0, or seeds that do not answer), the seeds are the
+ * membership: each node's id is its address (brackets dropped), weight 1,
+ * 160 vnodes, R = 1, epoch 0; a membership published later is learned by
+ * the poll. Creation waits at most connect + op timeout per seed asked.
  * Returns as ringcache_new_members_file.
  */
 int ringcache_new_seeds(struct ringcache **out, const char *const *addrs,
                         size_t n_addrs, const struct ringcache_options *opt,
                         char *err, size_t errlen);
+
+/**
+ * The epoch of the membership the handle routes with now (0: seeds used
+ * as the membership, no epoch known). Safe to call from any thread.
+ */
+uint64_t ringcache_epoch(struct ringcache *rc);
+
+/**
+ * Fetch `config` now from the handle's nodes (in order, skipping those
+ * marked down; the first that answers decides) and adopt it when its epoch
+ * is higher than the handle's.
+ * @return 0 when a node answered (see ringcache_epoch for the outcome),
+ *         RINGCACHE_EMEMBERS when its membership is invalid, or the error
+ *         of the last node tried (RINGCACHE_EIO, RINGCACHE_ETIMEDOUT,
+ *         RINGCACHE_ECLIENT for a node without the extension, ...)
+ */
+int ringcache_refresh(struct ringcache *rc);
+
+/**
+ * Set the periodic epoch poll interval in milliseconds (default 1000);
+ * 0 turns the poll off (MOVED replies and ringcache_refresh still teach
+ * the handle new epochs). Safe to call from any thread.
+ * @return 0, or RINGCACHE_EINVAL for a negative interval
+ */
+int ringcache_set_poll_interval(struct ringcache *rc, int ms);
 
 /**
  * Close every connection and free the handle. NULL is allowed. No other

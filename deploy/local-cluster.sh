@@ -36,6 +36,8 @@ esac
 [ "$base" -ge 1 ] && [ "$base" -le 65533 ] || die "--base-port: $base is out of range"
 
 ids=(cache-a cache-b cache-c)
+# Points per node: the library's default, RING_VNODES_DEFAULT (docs/vnodes.md).
+RING_VNODES=320
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(dirname "$here")
 
@@ -134,7 +136,7 @@ do_up() {
     {
         echo "# written by deploy/local-cluster.sh"
         echo "epoch 1"
-        echo "vnodes 160"
+        echo "vnodes $RING_VNODES"
         echo "replicas 1"
         for i in 0 1 2; do
             echo "node ${ids[$i]} 127.0.0.1:$((base + i))"

@@ -18,7 +18,7 @@
 #define RING_VNODES_MAX    65535
 #define RING_NODES_MAX     65535   /* a node index fits in 16 bits */
 #define RING_LINE_MAX      1024    /* longest line of a *.members file */
-#define RING_VNODES_DEFAULT 160    /* see docs/vnodes.md for the measurement */
+#define RING_VNODES_DEFAULT 320    /* chosen by measurement: docs/vnodes.md */
 #define RING_POINTS_MAX    (1u << 26) /* sum of weight*vnodes ring_build takes */
 
 /* Error codes (negative returns). */

@@ -98,16 +98,19 @@ fmt_u64(char *p, uint64_t v)
     return p;
 }
 
-/* An unsigned decimal that fits in 64 bits, digits only. */
+/* An unsigned decimal that fits in 64 bits: digits, with an optional
+ * leading '+' (memcached parses with strtoull, so clients send it). */
 static bool
 parse_u64(const struct token *t, uint64_t *out)
 {
     uint64_t v = 0;
-    size_t i;
+    size_t i = 0;
 
-    if (t->len == 0 || t->len > 20)
+    if (t->len > 1 && t->p[0] == '+')
+        i = 1;
+    if (t->len == 0 || t->len - i > 20)
         return false;
-    for (i = 0; i < t->len; i++) {
+    for (; i < t->len; i++) {
         unsigned d = (unsigned char)t->p[i] - '0';
         if (d > 9 || v > (UINT64_MAX - d) / 10)
             return false;
@@ -854,7 +857,7 @@ stats_settings(struct conn *c)
     conn_out_add(c, "END\r\n", 5);
 }
 
-/* stats [settings|reset|items|slabs]; anything else is ERROR. */
+/* stats [settings|reset|items|slabs|sizes]; anything else is ERROR. */
 static void
 process_stats(struct conn *c, struct token *t, int ntok)
 {
@@ -868,6 +871,9 @@ process_stats(struct conn *c, struct token *t, int ntok)
     } else if (TOK_IS(&t[1], "items") || TOK_IS(&t[1], "slabs")) {
         /* No slab classes here; an empty group keeps exporters happy. */
         conn_out_add(c, "END\r\n", 5);
+    } else if (TOK_IS(&t[1], "sizes")) {
+        /* memcached's answer when the size histogram is off. */
+        conn_out_add(c, "STAT sizes_status disabled\r\nEND\r\n", 33);
     } else {
         conn_out_add(c, "ERROR\r\n", 7);
     }

@@ -271,7 +271,12 @@ static const struct pcase cases[] = {
       "VERSION " PROTO_VERSION_STRING "\r\nERROR\r\n", PROTO_MORE },
     { "stats bogus", "stats bogus\r\nstats noreply\r\n", "ERROR\r\nERROR\r\n", PROTO_MORE },
     { "stats reset", "stats reset\r\n", "RESET\r\n", PROTO_MORE },
-    { "stats items slabs", "stats items\r\nstats slabs\r\n", "END\r\nEND\r\n", PROTO_MORE },
+    { "stats items slabs sizes", "stats items\r\nstats slabs\r\nstats sizes\r\n",
+      "END\r\nEND\r\nSTAT sizes_status disabled\r\nEND\r\n", PROTO_MORE },
+    { "leading plus like strtoul", "set a +1 +0 +1\r\n5\r\nincr a +5\r\nget a\r\n",
+      "STORED\r\n10\r\nVALUE a 1 2\r\n10\r\nEND\r\n", PROTO_MORE },
+    { "lone plus is not a number", "incr a +\r\nset a + 0 1\r\n1\r\n",
+      "CLIENT_ERROR invalid numeric delta argument\r\n" E_FMT, PROTO_MORE },
     { "partial command waits", "set a 0 0 5\r\nab", "", PROTO_MORE },
 };
 

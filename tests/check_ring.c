@@ -823,7 +823,8 @@ END_TEST
 
 /* The build sorts ids on 16-byte prefixes and checks duplicates itself:
  * ids sharing long prefixes tie in id order, a duplicate is refused, and a
- * ring big enough for the build's huge-page arrays is order independent. */
+ * ring big enough for the widest bucket sort and a huge-page block for its
+ * arrays (1.6M points) is order independent. */
 START_TEST(build_long_ids_and_large_ring)
 {
     static const char *ids[] = {
@@ -875,15 +876,15 @@ START_TEST(build_long_ids_and_large_ring)
     ring_members_free(p);
     ring_members_free(m);
 
-    /* 10^6 points: positions ascend, lookups land on them, any order. */
-    big = random_members(&s, 1000, 1000, 1, 0);
+    /* 1.6M points: positions ascend, lookups land on them, any order. */
+    big = random_members(&s, 1000, 1600, 1, 0);
     bigp = shuffled(big, &s);
     r = ring_build(big);
     rp = ring_build(bigp);
     ck_assert_ptr_nonnull(r);
     ck_assert_ptr_nonnull(rp);
-    ck_assert_uint_eq(ring_n_points(r), 1000000);
-    ck_assert_uint_eq(ring_n_points(rp), 1000000);
+    ck_assert_uint_eq(ring_n_points(r), 1600000);
+    ck_assert_uint_eq(ring_n_points(rp), 1600000);
     /* One assertion at the end: Check reports every passing one. */
     for (i = 0, bad = 0; i < ring_n_points(r); i++) {
         uint64_t pi, pj;

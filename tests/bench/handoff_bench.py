@@ -198,16 +198,19 @@ def bench_ringcache(a, figures):
 
         def poll():
             while not stop_poll.is_set():
+                t0 = time.monotonic()
                 st = cl.status()
-                now = time.monotonic()
                 if re.search(r"copy", st["raw"], re.I):
-                    copy_seen.append(now)
+                    # The window from the start of the first poll that saw
+                    # COPY to the end of the last one.
+                    copy_seen.append(t0 if not copy_seen else time.monotonic())
                 if st["nodes"]:
                     last_status.update(st)
                 stop_poll.wait(0.2)
         poller = threading.Thread(target=poll, daemon=True)
         poller.start()
-        args = ["join", "d", d.addr_s] + (["--rate", str(a.rate)] if a.rate else [])
+        # Options before the operands (ringctl stops option parsing at the first).
+        args = ["join"] + (["--rate", str(a.rate)] if a.rate else []) + ["d", d.addr_s]
         rc, out, err = cl.ctl(*args, timeout=3600)
         t_done = time.monotonic()
         stop_poll.set()
@@ -232,8 +235,9 @@ def bench_ringcache(a, figures):
             imported = int(dst.get("bytes_imported", dst.get("cluster_bytes_imported", 0)))
         how = "node counter"
         if not imported:
-            imported = sum(size_of(i) for i in range(a.items) if prim2[i] == "d")
-            how = "value bytes of the keys whose primary became d (no node counter)"
+            imported = sum(size_of(i) + len(key_of(i)) for i in range(a.items)
+                           if prim2[i] == "d")
+            how = "key+value bytes of the keys whose primary became d (no node counter)"
         print("# copied_over_imported: sent %d bytes, imported %d bytes (%s)" % (sent, imported,
                                                                                how), flush=True)
         copy_time = (copy_seen[-1] - copy_seen[0]) if len(copy_seen) > 1 else figures["join_s"]

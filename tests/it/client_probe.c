@@ -4,7 +4,10 @@
  * stdout ending in a line "." so the test can kill and restart nodes
  * between commands while the handle (its pools and down marks) lives on.
  *
- *   usage: client_probe MEMBERS [OP_TIMEOUT_MS RETRY_MS RETRY_MAX_MS]
+ *   usage: client_probe MEMBERS|seeds:H:P,H:P [OP_TIMEOUT_MS RETRY_MS RETRY_MAX_MS [POLL_MS]]
+ *
+ * Besides the data commands: "epoch" prints the handle's epoch, "refresh"
+ * calls ringcache_refresh, "nodes" prints "id addr" per node.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -32,7 +35,7 @@ code_name(int code)
     static const char *names[] = {
         "OK", "ENOTFOUND", "ENOTSTORED", "EEXISTS", "EINVAL", "EKEY", "ETOOBIG",
         "ENOMEM", "EDOWN", "ETIMEDOUT", "EIO", "EPROTO", "ECLIENT", "ESERVER",
-        "ENONNUMERIC", "EMEMBERS",
+        "ENONNUMERIC", "EMEMBERS", "EMOVED", "ETRYAGAIN",
     };
 
     if (code > 0 || code < RINGCACHE_ERRNO_MIN) {
@@ -50,6 +53,50 @@ owner_of(const char *key)
         return "-";
     }
     return ringcache_node_id(rc, owner);
+}
+
+/* One op on one key for "many" and "list": set writes "value-of-KEY",
+ * get checks it. Prints "key owner code ms"; returns the ms taken. */
+static double
+one_op(const char *op, const char *key, int i)
+{
+    char val[320];
+    double t0, dt;
+    int ret;
+
+    snprintf(val, sizeof(val), "value-of-%s", key);
+    t0 = now_ms();
+    if (strcmp(op, "set") == 0) {
+        ret = ringcache_set(rc, key, strlen(key), val, strlen(val), (uint32_t)i, 0);
+    } else {
+        struct ringcache_value v;
+
+        ret = ringcache_get(rc, key, strlen(key), &v);
+        if (ret == 0) {
+            if (v.len != strlen(val) || memcmp(v.data, val, v.len) != 0) {
+                ret = RINGCACHE_EPROTO;
+            }
+            ringcache_value_clear(&v);
+        }
+    }
+    dt = now_ms() - t0;
+    printf("%s %s %s %.1f\n", key, owner_of(key), code_name(ret), dt);
+    return dt;
+}
+
+/* "list set|get K1 K2 ...": one_op per key, then "max_ms X". */
+static void
+cmd_list(char *rest)
+{
+    char *save = NULL, *op = strtok_r(rest, " \n", &save), *key;
+    double dt, max = 0;
+    int i = 0;
+
+    while (op != NULL && (key = strtok_r(NULL, " \n", &save)) != NULL) {
+        dt = one_op(op, key, i++);
+        max = dt > max ? dt : max;
+    }
+    printf("max_ms %.1f\n", max);
 }
 
 /* "many set|get PREFIX N": one op per key; per key a line
@@ -294,23 +341,43 @@ main(int argc, char **argv)
     char err[512];
     int n, m;
 
-    if (argc != 2 && argc != 5) {
-        fprintf(stderr, "usage: client_probe MEMBERS [OP_TIMEOUT_MS RETRY_MS RETRY_MAX_MS]\n");
+    if (argc != 2 && argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: client_probe MEMBERS|seeds:H:P,H:P [OP_TIMEOUT_MS RETRY_MS "
+                        "RETRY_MAX_MS [POLL_MS]]\n");
         return 2;
     }
     ringcache_options_init(&opt);
-    if (argc == 5) {
+    if (argc >= 5) {
         opt.op_timeout_ms = atoi(argv[2]);
         opt.retry_interval_ms = atoi(argv[3]);
         opt.retry_max_ms = atoi(argv[4]);
     }
-    if (ringcache_new_members_file(&rc, argv[1], &opt, err, sizeof(err)) != 0) {
+    if (strncmp(argv[1], "seeds:", 6) == 0) {
+        char *list = strdup(argv[1] + 6), *save = NULL, *tok;
+        const char *seeds[16];
+        size_t ns = 0;
+
+        for (tok = strtok_r(list, ",", &save); tok != NULL && ns < 16;
+             tok = strtok_r(NULL, ",", &save)) {
+            seeds[ns++] = tok;
+        }
+        n = ringcache_new_seeds(&rc, seeds, ns, &opt, err, sizeof(err));
+        free(list);
+    } else {
+        n = ringcache_new_members_file(&rc, argv[1], &opt, err, sizeof(err));
+    }
+    if (n != 0) {
         fprintf(stderr, "client_probe: %s\n", err);
         return 1;
     }
+    if (argc == 6) {
+        ringcache_set_poll_interval(rc, atoi(argv[5]));
+    }
     setvbuf(stdout, NULL, _IOFBF, 1 << 16);
     while (fgets(line, sizeof(line), stdin) != NULL) {
-        if (sscanf(line, "many %255s %255s %d", a, b, &n) == 3) {
+        if (strncmp(line, "list ", 5) == 0) {
+            cmd_list(line + 5);
+        } else if (sscanf(line, "many %255s %255s %d", a, b, &n) == 3) {
             cmd_many(a, b, n);
         } else if (sscanf(line, "mget %255s %d", a, &n) == 2) {
             cmd_mget(a, n);
@@ -318,6 +385,17 @@ main(int argc, char **argv)
             cmd_threads(n, m);
         } else if (sscanf(line, "ops %255s", a) == 1) {
             cmd_ops(a);
+        } else if (strncmp(line, "epoch", 5) == 0) {
+            printf("epoch %llu\n", (unsigned long long)ringcache_epoch(rc));
+        } else if (strncmp(line, "refresh", 7) == 0) {
+            printf("refresh %s epoch %llu\n", code_name(ringcache_refresh(rc)),
+                   (unsigned long long)ringcache_epoch(rc));
+        } else if (strncmp(line, "nodes", 5) == 0) {
+            size_t i;
+
+            for (i = 0; i < ringcache_node_count(rc); i++) {
+                printf("%s %s\n", ringcache_node_id(rc, i), ringcache_node_addr(rc, i));
+            }
         } else if (strncmp(line, "down", 4) == 0) {
             size_t i;
 

@@ -962,22 +962,51 @@ def misrouted_acks(hist, phase, owners_sets):
 
 # ---------------------------------------------------------------- the sweep
 
-def sweep(hist, members, extra=(), declare=True, orphan_wait=10.0, batch=100):
+def sweep(hist, members, extra=(), declare=True, orphan_wait=10.0, batch=100,
+          secondaries=True):
     """Read every key of the universe on each of its owners per `members`
     (text form) and judge it against the full history; count items held
     outside what each node owns from `stats curr_items` (a node holds only
     harness keys, so curr_items - owned keys found = orphans), polling for
     background cleanup up to orphan_wait seconds. extra = [(id, addr)] of
     running nodes not in the membership (a leaver, an aborted joiner): they
-    must hold nothing. Returns a dict of findings."""
+    must hold nothing. secondaries=False (nodes that serve reads at the
+    primary only, see probe_routing): only primaries are read, and a node
+    may also hold up to one item per key it is a secondary owner of (an
+    upper bound: the orphan count is then a lower bound). Returns a dict of
+    findings."""
     m = parse_members(members)
     owners = locate(members, hist.keys)
     addr_of = {i: parse_addr(a) for i, a in m["nodes"]}
     res = {"lost": [], "resurrected": [], "phantom": [], "corrupt": [],
            "unacked_applied": 0, "moved": [], "errors": [], "found": {}, "items": {},
-           "orphans": {}, "evictions": {}, "misrouted": {}, "checked_keys": 0, "acked_keys": 0}
+           "orphans": {}, "evictions": {}, "misrouted": {}, "checked_keys": 0, "acked_keys": 0,
+           "secondary_slack": {}}
     t_now = time.monotonic()
-    per_node = {i: [k for k in hist.keys if i in owners[k]] for i in addr_of}
+    per_node = {i: [k for k in hist.keys if (i in owners[k] if secondaries
+                                              else i == owners[k][0])] for i in addr_of}
+    for i in addr_of:
+        res["secondary_slack"][i] = 0 if secondaries else sum(
+            1 for k in hist.keys if i in owners[k][1:])
+
+    def judge_one(nid, k, vals):
+        ops = hist.ops[k]
+        if k in vals:
+            seq = parse_value(k, vals[k])
+            st = "hit"
+            if seq is None:
+                seq = -1
+        else:
+            st, seq = "miss", None
+        v = judge(ops, t_now, t_now, st, seq)
+        if v == "stale":
+            v = "lost"     # older than the last acknowledged write
+        if v:
+            res[v].append((k, nid, seq, ops[-3:]))
+        elif st == "hit" and unacked_applied(ops, seq):
+            res["unacked_applied"] += 1
+        return st == "hit"
+
     for nid, keys in per_node.items():
         found = 0
         try:
@@ -991,27 +1020,22 @@ def sweep(hist, members, extra=(), declare=True, orphan_wait=10.0, batch=100):
             for i in range(0, len(keys), batch):
                 chunk = keys[i:i + batch]
                 vals, err = c.get_multi(chunk)
-                if vals is None:
-                    res["moved" if parse_redirect(err) else "errors"].append(
-                        "%s: get of %d keys: %r" % (nid, len(chunk), err))
+                if vals is None and parse_redirect(err):
+                    # Which keys? One by one.
+                    vals = {}
+                    for k in chunk:
+                        v1, e1 = c.get_multi([k])
+                        if v1 is None:
+                            res["moved" if parse_redirect(e1) else "errors"].append(
+                                "%s: get %s: %r" % (nid, k, e1))
+                            chunk = [x for x in chunk if x != k]
+                        else:
+                            vals.update(v1)
+                elif vals is None:
+                    res["errors"].append("%s: get of %d keys: %r" % (nid, len(chunk), err))
                     continue
                 for k in chunk:
-                    ops = hist.ops[k]
-                    if k in vals:
-                        found += 1
-                        seq = parse_value(k, vals[k])
-                        st = "hit"
-                        if seq is None:
-                            seq = -1
-                    else:
-                        st, seq = "miss", None
-                    v = judge(ops, t_now, t_now, st, seq)
-                    if v == "stale":
-                        v = "lost"     # older than the last acknowledged write
-                    if v:
-                        res[v].append((k, nid, seq, ops[-3:]))
-                    elif st == "hit" and unacked_applied(ops, seq):
-                        res["unacked_applied"] += 1
+                    found += judge_one(nid, k, vals)
         except (OSError, ConnectionError, ProtoError) as e:
             res["errors"].append("%s: %s" % (nid, e))
         finally:
@@ -1034,11 +1058,42 @@ def sweep(hist, members, extra=(), declare=True, orphan_wait=10.0, batch=100):
             res["evictions"][nid] = int(st.get("evictions", 0))
             if "misrouted" in st:
                 res["misrouted"][nid] = int(st["misrouted"])
-            out[nid] = items - res["found"].get(nid, 0)
+            out[nid] = max(0, items - res["found"].get(nid, 0)
+                           - res["secondary_slack"].get(nid, 0))
         return out
     res["orphans"] = wait_for(lambda: (lambda o: o if all(v == 0 for v in o.values()) else None)(
         orphan_counts()), orphan_wait, 0.1) or orphan_counts()
     return res
+
+
+def probe_routing(cl, text):
+    """What the nodes of a membership do with reads they do not own as
+    primary: {'forwards': a plain client's get at a non-owner is answered
+    (forwarded), 'secondary_reads': a declared get at a secondary owner is
+    served (None when R = 1)}."""
+    m = parse_members(text)
+    addr_of = {i: parse_addr(a) for i, a in m["nodes"]}
+    keys = ["probe-%d" % i for i in range(64)]
+    owners = locate(text, keys)
+    out = {"forwards": None, "secondary_reads": None}
+    for k in keys:
+        non = [i for i in addr_of if i not in owners[k]]
+        if non and out["forwards"] is None:
+            c = Conn(addr_of[non[0]])
+            try:
+                vals, err = c.get_multi([k])
+            finally:
+                c.close()
+            out["forwards"] = vals is not None
+        if len(owners[k]) > 1 and out["secondary_reads"] is None:
+            c = Conn(addr_of[owners[k][1]])
+            try:
+                c.declare(m["epoch"])
+                vals, err = c.get_multi([k])
+            finally:
+                c.close()
+            out["secondary_reads"] = vals is not None
+    return out
 
 
 def sweep_summary(res):
@@ -1417,7 +1472,8 @@ def run_load_around(load, phase, fn, before_ops=400, after_ops=400, timeout=30.0
     return out
 
 
-def check_transition(t, cl, hist, phase, before, after, label, extra=(), attempted=None):
+def check_transition(t, cl, hist, phase, before, after, label, extra=(), attempted=None,
+                     secondaries=True):
     """After a transition (or an abort: after == before, attempted = the
     membership that was tried): the reads of the phase, the owner sweep at
     `after`, movement and the non-moving ranges (of the attempted change),
@@ -1433,8 +1489,12 @@ def check_transition(t, cl, hist, phase, before, after, label, extra=(), attempt
          viol["resurrected"][:10])
     t.ok(not viol["phantom"] and not viol["corrupt"], "%s: 0 phantom or corrupt values" % label,
          (viol["phantom"] + viol["corrupt"])[:10])
-    res = sweep(hist, after, extra=extra)
+    res = sweep(hist, after, extra=extra, secondaries=secondaries)
     t.diag("%s: %s" % (label, sweep_summary(res)))
+    if not secondaries:
+        t.diag("%s: the nodes serve reads at the primary only: secondaries not read, "
+               "orphan counts allow one item per secondary key %s"
+               % (label, res["secondary_slack"]))
     t.diag("%s: unacked writes seen applied by readers: %d" % (label, unacked))
     inval = evicted(res)
     if inval:
@@ -1481,8 +1541,12 @@ def check_transition(t, cl, hist, phase, before, after, label, extra=(), attempt
     moving = set(hist.keys) - nonmoving
     lat = sorted(o[3] - o[2] for k in moving for o in hist.ops[k] if o[8] == phase)
     if lat:
-        t.diag("%s: moving keys: %d writes, p99 %.1f ms, max %.1f ms" % (
-            label, len(lat), lat[int(len(lat) * 0.99)] * 1000, lat[-1] * 1000))
+        me = phase_errors(hist, phase, moving)
+        t.diag("%s: moving keys: %d writes, p99 %.1f ms, max %.1f ms; errors: write %d, "
+               "read %d; TRYAGAIN %d, MOVED %d (absorbed by the client)" % (
+                   label, len(lat), lat[int(len(lat) * 0.99)] * 1000, lat[-1] * 1000,
+                   len(me["write_errors"]), len(me["read_errors"]), len(me["tryagain"]),
+                   len(me["moved"])))
     t.ok(res["misrouted"] and all(v == 0 for v in res["misrouted"].values()),
          "%s: stats misrouted 0 on every node %s" % (label, res["misrouted"]))
     st = cl.status()

@@ -101,7 +101,7 @@ def test_local_cluster(t):
         pids = [int(open(os.path.join(d, i + ".pid")).read()) for i in Cluster.IDS
                 if os.path.exists(os.path.join(d, i + ".pid"))]
         t.ok(rc == 0 and len(pids) == 3 and all(accepts(base + i) for i in range(3))
-             and "replicas 1" in text and "vnodes 160" in text
+             and "replicas 1" in text and "vnodes 320" in text
              and all("node %s 127.0.0.1:%d" % (nid, base + i) in text
                      for i, nid in enumerate(Cluster.IDS)),
              "local-cluster.sh up starts three nodes and writes cluster.members", (rc, out, err, text))

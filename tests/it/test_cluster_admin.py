@@ -52,8 +52,10 @@ def scenario(t):
         e, f = cl.add("e"), cl.add("f")
 
         def race():
-            p1 = cl.ctl_bg("join", "e", e.addr_s, "--rate", "1")
-            p2 = cl.ctl_bg("join", "f", f.addr_s, "--rate", "1")
+            # Options before the operands: ringctl's getopt stops at the
+            # first operand ("+"), so `join ID ADDR --rate R` is refused.
+            p1 = cl.ctl_bg("join", "--rate", "1", "e", e.addr_s)
+            p2 = cl.ctl_bg("join", "--rate", "1", "f", f.addr_s)
             outs = [p.communicate(timeout=90) for p in (p1, p2)]
             return [p1.returncode, p2.returncode], outs
         rcs, outs = lg.run_load_around(load, 1, race)
@@ -75,15 +77,17 @@ def scenario(t):
         state = {}
 
         def kill_then_resume():
-            p = cl.ctl_bg("join", "d", d.addr_s, "--rate", "1")
+            p = cl.ctl_bg("join", "--rate", "1", "d", d.addr_s)
             state["copying"], state["raw"] = wait_copying(cl, p)
-            os.kill(p.pid, signal.SIGKILL)
-            p.communicate(timeout=10)
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+            state["out"] = p.communicate(timeout=10)
             state["killed_rc"] = p.returncode
             return cl.ctl("resume")
         rc, out, err = lg.run_load_around(load, 2, kill_then_resume)
         t.ok(state["copying"] and state["killed_rc"] == -signal.SIGKILL,
-             "ringctl join killed with SIGKILL while status shows COPYING", state["raw"][-600:])
+             "ringctl join killed with SIGKILL while status shows COPYING",
+             (state["raw"][-600:], state["out"]))
         t.ok(rc == 0 and cl.store_epoch() == 3 and not cl.store_pending(),
              "resume finishes the join: exit 0, epoch 3", (rc, lg.tail(out), lg.tail(err)))
         e3 = cl.store_active()
@@ -98,14 +102,17 @@ def scenario(t):
                                     4, cl.replicas, cl.vnodes)
 
         def kill_then_abort():
-            p = cl.ctl_bg("join", loser.id, loser.addr_s, "--rate", "1")
+            p = cl.ctl_bg("join", "--rate", "1", loser.id, loser.addr_s)
             state["copying"], state["raw"] = wait_copying(cl, p)
-            os.kill(p.pid, signal.SIGKILL)
-            p.communicate(timeout=10)
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+            out = p.communicate(timeout=10)
+            state["killed_rc"], state["out"] = p.returncode, out
             return cl.ctl("abort")
         rc, out, err = lg.run_load_around(load, 3, kill_then_abort)
-        t.ok(state["copying"], "ringctl join %s killed while COPYING" % loser.id,
-             state["raw"][-600:])
+        t.ok(state["copying"] and state["killed_rc"] == -signal.SIGKILL,
+             "ringctl join %s killed with SIGKILL while COPYING" % loser.id,
+             (state["raw"][-600:], state["out"]))
         t.ok(rc == 0 and cl.store_epoch() == 3 and not cl.store_pending(),
              "abort: exit 0, the store still at epoch 3", (rc, lg.tail(out), lg.tail(err)))
         conv = cl.converged(3, ids3)
