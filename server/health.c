@@ -54,6 +54,7 @@ struct peer {
     uint64_t            last_pong_ms;   /* 0 = never */
     uint64_t            last_ping_ms;
     uint64_t            fail_ms;        /* last connection failure, 0 = none since a Pong */
+    uint64_t            born_ms;        /* entered the table: silence counts from here */
     uint64_t            seq, round_seq, epoch;
     bool                refused;        /* the last attempt failed outright */
     bool                settled;        /* answered (or failed) in the current round */
@@ -376,39 +377,57 @@ table_free(struct health *h)
     h->n = 0;
 }
 
-/* Rebuild the peers from the active membership (every other member). */
+/* Rebuild the peers from the active membership (every other member). A
+ * peer of the old table with the same id and address keeps its connection
+ * and history; a new one starts its silence count now. */
 static void
 table_build(struct health *h)
 {
     const struct ring_members *m = h->cl->active;
-    uint32_t i;
+    struct peer *old = h->peers;
+    uint32_t i, k, nold = h->n;
+    uint64_t now = mono_ms();
 
-    table_free(h);
+    h->peers = NULL;
+    h->n = 0;
     h->table_epoch = m != NULL ? m->epoch : 0;
-    if (m == NULL || m->n_nodes <= 1)
-        return;
-    h->peers = calloc(m->n_nodes, sizeof(*h->peers));
-    if (h->peers == NULL)
-        return;
-    for (i = 0; i < m->n_nodes; i++) {
+    if (m != NULL && m->n_nodes > 1)
+        h->peers = calloc(m->n_nodes, sizeof(*h->peers));
+    for (i = 0; h->peers != NULL && i < m->n_nodes; i++) {
         struct peer *p;
 
         if (strcmp(m->nodes[i].id, h->cl->id) == 0)
             continue;
         p = &h->peers[h->n++];
-        p->h = h;
+        for (k = 0; k < nold; k++) {
+            if (strcmp(old[k].id, m->nodes[i].id) == 0 &&
+                strcmp(old[k].addr, m->nodes[i].addr) == 0) {
+                *p = old[k];
+                old[k].bev = NULL;
+                if (p->bev != NULL)
+                    bufferevent_setcb(p->bev, peer_read_cb, NULL, peer_event_cb, p);
+                break;
+            }
+        }
+        if (k == nold) {
+            p->h = h;
+            p->born_ms = now;
+            snprintf(p->id, sizeof(p->id), "%s", m->nodes[i].id);
+            snprintf(p->addr, sizeof(p->addr), "%s", m->nodes[i].addr);
+        }
         p->idx = (int32_t)i;
-        snprintf(p->id, sizeof(p->id), "%s", m->nodes[i].id);
-        snprintf(p->addr, sizeof(p->addr), "%s", m->nodes[i].addr);
     }
+    for (k = 0; k < nold; k++)
+        peer_close(&old[k]);
+    free(old);
 }
 
 /* State of a peer now: up while Pongs come, suspect after a silence,
  * down after a longer one or at once when its port refuses. */
 static enum peer_health
-peer_state(const struct health *h, const struct peer *p, uint64_t now)
+peer_state(const struct peer *p, uint64_t now)
 {
-    uint64_t since = p->last_pong_ms != 0 ? p->last_pong_ms : h->start_ms;
+    uint64_t since = p->last_pong_ms != 0 ? p->last_pong_ms : p->born_ms;
 
     if (p->refused)
         return PEER_DOWN;
@@ -459,7 +478,7 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
             peer_fail(p, "no answer to connect/Hello", false);
         else if (p->cstate == PC_READY && now >= p->last_ping_ms + HEALTH_PING_MS)
             peer_ping(p);
-        p->state = peer_state(h, p, now);
+        p->state = peer_state(p, now);
         if (p->state == PEER_DOWN && p->idx < 64 * CLUSTER_MASK_WORDS)
             mask[p->idx / 64] |= (uint64_t)1 << (p->idx % 64);
         all_settled = all_settled && p->settled;
@@ -574,7 +593,7 @@ health_status(struct health *h, struct health_peer *out, size_t max)
         const struct peer *p = &h->peers[i];
 
         snprintf(out[i].id, sizeof(out[i].id), "%s", p->id);
-        out[i].state = peer_state(h, p, now);
+        out[i].state = peer_state(p, now);
         out[i].last_seen_ms = p->last_pong_ms != 0 ? now - p->last_pong_ms + 1 : 0;
         out[i].epoch = p->epoch;
         snprintf(out[i].error, sizeof(out[i].error), "%s", p->cstate == PC_READY ? ""
