@@ -333,6 +333,8 @@ conn_close(struct conn *c)
         event_del(c->ev);
         event_free(c->ev);
     }
+    if (c->stall_ev != NULL)
+        event_free(c->stall_ev);
     if (c->fd >= 0)
         close(c->fd);
     if (c->nread_it != NULL)
@@ -388,6 +390,8 @@ conn_flush(struct conn *c)
             return -1;
         }
         STATS_ADD(&c->w->stats, bytes_written, n);
+        if (n > 0 && c->stall_ev != NULL)
+            evtimer_del(c->stall_ev);
         c->out_bytes -= (size_t)n;
         while ((ch = c->out_head) != NULL) {
             size_t left = ch->len - ch->off;
@@ -438,6 +442,64 @@ conn_read(struct conn *c, bool *filled)
         STATS_ADD(&c->w->stats, bytes_read, n);
     *filled = (size_t)n == room;
     return n;
+}
+
+/*
+ * While the output is blocked: read what the client sends (without
+ * parsing it) until the socket is empty, which absorbs pipelined requests
+ * beyond what the kernel buffers hold. Returns 0, 1 when CONN_STALL_IN_CAP
+ * unparsed bytes are waiting (stop reading), or -1 on a read error.
+ */
+static int
+conn_stall_read(struct conn *c)
+{
+    bool filled;
+
+    while (!c->eof) {
+        ssize_t n;
+
+        if (c->rend - c->rpos >= CONN_STALL_IN_CAP)
+            return 1;
+        n = conn_read(c, &filled);
+        if (n == -2)
+            return 0;
+        if (n == 0)
+            c->eof = true;   /* half-closed: still owed its replies */
+        else if (n < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The stall deadline passed without a byte written: the client sends but
+ * does not read (or both sides wait on each other); hang up. */
+static void
+conn_stall_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+
+    (void)fd;
+    (void)what;
+    log_msg(LOG_INFO, "connection %d: sends but does not read its replies, closing",
+            c->fd);
+    conn_close(c);
+}
+
+/* Arm the stall deadline (once per stall; write progress disarms it). */
+static int
+conn_stall_arm(struct conn *c)
+{
+    int ms = c->w->srv->stall_timeout_ms;
+    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+    if (c->stall_ev == NULL) {
+        c->stall_ev = evtimer_new(c->w->base, conn_stall_cb, c);
+        if (c->stall_ev == NULL)
+            return -1;
+    }
+    if (evtimer_pending(c->stall_ev, NULL))
+        return 0;
+    return evtimer_add(c->stall_ev, &tv);
 }
 
 /* Stop reading; close once the output is written. */
@@ -491,8 +553,20 @@ conn_event_cb(int fd, short what, void *arg)
             if (r < 0)
                 goto close;
             if (r > 0) {
-                /* Stop reading until the client takes its replies. */
-                if (conn_set_events(c, EV_WRITE) < 0)
+                /* Blocked on the client: parse nothing more until it takes
+                 * its replies, but keep taking its input (unparsed, up to
+                 * CONN_STALL_IN_CAP) so one that never reads is noticed. */
+                int full = 0;
+
+                if (!c->close_after_write) {
+                    full = conn_stall_read(c);
+                    if (full < 0)
+                        goto close;
+                    if (full > 0 && conn_stall_arm(c) < 0)
+                        goto close;
+                }
+                if (conn_set_events(c, c->close_after_write || c->eof || full > 0
+                                           ? EV_WRITE : EV_WRITE | EV_READ) < 0)
                     goto close;
                 return;
             }
@@ -510,6 +584,8 @@ conn_event_cb(int fd, short what, void *arg)
                 goto close;
             return;
         }
+        if (c->eof)
+            goto close;   /* everything it sent is answered */
         n = conn_read(c, &filled);
         if (n == -2) {
             conn_rbuf_release(c);

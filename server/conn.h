@@ -3,8 +3,11 @@
  * that proto_text parses in place; replies are queued as chunks (copied
  * text, or a reference to an item's value) and written with writev, all the
  * replies of a pipelined batch in one call. Output past CONN_OUT_SOFT_CAP
- * stops input processing until the client reads; buffers return to the
- * worker's pools when the connection is idle.
+ * stops input processing until the client reads (its input is still taken,
+ * unparsed, up to CONN_STALL_IN_CAP); a client that keeps sending but does
+ * not read is closed when that cap is reached and no reply byte could be
+ * written for CONN_STALL_TIMEOUT_MS. Buffers return to the worker's pools
+ * when the connection is idle.
  */
 #ifndef SERVER_CONN_H
 #define SERVER_CONN_H
@@ -24,6 +27,8 @@ struct event;
 #define CONN_OUT_SOFT_CAP  (1u << 20)        /* stop processing input above this */
 #define CONN_OUT_HARD_CAP  (64u << 20)       /* close above this plus -I */
 #define CONN_COPY_MAX      2048u             /* values up to this are copied, not referenced */
+#define CONN_STALL_IN_CAP  (1u << 20)        /* unparsed input while its replies are stuck */
+#define CONN_STALL_TIMEOUT_MS 5000           /* capped and nothing written: close */
 
 /* One piece of queued output. */
 struct out_chunk {
@@ -48,10 +53,12 @@ struct conn {
     struct worker     *w;
     int                fd;              /* -1 for an in-memory test connection */
     struct event      *ev;
+    struct event      *stall_ev;        /* deadline while blocked and capped */
     short              ev_flags;        /* events currently registered */
     struct conn       *prev, *next;     /* worker's list */
     bool               started;         /* some input has been seen */
     bool               close_after_write;
+    bool               eof;             /* the client shut down its side */
     bool               closed;
 
     /* Input: bytes [rpos, rend) of rbuf are unparsed. */

@@ -41,6 +41,7 @@ server_new(const struct settings *settings)
         return NULL;
     srv->settings = *settings;
     srv->listen_fd = -1;
+    srv->stall_timeout_ms = CONN_STALL_TIMEOUT_MS;
     pthread_mutex_init(&srv->stats_lock, NULL);
     pthread_mutex_init(&srv->barrier_lock, NULL);
     pthread_cond_init(&srv->barrier_cond, NULL);

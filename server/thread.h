@@ -72,6 +72,7 @@ struct server {
     int                next_worker;    /* round robin, accept thread only */
     int                listen_fd;
     int                bound_port;     /* actual port after server_listen */
+    int                stall_timeout_ms; /* see CONN_STALL_TIMEOUT_MS; tests shorten it */
     struct event_base *main_base;
     struct event      *listen_ev, *sigterm_ev, *sigint_ev, *accept_retry_ev;
     int                curr_conns;     /* atomic */
