@@ -355,6 +355,16 @@ cluster_count(struct cluster *cl, enum cluster_route r)
     __atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
 }
 
+/* Peer authentication string; see cluster.h. */
+void
+cluster_peer_auth(const struct cluster *cl, char out[CLUSTER_PEER_AUTH_LEN + 1])
+{
+    uint64_t h = XXH3_64bits_withSeed(cl->token, cl->token_len,
+                                      cl->cluster_id ^ 0x72635f7065657221ull);
+
+    snprintf(out, CLUSTER_PEER_AUTH_LEN + 1, "%016" PRIx64, h);
+}
+
 void
 cluster_count_misrouted(struct cluster *cl)
 {
@@ -368,6 +378,16 @@ cluster_counters_get(const struct cluster *cl, struct cluster_counters *out)
     out->tryagain = __atomic_load_n(&cl->ctr.tryagain, __ATOMIC_RELAXED);
     out->forwarded = __atomic_load_n(&cl->ctr.forwarded, __ATOMIC_RELAXED);
     out->misrouted = __atomic_load_n(&cl->ctr.misrouted, __ATOMIC_RELAXED);
+    out->replicated = __atomic_load_n(&cl->ctr.replicated, __ATOMIC_RELAXED);
+    out->replica_failures = __atomic_load_n(&cl->ctr.replica_failures, __ATOMIC_RELAXED);
+}
+
+/* Count replica acknowledgements and failures (any thread). */
+void
+cluster_count_replica(struct cluster *cl, bool ok)
+{
+    __atomic_add_fetch(ok ? &cl->ctr.replicated : &cl->ctr.replica_failures, 1,
+                       __ATOMIC_RELAXED);
 }
 
 /* Owned in the active epoch, any replica position (orphans, cleanup). */

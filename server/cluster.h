@@ -104,6 +104,8 @@ struct cluster_view {
 /* Counters (atomics), exposed in `stats` and Status. */
 struct cluster_counters {
     uint64_t moved, tryagain, forwarded, misrouted;
+    uint64_t replicated;        /* post-images acknowledged by a replica */
+    uint64_t replica_failures;  /* post-images a replica did not acknowledge */
 };
 
 /* One outgoing transfer of a source: destination and the arcs it gains
@@ -199,9 +201,16 @@ uint64_t cluster_view_reply_epoch(const struct cluster_view *v);
 /* Address of node idx of the view's membership. */
 const char *cluster_view_addr(const struct cluster_view *v, uint32_t idx);
 
+/* `rc_peer <auth>` (server/replicate.c): auth is CLUSTER_PEER_AUTH_LEN hex
+ * digits of a hash of the admin token keyed by the cluster id, so peers
+ * prove they share the token without sending it on the client port. */
+#define CLUSTER_PEER_AUTH_LEN 16
+void cluster_peer_auth(const struct cluster *cl, char out[CLUSTER_PEER_AUTH_LEN + 1]);
+
 /* Count a route outcome / a misrouted write (any thread). */
 void cluster_count(struct cluster *cl, enum cluster_route r);
 void cluster_count_misrouted(struct cluster *cl);
+void cluster_count_replica(struct cluster *cl, bool ok);
 void cluster_counters_get(const struct cluster *cl, struct cluster_counters *out);
 
 /*
