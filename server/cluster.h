@@ -47,7 +47,7 @@ enum cluster_route {
  * view. All fields are atomics.
  */
 #define CLUSTER_MASK_WORDS 4    /* node indexes 0..255 for write failover */
-#define CLUSTER_STALL_MS   1500 /* the ticker this late: the process was paused */
+#define CLUSTER_STALL_MS   3000 /* the ticker this late: the process was paused */
 struct cluster_live {
     uint64_t tick_ms;       /* the ticker's last beat (monotonic ms), 0 = no ticker */
     uint32_t suspect;       /* 1: this process stalled; TRYAGAIN until a heartbeat round */

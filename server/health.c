@@ -126,6 +126,20 @@ ticker_main(void *arg)
     return NULL;
 }
 
+/* The live state SIGCONT marks suspect (one cluster per process). */
+static struct cluster_live *sigcont_live;
+
+/* SIGCONT: we were stopped. Raise `suspect` at once (an atomic store is
+ * async-signal-safe); the ticker's late beat is the backstop for a pause
+ * that sends no signal (a frozen VM). */
+static void
+sigcont_handler(int sig)
+{
+    (void)sig;
+    if (sigcont_live != NULL)
+        __atomic_store_n(&sigcont_live->suspect, 1, __ATOMIC_RELEASE);
+}
+
 /* A peer tells us an epoch: above both of ours, we are behind (removed,
  * or a commit never reached us) and must serve nothing until a
  * transition includes us again. A node without a membership ignores it. */
@@ -523,8 +537,16 @@ health_start(struct health *h)
     sigset_t block, old;
     int rc;
 
+    struct sigaction sa;
+
     h->start_ms = mono_ms();
     __atomic_store_n(&h->cl->live.tick_ms, h->start_ms, __ATOMIC_RELEASE);
+    sigcont_live = &h->cl->live;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = sigcont_handler;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGCONT, &sa, NULL);
     if (evtimer_add(h->timer, &tv) < 0)
         return -1;
     sigfillset(&block);
@@ -545,6 +567,10 @@ health_free(struct health *h)
 {
     if (h == NULL)
         return;
+    if (sigcont_live == &h->cl->live) {
+        signal(SIGCONT, SIG_DFL);
+        sigcont_live = NULL;
+    }
     if (h->ticker_started) {
         __atomic_store_n(&h->stop, 1, __ATOMIC_RELEASE);
         pthread_join(h->tid, NULL);

@@ -45,6 +45,7 @@ def paused_and_restarted(t):
 
         # ---- SIGSTOP c, remove it, rewrite its keys elsewhere, SIGCONT.
         os.kill(c.pid, signal.SIGSTOP)
+        t_stop = time.monotonic()
         try:
             rc, out, err = cl.ctl("remove", "--failed", "c")
             t.ok(rc == 0, "remove --failed c while c is stopped exits 0 (it does not answer "
@@ -53,7 +54,9 @@ def paused_and_restarted(t):
             view.refresh(2)
             n = lg.fill_fast(hist, view, phase=1, keys=on_c)
             t.ok(n == len(on_c), "c's %d keys rewritten at epoch 2 on a and b" % len(on_c))
-            time.sleep(0.3)   # c stays stopped a while longer: a real pause
+            # c stays stopped over 3.5 s: longer than the stall limit
+            # (CLUSTER_STALL_MS), so both detectors are exercised.
+            lg.wait_for(lambda: time.monotonic() > t_stop + 3.5, 10, 0.05)
         finally:
             os.kill(c.pid, signal.SIGCONT)
         t_cont = time.monotonic()
