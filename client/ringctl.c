@@ -34,6 +34,9 @@ static const struct ctl_command commands[] = {
     { "leave",  ctl_leave,  "leave ID [--rate MIB_PER_S]                     remove a node" },
     { "abort",  ctl_abort,  "abort                                           abort the pending transition" },
     { "resume", ctl_resume, "resume                                          finish the pending transition" },
+    { "remove", ctl_remove, "remove --failed ID [--force] [--rate MIB_PER_S]  drop a dead node; copies come from its replicas" },
+    { "repair", ctl_repair, "repair ID [ADDR] [--force] [--rate MIB_PER_S]   remove --failed a dead/restarted node, then join it again" },
+    { "watch",  ctl_watch,  "watch [--down-after S] [--interval S] [--once]  remove (repair) members down (restarted) for S s" },
 };
 
 static void

@@ -229,7 +229,8 @@ reply_route(struct conn *c, const struct cluster_view *v, enum cluster_route r,
     int n;
 
     if (r == CLUSTER_TRYAGAIN)
-        n = snprintf(buf, sizeof(buf), "SERVER_ERROR TRYAGAIN %" PRIu64 "\r\n", v->epoch);
+        n = snprintf(buf, sizeof(buf), "SERVER_ERROR TRYAGAIN %" PRIu64 "\r\n",
+                     cluster_view_reply_epoch(v));
     else
         n = snprintf(buf, sizeof(buf), "SERVER_ERROR MOVED %" PRIu64 " %s\r\n", v->epoch,
                      cluster_view_addr(v, owner));
@@ -1173,6 +1174,7 @@ stats_general(struct conn *c)
         reply_printf(c, "STAT misrouted %" PRIu64 "\r\n", cc.misrouted);
         reply_printf(c, "STAT replicated %" PRIu64 "\r\n", cc.replicated);
         reply_printf(c, "STAT replica_failures %" PRIu64 "\r\n", cc.replica_failures);
+        reply_printf(c, "STAT replica_skipped %" PRIu64 "\r\n", cc.replica_skipped);
     }
     conn_out_add(c, "END\r\n", 5);
 }

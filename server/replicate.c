@@ -69,7 +69,7 @@ replicate_wanted(const struct conn *c, uint64_t hash)
     v = cluster_view(cl);
     if (v->ring == NULL || v->replicas < 2 || v->self < 0)
         return false;
-    return ring_primary(v->ring, hash) == (uint32_t)v->self;
+    return cluster_view_acting(v, hash) == (uint32_t)v->self;
 }
 
 /* The client's connection closed: the op finishes without a reply. */
@@ -186,6 +186,13 @@ replicate_write(struct conn *c, const char *key, size_t nkey, uint64_t hash,
     for (i = 0; i < n; i++) {
         if ((int32_t)owners[i] == v->self)
             continue;
+        if (cluster_view_down(v, owners[i])) {
+            /* Seen down by the heartbeats (server/health.c): not waited
+             * for; recorded so that node comes back recovering. */
+            cluster_view_skip(v, owners[i]);
+            cluster_count_replica_skipped(c->w->srv->cluster);
+            continue;
+        }
         op->pending++;
         forward_call(c->w, cluster_view_addr(v, owners[i]), v->epoch, iov, niov, op_ack, op);
     }

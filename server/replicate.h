@@ -24,9 +24,10 @@ struct store_item;
 
 /*
  * Should c's write of hash be replicated? True when the node is in a
- * cluster whose active epoch has R >= 2 and this node is the key's primary
- * there (the route check already made sure of that for client writes,
- * including those a peer forwarded for a plain client).
+ * cluster whose active epoch has R >= 2 and this node takes the key's
+ * writes there: its primary, or the first owner not seen down (write
+ * failover). The route check already made sure of that for client writes,
+ * including those a peer forwarded for a plain client.
  */
 bool replicate_wanted(const struct conn *c, uint64_t hash);
 

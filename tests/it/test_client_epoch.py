@@ -22,7 +22,8 @@ import random  # noqa: E402
 
 N = 200
 OP_TIMEOUT = 1000           # a healthy node must answer within it
-FENCE_TIMEOUT = 250         # the TRYAGAIN budget of the fenced-range probe
+FENCE_TIMEOUT = 600         # the TRYAGAIN budget of the fenced-range probe; also
+                            # what its unfenced keys must beat on a busy box
 SLACK = 400                 # one request's connect + scheduling on a busy box
 
 
@@ -166,7 +167,7 @@ def main():
         # d's keys answering TRYAGAIN (nothing else is fenced).
         fenced = probe(m1, FENCE_TIMEOUT, 300, 600, 0)
         fenced.cmd("refresh")
-        d_keys = [k for k, v in res.items() if v[0] == "d"][:8]
+        d_keys = [k for k, v in res.items() if v[0] == "d"][:4]
         others = [k for k, v in res.items() if v[0] != "d"][:8]
         rc, out, err = ctl("leave", "d", env={"RINGCTL_EXIT_AFTER": "fence"})
         t.ok(rc == 4 and d_keys and others, "ringctl leave d stopped after FENCE (exit %d)" % rc,
