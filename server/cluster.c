@@ -278,7 +278,7 @@ cluster_route(const struct cluster_view *v, uint64_t hash, bool write,
     }
     want = v->replicas < LIST_MAX ? v->replicas : LIST_MAX;
     failover = CLUSTER_REPLICATED && want > 1 && v->live != NULL;
-    if (failover) {
+    if (CLUSTER_REPLICATED && want > 1 && (!write || failover)) {
         n = ring_locate(v->ring, hash, want, list);
     } else {
         n = 1;

@@ -97,22 +97,64 @@ op_finish(struct repl_op *op)
     free(op);
 }
 
-/* A replica's answer: "OK", anything else, or NULL (no answer in time). */
+/* One replica's share of an op. */
+struct repl_call {
+    struct repl_op *op;
+    uint32_t        idx;      /* the replica's index in epoch `epoch` */
+    uint64_t        epoch;
+};
+
+/*
+ * A replica's answer: "OK", anything else, or none (err). A refused or
+ * lost connection means the replica process is gone (or going): like a
+ * replica the heartbeats see down, it is skipped and recorded, so it comes
+ * back recovering and is refilled; the write is acknowledged. No answer in
+ * time (a hung or overloaded replica) or a refusal fails the write.
+ */
 static void
-op_ack(void *arg, const char *line, size_t len)
+op_ack(void *arg, const char *line, size_t len, enum fwd_err err)
 {
-    struct repl_op *op = arg;
+    struct repl_call *rc = arg;
+    struct repl_op *op = rc->op;
     bool ok = line != NULL && len == 2 && memcmp(line, "OK", 2) == 0;
 
-    if (!ok) {
-        op->failed++;
-        if (line != NULL)
-            log_msg(LOG_INFO, "replica refused a post-image: %.*s", (int)len, line);
+    if (line == NULL && err == FWD_ECONN && op->cl != NULL) {
+        const struct cluster_view *v = cluster_view(op->cl);
+
+        if (v->epoch == rc->epoch)
+            cluster_view_skip(v, rc->idx);
+        cluster_count_replica_skipped(op->cl);
+    } else {
+        if (!ok) {
+            op->failed++;
+            if (line != NULL)
+                log_msg(LOG_INFO, "replica refused a post-image: %.*s", (int)len, line);
+        }
+        if (op->cl != NULL)
+            cluster_count_replica(op->cl, ok);
     }
-    if (op->cl != NULL)
-        cluster_count_replica(op->cl, ok);
+    free(rc);
     if (--op->pending == 0)
         op_finish(op);
+}
+
+/* Send iov to node idx of view v for op (its ack counts in op). */
+static void
+op_send(struct conn *c, struct repl_op *op, const struct cluster_view *v, uint32_t idx,
+        const char *addr, const struct iovec *iov, int niov)
+{
+    struct repl_call *rc = malloc(sizeof(*rc));
+
+    op->pending++;
+    if (rc == NULL) {
+        op->failed++;
+        op->pending--;
+        return;
+    }
+    rc->op = op;
+    rc->idx = idx;
+    rc->epoch = v->epoch;
+    forward_call(c->w, addr, v->epoch, iov, niov, op_ack, rc);
 }
 
 /* A new op holding c's reply (no hold with noreply); NULL on ENOMEM. */
@@ -193,8 +235,7 @@ replicate_write(struct conn *c, const char *key, size_t nkey, uint64_t hash,
             cluster_count_replica_skipped(c->w->srv->cluster);
             continue;
         }
-        op->pending++;
-        forward_call(c->w, cluster_view_addr(v, owners[i]), v->epoch, iov, niov, op_ack, op);
+        op_send(c, op, v, owners[i], cluster_view_addr(v, owners[i]), iov, niov);
     }
     if (--op->pending == 0)
         op_finish(op);
@@ -223,8 +264,7 @@ replicate_flush(struct conn *c, const char *line, size_t len, bool noreply)
     for (i = 0; i < m->n_nodes; i++) {
         if ((int32_t)i == v->self)
             continue;
-        op->pending++;
-        forward_call(c->w, m->nodes[i].addr, v->epoch, &iov, 1, op_ack, op);
+        op_send(c, op, v, i, m->nodes[i].addr, &iov, 1);
     }
     if (--op->pending == 0)
         op_finish(op);
