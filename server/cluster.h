@@ -87,6 +87,7 @@ struct cluster_view {
 /* Counters (atomics), exposed in `stats` and Status. */
 struct cluster_counters {
     uint64_t moved, tryagain, forwarded, misrouted;
+    uint64_t items_imported, bytes_imported;   /* handoff, since the last PREPARE */
 };
 
 /* One outgoing transfer of a source: destination and the arcs it gains

@@ -819,6 +819,8 @@ stats_general(struct conn *c)
         reply_printf(c, "STAT tryagain %" PRIu64 "\r\n", cc.tryagain);
         reply_printf(c, "STAT forwarded %" PRIu64 "\r\n", cc.forwarded);
         reply_printf(c, "STAT misrouted %" PRIu64 "\r\n", cc.misrouted);
+        reply_printf(c, "STAT cluster_items_imported %" PRIu64 "\r\n", cc.items_imported);
+        reply_printf(c, "STAT cluster_bytes_imported %" PRIu64 "\r\n", cc.bytes_imported);
     }
     conn_out_add(c, "END\r\n", 5);
 }
