@@ -1,22 +1,34 @@
 #!/usr/bin/env python3
 """handoff benchmark (not a test): a 3-node ringcache cluster holding
---items items (default 1M) of 100-1000 bytes under a steady get/set load;
-join a 4th node; then the same on 3 plain memcached with client-side
-libmemcached-style ketama placement (160 points per server: 40 MD5 digests
-x 4 points; key hash = the first 4 bytes of MD5, little-endian) adding a 4th.
-Prints one `figure value` line per result:
+--items items (default 1M) of 100-1000 bytes under a steady get/set load
+(Python threads); join a 4th node; then the same on 3 plain memcached with
+client-side libmemcached-style ketama placement (160 points per server: 40
+MD5 digests x 4 points; key hash = the first 4 bytes of MD5, little-endian)
+adding a 4th. Latency is measured by tests/bench/latprobe (C, open loop,
+fixed rate, latency from the scheduled send time), so the figure is the
+node's and not the Python interpreter's. Prints one `figure value` line per
+result:
 
   join_s                       wall time of `ringctl join`
-  copy_mb_s                    bytes the sources sent / time status showed COPYING
-  copied_over_imported         bytes sent (sources' transfers) / bytes imported (joiner)
-  fence_ms_max                 max NodeStatus fence_held_ms
-  p99_ratio_nonmoving          p99 latency of ops on keys whose owners do not change,
-                               during the join over before it
+  copy_mb_s                    bytes the sources sent / the copy window (from
+                               ringctl's "prepare:" line to "copy: caught up")
+  copied_over_imported         bytes sent (sources' transfers) / bytes imported
+                               (the joiner's cluster_bytes_imported)
+  fence_ms_max                 max NodeStatus fence_held_ms, else ringctl's
+                               fence_ms (Fence sent to all replies received)
+  p99_ratio_nonmoving          prober p99 on keys whose primary does not change,
+                               during the copy window over before the join
+  p99_ratio_nonmoving_join     the same over the whole join (fence, commit, cleanup)
+  p99_ratio_nonmoving_py       the Python load's own p99 ratio (copy window)
+  tryagain_window_ms           prober on moving keys at their old primary: first
+                               TRYAGAIN to the end of the last one (the fence as
+                               clients see it, Fence to Commit)
   hit_ratio_after_over_before  get hit ratio in a window after the join over before
   ketama_hit_ratio_after_over_before   the same for memcached + ketama
 
-Usage: RC_BUILDDIR=_build python3 tests/bench/handoff_bench.py [--items N]
-       [--secs S] [--threads T] [--sample K] [--rate MBPS] [--skip-ketama]
+Usage: make bench && RC_BUILDDIR=_build python3 tests/bench/handoff_bench.py
+       [--items N] [--secs S] [--threads T] [--sample K] [--rate MBPS]
+       [--probe-rate OPS] [--skip-ketama]
 """
 import argparse
 import bisect
