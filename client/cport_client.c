@@ -389,6 +389,26 @@ copy_status(const Ringcache__NodeStatus *s, struct cport_status *st)
     st->orphans = s->orphans;
     st->misrouted = s->misrouted;
     st->fence_held_ms = s->fence_held_ms;
+    st->recovering = s->recovering;
+    st->behind_epoch = s->behind_epoch;
+    if (s->n_peers > 0) {
+        st->peers = calloc(s->n_peers, sizeof(*st->peers));
+        if (st->peers == NULL) {
+            return CPORT_ENOMEM;
+        }
+        for (i = 0; i < s->n_peers; i++) {
+            const Ringcache__PeerState *p = s->peers[i];
+            struct cport_peer *o = &st->peers[i];
+
+            snprintf(o->node_id, sizeof(o->node_id), "%s", p->node_id);
+            o->state = (int)p->state >= 0 && (int)p->state <= (int)CPORT_PEER_DOWN
+                       ? (enum cport_peer_health)p->state : CPORT_PEER_UNKNOWN;
+            o->last_seen_ms = p->last_seen_ms;
+            o->epoch = p->epoch;
+            snprintf(o->error, sizeof(o->error), "%s", p->error);
+        }
+        st->n_peers = (uint32_t)s->n_peers;
+    }
     if (s->n_transfers == 0) {
         return CPORT_OK;
     }
@@ -471,6 +491,8 @@ cport_call(struct cport_conn *c, const struct cport_request *req, int timeout_ms
         prep.membership = mpb;
         prep.token = tok;
         prep.from_epoch = req->from_epoch;
+        prep.failed_ids = (char **)req->failed_ids;
+        prep.n_failed_ids = req->failed_ids != NULL ? req->n_failed_ids : 0;
         ar.req_case = RINGCACHE__ADMIN_REQUEST__REQ_PREPARE;
         ar.prepare = &prep;
         break;
@@ -583,6 +605,24 @@ cport_status_clear(struct cport_status *st)
     free(st->transfers);
     st->transfers = NULL;
     st->n_transfers = 0;
+    free(st->peers);
+    st->peers = NULL;
+    st->n_peers = 0;
+}
+
+const char *
+cport_peer_health_name(enum cport_peer_health s)
+{
+    switch (s) {
+    case CPORT_PEER_UP:
+        return "up";
+    case CPORT_PEER_SUSPECT:
+        return "suspect";
+    case CPORT_PEER_DOWN:
+        return "down";
+    default:
+        return "unknown";
+    }
 }
 
 const char *

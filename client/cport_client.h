@@ -50,8 +50,19 @@ struct cport_transfer {
     char     error[256];
 };
 
-/* A node's status (ringcache.NodeStatus). transfers is malloc'd; free with
- * cport_status_clear. */
+/* What a node's heartbeats see of one peer (ringcache.PeerState). */
+enum cport_peer_health {
+    CPORT_PEER_UNKNOWN = 0, CPORT_PEER_UP, CPORT_PEER_SUSPECT, CPORT_PEER_DOWN
+};
+struct cport_peer {
+    char     node_id[RING_ID_MAX + 1];
+    enum cport_peer_health state;
+    uint64_t last_seen_ms, epoch;
+    char     error[128];
+};
+
+/* A node's status (ringcache.NodeStatus). transfers and peers are
+ * malloc'd; free with cport_status_clear. */
 struct cport_status {
     char     node_id[RING_ID_MAX + 1];
     uint64_t boot_id, active_epoch, pending_epoch;
@@ -60,6 +71,10 @@ struct cport_status {
     uint64_t items_imported, bytes_imported, orphans, misrouted, fence_held_ms;
     uint32_t n_transfers;
     struct cport_transfer *transfers;
+    uint32_t n_peers;
+    struct cport_peer *peers;
+    bool     recovering;            /* restarted empty: its keys answer TRYAGAIN */
+    uint64_t behind_epoch;          /* a peer runs this higher epoch */
 };
 
 enum cport_req_kind {
@@ -76,6 +91,8 @@ struct cport_request {
     uint64_t rate_bytes_per_s;              /* start copy, 0 = unlimited */
     uint32_t hold_ms;                       /* fence */
     uint64_t epoch;                         /* abort: N+1 */
+    const char *const *failed_ids;          /* prepare: nodes of N declared failed */
+    size_t   n_failed_ids;
 };
 
 struct cport_conn;
@@ -111,6 +128,9 @@ void cport_status_clear(struct cport_status *st);
  * host, port + CPORT_PORT_OFFSET), into out. -1 when addr has no valid
  * port or the result does not fit. */
 int cport_addr_of(const char *addr, char *out, size_t outlen);
+
+/* "up", "suspect", "down", "unknown". */
+const char *cport_peer_health_name(enum cport_peer_health s);
 
 /* "PREPARED", "COPYING", ...; "NONE" for no transition. */
 const char *cport_phase_name(enum cport_phase p);

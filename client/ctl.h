@@ -16,6 +16,7 @@ struct ctl_globals {
     bool        human;       /* --human: aligned columns instead of TSV */
     int         timeout_ms;  /* --timeout MS */
     const char *cluster;     /* --cluster NAME (default "ringcache") */
+    const char *seeds;       /* --seeds HOST:PORT,...: data commands learn the membership */
 };
 
 /* Ring subcommands (ctl_ring.c). */
@@ -39,6 +40,11 @@ int ctl_join(struct ctl_globals *g, int argc, char **argv);
 int ctl_leave(struct ctl_globals *g, int argc, char **argv);
 int ctl_abort(struct ctl_globals *g, int argc, char **argv);
 int ctl_resume(struct ctl_globals *g, int argc, char **argv);
+/* Node failure (docs/cluster.md, "Node failure"): remove --failed ID,
+ * repair ID [ADDR], and the watch loop. */
+int ctl_remove(struct ctl_globals *g, int argc, char **argv);
+int ctl_repair(struct ctl_globals *g, int argc, char **argv);
+int ctl_watch(struct ctl_globals *g, int argc, char **argv);
 /* "plan join|leave ..." (a dry run against the store), else ctl_plan. */
 int ctl_admin_plan(struct ctl_globals *g, int argc, char **argv);
 

@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -48,6 +49,9 @@
 #define CLEANUP_WAIT_MS    30000   /* wait this long for orphans to reach 0 */
 #define LONG_TIMEOUT_MS    10000   /* prepare, fence, commit, abort replies */
 #define DEFAULT_RATE_MIB   50
+#define FAILED_MAX         8       /* failed nodes one transition may drop */
+#define PROBE_MS           1000    /* remove --failed: a node answering Hello this fast is alive */
+#define OP_REMOVE_FAILED   "remove --failed "
 
 /* Phases the store records in pending.meta. */
 enum tphase { TP_PREPARED = 1, TP_COPYING, TP_FENCED, TP_ABORTED };
@@ -107,6 +111,11 @@ struct admin {
     uint64_t fence_ms;
     uint64_t moved_items, moved_bytes;
     bool     exit_after_ok;             /* join/leave honour RINGCTL_EXIT_AFTER */
+    /* remove --failed: nodes of N that are dead, never contacted; each
+     * moving arc is copied from its first surviving owner. */
+    char     failed[FAILED_MAX][RING_ID_MAX + 1];
+    const char *failed_ptr[FAILED_MAX];
+    uint32_t n_failed;
 };
 
 static char err_buf[MSTORE_WHERE_MAX + 1024];
@@ -594,6 +603,40 @@ load_meta(struct admin *a, const char *name)
     return EX_OK;
 }
 
+/* Is id declared failed in this transition? */
+static bool
+is_failed(const struct admin *a, const char *id)
+{
+    uint32_t i;
+
+    for (i = 0; i < a->n_failed; i++) {
+        if (strcmp(a->failed[i], id) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void
+add_failed(struct admin *a, const char *id)
+{
+    if (a->n_failed < FAILED_MAX && !is_failed(a, id)) {
+        snprintf(a->failed[a->n_failed], sizeof(a->failed[0]), "%s", id);
+        a->failed_ptr[a->n_failed] = a->failed[a->n_failed];
+        a->n_failed++;
+    }
+}
+
+/* A pending `remove --failed ID` names its failed node in its op line:
+ * resume and abort must not contact it either. */
+static void
+failed_from_op(struct admin *a)
+{
+    if (a->have_meta && strncmp(a->meta.op, OP_REMOVE_FAILED, strlen(OP_REMOVE_FAILED)) == 0) {
+        add_failed(a, a->meta.op + strlen(OP_REMOVE_FAILED));
+    }
+}
+
 /* Load the store's active, pending membership and meta. */
 static int
 load_state(struct admin *a)
@@ -609,6 +652,9 @@ load_state(struct admin *a)
     }
     if (rc == EX_OK) {
         rc = load_meta(a, REC_META);
+    }
+    if (rc == EX_OK) {
+        failed_from_op(a);
     }
     return rc;
 }
@@ -706,8 +752,12 @@ nodes_build(struct admin *a)
     int rc = EX_FAILED;
 
     for (i = 0; a->old != NULL && i < a->old->n_nodes; i++) {
-        struct tnode *t = node_add(a, &a->old->nodes[i]);
+        struct tnode *t;
 
+        if (is_failed(a, a->old->nodes[i].id)) {
+            continue;   /* dead: never contacted */
+        }
+        t = node_add(a, &a->old->nodes[i]);
         if (t == NULL) {
             goto out;
         }
@@ -737,8 +787,11 @@ nodes_build(struct admin *a)
         }
         for (k = 0; k < d->n_arcs; k++) {
             const struct ring_arc *arc = &d->arcs[k];
-            struct tnode *src = arc->n_old > 0 ? node_find(a, a->old->nodes[arc->old_nodes[0]].id)
-                                               : NULL;
+            /* A failed old primary sources nothing (the node picks the
+             * first surviving holder, which may have no transfer at all
+             * while writes are not replicated): no source to wait for. */
+            struct tnode *src = arc->n_old > 0 && !is_failed(a, a->old->nodes[arc->old_nodes[0]].id)
+                                ? node_find(a, a->old->nodes[arc->old_nodes[0]].id) : NULL;
 
             for (j = 0; j < arc->n_new; j++) {
                 uint32_t o;
@@ -855,7 +908,7 @@ treq(struct admin *a, enum cport_req_kind kind)
         .kind = kind, .membership = a->new, .token = a->meta.token,
         .token_len = TOKEN_BYTES, .from_epoch = a->meta.from_epoch,
         .rate_bytes_per_s = a->meta.rate, .hold_ms = FENCE_HOLD_MS,
-        .epoch = a->meta.epoch,
+        .epoch = a->meta.epoch, .failed_ids = a->failed_ptr, .n_failed_ids = a->n_failed,
     };
 
     return r;
@@ -1568,23 +1621,104 @@ make_new(struct admin *a, bool join, const char *id, const char *addr, uint32_t 
     return EX_OK;
 }
 
+/* The options of one change (join, leave, remove --failed). */
+struct change_opts {
+    bool     join;
+    bool     remove_failed;         /* leave of a dead node: not contacted */
+    bool     force;                 /* remove --failed: R = 1, or the node answers */
+    char     id[RING_ID_MAX + 1], addr[RING_ADDR_MAX + 1], zone[RING_ZONE_MAX + 1];
+    uint32_t weight;
+    double   rate_mib;
+};
+
+static int change_run(struct ctl_globals *g, const struct change_opts *o);
+
 /* join / leave: the whole transition. */
 static int
 change(struct ctl_globals *g, int argc, char **argv, bool join)
 {
+    struct change_opts o = { .join = join, .weight = 1, .rate_mib = DEFAULT_RATE_MIB };
+    int rc;
+
+    rc = parse_change(argc, argv, join ? "join" : "leave", true, o.id, o.addr, &o.weight, o.zone,
+                      &o.rate_mib);
+    return rc == EX_OK ? change_run(g, &o) : rc;
+}
+
+/*
+ * remove --failed: may the node be dropped without contacting it? It must
+ * not answer Hello within PROBE_MS, or answer as recovering (restarted
+ * empty) or behind (removed already): such a node holds nothing current.
+ * Otherwise refuse unless --force. EX_OK or EX_USAGE (printed).
+ */
+static int
+probe_failed(struct admin *a, const struct change_opts *o)
+{
+    struct cport_request sreq = { .kind = CPORT_STATUS };
+    int idx = ring_members_find(a->old, o->id);
+    struct cport_conn *c = NULL;
+    struct cport_status st;
+    char caddr[RING_ADDR_MAX + 16], err[512];
+    int rc;
+
+    if (idx < 0) {
+        ctl_error("remove: %s is not a member of epoch %" PRIu64, o->id, a->old->epoch);
+        return EX_USAGE;
+    }
+    if (a->old->replicas < 2) {
+        info("warning: R = %u: %s holds the only copy of its keys; they are gone (%s)",
+             a->old->replicas, o->id, o->force ? "--force given" : "give --force to proceed");
+        if (!o->force) {
+            return EX_USAGE;
+        }
+    }
+    if (cport_addr_of(a->old->nodes[idx].addr, caddr, sizeof(caddr)) != 0) {
+        return EX_OK;
+    }
+    rc = cport_connect(caddr, a->g->cluster, a->atoken, a->atoken_len, PROBE_MS, &c, NULL,
+                       err, sizeof(err));
+    if (rc != CPORT_OK) {
+        info("remove: %s (%s) does not answer (%s): removing it as failed", o->id,
+             a->old->nodes[idx].addr, err);
+        return EX_OK;
+    }
+    rc = cport_call(c, &sreq, PROBE_MS, &st, err, sizeof(err));
+    cport_close(c);
+    if (rc == CPORT_OK && (st.recovering || st.behind_epoch != 0)) {
+        info("remove: %s answers but is %s: it holds nothing current; removing it", o->id,
+             st.recovering ? "recovering (restarted empty)" : "behind a higher epoch");
+        cport_status_clear(&st);
+        return EX_OK;
+    }
+    cport_status_clear(&st);
+    if (o->force) {
+        info("warning: remove: %s answers its cluster port; removing it anyway (--force): "
+             "it is not contacted", o->id);
+        return EX_OK;
+    }
+    ctl_error("remove: %s (%s) is alive (it answers its cluster port): use `ringctl leave %s`, "
+              "or --force", o->id, a->old->nodes[idx].addr, o->id);
+    return EX_USAGE;
+}
+
+/* Run one change (see struct change_opts) from the store to the end. */
+static int
+change_run(struct ctl_globals *g, const struct change_opts *o)
+{
     struct admin a = { .g = g, .exit_after_ok = true };
-    char id[RING_ID_MAX + 1] = "", addr[RING_ADDR_MAX + 1] = "", zone[RING_ZONE_MAX + 1] = "";
+    const char *id = o->id, *addr = o->addr, *zone = o->zone;
     char host[128] = "?", *ptext = NULL, *mtext = NULL;
     const char *user = getenv("USER");
-    uint32_t weight = 1;
-    double rate_mib = DEFAULT_RATE_MIB;
+    const char *kind = o->join ? "join" : o->remove_failed ? "remove" : "leave";
+    bool join = o->join;
+    uint32_t weight = o->weight;
+    double rate_mib = o->rate_mib;
     struct mstore_op ops[3];
     size_t plen = 0, mlen = 0, failed = 0;
     int rc;
 
     a.t_start = now_ms();
-    rc = parse_change(argc, argv, join ? "join" : "leave", true, id, addr, &weight, zone,
-                      &rate_mib);
+    rc = EX_OK;
     if (rc == EX_OK) {
         rc = admin_open_store(&a);
     }
@@ -1598,8 +1732,7 @@ change(struct ctl_globals *g, int argc, char **argv, bool join)
         goto out;
     }
     if (a.old == NULL) {
-        ctl_error("%s: the store has no active membership (ringctl init first)",
-                  join ? "join" : "leave");
+        ctl_error("%s: the store has no active membership (ringctl init first)", kind);
         rc = EX_USAGE;
         goto out;
     }
@@ -1608,6 +1741,14 @@ change(struct ctl_globals *g, int argc, char **argv, bool join)
         print_pending(&a, stderr);
         rc = EX_PENDING;
         goto out;
+    }
+    if (o->remove_failed) {
+        a.n_failed = 0;
+        rc = probe_failed(&a, o);
+        if (rc != EX_OK) {
+            goto out;
+        }
+        add_failed(&a, id);
     }
     rc = make_new(&a, join, id, addr, weight, zone);
     if (rc != EX_OK) {
@@ -1627,6 +1768,8 @@ change(struct ctl_globals *g, int argc, char **argv, bool join)
     a.meta.started = (int64_t)time(NULL);
     if (join) {
         snprintf(a.meta.op, sizeof(a.meta.op), "join %s %s", id, addr);
+    } else if (o->remove_failed) {
+        snprintf(a.meta.op, sizeof(a.meta.op), "%s%s", OP_REMOVE_FAILED, id);
     } else {
         snprintf(a.meta.op, sizeof(a.meta.op), "leave %s", id);
     }
@@ -1644,7 +1787,7 @@ change(struct ctl_globals *g, int argc, char **argv, bool join)
     ops[2] = (struct mstore_op){ MSTORE_CREATE, REC_META, 0, mtext, mlen };
     rc = mstore_txn(a.store, ops, 3, &failed, &a.pm_rev, err_buf, sizeof(err_buf));
     if (rc == MSTORE_ECONFLICT) {
-        ctl_error("%s: another admin won (%s)", join ? "join" : "leave",
+        ctl_error("%s: another admin won (%s)", kind,
                   failed == 0 ? "the active epoch changed" : "a transition is pending");
         if (load_state(&a) == EX_OK) {
             print_pending(&a, stderr);
@@ -1684,6 +1827,341 @@ int
 ctl_leave(struct ctl_globals *g, int argc, char **argv)
 {
     return change(g, argc, argv, false);
+}
+
+/*
+ * Node failure (docs/cluster.md, "Node failure")
+ */
+
+/* Parse --rate MIB_PER_S. */
+static int
+parse_rate(const char *what, const char *arg, double *out)
+{
+    char *end;
+
+    errno = 0;
+    *out = strtod(arg, &end);
+    if (errno != 0 || *end != '\0' || !(*out >= 0) || *out > 1e6) {
+        ctl_error("%s: --rate MIB_PER_S: expected a number >= 0 (0 = unlimited)", what);
+        return EX_USAGE;
+    }
+    return EX_OK;
+}
+
+int
+ctl_remove(struct ctl_globals *g, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "failed", no_argument,       NULL, 'f' },
+        { "force",  no_argument,       NULL, 'F' },
+        { "rate",   required_argument, NULL, 'r' },
+        { "help",   no_argument,       NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    struct change_opts o = { .remove_failed = true, .weight = 1, .rate_mib = DEFAULT_RATE_MIB };
+    bool failed = false;
+    int c;
+
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'f': failed = true; break;
+        case 'F': o.force = true; break;
+        case 'r':
+            if (parse_rate("remove", optarg, &o.rate_mib) != EX_OK) {
+                return EX_USAGE;
+            }
+            break;
+        case 'h':
+            printf("usage: ringctl --store DIR --token-file F remove --failed ID [--force] "
+                   "[--rate MIB_PER_S]\n");
+            return EX_OK;
+        default: return EX_USAGE;
+        }
+    }
+    if (!failed || argc - optind != 1 || strlen(argv[optind]) > RING_ID_MAX) {
+        ctl_error("usage: remove --failed ID [--force] [--rate MIB_PER_S] (a live node "
+                  "leaves with `ringctl leave ID`)");
+        return EX_USAGE;
+    }
+    strcpy(o.id, argv[optind]);
+    return change_run(g, &o);
+}
+
+/* The node `id` of the store's active epoch, copied into *out. 0 found,
+ * 1 absent, -1 on a store error (printed). */
+static int
+active_node(struct ctl_globals *g, const char *id, struct ring_node *out, uint64_t *epoch)
+{
+    struct admin a = { .g = g };
+    int rc, idx;
+
+    rc = admin_open_store(&a);
+    if (rc == EX_OK) {
+        rc = load_state(&a);
+    }
+    if (rc != EX_OK || a.old == NULL) {
+        if (rc == EX_OK) {
+            ctl_error("the store has no active membership");
+        }
+        admin_free(&a);
+        return -1;
+    }
+    *epoch = a.old->epoch;
+    idx = ring_members_find(a.old, id);
+    if (idx >= 0) {
+        *out = a.old->nodes[idx];
+    }
+    admin_free(&a);
+    return idx >= 0 ? 0 : 1;
+}
+
+/* Drop a dead or recovering member and join it again (it comes back
+ * empty): the way to bring a restarted node's ranges back. */
+static int
+repair_node(struct ctl_globals *g, const char *id, const char *addr_arg, bool force,
+            double rate_mib)
+{
+    struct change_opts o = { .remove_failed = true, .force = force, .weight = 1,
+                             .rate_mib = rate_mib };
+    struct ring_node n;
+    uint64_t epoch = 0;
+    int rc;
+
+    memset(&n, 0, sizeof(n));
+    snprintf(o.id, sizeof(o.id), "%s", id);
+    rc = active_node(g, id, &n, &epoch);
+    if (rc < 0) {
+        return EX_USAGE;
+    }
+    if (rc == 0) {
+        info("repair: %s: removing it from epoch %" PRIu64 " (copies of its ranges come from "
+             "the surviving owners)", id, epoch);
+        rc = change_run(g, &o);
+        if (rc != EX_OK) {
+            return rc;
+        }
+    } else if (addr_arg == NULL) {
+        ctl_error("repair: %s is not a member of epoch %" PRIu64 ": give its ADDR to join it",
+                  id, epoch);
+        return EX_USAGE;
+    }
+    memset(&o, 0, sizeof(o));
+    o.join = true;
+    o.rate_mib = rate_mib;
+    snprintf(o.id, sizeof(o.id), "%s", id);
+    snprintf(o.addr, sizeof(o.addr), "%s", addr_arg != NULL ? addr_arg : n.addr);
+    snprintf(o.zone, sizeof(o.zone), "%s", addr_arg != NULL ? "" : n.zone);
+    o.weight = addr_arg != NULL || n.weight == 0 ? 1 : n.weight;
+    info("repair: %s: joining it again at %s", id, o.addr);
+    return change_run(g, &o);
+}
+
+int
+ctl_repair(struct ctl_globals *g, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "force",  no_argument,       NULL, 'F' },
+        { "rate",   required_argument, NULL, 'r' },
+        { "help",   no_argument,       NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    double rate = DEFAULT_RATE_MIB;
+    bool force = false;
+    int c;
+
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'F': force = true; break;
+        case 'r':
+            if (parse_rate("repair", optarg, &rate) != EX_OK) {
+                return EX_USAGE;
+            }
+            break;
+        case 'h':
+            printf("usage: ringctl --store DIR --token-file F repair ID [ADDR] [--force] "
+                   "[--rate MIB_PER_S]\n");
+            return EX_OK;
+        default: return EX_USAGE;
+        }
+    }
+    if (argc - optind < 1 || argc - optind > 2 || strlen(argv[optind]) > RING_ID_MAX
+        || (argc - optind == 2 && strlen(argv[optind + 1]) > RING_ADDR_MAX)) {
+        ctl_error("usage: repair ID [ADDR] [--force] [--rate MIB_PER_S]");
+        return EX_USAGE;
+    }
+    return repair_node(g, argv[optind], argc - optind == 2 ? argv[optind + 1] : NULL, force,
+                       rate);
+}
+
+static volatile sig_atomic_t watch_stop;
+
+static void
+watch_signal(int sig)
+{
+    (void)sig;
+    watch_stop = 1;
+}
+
+/* One member as the watch loop sees it. */
+struct watched {
+    char    id[RING_ID_MAX + 1];
+    int64_t bad_since;              /* ms; 0 = healthy */
+    bool    recovering;             /* answers, but restarted empty or behind */
+};
+
+/*
+ * watch: poll every member; one that stays unreachable for --down-after
+ * seconds is removed (remove --failed), one that stays recovering (it
+ * restarted empty) is repaired (removed, then joined again). One action at
+ * a time; a pending transition (another admin's) is left alone. Runs until
+ * SIGINT/SIGTERM, or one round with --once.
+ */
+int
+ctl_watch(struct ctl_globals *g, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "down-after", required_argument, NULL, 'd' },
+        { "interval",   required_argument, NULL, 'i' },
+        { "force",      no_argument,       NULL, 'F' },
+        { "once",       no_argument,       NULL, 'o' },
+        { "help",       no_argument,       NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    struct sigaction sa;
+    struct watched *w = NULL;
+    uint32_t nw = 0;
+    double down_after = 10, interval = 1;
+    bool force = false, once = false;
+    int c, rc = EX_OK;
+    char *end;
+
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd':
+        case 'i':
+            errno = 0;
+            *(c == 'd' ? &down_after : &interval) = strtod(optarg, &end);
+            if (errno != 0 || *end != '\0' || !(down_after >= 0) || !(interval >= 0.05)
+                || down_after > 86400 || interval > 3600) {
+                ctl_error("watch: --down-after S (>= 0), --interval S (>= 0.05)");
+                return EX_USAGE;
+            }
+            break;
+        case 'F': force = true; break;
+        case 'o': once = true; break;
+        case 'h':
+            printf("usage: ringctl --store DIR --token-file F watch [--down-after S] "
+                   "[--interval S] [--force] [--once]\n");
+            return EX_OK;
+        default: return EX_USAGE;
+        }
+    }
+    if (optind != argc) {
+        ctl_error("usage: watch [--down-after S] [--interval S] [--force] [--once]");
+        return EX_USAGE;
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = watch_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    info("watch: a member unreachable (or recovering) for %.1f s is removed (repaired); "
+         "polling every %.2f s", down_after, interval);
+    while (!watch_stop) {
+        struct admin a = { .g = g };
+        struct cport_request sreq = { .kind = CPORT_STATUS };
+        char act_id[RING_ID_MAX + 1] = "";
+        bool act_repair = false;
+        uint32_t i, k;
+
+        rc = admin_open_store(&a);
+        if (rc == EX_OK) {
+            rc = admin_read_token(&a);
+        }
+        if (rc == EX_OK) {
+            rc = load_state(&a);
+        }
+        if (rc != EX_OK) {
+            admin_free(&a);
+            break;
+        }
+        if (a.old != NULL && (a.new != NULL || a.have_meta)) {
+            info("watch: a transition is pending (%s); waiting", a.have_meta ? a.meta.op : "?");
+        } else if (a.old != NULL && nodes_build(&a) == EX_OK) {
+            for (i = 0; i < a.n_nodes; i++) {
+                struct tnode *t = &a.nodes[i];
+                struct watched *me = NULL;
+                int crc = node_call(&a, t, &sreq, (int)(interval * 1000) < 1000
+                                    ? 1000 : (int)(interval * 1000));
+                bool bad = crc != CPORT_OK || t->st.recovering || t->st.behind_epoch != 0;
+
+                for (k = 0; k < nw; k++) {
+                    if (strcmp(w[k].id, t->id) == 0) {
+                        me = &w[k];
+                    }
+                }
+                if (me == NULL) {
+                    struct watched *nwp = realloc(w, (nw + 1) * sizeof(*w));
+
+                    if (nwp == NULL) {
+                        continue;
+                    }
+                    w = nwp;
+                    me = &w[nw++];
+                    memset(me, 0, sizeof(*me));
+                    snprintf(me->id, sizeof(me->id), "%s", t->id);
+                }
+                if (!bad) {
+                    if (me->bad_since != 0) {
+                        info("watch: %s is healthy again", t->id);
+                    }
+                    me->bad_since = 0;
+                    continue;
+                }
+                me->recovering = crc == CPORT_OK;
+                if (me->bad_since == 0) {
+                    me->bad_since = now_ms();
+                    info("watch: %s %s", t->id, crc != CPORT_OK ? t->err
+                         : t->st.recovering ? "is recovering (restarted empty)"
+                         : "is behind a higher epoch");
+                }
+                if (act_id[0] == '\0' && now_ms() - me->bad_since >= (int64_t)(down_after * 1000)) {
+                    snprintf(act_id, sizeof(act_id), "%s", t->id);
+                    act_repair = me->recovering;
+                }
+            }
+        }
+        admin_free(&a);
+        if (act_id[0] != '\0') {
+            info("watch: %s: %s", act_id, act_repair ? "repair (remove --failed, then join)"
+                                                     : "remove --failed");
+            if (act_repair) {
+                rc = repair_node(g, act_id, NULL, force, DEFAULT_RATE_MIB);
+            } else {
+                struct change_opts o = { .remove_failed = true, .force = force, .weight = 1,
+                                         .rate_mib = DEFAULT_RATE_MIB };
+
+                snprintf(o.id, sizeof(o.id), "%s", act_id);
+                rc = change_run(g, &o);
+            }
+            printf("watch\t%s\t%s\t%s\n", act_id, act_repair ? "repair" : "remove --failed",
+                   rc == EX_OK ? "done" : "failed");
+            fflush(stdout);
+            for (k = 0; k < nw; k++) {
+                if (strcmp(w[k].id, act_id) == 0) {
+                    w[k].bad_since = 0;
+                }
+            }
+        }
+        if (once) {
+            break;
+        }
+        sleep_ms((int)(interval * 1000));
+    }
+    free(w);
+    return rc;
 }
 
 /* Parse a subcommand with no arguments. */
@@ -1837,12 +2315,61 @@ out:
     return rc;
 }
 
+/* Append ",x" (or "x") to a column cell. */
+static void
+cell_add(char *buf, size_t len, const char *x)
+{
+    size_t n = strlen(buf);
+
+    if (n + strlen(x) + 2 < len) {
+        snprintf(buf + n, len - n, "%s%s", n > 0 ? "," : "", x);
+    }
+}
+
+/* The heartbeat views around node n: which peers n sees suspect or down
+ * ("id:state"), and which nodes see n down or suspect. "-" when none. */
+static void
+peer_views(struct admin *a, const struct tnode *n, char *sees, size_t slen, char *by,
+           size_t blen)
+{
+    uint32_t i, k;
+
+    sees[0] = by[0] = '\0';
+    for (k = 0; n->have_st && k < n->st.n_peers; k++) {
+        const struct cport_peer *p = &n->st.peers[k];
+        char cell[RING_ID_MAX + 16];
+
+        if (p->state == CPORT_PEER_DOWN || p->state == CPORT_PEER_SUSPECT) {
+            snprintf(cell, sizeof(cell), "%s:%s", p->node_id, cport_peer_health_name(p->state));
+            cell_add(sees, slen, cell);
+        }
+    }
+    for (i = 0; i < a->n_nodes; i++) {
+        const struct tnode *o = &a->nodes[i];
+
+        for (k = 0; o != n && o->have_st && k < o->st.n_peers; k++) {
+            const struct cport_peer *p = &o->st.peers[k];
+
+            if (strcmp(p->node_id, n->id) == 0
+                && (p->state == CPORT_PEER_DOWN || p->state == CPORT_PEER_SUSPECT)) {
+                cell_add(by, blen, o->id);
+            }
+        }
+    }
+    if (sees[0] == '\0') {
+        snprintf(sees, slen, "-");
+    }
+    if (by[0] == '\0') {
+        snprintf(by, blen, "-");
+    }
+}
+
 int
 ctl_status(struct ctl_globals *g, int argc, char **argv)
 {
     struct admin a = { .g = g };
     struct cport_request sreq = { .kind = CPORT_STATUS };
-    struct table t = { .ncols = 12 };
+    struct table t = { .ncols = 15 };
     const char *sep;
     struct ring *r = NULL;
     double *share = NULL;
@@ -1895,7 +2422,13 @@ ctl_status(struct ctl_globals *g, int argc, char **argv)
         goto out;
     }
     table_row(&t, "id\taddr\tstate\tactive\tpending\tphase\titems\tbytes\tshare\tboot_changed"
-              "\torphans\tmisrouted");
+              "\torphans\tmisrouted\tflags\tsees_down\tseen_down_by");
+    /* Every node first: the seen_down_by column needs the others' views. */
+    for (i = 0; i < a.n_nodes; i++) {
+        if (node_call(&a, &a.nodes[i], &sreq, g->timeout_ms) != CPORT_OK) {
+            a.nodes[i].have_st = false;
+        }
+    }
     for (i = 0; i < a.n_nodes; i++) {
         struct tnode *n = &a.nodes[i];
         int idx = ring_members_find(a.old, n->id);
@@ -1904,17 +2437,34 @@ ctl_status(struct ctl_globals *g, int argc, char **argv)
 
         snprintf(sh, sizeof(sh), g->human ? "%.1f%%" : "%.4f",
                  idx >= 0 ? share[idx] * (g->human ? 100 : 1) : 0.0);
-        if (node_call(&a, n, &sreq, g->timeout_ms) != CPORT_OK) {
-            table_row(&t, "%s\t%s\tdown\t-\t-\t-\t-\t-\t%s\t-\t-\t-", n->id, n->addr, sh);
+        char flags[64], sees[512], by[512];
+
+        peer_views(&a, n, sees, sizeof(sees), by, sizeof(by));
+        if (!n->have_st) {
+            table_row(&t, "%s\t%s\tdown\t-\t-\t-\t-\t-\t%s\t-\t-\t-\t-\t-\t%s", n->id, n->addr,
+                      sh, by);
             info("status: %s (%s): %s", n->id, n->addr, n->err);
             bad++;
             continue;
         }
+        if (n->st.recovering) {
+            snprintf(flags, sizeof(flags), "recovering");
+        } else if (n->st.behind_epoch != 0) {
+            snprintf(flags, sizeof(flags), "behind:%" PRIu64, n->st.behind_epoch);
+        } else {
+            snprintf(flags, sizeof(flags), "-");
+        }
         table_row(&t, "%s\t%s\tup\t%" PRIu64 "\t%" PRIu64 "\t%s\t%" PRIu64 "\t%" PRIu64 "\t%s\t%s"
-                  "\t%" PRIu64 "\t%" PRIu64, n->id, n->addr, n->st.active_epoch,
+                  "\t%" PRIu64 "\t%" PRIu64 "\t%s\t%s\t%s", n->id, n->addr, n->st.active_epoch,
                   n->st.pending_epoch, cport_phase_name(n->st.phase), n->st.curr_items,
                   n->st.bytes, sh, want_boot == 0 ? "-"
-                  : want_boot != n->st.boot_id ? "yes" : "no", n->st.orphans, n->st.misrouted);
+                  : want_boot != n->st.boot_id ? "yes" : "no", n->st.orphans, n->st.misrouted,
+                  flags, sees, by);
+        if (n->st.recovering || n->st.behind_epoch != 0) {
+            info("status: %s is %s: `ringctl repair %s` brings its ranges back", n->id, flags,
+                 n->id);
+            bad++;
+        }
         /* Nodes of the active epoch must be at it; a joining node is not yet. */
         if (idx >= 0 && n->st.active_epoch != epoch) {
             info("status: %s is at epoch %" PRIu64 ", the store at %" PRIu64, n->id,

@@ -11,17 +11,59 @@
 #include "client/ctl.h"
 #include "client/ringcache.h"
 
-/* Open the cluster named by --members with --timeout. NULL after printing
- * why. */
+/* Open a handle from --seeds "host:port,host:port,...": the nodes are
+ * asked for the membership (config); see ringcache_new_seeds. */
+static int
+open_seeds(struct ringcache **rc, const char *list, const struct ringcache_options *opt,
+           char *err, size_t errlen)
+{
+    char *copy = strdup(list), *save = NULL, *tok;
+    const char **seeds = NULL;
+    size_t n = 0;
+    int ret = RINGCACHE_ENOMEM;
+
+    if (copy == NULL) {
+        goto out;
+    }
+    seeds = calloc(strlen(list) / 2 + 1, sizeof(*seeds));
+    if (seeds == NULL) {
+        goto out;
+    }
+    for (tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        seeds[n++] = tok;
+    }
+    if (n == 0) {
+        snprintf(err, errlen, "--seeds: expected host:port[,host:port...]");
+        ret = RINGCACHE_EMEMBERS;
+        goto out;
+    }
+    ret = ringcache_new_seeds(rc, seeds, n, opt, err, errlen);
+out:
+    if (ret == RINGCACHE_ENOMEM && err[0] == '\0') {
+        snprintf(err, errlen, "out of memory");
+    }
+    free(seeds);
+    free(copy);
+    return ret;
+}
+
+/* Open the cluster named by --members or --seeds with --timeout. NULL
+ * after printing why. */
 static struct ringcache *
 open_cluster(const struct ctl_globals *g, const char *cmd)
 {
     struct ringcache_options opt;
     struct ringcache *rc = NULL;
     char err[512] = "";
+    int ret;
 
-    if (g->members == NULL) {
-        ctl_error("%s: --members FILE is required (before the command)", cmd);
+    if (g->members == NULL && g->seeds == NULL) {
+        ctl_error("%s: --members FILE or --seeds HOST:PORT,... is required (before the command)",
+                  cmd);
+        return NULL;
+    }
+    if (g->members != NULL && g->seeds != NULL) {
+        ctl_error("%s: give --members or --seeds, not both", cmd);
         return NULL;
     }
     ringcache_options_init(&opt);
@@ -29,10 +71,18 @@ open_cluster(const struct ctl_globals *g, const char *cmd)
     if (opt.connect_timeout_ms > g->timeout_ms) {
         opt.connect_timeout_ms = g->timeout_ms;
     }
-    if (ringcache_new_members_file(&rc, g->members, &opt, err, sizeof(err)) != 0) {
-        ctl_error("%s", err);
+    if (g->seeds != NULL) {
+        ret = open_seeds(&rc, g->seeds, &opt, err, sizeof(err));
+    } else {
+        ret = ringcache_new_members_file(&rc, g->members, &opt, err, sizeof(err));
+    }
+    if (ret != 0) {
+        ctl_error("%s", err[0] != '\0' ? err : ringcache_strerror(ret));
         return NULL;
     }
+    /* A one-shot command: the seeds or the file give the epoch; MOVED
+     * teaches a newer one. No periodic poll. */
+    ringcache_set_poll_interval(rc, 0);
     return rc;
 }
 

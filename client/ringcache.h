@@ -37,8 +37,10 @@
  *     operation, then a read is a miss (RINGCACHE_ENOTFOUND, never a stale
  *     hit) and a write fails with RINGCACHE_EMOVED;
  *   - from `SERVER_ERROR TRYAGAIN <epoch>` (the key's range is fenced
- *     during a handoff): retried after 1 ms, doubling, until the op
- *     timeout; then a miss for reads, RINGCACHE_ETRYAGAIN for writes;
+ *     during a handoff): retried after 1 ms, doubling, while the next
+ *     back-off ends within op_timeout_ms of the call's start (the last
+ *     try may itself take up to one more op timeout if the node stalls);
+ *     then a miss for reads, RINGCACHE_ETRYAGAIN for writes;
  *   - from a periodic poll: every poll interval (default 1000 ms, see
  *     ringcache_set_poll_interval) the first call that finds it due sends
  *     `epoch` to one node, on the calling thread (there is no background

@@ -34,6 +34,9 @@ static const struct ctl_command commands[] = {
     { "leave",  ctl_leave,  "leave ID [--rate MIB_PER_S]                     remove a node" },
     { "abort",  ctl_abort,  "abort                                           abort the pending transition" },
     { "resume", ctl_resume, "resume                                          finish the pending transition" },
+    { "remove", ctl_remove, "remove --failed ID [--force] [--rate MIB_PER_S]  drop a dead node; copies come from its replicas" },
+    { "repair", ctl_repair, "repair ID [ADDR] [--force] [--rate MIB_PER_S]   remove --failed a dead/restarted node, then join it again" },
+    { "watch",  ctl_watch,  "watch [--down-after S] [--interval S] [--once]  remove (repair) members down (restarted) for S s" },
 };
 
 static void
@@ -41,7 +44,7 @@ usage(FILE *out)
 {
     size_t i;
 
-    fprintf(out, "usage: ringctl [--members FILE] [--store DIR --token-file FILE [--cluster NAME]]\n"
+    fprintf(out, "usage: ringctl [--members FILE | --seeds H:P,...] [--store DIR --token-file FILE [--cluster NAME]]\n"
                  "               [--human] [--timeout MS] COMMAND [ARGS]\n\n");
     fprintf(out, "commands:\n");
     for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
@@ -49,6 +52,7 @@ usage(FILE *out)
     }
     fprintf(out, "\nglobal options:\n"
             "  --members FILE     membership file (*.members)\n"
+            "  --seeds H:P,...    data commands: ask these nodes for the membership\n"
             "  --token-file FILE  admin token for the cluster port\n"
             "  --store DIR        membership store (a directory on the admin host)\n"
             "  --cluster NAME     cluster name (default ringcache)\n"
@@ -124,6 +128,7 @@ main(int argc, char **argv)
         { "human",      no_argument,       NULL, 'H' },
         { "timeout",    required_argument, NULL, 't' },
         { "cluster",    required_argument, NULL, 'c' },
+        { "seeds",      required_argument, NULL, 'S' },
         { "help",       no_argument,       NULL, 'h' },
         { "version",    no_argument,       NULL, 'V' },
         { NULL, 0, NULL, 0 }
@@ -139,6 +144,7 @@ main(int argc, char **argv)
         case 'k': g.token_file = optarg; break;
         case 's': g.store = optarg; break;
         case 'H': g.human = true; break;
+        case 'S': g.seeds = optarg; break;
         case 'c':
             if (optarg[0] == '\0') {
                 ctl_error("--cluster: expected a name");

@@ -26,6 +26,8 @@ enum frame_type {
     FRAME_HANDOFF_BATCH,    /* post-images and tombstones */
     FRAME_HANDOFF_ACK,      /* ringcache.HandoffAck */
     FRAME_ERROR,            /* ringcache.Error, then the sender closes */
+    FRAME_PING,             /* ringcache.Ping: heartbeat, peer -> peer */
+    FRAME_PONG,             /* ringcache.Pong: its answer */
     FRAME_TYPE_END          /* first unknown type */
 };
 

@@ -27,8 +27,11 @@
 #define ACTIVE_FILE        "active.members"
 #define PENDING_FILE       "pending.members"
 #define META_FILE          "pending.meta"
+#define SERVED_FILE        "served"
 #define STATE_FILE_MAX     (16u << 20)   /* largest state file we read */
 #define LIST_MAX           8             /* ring_arc lists hold 8 */
+
+static void mark_served(struct cluster *cl);
 
 /*
  * arcset
@@ -197,32 +200,129 @@ arcset_owned(struct arcset *a, const struct ring *r, uint32_t self)
  * Route decision
  */
 
-/* See cluster.h. Fence first: fenced ranges are owned here in epoch N. */
+/* Is bit idx of a live mask set? */
+static inline bool
+mask_has(const uint64_t *mask, uint32_t idx)
+{
+    return idx < 64 * CLUSTER_MASK_WORDS &&
+           (__atomic_load_n(&mask[idx / 64], __ATOMIC_RELAXED) >> (idx % 64) & 1) != 0;
+}
+
+/* Monotonic milliseconds, coarse (a few ms) and cheap: the stall check. */
+static inline uint64_t
+coarse_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Whether this node must not serve anything right now: it stalled (the
+ * ticker is late, or a post-stall heartbeat round has not finished) or a
+ * peer told it a higher epoch exists. */
+static bool
+live_unsafe(const struct cluster_live *l)
+{
+    uint64_t tick = __atomic_load_n(&l->tick_ms, __ATOMIC_ACQUIRE);
+
+    if (__atomic_load_n(&l->suspect, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&l->behind_epoch, __ATOMIC_RELAXED) != 0)
+        return true;
+    return tick != 0 && coarse_ms() > tick + CLUSTER_STALL_MS;
+}
+
+uint64_t
+cluster_view_reply_epoch(const struct cluster_view *v)
+{
+    uint64_t b = v->live != NULL ? __atomic_load_n(&v->live->behind_epoch, __ATOMIC_RELAXED) : 0;
+
+    return b > v->epoch ? b : v->epoch;
+}
+
+/* The first owner of list[0..n) not seen down (list[0] if all are). */
+static uint32_t
+first_live(const struct cluster_view *v, const uint32_t *list, uint32_t n)
+{
+    uint32_t k;
+
+    for (k = 0; v->live != NULL && k < n; k++)
+        if (!mask_has(v->live->down, list[k]))
+            return list[k];
+    return list[0];
+}
+
+/*
+ * See cluster.h. In order: a stalled or behind node serves nothing; fenced
+ * ranges answer TRYAGAIN (they are owned here in epoch N); a recovering
+ * node (restarted empty) serves none of its own keys; writes go to the
+ * primary, or once replicated to the first owner not seen down (write
+ * failover); reads to any owner once replicated.
+ */
 enum cluster_route
 cluster_route(const struct cluster_view *v, uint64_t hash, bool write,
               bool declared, uint32_t *owner)
 {
-    uint32_t list[LIST_MAX], n, k;
+    uint32_t list[LIST_MAX], n, k, want;
+    bool failover;
 
     if (v->ring == NULL)
         return CLUSTER_LOCAL;
+    if (v->live != NULL && live_unsafe(v->live)) {
+        *owner = ring_primary(v->ring, hash);
+        return CLUSTER_TRYAGAIN;
+    }
     if (v->fence.n > 0 && arcset_has(&v->fence, hash)) {
         *owner = ring_primary(v->ring, hash);
         return CLUSTER_TRYAGAIN;
     }
-    /* Until replication (issue 6) keeps the other owners current, only
-     * the primary has every write: reads go there too. */
-    if (write || v->replicas <= 1 || !CLUSTER_REPLICATED) {
+    want = v->replicas < LIST_MAX ? v->replicas : LIST_MAX;
+    failover = CLUSTER_REPLICATED && want > 1 && v->live != NULL;
+    if (failover) {
+        n = ring_locate(v->ring, hash, want, list);
+    } else {
         n = 1;
         list[0] = ring_primary(v->ring, hash);
-    } else {
-        n = ring_locate(v->ring, hash, v->replicas < LIST_MAX ? v->replicas : LIST_MAX,
-                        list);
     }
+    if (v->live != NULL && __atomic_load_n(&v->live->recovering, __ATOMIC_RELAXED)) {
+        uint32_t rl[LIST_MAX], rn = ring_locate(v->ring, hash, want, rl);
+
+        for (k = 0; k < rn; k++) {
+            if ((int32_t)rl[k] != v->self)
+                continue;
+            /* Ours, and we hold nothing: a read may go to a replica. */
+            if (!write && failover && n > 1) {
+                for (k = 0; k < n; k++)
+                    if ((int32_t)list[k] != v->self && !mask_has(v->live->down, list[k]))
+                        break;
+                if (k < n) {
+                    *owner = list[k];
+                    return declared ? CLUSTER_MOVED : CLUSTER_FORWARD;
+                }
+            }
+            *owner = list[0];
+            return CLUSTER_TRYAGAIN;
+        }
+    }
+    if (write && failover) {
+        /* Primary-forwarded writes: the first owner not seen down. */
+        uint32_t acting = first_live(v, list, n);
+
+        if ((int32_t)acting == v->self) {
+            for (k = 0; k < n && list[k] != acting; k++)
+                __atomic_or_fetch(&v->live->skipped[list[k] / 64],
+                                  (uint64_t)1 << (list[k] % 64), __ATOMIC_RELAXED);
+            return CLUSTER_LOCAL;
+        }
+        *owner = acting;
+        return declared ? CLUSTER_MOVED : CLUSTER_FORWARD;
+    }
+    /* Until replication (issue 6) keeps the other owners current, only
+     * the primary has every write: reads go there too. */
     for (k = 0; k < n; k++)
         if ((int32_t)list[k] == v->self)
             return CLUSTER_LOCAL;
-    *owner = list[0];
+    *owner = failover ? first_live(v, list, n) : list[0];
     return declared ? CLUSTER_MOVED : CLUSTER_FORWARD;
 }
 
@@ -255,6 +355,16 @@ cluster_count(struct cluster *cl, enum cluster_route r)
     __atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
 }
 
+/* Peer authentication string; see cluster.h. */
+void
+cluster_peer_auth(const struct cluster *cl, char out[CLUSTER_PEER_AUTH_LEN + 1])
+{
+    uint64_t h = XXH3_64bits_withSeed(cl->token, cl->token_len,
+                                      cl->cluster_id ^ 0x72635f7065657221ull);
+
+    snprintf(out, CLUSTER_PEER_AUTH_LEN + 1, "%016" PRIx64, h);
+}
+
 void
 cluster_count_misrouted(struct cluster *cl)
 {
@@ -270,6 +380,16 @@ cluster_counters_get(const struct cluster *cl, struct cluster_counters *out)
     out->misrouted = __atomic_load_n(&cl->ctr.misrouted, __ATOMIC_RELAXED);
     out->items_imported = __atomic_load_n(&cl->ctr.items_imported, __ATOMIC_RELAXED);
     out->bytes_imported = __atomic_load_n(&cl->ctr.bytes_imported, __ATOMIC_RELAXED);
+    out->replicated = __atomic_load_n(&cl->ctr.replicated, __ATOMIC_RELAXED);
+    out->replica_failures = __atomic_load_n(&cl->ctr.replica_failures, __ATOMIC_RELAXED);
+}
+
+/* Count replica acknowledgements and failures (any thread). */
+void
+cluster_count_replica(struct cluster *cl, bool ok)
+{
+    __atomic_add_fetch(ok ? &cl->ctr.replicated : &cl->ctr.replica_failures, 1,
+                       __ATOMIC_RELAXED);
 }
 
 /* Owned in the active epoch, any replica position (orphans, cleanup). */
@@ -357,6 +477,16 @@ cluster_publish(struct cluster *cl)
     v->ring = cl->active_ring;
     v->self = cl->self_old;
     v->replicas = cl->active != NULL ? cl->active->replicas : 1;
+    v->live = cl->srv != NULL ? &cl->live : NULL;
+    if (cl->view == NULL || cl->view->epoch != v->epoch) {
+        uint32_t i;
+
+        /* Indexes of the old epoch mean other nodes in the new one. */
+        for (i = 0; i < CLUSTER_MASK_WORDS; i++) {
+            __atomic_store_n(&cl->live.down[i], 0, __ATOMIC_RELEASE);
+            __atomic_store_n(&cl->live.skipped[i], 0, __ATOMIC_RELEASE);
+        }
+    }
     if (format_config(cl->active, &v->config, &v->config_len) < 0 ||
         (cl->pending != NULL && cl->phase == CLUSTER_PHASE_FENCED &&
          arcset_copy(&v->fence, &cl->fence_arcs) < 0)) {
@@ -667,6 +797,10 @@ clear_pending(struct cluster *cl)
     cl->self_new = -1;
     cl->ptoken_len = 0;
     cl->phase = CLUSTER_PHASE_NONE;
+    cl->fresh = false;
+    free(cl->failed);
+    cl->failed = NULL;
+    cl->n_failed = 0;
     arcset_clear(&cl->importing);
     arcset_clear(&cl->sourcing);
     arcset_clear(&cl->losing);
@@ -712,11 +846,28 @@ dest_for(struct cluster *cl, uint32_t idx)
     return d;
 }
 
+/* Is id one of the pending transition's failed nodes? */
+static bool
+is_failed(const struct cluster *cl, const char *id)
+{
+    uint32_t i;
+
+    for (i = 0; i < cl->n_failed; i++)
+        if (strcmp(cl->failed[i], id) == 0)
+            return true;
+    return false;
+}
+
 /*
  * This node's arcs in the pending transition, from ring_diff(active,
- * pending): importing (in the new list, not the old), losing (the reverse),
- * and as the old primary, one transfer per gaining node. Without an active
- * membership the node imports everything it owns in the new epoch.
+ * pending): importing (in the new list, not a holder of the old),
+ * losing (an old owner not in the new list), and as the arc's source (its
+ * first surviving holder), one transfer per gaining node. The holders of
+ * an arc in epoch N are every old owner once writes are replicated, else
+ * only the old primary, and never a failed node (`remove --failed`).
+ * Without an active membership, or when the transition was accepted
+ * fresh (recovering or behind: our epoch N is stale and we hold nothing),
+ * the node imports everything it owns in the new epoch.
  */
 static int
 compute_arcs(struct cluster *cl)
@@ -726,11 +877,11 @@ compute_arcs(struct cluster *cl)
     uint32_t i, k;
     int rc = -1;
 
-    if (cl->active_ring == NULL || cl->self_old < 0) {
+    if (cl->fresh || cl->active_ring == NULL || cl->self_old < 0) {
         if (cl->self_new >= 0 &&
             arcset_owned(&cl->importing, cl->pending_ring, (uint32_t)cl->self_new) < 0)
             return -1;
-        if (cl->active_ring == NULL)
+        if (cl->fresh || cl->active_ring == NULL)
             return 0;
     }
     d = ring_diff(cl->active_ring, cl->pending_ring);
@@ -739,25 +890,28 @@ compute_arcs(struct cluster *cl)
     for (i = 0; i < d->n_arcs; i++) {
         const struct ring_arc *a = &d->arcs[i];
         const char *me = cl->id;
-        /* Who holds the arc's data in epoch N: every old owner once writes
-         * are replicated, else only the old primary. */
         uint32_t n_had = CLUSTER_REPLICATED ? a->n_old : (a->n_old > 0 ? 1 : 0);
-        bool in_old = list_has_id(om, a->old_nodes, n_had, me);
-        bool in_new = list_has_id(nm, a->new_nodes, a->n_new, me);
+        uint32_t hold[LIST_MAX], nh = 0;
+        bool in_old, in_new;
 
+        for (k = 0; k < n_had && k < LIST_MAX; k++)
+            if (!is_failed(cl, om->nodes[a->old_nodes[k]].id))
+                hold[nh++] = a->old_nodes[k];
+        in_old = list_has_id(om, hold, nh, me);
+        in_new = list_has_id(nm, a->new_nodes, a->n_new, me);
         if (cl->self_old >= 0 && in_new && !in_old &&
             arcset_add_arc(&cl->importing, a->lo, a->hi) < 0)
             goto out;
         if (list_has_id(om, a->old_nodes, a->n_old, me) && !in_new &&
             arcset_add_arc(&cl->losing, a->lo, a->hi) < 0)
             goto out;
-        if (a->n_old == 0 || (int32_t)a->old_nodes[0] != cl->self_old)
+        if (nh == 0 || (int32_t)hold[0] != cl->self_old)
             continue;
         for (k = 0; k < a->n_new; k++) {
             const char *gid = nm->nodes[a->new_nodes[k]].id;
             struct cluster_dest *dst;
 
-            if (list_has_id(om, a->old_nodes, n_had, gid))
+            if (list_has_id(om, hold, nh, gid))
                 continue;
             dst = dest_for(cl, a->new_nodes[k]);
             if (dst == NULL || arcset_add_arc(&dst->arcs, a->lo, a->hi) < 0 ||
@@ -819,7 +973,25 @@ cluster_prepare(struct cluster *cl, const struct ring_members *next,
                 const uint8_t *token, size_t token_len, uint64_t from_epoch,
                 bool *again, char *err, size_t errlen)
 {
+    return cluster_prepare_failed(cl, next, token, token_len, from_epoch, NULL, 0, again,
+                                  err, errlen);
+}
+
+/* PREPARE with failed nodes; see cluster.h. A recovering node (restarted
+ * empty) or one behind (a peer runs a higher epoch) holds nothing anybody
+ * owns: like a node without a membership it accepts any from_epoch and
+ * imports everything it owns in N+1. */
+int
+cluster_prepare_failed(struct cluster *cl, const struct ring_members *next,
+                       const uint8_t *token, size_t token_len, uint64_t from_epoch,
+                       const char *const *failed, uint32_t n_failed, bool *again,
+                       char *err, size_t errlen)
+{
     uint64_t active = cl->active != NULL ? cl->active->epoch : 0;
+    bool fresh = cl->active != NULL &&
+                 (__atomic_load_n(&cl->live.recovering, __ATOMIC_RELAXED) ||
+                  __atomic_load_n(&cl->live.behind_epoch, __ATOMIC_RELAXED) != 0);
+    uint32_t i;
 
     *again = false;
     if (token_len == 0 || token_len > CLUSTER_TOKEN_MAX) {
@@ -842,7 +1014,23 @@ cluster_prepare(struct cluster *cl, const struct ring_members *next,
     }
     /* A node without a membership holds nothing anyone owns: it may join
      * any epoch. Otherwise the transition must start from our epoch. */
-    if (active != 0 && active != from_epoch) {
+    if (fresh && ring_members_find(next, cl->id) < 0) {
+        snprintf(err, errlen, "prepare: node %s is %s and not in epoch %" PRIu64,
+                 cl->id, cl->live.recovering ? "recovering" : "behind", next->epoch);
+        return -1;
+    }
+    for (i = 0; i < n_failed; i++) {
+        if (strcmp(failed[i], cl->id) == 0) {
+            snprintf(err, errlen, "prepare: this node (%s) is declared failed", cl->id);
+            return -1;
+        }
+        if (ring_members_find(next, failed[i]) >= 0) {
+            snprintf(err, errlen, "prepare: failed node %.64s is in epoch %" PRIu64,
+                     failed[i], next->epoch);
+            return -1;
+        }
+    }
+    if (!fresh && active != 0 && active != from_epoch) {
         snprintf(err, errlen, "prepare: active epoch is %" PRIu64 ", not %" PRIu64,
                  active, from_epoch);
         return -1;
@@ -851,6 +1039,17 @@ cluster_prepare(struct cluster *cl, const struct ring_members *next,
         snprintf(err, errlen, "prepare: node %s is in neither epoch", cl->id);
         return -1;
     }
+    if (n_failed > 0) {
+        cl->failed = calloc(n_failed, sizeof(*cl->failed));
+        if (cl->failed == NULL) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        for (i = 0; i < n_failed; i++)
+            snprintf(cl->failed[i], sizeof(cl->failed[i]), "%s", failed[i]);
+        cl->n_failed = n_failed;
+    }
+    cl->fresh = fresh;
     if (install_pending(cl, next, token, token_len, err, errlen) < 0)
         return -1;
     cl->phase = CLUSTER_PHASE_PREPARED;
@@ -971,6 +1170,14 @@ cluster_commit(struct cluster *cl, const struct ring_members *next,
     }
     if (activate(cl, m, err, errlen) < 0)
         return -1;
+    /* A fresh transition imported everything this node owns: it serves
+     * again. A higher epoch a peer told us about is reached or passed. */
+    if (cl->fresh)
+        __atomic_store_n(&cl->live.recovering, 0, __ATOMIC_RELEASE);
+    if (cl->srv != NULL)
+        mark_served(cl);
+    if (__atomic_load_n(&cl->live.behind_epoch, __ATOMIC_RELAXED) <= cl->active->epoch)
+        __atomic_store_n(&cl->live.behind_epoch, 0, __ATOMIC_RELEASE);
     clear_pending(cl);
     if (remove_file(cl->state_dir, META_FILE, err, errlen) < 0 ||
         remove_file(cl->state_dir, PENDING_FILE, err, errlen) < 0)
@@ -1049,6 +1256,46 @@ load_state(struct cluster *cl, char *err, size_t errlen)
         cl->phase = ph;
     }
     return 0;
+}
+
+/* Record that this node has served as a member (SERVED_FILE): a later
+ * start is a restart. Logged, not fatal: the node still serves. */
+static void
+mark_served(struct cluster *cl)
+{
+    char err[1300];
+    static const char text[] = "# this node has served as a member: a start is a restart\n";
+
+    if (cl->served || cl->active == NULL || cl->self_old < 0)
+        return;
+    if (cluster_write_file(cl->state_dir, SERVED_FILE, text, sizeof(text) - 1, err,
+                           sizeof(err)) < 0)
+        log_msg(LOG_ERR, "%s", err);
+    else
+        cl->served = true;
+}
+
+/* See cluster.h. */
+void
+cluster_started(struct cluster *cl)
+{
+    char path[1200];
+
+    snprintf(path, sizeof(path), "%s/%s", cl->state_dir, SERVED_FILE);
+    cl->served = access(path, F_OK) == 0;
+    /* Whatever this node held before it stopped is gone (the store is
+     * memory only) and may be stale anyway: until a transition copies its
+     * ranges back (docs/cluster.md, "Node failure"), its own keys answer
+     * TRYAGAIN rather than misses. A state directory written by hand (no
+     * served file) is a first start; a cluster of one has nobody to copy
+     * from, it serves empty. */
+    if (cl->served && cl->active != NULL && cl->self_old >= 0 && cl->active->n_nodes > 1) {
+        __atomic_store_n(&cl->live.recovering, 1, __ATOMIC_RELEASE);
+        log_msg(LOG_INFO, "restarted as a member of epoch %" PRIu64 ": recovering (its keys "
+                "answer TRYAGAIN until `ringctl repair %s` or remove --failed + join)",
+                cl->active->epoch, cl->id);
+    }
+    mark_served(cl);
 }
 
 /* See cluster.h. */

@@ -41,6 +41,22 @@ enum cluster_route {
     CLUSTER_FORWARD,     /* plain client: relay to the owner (see docs/cluster.md) */
 };
 
+/*
+ * What failure detection (server/health.c) tells the workers, read lock-free
+ * on every keyed request; owned by struct cluster, so it outlives every
+ * view. All fields are atomics.
+ */
+#define CLUSTER_MASK_WORDS 4    /* node indexes 0..255 for write failover */
+#define CLUSTER_STALL_MS   3000 /* the ticker this late: the process was paused */
+struct cluster_live {
+    uint64_t tick_ms;       /* the ticker's last beat (monotonic ms), 0 = no ticker */
+    uint32_t suspect;       /* 1: this process stalled; TRYAGAIN until a heartbeat round */
+    uint32_t recovering;    /* 1: restarted empty (or taken over): owned keys TRYAGAIN */
+    uint64_t behind_epoch;  /* a peer runs this higher epoch: everything TRYAGAIN */
+    uint64_t down[CLUSTER_MASK_WORDS];     /* active indexes seen down */
+    uint64_t skipped[CLUSTER_MASK_WORDS];  /* active indexes whose writes we took over */
+};
+
 /* Sorted, disjoint, inclusive ranges of key hashes. */
 struct arc_range {
     uint64_t start, end;
@@ -82,12 +98,15 @@ struct cluster_view {
     struct arcset fence;          /* ranges answering TRYAGAIN (empty unless fenced) */
     char         *config;         /* the whole `config` reply */
     size_t        config_len;
+    struct cluster_live *live;    /* the cluster's, NULL in unit tests */
 };
 
 /* Counters (atomics), exposed in `stats` and Status. */
 struct cluster_counters {
     uint64_t moved, tryagain, forwarded, misrouted;
     uint64_t items_imported, bytes_imported;   /* handoff, since the last PREPARE */
+    uint64_t replicated;        /* post-images acknowledged by a replica */
+    uint64_t replica_failures;  /* post-images a replica did not acknowledge */
 };
 
 /* One outgoing transfer of a source: destination and the arcs it gains
@@ -130,6 +149,13 @@ struct cluster {
     uint32_t             n_dests;
     uint64_t             fence_held_ms;
 
+    bool                 fresh;        /* the pending transition was accepted while
+                                        * recovering or behind: import everything */
+    char               (*failed)[RING_ID_MAX + 1];  /* failed ids of the pending */
+    uint32_t             n_failed;
+    struct cluster_live  live;
+    bool                 served;       /* the state dir says we served as a member */
+
     struct cluster_view *view;         /* published (atomic pointer) */
     struct cluster_counters ctr;
 };
@@ -144,6 +170,11 @@ int cluster_new(struct server *srv, const char *id, const char *state_dir,
                 const char *name, const uint8_t *token, size_t token_len,
                 struct cluster **out, char *err, size_t errlen);
 void cluster_free(struct cluster *cl);
+
+/* The node process starts serving with this state (cport_start, not unit
+ * tests): a member of its active epoch comes back empty, so it is
+ * recovering until a transition copies its ranges back. */
+void cluster_started(struct cluster *cl);
 
 /* The current view (acquire load); valid until the caller's event
  * callback returns. */
@@ -164,12 +195,23 @@ cluster_view(const struct cluster *cl)
 enum cluster_route cluster_route(const struct cluster_view *v, uint64_t hash,
                                  bool write, bool declared, uint32_t *owner);
 
+/* The epoch to name in a TRYAGAIN reply: a higher epoch a peer runs, when
+ * this node learnt it is behind, so the client refreshes. */
+uint64_t cluster_view_reply_epoch(const struct cluster_view *v);
+
 /* Address of node idx of the view's membership. */
 const char *cluster_view_addr(const struct cluster_view *v, uint32_t idx);
+
+/* `rc_peer <auth>` (server/replicate.c): auth is CLUSTER_PEER_AUTH_LEN hex
+ * digits of a hash of the admin token keyed by the cluster id, so peers
+ * prove they share the token without sending it on the client port. */
+#define CLUSTER_PEER_AUTH_LEN 16
+void cluster_peer_auth(const struct cluster *cl, char out[CLUSTER_PEER_AUTH_LEN + 1]);
 
 /* Count a route outcome / a misrouted write (any thread). */
 void cluster_count(struct cluster *cl, enum cluster_route r);
 void cluster_count_misrouted(struct cluster *cl);
+void cluster_count_replica(struct cluster *cl, bool ok);
 void cluster_counters_get(const struct cluster *cl, struct cluster_counters *out);
 
 /*
@@ -183,6 +225,13 @@ void cluster_counters_get(const struct cluster *cl, struct cluster_counters *out
 int cluster_prepare(struct cluster *cl, const struct ring_members *next,
                     const uint8_t *token, size_t token_len, uint64_t from_epoch,
                     bool *again, char *err, size_t errlen);
+/* The same, for `ringctl remove --failed`: failed[n_failed] are node ids
+ * of the active epoch that are dead; they are never a copy source (each
+ * changing arc is copied from its first surviving holder). */
+int cluster_prepare_failed(struct cluster *cl, const struct ring_members *next,
+                           const uint8_t *token, size_t token_len, uint64_t from_epoch,
+                           const char *const *failed, uint32_t n_failed, bool *again,
+                           char *err, size_t errlen);
 /* Check a token against the pending transition. */
 bool cluster_token_ok(const struct cluster *cl, const uint8_t *token, size_t len);
 /* Record a phase (persisted); FENCED publishes the fence. */

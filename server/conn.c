@@ -17,6 +17,7 @@
 
 #include <event2/event.h>
 
+#include "server/forward.h"
 #include "server/log.h"
 #include "server/proto_text.h"
 #include "server/stats.h"
@@ -45,13 +46,18 @@ conn_new(struct worker *w, int fd)
     return c;
 }
 
-/* Register (or change) the events the connection waits for. */
+/* Register (or change) the events the connection waits for; 0 waits for
+ * nothing (a hold will wake it). */
 static int
 conn_set_events(struct conn *c, short flags)
 {
     if (c->ev == NULL || c->ev_flags == flags)
         return 0;
     event_del(c->ev);
+    if (flags == 0) {
+        c->ev_flags = 0;
+        return 0;
+    }
     if (event_assign(c->ev, c->w->base, c->fd, flags | EV_PERSIST, conn_event_cb, c) < 0)
         return -1;
     if (event_add(c->ev, NULL) < 0)
@@ -79,6 +85,16 @@ chunk_free(struct conn *c, struct out_chunk *ch)
 {
     struct worker *w = c->w;
 
+    if (ch->owner != NULL) {
+        /* An unfilled hold dropped with its connection: its filler must
+         * forget it. */
+        void *owner = ch->owner;
+
+        ch->owner = NULL;
+        c->nholds--;
+        if (ch->gone != NULL)
+            ch->gone(owner);
+    }
     if (ch->it != NULL) {
         store_release(w->srv->store, ch->it);
         ch->it = NULL;
@@ -147,6 +163,10 @@ chunk_new_text(struct conn *c)
     ch->data = ch->buf;
     ch->len = 0;
     ch->off = 0;
+    ch->sealed = false;
+    ch->owner = NULL;
+    ch->gone = NULL;
+    ch->ins = NULL;
     chunk_link(c, ch);
     return ch;
 }
@@ -157,7 +177,7 @@ conn_out_reserve(struct conn *c, size_t n)
 {
     struct out_chunk *ch = c->out_tail;
 
-    if (ch == NULL || ch->it != NULL || ch->cap - ch->len < n)
+    if (ch == NULL || ch->it != NULL || ch->sealed || ch->cap - ch->len < n)
         ch = chunk_new_text(c);
     return ch->buf + ch->len;
 }
@@ -180,7 +200,7 @@ conn_out_add(struct conn *c, const void *data, size_t len)
         struct out_chunk *ch = c->out_tail;
         size_t room, n;
 
-        if (ch == NULL || ch->it != NULL || ch->len == ch->cap)
+        if (ch == NULL || ch->it != NULL || ch->sealed || ch->len == ch->cap)
             ch = chunk_new_text(c);
         room = ch->cap - ch->len;
         n = len < room ? len : room;
@@ -214,8 +234,99 @@ conn_out_item(struct conn *c, struct store_item *it, const char *p, size_t len)
     ch->data = p;
     ch->len = (uint32_t)len;
     ch->off = 0;
+    ch->sealed = false;
+    ch->owner = NULL;
+    ch->gone = NULL;
+    ch->ins = NULL;
     chunk_link(c, ch);
     c->out_bytes += len;
+}
+
+/* Queue a hold; see conn.h. */
+struct out_chunk *
+conn_out_hold(struct conn *c, void *owner, conn_hold_gone_fn gone)
+{
+    struct out_chunk *ch = malloc(sizeof(*ch));
+
+    if (ch == NULL) {
+        log_msg(LOG_ERR, "out of memory for replies");
+        abort();
+    }
+    ch->it = NULL;
+    ch->data = ch->buf;
+    ch->len = ch->off = ch->cap = 0;
+    ch->sealed = true;
+    ch->owner = owner;
+    ch->gone = gone;
+    ch->ins = ch;
+    chunk_link(c, ch);
+    c->nholds++;
+    return ch;
+}
+
+/* Room after a hold's insertions: the last inserted chunk when it has
+ * room, else a new sealed text chunk linked after it. */
+char *
+conn_hold_reserve(struct conn *c, struct out_chunk *h, size_t n)
+{
+    struct out_chunk *at = h->ins, *ch;
+
+    if (at != h && at->it == NULL && at->cap - at->len >= n)
+        return at->buf + at->len;
+    ch = chunk_new_text(c);
+    /* chunk_new_text linked it at the tail: move it after `at`. */
+    if (ch != at->next) {
+        struct out_chunk *p = at;
+
+        while (p->next != ch)
+            p = p->next;
+        p->next = NULL;
+        c->out_tail = p;
+        ch->next = at->next;
+        at->next = ch;
+    }
+    ch->sealed = true;
+    h->ins = ch;
+    return ch->buf;
+}
+
+/* Account for n bytes written into conn_hold_reserve's room. */
+void
+conn_hold_commit(struct conn *c, struct out_chunk *h, size_t n)
+{
+    h->ins->len += (uint32_t)n;
+    c->out_bytes += n;
+}
+
+/* Copy bytes in after a hold's insertions. */
+void
+conn_hold_add(struct conn *c, struct out_chunk *h, const void *data, size_t len)
+{
+    const char *p = data;
+
+    while (len > 0) {
+        size_t n = len < CONN_OUT_CHUNK ? len : CONN_OUT_CHUNK;
+        char *dst = conn_hold_reserve(c, h, 1);
+        struct out_chunk *at = h->ins;
+
+        if (n > at->cap - at->len)
+            n = at->cap - at->len;
+        memcpy(dst, p, n);
+        conn_hold_commit(c, h, n);
+        p += n;
+        len -= n;
+    }
+}
+
+/* A hold is complete: let writes pass it and wake the connection. */
+void
+conn_hold_done(struct conn *c, struct out_chunk *h)
+{
+    h->owner = NULL;
+    h->gone = NULL;
+    c->nholds--;
+    if (c->ev != NULL)
+        event_active(c->ev, EV_WRITE, 0);
 }
 
 /* Flatten the queue (tests). */
@@ -333,10 +444,14 @@ conn_close(struct conn *c)
         event_del(c->ev);
         event_free(c->ev);
     }
+    if (c->stall_ev != NULL)
+        event_free(c->stall_ev);
     if (c->fd >= 0)
         close(c->fd);
     if (c->nread_it != NULL)
         store_release(w->srv->store, c->nread_it);
+    free(c->fwd_buf);
+    c->fwd_buf = NULL;
     conn_out_clear(c);
     c->pstate = CONN_PS_CMD;
     c->rpos = c->rend;
@@ -356,7 +471,7 @@ conn_close(struct conn *c)
 
 /*
  * Write queued output with writev until it is all out (0), the socket
- * would block (1) or fails (-1).
+ * would block (1), an unfilled hold is next (2) or it fails (-1).
  */
 static int
 conn_flush(struct conn *c)
@@ -369,7 +484,18 @@ conn_flush(struct conn *c)
         ssize_t n;
         int niov = 0;
 
-        for (ch = c->out_head; ch != NULL && niov < CONN_IOV_MAX; ch = ch->next) {
+        /* Finished holds and empty chunks at the head go first. */
+        while ((ch = c->out_head) != NULL && ch->owner == NULL && ch->len == ch->off) {
+            c->out_head = ch->next;
+            if (c->out_head == NULL)
+                c->out_tail = NULL;
+            chunk_free(c, ch);
+        }
+        if (ch == NULL)
+            break;
+        if (ch->owner != NULL)
+            return 2;
+        for (; ch != NULL && ch->owner == NULL && niov < CONN_IOV_MAX; ch = ch->next) {
             if (ch->len == ch->off)
                 continue;
             iov[niov].iov_base = (void *)(ch->data + ch->off);
@@ -388,8 +514,10 @@ conn_flush(struct conn *c)
             return -1;
         }
         STATS_ADD(&c->w->stats, bytes_written, n);
+        if (n > 0 && c->stall_ev != NULL)
+            evtimer_del(c->stall_ev);
         c->out_bytes -= (size_t)n;
-        while ((ch = c->out_head) != NULL) {
+        while ((ch = c->out_head) != NULL && ch->owner == NULL) {
             size_t left = ch->len - ch->off;
             if ((size_t)n < left) {
                 ch->off += (uint32_t)n;
@@ -440,12 +568,70 @@ conn_read(struct conn *c, bool *filled)
     return n;
 }
 
+/*
+ * While the output is blocked: read what the client sends (without
+ * parsing it) until the socket is empty, which absorbs pipelined requests
+ * beyond what the kernel buffers hold. Returns 0, 1 when CONN_STALL_IN_CAP
+ * unparsed bytes are waiting (stop reading), or -1 on a read error.
+ */
+static int
+conn_stall_read(struct conn *c)
+{
+    bool filled;
+
+    while (!c->eof) {
+        ssize_t n;
+
+        if (c->rend - c->rpos >= CONN_STALL_IN_CAP)
+            return 1;
+        n = conn_read(c, &filled);
+        if (n == -2)
+            return 0;
+        if (n == 0)
+            c->eof = true;   /* half-closed: still owed its replies */
+        else if (n < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The stall deadline passed without a byte written: the client sends but
+ * does not read (or both sides wait on each other); hang up. */
+static void
+conn_stall_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+
+    (void)fd;
+    (void)what;
+    log_msg(LOG_INFO, "connection %d: sends but does not read its replies, closing",
+            c->fd);
+    conn_close(c);
+}
+
+/* Arm the stall deadline (once per stall; write progress disarms it). */
+static int
+conn_stall_arm(struct conn *c)
+{
+    int ms = c->w->srv->stall_timeout_ms;
+    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+    if (c->stall_ev == NULL) {
+        c->stall_ev = evtimer_new(c->w->base, conn_stall_cb, c);
+        if (c->stall_ev == NULL)
+            return -1;
+    }
+    if (evtimer_pending(c->stall_ev, NULL))
+        return 0;
+    return evtimer_add(c->stall_ev, &tv);
+}
+
 /* Stop reading; close once the output is written. */
 void
 conn_shutdown(struct conn *c)
 {
     c->close_after_write = true;
-    if (c->out_bytes == 0 && c->pstate != CONN_PS_GET) {
+    if (c->out_bytes == 0 && c->nholds == 0 && c->pstate != CONN_PS_GET) {
         conn_close(c);
         return;
     }
@@ -466,6 +652,7 @@ conn_event_cb(int fd, short what, void *arg)
     for (;;) {
         enum proto_status st = PROTO_MORE;
         ssize_t n;
+        int r = 0;
 
         if (!c->close_after_write) {
             st = proto_text_process(c);
@@ -477,9 +664,7 @@ conn_event_cb(int fd, short what, void *arg)
             /* Shutting down: finish a multi-get in flight, nothing new. */
             st = proto_text_drain(c);
         }
-        if (c->out_bytes > 0) {
-            int r;
-
+        if (c->out_head != NULL) {
             /* Input stops at the soft cap, so only a bug or a huge -I gets
              * here; never hold more than this for one client. */
             if (c->out_bytes > CONN_OUT_HARD_CAP + c->w->srv->settings.item_size_max) {
@@ -490,12 +675,32 @@ conn_event_cb(int fd, short what, void *arg)
             r = conn_flush(c);
             if (r < 0)
                 goto close;
-            if (r > 0) {
-                /* Stop reading until the client takes its replies. */
-                if (conn_set_events(c, EV_WRITE) < 0)
+            if (r == 1) {
+                /* Blocked on the client: parse nothing more until it takes
+                 * its replies, but keep taking its input (unparsed, up to
+                 * CONN_STALL_IN_CAP) so one that never reads is noticed. */
+                int full = 0;
+
+                if (!c->close_after_write) {
+                    full = conn_stall_read(c);
+                    if (full < 0)
+                        goto close;
+                    if (full > 0 && conn_stall_arm(c) < 0)
+                        goto close;
+                }
+                if (conn_set_events(c, c->close_after_write || c->eof || full > 0
+                                           ? EV_WRITE : EV_WRITE | EV_READ) < 0)
                     goto close;
                 return;
             }
+        }
+        if (r == 2 && (st == PROTO_PAUSE || c->close_after_write)) {
+            /* Everything writable is out and the rest waits for another
+             * node's reply (or too many are outstanding): sleep until a
+             * hold is done (conn_hold_done wakes us). */
+            if (conn_set_events(c, 0) < 0)
+                goto close;
+            return;
         }
         if (st == PROTO_PAUSE)
             continue;
@@ -507,6 +712,15 @@ conn_event_cb(int fd, short what, void *arg)
                 STATS_ADD(&c->w->stats, conn_yields, 1);
             conn_rbuf_release(c);
             if (conn_set_events(c, EV_READ) < 0)
+                goto close;
+            return;
+        }
+        if (c->eof) {
+            /* Everything it sent is parsed; close once it is answered,
+             * forwarded replies included. */
+            if (c->nholds == 0)
+                goto close;
+            if (conn_set_events(c, 0) < 0)
                 goto close;
             return;
         }

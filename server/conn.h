@@ -3,8 +3,14 @@
  * that proto_text parses in place; replies are queued as chunks (copied
  * text, or a reference to an item's value) and written with writev, all the
  * replies of a pipelined batch in one call. Output past CONN_OUT_SOFT_CAP
- * stops input processing until the client reads; buffers return to the
- * worker's pools when the connection is idle.
+ * stops input processing until the client reads (its input is still taken,
+ * unparsed, up to CONN_STALL_IN_CAP); a client that keeps sending but does
+ * not read is closed when that cap is reached and no reply byte could be
+ * written for CONN_STALL_TIMEOUT_MS. Buffers return to the worker's pools
+ * when the connection is idle. A reply that another node gives
+ * (forwarding, replication) is a hold: a placeholder chunk that is filled
+ * later, in place; writes stop at an unfilled hold, so replies keep their
+ * request order.
  */
 #ifndef SERVER_CONN_H
 #define SERVER_CONN_H
@@ -24,6 +30,11 @@ struct event;
 #define CONN_OUT_SOFT_CAP  (1u << 20)        /* stop processing input above this */
 #define CONN_OUT_HARD_CAP  (64u << 20)       /* close above this plus -I */
 #define CONN_COPY_MAX      2048u             /* values up to this are copied, not referenced */
+#define CONN_STALL_IN_CAP  (1u << 20)        /* unparsed input while its replies are stuck */
+#define CONN_STALL_TIMEOUT_MS 5000           /* capped and nothing written: close */
+
+/* Told that a hold's connection closed before the hold was done. */
+typedef void (*conn_hold_gone_fn)(void *owner);
 
 /* One piece of queued output. */
 struct out_chunk {
@@ -33,6 +44,10 @@ struct out_chunk {
     uint32_t           len;     /* valid bytes at data */
     uint32_t           off;     /* bytes already written */
     uint32_t           cap;     /* capacity of buf (text chunks) */
+    bool               sealed;  /* never append to it (a hold, or filled by one) */
+    void              *owner;   /* an unfilled hold: who fills it; else NULL */
+    conn_hold_gone_fn  gone;    /* called with owner if the chunk is dropped */
+    struct out_chunk  *ins;     /* a hold: last chunk inserted after it */
     char               buf[];
 };
 
@@ -48,10 +63,12 @@ struct conn {
     struct worker     *w;
     int                fd;              /* -1 for an in-memory test connection */
     struct event      *ev;
+    struct event      *stall_ev;        /* deadline while blocked and capped */
     short              ev_flags;        /* events currently registered */
     struct conn       *prev, *next;     /* worker's list */
     bool               started;         /* some input has been seen */
     bool               close_after_write;
+    bool               eof;             /* the client shut down its side */
     bool               closed;
 
     /* Input: bytes [rpos, rend) of rbuf are unparsed. */
@@ -73,6 +90,16 @@ struct conn {
     bool               get_cas, get_touch;
     int64_t            get_exptime;
     uint64_t           declared_epoch;  /* `epoch <n>`: MOVED instead of forwarding */
+    bool               peer;            /* `rc_peer <auth>`: a cluster peer (replicate.c) */
+
+    /* A storage command being forwarded (proto_text.c): its line, then
+     * its data block read in place (nread_dst points into it). */
+    char              *fwd_buf;
+    size_t             fwd_len;
+    bool               fwd_noreply;
+    uint64_t           fwd_epoch;
+    char               fwd_addr[256];
+    uint32_t           nholds;          /* holds not yet done */
 
     /* Output. */
     struct out_chunk  *out_head, *out_tail;
@@ -109,6 +136,26 @@ void conn_out_commit(struct conn *c, size_t n);
 /* Queue len bytes at p inside item it; takes over the caller's reference
  * (released once written, or when the connection closes). */
 void conn_out_item(struct conn *c, struct store_item *it, const char *p, size_t len);
+
+/*
+ * Queue a hold: an empty placeholder that owner fills later with
+ * conn_hold_add/reserve+commit and finishes with conn_hold_done. Writes
+ * stop at it until then. If the connection closes first, gone(owner) is
+ * called and the hold must not be touched again.
+ */
+struct out_chunk *conn_out_hold(struct conn *c, void *owner, conn_hold_gone_fn gone);
+
+/* Insert a copy of len bytes after what was inserted at hold h so far. */
+void conn_hold_add(struct conn *c, struct out_chunk *h, const void *data, size_t len);
+
+/* Contiguous room for n <= CONN_OUT_CHUNK bytes after hold h's
+ * insertions; conn_hold_commit the bytes used. */
+char *conn_hold_reserve(struct conn *c, struct out_chunk *h, size_t n);
+void conn_hold_commit(struct conn *c, struct out_chunk *h, size_t n);
+
+/* Hold h is complete: writes may pass it; the connection is woken to
+ * write and to resume parsing. */
+void conn_hold_done(struct conn *c, struct out_chunk *h);
 
 /* Unlink and return every queued byte as one malloc'd buffer (*len set),
  * releasing chunks; for tests. NULL (len 0) when nothing is queued. */

@@ -34,6 +34,7 @@
 #include "proto/ringcache.pb-c.h"
 #include "server/cluster.h"
 #include "server/handoff.h"
+#include "server/health.h"
 #include "server/log.h"
 #include "server/store.h"
 #include "server/thread.h"
@@ -43,6 +44,7 @@
 #define CLEANUP_TICK_MS   10        /* so cleanup stays under ~200k items/s */
 #define XFERS_MAX         64
 #define ORPHANS_TTL_MS    2000      /* orphan recount interval during a transition */
+#define PEERS_MAX         256       /* peers reported in Status */
 
 enum cpc_state {
     CPC_HELLO = 0,   /* waiting for Hello */
@@ -75,6 +77,7 @@ struct cport {
     struct cp_conn     *conns;
     int                 nconns;
     struct handoff     *ho;
+    struct health      *health;
     struct cp_conn     *fence_waiter;
     struct store_cursor cleanup_cur;
     bool                cleaning;
@@ -204,6 +207,42 @@ orphans_count(struct cport *cp)
     return cp->orphans;
 }
 
+/* Add the peers' health to st and send the reply (the peer arrays live
+ * on the heap: up to PEERS_MAX of them). */
+static void
+send_status_reply(struct cp_conn *c, Ringcache__AdminReply *r, Ringcache__NodeStatus *st,
+                  bool ok, const char *err)
+{
+    struct health_peer *hp = calloc(PEERS_MAX, sizeof(*hp));
+    Ringcache__PeerState *ps = calloc(PEERS_MAX, sizeof(*ps));
+    Ringcache__PeerState **psp = calloc(PEERS_MAX, sizeof(*psp));
+    size_t n = 0, i;
+
+    if (hp != NULL && ps != NULL && psp != NULL) {
+        n = health_status(c->cp->health, hp, PEERS_MAX);
+        if (n > PEERS_MAX)
+            n = PEERS_MAX;
+    }
+    for (i = 0; i < n; i++) {
+        ringcache__peer_state__init(&ps[i]);
+        ps[i].node_id = hp[i].id;
+        ps[i].state = (Ringcache__PeerHealth)hp[i].state;
+        ps[i].last_seen_ms = hp[i].last_seen_ms;
+        ps[i].epoch = hp[i].epoch;
+        ps[i].error = hp[i].error;
+        psp[i] = &ps[i];
+    }
+    st->n_peers = n;
+    st->peers = psp;
+    r->ok = ok;
+    r->error = (char *)(err != NULL ? err : "");
+    r->status = st;
+    send_msg(c, FRAME_ADMIN_REPLY, r);
+    free(psp);
+    free(ps);
+    free(hp);
+}
+
 static void
 send_reply(struct cp_conn *c, bool ok, const char *err)
 {
@@ -250,10 +289,9 @@ send_reply(struct cp_conn *c, bool ok, const char *err)
     st.orphans = orphans_count(cp);
     st.misrouted = cc.misrouted;
     st.fence_held_ms = cl->fence_held_ms;
-    r.ok = ok;
-    r.error = (char *)(err != NULL ? err : "");
-    r.status = &st;
-    send_msg(c, FRAME_ADMIN_REPLY, &r);
+    st.recovering = __atomic_load_n(&cl->live.recovering, __ATOMIC_RELAXED) != 0;
+    st.behind_epoch = __atomic_load_n(&cl->live.behind_epoch, __ATOMIC_RELAXED);
+    send_status_reply(c, &r, &st, ok, err);
 }
 
 /*
@@ -351,8 +389,9 @@ do_prepare(struct cp_conn *c, const Ringcache__Prepare *p)
         send_reply(c, false, err);
         return;
     }
-    if (cluster_prepare(cp->cl, m, p->token.data, p->token.len, p->from_epoch, &again,
-                        err, sizeof(err)) < 0) {
+    if (cluster_prepare_failed(cp->cl, m, p->token.data, p->token.len, p->from_epoch,
+                               (const char *const *)p->failed_ids, (uint32_t)p->n_failed_ids,
+                               &again, err, sizeof(err)) < 0) {
         ring_members_free(m);
         send_reply(c, false, err);
         return;
@@ -649,7 +688,10 @@ dispatch(struct cp_conn *c, const struct frame *f)
     case CPC_PEER:
         if (f->type == FRAME_HANDOFF_BATCH)
             peer_batch(c, f);
-        else
+        else if (f->type == FRAME_PING) {
+            if (health_on_ping(c->cp->health, c->bev, f) < 0)
+                send_error(c, "bad Ping");
+        } else
             send_error(c, "unexpected frame type %u on a peer connection", f->type);
         return;
     }
@@ -784,9 +826,10 @@ cport_new(struct server *srv, struct cluster *cl, const char *listen_addr, int p
     if (cp->base == NULL || pipe2(cp->stop_fd, O_NONBLOCK | O_CLOEXEC) < 0)
         goto fail;
     cp->ho = handoff_new(cl, srv->store, cp->base);
+    cp->health = health_new(cl, cp->base);
     cp->stop_ev = event_new(cp->base, cp->stop_fd[0], EV_READ, stop_cb, cp);
     cp->cleanup_ev = evtimer_new(cp->base, cleanup_cb, cp);
-    if (cp->ho == NULL || cp->stop_ev == NULL || cp->cleanup_ev == NULL)
+    if (cp->ho == NULL || cp->health == NULL || cp->stop_ev == NULL || cp->cleanup_ev == NULL)
         goto fail;
     return cp;
 fail:
@@ -847,6 +890,9 @@ cport_start(struct cport *cp)
     if (cp->listen_ev == NULL || event_add(cp->listen_ev, NULL) < 0 ||
         event_add(cp->stop_ev, NULL) < 0)
         return -1;
+    cluster_started(cp->cl);
+    if (health_start(cp->health) < 0)
+        return -1;
     /* A pending transition that survived a restart: track again (the
      * store is empty, but the rules stay the same). */
     if (cp->cl->pending != NULL && handoff_prepare(cp->ho, err, sizeof(err)) < 0)
@@ -878,6 +924,7 @@ cport_free(struct cport *cp)
     }
     while (cp->conns != NULL)
         cpc_free(cp->conns);
+    health_free(cp->health);
     handoff_free(cp->ho);
     if (cp->listen_ev != NULL)
         event_free(cp->listen_ev);

@@ -14,8 +14,10 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -23,6 +25,7 @@
 
 #include "server/cluster.h"
 #include "server/conn.h"
+#include "server/forward.h"
 #include "server/log.h"
 #include "server/stats.h"
 #include "server/store.h"
@@ -205,9 +208,17 @@ conn_store(struct conn *c)
     return c->w->srv->store;
 }
 
-/* Queue the reply for a keyed request this node does not serve. A plain
- * client is answered MOVED too until forwarding exists (CLUSTER_FORWARD is
- * the hook for it). */
+/* Does this connection route by epoch (MOVED) rather than being
+ * forwarded? Peers are never forwarded either. */
+static inline bool
+conn_declared(const struct conn *c)
+{
+    return c->declared_epoch != 0 || c->peer;
+}
+
+/* Queue the reply for a keyed request this node does not serve and will
+ * not forward: TRYAGAIN when fenced, else MOVED (a plain client only gets
+ * MOVED where forwarding is impossible). */
 static void
 reply_route(struct conn *c, const struct cluster_view *v, enum cluster_route r,
             uint32_t owner)
@@ -216,7 +227,8 @@ reply_route(struct conn *c, const struct cluster_view *v, enum cluster_route r,
     int n;
 
     if (r == CLUSTER_TRYAGAIN)
-        n = snprintf(buf, sizeof(buf), "SERVER_ERROR TRYAGAIN %" PRIu64 "\r\n", v->epoch);
+        n = snprintf(buf, sizeof(buf), "SERVER_ERROR TRYAGAIN %" PRIu64 "\r\n",
+                     cluster_view_reply_epoch(v));
     else
         n = snprintf(buf, sizeof(buf), "SERVER_ERROR MOVED %" PRIu64 " %s\r\n", v->epoch,
                      cluster_view_addr(v, owner));
@@ -225,11 +237,23 @@ reply_route(struct conn *c, const struct cluster_view *v, enum cluster_route r,
         reply(c, buf, (size_t)n);
 }
 
+/* What to do with a keyed request (route_check). */
+enum route_do {
+    ROUTE_SERVE = 0,   /* serve it here */
+    ROUTE_REPLIED,     /* MOVED or TRYAGAIN was queued */
+    ROUTE_FORWARD,     /* plain client: relay to fw->addr */
+};
+
+/* Where a forwarded request goes. */
+struct fwd_target {
+    char     addr[RING_ADDR_MAX + 1];
+    uint64_t epoch;
+};
+
 /* The ownership check of a keyed request (docs/cluster.md), run right
- * before the store is touched: true to serve it here, false after queueing
- * the MOVED or TRYAGAIN reply. */
-static bool
-route_ok(struct conn *c, uint64_t hash, bool write)
+ * before the store is touched. ROUTE_FORWARD fills *fw (and counts it). */
+static enum route_do
+route_check(struct conn *c, uint64_t hash, bool write, struct fwd_target *fw)
 {
     struct cluster *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
     const struct cluster_view *v;
@@ -237,13 +261,63 @@ route_ok(struct conn *c, uint64_t hash, bool write)
     uint32_t owner = 0;
 
     if (cl == NULL)
-        return true;
+        return ROUTE_SERVE;
     v = cluster_view(cl);
-    r = cluster_route(v, hash, write, c->declared_epoch != 0, &owner);
+    r = cluster_route(v, hash, write, conn_declared(c), &owner);
     if (r == CLUSTER_LOCAL)
-        return true;
+        return ROUTE_SERVE;
+    /* A plain client cannot retry a fenced key: the request goes to the
+     * primary (maybe this node) through an upstream, which retries with a
+     * backoff until the fence lifts (server/forward.c). */
+    if (r == CLUSTER_TRYAGAIN && !conn_declared(c) && fw != NULL)
+        r = CLUSTER_FORWARD;
+    if (r == CLUSTER_FORWARD && fw != NULL) {
+        snprintf(fw->addr, sizeof(fw->addr), "%s", cluster_view_addr(v, owner));
+        fw->epoch = v->epoch;
+        cluster_count(cl, CLUSTER_FORWARD);
+        return ROUTE_FORWARD;
+    }
+    if (r == CLUSTER_FORWARD) {
+        /* Cannot forward here (the data block is already in a local
+         * item, after a commit moved the key): retrying is right. */
+        r = CLUSTER_TRYAGAIN;
+    }
     reply_route(c, v, r, owner);
-    return false;
+    return ROUTE_REPLIED;
+}
+
+/* route_check without forwarding: true to serve here. */
+static bool
+route_ok(struct conn *c, uint64_t hash, bool write)
+{
+    return route_check(c, hash, write, NULL) == ROUTE_SERVE;
+}
+
+/* Forward the command line made of tokens t[0..n-1] (noreply dropped: the
+ * reply is read and discarded instead). */
+static void
+forward_tokens(struct conn *c, const struct token *t, int n, const struct fwd_target *fw)
+{
+    char buf[LINE_MAX_NONGET + 8];
+    struct iovec iov;
+    size_t len = 0;
+    int i;
+
+    for (i = 0; i < n; i++) {
+        if (len + t[i].len + 3 > sizeof(buf)) {
+            reply_line(c, ERR_FORMAT);
+            return;
+        }
+        if (i > 0)
+            buf[len++] = ' ';
+        memcpy(buf + len, t[i].p, t[i].len);
+        len += t[i].len;
+    }
+    buf[len++] = '\r';
+    buf[len++] = '\n';
+    iov.iov_base = buf;
+    iov.iov_len = len;
+    forward_request(c, fw->addr, fw->epoch, FWD_LINE, &iov, 1, !c->noreply);
 }
 
 /* After a local write: the view may have changed under it. A write that
@@ -354,11 +428,17 @@ get_continue(struct conn *c)
         STATS_ADD(ts, cmd_get, 1);
         if (c->w->srv != NULL && c->w->srv->cluster != NULL) {
             uint32_t owner;
+            enum cluster_route r = cluster_route(cluster_view(c->w->srv->cluster),
+                                                 key_hash(key, nkey), c->get_touch,
+                                                 conn_declared(c), &owner);
 
-            /* Ownership may have moved since the line was checked (a
-             * paused get resumes later): a miss, never a stale hit. */
-            if (cluster_route(cluster_view(c->w->srv->cluster), key_hash(key, nkey),
-                              c->get_touch, true, &owner) != CLUSTER_LOCAL) {
+            /* A plain client's remote keys were forwarded (process_get).
+             * Otherwise ownership may have moved since the line was
+             * checked (a paused get resumes later): a miss, never a stale
+             * hit. */
+            if (r == CLUSTER_FORWARD || (r == CLUSTER_TRYAGAIN && !conn_declared(c)))
+                continue;
+            if (r != CLUSTER_LOCAL) {
                 STATS_ADD(ts, get_misses, 1);
                 continue;
             }
@@ -385,18 +465,86 @@ get_continue(struct conn *c)
     return PROTO_MORE;
 }
 
+/* Owners a plain client's multi-get is split over, at most. Beyond, the
+ * keys of further owners are answered as misses. */
+#define GET_OWNERS_MAX 32
+
+/*
+ * Forward the remote keys of a plain client's get: one request per owner
+ * with that owner's keys (cmd and exp are the command word and the raw
+ * exptime of gat/gats, or NULL). With whole, the get has no local key and
+ * one owner: its reply is relayed as is; else each owner's VALUEs are
+ * spliced in ahead of the local ones and one END closes the reply.
+ */
+static void
+forward_get(struct conn *c, const struct cluster_view *v, const char *cmd, size_t ncmd,
+            const struct token *exp, const char *p, const char *end,
+            const uint32_t *owners, uint32_t nowners, bool touch, bool whole)
+{
+    size_t cap = ncmd + (exp != NULL ? exp->len + 1 : 0) + (size_t)(end - p) + 4;
+    char *buf = malloc(cap);
+    uint32_t i;
+
+    if (buf == NULL) {
+        REPLY(c, "SERVER_ERROR out of memory");
+        return;
+    }
+    for (i = 0; i < nowners; i++) {
+        const char *q = p;
+        size_t len = ncmd;
+        struct iovec iov;
+
+        memcpy(buf, cmd, ncmd);
+        if (exp != NULL) {
+            buf[len++] = ' ';
+            memcpy(buf + len, exp->p, exp->len);
+            len += exp->len;
+        }
+        for (;;) {
+            const char *k;
+            uint32_t owner = 0;
+            enum cluster_route r;
+
+            while (q < end && *q == ' ')
+                q++;
+            if (q == end)
+                break;
+            k = q;
+            q = memchr(q, ' ', (size_t)(end - q));
+            if (q == NULL)
+                q = end;
+            r = cluster_route(v, key_hash(k, (size_t)(q - k)), touch, false, &owner);
+            if ((r != CLUSTER_FORWARD && r != CLUSTER_TRYAGAIN) || owner != owners[i])
+                continue;
+            buf[len++] = ' ';
+            memcpy(buf + len, k, (size_t)(q - k));
+            len += (size_t)(q - k);
+        }
+        buf[len++] = '\r';
+        buf[len++] = '\n';
+        iov.iov_base = buf;
+        iov.iov_len = len;
+        cluster_count(c->w->srv->cluster, CLUSTER_FORWARD);
+        forward_request(c, cluster_view_addr(v, owners[i]), v->epoch,
+                        whole ? FWD_GET_WHOLE : FWD_GET_SPLICE, &iov, 1, true);
+    }
+    free(buf);
+}
+
 /* get/gets/gat/gats: keys in [p, end). Every key is checked before any
- * reply so a bad key gives the error alone, with no partial VALUEs. */
+ * reply so a bad key gives the error alone, with no partial VALUEs. A
+ * plain client's keys owned elsewhere are forwarded (forward_get). */
 static enum proto_status
-process_get(struct conn *c, const char *p, const char *end, bool with_cas,
-            bool touch, int64_t exptime)
+process_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
+            const char *p, const char *end, bool with_cas, bool touch, int64_t exptime)
 {
     const char *q = p;
-    size_t nkeys = 0;
+    size_t nkeys = 0, nlocal = 0;
     struct cluster *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
     const struct cluster_view *v = cl != NULL ? cluster_view(cl) : NULL;
     enum cluster_route worst = CLUSTER_LOCAL;
     uint32_t worst_owner = 0;
+    uint32_t owners[GET_OWNERS_MAX], nowners = 0;
 
     if (v != NULL && v->ring == NULL)
         v = NULL;
@@ -417,24 +565,42 @@ process_get(struct conn *c, const char *p, const char *end, bool with_cas,
         }
         nkeys++;
         if (v != NULL && worst != CLUSTER_TRYAGAIN) {
-            uint32_t owner = 0;
+            uint32_t owner = 0, i;
             enum cluster_route r = cluster_route(v, key_hash(k, (size_t)(q - k)), touch,
-                                                 c->declared_epoch != 0, &owner);
+                                                 conn_declared(c), &owner);
 
-            if (r != CLUSTER_LOCAL && (worst == CLUSTER_LOCAL || r == CLUSTER_TRYAGAIN)) {
+            if (r == CLUSTER_LOCAL) {
+                nlocal++;
+            } else if (r == CLUSTER_FORWARD ||
+                       (r == CLUSTER_TRYAGAIN && !conn_declared(c))) {
+                for (i = 0; i < nowners && owners[i] != owner; i++)
+                    continue;
+                if (i == nowners && nowners < GET_OWNERS_MAX)
+                    owners[nowners++] = owner;
+            } else if (worst == CLUSTER_LOCAL || r == CLUSTER_TRYAGAIN) {
                 worst = r;
                 worst_owner = owner;
             }
+        } else if (v == NULL) {
+            nlocal++;
         }
     }
     if (nkeys == 0) {
         reply_line(c, ERR_FORMAT);
         return PROTO_MORE;
     }
-    /* One key not served here answers the whole get (docs/cluster.md). */
+    /* One key not served here answers the whole get (docs/cluster.md):
+     * MOVED for a declared connection, TRYAGAIN for a fenced key. */
     if (worst != CLUSTER_LOCAL) {
         reply_route(c, v, worst, worst_owner);
         return PROTO_MORE;
+    }
+    if (nowners > 0) {
+        bool whole = nlocal == 0 && nowners == 1;
+
+        forward_get(c, v, cmd, ncmd, exp, p, end, owners, nowners, touch, whole);
+        if (whole)
+            return PROTO_MORE;
     }
     c->get_pos = (uint32_t)(p - c->rbuf);
     c->get_end = (uint32_t)(end - c->rbuf);
@@ -443,6 +609,70 @@ process_get(struct conn *c, const char *p, const char *end, bool with_cas,
     c->get_exptime = exptime;
     c->pstate = CONN_PS_GET;
     return get_continue(c);
+}
+
+/*
+ * A plain client's storage command for a key owned elsewhere: keep the
+ * command line (tokens t[0..n-1], without noreply) in fwd_buf and read the
+ * data block in after it; complete_forward sends both.
+ */
+static void
+forward_update(struct conn *c, const struct token *t, int n, size_t vlen,
+               const struct fwd_target *fw)
+{
+    size_t line = 0;
+    int i;
+
+    if (vlen > c->w->srv->settings.item_size_max) {
+        STATS_ADD(&c->w->stats, store_too_large, 1);
+        REPLY(c, "SERVER_ERROR object too large for cache");
+        swallow(c, vlen + 2);
+        return;
+    }
+    for (i = 0; i < n; i++)
+        line += t[i].len + 1;
+    c->fwd_buf = malloc(line + 1 + vlen + 2);
+    if (c->fwd_buf == NULL) {
+        REPLY(c, "SERVER_ERROR out of memory storing object");
+        swallow(c, vlen + 2);
+        return;
+    }
+    line = 0;
+    for (i = 0; i < n; i++) {
+        if (i > 0)
+            c->fwd_buf[line++] = ' ';
+        memcpy(c->fwd_buf + line, t[i].p, t[i].len);
+        line += t[i].len;
+    }
+    c->fwd_buf[line++] = '\r';
+    c->fwd_buf[line++] = '\n';
+    c->fwd_len = line + vlen + 2;
+    c->fwd_noreply = c->noreply;
+    c->fwd_epoch = fw->epoch;
+    snprintf(c->fwd_addr, sizeof(c->fwd_addr), "%s", fw->addr);
+    c->nread_it = NULL;
+    c->nread_dst = c->fwd_buf + line;
+    c->nread_left = vlen + 2;
+    c->pstate = CONN_PS_NREAD;
+}
+
+/* The data block of a forwarded storage command is in: send it. */
+static void
+complete_forward(struct conn *c)
+{
+    struct iovec iov;
+
+    c->pstate = CONN_PS_CMD;
+    c->noreply = c->fwd_noreply;
+    if (c->fwd_buf[c->fwd_len - 2] != '\r' || c->fwd_buf[c->fwd_len - 1] != '\n') {
+        REPLY(c, "CLIENT_ERROR bad data chunk");
+    } else {
+        iov.iov_base = c->fwd_buf;
+        iov.iov_len = c->fwd_len;
+        forward_request(c, c->fwd_addr, c->fwd_epoch, FWD_LINE, &iov, 1, !c->noreply);
+    }
+    free(c->fwd_buf);
+    c->fwd_buf = NULL;
 }
 
 /* set/add/replace/append/prepend/cas: validate, allocate the item and
@@ -457,6 +687,7 @@ process_update(struct conn *c, struct token *t, int ntok, enum store_op op)
     uint32_t flags;
     int32_t exptime, vlen;
     uint64_t cas = 0, hash;
+    struct fwd_target fw;
     int err = 0;
 
     if (ntok != base && ntok != base + 1) {
@@ -474,12 +705,19 @@ process_update(struct conn *c, struct token *t, int ntok, enum store_op op)
         swallow(c, (size_t)vlen + 2);
         return;
     }
-    STATS_ADD(ts, cmd_set, 1);
     hash = key_hash(t[1].p, t[1].len);
-    if (!route_ok(c, hash, true)) {
+    switch (route_check(c, hash, true, &fw)) {
+    case ROUTE_SERVE:
+        break;
+    case ROUTE_REPLIED:
+        STATS_ADD(ts, cmd_set, 1);
         swallow(c, (size_t)vlen + 2);
         return;
+    case ROUTE_FORWARD:
+        forward_update(c, t, base, (size_t)vlen, &fw);
+        return;
     }
+    STATS_ADD(ts, cmd_set, 1);
     it = store_alloc(s, t[1].p, t[1].len, hash, flags, store_exptime(s, exptime),
                      (size_t)vlen, &err);
     if (it == NULL) {
@@ -511,9 +749,14 @@ complete_nread(struct conn *c)
     struct store *s = conn_store(c);
     struct thread_stats *ts = &c->w->stats;
     struct store_item *it = c->nread_it;
-    const char *v = store_item_value(it);
+    const char *v;
     int r;
 
+    if (c->fwd_buf != NULL) {
+        complete_forward(c);
+        return;
+    }
+    v = store_item_value(it);
     c->nread_it = NULL;
     c->pstate = CONN_PS_CMD;
     if (v[it->nbytes] != '\r' || v[it->nbytes + 1] != '\n') {
@@ -567,6 +810,7 @@ static void
 process_delete(struct conn *c, struct token *t, int ntok)
 {
     struct thread_stats *ts = &c->w->stats;
+    struct fwd_target fw;
     uint64_t hash;
     int r;
 
@@ -589,8 +833,15 @@ process_delete(struct conn *c, struct token *t, int ntok)
         return;
     }
     hash = key_hash(t[1].p, t[1].len);
-    if (!route_ok(c, hash, true))
+    switch (route_check(c, hash, true, &fw)) {
+    case ROUTE_SERVE:
+        break;
+    case ROUTE_REPLIED:
         return;
+    case ROUTE_FORWARD:
+        forward_tokens(c, t, 2, &fw);
+        return;
+    }
     r = store_delete(conn_store(c), t[1].p, t[1].len, hash);
     route_after_write(c, hash);
     if (r == STORE_DELETED) {
@@ -608,6 +859,7 @@ process_arith(struct conn *c, struct token *t, int ntok, bool incr)
 {
     struct thread_stats *ts = &c->w->stats;
     uint64_t delta, value = 0, hash;
+    struct fwd_target fw;
     char buf[24], *p;
     int r;
 
@@ -625,8 +877,15 @@ process_arith(struct conn *c, struct token *t, int ntok, bool incr)
         return;
     }
     hash = key_hash(t[1].p, t[1].len);
-    if (!route_ok(c, hash, true))
+    switch (route_check(c, hash, true, &fw)) {
+    case ROUTE_SERVE:
+        break;
+    case ROUTE_REPLIED:
         return;
+    case ROUTE_FORWARD:
+        forward_tokens(c, t, 3, &fw);
+        return;
+    }
     r = store_arith(conn_store(c), t[1].p, t[1].len, hash, incr, delta, &value, NULL);
     route_after_write(c, hash);
     switch (r) {
@@ -663,6 +922,7 @@ process_touch(struct conn *c, struct token *t, int ntok)
 {
     struct thread_stats *ts = &c->w->stats;
     struct store *s = conn_store(c);
+    struct fwd_target fw;
     int32_t exptime;
     uint64_t hash;
     int r;
@@ -681,8 +941,15 @@ process_touch(struct conn *c, struct token *t, int ntok)
         return;
     }
     hash = key_hash(t[1].p, t[1].len);
-    if (!route_ok(c, hash, true))
+    switch (route_check(c, hash, true, &fw)) {
+    case ROUTE_SERVE:
+        break;
+    case ROUTE_REPLIED:
         return;
+    case ROUTE_FORWARD:
+        forward_tokens(c, t, 3, &fw);
+        return;
+    }
     STATS_ADD(ts, cmd_touch, 1);
     r = store_touch(s, t[1].p, t[1].len, hash, store_exptime(s, exptime));
     route_after_write(c, hash);
@@ -819,6 +1086,8 @@ stats_general(struct conn *c)
         reply_printf(c, "STAT tryagain %" PRIu64 "\r\n", cc.tryagain);
         reply_printf(c, "STAT forwarded %" PRIu64 "\r\n", cc.forwarded);
         reply_printf(c, "STAT misrouted %" PRIu64 "\r\n", cc.misrouted);
+        reply_printf(c, "STAT replicated %" PRIu64 "\r\n", cc.replicated);
+        reply_printf(c, "STAT replica_failures %" PRIu64 "\r\n", cc.replica_failures);
         reply_printf(c, "STAT cluster_items_imported %" PRIu64 "\r\n", cc.items_imported);
         reply_printf(c, "STAT cluster_bytes_imported %" PRIu64 "\r\n", cc.bytes_imported);
     }
@@ -918,6 +1187,32 @@ process_epoch(struct conn *c, struct token *t, int ntok)
     conn_out_add(c, "OK\r\n", 4);
 }
 
+/* `rc_peer <auth>`: the connection is a cluster peer (docs/cluster.md:
+ * it may send replication post-images and is never forwarded). */
+static void
+process_rc_peer(struct conn *c, struct token *t, int ntok)
+{
+    struct cluster *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
+    char auth[CLUSTER_PEER_AUTH_LEN + 1];
+
+    if (ntok != 2) {
+        reply_line(c, ERR_FORMAT);
+        return;
+    }
+    if (cl == NULL || !cl->has_token) {
+        conn_out_add(c, "CLIENT_ERROR not a cluster node\r\n", 33);
+        return;
+    }
+    cluster_peer_auth(cl, auth);
+    if (t[1].len != CLUSTER_PEER_AUTH_LEN || memcmp(t[1].p, auth, CLUSTER_PEER_AUTH_LEN) != 0) {
+        log_msg(LOG_INFO, "connection %d: rc_peer with a wrong token", c->fd);
+        conn_out_add(c, "CLIENT_ERROR bad peer authentication\r\n", 38);
+        return;
+    }
+    c->peer = true;
+    conn_out_add(c, "OK\r\n", 4);
+}
+
 /* Execute one command line [line, end) (no "\r\n"). */
 static enum proto_status
 process_command(struct conn *c, const char *line, const char *end)
@@ -938,9 +1233,9 @@ process_command(struct conn *c, const char *line, const char *end)
 
     /* The get family reads its own keys: no token limit. */
     if (ncmd == 3 && memcmp(cmd, "get", 3) == 0)
-        return process_get(c, p, end, false, false, 0);
+        return process_get(c, cmd, ncmd, NULL, p, end, false, false, 0);
     if (ncmd == 4 && memcmp(cmd, "gets", 4) == 0)
-        return process_get(c, p, end, true, false, 0);
+        return process_get(c, cmd, ncmd, NULL, p, end, true, false, 0);
     if ((ncmd == 3 && memcmp(cmd, "gat", 3) == 0) ||
         (ncmd == 4 && memcmp(cmd, "gats", 4) == 0)) {
         struct token e;
@@ -955,7 +1250,7 @@ process_command(struct conn *c, const char *line, const char *end)
             REPLY(c, "CLIENT_ERROR invalid exptime argument");
             return PROTO_MORE;
         }
-        return process_get(c, e.p + e.len, end, ncmd == 4, true,
+        return process_get(c, cmd, ncmd, &e, e.p + e.len, end, ncmd == 4, true,
                            store_exptime(conn_store(c), exptime));
     }
 
@@ -1020,6 +1315,10 @@ process_command(struct conn *c, const char *line, const char *end)
         }
         break;
     case 7:
+        if (TOK_IS(&t[0], "rc_peer")) {
+            process_rc_peer(c, t, ntok);
+            return PROTO_MORE;
+        }
         if (TOK_IS(&t[0], "replace")) {
             process_update(c, t, ntok, STORE_OP_REPLACE);
             return PROTO_MORE;

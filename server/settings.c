@@ -28,6 +28,7 @@ settings_init(struct settings *s)
     s->item_size_max = 1024 * 1024;
     s->verbose = 0;
     strcpy(s->cluster_name, "ringcache");
+    s->forward_timeout_ms = 1000;
 }
 
 /* Print the usage text to f. */
@@ -49,6 +50,8 @@ settings_usage(FILE *f)
         "      --token-file=<file>    admin token (first line) for the cluster port\n"
         "      --cluster=<name>       cluster name (default: ringcache)\n"
         "      --cluster-port=<num>   cluster port (default: client port + 10000)\n"
+        "      --forward-timeout=<ms> how long a forwarded request or a replica\n"
+        "                             acknowledgement may take (default: 1000)\n"
         "  -h, --help                 print this help and exit\n"
         "  -V, --version              print the version and exit\n");
 }
@@ -111,6 +114,7 @@ enum {
     OPT_TOKEN_FILE,
     OPT_CLUSTER,
     OPT_CLUSTER_PORT,
+    OPT_FORWARD_TIMEOUT,
 };
 
 /* Copy a string option into dst[size]; -1 (reported) when empty or long. */
@@ -145,6 +149,7 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         { "token-file", required_argument, NULL, OPT_TOKEN_FILE },
         { "cluster", required_argument, NULL, OPT_CLUSTER },
         { "cluster-port", required_argument, NULL, OPT_CLUSTER_PORT },
+        { "forward-timeout", required_argument, NULL, OPT_FORWARD_TIMEOUT },
         { NULL, 0, NULL, 0 },
     };
     long v;
@@ -212,6 +217,15 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
                 return -1;
             }
             s->cluster_port = (int)v;
+            break;
+        case OPT_FORWARD_TIMEOUT:
+            if (parse_int(optarg, 10, 600000, &v) < 0) {
+                fprintf(err, "ringcached: --forward-timeout %s: must be 10-600000 ms\n",
+                        optarg);
+                settings_usage(err);
+                return -1;
+            }
+            s->forward_timeout_ms = (int)v;
             break;
         case 'h':
             settings_usage(out);

@@ -24,6 +24,7 @@
 #include <event2/event.h>
 
 #include "server/conn.h"
+#include "server/forward.h"
 #include "server/log.h"
 
 #define SHUTDOWN_FLUSH_SECS 5   /* bound on flushing replies at exit */
@@ -41,6 +42,7 @@ server_new(const struct settings *settings)
         return NULL;
     srv->settings = *settings;
     srv->listen_fd = -1;
+    srv->stall_timeout_ms = CONN_STALL_TIMEOUT_MS;
     pthread_mutex_init(&srv->stats_lock, NULL);
     pthread_mutex_init(&srv->barrier_lock, NULL);
     pthread_cond_init(&srv->barrier_cond, NULL);
@@ -254,6 +256,7 @@ worker_main(void *arg)
     w->shutting_down = true;
     while (w->conns != NULL)
         conn_close(w->conns);
+    forward_worker_free(w);
     return NULL;
 }
 
@@ -490,6 +493,7 @@ server_free(struct server *srv)
         w->shutting_down = true;
         while (w->conns != NULL)
             conn_close(w->conns);
+        forward_worker_free(w);
         while ((q = w->q_head) != NULL) {
             w->q_head = q->next;
             close(q->fd);

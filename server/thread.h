@@ -22,6 +22,7 @@ struct event;
 struct conn;
 struct cluster;
 struct out_chunk;
+struct fwd_worker;
 struct server;
 
 /* A new socket on its way from the accept loop to a worker. */
@@ -57,6 +58,8 @@ struct worker {
     int                nchunk_pool;
     struct out_chunk  *ichunk_pool;    /* free item-reference chunks */
     int                nichunk_pool;
+    /* Upstream connections to peers (server/forward.c), created lazily. */
+    struct fwd_worker *fwd;
     /* server_barrier (under srv->barrier_lock). */
     bool               barrier_live;   /* the thread runs its loop */
     uint64_t           barrier_seen;   /* last barrier generation passed */
@@ -72,6 +75,7 @@ struct server {
     int                next_worker;    /* round robin, accept thread only */
     int                listen_fd;
     int                bound_port;     /* actual port after server_listen */
+    int                stall_timeout_ms; /* see CONN_STALL_TIMEOUT_MS; tests shorten it */
     struct event_base *main_base;
     struct event      *listen_ev, *sigterm_ev, *sigint_ev, *accept_retry_ev;
     int                curr_conns;     /* atomic */

@@ -2,7 +2,8 @@
  * conn_suite: a connection's buffering (server/conn.c) over a real socket
  * pair on a worker's event_base, pumped by hand in the test process:
  * partial lines, partial data blocks, large blocks read straight into the
- * item, pipelining, the output cap, quit, over-long lines, EOF, and buffers
+ * item, pipelining, the output cap, a client that never reads, half-close,
+ * quit, over-long lines, EOF, and buffers
  * going back to the pool when a connection is idle.
  */
 #include "config.h"
@@ -260,6 +261,7 @@ START_TEST(test_output_cap)
 
     ck_assert_ptr_nonnull(in);
     cfix_open(&f);
+    f.srv->stall_timeout_ms = 300;
     hl = (size_t)sprintf(in, "set big 0 0 %zu\r\n", vlen);
     memset(in + hl, 'b', vlen);
     memcpy(in + hl + vlen, "\r\n", 2);
@@ -280,6 +282,124 @@ START_TEST(test_output_cap)
         ck_assert_int_eq(memcmp(r, hdr, hl), 0);
         ck_assert_int_eq(memcmp(r + hl + vlen, "\r\nEND\r\n", 7), 0);
     }
+    free(in);
+    cfix_close(&f);
+}
+END_TEST
+
+/* A client that keeps sending gets and never reads is closed once its
+ * unparsed input reaches CONN_STALL_IN_CAP and nothing could be written for
+ * the stall timeout (shortened here); memory stays bounded meanwhile. */
+START_TEST(test_never_reads_closed)
+{
+    struct cfix f;
+    size_t vlen = 256 * 1024, hl, sent = 0;
+    char *in = malloc(vlen + 64), req[4096];
+    double deadline;
+
+    ck_assert_ptr_nonnull(in);
+    cfix_open(&f);
+    f.srv->stall_timeout_ms = 300;
+    hl = (size_t)sprintf(in, "set big 0 0 %zu\r\n", vlen);
+    memset(in + hl, 'b', vlen);
+    memcpy(in + hl + vlen, "\r\n", 2);
+    send_all(&f, in, hl + vlen + 2);
+    expect(&f, "STORED\r\n");
+    for (size_t i = 0; i + 9 <= sizeof(req); i += 9)
+        memcpy(req + i, "get big\r\n", 9);
+    deadline = now_s() + 10.0;
+    while (f.w->nconns > 0 && now_s() < deadline) {
+        ssize_t n = send(f.cfd, req, sizeof(req) / 9 * 9, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+        if (n > 0)
+            sent += (size_t)n;
+        if (f.w->nconns > 0) {
+            ck_assert_uint_le(f.c->out_bytes, CONN_OUT_SOFT_CAP + vlen + 64);
+            ck_assert_uint_le(f.c->rend - f.c->rpos, 2 * CONN_STALL_IN_CAP);
+        }
+        pump_once(&f, false);
+    }
+    ck_assert_int_eq(f.w->nconns, 0);
+    ck_assert_uint_gt(sent, CONN_STALL_IN_CAP);
+    free(in);
+    cfix_close(&f);
+}
+END_TEST
+
+/* A pipelining client that sends far ahead (past the input cap) and only
+ * then reads loses nothing and is not closed. */
+START_TEST(test_slow_reader_kept)
+{
+    struct cfix f;
+    const char *get = "get v\r\n";
+    const char *rep = "VALUE v 0 100\r\n"
+                      "vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv"
+                      "vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv\r\nEND\r\n";
+    char req[7 * 512];
+    size_t sent = 0, want, i;
+    int idle = 0;
+
+    cfix_open(&f);
+    f.srv->stall_timeout_ms = 2000;
+    send_str(&f, "set v 0 0 100\r\n"
+                 "vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv"
+                 "vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv\r\n");
+    expect(&f, "STORED\r\n");
+    for (i = 0; i < sizeof(req); i += 7)
+        memcpy(req + i, get, 7);
+    /* Send without reading until the node stops taking input. */
+    while (idle < 50) {
+        ssize_t n = send(f.cfd, req, sizeof(req), MSG_DONTWAIT | MSG_NOSIGNAL);
+
+        if (n > 0) {
+            sent += (size_t)n;
+            idle = 0;
+        } else {
+            idle++;
+        }
+        pump_once(&f, false);
+    }
+    ck_assert_uint_gt(sent, CONN_STALL_IN_CAP);
+    ck_assert_int_eq(f.w->nconns, 1);
+    /* A partial last request may be outstanding: complete it. */
+    want = sent / 7 + (sent % 7 != 0);
+    if (sent % 7 != 0)
+        send_all(&f, get + sent % 7, 7 - sent % 7);
+    pump_until(&f, want * strlen(rep));
+    ck_assert_uint_eq(f.len, want * strlen(rep));
+    ck_assert_int_eq(memcmp(f.buf + f.len - strlen(rep), rep, strlen(rep)), 0);
+    ck_assert_int_eq(f.w->nconns, 1);
+    cfix_close(&f);
+}
+END_TEST
+
+/* A client that sends its requests, shuts down its side, then reads: it
+ * still gets every reply, then EOF. */
+START_TEST(test_half_close_gets_replies)
+{
+    struct cfix f;
+    size_t vlen = 256 * 1024, hl, total;
+    char *in = malloc(vlen + 64), hdr[64];
+    int i, ngets = 20;
+
+    ck_assert_ptr_nonnull(in);
+    cfix_open(&f);
+    hl = (size_t)sprintf(in, "set big 0 0 %zu\r\n", vlen);
+    memset(in + hl, 'h', vlen);
+    memcpy(in + hl + vlen, "\r\n", 2);
+    send_all(&f, in, hl + vlen + 2);
+    expect(&f, "STORED\r\n");
+    for (i = 0; i < ngets; i++)
+        send_str(&f, "get big\r\n");
+    pump_rounds(&f, 20, false);
+    shutdown(f.cfd, SHUT_WR);
+    pump_rounds(&f, 20, false);
+    hl = (size_t)snprintf(hdr, sizeof(hdr), "VALUE big 0 %zu\r\n", vlen);
+    total = (size_t)ngets * (hl + vlen + 7);
+    pump_until(&f, (size_t)-1);
+    ck_assert(f.eof);
+    ck_assert_uint_eq(f.len, total);
+    ck_assert_int_eq(f.w->nconns, 0);
     free(in);
     cfix_close(&f);
 }
@@ -382,6 +502,9 @@ conn_suite(void)
     tcase_add_test(tc, test_big_block);
     tcase_add_test(tc, test_pipeline);
     tcase_add_test(tc, test_output_cap);
+    tcase_add_test(tc, test_never_reads_closed);
+    tcase_add_test(tc, test_half_close_gets_replies);
+    tcase_add_test(tc, test_slow_reader_kept);
     tcase_add_test(tc, test_quit_flushes);
     tcase_add_test(tc, test_long_line_closes);
     tcase_add_test(tc, test_binary_magic_closes);

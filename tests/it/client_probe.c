@@ -55,6 +55,50 @@ owner_of(const char *key)
     return ringcache_node_id(rc, owner);
 }
 
+/* One op on one key for "many" and "list": set writes "value-of-KEY",
+ * get checks it. Prints "key owner code ms"; returns the ms taken. */
+static double
+one_op(const char *op, const char *key, int i)
+{
+    char val[320];
+    double t0, dt;
+    int ret;
+
+    snprintf(val, sizeof(val), "value-of-%s", key);
+    t0 = now_ms();
+    if (strcmp(op, "set") == 0) {
+        ret = ringcache_set(rc, key, strlen(key), val, strlen(val), (uint32_t)i, 0);
+    } else {
+        struct ringcache_value v;
+
+        ret = ringcache_get(rc, key, strlen(key), &v);
+        if (ret == 0) {
+            if (v.len != strlen(val) || memcmp(v.data, val, v.len) != 0) {
+                ret = RINGCACHE_EPROTO;
+            }
+            ringcache_value_clear(&v);
+        }
+    }
+    dt = now_ms() - t0;
+    printf("%s %s %s %.1f\n", key, owner_of(key), code_name(ret), dt);
+    return dt;
+}
+
+/* "list set|get K1 K2 ...": one_op per key, then "max_ms X". */
+static void
+cmd_list(char *rest)
+{
+    char *save = NULL, *op = strtok_r(rest, " \n", &save), *key;
+    double dt, max = 0;
+    int i = 0;
+
+    while (op != NULL && (key = strtok_r(NULL, " \n", &save)) != NULL) {
+        dt = one_op(op, key, i++);
+        max = dt > max ? dt : max;
+    }
+    printf("max_ms %.1f\n", max);
+}
+
 /* "many set|get PREFIX N": one op per key; per key a line
  * "key owner code ms", then a summary "max_ms X". */
 static void
@@ -331,7 +375,9 @@ main(int argc, char **argv)
     }
     setvbuf(stdout, NULL, _IOFBF, 1 << 16);
     while (fgets(line, sizeof(line), stdin) != NULL) {
-        if (sscanf(line, "many %255s %255s %d", a, b, &n) == 3) {
+        if (strncmp(line, "list ", 5) == 0) {
+            cmd_list(line + 5);
+        } else if (sscanf(line, "many %255s %255s %d", a, b, &n) == 3) {
             cmd_many(a, b, n);
         } else if (sscanf(line, "mget %255s %d", a, &n) == 2) {
             cmd_mget(a, n);

@@ -1,0 +1,806 @@
+/*
+ * forward: per-worker upstream connections to peers' client ports
+ * (bufferevents on the worker's base). A request is written at once and
+ * queued on its upstream; replies come back in order and complete the
+ * queue head. One timer per upstream watches the head's deadline: when it
+ * passes, everything in flight on that upstream fails and the connection is
+ * closed (the next request reconnects).
+ */
+#include "config.h"
+#include "server/forward.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/util.h>
+
+#include "ring/ring.h"
+#include "server/cluster.h"
+#include "server/conn.h"
+#include "server/log.h"
+#include "server/thread.h"
+
+#define FWD_LINE_MAX    2048          /* longer reply lines are a protocol error */
+#define FWD_VALUE_MAX   (1u << 30)    /* a VALUE larger than this is one too */
+
+struct fwd_up;
+
+/* One request in flight on an upstream. */
+struct fwd_req {
+    struct fwd_req   *next;
+    enum fwd_kind     kind;
+    struct conn      *c;          /* the client (NULL: none, or it closed) */
+    struct out_chunk *hold;       /* its hold on c, NULL with c */
+    fwd_call_fn       fn;         /* FWD_CALL */
+    void             *fn_arg;
+    struct evbuffer  *again;      /* the request bytes, for retries */
+    uint64_t          epoch;      /* declared by a new upstream */
+    int64_t           deadline;   /* monotonic ms: this send's reply is due */
+    int64_t           give_up;    /* monotonic ms: no TRYAGAIN retry after it */
+    bool              moved;      /* retried once after MOVED already */
+    uint32_t          tries;      /* TRYAGAIN retries so far */
+    struct fwd_up    *retry_up;   /* waiting to be re-sent there */
+    struct event     *retry_ev;
+};
+
+/* A connection to one peer's client port. */
+struct fwd_up {
+    struct fwd_worker  *fw;
+    char                addr[RING_ADDR_MAX + 1];
+    struct bufferevent *bev;      /* NULL: not connected */
+    struct event       *timer;
+    struct fwd_req     *head, *tail;
+};
+
+/* A worker's upstreams, by address (a linear table: a few peers). */
+struct fwd_worker {
+    struct worker  *w;
+    struct fwd_up **ups;
+    uint32_t        n, cap;
+    struct fwd_req *waiting;      /* requests backing off after TRYAGAIN */
+};
+
+/* Monotonic milliseconds. */
+static int64_t
+now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The worker's forwarding state, created on first use; NULL on ENOMEM. */
+static struct fwd_worker *
+fw_get(struct worker *w)
+{
+    if (w->fwd == NULL) {
+        w->fwd = calloc(1, sizeof(*w->fwd));
+        if (w->fwd != NULL)
+            w->fwd->w = w;
+    }
+    return w->fwd;
+}
+
+static int
+timeout_ms(const struct fwd_worker *fw)
+{
+    const struct server *srv = fw->w->srv;
+
+    return srv != NULL && srv->settings.forward_timeout_ms > 0
+               ? srv->settings.forward_timeout_ms : FWD_TIMEOUT_MS_DEFAULT;
+}
+
+/* Free a request (its hold, if any, was finished or dropped). */
+static void
+req_free(struct fwd_req *r)
+{
+    if (r->again != NULL)
+        evbuffer_free(r->again);
+    if (r->retry_ev != NULL)
+        event_free(r->retry_ev);
+    free(r);
+}
+
+/* The connection of a request's hold closed; see forward.h. */
+void
+forward_req_gone(void *arg)
+{
+    struct fwd_req *r = arg;
+
+    r->c = NULL;
+    r->hold = NULL;
+}
+
+/* Finish a request's hold (nothing more comes for it). */
+static void
+req_done(struct fwd_req *r)
+{
+    if (r->hold != NULL) {
+        conn_hold_done(r->c, r->hold);
+        r->hold = NULL;
+        r->c = NULL;
+    }
+}
+
+/* Relay a text line (with its "\r\n") into the hold and finish it. */
+static void
+req_reply(struct fwd_req *r, const char *s, size_t n)
+{
+    if (r->hold != NULL)
+        conn_hold_add(r->c, r->hold, s, n);
+    req_done(r);
+}
+
+/* A request failed (timeout, lost or refused connection): the client sees
+ * SERVER_ERROR <why>, a multi-get part is a miss, a callback gets NULL. */
+static void
+req_fail(struct fwd_req *r, const char *why)
+{
+    char buf[128];
+    int n;
+
+    switch (r->kind) {
+    case FWD_LINE:
+    case FWD_GET_WHOLE:
+        n = snprintf(buf, sizeof(buf), "SERVER_ERROR %s\r\n", why);
+        req_reply(r, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+        break;
+    case FWD_CALL:
+        r->fn(r->fn_arg, NULL, 0);
+        break;
+    case FWD_GET_SPLICE:
+    case FWD_HELLO:
+        req_done(r);
+        break;
+    }
+    req_free(r);
+}
+
+/* Arm the upstream's timer for its head's deadline (or stop it). */
+static void
+up_arm(struct fwd_up *up)
+{
+    struct timeval tv;
+    int64_t left;
+
+    if (up->head == NULL) {
+        evtimer_del(up->timer);
+        return;
+    }
+    left = up->head->deadline - now_ms();
+    if (left < 0)
+        left = 0;
+    tv.tv_sec = (time_t)(left / 1000);
+    tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
+    evtimer_add(up->timer, &tv);
+}
+
+/* Close the upstream and fail everything in flight on it. */
+static void
+up_fail(struct fwd_up *up, const char *why)
+{
+    struct fwd_req *r = up->head, *next;
+
+    up->head = up->tail = NULL;
+    if (up->bev != NULL) {
+        bufferevent_free(up->bev);
+        up->bev = NULL;
+    }
+    evtimer_del(up->timer);
+    for (; r != NULL; r = next) {
+        next = r->next;
+        req_fail(r, why);
+    }
+}
+
+/* Pop the head request. */
+static struct fwd_req *
+up_pop(struct fwd_up *up)
+{
+    struct fwd_req *r = up->head;
+
+    up->head = r->next;
+    if (up->head == NULL)
+        up->tail = NULL;
+    r->next = NULL;
+    return r;
+}
+
+/* Queue a request whose bytes were written. */
+static void
+up_push(struct fwd_up *up, struct fwd_req *r)
+{
+    r->next = NULL;
+    r->deadline = now_ms() + timeout_ms(up->fw);
+    if (up->tail != NULL)
+        up->tail->next = r;
+    else
+        up->head = r;
+    up->tail = r;
+    if (up->head == r)
+        up_arm(up);
+}
+
+/* Timer: the head request is overdue. */
+static void
+up_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct fwd_up *up = arg;
+
+    (void)fd;
+    (void)what;
+    if (up->head == NULL)
+        return;
+    if (up->head->deadline > now_ms()) {
+        up_arm(up);
+        return;
+    }
+    log_msg(LOG_INFO, "forward to %s: no reply in %d ms, closing", up->addr,
+            timeout_ms(up->fw));
+    up_fail(up, "forward timeout");
+}
+
+/* Move n bytes of the reply into r's hold (or drop them). */
+static void
+move_to_hold(struct fwd_req *r, struct evbuffer *in, size_t n)
+{
+    if (r->hold == NULL) {
+        evbuffer_drain(in, n);
+        return;
+    }
+    while (n > 0) {
+        struct out_chunk *at;
+        size_t k;
+
+        conn_hold_reserve(r->c, r->hold, 1);
+        at = r->hold->ins;
+        k = at->cap - at->len;
+        if (k > n)
+            k = n;
+        if (evbuffer_remove(in, at->buf + at->len, k) != (int)k) {
+            /* Cannot happen: the caller checked the length. */
+            evbuffer_drain(in, n);
+            return;
+        }
+        conn_hold_commit(r->c, r->hold, k);
+        n -= k;
+    }
+}
+
+static int up_send(struct fwd_up *up, struct fwd_req *r, const struct iovec *iov,
+                   int iovcnt);
+static struct fwd_up *up_find(struct fwd_worker *fw, const char *addr);
+
+/* Send a request again from its kept bytes. */
+static void
+up_resend(struct fwd_up *up, struct fwd_req *r)
+{
+    struct iovec iov;
+
+    iov.iov_len = evbuffer_get_length(r->again);
+    iov.iov_base = evbuffer_pullup(r->again, -1);
+    if (iov.iov_base == NULL) {
+        req_fail(r, "forward failed");
+        return;
+    }
+    up_send(up, r, &iov, 1);
+}
+
+/* Unlink a request from the worker's backing-off list. */
+static void
+waiting_remove(struct fwd_worker *fw, struct fwd_req *r)
+{
+    struct fwd_req **pp;
+
+    for (pp = &fw->waiting; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == r) {
+            *pp = r->next;
+            r->next = NULL;
+            return;
+        }
+    }
+}
+
+/* Backoff over: send the request again. */
+static void
+retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct fwd_req *r = arg;
+    struct fwd_up *up = r->retry_up;
+
+    (void)fd;
+    (void)what;
+    waiting_remove(up->fw, r);
+    r->retry_up = NULL;
+    up_resend(up, r);
+}
+
+/*
+ * The owner answered TRYAGAIN (its range is fenced for a moment during a
+ * transition). A plain client cannot retry by itself, so the request is
+ * re-sent after a short backoff (5, 10, 20, then 40 ms) until give_up;
+ * after that the TRYAGAIN is relayed. Consumes r unless it returns false.
+ */
+static bool
+req_tryagain(struct fwd_up *up, struct fwd_req *r)
+{
+    struct timeval tv;
+    int64_t wait = (int64_t)5 << (r->tries < 3 ? r->tries : 3);
+
+    if (r->again == NULL || now_ms() + wait >= r->give_up)
+        return false;
+    if (r->retry_ev == NULL) {
+        r->retry_ev = evtimer_new(up->fw->w->base, retry_cb, r);
+        if (r->retry_ev == NULL)
+            return false;
+    }
+    tv.tv_sec = 0;
+    tv.tv_usec = (suseconds_t)wait * 1000;
+    if (evtimer_add(r->retry_ev, &tv) < 0)
+        return false;
+    r->tries++;
+    r->retry_up = up;
+    r->next = up->fw->waiting;
+    up->fw->waiting = r;
+    return true;
+}
+
+/*
+ * The owner answered "SERVER_ERROR MOVED <epoch> <addr>" (it is in a newer
+ * epoch than this node): send the request once more to the address it
+ * names; a second MOVED, or no request copy, is SERVER_ERROR TRYAGAIN.
+ * Consumes r (requeued elsewhere or finished).
+ */
+static void
+req_moved(struct fwd_up *from, struct fwd_req *r, const char *line, size_t len)
+{
+    char buf[FWD_LINE_MAX + 1], *ep, *addr, *sp;
+    struct fwd_up *to;
+
+    memcpy(buf, line, len);
+    buf[len] = '\0';
+    ep = buf + strlen("SERVER_ERROR MOVED ");
+    sp = strchr(ep, ' ');
+    addr = sp != NULL ? sp + 1 : NULL;
+    if (sp != NULL)
+        *sp = '\0';
+    if (r->again != NULL && !r->moved && addr != NULL && strcmp(addr, from->addr) != 0 &&
+        strlen(addr) <= RING_ADDR_MAX && (to = up_find(from->fw, addr)) != NULL) {
+        r->moved = true;
+        up_resend(to, r);
+        return;
+    }
+    if (r->kind == FWD_GET_SPLICE) {
+        /* Inside a multi-get: those keys are misses. */
+        req_done(r);
+    } else {
+        char msg[64];
+        int n = snprintf(msg, sizeof(msg), "SERVER_ERROR TRYAGAIN %.20s\r\n", ep);
+
+        req_reply(r, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+    }
+    req_free(r);
+}
+
+/* Is [p, p+n) the line lit? */
+static bool
+line_is(const char *p, size_t n, const char *lit)
+{
+    return n == strlen(lit) && memcmp(p, lit, n) == 0;
+}
+
+static bool
+line_starts(const char *p, size_t n, const char *lit)
+{
+    return n >= strlen(lit) && memcmp(p, lit, strlen(lit)) == 0;
+}
+
+/* The <bytes> field of "VALUE <key> <flags> <bytes> [<cas>]"; -1 if bad. */
+static int64_t
+value_bytes(const char *p, size_t n)
+{
+    size_t i = 0;
+    int field = 0;
+    int64_t v = -1;
+
+    while (i < n && field < 4) {
+        while (i < n && p[i] == ' ')
+            i++;
+        if (i == n)
+            break;
+        field++;
+        if (field == 4) {
+            v = 0;
+            while (i < n && p[i] >= '0' && p[i] <= '9') {
+                v = v * 10 + (p[i] - '0');
+                if (v > FWD_VALUE_MAX)
+                    return -1;
+                i++;
+            }
+            if (i < n && p[i] != ' ')
+                return -1;
+            return v;
+        }
+        while (i < n && p[i] != ' ')
+            i++;
+    }
+    return -1;
+}
+
+/*
+ * Consume what the head request's reply has ready: 1 when progress was
+ * made (call again), 0 when more bytes are needed, -1 on a protocol error.
+ */
+static int
+up_parse_one(struct fwd_up *up)
+{
+    struct evbuffer *in;
+    struct fwd_req *r = up->head;
+    struct evbuffer_ptr e;
+    size_t eol_len = 0, llen, have;
+    char line[FWD_LINE_MAX + 3];
+    int64_t vb;
+
+    if (up->bev == NULL)
+        return 0;
+    in = bufferevent_get_input(up->bev);
+    have = evbuffer_get_length(in);
+    if (have == 0)
+        return 0;
+    if (r == NULL) {
+        log_msg(LOG_INFO, "forward to %s: reply without a request", up->addr);
+        return -1;
+    }
+    e = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_CRLF_STRICT);
+    if (e.pos < 0)
+        return have > FWD_LINE_MAX ? -1 : 0;
+    llen = (size_t)e.pos;
+    if (llen > FWD_LINE_MAX)
+        return -1;
+    if (evbuffer_copyout(in, line, llen + 2) != (ev_ssize_t)(llen + 2))
+        return -1;
+    line[llen + 2] = '\0';
+
+    switch (r->kind) {
+    case FWD_HELLO:
+        evbuffer_drain(in, llen + 2);
+        up_pop(up);
+        req_free(r);
+        if (!line_is(line, llen, "OK")) {
+            log_msg(LOG_ERR, "forward to %s: peer refused: %.*s", up->addr, (int)llen, line);
+            return -1;
+        }
+        return 1;
+    case FWD_CALL:
+        evbuffer_drain(in, llen + 2);
+        up_pop(up);
+        r->fn(r->fn_arg, line, llen);
+        req_free(r);
+        return 1;
+    case FWD_LINE:
+        evbuffer_drain(in, llen + 2);
+        up_pop(up);
+        if (line_starts(line, llen, "SERVER_ERROR MOVED ")) {
+            req_moved(up, r, line, llen);
+            return 1;
+        }
+        if (line_starts(line, llen, "SERVER_ERROR TRYAGAIN") && req_tryagain(up, r))
+            return 1;
+        req_reply(r, line, llen + 2);
+        req_free(r);
+        return 1;
+    case FWD_GET_WHOLE:
+    case FWD_GET_SPLICE:
+        if (line_starts(line, llen, "VALUE ")) {
+            vb = value_bytes(line, llen);
+            if (vb < 0)
+                return -1;
+            if (have < llen + 2 + (size_t)vb + 2)
+                return 0;
+            {
+                struct evbuffer_ptr at;
+                char crlf[2];
+
+                if (evbuffer_ptr_set(in, &at, llen + 2 + (size_t)vb, EVBUFFER_PTR_SET) < 0 ||
+                    evbuffer_copyout_from(in, &at, crlf, 2) != 2 ||
+                    crlf[0] != '\r' || crlf[1] != '\n')
+                    return -1;
+            }
+            move_to_hold(r, in, llen + 2 + (size_t)vb + 2);
+            return 1;
+        }
+        evbuffer_drain(in, llen + 2);
+        up_pop(up);
+        if (line_starts(line, llen, "SERVER_ERROR TRYAGAIN") && req_tryagain(up, r))
+            return 1;
+        if (line_starts(line, llen, "SERVER_ERROR MOVED ")) {
+            req_moved(up, r, line, llen);
+            return 1;
+        }
+        if (r->kind == FWD_GET_SPLICE) {
+            /* END, or an error for the whole part: its keys are misses. */
+            req_done(r);
+        } else {
+            req_reply(r, line, llen + 2);
+        }
+        req_free(r);
+        return 1;
+    }
+    return -1;
+}
+
+/* Upstream readable: complete every request whose reply is in. */
+static void
+up_read_cb(struct bufferevent *bev, void *arg)
+{
+    struct fwd_up *up = arg;
+    int r;
+
+    (void)bev;
+    while ((r = up_parse_one(up)) > 0)
+        continue;
+    if (r < 0) {
+        log_msg(LOG_INFO, "forward to %s: bad reply, closing", up->addr);
+        up_fail(up, "forward failed");
+        return;
+    }
+    up_arm(up);
+}
+
+/* Upstream connected, closed or failed. */
+static void
+up_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    struct fwd_up *up = arg;
+
+    if (what & BEV_EVENT_CONNECTED) {
+        int one = 1;
+
+        setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        return;
+    }
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        log_msg(LOG_INFO, "forward to %s: %s", up->addr,
+                (what & BEV_EVENT_EOF) ? "connection closed" :
+                evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        up_fail(up, "forward failed");
+    }
+}
+
+/* Resolve "host:port" (numeric first; a name through getaddrinfo). */
+static int
+resolve(const char *addr, struct sockaddr_storage *ss, int *len)
+{
+    struct addrinfo hints, *res = NULL;
+    char host[RING_ADDR_MAX + 1];
+    const char *colon;
+    int rc;
+
+    *len = (int)sizeof(*ss);
+    if (evutil_parse_sockaddr_port(addr, (struct sockaddr *)ss, len) == 0)
+        return 0;
+    colon = strrchr(addr, ':');
+    if (colon == NULL || (size_t)(colon - addr) >= sizeof(host))
+        return -1;
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    rc = getaddrinfo(host, colon + 1, &hints, &res);
+    if (rc != 0 || res == NULL)
+        return -1;
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = (int)res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+/* Queue a hello line (its "OK" is checked and dropped). */
+static int
+up_hello(struct fwd_up *up, const char *text)
+{
+    struct fwd_req *r = calloc(1, sizeof(*r));
+
+    if (r == NULL)
+        return -1;
+    r->kind = FWD_HELLO;
+    if (bufferevent_write(up->bev, text, strlen(text)) < 0) {
+        free(r);
+        return -1;
+    }
+    up_push(up, r);
+    return 0;
+}
+
+/*
+ * Open the upstream: connect (non-blocking), declare the epoch so the
+ * owner answers MOVED instead of forwarding again, and authenticate as a
+ * peer when the node has a token (replication needs it). 0 or -1.
+ */
+static int
+up_connect(struct fwd_up *up, uint64_t epoch)
+{
+    struct worker *w = up->fw->w;
+    struct cluster *cl = w->srv != NULL ? w->srv->cluster : NULL;
+    struct sockaddr_storage ss;
+    char line[96];
+    int len;
+
+    if (resolve(up->addr, &ss, &len) < 0) {
+        log_msg(LOG_ERR, "forward: cannot resolve %s", up->addr);
+        return -1;
+    }
+    up->bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (up->bev == NULL)
+        return -1;
+    bufferevent_setcb(up->bev, up_read_cb, NULL, up_event_cb, up);
+    if (bufferevent_enable(up->bev, EV_READ | EV_WRITE) < 0 ||
+        bufferevent_socket_connect(up->bev, (struct sockaddr *)&ss, len) < 0) {
+        bufferevent_free(up->bev);
+        up->bev = NULL;
+        return -1;
+    }
+    snprintf(line, sizeof(line), "epoch %" PRIu64 "\r\n", epoch);
+    if (up_hello(up, line) < 0)
+        goto fail;
+    if (cl != NULL && cl->has_token) {
+        char auth[CLUSTER_PEER_AUTH_LEN + 1];
+
+        cluster_peer_auth(cl, auth);
+        snprintf(line, sizeof(line), "rc_peer %s\r\n", auth);
+        if (up_hello(up, line) < 0)
+            goto fail;
+    }
+    return 0;
+fail:
+    up_fail(up, "forward failed");
+    return -1;
+}
+
+/* The upstream to addr, created (unconnected) if new; NULL on ENOMEM. */
+static struct fwd_up *
+up_find(struct fwd_worker *fw, const char *addr)
+{
+    struct fwd_up *up;
+    uint32_t i;
+
+    for (i = 0; i < fw->n; i++)
+        if (strcmp(fw->ups[i]->addr, addr) == 0)
+            return fw->ups[i];
+    if (strlen(addr) > RING_ADDR_MAX)
+        return NULL;
+    if (fw->n == fw->cap) {
+        uint32_t cap = fw->cap ? fw->cap * 2 : 8;
+        struct fwd_up **nu = realloc(fw->ups, cap * sizeof(*nu));
+
+        if (nu == NULL)
+            return NULL;
+        fw->ups = nu;
+        fw->cap = cap;
+    }
+    up = calloc(1, sizeof(*up));
+    if (up == NULL)
+        return NULL;
+    up->fw = fw;
+    snprintf(up->addr, sizeof(up->addr), "%s", addr);
+    up->timer = evtimer_new(fw->w->base, up_timer_cb, up);
+    if (up->timer == NULL) {
+        free(up);
+        return NULL;
+    }
+    fw->ups[fw->n++] = up;
+    return up;
+}
+
+/* Write a request on the upstream (connecting first if needed) and queue
+ * it; on failure r is failed at once. 0 or -1. */
+static int
+up_send(struct fwd_up *up, struct fwd_req *r, const struct iovec *iov, int iovcnt)
+{
+    int i;
+
+    if (up->bev == NULL && up_connect(up, r->epoch) < 0) {
+        req_fail(r, "forward failed");
+        return -1;
+    }
+    for (i = 0; i < iovcnt; i++) {
+        if (bufferevent_write(up->bev, iov[i].iov_base, iov[i].iov_len) < 0) {
+            up_push(up, r);
+            up_fail(up, "forward failed");
+            return -1;
+        }
+    }
+    up_push(up, r);
+    return 0;
+}
+
+/* Relay a client's request; see forward.h. */
+int
+forward_request(struct conn *c, const char *addr, uint64_t epoch, enum fwd_kind kind,
+                const struct iovec *iov, int iovcnt, bool want_reply)
+{
+    struct fwd_worker *fw = fw_get(c->w);
+    struct fwd_up *up = fw != NULL ? up_find(fw, addr) : NULL;
+    struct fwd_req *r = up != NULL ? calloc(1, sizeof(*r)) : NULL;
+    int i;
+
+    if (r == NULL) {
+        if (want_reply)
+            conn_out_add(c, "SERVER_ERROR out of memory\r\n", 28);
+        return -1;
+    }
+    r->kind = kind;
+    r->epoch = epoch;
+    r->give_up = now_ms() + timeout_ms(fw);
+    {
+        /* Kept for retries (MOVED once, TRYAGAIN with backoff). */
+        r->again = evbuffer_new();
+        for (i = 0; r->again != NULL && i < iovcnt; i++)
+            evbuffer_add(r->again, iov[i].iov_base, iov[i].iov_len);
+    }
+    if (want_reply) {
+        r->c = c;
+        r->hold = conn_out_hold(c, r, forward_req_gone);
+    }
+    return up_send(up, r, iov, iovcnt);
+}
+
+/* A request whose reply goes to a callback; see forward.h. */
+void
+forward_call(struct worker *w, const char *addr, uint64_t epoch,
+             const struct iovec *iov, int iovcnt, fwd_call_fn fn, void *arg)
+{
+    struct fwd_worker *fw = fw_get(w);
+    struct fwd_up *up = fw != NULL ? up_find(fw, addr) : NULL;
+    struct fwd_req *r = up != NULL ? calloc(1, sizeof(*r)) : NULL;
+
+    if (r == NULL) {
+        fn(arg, NULL, 0);
+        return;
+    }
+    r->kind = FWD_CALL;
+    r->epoch = epoch;
+    r->fn = fn;
+    r->fn_arg = arg;
+    up_send(up, r, iov, iovcnt);
+}
+
+/* Close every upstream; see forward.h. */
+void
+forward_worker_free(struct worker *w)
+{
+    struct fwd_worker *fw = w->fwd;
+    uint32_t i;
+
+    if (fw == NULL)
+        return;
+    while (fw->waiting != NULL) {
+        struct fwd_req *r = fw->waiting;
+
+        fw->waiting = r->next;
+        req_fail(r, "shutting down");
+    }
+    for (i = 0; i < fw->n; i++) {
+        struct fwd_up *up = fw->ups[i];
+
+        up_fail(up, "shutting down");
+        event_free(up->timer);
+        free(up);
+    }
+    free(fw->ups);
+    free(fw);
+    w->fwd = NULL;
+}

@@ -1,0 +1,77 @@
+/*
+ * forward: a worker's upstream connections to its peers' client ports, used
+ * to relay requests of plain memcached clients to the key's owner
+ * (docs/cluster.md "Forwarding") and to carry replication post-images
+ * (server/replicate.c). One lazily opened, non-blocking connection per peer
+ * address per worker, on the worker's own event_base; requests on it are
+ * answered in order, each by a reply that fills a hold in the client
+ * connection's output queue (conn_out_hold) or calls a callback.
+ */
+#ifndef SERVER_FORWARD_H
+#define SERVER_FORWARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+struct conn;
+struct worker;
+struct fwd_worker;
+struct fwd_req;
+
+/* How a forwarded request's reply is read and relayed. */
+enum fwd_kind {
+    FWD_LINE = 0,      /* one reply line (storage, delete, incr/decr, touch) */
+    FWD_GET_WHOLE,     /* a whole get: VALUEs, END (or one error line), relayed as is */
+    FWD_GET_SPLICE,    /* part of a multi-get: VALUEs relayed, END dropped;
+                        * an error line or a failure relays nothing (misses) */
+    FWD_CALL,          /* one reply line handed to a callback (replication) */
+    FWD_HELLO,         /* internal: the `epoch`/`rc_peer` lines of a new upstream */
+};
+
+/*
+ * Callback of a FWD_CALL request: line is the reply line without "\r\n"
+ * (NULL when the request failed: timeout, connection lost or refused), len
+ * its length. Runs on the worker, from an upstream callback or inside
+ * forward_call itself (an immediate failure).
+ */
+typedef void (*fwd_call_fn)(void *arg, const char *line, size_t len);
+
+/* Upstream timeout when a worker was not given one (ms). */
+#define FWD_TIMEOUT_MS_DEFAULT 1000
+/* Holds a client connection may have outstanding before it stops
+ * parsing new requests. */
+#define FWD_MAX_PER_CONN 64
+
+/*
+ * Relay a request of client c to the node at addr ("host:port" of its
+ * client port): iov is the complete request (command line with "\r\n",
+ * then the data block with its "\r\n" for storage commands). With
+ * want_reply a hold is queued on c now and filled, in place, with the
+ * owner's reply or a SERVER_ERROR; without, the reply is read and dropped
+ * (noreply). The upstream declares `epoch <epoch>` so the owner never
+ * forwards again; a MOVED reply is retried once at the address it names
+ * (then answered SERVER_ERROR TRYAGAIN). The request bytes are copied.
+ * 0, or -1 when nothing could be queued (c got a SERVER_ERROR reply).
+ */
+int forward_request(struct conn *c, const char *addr, uint64_t epoch, enum fwd_kind kind,
+                    const struct iovec *iov, int iovcnt, bool want_reply);
+
+/*
+ * Send a request on worker w's upstream to addr and hand its one-line reply
+ * to fn(arg, ...). fn is called exactly once, possibly before this returns
+ * (immediate failure). The request bytes are copied.
+ */
+void forward_call(struct worker *w, const char *addr, uint64_t epoch,
+                  const struct iovec *iov, int iovcnt, fwd_call_fn fn, void *arg);
+
+/* Close every upstream of worker w, failing what is in flight; frees the
+ * worker's forwarding state. On w's thread, or after it stopped. */
+void forward_worker_free(struct worker *w);
+
+/* The hold of a request was dropped with its client connection: the reply
+ * will be read and discarded. Called by conn.c only. */
+void forward_req_gone(void *req);
+
+#endif /* SERVER_FORWARD_H */

@@ -1,0 +1,629 @@
+/*
+ * health: heartbeats between the members of the active epoch, per-peer
+ * state, and the stall detector. Each node keeps one outgoing PEER
+ * connection per other member and sends a Ping every HEALTH_PING_MS; the
+ * Pong carries the peer's epochs. A ticker thread beats every 100 ms so a
+ * process that was paused (SIGSTOP, a frozen VM) notices on wake-up and
+ * serves nothing until one heartbeat round told it the cluster's epoch.
+ */
+#include "config.h"
+#include "server/health.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/util.h>
+
+#include "proto/frame.h"
+#include "proto/ringcache.pb-c.h"
+#include "server/cluster.h"
+#include "server/handoff.h"
+#include "server/log.h"
+
+#define TIMER_MS        50       /* the heartbeat timer's period */
+#define TICKER_MS       100      /* the ticker thread's beat */
+#define CONNECT_MS      1000     /* a connect + Hello taking longer fails */
+#define PONG_MAX        4096     /* frame payload ceiling on heartbeat links */
+
+enum pconn {
+    PC_NONE = 0,
+    PC_CONNECTING,      /* TCP connect, then Hello sent */
+    PC_READY,           /* HelloReply received: pinging */
+};
+
+/* One other member of the active epoch. */
+struct peer {
+    struct health      *h;
+    char                id[RING_ID_MAX + 1];
+    char                addr[RING_ADDR_MAX + 1];
+    int32_t             idx;            /* in the active membership */
+    struct bufferevent *bev;
+    enum pconn          cstate;
+    uint64_t            attempt_ms;     /* last connect attempt */
+    uint64_t            last_pong_ms;   /* 0 = never */
+    uint64_t            last_ping_ms;
+    uint64_t            fail_ms;        /* last connection failure, 0 = none since a Pong */
+    uint64_t            born_ms;        /* entered the table: silence counts from here */
+    uint64_t            seq, round_seq, epoch;
+    bool                refused;        /* the last attempt failed outright */
+    bool                settled;        /* answered (or failed) in the current round */
+    enum peer_health    state;
+    char                error[128];
+};
+
+struct health {
+    struct cluster    *cl;
+    struct event_base *base;
+    struct event      *timer;
+    struct peer       *peers;
+    uint32_t           n;
+    uint64_t           table_epoch;     /* the active epoch the table was built for */
+    uint64_t           start_ms;
+    bool               round;           /* a post-stall round runs */
+    uint64_t           round_start;
+    pthread_t          tid;
+    bool               ticker_started;
+    int                stop;            /* atomic: the ticker exits */
+};
+
+/* Monotonic ms on the coarse clock, the one cluster_route compares. */
+static uint64_t
+mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+const char *
+health_state_name(enum peer_health s)
+{
+    switch (s) {
+    case PEER_UP:
+        return "up";
+    case PEER_SUSPECT:
+        return "suspect";
+    case PEER_DOWN:
+        return "down";
+    default:
+        return "unknown";
+    }
+}
+
+/*
+ * The ticker: beats every TICKER_MS. A beat that comes CLUSTER_STALL_MS
+ * late means the whole process was stopped: raise `suspect` before the new
+ * beat is visible (workers read the beat first), so no request is served
+ * until the cluster thread finished a heartbeat round.
+ */
+static void *
+ticker_main(void *arg)
+{
+    struct health *h = arg;
+    struct cluster_live *l = &h->cl->live;
+    struct timespec ts = { 0, TICKER_MS * 1000000L };
+
+    while (!__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE)) {
+        uint64_t now = mono_ms(), prev = __atomic_load_n(&l->tick_ms, __ATOMIC_RELAXED);
+
+        if (prev != 0 && now > prev + CLUSTER_STALL_MS)
+            __atomic_store_n(&l->suspect, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&l->tick_ms, now, __ATOMIC_RELEASE);
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+/* The live state SIGCONT marks suspect (one cluster per process). */
+static struct cluster_live *sigcont_live;
+
+/* SIGCONT: we were stopped. Raise `suspect` at once (an atomic store is
+ * async-signal-safe); the ticker's late beat is the backstop for a pause
+ * that sends no signal (a frozen VM). */
+static void
+sigcont_handler(int sig)
+{
+    (void)sig;
+    if (sigcont_live != NULL)
+        __atomic_store_n(&sigcont_live->suspect, 1, __ATOMIC_RELEASE);
+}
+
+/* A peer tells us an epoch: above both of ours, we are behind (removed,
+ * or a commit never reached us) and must serve nothing until a
+ * transition includes us again. A node without a membership ignores it. */
+static void
+learn_epoch(struct health *h, const char *from, uint64_t e)
+{
+    struct cluster *cl = h->cl;
+    uint64_t active = cl->active != NULL ? cl->active->epoch : 0;
+    uint64_t pending = cl->pending != NULL ? cl->pending->epoch : 0;
+    uint64_t was = __atomic_load_n(&cl->live.behind_epoch, __ATOMIC_RELAXED);
+
+    if (active == 0 || e <= active || e <= pending || e <= was)
+        return;
+    __atomic_store_n(&cl->live.behind_epoch, e, __ATOMIC_RELEASE);
+    log_msg(LOG_ERR, "peer %.64s runs epoch %" PRIu64 ", this node %" PRIu64 ": behind, "
+            "answering TRYAGAIN until a transition includes it", from, e, active);
+}
+
+/*
+ * Peer connections
+ */
+
+static void
+peer_close(struct peer *p)
+{
+    if (p->bev != NULL)
+        bufferevent_free(p->bev);
+    p->bev = NULL;
+    p->cstate = PC_NONE;
+}
+
+/* The connection failed: remember why; a failure is an answer in a round. */
+static void
+peer_fail(struct peer *p, const char *why, bool outright)
+{
+    uint64_t now = mono_ms();
+
+    snprintf(p->error, sizeof(p->error), "%s", why);
+    peer_close(p);
+    p->fail_ms = now;
+    p->refused = outright;
+    if (p->h->round && now >= p->h->round_start)
+        p->settled = true;
+}
+
+static void
+peer_ping(struct peer *p)
+{
+    Ringcache__Ping m = RINGCACHE__PING__INIT;
+    struct cluster *cl = p->h->cl;
+
+    m.node_id = cl->id;
+    m.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
+    m.seq = ++p->seq;
+    p->last_ping_ms = mono_ms();
+    if (handoff_send(p->bev, FRAME_PING, cl->cluster_id, &m) < 0)
+        peer_fail(p, "out of memory", false);
+}
+
+static void
+peer_frame(struct peer *p, const struct frame *f)
+{
+    if (f->type == FRAME_HELLO && p->cstate == PC_CONNECTING) {
+        Ringcache__Hello *m = ringcache__hello__unpack(NULL, f->length, f->payload);
+
+        if (m == NULL) {
+            peer_fail(p, "bad HelloReply", false);
+            return;
+        }
+        learn_epoch(p->h, p->id, m->active_epoch);
+        ringcache__hello__free_unpacked(m, NULL);
+        p->cstate = PC_READY;
+        p->error[0] = '\0';
+        peer_ping(p);
+    } else if (f->type == FRAME_PONG && p->cstate == PC_READY) {
+        Ringcache__Pong *m = ringcache__pong__unpack(NULL, f->length, f->payload);
+        struct cluster *cl = p->h->cl;
+
+        if (m == NULL) {
+            peer_fail(p, "bad Pong", false);
+            return;
+        }
+        p->last_pong_ms = mono_ms();
+        p->fail_ms = 0;
+        p->refused = false;
+        p->epoch = m->active_epoch;
+        if (p->h->round && m->seq > p->round_seq)
+            p->settled = true;
+        learn_epoch(p->h, p->id, m->active_epoch);
+        if (m->saw_you_down && cl->active != NULL &&
+            !__atomic_load_n(&cl->live.recovering, __ATOMIC_RELAXED)) {
+            /* Writes for our keys went elsewhere while we were away:
+             * what we hold may be stale. */
+            __atomic_store_n(&cl->live.recovering, 1, __ATOMIC_RELEASE);
+            log_msg(LOG_ERR, "peer %.64s took over this node's writes while it was down: "
+                    "recovering", p->id);
+        }
+        ringcache__pong__free_unpacked(m, NULL);
+    } else if (f->type == FRAME_ERROR) {
+        Ringcache__Error *e = ringcache__error__unpack(NULL, f->length, f->payload);
+        char why[128];
+
+        snprintf(why, sizeof(why), "refused: %s",
+                 e != NULL && e->message != NULL ? e->message : "?");
+        if (e != NULL)
+            ringcache__error__free_unpacked(e, NULL);
+        peer_fail(p, why, false);
+    } else {
+        peer_fail(p, "unexpected frame", false);
+    }
+}
+
+static void
+peer_read_cb(struct bufferevent *bev, void *arg)
+{
+    struct peer *p = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+
+    while (p->cstate != PC_NONE) {
+        size_t len = evbuffer_get_length(in), used;
+        size_t hl = len < FRAME_HEADER_SIZE ? len : FRAME_HEADER_SIZE;
+        struct frame f;
+        uint8_t *b;
+        int rc;
+
+        if (len == 0)
+            return;
+        b = evbuffer_pullup(in, (ssize_t)hl);
+        rc = frame_decode(b, hl, p->h->cl->cluster_id, PONG_MAX, &f, &used);
+        if (rc != FRAME_OK && rc != FRAME_EAGAIN) {
+            peer_fail(p, frame_strerror(rc), false);
+            return;
+        }
+        if (hl < FRAME_HEADER_SIZE)
+            return;
+        used = FRAME_HEADER_SIZE + ((size_t)b[12] << 24 | (size_t)b[13] << 16 |
+                                    (size_t)b[14] << 8 | b[15]);
+        if (len < used)
+            return;
+        b = evbuffer_pullup(in, (ssize_t)used);
+        if (frame_decode(b, used, p->h->cl->cluster_id, PONG_MAX, &f, &used) != FRAME_OK) {
+            peer_fail(p, "bad frame", false);
+            return;
+        }
+        peer_frame(p, &f);
+        if (p->cstate == PC_NONE)
+            return;
+        evbuffer_drain(in, used);
+    }
+}
+
+static void
+peer_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    struct peer *p = arg;
+    struct cluster *cl = p->h->cl;
+
+    (void)bev;
+    if (what & BEV_EVENT_CONNECTED) {
+        Ringcache__Hello m = RINGCACHE__HELLO__INIT;
+
+        m.cluster = cl->name;
+        m.token.data = cl->token;
+        m.token.len = cl->token_len;
+        m.role = RINGCACHE__HELLO__ROLE__PEER;
+        m.node_id = cl->id;
+        m.boot_id = cl->boot_id;
+        m.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
+        if (handoff_send(p->bev, FRAME_HELLO, cl->cluster_id, &m) < 0)
+            peer_fail(p, "out of memory", false);
+        return;
+    }
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        char why[128];
+        bool connecting = p->cstate == PC_CONNECTING;
+
+        snprintf(why, sizeof(why), "%s",
+                 (what & BEV_EVENT_EOF) ? "closed by the peer"
+                                        : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        /* A refused connect to a member's cluster port: nobody listens,
+         * the process is gone. */
+        peer_fail(p, why, connecting && (what & BEV_EVENT_ERROR));
+    }
+}
+
+/* Open the heartbeat connection to a peer (cluster port = its client port
+ * + CLUSTER_PORT_OFFSET). Numeric addresses only connect without blocking;
+ * a host name resolves on this thread. */
+static void
+peer_connect(struct peer *p)
+{
+    char host[RING_ADDR_MAX + 1], target[RING_ADDR_MAX + 16];
+    struct sockaddr_storage ss;
+    int sslen = sizeof(ss), port;
+    const char *colon = strrchr(p->addr, ':');
+    size_t n;
+    long cp;
+
+    p->attempt_ms = mono_ms();
+    if (colon == NULL || (n = (size_t)(colon - p->addr)) == 0 || n >= sizeof(host)) {
+        peer_fail(p, "bad address", false);
+        return;
+    }
+    memcpy(host, p->addr, n);
+    host[n] = '\0';
+    cp = strtol(colon + 1, NULL, 10);
+    if (cp <= 0 || cp + CLUSTER_PORT_OFFSET > 65535) {
+        peer_fail(p, "bad port", false);
+        return;
+    }
+    port = (int)cp + CLUSTER_PORT_OFFSET;
+    snprintf(target, sizeof(target), "%s:%d", host, port);
+    p->bev = bufferevent_socket_new(p->h->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (p->bev == NULL) {
+        peer_fail(p, "out of memory", false);
+        return;
+    }
+    bufferevent_setcb(p->bev, peer_read_cb, NULL, peer_event_cb, p);
+    bufferevent_enable(p->bev, EV_READ | EV_WRITE);
+    p->cstate = PC_CONNECTING;
+    if (evutil_parse_sockaddr_port(target, (struct sockaddr *)&ss, &sslen) == 0) {
+        if (bufferevent_socket_connect(p->bev, (struct sockaddr *)&ss, sslen) < 0 &&
+            p->cstate != PC_NONE)
+            peer_fail(p, "connect failed", true);
+        return;
+    }
+    if (host[0] == '[' && n >= 2) {
+        memmove(host, host + 1, n - 2);
+        host[n - 2] = '\0';
+    }
+    if (bufferevent_socket_connect_hostname(p->bev, NULL, AF_UNSPEC, host, port) < 0 &&
+        p->cstate != PC_NONE)
+        peer_fail(p, "cannot resolve", false);
+}
+
+/*
+ * The table of peers and the timer
+ */
+
+static void
+table_free(struct health *h)
+{
+    uint32_t i;
+
+    for (i = 0; i < h->n; i++)
+        peer_close(&h->peers[i]);
+    free(h->peers);
+    h->peers = NULL;
+    h->n = 0;
+}
+
+/* Rebuild the peers from the active membership (every other member). A
+ * peer of the old table with the same id and address keeps its connection
+ * and history; a new one starts its silence count now. */
+static void
+table_build(struct health *h)
+{
+    const struct ring_members *m = h->cl->active;
+    struct peer *old = h->peers;
+    uint32_t i, k, nold = h->n;
+    uint64_t now = mono_ms();
+
+    h->peers = NULL;
+    h->n = 0;
+    h->table_epoch = m != NULL ? m->epoch : 0;
+    if (m != NULL && m->n_nodes > 1)
+        h->peers = calloc(m->n_nodes, sizeof(*h->peers));
+    for (i = 0; h->peers != NULL && i < m->n_nodes; i++) {
+        struct peer *p;
+
+        if (strcmp(m->nodes[i].id, h->cl->id) == 0)
+            continue;
+        p = &h->peers[h->n++];
+        for (k = 0; k < nold; k++) {
+            if (strcmp(old[k].id, m->nodes[i].id) == 0 &&
+                strcmp(old[k].addr, m->nodes[i].addr) == 0) {
+                *p = old[k];
+                old[k].bev = NULL;
+                if (p->bev != NULL)
+                    bufferevent_setcb(p->bev, peer_read_cb, NULL, peer_event_cb, p);
+                break;
+            }
+        }
+        if (k == nold) {
+            p->h = h;
+            p->born_ms = now;
+            snprintf(p->id, sizeof(p->id), "%s", m->nodes[i].id);
+            snprintf(p->addr, sizeof(p->addr), "%s", m->nodes[i].addr);
+        }
+        p->idx = (int32_t)i;
+    }
+    for (k = 0; k < nold; k++)
+        peer_close(&old[k]);
+    free(old);
+}
+
+/* State of a peer now: up while Pongs come, suspect after a silence,
+ * down after a longer one or at once when its port refuses. */
+static enum peer_health
+peer_state(const struct peer *p, uint64_t now)
+{
+    uint64_t since = p->last_pong_ms != 0 ? p->last_pong_ms : p->born_ms;
+
+    if (p->refused)
+        return PEER_DOWN;
+    if (now < since + HEALTH_SUSPECT_MS)
+        return p->last_pong_ms != 0 ? PEER_UP : PEER_UNKNOWN;
+    if (now < since + HEALTH_DOWN_MS)
+        return PEER_SUSPECT;
+    return PEER_DOWN;
+}
+
+static void
+timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct health *h = arg;
+    struct cluster *cl = h->cl;
+    struct timeval tv = { 0, TIMER_MS * 1000 };
+    uint64_t now = mono_ms(), mask[CLUSTER_MASK_WORDS] = { 0 };
+    uint64_t epoch = cl->active != NULL ? cl->active->epoch : 0;
+    bool all_settled = true;
+    uint32_t i;
+
+    (void)fd;
+    (void)what;
+    if (epoch != h->table_epoch)
+        table_build(h);
+    if (!h->round && __atomic_load_n(&cl->live.suspect, __ATOMIC_ACQUIRE)) {
+        /* We were paused: ask everybody before serving again. */
+        h->round = true;
+        h->round_start = now;
+        log_msg(LOG_ERR, "this process stalled for over %d ms: serving nothing until %u "
+                "peers answered", CLUSTER_STALL_MS, h->n);
+        for (i = 0; i < h->n; i++) {
+            struct peer *p = &h->peers[i];
+
+            p->settled = false;
+            p->round_seq = p->seq;
+            p->attempt_ms = 0;
+            if (p->cstate == PC_READY)
+                peer_ping(p);
+        }
+    }
+    for (i = 0; i < h->n; i++) {
+        struct peer *p = &h->peers[i];
+
+        if (p->cstate == PC_NONE && now >= p->attempt_ms + HEALTH_PING_MS)
+            peer_connect(p);
+        else if (p->cstate == PC_CONNECTING && now >= p->attempt_ms + CONNECT_MS)
+            peer_fail(p, "no answer to connect/Hello", false);
+        else if (p->cstate == PC_READY && now >= p->last_ping_ms + HEALTH_PING_MS)
+            peer_ping(p);
+        p->state = peer_state(p, now);
+        if (p->state == PEER_DOWN && p->idx < 64 * CLUSTER_MASK_WORDS)
+            mask[p->idx / 64] |= (uint64_t)1 << (p->idx % 64);
+        all_settled = all_settled && p->settled;
+    }
+    for (i = 0; i < CLUSTER_MASK_WORDS; i++)
+        __atomic_store_n(&cl->live.down[i], mask[i], __ATOMIC_RELEASE);
+    if (h->round && (all_settled || now >= h->round_start + HEALTH_ROUND_MS)) {
+        h->round = false;
+        __atomic_store_n(&cl->live.suspect, 0, __ATOMIC_RELEASE);
+        log_msg(LOG_INFO, "heartbeat round after the stall done in %" PRIu64 " ms%s", now -
+                h->round_start, __atomic_load_n(&cl->live.behind_epoch, __ATOMIC_RELAXED)
+                ? ": behind a higher epoch" : "");
+    }
+    evtimer_add(h->timer, &tv);
+}
+
+/*
+ * API
+ */
+
+struct health *
+health_new(struct cluster *cl, struct event_base *base)
+{
+    struct health *h = calloc(1, sizeof(*h));
+
+    if (h == NULL)
+        return NULL;
+    h->cl = cl;
+    h->base = base;
+    h->timer = evtimer_new(base, timer_cb, h);
+    if (h->timer == NULL) {
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+int
+health_start(struct health *h)
+{
+    struct timeval tv = { 0, 0 };
+    sigset_t block, old;
+    int rc;
+
+    struct sigaction sa;
+
+    h->start_ms = mono_ms();
+    __atomic_store_n(&h->cl->live.tick_ms, h->start_ms, __ATOMIC_RELEASE);
+    sigcont_live = &h->cl->live;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = sigcont_handler;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGCONT, &sa, NULL);
+    if (evtimer_add(h->timer, &tv) < 0)
+        return -1;
+    sigfillset(&block);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    rc = pthread_create(&h->tid, NULL, ticker_main, h);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        log_msg(LOG_ERR, "cannot start the heartbeat ticker");
+        __atomic_store_n(&h->cl->live.tick_ms, 0, __ATOMIC_RELEASE);
+        return -1;
+    }
+    h->ticker_started = true;
+    return 0;
+}
+
+void
+health_free(struct health *h)
+{
+    if (h == NULL)
+        return;
+    if (sigcont_live == &h->cl->live) {
+        signal(SIGCONT, SIG_DFL);
+        sigcont_live = NULL;
+    }
+    if (h->ticker_started) {
+        __atomic_store_n(&h->stop, 1, __ATOMIC_RELEASE);
+        pthread_join(h->tid, NULL);
+        /* Nobody beats any more: workers must not read that as a stall. */
+        __atomic_store_n(&h->cl->live.tick_ms, 0, __ATOMIC_RELEASE);
+    }
+    table_free(h);
+    event_free(h->timer);
+    free(h);
+}
+
+int
+health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
+{
+    struct cluster *cl = h->cl;
+    Ringcache__Ping *m = ringcache__ping__unpack(NULL, f->length, f->payload);
+    Ringcache__Pong r = RINGCACHE__PONG__INIT;
+    int32_t idx;
+    int rc;
+
+    if (m == NULL)
+        return -1;
+    learn_epoch(h, m->node_id != NULL ? m->node_id : "?", m->active_epoch);
+    r.node_id = cl->id;
+    r.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
+    r.pending_epoch = cl->pending != NULL ? cl->pending->epoch : 0;
+    r.seq = m->seq;
+    r.boot_id = cl->boot_id;
+    idx = cl->active != NULL && m->node_id != NULL ? ring_members_find(cl->active, m->node_id)
+                                                   : -1;
+    if (idx >= 0 && idx < 64 * CLUSTER_MASK_WORDS && m->active_epoch == r.active_epoch)
+        r.saw_you_down = (__atomic_load_n(&cl->live.skipped[idx / 64], __ATOMIC_RELAXED) >>
+                          (idx % 64) & 1) != 0;
+    ringcache__ping__free_unpacked(m, NULL);
+    rc = handoff_send(bev, FRAME_PONG, cl->cluster_id, &r);
+    return rc < 0 ? -1 : 0;
+}
+
+size_t
+health_status(struct health *h, struct health_peer *out, size_t max)
+{
+    uint64_t now = mono_ms();
+    size_t i;
+
+    for (i = 0; i < h->n && i < max; i++) {
+        const struct peer *p = &h->peers[i];
+
+        snprintf(out[i].id, sizeof(out[i].id), "%s", p->id);
+        out[i].state = peer_state(p, now);
+        out[i].last_seen_ms = p->last_pong_ms != 0 ? now - p->last_pong_ms + 1 : 0;
+        out[i].epoch = p->epoch;
+        snprintf(out[i].error, sizeof(out[i].error), "%s", p->cstate == PC_READY ? ""
+                 : p->error);
+    }
+    return h->n;
+}

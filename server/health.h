@@ -1,0 +1,69 @@
+/*
+ * health: failure detection (docs/cluster.md, "Node failure"). Heartbeats
+ * on the cluster port to every other member of the active epoch (Ping /
+ * Pong frames on a PEER connection), per-peer state (up / suspect / down,
+ * last seen), a stall detector for this process (a paused node must not
+ * serve before it re-learnt the cluster's epoch), and the answer to a
+ * peer's Ping. Runs on the cluster thread's event_base (server/cport.c)
+ * plus one tiny ticker thread.
+ */
+#ifndef SERVER_HEALTH_H
+#define SERVER_HEALTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ring/ring.h"
+
+struct bufferevent;
+struct cluster;
+struct event_base;
+struct frame;
+struct health;
+
+#define HEALTH_PING_MS      250   /* a Ping to every peer this often */
+#define HEALTH_SUSPECT_MS   1000  /* no Pong for this long: suspect */
+#define HEALTH_DOWN_MS      2000  /* no Pong for this long (or refused): down */
+#define HEALTH_ROUND_MS     1500  /* a post-stall round gives up on silent peers */
+
+/* Values of ringcache.PeerHealth. */
+enum peer_health {
+    PEER_UNKNOWN = 0,
+    PEER_UP = 1,
+    PEER_SUSPECT = 2,
+    PEER_DOWN = 3,
+};
+
+/* One peer as reported in NodeStatus.peers. */
+struct health_peer {
+    char             id[RING_ID_MAX + 1];
+    enum peer_health state;
+    uint64_t         last_seen_ms;   /* ms since the last Pong, 0 = never */
+    uint64_t         epoch;
+    char             error[128];
+};
+
+/* Create the failure detector of cl on the cluster thread's base. NULL on
+ * ENOMEM. Nothing runs until health_start. */
+struct health *health_new(struct cluster *cl, struct event_base *base);
+
+/* Start the heartbeat timer and the ticker thread. 0 or -1 (logged). Call
+ * before the cluster thread runs its base. */
+int health_start(struct health *h);
+
+/* Stop the ticker thread, close the peer connections, free. NULL is fine.
+ * The cluster thread must no longer run the base. */
+void health_free(struct health *h);
+
+/* A Ping arrived on an accepted PEER connection: learn what it tells (a
+ * higher epoch) and answer Pong on bev. 0, or -1 for a malformed Ping
+ * (the caller closes that connection). Cluster thread. */
+int health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f);
+
+/* Peer states into out[max]; returns how many peers there are. */
+size_t health_status(struct health *h, struct health_peer *out, size_t max);
+
+/* Name of a state for logs and ringctl. */
+const char *health_state_name(enum peer_health s);
+
+#endif /* SERVER_HEALTH_H */

@@ -1,0 +1,170 @@
+"""Node failure under load (issue 6): three nodes, R=2, a recorded
+writer/reader load whose client fails over down the preference list.
+`kill -9` one node: the others see it down (heartbeats, `ringctl status`),
+0 stale reads, 0 errors on keys it was not the primary of, and the
+client-visible unavailability of its keys measured. Then `ringctl remove
+--failed`: epoch 2 without it, every key back on 2 distinct nodes. Then a
+fresh node joins: capacity restored, no stale read, no orphan.
+
+Checks that need replicated writes (a secondary holding current data) are
+TODO lines while the node does not replicate (tests/it/failover_lib.py)."""
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import loadgen as lg  # noqa: E402
+import failover_lib as fl  # noqa: E402
+
+NKEYS = 3000
+
+
+def reads_clean(t, hist, phase, label):
+    viol, _ = lg.check_reads(hist, [r for r in hist.reads if r[8] == phase])
+    n = sum(1 for r in hist.reads if r[8] == phase)
+    t.ok(not viol["stale"] and not viol["resurrected"] and not viol["phantom"]
+         and not viol["corrupt"],
+         "%s: 0 stale, resurrected, phantom or corrupt reads (of %d)" % (label, n),
+         [r[:6] for v in viol.values() for r in v[:3]])
+    return viol
+
+
+def scenario(t):
+    why = lg.supports_cluster()
+    if why:
+        t.skip("node failure under load", why)
+        return
+    lg.Client = fl.FailoverClient    # the load's clients fail over
+    cl, ok = lg.start_cluster(t, ["a", "b", "c"], replicas=2)
+    try:
+        if not ok:
+            return
+        e1 = cl.store_active()
+        repl = fl.replicated(cl, e1)
+        todo = None if repl else "writes are not replicated yet: a secondary holds nothing"
+        t.diag("replicated writes: %s" % repl)
+        keys = ["fk-%d" % i for i in range(NKEYS)]
+        view = lg.View(keys, [cl.nodes["a"].addr])
+        if not t.ok(view.refresh(1), "the client learns epoch 1"):
+            return
+        hist = lg.History(keys, size=120)
+        load = lg.Load(hist, view, "epoch", writers=3, readers=2, seed=11)
+        t.ok(lg.fill_fast(hist, view) == NKEYS, "fill: every key acknowledged")
+        own1 = lg.locate(e1, keys)
+        on_b = {k for k in keys if own1[k][0] == "b"}
+        others = set(keys) - on_b
+
+        # ---- kill -9 b under load
+        load.start(1)
+        lg.wait_for(lambda: load.counts["W"] + load.counts["R"] > 1500, 20, 0.02)
+        t_kill = time.monotonic()
+        cl.nodes["b"].stop(signal.SIGKILL)
+
+        def seen_down():
+            row = fl.status_row(cl, "b")
+            by = set(row.get("seen_down_by", "-").split(","))
+            return row.get("state") == "down" and {"a", "c"} <= by
+        det = lg.wait_for(seen_down, 10, 0.05)
+        t_det = time.monotonic() - t_kill
+        t.ok(det, "a and c see b down (ringctl status: state down, seen_down_by a,c) "
+             "%.2f s after kill -9" % t_det, fl.status_row(cl, "b"))
+        t.ok(t_det < 3.0, "detection within 3 s (%.2f s)" % t_det)
+        # Three seconds of load after the kill: the unavailability measured
+        # below is bounded by it (a key never restored counts 3 s).
+        lg.wait_for(lambda: time.monotonic() > t_kill + 3.0, 10, 0.05)
+        load.stop()
+        viol = reads_clean(t, hist, 1, "b killed")
+        lost_b = [r for r in viol["lost"] if r[0] in on_b]
+        lost_o = [r for r in viol["lost"] if r[0] not in on_b]
+        t.ok(not lost_o, "b killed: 0 misses of acknowledged values on the others' keys",
+             lost_o[:5])
+        t.ok(not lost_b, "b killed: no read of b's keys missed an acknowledged value (%d "
+             "misses; reads error until the keys are served again)" % len(lost_b), lost_b[:5])
+        errs = lg.phase_errors(hist, 1, others)
+        t.ok(not errs["write_errors"] and not errs["read_errors"],
+             "b killed: 0 errors on the %d keys b was not the primary of (writes %d, reads %d)"
+             % (len(others), len(errs["write_errors"]), len(errs["read_errors"])),
+             [x[:6] for v in errs.values() for x in v[:3]])
+        unav = fl.unavailability(hist, 1, on_b, t_kill)
+        t.diag("client-visible unavailability of b's keys: %.2f s (until the end of the "
+               "phase if never restored)" % unav)
+        fl.todo_ok(t, unav <= 1.0, "b killed: unavailability of b's keys %.2f s <= 1 s" % unav,
+                   todo)
+
+        # ---- remove --failed b under load
+        rc, out, err = lg.run_load_around(load, 2, lambda: cl.ctl("remove", "--failed", "b"))
+        t.ok(rc == 0, "ringctl remove --failed b exits 0", (rc, lg.tail(out), lg.tail(err)))
+        e2 = cl.store_active()
+        t.ok(cl.store_epoch() == 2 and not cl.store_pending()
+             and {i for i, _ in lg.parse_members(e2)["nodes"]} == {"a", "c"},
+             "the store's active is epoch 2 with a and c", e2)
+        conv = cl.converged(2, ["a", "c"])
+        t.ok(all(v == (2, 0) for v in conv.values()), "a and c report EPOCH 2 0", conv)
+        reads_clean(t, hist, 2, "remove --failed")
+        own2 = lg.locate(e2, keys)
+        same = {k for k in others if own1[k] == own2[k]}
+        errs = lg.phase_errors(hist, 2, same)
+        t.ok(not errs["write_errors"] and not errs["read_errors"] and not errs["tryagain"],
+             "remove --failed: 0 errors or TRYAGAIN on the %d keys whose owners did not change"
+             % len(same), [x[:6] for v in errs.values() for x in v[:3]])
+        prim = fl.copies(hist, e2, primary_only=True)
+        miss_o = [m for m in prim["missing"] if m[0] not in on_b]
+        miss_b = [m for m in prim["missing"] if m[0] in on_b]
+        t.ok(not miss_o and not prim["errors"] and prim["moved"] == 0,
+             "remove --failed: every key whose primary survived is on its epoch-2 primary",
+             (miss_o[:5], prim["errors"][:3], prim["moved"]))
+        fl.todo_ok(t, not miss_b, "remove --failed: b's keys came back from their replicas "
+                   "(%d of %d missing)" % (len(miss_b), len(on_b)), todo, miss_b[:5])
+        allc = fl.copies(hist, e2)
+        fl.todo_ok(t, not allc["missing"] and not allc["errors"] and allc["moved"] == 0,
+                   "remove --failed: every key on 2 distinct nodes (missing %d, MOVED %d)"
+                   % (len(allc["missing"]), allc["moved"]), todo,
+                   (allc["missing"][:5], allc["errors"][:3]))
+
+        # ---- a fresh node joins: capacity restored. Keys lost above are
+        # written again first, so the join is judged on its own.
+        view.refresh(2)
+        if miss_b:
+            lg.fill_fast(hist, view, phase=3, keys=sorted({m[0] for m in miss_b}))
+        d = cl.add("d")
+        rc, out, err = lg.run_load_around(load, 4, lambda: cl.ctl("join", "d", d.addr_s))
+        t.ok(rc == 0, "ringctl join d exits 0", (rc, lg.tail(out), lg.tail(err)))
+        e3 = cl.store_active()
+        t.ok(cl.store_epoch() == 3
+             and {i for i, _ in lg.parse_members(e3)["nodes"]} == {"a", "c", "d"},
+             "epoch 3 with a c d", e3)
+        conv = cl.converged(3, ["a", "c", "d"])
+        t.ok(all(v == (3, 0) for v in conv.values()), "a c d report EPOCH 3 0", conv)
+        if repl:
+            lg.check_transition(t, cl, hist, 4, e2, e3, "join d after remove --failed")
+        else:
+            reads_clean(t, hist, 4, "join d")
+            prim = fl.copies(hist, e3, primary_only=True)
+            t.ok(not prim["missing"] and not prim["errors"] and prim["moved"] == 0,
+                 "join d: every acknowledged key on its epoch-3 primary",
+                 (prim["missing"][:5], prim["errors"][:3], prim["moved"]))
+            st = cl.status()
+            mr = lg.status_counter(st, "misrouted")
+            orph = lg.status_counter(st, "orphans")
+            t.ok(st["rc"] == 0 and len(mr) == 3 and not any(mr.values())
+                 and not any(orph.values()),
+                 "join d: ringctl status exits 0, misrouted %s, orphans %s" % (mr, orph),
+                 (st["raw"][-600:], st["err"][-300:]))
+    finally:
+        cl.close()
+        if t.failed == 0:
+            cl.cleanup_dir()
+        else:
+            t.diag("logs kept in %s" % cl.dir)
+
+
+def main():
+    t = lg.Tap()
+    lg.watchdog(150)
+    lg.run_tap(t, scenario)
+    t.done()
+
+
+if __name__ == "__main__":
+    main()
