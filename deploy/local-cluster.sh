@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# local-cluster.sh: a three-node ringcache cluster on loopback for trying
-# things out. `up` starts the nodes and writes DIR/cluster.members, `down`
-# stops them by the PIDs recorded in DIR/*.pid, `status` shows each node,
-# `demo` brings the cluster up and runs a short ringctl session.
+# local-cluster.sh: a ringcache cluster on loopback for trying things out.
+# `up` starts three nodes (cache-a..c) with a state directory each, a shared
+# admin token and a membership store in DIR, and publishes epoch 1 with
+# `ringctl init`; `add` starts cache-d and joins it (copy, then activate);
+# `remove` has cache-d leave again; `down` stops every node by the PIDs in
+# DIR/*.pid and deletes the cluster state (a cache starts empty); `status`
+# shows each node; `demo` runs up, writes, a join, and reads everything back.
 #
-#   deploy/local-cluster.sh up|down|status|demo [--dir DIR] [--base-port P]
+#   deploy/local-cluster.sh up|add|remove|down|status|demo [--dir DIR] [--base-port P]
 #
 # Binaries: $RINGCACHED / $RINGCTL, else $RC_BUILDDIR/{server,client}, else
 # the _build/ tree next to this script, else $PATH. $RC_NODE_ARGS adds flags.
@@ -13,7 +16,7 @@ set -u
 die() { echo "local-cluster: $*" >&2; exit 1; }
 
 usage() {
-    echo "usage: $0 up|down|status|demo [--dir DIR] [--base-port P]" >&2
+    echo "usage: $0 up|add|remove|down|status|demo [--dir DIR] [--base-port P]" >&2
     exit 2
 }
 
@@ -33,9 +36,9 @@ done
 case $base in
     ''|*[!0-9]*) die "--base-port: expected a port number, got '$base'" ;;
 esac
-[ "$base" -ge 1 ] && [ "$base" -le 65533 ] || die "--base-port: $base is out of range"
+[ "$base" -ge 1 ] && [ "$base" -le 55532 ] || die "--base-port: $base is out of range (cluster ports are +10000)"
 
-ids=(cache-a cache-b cache-c)
+ids=(cache-a cache-b cache-c cache-d)   # cache-d only after `add`
 # Points per node: the library's default, RING_VNODES_DEFAULT (docs/vnodes.md).
 RING_VNODES=320
 here=$(cd "$(dirname "$0")" && pwd)
@@ -53,6 +56,8 @@ find_bin() {
 ringcached=${RINGCACHED:-$(find_bin ringcached server)}
 ringctl=${RINGCTL:-$(find_bin ringctl client)}
 members=$dir/cluster.members
+store=$dir/store
+token=$dir/token
 
 # accepts PORT: true when something accepts TCP on 127.0.0.1:PORT.
 accepts() {
@@ -100,49 +105,100 @@ stop_node() {
 
 do_down() {
     local i
-    for i in 0 1 2; do
+    for i in 0 1 2 3; do
         stop_node "${ids[$i]}" $((base + i))
     done
+    # A cache starts empty: a node restarted on its old state would come
+    # back "recovering" (docs/cluster.md), so the cluster state goes too.
+    rm -rf "$store" "$dir"/*.state "$members"
+}
+
+# admin ARGS...: ringctl against this cluster's store and token.
+admin() {
+    "$ringctl" --store "$store" --token-file "$token" "$@"
+}
+
+# start_node INDEX: start one node in cluster mode (no wait).
+start_node() {
+    local i=$1 id=${ids[$1]} port=$(($base + $1)) pid
+    if pid=$(alive "$dir/$id.pid" "$port"); then
+        echo "$id already running (pid $pid, port $port)"
+        return 0
+    fi
+    if accepts "$port" || accepts $((port + 10000)); then
+        echo "local-cluster: port $port or $((port + 10000)) is already in use" >&2
+        return 1
+    fi
+    mkdir -p "$dir/$id.state"
+    # shellcheck disable=SC2086
+    "$ringcached" -p "$port" -l 127.0.0.1 -t 2 -m 64 --id "$id" \
+        --state-dir "$dir/$id.state" --token-file "$token" ${RC_NODE_ARGS:-} \
+        >"$dir/$id.log" 2>&1 </dev/null &
+    echo $! >"$dir/$id.pid"
+}
+
+# wait_node INDEX: wait until the node accepts, or show its log and fail.
+wait_node() {
+    local id=${ids[$1]} port=$(($base + $1))
+    if ! wait_until 5 accepts "$port"; then
+        echo "local-cluster: $id did not start on port $port; its log:" >&2
+        tail -n 5 "$dir/$id.log" >&2
+        return 1
+    fi
+    echo "$id up on 127.0.0.1:$port (pid $(cat "$dir/$id.pid"))"
+}
+
+# publish: copy the store's active membership for clients and tools.
+publish() {
+    cp "$store/active.members" "$members.tmp" && mv "$members.tmp" "$members"
+}
+
+do_add() {
+    [ -f "$store/active.members" ] || die "no cluster here: run '$0 up' first"
+    start_node 3 && wait_node 3 || exit 1
+    echo "# joining cache-d: copy its ranges, fence, commit"
+    admin join cache-d "127.0.0.1:$((base + 3))" || exit 1
+    publish
+}
+
+do_remove() {
+    [ -f "$store/active.members" ] || die "no cluster here: run '$0 up' first"
+    echo "# cache-d leaves: copy its ranges back, fence, commit"
+    admin leave cache-d || exit 1
+    publish
+    stop_node cache-d $((base + 3))
 }
 
 do_up() {
-    local i id port pid
+    local i
     [ -n "$ringcached" ] && [ -x "$ringcached" ] || die "ringcached not found (build it, or set RINGCACHED)"
+    [ -n "$ringctl" ] || die "ringctl not found (build it, or set RINGCTL)"
     mkdir -p "$dir" || die "cannot create $dir"
+    if [ ! -s "$token" ]; then
+        (umask 077 && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >"$token" && echo >>"$token")
+    fi
     for i in 0 1 2; do
-        id=${ids[$i]}
-        port=$((base + i))
-        if pid=$(alive "$dir/$id.pid" "$port"); then
-            echo "$id already running (pid $pid, port $port)"
-            continue
-        fi
-        accepts "$port" && { do_down; die "port $port is already in use by another process"; }
-        # shellcheck disable=SC2086
-        "$ringcached" -p "$port" -l 127.0.0.1 -t 2 -m 64 ${RC_NODE_ARGS:-} \
-            >"$dir/$id.log" 2>&1 </dev/null &
-        echo $! >"$dir/$id.pid"
+        start_node "$i" || { do_down; exit 1; }
     done
     for i in 0 1 2; do
-        id=${ids[$i]}
-        port=$((base + i))
-        if ! wait_until 5 accepts "$port"; then
-            echo "local-cluster: $id did not start on port $port; its log:" >&2
-            tail -n 5 "$dir/$id.log" >&2
-            do_down
-            exit 1
-        fi
-        echo "$id up on 127.0.0.1:$port (pid $(cat "$dir/$id.pid"))"
+        wait_node "$i" || { do_down; exit 1; }
     done
-    {
-        echo "# written by deploy/local-cluster.sh"
-        echo "epoch 1"
-        echo "vnodes $RING_VNODES"
-        echo "replicas 1"
-        for i in 0 1 2; do
-            echo "node ${ids[$i]} 127.0.0.1:$((base + i))"
-        done
-    } >"$members.tmp" && mv "$members.tmp" "$members"
-    echo "membership: $members"
+    if [ ! -f "$store/active.members" ]; then
+        mkdir -p "$store"
+        {
+            echo "# written by deploy/local-cluster.sh"
+            echo "epoch 1"
+            echo "vnodes $RING_VNODES"
+            echo "replicas 1"
+            for i in 0 1 2; do
+                echo "node ${ids[$i]} 127.0.0.1:$((base + i))"
+            done
+        } >"$members.tmp"
+        admin init --members "$members.tmp" >/dev/null || { rm -f "$members.tmp"; do_down; exit 1; }
+        rm -f "$members.tmp"
+    fi
+    publish
+    echo "membership (epoch $(awk '$1 == "epoch" { print $2 }' "$members")): $members"
 }
 
 do_status() {
@@ -150,9 +206,11 @@ do_status() {
     if [ -f "$members" ] && [ -n "$ringctl" ]; then
         stats=$("$ringctl" --members "$members" --timeout 500 stats 2>/dev/null)
     fi
-    for i in 0 1 2; do
+    for i in 0 1 2 3; do
         id=${ids[$i]}
         port=$((base + i))
+        # cache-d is listed only while it runs.
+        [ "$i" -lt 3 ] || [ -f "$dir/$id.pid" ] || continue
         if pid=$(alive "$dir/$id.pid" "$port") && accepts "$port"; then
             state="up"
             # The stats table has a column per node, in membership order.
@@ -167,30 +225,44 @@ do_status() {
 }
 
 do_demo() {
-    local r k
+    local r k n
     do_up || exit 1
-    [ -n "$ringctl" ] || die "ringctl not found (build it, or set RINGCTL)"
     r=("$ringctl" --members "$members")
     echo
-    echo "# write ten keys: each goes straight to its owner"
-    for k in 1 2 3 4 5 6 7 8 9 10; do
-        "${r[@]}" --human set "user:$k" "name-$k" --ttl 3600 || exit 1
+    echo "# write 200 keys: each goes straight to its owner"
+    for k in $(seq 1 200); do
+        "${r[@]}" set "user:$k" "name-$k" --ttl 3600 >/dev/null || exit 1
     done
+    "${r[@]}" --human set user:1 name-1 --ttl 3600 || exit 1
     echo
     echo "# read two back"
     "${r[@]}" get user:1 user:2 || exit 1
     echo
     echo "# one multi-get, one request per node: key, node, value"
-    for k in 1 2 3 4 5 6 7 8 9 10; do echo "user:$k"; done | "${r[@]}" --human mget || exit 1
+    seq 1 8 | sed 's/^/user:/' | "${r[@]}" --human mget || exit 1
     echo
     echo "# items per node"
     do_status
+    echo
+    do_add
+    echo
+    echo "# the same keys after the join: four owners now, every key still hits"
+    seq 1 8 | sed 's/^/user:/' | "$ringctl" --members "$members" --human mget || exit 1
+    n=$(seq 1 200 | sed 's/^/user:/' | "$ringctl" --members "$members" mget | wc -l)
+    echo "hits after the join: $n of 200 (a ketama memcached cluster would lose about 1/4)"
+    echo
+    echo "# items per node"
+    do_status
+    echo
+    admin --human status || true
     echo
     echo "stop the cluster with: $0 down --dir $dir --base-port $base"
 }
 
 case $cmd in
     up) do_up ;;
+    add) do_add ;;
+    remove) do_remove ;;
     down) do_down ;;
     status) do_status ;;
     demo) do_demo ;;
