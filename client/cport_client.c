@@ -291,6 +291,53 @@ error_frame(const struct frame *f, char *err, size_t errlen)
     ringcache__error__free_unpacked(e, NULL);
 }
 
+/*
+ * One round trip: msg packed into a frame of type stype, then one reply
+ * frame read before the deadline. An Error frame is CPORT_EREFUSED (its
+ * message in err); a frame other than rtype, or a payload that does not
+ * unpack as rdesc, is CPORT_EPROTO ("expected <what>"). On CPORT_OK
+ * *reply is the unpacked message, owned by the caller (free it with its
+ * free_unpacked). The reply frame is dropped from the read buffer.
+ */
+static int
+exchange(struct cport_conn *c, enum frame_type stype, const ProtobufCMessage *msg,
+         enum frame_type rtype, const ProtobufCMessageDescriptor *rdesc, const char *what,
+         int64_t deadline, ProtobufCMessage **reply, char *err, size_t errlen)
+{
+    struct frame f;
+    uint8_t *buf;
+    size_t len, consumed = 0;
+    int rc;
+
+    *reply = NULL;
+    len = protobuf_c_message_get_packed_size(msg);
+    buf = malloc(len + 1);
+    if (buf == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return CPORT_ENOMEM;
+    }
+    protobuf_c_message_pack(msg, buf);
+    rc = send_frame(c, stype, buf, len, deadline, err, errlen);
+    free(buf);
+    if (rc != CPORT_OK) {
+        return rc;
+    }
+    rc = read_frame(c, &f, &consumed, deadline, err, errlen);
+    if (rc != CPORT_OK) {
+        return rc;
+    }
+    if (f.type == FRAME_ERROR) {
+        error_frame(&f, err, errlen);
+        rc = CPORT_EREFUSED;
+    } else if (f.type != rtype
+               || (*reply = protobuf_c_message_unpack(rdesc, NULL, f.length, f.payload)) == NULL) {
+        snprintf(err, errlen, "expected %s, got frame type %u", what, f.type);
+        rc = CPORT_EPROTO;
+    }
+    drop_frame(c, consumed);
+    return rc;
+}
+
 int
 cport_connect(const char *addr, const char *cluster, const uint8_t *token, size_t token_len,
               int timeout_ms, struct cport_conn **out, struct cport_hello *hello, char *err,
@@ -298,11 +345,9 @@ cport_connect(const char *addr, const char *cluster, const uint8_t *token, size_
 {
     Ringcache__Hello h = RINGCACHE__HELLO__INIT;
     Ringcache__Hello *reply = NULL;
+    ProtobufCMessage *msg = NULL;
     struct cport_conn *c;
-    struct frame f;
     int64_t deadline = now_ms() + timeout_ms;
-    uint8_t *buf = NULL;
-    size_t len, consumed = 0;
     int rc;
 
     *out = NULL;
@@ -322,34 +367,12 @@ cport_connect(const char *addr, const char *cluster, const uint8_t *token, size_
     h.token.len = token_len;
     h.role = RINGCACHE__HELLO__ROLE__ADMIN;
     h.node_id = (char *)"ringctl";
-    len = ringcache__hello__get_packed_size(&h);
-    buf = malloc(len + 1);
-    if (buf == NULL) {
-        rc = CPORT_ENOMEM;
-        snprintf(err, errlen, "out of memory");
-        goto out;
-    }
-    ringcache__hello__pack(&h, buf);
-    rc = send_frame(c, FRAME_HELLO, buf, len, deadline, err, errlen);
+    rc = exchange(c, FRAME_HELLO, &h.base, FRAME_HELLO, &ringcache__hello__descriptor,
+                  "a Hello reply", deadline, &msg, err, errlen);
     if (rc != CPORT_OK) {
         goto out;
     }
-    rc = read_frame(c, &f, &consumed, deadline, err, errlen);
-    if (rc != CPORT_OK) {
-        goto out;
-    }
-    if (f.type == FRAME_ERROR) {
-        error_frame(&f, err, errlen);
-        rc = CPORT_EREFUSED;
-        goto out;
-    }
-    if (f.type != FRAME_HELLO
-        || (reply = ringcache__hello__unpack(NULL, f.length, f.payload)) == NULL) {
-        snprintf(err, errlen, "expected a Hello reply, got frame type %u", f.type);
-        rc = CPORT_EPROTO;
-        goto out;
-    }
-    drop_frame(c, consumed);
+    reply = (Ringcache__Hello *)msg;
     if (hello != NULL) {
         memset(hello, 0, sizeof(*hello));
         snprintf(hello->node_id, sizeof(hello->node_id), "%s", reply->node_id);
@@ -362,7 +385,6 @@ out:
     if (reply != NULL) {
         ringcache__hello__free_unpacked(reply, NULL);
     }
-    free(buf);
     cport_close(c);
     return rc;
 }
@@ -465,11 +487,9 @@ cport_call(struct cport_conn *c, const struct cport_request *req, int timeout_ms
     Ringcache__StatusRequest sr = RINGCACHE__STATUS_REQUEST__INIT;
     Ringcache__Membership *mpb = NULL;
     Ringcache__AdminReply *reply = NULL;
+    ProtobufCMessage *msg = NULL;
     ProtobufCBinaryData tok = { req->token_len, (uint8_t *)req->token };
     int64_t deadline = now_ms() + timeout_ms;
-    struct frame f;
-    uint8_t *buf = NULL;
-    size_t len, consumed = 0;
     int rc = CPORT_ENOMEM;
 
     if (st != NULL) {
@@ -525,33 +545,13 @@ cport_call(struct cport_conn *c, const struct cport_request *req, int timeout_ms
         ar.status = &sr;
         break;
     }
-    len = ringcache__admin_request__get_packed_size(&ar);
-    buf = malloc(len + 1);
-    if (buf == NULL) {
-        snprintf(err, errlen, "out of memory");
-        goto out;
-    }
-    ringcache__admin_request__pack(&ar, buf);
-    rc = send_frame(c, FRAME_ADMIN_REQUEST, buf, len, deadline, err, errlen);
+    rc = exchange(c, FRAME_ADMIN_REQUEST, &ar.base, FRAME_ADMIN_REPLY,
+                  &ringcache__admin_reply__descriptor, "an AdminReply", deadline,
+                  &msg, err, errlen);
+    reply = (Ringcache__AdminReply *)msg;
     if (rc != CPORT_OK) {
         goto out;
     }
-    rc = read_frame(c, &f, &consumed, deadline, err, errlen);
-    if (rc != CPORT_OK) {
-        goto out;
-    }
-    if (f.type == FRAME_ERROR) {
-        error_frame(&f, err, errlen);
-        rc = CPORT_EREFUSED;
-        goto out;
-    }
-    if (f.type != FRAME_ADMIN_REPLY
-        || (reply = ringcache__admin_reply__unpack(NULL, f.length, f.payload)) == NULL) {
-        snprintf(err, errlen, "expected an AdminReply, got frame type %u", f.type);
-        rc = CPORT_EPROTO;
-        goto out;
-    }
-    drop_frame(c, consumed);
     if (st != NULL && reply->status != NULL && copy_status(reply->status, st) != CPORT_OK) {
         snprintf(err, errlen, "out of memory");
         rc = CPORT_ENOMEM;
@@ -575,7 +575,6 @@ out:
     if (mpb != NULL) {
         ringcache__membership__free_unpacked(mpb, NULL);
     }
-    free(buf);
     return rc;
 }
 

@@ -121,7 +121,10 @@ int cport_call(struct cport_conn *c, const struct cport_request *req, int timeou
 /* True when the connection can still be used. */
 bool cport_alive(const struct cport_conn *c);
 
+/* Close the socket and free the connection; NULL is allowed. */
 void cport_close(struct cport_conn *c);
+
+/* Free st's transfers and peers (the rest stays); NULL is allowed. */
 void cport_status_clear(struct cport_status *st);
 
 /* The cluster-port address of a node whose client address is addr (same

@@ -9,6 +9,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -139,21 +140,9 @@ sleep_ms(int ms)
     }
 }
 
-/* Print a progress/info line on stderr ("ringctl: phase: ..."). */
-static void
-info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void
-info(const char *fmt, ...)
-{
-    va_list ap;
-
-    fputs("ringctl: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
+/* A progress/info line on stderr ("ringctl: phase: ..."): the same
+ * shape as an error line, so ctl_error prints both. */
+#define info(...) ctl_error(__VA_ARGS__)
 
 /* Lowercase hex of n bytes into out (2n+1 bytes). */
 static void
@@ -658,6 +647,23 @@ load_state(struct admin *a)
     return rc;
 }
 
+/* Open --store, read --token-file when with_token, and load the store's
+ * state: the start of every admin command. EX_OK, or an exit status after
+ * printing why. */
+static int
+admin_load(struct admin *a, bool with_token)
+{
+    int rc = admin_open_store(a);
+
+    if (rc == EX_OK && with_token) {
+        rc = admin_read_token(a);
+    }
+    if (rc == EX_OK) {
+        rc = load_state(a);
+    }
+    return rc;
+}
+
 /* Write a->meta back with CAS on its revision. */
 static int
 store_meta(struct admin *a)
@@ -700,33 +706,7 @@ members_text(const struct ring_members *m, size_t *len)
  * Nodes
  */
 
-/* Add (or find) a node in a->nodes by id. */
-static struct tnode *
-node_add(struct admin *a, const struct ring_node *n)
-{
-    struct tnode *t, *nn;
-    uint32_t i;
-
-    for (i = 0; i < a->n_nodes; i++) {
-        if (strcmp(a->nodes[i].id, n->id) == 0) {
-            return &a->nodes[i];
-        }
-    }
-    nn = realloc(a->nodes, (a->n_nodes + 1) * sizeof(*nn));
-    if (nn == NULL) {
-        return NULL;
-    }
-    a->nodes = nn;
-    t = &a->nodes[a->n_nodes++];
-    memset(t, 0, sizeof(*t));
-    snprintf(t->id, sizeof(t->id), "%s", n->id);
-    snprintf(t->addr, sizeof(t->addr), "%s", n->addr);
-    if (cport_addr_of(n->addr, t->caddr, sizeof(t->caddr)) != 0) {
-        t->caddr[0] = '\0';
-    }
-    return t;
-}
-
+/* The node with this id in a->nodes, or NULL. */
 static struct tnode *
 node_find(struct admin *a, const char *id)
 {
@@ -738,6 +718,57 @@ node_find(struct admin *a, const char *id)
         }
     }
     return NULL;
+}
+
+/* Set a node's client address and the cluster port derived from it ("" when
+ * the address has no valid port: node_call then reports it). */
+static void
+node_set_addr(struct tnode *t, const char *addr)
+{
+    snprintf(t->addr, sizeof(t->addr), "%s", addr);
+    if (cport_addr_of(t->addr, t->caddr, sizeof(t->caddr)) != 0) {
+        t->caddr[0] = '\0';
+    }
+}
+
+/* Add (or find) a node in a->nodes by id; NULL when out of memory. */
+static struct tnode *
+node_add(struct admin *a, const struct ring_node *n)
+{
+    struct tnode *t, *nn;
+
+    t = node_find(a, n->id);
+    if (t != NULL) {
+        return t;
+    }
+    nn = realloc(a->nodes, (a->n_nodes + 1) * sizeof(*nn));
+    if (nn == NULL) {
+        return NULL;
+    }
+    a->nodes = nn;
+    t = &a->nodes[a->n_nodes++];
+    memset(t, 0, sizeof(*t));
+    snprintf(t->id, sizeof(t->id), "%s", n->id);
+    node_set_addr(t, n->addr);
+    return t;
+}
+
+/* True when new holder j of arc is not among its old holders (compared by
+ * id: the two memberships index their nodes differently): it gains the
+ * arc, and someone must send it. */
+static bool
+arc_gained(const struct ring_members *old, const struct ring_members *new,
+           const struct ring_arc *arc, uint32_t j)
+{
+    const char *id = new->nodes[arc->new_nodes[j]].id;
+    uint32_t o;
+
+    for (o = 0; o < arc->n_old; o++) {
+        if (strcmp(old->nodes[arc->old_nodes[o]].id, id) == 0) {
+            return false;
+        }
+    }
+    return true;
 }
 
 /* Build a->nodes = old ∪ new with roles from the diff, ordered for commit:
@@ -770,10 +801,7 @@ nodes_build(struct admin *a)
         }
         t->in_new = true;
         /* A node's new address wins (it is where it will serve). */
-        snprintf(t->addr, sizeof(t->addr), "%s", a->new->nodes[i].addr);
-        if (cport_addr_of(t->addr, t->caddr, sizeof(t->caddr)) != 0) {
-            t->caddr[0] = '\0';
-        }
+        node_set_addr(t, a->new->nodes[i].addr);
     }
     if (a->old != NULL && a->new != NULL) {
         ro = ring_build(a->old);
@@ -793,14 +821,7 @@ nodes_build(struct admin *a)
                                 ? node_find(a, a->old->nodes[arc->old_nodes[0]].id) : NULL;
 
             for (j = 0; j < arc->n_new; j++) {
-                uint32_t o;
-                bool had = false;
-
-                for (o = 0; o < arc->n_old; o++) {
-                    had |= strcmp(a->old->nodes[arc->old_nodes[o]].id,
-                                  a->new->nodes[arc->new_nodes[j]].id) == 0;
-                }
-                if (!had) {
+                if (arc_gained(a->old, a->new, arc, j)) {
                     struct tnode *dst = node_find(a, a->new->nodes[arc->new_nodes[j]].id);
 
                     if (dst != NULL) {
@@ -851,6 +872,15 @@ nodes_free(struct admin *a)
     a->n_nodes = 0;
 }
 
+/* Remember when a node stopped answering (the first failure counts). */
+static void
+node_mark_down(struct tnode *t)
+{
+    if (t->down_since == 0) {
+        t->down_since = now_ms();
+    }
+}
+
 /*
  * Send one request to a node, (re)connecting first if needed. The reply's
  * status is kept in t->st; t->err says what went wrong. Returns a CPORT_
@@ -874,9 +904,7 @@ node_call(struct admin *a, struct tnode *t, const struct cport_request *req, int
         rc = cport_connect(t->caddr, a->g->cluster, a->atoken, a->atoken_len,
                            a->g->timeout_ms, &t->conn, &hello, t->err, sizeof(t->err));
         if (rc != CPORT_OK) {
-            if (t->down_since == 0) {
-                t->down_since = now_ms();
-            }
+            node_mark_down(t);
             return rc;
         }
         t->hello_boot = hello.boot_id;
@@ -890,9 +918,7 @@ node_call(struct admin *a, struct tnode *t, const struct cport_request *req, int
         cport_status_clear(&st);
     }
     if (rc == CPORT_EIO || rc == CPORT_EPROTO) {
-        if (t->down_since == 0) {
-            t->down_since = now_ms();
-        }
+        node_mark_down(t);
     } else {
         t->down_since = 0;
     }
@@ -1261,8 +1287,67 @@ phase_copy(struct admin *a)
     return EX_OK;
 }
 
-/* FENCE: Fence to every node (sources drain and reply when the last batch
- * is acked); then record FENCED in the store. */
+/* One node's Fence call on its own thread (fence_all). */
+struct fence_call {
+    struct admin              *a;
+    struct tnode              *t;
+    const struct cport_request *req;
+    int                        rc;
+};
+
+static void *
+fence_thread(void *arg)
+{
+    struct fence_call *fc = arg;
+
+    fc->rc = node_call(fc->a, fc->t, fc->req, LONG_TIMEOUT_MS);
+    return NULL;
+}
+
+/*
+ * Fence every node at once: each fences its moving ranges and drains, so
+ * the ranges are held for the slowest node's drain, not for the sum of
+ * all of them as with one call after the other. Each thread touches only
+ * its own tnode. Returns how many nodes failed, as broadcast().
+ */
+static uint32_t
+fence_all(struct admin *a, const struct cport_request *req)
+{
+    struct fence_call *fc = calloc(a->n_nodes, sizeof(*fc));
+    pthread_t *th = calloc(a->n_nodes, sizeof(*th));
+    bool *started = calloc(a->n_nodes, sizeof(*started));
+    uint32_t i, failed = 0;
+
+    if (fc == NULL || th == NULL || started == NULL) {
+        free(fc);
+        free(th);
+        free(started);
+        return broadcast(a, req, LONG_TIMEOUT_MS, "fence");
+    }
+    for (i = 0; i < a->n_nodes; i++) {
+        fc[i] = (struct fence_call){ a, &a->nodes[i], req, CPORT_OK };
+        started[i] = pthread_create(&th[i], NULL, fence_thread, &fc[i]) == 0;
+        if (!started[i]) {
+            fence_thread(&fc[i]);
+        }
+    }
+    for (i = 0; i < a->n_nodes; i++) {
+        if (started[i]) {
+            pthread_join(th[i], NULL);
+        }
+        if (fc[i].rc != CPORT_OK) {
+            info("fence: %s (%s): %s", a->nodes[i].id, a->nodes[i].addr, a->nodes[i].err);
+            failed++;
+        }
+    }
+    free(fc);
+    free(th);
+    free(started);
+    return failed;
+}
+
+/* FENCE: Fence to every node at once (sources drain and reply when the
+ * last batch is acked); then record FENCED in the store. */
 static int
 phase_fence(struct admin *a)
 {
@@ -1272,7 +1357,7 @@ phase_fence(struct admin *a)
     int64_t t0 = now_ms();
     uint32_t i;
 
-    if (broadcast(a, &req, LONG_TIMEOUT_MS, "fence") > 0) {
+    if (fence_all(a, &req) > 0) {
         return fail_abort(a, "fence: a node refused or is unreachable");
     }
     a->fence_ms = (uint64_t)(now_ms() - t0);
@@ -1458,6 +1543,21 @@ admin_free(struct admin *a)
     mstore_close(a->store);
 }
 
+/* Parse --rate MIB_PER_S. */
+static int
+parse_rate(const char *what, const char *arg, double *out)
+{
+    char *end;
+
+    errno = 0;
+    *out = strtod(arg, &end);
+    if (errno != 0 || *end != '\0' || !(*out >= 0) || *out > 1e6) {
+        ctl_error("%s: --rate MIB_PER_S: expected a number >= 0 (0 = unlimited)", what);
+        return EX_USAGE;
+    }
+    return EX_OK;
+}
+
 /* Parse join/leave arguments (after the subcommand name) into the new
  * membership. kind is "join" or "leave". */
 static int
@@ -1494,11 +1594,11 @@ parse_change(int argc, char **argv, const char *kind, bool with_rate, char *id,
             snprintf(zone, RING_ZONE_MAX + 1, "%s", optarg);
             break;
         case 'r':
-            errno = 0;
-            *rate_mib = strtod(optarg, &end);
-            if (!with_rate || errno != 0 || *end != '\0' || !(*rate_mib >= 0)
-                || *rate_mib > 1e6) {
+            if (!with_rate) {
                 ctl_error("%s: --rate MIB_PER_S: expected a number >= 0 (0 = unlimited)", kind);
+                return EX_USAGE;
+            }
+            if (parse_rate(kind, optarg, rate_mib) != EX_OK) {
                 return EX_USAGE;
             }
             break;
@@ -1658,16 +1758,7 @@ change_run(struct ctl_globals *g, const struct change_opts *o)
     int rc;
 
     a.t_start = now_ms();
-    rc = EX_OK;
-    if (rc == EX_OK) {
-        rc = admin_open_store(&a);
-    }
-    if (rc == EX_OK) {
-        rc = admin_read_token(&a);
-    }
-    if (rc == EX_OK) {
-        rc = load_state(&a);
-    }
+    rc = admin_load(&a, true);
     if (rc != EX_OK) {
         goto out;
     }
@@ -1773,19 +1864,17 @@ ctl_leave(struct ctl_globals *g, int argc, char **argv)
  * Node failure (docs/cluster.md, "Node failure")
  */
 
-/* Parse --rate MIB_PER_S. */
-static int
-parse_rate(const char *what, const char *arg, double *out)
-{
-    char *end;
 
-    errno = 0;
-    *out = strtod(arg, &end);
-    if (errno != 0 || *end != '\0' || !(*out >= 0) || *out > 1e6) {
-        ctl_error("%s: --rate MIB_PER_S: expected a number >= 0 (0 = unlimited)", what);
-        return EX_USAGE;
-    }
-    return EX_OK;
+/* remove --failed ID: the whole transition, the node never contacted
+ * (see probe_failed for when that is allowed). */
+static int
+remove_failed(struct ctl_globals *g, const char *id, bool force, double rate_mib)
+{
+    struct change_opts o = { .remove_failed = true, .force = force, .weight = 1,
+                             .rate_mib = rate_mib };
+
+    snprintf(o.id, sizeof(o.id), "%s", id);
+    return change_run(g, &o);
 }
 
 int
@@ -1798,17 +1887,17 @@ ctl_remove(struct ctl_globals *g, int argc, char **argv)
         { "help",   no_argument,       NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
-    struct change_opts o = { .remove_failed = true, .weight = 1, .rate_mib = DEFAULT_RATE_MIB };
-    bool failed = false;
+    double rate = DEFAULT_RATE_MIB;
+    bool failed = false, force = false;
     int c;
 
     optind = 0;
     while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
         switch (c) {
         case 'f': failed = true; break;
-        case 'F': o.force = true; break;
+        case 'F': force = true; break;
         case 'r':
-            if (parse_rate("remove", optarg, &o.rate_mib) != EX_OK) {
+            if (parse_rate("remove", optarg, &rate) != EX_OK) {
                 return EX_USAGE;
             }
             break;
@@ -1824,8 +1913,7 @@ ctl_remove(struct ctl_globals *g, int argc, char **argv)
                   "leaves with `ringctl leave ID`)");
         return EX_USAGE;
     }
-    strcpy(o.id, argv[optind]);
-    return change_run(g, &o);
+    return remove_failed(g, argv[optind], force, rate);
 }
 
 /* The node `id` of the store's active epoch, copied into *out. 0 found,
@@ -1836,10 +1924,7 @@ active_node(struct ctl_globals *g, const char *id, struct ring_node *out, uint64
     struct admin a = { .g = g };
     int rc, idx;
 
-    rc = admin_open_store(&a);
-    if (rc == EX_OK) {
-        rc = load_state(&a);
-    }
+    rc = admin_load(&a, false);
     if (rc != EX_OK || a.old == NULL) {
         if (rc == EX_OK) {
             ctl_error("the store has no active membership");
@@ -1862,14 +1947,12 @@ static int
 repair_node(struct ctl_globals *g, const char *id, const char *addr_arg, bool force,
             double rate_mib)
 {
-    struct change_opts o = { .remove_failed = true, .force = force, .weight = 1,
-                             .rate_mib = rate_mib };
+    struct change_opts o = { .join = true, .rate_mib = rate_mib };
     struct ring_node n;
     uint64_t epoch = 0;
     int rc;
 
     memset(&n, 0, sizeof(n));
-    snprintf(o.id, sizeof(o.id), "%s", id);
     rc = active_node(g, id, &n, &epoch);
     if (rc < 0) {
         return EX_USAGE;
@@ -1877,7 +1960,7 @@ repair_node(struct ctl_globals *g, const char *id, const char *addr_arg, bool fo
     if (rc == 0) {
         info("repair: %s: removing it from epoch %" PRIu64 " (copies of its ranges come from "
              "the surviving owners)", id, epoch);
-        rc = change_run(g, &o);
+        rc = remove_failed(g, id, force, rate_mib);
         if (rc != EX_OK) {
             return rc;
         }
@@ -1886,9 +1969,6 @@ repair_node(struct ctl_globals *g, const char *id, const char *addr_arg, bool fo
                   id, epoch);
         return EX_USAGE;
     }
-    memset(&o, 0, sizeof(o));
-    o.join = true;
-    o.rate_mib = rate_mib;
     snprintf(o.id, sizeof(o.id), "%s", id);
     snprintf(o.addr, sizeof(o.addr), "%s", addr_arg != NULL ? addr_arg : n.addr);
     snprintf(o.zone, sizeof(o.zone), "%s", addr_arg != NULL ? "" : n.zone);
@@ -2016,13 +2096,7 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
         bool act_repair = false;
         uint32_t i, k;
 
-        rc = admin_open_store(&a);
-        if (rc == EX_OK) {
-            rc = admin_read_token(&a);
-        }
-        if (rc == EX_OK) {
-            rc = load_state(&a);
-        }
+        rc = admin_load(&a, true);
         if (rc != EX_OK) {
             admin_free(&a);
             break;
@@ -2077,15 +2151,8 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
         if (act_id[0] != '\0') {
             info("watch: %s: %s", act_id, act_repair ? "repair (remove --failed, then join)"
                                                      : "remove --failed");
-            if (act_repair) {
-                rc = repair_node(g, act_id, NULL, force, DEFAULT_RATE_MIB);
-            } else {
-                struct change_opts o = { .remove_failed = true, .force = force, .weight = 1,
-                                         .rate_mib = DEFAULT_RATE_MIB };
-
-                snprintf(o.id, sizeof(o.id), "%s", act_id);
-                rc = change_run(g, &o);
-            }
+            rc = act_repair ? repair_node(g, act_id, NULL, force, DEFAULT_RATE_MIB)
+                            : remove_failed(g, act_id, force, DEFAULT_RATE_MIB);
             printf("watch\t%s\t%s\t%s\n", act_id, act_repair ? "repair" : "remove --failed",
                    rc == EX_OK ? "done" : "failed");
             fflush(stdout);
@@ -2319,13 +2386,7 @@ ctl_status(struct ctl_globals *g, int argc, char **argv)
 
     rc = no_args(argc, argv, "status");
     if (rc == EX_OK) {
-        rc = admin_open_store(&a);
-    }
-    if (rc == EX_OK) {
-        rc = admin_read_token(&a);
-    }
-    if (rc == EX_OK) {
-        rc = load_state(&a);
+        rc = admin_load(&a, true);
     }
     if (rc != EX_OK) {
         goto out;
@@ -2474,10 +2535,7 @@ plan_change(struct ctl_globals *g, int argc, char **argv)
     rc = parse_change(argc - 1, argv + 1, join ? "join" : "leave", false, id, addr, &weight,
                       zone, &rate);
     if (rc == EX_OK) {
-        rc = admin_open_store(&a);
-    }
-    if (rc == EX_OK) {
-        rc = load_state(&a);
+        rc = admin_load(&a, false);
     }
     if (rc != EX_OK) {
         goto out;
@@ -2512,16 +2570,10 @@ plan_change(struct ctl_globals *g, int argc, char **argv)
     /* Keyspace each old node sends: its arcs as primary, once per gaining node. */
     for (k = 0; k < d->n_arcs; k++) {
         const struct ring_arc *arc = &d->arcs[k];
-        uint32_t gain = 0, o;
+        uint32_t gain = 0;
 
         for (j = 0; j < arc->n_new; j++) {
-            bool had = false;
-
-            for (o = 0; o < arc->n_old; o++) {
-                had |= strcmp(a.old->nodes[arc->old_nodes[o]].id,
-                              a.new->nodes[arc->new_nodes[j]].id) == 0;
-            }
-            gain += !had;
+            gain += arc_gained(a.old, a.new, arc, j);
         }
         if (arc->n_old > 0) {
             moving[arc->old_nodes[0]] += arc_frac(arc->lo, arc->hi) * gain;
@@ -2654,13 +2706,7 @@ ctl_abort(struct ctl_globals *g, int argc, char **argv)
 
     rc = no_args(argc, argv, "abort");
     if (rc == EX_OK) {
-        rc = admin_open_store(&a);
-    }
-    if (rc == EX_OK) {
-        rc = admin_read_token(&a);
-    }
-    if (rc == EX_OK) {
-        rc = load_state(&a);
+        rc = admin_load(&a, true);
     }
     if (rc != EX_OK) {
         goto out;
@@ -2717,13 +2763,7 @@ ctl_resume(struct ctl_globals *g, int argc, char **argv)
     a.t_start = now_ms();
     rc = no_args(argc, argv, "resume");
     if (rc == EX_OK) {
-        rc = admin_open_store(&a);
-    }
-    if (rc == EX_OK) {
-        rc = admin_read_token(&a);
-    }
-    if (rc == EX_OK) {
-        rc = load_state(&a);
+        rc = admin_load(&a, true);
     }
     if (rc != EX_OK) {
         goto out;

@@ -38,15 +38,24 @@ load_members(const char *path)
     return m;
 }
 
-/* Build the ring of a membership; prints the error on failure. */
+/* Load a membership file and build its ring: the ring, with *m its
+ * membership (both the caller's to free), or NULL after printing why
+ * (*m NULL too). */
 static struct ring *
-build_ring(const struct ring_members *m, const char *path)
+load_ring(const char *path, struct ring_members **m)
 {
-    struct ring *r = ring_build(m);
+    struct ring *r;
 
+    *m = load_members(path);
+    if (*m == NULL) {
+        return NULL;
+    }
+    r = ring_build(*m);
     if (r == NULL) {
         ctl_error("%s: cannot build the ring (more than %u points in all, "
                   "or out of memory)", path, RING_POINTS_MAX);
+        ring_members_free(*m);
+        *m = NULL;
     }
     return r;
 }
@@ -130,11 +139,7 @@ ctl_locate(struct ctl_globals *g, int argc, char **argv)
         ctl_error("locate: --members FILE is required");
         return 2;
     }
-    m = load_members(path);
-    if (m == NULL) {
-        goto out;
-    }
-    r = build_ring(m, path);
+    r = load_ring(path, &m);
     if (r == NULL) {
         goto out;
     }
@@ -192,7 +197,8 @@ weight_sum(const struct ring_members *m)
     return w;
 }
 
-/* Width of the widest of n strings, at least min. */
+/* Width of the widest id (which 0), addr (1) or zone (2) of m, at least
+ * min. */
 static int
 col_width(const struct ring_members *m, int which, int min)
 {
@@ -250,11 +256,7 @@ ctl_ring(struct ctl_globals *g, int argc, char **argv)
         ctl_error("ring: unexpected argument '%s'", argv[optind]);
         return 2;
     }
-    m = load_members(path);
-    if (m == NULL) {
-        goto out;
-    }
-    r = build_ring(m, path);
+    r = load_ring(path, &m);
     if (r == NULL) {
         goto out;
     }
@@ -465,13 +467,8 @@ ctl_plan(struct ctl_globals *g, int argc, char **argv)
         ctl_error("plan: unexpected argument '%s'", argv[optind]);
         return 2;
     }
-    ma = load_members(from);
-    mb = ma != NULL ? load_members(to) : NULL;
-    if (mb == NULL) {
-        goto out;
-    }
-    ra = build_ring(ma, from);
-    rb = ra != NULL ? build_ring(mb, to) : NULL;
+    ra = load_ring(from, &ma);
+    rb = ra != NULL ? load_ring(to, &mb) : NULL;
     if (rb == NULL) {
         goto out;
     }

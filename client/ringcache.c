@@ -21,6 +21,7 @@
 
 #define HOPS_MAX          3      /* MOVED redirects followed per operation */
 #define POLL_DEFAULT_MS   1000   /* default epoch poll interval */
+#define DECLARE_MAX       40     /* "epoch <u64>\r\n" and its NUL */
 
 /* A node as the handle knows it. Nodes live until ringcache_free (a ring
  * snapshot in use may still point at a node an epoch dropped), so the
@@ -487,8 +488,8 @@ out:
     return ret;
 }
 
-static int fetch_config(struct ringcache *rc, struct rc_node *node,
-                        struct ring_members **out, char *err, size_t errlen);
+static int refresh_from(struct ringcache *rc, struct rc_node *node, char *err,
+                        size_t errlen);
 
 int
 ringcache_new_seeds(struct ringcache **out, const char *const *addrs,
@@ -496,7 +497,7 @@ ringcache_new_seeds(struct ringcache **out, const char *const *addrs,
                     char *err, size_t errlen)
 {
     struct ringcache *rc = NULL;
-    struct ring_members *m, *got;
+    struct ring_members *m;
     size_t i;
     int ret;
 
@@ -542,15 +543,7 @@ ringcache_new_seeds(struct ringcache **out, const char *const *addrs,
     for (i = 0; i < rc->view->n_nodes; i++) {
         struct rc_node *node = rc->view->nodes[i];
 
-        got = NULL;
-        if (!pool_node_usable(&node->pool, pool_now_ms()) ||
-            fetch_config(rc, node, &got, NULL, 0) != 0 || got == NULL) {
-            continue;
-        }
-        saw_epoch(rc, got->epoch);
-        ret = adopt(rc, got, err, errlen);
-        ring_members_free(got);
-        if (ret > 0) {
+        if (pool_node_usable(&node->pool, pool_now_ms()) && refresh_from(rc, node, NULL, 0) > 0) {
             break;
         }
     }
@@ -711,6 +704,41 @@ is_node_failure(int err)
            err == RINGCACHE_EPROTO;
 }
 
+/* "epoch <e>\r\n" into buf (DECLARE_MAX bytes): the line a connection
+ * sends before its first request routed with epoch e. Returns its length. */
+static size_t
+declare_line(char *buf, uint64_t e)
+{
+    return (size_t)snprintf(buf, DECLARE_MAX, "epoch %llu\r\n", (unsigned long long)e);
+}
+
+/* The reply r to the declaration of epoch e on connection c of node rn:
+ * OK records it; ERROR marks the node as not speaking epochs (it is then
+ * never declared to again). 0, or RINGCACHE_EPROTO for any other reply. */
+static int
+declare_ack(struct rc_node *rn, struct pool_conn *c, uint64_t e, const struct mcp_reply *r)
+{
+    if (r->kind == MCP_ERROR || r->kind == MCP_CLIENT_ERROR) {
+        __atomic_store_n(&rn->no_ext, true, __ATOMIC_RELAXED);
+    } else if (r->kind != MCP_OK) {
+        return RINGCACHE_EPROTO;
+    }
+    c->declared = e;
+    return 0;
+}
+
+/* The address a MOVED reply names into addr (MCP_ADDR_MAX + 1 bytes; ""
+ * when it names none). */
+static void
+redirect_addr(char *addr, const struct mcp_reply *r)
+{
+    addr[0] = '\0';
+    if (r->kind == MCP_MOVED && r->key_len > 0) {
+        memcpy(addr, r->key, r->key_len);
+        addr[r->key_len] = '\0';
+    }
+}
+
 /*
  * Send iov to node and feed each reply unit to op->fn until it says
  * STEP_DONE. When declare is non-zero and the connection has not declared
@@ -730,7 +758,7 @@ node_request(struct ringcache *rc, struct rc_node *rn, uint64_t declare,
     struct pool_conn *c = NULL;
     struct iovec iov[6];
     struct mcp_reply r;
-    char prefix[40];
+    char prefix[DECLARE_MAX];
     int64_t deadline;
     bool got_bytes, want_ack;
     int ret, attempt, step, n;
@@ -761,8 +789,7 @@ node_request(struct ringcache *rc, struct rc_node *rn, uint64_t declare,
                    !__atomic_load_n(&rn->no_ext, __ATOMIC_RELAXED);
         if (want_ack) {
             iov[0].iov_base = prefix;
-            iov[0].iov_len = (size_t)snprintf(prefix, sizeof(prefix), "epoch %llu\r\n",
-                                              (unsigned long long)declare);
+            iov[0].iov_len = declare_line(prefix, declare);
             n = 1;
         }
         memcpy(iov + n, iov_in, sizeof(iov[0]) * (size_t)iovcnt);
@@ -782,22 +809,15 @@ node_request(struct ringcache *rc, struct rc_node *rn, uint64_t declare,
             }
             if (want_ack) {
                 /* The reply to our declaration comes first. */
-                if (r.kind == MCP_ERROR || r.kind == MCP_CLIENT_ERROR) {
-                    __atomic_store_n(&rn->no_ext, true, __ATOMIC_RELAXED);
-                } else if (r.kind != MCP_OK) {
-                    ret = RINGCACHE_EPROTO;
+                ret = declare_ack(rn, c, declare, &r);
+                if (ret != 0) {
                     break;
                 }
-                c->declared = declare;
                 want_ack = false;
             } else if (r.kind == MCP_MOVED || r.kind == MCP_TRYAGAIN) {
                 rd->kind = r.kind;
                 rd->epoch = r.epoch;
-                rd->addr[0] = '\0';
-                if (r.key_len > 0) {
-                    memcpy(rd->addr, r.key, r.key_len);
-                    rd->addr[r.key_len] = '\0';
-                }
+                redirect_addr(rd->addr, &r);
                 saw_epoch(rc, r.epoch);
                 step = STEP_DONE;
             } else {
@@ -938,7 +958,8 @@ fetch_config(struct ringcache *rc, struct rc_node *node, struct ring_members **o
 }
 
 /* Fetch config from node and adopt it when newer. 1 adopted, 0 not
- * newer (or none), or an error. Caller holds refresh_lock. */
+ * newer (or none), or an error. Caller holds refresh_lock (or is creating
+ * the handle). */
 static int
 refresh_from(struct ringcache *rc, struct rc_node *node, char *err, size_t errlen)
 {
@@ -1117,14 +1138,20 @@ backoff_wait(int *backoff, int64_t deadline)
  * Keyed requests: one attempt with a view, then the redirect loop
  */
 
-/* A read with view v: the first owner that answers decides; every owner
- * down or failing is a miss. A redirect stops it (*rd, *from). */
+/*
+ * One attempt with view v down the key's preference list, skipping owners
+ * marked down. A read: the first owner that answers decides; every owner
+ * down or failing is a miss. A write: fail-over only while nothing was
+ * sent (a write is never applied twice); every owner down is
+ * RINGCACHE_EDOWN. A redirect stops it (*rd, *from).
+ */
 static int
-read_once(struct ringcache *rc, struct rc_view *v, const char *key, size_t key_len,
-          const struct iovec *iov, int iovcnt, const struct op *op,
-          struct redirect *rd, struct rc_node **from)
+owners_once(struct ringcache *rc, struct rc_view *v, const char *key, size_t key_len,
+            bool write, const struct iovec *iov, int iovcnt, const struct op *op,
+            struct redirect *rd, struct rc_node **from)
 {
     uint32_t owners[ROUTE_R_MAX], n, i;
+    uint64_t declare = declare_epoch(rc, v);
     bool sent;
     int ret;
 
@@ -1136,7 +1163,7 @@ read_once(struct ringcache *rc, struct rc_view *v, const char *key, size_t key_l
         if (!pool_node_usable(&node->pool, pool_now_ms())) {
             continue;
         }
-        ret = node_request(rc, node, declare_epoch(rc, v), iov, iovcnt, op, &sent, rd);
+        ret = node_request(rc, node, declare, iov, iovcnt, op, &sent, rd);
         if (rd->kind != 0) {
             *from = node;
             return 0;
@@ -1144,45 +1171,11 @@ read_once(struct ringcache *rc, struct rc_view *v, const char *key, size_t key_l
         if (ret == 0) {
             return *op->result;
         }
-        if (!is_node_failure(ret)) {
+        if (!is_node_failure(ret) || (write && sent)) {
             return ret;
         }
     }
-    return RINGCACHE_ENOTFOUND;
-}
-
-/* A write with view v: the first owner not marked down; fail-over only
- * when nothing was sent. A redirect stops it (*rd, *from). */
-static int
-write_once(struct ringcache *rc, struct rc_view *v, const char *key, size_t key_len,
-           const struct iovec *iov, int iovcnt, const struct op *op,
-           struct redirect *rd, struct rc_node **from)
-{
-    uint32_t owners[ROUTE_R_MAX], n, i;
-    bool sent;
-    int ret;
-
-    rd->kind = 0;
-    n = route_owners(v->ring, v->replicas, key, key_len, owners);
-    for (i = 0; i < n; i++) {
-        struct rc_node *node = v->nodes[owners[i]];
-
-        if (!pool_node_usable(&node->pool, pool_now_ms())) {
-            continue;
-        }
-        ret = node_request(rc, node, declare_epoch(rc, v), iov, iovcnt, op, &sent, rd);
-        if (rd->kind != 0) {
-            *from = node;
-            return 0;
-        }
-        if (ret == 0) {
-            return *op->result;
-        }
-        if (!is_node_failure(ret) || sent) {
-            return ret;
-        }
-    }
-    return RINGCACHE_EDOWN;
+    return write ? RINGCACHE_EDOWN : RINGCACHE_ENOTFOUND;
 }
 
 /*
@@ -1191,7 +1184,8 @@ write_once(struct ringcache *rc, struct rc_view *v, const char *key, size_t key_
  * (or when nothing newer could be fetched) -> back off and retry; at most
  * HOPS_MAX MOVED per call. TRYAGAIN -> back off 1 ms doubling within the
  * op timeout (at once when it taught us a newer epoch). Out of budget: a
- * read is a miss, a write RINGCACHE_EMOVED / RINGCACHE_ETRYAGAIN.
+ * read is a miss, a write RINGCACHE_EMOVED / RINGCACHE_ETRYAGAIN. The
+ * caller has checked rc and the key (check_call).
  */
 static int
 keyed_request(struct ringcache *rc, const char *key, size_t key_len, bool write,
@@ -1204,23 +1198,13 @@ keyed_request(struct ringcache *rc, const char *key, size_t key_len, bool write,
     int64_t deadline;
     int hops = 0, backoff = 1, ret;
 
-    if (rc == NULL) {
-        return RINGCACHE_EINVAL;
-    }
-    if (mcp_check_key(key, key_len) != 0) {
-        return RINGCACHE_EKEY;
-    }
     maybe_poll(rc);
     deadline = pool_now_ms() + rc->opt.op_timeout_ms;
     for (;;) {
         from = NULL;
         v = view_get(rc);
         had = v->epoch;
-        if (write) {
-            ret = write_once(rc, v, key, key_len, iov, iovcnt, op, &rd, &from);
-        } else {
-            ret = read_once(rc, v, key, key_len, iov, iovcnt, op, &rd, &from);
-        }
+        ret = owners_once(rc, v, key, key_len, write, iov, iovcnt, op, &rd, &from);
         view_put(v);
         if (rd.kind == 0) {
             return ret;
@@ -1239,6 +1223,17 @@ keyed_request(struct ringcache *rc, const char *key, size_t key_len, bool write,
             return rd.kind == MCP_MOVED ? RINGCACHE_EMOVED : RINGCACHE_ETRYAGAIN;
         }
     }
+}
+
+/* The checks every keyed call makes before anything is sent: 0,
+ * RINGCACHE_EINVAL or RINGCACHE_EKEY. */
+static int
+check_call(const struct ringcache *rc, const char *key, size_t key_len)
+{
+    if (rc == NULL) {
+        return RINGCACHE_EINVAL;
+    }
+    return mcp_check_key(key, key_len);
 }
 
 /*
@@ -1317,6 +1312,10 @@ do_get(struct ringcache *rc, const char *cmd, const char *key, size_t key_len,
 
     if (out == NULL) {
         return RINGCACHE_EINVAL;
+    }
+    ret = check_call(rc, key, key_len);
+    if (ret != 0) {
+        return ret;
     }
     iov[0].iov_base = (void *)cmd;
     iov[0].iov_len = strlen(cmd);
@@ -1416,10 +1415,10 @@ do_store(struct ringcache *rc, const char *cmd, const char *key,
     struct iovec iov[3];
     int ret;
 
-    if (rc == NULL || (value == NULL && value_len > 0)) {
+    if (value == NULL && value_len > 0) {
         return RINGCACHE_EINVAL;
     }
-    ret = mcp_check_key(key, key_len);
+    ret = check_call(rc, key, key_len);
     if (ret != 0) {
         return ret;
     }
@@ -1490,10 +1489,7 @@ do_line(struct ringcache *rc, const char *cmd, const char *key, size_t key_len,
     struct iovec iov[3];
     int ret;
 
-    if (rc == NULL) {
-        return RINGCACHE_EINVAL;
-    }
-    ret = mcp_check_key(key, key_len);
+    ret = check_call(rc, key, key_len);
     if (ret != 0) {
         return ret;
     }
@@ -1617,7 +1613,7 @@ struct mget_batch {
     bool               retried;     /* already re-sent on a fresh connection */
     bool               got_bytes;
     bool               want_ack;    /* the reply to our `epoch <n>` comes first */
-    char               prefix[40];  /* "epoch <n>\r\n" when the connection must declare */
+    char               prefix[DECLARE_MAX];  /* "epoch <n>\r\n" when the connection must declare */
     char              *req;
     size_t             req_len;
     struct iovec       iov[2];
@@ -1704,8 +1700,7 @@ batch_start(struct mget *m, struct mget_batch *b)
     b->want_ack = m->declare != 0 && b->conn->declared != m->declare &&
                   !__atomic_load_n(&rn->no_ext, __ATOMIC_RELAXED);
     b->iov[0].iov_base = b->prefix;
-    b->iov[0].iov_len = (size_t)snprintf(b->prefix, sizeof(b->prefix), "epoch %llu\r\n",
-                                         (unsigned long long)m->declare);
+    b->iov[0].iov_len = declare_line(b->prefix, m->declare);
     b->iov[1].iov_base = b->req;
     b->iov[1].iov_len = b->req_len;
     b->iovp = b->want_ack ? &b->iov[0] : &b->iov[1];
@@ -1730,11 +1725,7 @@ mget_redirect(struct mget *m, const struct mget_batch *b, const struct mcp_reply
     if (r->epoch > m->rd_epoch) {
         m->rd_epoch = r->epoch;
         m->rd_from = m->v->nodes[b->node];
-        m->rd_addr[0] = '\0';
-        if (r->kind == MCP_MOVED && r->key_len > 0) {
-            memcpy(m->rd_addr, r->key, r->key_len);
-            m->rd_addr[r->key_len] = '\0';
-        }
+        redirect_addr(m->rd_addr, r);
     }
 }
 
@@ -1756,12 +1747,9 @@ batch_parse(struct mget *m, struct mget_batch *b)
         }
         if (b->want_ack) {
             /* The reply to our declaration comes first. */
-            if (r.kind == MCP_ERROR || r.kind == MCP_CLIENT_ERROR) {
-                __atomic_store_n(&m->v->nodes[b->node]->no_ext, true, __ATOMIC_RELAXED);
-            } else if (r.kind != MCP_OK) {
+            if (declare_ack(m->v->nodes[b->node], c, m->declare, &r) != 0) {
                 return RINGCACHE_EPROTO;
             }
-            c->declared = m->declare;
             b->want_ack = false;
             c->start += (size_t)used;
             continue;

@@ -414,6 +414,8 @@ cluster_counters_get(const struct cluster *cl, struct cluster_counters *out)
     out->tryagain = __atomic_load_n(&cl->ctr.tryagain, __ATOMIC_RELAXED);
     out->forwarded = __atomic_load_n(&cl->ctr.forwarded, __ATOMIC_RELAXED);
     out->misrouted = __atomic_load_n(&cl->ctr.misrouted, __ATOMIC_RELAXED);
+    out->items_imported = __atomic_load_n(&cl->ctr.items_imported, __ATOMIC_RELAXED);
+    out->bytes_imported = __atomic_load_n(&cl->ctr.bytes_imported, __ATOMIC_RELAXED);
     out->replicated = __atomic_load_n(&cl->ctr.replicated, __ATOMIC_RELAXED);
     out->replica_failures = __atomic_load_n(&cl->ctr.replica_failures, __ATOMIC_RELAXED);
     out->replica_skipped = __atomic_load_n(&cl->ctr.replica_skipped, __ATOMIC_RELAXED);

@@ -106,6 +106,7 @@ struct cluster_view {
 /* Counters (atomics), exposed in `stats` and Status. */
 struct cluster_counters {
     uint64_t moved, tryagain, forwarded, misrouted;
+    uint64_t items_imported, bytes_imported;   /* handoff, since the last PREPARE */
     uint64_t replicated;        /* post-images acknowledged by a replica */
     uint64_t replica_failures;  /* post-images a replica did not acknowledge */
     uint64_t replica_skipped;   /* post-images not sent: the replica was seen down */

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -42,6 +43,7 @@
 #define CLEANUP_ITEMS     2000      /* purged per cleanup tick */
 #define CLEANUP_TICK_MS   10        /* so cleanup stays under ~200k items/s */
 #define XFERS_MAX         64
+#define ORPHANS_TTL_MS    2000      /* orphan recount interval during a transition */
 #define PEERS_MAX         256       /* peers reported in Status */
 
 enum cpc_state {
@@ -79,6 +81,7 @@ struct cport {
     struct cp_conn     *fence_waiter;
     struct store_cursor cleanup_cur;
     bool                cleaning;
+    uint64_t            orphans, orphans_ms;   /* last count and when (0: none) */
 };
 
 static void conn_read_cb(struct bufferevent *bev, void *arg);
@@ -174,6 +177,36 @@ orphan_pred(uint64_t hash, void *arg)
     return !cluster_owned_active(cl, hash) && !arcset_has(&cl->importing, hash);
 }
 
+static uint64_t
+mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * Orphans for Status. Counting reads every item (tens of ms per million)
+ * and the admin polls Status every 150 ms during a copy, which would take
+ * a core from the foreground on a small box. While a transition is pending
+ * the count can only fall (cleanup of the previous epoch, expiry; nothing
+ * writes outside the arcs this node owns or imports), so then it is
+ * recounted at most every ORPHANS_TTL_MS; otherwise (cleanup waits for it
+ * to reach 0) it is exact.
+ */
+static uint64_t
+orphans_count(struct cport *cp)
+{
+    uint64_t t = mono_ms(), bytes;
+
+    if (cp->cl->pending == NULL || cp->orphans_ms == 0 || t - cp->orphans_ms >= ORPHANS_TTL_MS) {
+        store_count(cp->store, orphan_pred, cp->cl, &cp->orphans, &bytes);
+        cp->orphans_ms = t;
+    }
+    return cp->orphans;
+}
+
 /* Add the peers' health to st and send the reply (the peer arrays live
  * on the heap: up to PEERS_MAX of them). */
 static void
@@ -221,7 +254,6 @@ send_reply(struct cp_conn *c, bool ok, const char *err)
     struct handoff_xfer xs[XFERS_MAX];
     struct store_stats ss;
     struct cluster_counters cc;
-    uint64_t orphan_bytes;
     size_t n, i;
 
     store_get_stats(cp->store, &ss);
@@ -254,7 +286,7 @@ send_reply(struct cp_conn *c, bool ok, const char *err)
     st.n_transfers = n;
     st.transfers = tsp;
     handoff_imported(cp->ho, &st.items_imported, &st.bytes_imported);
-    store_count(cp->store, orphan_pred, cl, &st.orphans, &orphan_bytes);
+    st.orphans = orphans_count(cp);
     st.misrouted = cc.misrouted;
     st.fence_held_ms = cl->fence_held_ms;
     st.recovering = __atomic_load_n(&cl->live.recovering, __ATOMIC_RELAXED) != 0;
@@ -368,6 +400,7 @@ do_prepare(struct cp_conn *c, const Ringcache__Prepare *p)
     if (!again) {
         /* Cleanup of an older epoch must not touch what we will import. */
         purge_importing(cp);
+        cp->orphans_ms = 0;     /* the importing arcs changed: recount */
         handoff_imported_reset(cp->ho);
     }
     /* Sources track changes before they acknowledge. */
@@ -440,6 +473,7 @@ do_fence(struct cp_conn *c, const Ringcache__Fence *p)
 {
     struct cport *cp = c->cp;
     char err[256];
+    uint64_t t0 = mono_ms();
 
     if (!token_check(c, &p->token))
         return;
@@ -453,6 +487,7 @@ do_fence(struct cp_conn *c, const Ringcache__Fence *p)
         send_reply(c, false, err);
         return;
     }
+    log_msg(LOG_INFO, "fence: persisted and published in %" PRIu64 " ms", mono_ms() - t0);
     cp->fence_waiter = c;
     c->waiting = true;
     bufferevent_disable(c->bev, EV_READ);

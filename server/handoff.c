@@ -15,7 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -30,6 +33,8 @@
 #define CHUNK_BYTES      (HANDOFF_BATCH_BYTES - 1024)  /* value bytes per chunk */
 #define PUMP_BATCHES     32       /* batches per pump call, then yield */
 #define POLL_MS          5        /* dirty polling while streaming */
+#define BURST_MS         20       /* token bucket depth, in ms of the rate */
+#define COPY_NICE        10       /* nice of the cluster thread while copying */
 #define RECORD_TAG       0x22     /* field 4 (records), wire type 2 */
 
 enum xfer_state {
@@ -74,7 +79,9 @@ struct handoff {
     handoff_done_fn    fence_fn;
     void              *fence_arg;
     uint64_t           fence_start_ms;
-    uint64_t           imported_items, imported_bytes;
+    int                base_nice;     /* the thread's nice before the copy */
+    bool               niced;         /* running at COPY_NICE now */
+    bool               nice_broken;   /* cannot come back: never nice again */
 };
 
 /* The state of a value arriving in chunks on one peer connection. */
@@ -114,6 +121,50 @@ handoff_send(struct bufferevent *bev, int type, uint64_t cluster_id, const void 
          bufferevent_write(bev, buf, n) == 0 ? 0 : -1;
     free(buf);
     return rc;
+}
+
+/*
+ * Priority. Every node of a transition copies on its cluster thread (a
+ * source walks and sends, a destination imports), so during COPY that
+ * thread runs at nice COPY_NICE: on a busy box the copy takes the CPU the
+ * workers leave, not theirs, and the rate limit is only a ceiling. A
+ * fence must not run in the background (the moving ranges wait for its
+ * drain), so the thread gets its priority back first; a process that could
+ * not raise it again (no CAP_SYS_NICE, RLIMIT_NICE too low) never lowers
+ * it. Linux nice values are per thread (setpriority on the thread id).
+ */
+static void
+set_background(struct handoff *h, bool bg)
+{
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+
+    if (bg == h->niced || h->nice_broken)
+        return;
+    if (bg) {
+        errno = 0;
+        h->base_nice = getpriority(PRIO_PROCESS, (id_t)tid);
+        if (errno != 0 || h->base_nice >= COPY_NICE)
+            return;
+        /* Probe that the way back is allowed before going. */
+        if (setpriority(PRIO_PROCESS, (id_t)tid, h->base_nice + 1) < 0)
+            return;
+        if (setpriority(PRIO_PROCESS, (id_t)tid, h->base_nice) < 0) {
+            log_msg(LOG_INFO, "handoff: the copy runs at normal priority (cannot renice back: "
+                    "%s)", strerror(errno));
+            h->nice_broken = true;
+            return;
+        }
+        if (setpriority(PRIO_PROCESS, (id_t)tid, COPY_NICE) == 0)
+            h->niced = true;
+        return;
+    }
+    if (setpriority(PRIO_PROCESS, (id_t)tid, h->base_nice) < 0) {
+        log_msg(LOG_ERR, "handoff: cannot restore the cluster thread's priority: %s",
+                strerror(errno));
+        h->nice_broken = true;
+        return;
+    }
+    h->niced = false;
 }
 
 static bool
@@ -315,19 +366,23 @@ refill(struct handoff *h)
 
     if (h->rate == 0)
         return;
-    burst = (double)h->rate / 4 > (double)(HANDOFF_BATCH_BYTES * 2) ? (double)h->rate / 4
-                                                                  : HANDOFF_BATCH_BYTES * 2;
+    /* A shallow bucket: the copy's CPU and network use stay smooth at the
+     * scale of a foreground request instead of coming in long bursts. */
+    burst = (double)h->rate * BURST_MS / 1000 > (double)(HANDOFF_BATCH_BYTES * 2)
+                ? (double)h->rate * BURST_MS / 1000 : HANDOFF_BATCH_BYTES * 2;
     h->tokens += (double)(t - h->refill_ms) * (double)h->rate / 1000.0;
     if (h->tokens > burst)
         h->tokens = burst;
     h->refill_ms = t;
 }
 
+/* The rate limit does not hold a fence: its drain is short and the
+ * moving ranges answer TRYAGAIN until it ends. */
 static bool
 can_send(const struct handoff *h, const struct xfer *x)
 {
     return x->state == XS_STREAMING && x->unacked < HANDOFF_WINDOW &&
-           (h->rate == 0 || h->tokens > 0);
+           (h->rate == 0 || h->fence_fn != NULL || h->tokens > 0);
 }
 
 /* Every stream walked its arcs (failed ones do not count). */
@@ -426,7 +481,7 @@ pump_cb(evutil_socket_t fd, short what, void *arg)
     for (i = 0; i < h->nx; i++)
         h->x[i].st.dirty_backlog = h->tracking ? store_track_pending(h->s) : 0;
     fence_check(h);
-    if (h->rate > 0 && h->tokens <= 0)
+    if (h->rate > 0 && h->tokens <= 0 && h->fence_fn == NULL)
         pump_schedule(h, (uint64_t)(-h->tokens * 1000.0 / (double)h->rate) + 1);
     else if (more && budget == 0)
         pump_schedule(h, 0);
@@ -663,6 +718,7 @@ xfers_clear(struct handoff *h)
 void
 handoff_stop(struct handoff *h)
 {
+    set_background(h, false);
     h->copying = false;
     event_del(h->pump_ev);
     h->pump_armed = false;
@@ -680,6 +736,7 @@ handoff_free(struct handoff *h)
 {
     if (h == NULL)
         return;
+    h->niced = false;   /* called after the cluster thread ended: no renice */
     handoff_stop(h);
     event_free(h->pump_ev);
     free(h);
@@ -736,6 +793,7 @@ handoff_start_copy(struct handoff *h, uint64_t rate, char *err, size_t errlen)
     }
     h->nx = cl->n_dests;
     h->copying = true;
+    set_background(h, true);
     for (i = 0; i < h->nx; i++) {
         struct xfer *x = &h->x[i];
         const struct cluster_dest *d = &cl->dests[i];
@@ -763,6 +821,7 @@ handoff_fence(struct handoff *h, handoff_done_fn fn, void *arg)
 {
     char err[160];
 
+    set_background(h, false);
     h->fence_fn = fn;
     h->fence_arg = arg;
     h->fence_start_ms = now_ms();
@@ -803,14 +862,15 @@ handoff_status(struct handoff *h, struct handoff_xfer *out, size_t max)
 void
 handoff_imported(const struct handoff *h, uint64_t *items, uint64_t *bytes)
 {
-    *items = h->imported_items;
-    *bytes = h->imported_bytes;
+    *items = __atomic_load_n(&h->cl->ctr.items_imported, __ATOMIC_RELAXED);
+    *bytes = __atomic_load_n(&h->cl->ctr.bytes_imported, __ATOMIC_RELAXED);
 }
 
 void
 handoff_imported_reset(struct handoff *h)
 {
-    h->imported_items = h->imported_bytes = 0;
+    __atomic_store_n(&h->cl->ctr.items_imported, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->cl->ctr.bytes_imported, 0, __ATOMIC_RELAXED);
 }
 
 /*
@@ -846,6 +906,14 @@ handoff_in_free(struct handoff_in *in)
     free(in);
 }
 
+/* Count imports in the cluster counters (`stats` reads them from workers). */
+static void
+imported_add(struct handoff *h, uint64_t items, uint64_t bytes)
+{
+    __atomic_fetch_add(&h->cl->ctr.items_imported, items, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&h->cl->ctr.bytes_imported, bytes, __ATOMIC_RELAXED);
+}
+
 /* Apply one record; 0, 1 (store refused, err set) or -1 (a lie). */
 static int
 in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, size_t errlen)
@@ -878,15 +946,15 @@ in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, s
         }
         memcpy(store_item_value_mut(in->it) + in->got, r->value.data, r->value.len);
         in->got += r->value.len;
-        h->imported_bytes += r->value.len;
+        imported_add(h, 0, r->value.len);
         if (in->got == in->it->nbytes) {
             rc = store_put_import(s, in->it, in->cas);
-            h->imported_items++;
+            imported_add(h, 1, 0);
             in_drop_chunk(in);
         }
     } else if (r->tombstone) {
         store_import_delete(s, key, r->key.len, hash);
-        h->imported_items++;
+        imported_add(h, 1, 0);
     } else if (r->total_bytes != 0) {
         int e = 0;
 
@@ -902,18 +970,17 @@ in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, s
             in->cas = r->cas;
             memcpy(store_item_value_mut(in->it), r->value.data, r->value.len);
             in->got = r->value.len;
-            h->imported_bytes += r->key.len + r->value.len;
+            imported_add(h, 0, r->key.len + r->value.len);
             if (in->got == r->total_bytes) {
                 rc = store_put_import(s, in->it, in->cas);
-                h->imported_items++;
+                imported_add(h, 1, 0);
                 in_drop_chunk(in);
             }
         }
     } else {
         rc = store_import(s, key, r->key.len, hash, r->flags, r->ttl, r->cas,
                           (const char *)r->value.data, r->value.len);
-        h->imported_items++;
-        h->imported_bytes += r->key.len + r->value.len;
+        imported_add(h, 1, r->key.len + r->value.len);
     }
     if (rc == STORE_TOO_LARGE || rc == STORE_NO_MEMORY) {
         snprintf(err, errlen, "import of %.*s: %s", (int)(r->key.len > 64 ? 64 : r->key.len),

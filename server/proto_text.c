@@ -1175,6 +1175,8 @@ stats_general(struct conn *c)
         reply_printf(c, "STAT replicated %" PRIu64 "\r\n", cc.replicated);
         reply_printf(c, "STAT replica_failures %" PRIu64 "\r\n", cc.replica_failures);
         reply_printf(c, "STAT replica_skipped %" PRIu64 "\r\n", cc.replica_skipped);
+        reply_printf(c, "STAT cluster_items_imported %" PRIu64 "\r\n", cc.items_imported);
+        reply_printf(c, "STAT cluster_bytes_imported %" PRIu64 "\r\n", cc.bytes_imported);
     }
     conn_out_add(c, "END\r\n", 5);
 }
