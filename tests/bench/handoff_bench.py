@@ -16,9 +16,14 @@ result:
                                (the joiner's cluster_bytes_imported)
   fence_ms_max                 max NodeStatus fence_held_ms, else ringctl's
                                fence_ms (Fence sent to all replies received)
-  p99_ratio_nonmoving          prober p99 on keys whose primary does not change,
-                               during the copy window over before the join
+  p99_ratio_nonmoving          prober p99 service time (request sent to reply
+                               read) of gets to keys whose primary does not
+                               change, during the copy window over before the join
   p99_ratio_nonmoving_join     the same over the whole join (fence, commit, cleanup)
+  p99_ratio_nonmoving_sched    the copy-window ratio with latency counted from the
+                               scheduled send time: adds the prober's own waits for
+                               a CPU, which on a shared 2-core box are the stalls
+                               of the whole machine (they hit the before window too)
   p99_ratio_nonmoving_py       the Python load's own p99 ratio (copy window)
   tryagain_window_ms           prober on moving keys at their old primary: first
                                TRYAGAIN to the end of the last one (the fence as
@@ -32,6 +37,7 @@ Usage: make bench && RC_BUILDDIR=_build python3 tests/bench/handoff_bench.py
 """
 import argparse
 import bisect
+import collections
 import hashlib
 import os
 import random
@@ -166,19 +172,30 @@ def p99(recs):
 LATPROBE = os.path.join(os.environ["RC_BUILDDIR"], "tests", "bench", "latprobe")
 
 
+def prober_priority():
+    """The prober runs at nice -10 where allowed, so what it measures is the
+    nodes' delay, not its own wait for a CPU on a saturated box (the
+    Python load and the nodes stay at nice 0)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, -10)
+    except OSError:
+        pass
+
+
 class Prober:
     """tests/bench/latprobe fed with (addr, key) pairs: open-loop gets at a
-    fixed rate; stop() returns [(t_sched, latency_s, answer)]."""
+    fixed rate; stop() returns [(t_sched, latency_s, answer, late_s)]."""
 
-    def __init__(self, pairs, rate):
+    def __init__(self, pairs, rate, declare=None):
         self.out = tempfile.TemporaryFile()
         self.proc = None
         if not pairs:
             return
         random.Random(11).shuffle(pairs)
         self.proc = lg.track(subprocess.Popen(
-            [LATPROBE, "--rate", str(rate), "--secs", "3600"], stdin=subprocess.PIPE,
-            stdout=self.out, stderr=subprocess.PIPE))
+            [LATPROBE, "--rate", str(rate), "--secs", "3600"]
+            + (["--declare", str(declare)] if declare else []), stdin=subprocess.PIPE,
+            stdout=self.out, stderr=subprocess.PIPE, preexec_fn=prober_priority))
         self.proc.stdin.write("".join("%s:%d %s\n" % (h, p, k) for (h, p), k in pairs).encode())
         self.proc.stdin.close()
         line = self.proc.stderr.readline()
@@ -193,13 +210,17 @@ class Prober:
         self.out.seek(0)
         recs = []
         for line in self.out.read().decode().splitlines():
-            t, lat, ans = line.split()
-            recs.append((float(t), float(lat) / 1e6, ans))
+            t, lat, ans, late = line.split()
+            recs.append((float(t), float(lat) / 1e6, ans, float(late) / 1e6))
         return recs
 
 
-def p99_probe(recs, lo, hi):
-    lat = sorted(r[1] for r in recs if lo <= r[0] < hi and r[2] in ("hit", "miss"))
+def p99_probe(recs, lo, hi, service=True):
+    """p99 of the answered gets scheduled in [lo, hi): their service time
+    (sent to answered), or with service=False their latency from the
+    scheduled time (adds the prober's own wait for a CPU)."""
+    lat = sorted(r[1] - (r[3] if service else 0) for r in recs
+                 if lo <= r[0] < hi and r[2] in ("hit", "miss"))
     return lat[int(len(lat) * 0.99)] if lat else float("nan")
 
 
@@ -283,7 +304,8 @@ def bench_ringcache(a, figures):
         moving = [i for i in sample if prim1[i] != prim2[i]]
         probe_nm = Prober([(addr[prim1[i]], key_of(i)) for i in sorted(nonmoving)],
                           a.probe_rate)
-        probe_mv = Prober([(addr[prim1[i]], key_of(i)) for i in moving], a.probe_rate / 2)
+        probe_mv = Prober([(addr[prim1[i]], key_of(i)) for i in moving], a.probe_rate / 2,
+                          declare=1)
         t_before = time.monotonic()
         time.sleep(a.secs)     # a measurement window of fixed length, not a wait
         t_join = time.monotonic()
@@ -339,9 +361,17 @@ def bench_ringcache(a, figures):
         # to caught up) over the window before the join.
         pb, pc = p99_probe(nm, t_before, t_join), p99_probe(nm, c0, c1)
         pj = p99_probe(nm, t_join, t_done)
+        sb, sc = p99_probe(nm, t_before, t_join, False), p99_probe(nm, c0, c1, False)
         figures["p99_ratio_nonmoving"] = pc / pb
         figures["p99_ratio_nonmoving_join"] = pj / pb
+        figures["p99_ratio_nonmoving_sched"] = sc / sb
+        if a.dump:
+            with open(os.path.join(a.dump, "probe-nonmoving.txt"), "w") as f:
+                f.write("# t_join %.6f copy %.6f %.6f t_done %.6f\n" % (t_join, c0, c1, t_done))
+                f.writelines("%.6f %.6f %s %.6f\n" % r for r in nm)
         tw = tryagain_window(mv)
+        print("# moving-key prober answers: %s" % sorted(
+            collections.Counter(r[2] for r in mv).items()), flush=True)
         if tw is not None:
             figures["tryagain_window_ms"] = tw * 1e3
         before = load.window(t_before, t_join, nonmoving)
@@ -353,10 +383,12 @@ def bench_ringcache(a, figures):
         ev = {}
         for nid, n in cl.nodes.items():
             ev[nid] = int(lg.node_stats(n.addr).get("evictions", 0))
-        print("# ringcache: copy window %.2f s of a %.2f s join; prober p99 before %.3f ms, "
-              "copy %.3f ms, join %.3f ms (%d/%d/%d probes, %d errors); python load p99 before "
+        print("# ringcache: copy window %.2f s of a %.2f s join; prober p99 service time "
+              "before %.3f ms, copy %.3f ms, join %.3f ms; from the scheduled time before %.3f "
+              "ms, copy %.3f ms (%d/%d/%d probes, %d errors); python load p99 before "
               "%.2f ms, copy %.2f ms (%d ops)" % (c1 - c0, t_done - t_join, pb * 1e3, pc * 1e3,
-                                                  pj * 1e3, n_probe(nm, t_before, t_join),
+                                                  pj * 1e3, sb * 1e3, sc * 1e3,
+                                                  n_probe(nm, t_before, t_join),
                                                   n_probe(nm, c0, c1), n_probe(nm, t_join, t_done),
                                                   sum(1 for r in nm if r[2] not in
                                                       ("hit", "miss")),
@@ -476,6 +508,7 @@ def main():
     ap.add_argument("--rate", type=str, default=None, help="ringctl join --rate MBPS")
     ap.add_argument("--probe-rate", type=float, default=2000.0,
                     help="gets/s of the C latency prober (non-moving keys)")
+    ap.add_argument("--dump", help="write the prober's records into this directory")
     ap.add_argument("--skip-ketama", action="store_true")
     ap.add_argument("--skip-ringcache", action="store_true")
     a = ap.parse_args()
@@ -492,7 +525,8 @@ def main():
     finally:
         lg.kill_all()
     for k in ("join_s", "copy_mb_s", "copied_over_imported", "fence_ms_max",
-              "p99_ratio_nonmoving", "p99_ratio_nonmoving_join", "p99_ratio_nonmoving_py",
+              "p99_ratio_nonmoving", "p99_ratio_nonmoving_join", "p99_ratio_nonmoving_sched",
+              "p99_ratio_nonmoving_py",
               "tryagain_window_ms", "hit_ratio_after_over_before",
               "ketama_hit_ratio_after_over_before"):
         if k in figures:

@@ -5,7 +5,9 @@
  * its scheduled time (CLOCK_MONOTONIC seconds, the clock of Python's
  * time.monotonic), its latency from that scheduled time (so a stall delays
  * and counts every request behind it: no coordinated omission), and what
- * the node answered. A C prober measures the node, not an interpreter lock.
+ * the node answered, and how late it was sent (the prober's own wait for
+ * the CPU, part of the latency). A C prober measures the node, not an
+ * interpreter lock.
  */
 #include "config.h"
 
@@ -42,6 +44,7 @@ struct probe_conn {
 };
 
 static volatile sig_atomic_t stop_flag;
+static unsigned long declare_epoch;   /* --declare: `epoch N` on every connection */
 
 static void
 on_signal(int sig)
@@ -159,6 +162,40 @@ reply_len(const char *buf, size_t len)
     }
 }
 
+/* Connect c and declare the epoch when asked to; 0 or -1. */
+static int
+conn_open(struct probe_conn *c)
+{
+    char req[64], rep[64];
+    size_t got = 0;
+    int n;
+
+    if ((c->fd = dial(c->addr)) < 0)
+        return -1;
+    if (declare_epoch == 0)
+        return 0;
+    n = snprintf(req, sizeof(req), "epoch %lu\r\n", declare_epoch);
+    if (write_all(c->fd, req, (size_t)n) < 0)
+        goto fail;
+    while (got < 4) {
+        struct pollfd pfd = { c->fd, POLLIN, 0 };
+        ssize_t r;
+
+        if (poll(&pfd, 1, OP_TIMEOUT_MS) <= 0)
+            goto fail;
+        r = recv(c->fd, rep + got, 4 - got, 0);
+        if (r <= 0)
+            goto fail;
+        got += (size_t)r;
+    }
+    if (memcmp(rep, "OK\r\n", 4) == 0)
+        return 0;
+fail:
+    close(c->fd);
+    c->fd = -1;
+    return -1;
+}
+
 /* One get on c; returns the answer's class, latency measured by caller. */
 static const char *
 probe_get(struct probe_conn *c, const char *key, char *buf)
@@ -167,7 +204,7 @@ probe_get(struct probe_conn *c, const char *key, char *buf)
     int n = snprintf(req, sizeof(req), "get %s\r\n", key);
     size_t got = 0, rl;
 
-    if (c->fd < 0 && (c->fd = dial(c->addr)) < 0)
+    if (c->fd < 0 && conn_open(c) < 0)
         return "connect_error";
     if (write_all(c->fd, req, (size_t)n) < 0)
         goto fail;
@@ -209,10 +246,11 @@ fail:
 static void
 usage(void)
 {
-    fprintf(stderr, "usage: latprobe --rate OPS_PER_S --secs S < KEYS\n"
-            "  KEYS: lines `host:port key`; output lines `t_sched_s latency_us answer`\n"
+    fprintf(stderr, "usage: latprobe --rate OPS_PER_S --secs S [--declare EPOCH] < KEYS\n"
+            "  KEYS: lines `host:port key`; output lines `t_sched_s latency_us answer late_us`\n"
             "  (answer: hit miss tryagain moved error io_error connect_error). Stops\n"
-            "  after S seconds or on SIGTERM/SIGINT.\n");
+            "  after S seconds or on SIGTERM/SIGINT. --declare sends `epoch EPOCH` on\n"
+            "  each connection (the node then answers MOVED instead of forwarding).\n");
 }
 
 int
@@ -231,6 +269,8 @@ main(int argc, char **argv)
             rate = atof(argv[++i]);
         else if (strcmp(argv[i], "--secs") == 0 && i + 1 < (uint32_t)argc)
             secs = atof(argv[++i]);
+        else if (strcmp(argv[i], "--declare") == 0 && i + 1 < (uint32_t)argc)
+            declare_epoch = strtoul(argv[++i], NULL, 10);
         else {
             usage();
             return 2;
@@ -275,7 +315,7 @@ main(int argc, char **argv)
     signal(SIGINT, on_signal);
     signal(SIGPIPE, SIG_IGN);
     for (i = 0; i < nconns; i++)
-        conns[i].fd = dial(conns[i].addr);
+        conn_open(&conns[i]);
     /* Announce readiness so the caller can start its clock windows. */
     fprintf(stderr, "latprobe: ready, %u keys on %u nodes\n", nkeys, nconns);
     t0 = now_s();
@@ -283,7 +323,7 @@ main(int argc, char **argv)
     for (k = 0; !stop_flag; k++) {
         const struct probe_key *pk = &keys[k % nkeys];
         const char *ans;
-        double done;
+        double sent, done;
 
         t = t0 + (double)k / rate;
         if (t >= end)
@@ -291,9 +331,10 @@ main(int argc, char **argv)
         sleep_until(t);
         if (stop_flag)
             break;
+        sent = now_s();
         ans = probe_get(&conns[pk->addr], pk->key, buf);
         done = now_s();
-        printf("%.6f %.1f %s\n", t, (done - t) * 1e6, ans);
+        printf("%.6f %.1f %s %.1f\n", t, (done - t) * 1e6, ans, (sent - t) * 1e6);
     }
     rc = 0;
 out:
