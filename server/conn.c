@@ -648,11 +648,13 @@ void
 conn_event_cb(int fd, short what, void *arg)
 {
     struct conn *c = arg;
-    bool filled = true;
+    /* Woken for writing only (the socket, or a hold that was filled):
+     * nothing says input is waiting, so do not try a read first; epoll
+     * reports it once EV_READ is registered again. */
+    bool filled = (what & EV_READ) != 0 || what == 0;
     int rounds = 0;
 
     (void)fd;
-    (void)what;
     for (;;) {
         enum proto_status st = PROTO_MORE;
         ssize_t n;
