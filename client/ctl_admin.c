@@ -288,6 +288,7 @@ table_print(struct table *t, bool human, FILE *out)
  * pending.meta
  */
 
+/* Free a pmeta's boot list and zero it. */
 static void
 pmeta_clear(struct pmeta *m)
 {
@@ -1533,6 +1534,8 @@ run_from(struct admin *a, enum tphase from)
  * Commands
  */
 
+/* Free everything an admin command holds: node connections, both
+ * memberships, the meta and the store handle. */
 static void
 admin_free(struct admin *a)
 {

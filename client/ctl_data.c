@@ -109,6 +109,26 @@ no_options(int argc, char **argv, const char *usage)
     return optind;
 }
 
+/* The start of the commands that take KEY... (get, delete): parse, then
+ * open the cluster. The index of the first key with *rc open, or -1 after
+ * printing why (exit status 2). */
+static int
+open_for_keys(const struct ctl_globals *g, int argc, char **argv, const char *cmd,
+              const char *usage, struct ringcache **rc)
+{
+    int first = no_options(argc, argv, usage);
+
+    if (first < 0) {
+        return -1;
+    }
+    if (first >= argc) {
+        ctl_error("%s: at least one KEY is needed", cmd);
+        return -1;
+    }
+    *rc = open_cluster(g, cmd);
+    return *rc != NULL ? first : -1;
+}
+
 /* Width of the widest string of a list, for --human columns. */
 static int
 widest(char **s, int n, int floor)
@@ -130,16 +150,8 @@ ctl_get(struct ctl_globals *g, int argc, char **argv)
     struct ringcache_value v;
     int first, i, ret, status = 0, width;
 
-    first = no_options(argc, argv, "get KEY...");
+    first = open_for_keys(g, argc, argv, "get", "get KEY...", &rc);
     if (first < 0) {
-        return 2;
-    }
-    if (first >= argc) {
-        ctl_error("get: at least one KEY is needed");
-        return 2;
-    }
-    rc = open_cluster(g, "get");
-    if (rc == NULL) {
         return 2;
     }
     width = widest(argv + first, argc - first, 3);
@@ -238,16 +250,8 @@ ctl_delete(struct ctl_globals *g, int argc, char **argv)
     struct ringcache *rc;
     int first, i, ret, status = 0, width;
 
-    first = no_options(argc, argv, "delete KEY...");
+    first = open_for_keys(g, argc, argv, "delete", "delete KEY...", &rc);
     if (first < 0) {
-        return 2;
-    }
-    if (first >= argc) {
-        ctl_error("delete: at least one KEY is needed");
-        return 2;
-    }
-    rc = open_cluster(g, "delete");
-    if (rc == NULL) {
         return 2;
     }
     width = widest(argv + first, argc - first, 3);
@@ -276,6 +280,7 @@ struct mget_out {
     bool                    oom;
 };
 
+/* ringcache_mget_fn: keep a copy of each result for mget_print. */
 static void
 mget_keep(void *arg, size_t index, int node, int status,
           const struct ringcache_value *v)
@@ -424,6 +429,7 @@ struct stats_table {
     bool     oom;
 };
 
+/* ringcache_stat_fn: one STAT of column t->node into the table (copies). */
 static void
 stats_add(void *arg, const char *name, const char *value)
 {
@@ -466,6 +472,9 @@ stats_add(void *arg, const char *name, const char *value)
     }
     free(t->cells[r][t->node]);
     t->cells[r][t->node] = strdup(value);
+    if (t->cells[r][t->node] == NULL) {
+        t->oom = true;
+    }
 }
 
 int

@@ -113,14 +113,37 @@ is_exactly(const char *line, size_t len, const char *word)
     return len == strlen(word) && memcmp(line, word, len) == 0;
 }
 
-/* Parse a VALUE line (without "\r\n") whose data starts at body; see
+/* The data block of `bytes` bytes plus "\r\n" after a header line of
+ * line_len bytes plus "\r\n" (VALUE, CONFIG): a reply of this kind when it
+ * is all there, 0 with *need when not yet, RINGCACHE_EPROTO when the block
+ * does not end in "\r\n". See mcp_parse for the return convention. */
+static long
+data_block(const char *line, size_t line_len, size_t avail, uint64_t bytes,
+           enum mcp_kind kind, struct mcp_reply *r, size_t *need)
+{
+    size_t head = line_len + 2;
+
+    if (avail < head + bytes + 2) {
+        *need = head + bytes + 2;
+        return 0;
+    }
+    if (line[head + bytes] != '\r' || line[head + bytes + 1] != '\n') {
+        return RINGCACHE_EPROTO;
+    }
+    r->kind = kind;
+    r->data = line + head;
+    r->data_len = bytes;
+    return (long)(head + bytes + 2);
+}
+
+/* Parse a VALUE line (without "\r\n") whose data block follows; see
  * mcp_parse for the return convention. */
 static long
 parse_value(const char *line, size_t line_len, size_t avail, size_t max_value,
             struct mcp_reply *r, size_t *need)
 {
     const char *tok[6];
-    size_t tlen[6], head = line_len + 2;
+    size_t tlen[6];
     uint64_t v, bytes;
     int n;
 
@@ -145,17 +168,7 @@ parse_value(const char *line, size_t line_len, size_t avail, size_t max_value,
     if (n == 5 && parse_u64(tok[4], tlen[4], UINT64_MAX, &r->cas) != 0) {
         return RINGCACHE_EPROTO;
     }
-    if (avail < head + bytes + 2) {
-        *need = head + bytes + 2;
-        return 0;
-    }
-    if (line[head + bytes] != '\r' || line[head + bytes + 1] != '\n') {
-        return RINGCACHE_EPROTO;
-    }
-    r->kind = MCP_VALUE;
-    r->data = line + head;
-    r->data_len = bytes;
-    return (long)(head + bytes + 2);
+    return data_block(line, line_len, avail, bytes, MCP_VALUE, r, need);
 }
 
 /* Parse "CONFIG <epoch> <bytes>" (line without "\r\n") and its data
@@ -165,7 +178,7 @@ parse_config(const char *line, size_t line_len, size_t avail, size_t max_value,
              struct mcp_reply *r, size_t *need)
 {
     const char *tok[4];
-    size_t tlen[4], head = line_len + 2;
+    size_t tlen[4];
     uint64_t bytes;
 
     if (split(line, line_len, tok, tlen, 4) != 3 ||
@@ -173,17 +186,7 @@ parse_config(const char *line, size_t line_len, size_t avail, size_t max_value,
         parse_u64(tok[2], tlen[2], max_value, &bytes) != 0) {
         return RINGCACHE_EPROTO;
     }
-    if (avail < head + bytes + 2) {
-        *need = head + bytes + 2;
-        return 0;
-    }
-    if (line[head + bytes] != '\r' || line[head + bytes + 1] != '\n') {
-        return RINGCACHE_EPROTO;
-    }
-    r->kind = MCP_CONFIG;
-    r->data = line + head;
-    r->data_len = bytes;
-    return (long)(head + bytes + 2);
+    return data_block(line, line_len, avail, bytes, MCP_CONFIG, r, need);
 }
 
 /* A SERVER_ERROR message of the cluster extension: "MOVED <epoch> <addr>"

@@ -278,7 +278,7 @@ cluster_route(const struct cluster_view *v, uint64_t hash, bool write,
     }
     want = v->replicas < LIST_MAX ? v->replicas : LIST_MAX;
     failover = CLUSTER_REPLICATED && want > 1 && v->live != NULL;
-    if (failover) {
+    if (CLUSTER_REPLICATED && want > 1 && (!write || failover)) {
         n = ring_locate(v->ring, hash, want, list);
     } else {
         n = 1;
@@ -317,13 +317,49 @@ cluster_route(const struct cluster_view *v, uint64_t hash, bool write,
         *owner = acting;
         return declared ? CLUSTER_MOVED : CLUSTER_FORWARD;
     }
-    /* Until replication (issue 6) keeps the other owners current, only
-     * the primary has every write: reads go there too. */
+    /* Reads: any owner (the primary only without failover state), except
+     * an owner importing the arc in a transition: it purged the arc and is
+     * being refilled, so it would answer misses. */
     for (k = 0; k < n; k++)
-        if ((int32_t)list[k] == v->self)
+        if ((int32_t)list[k] == v->self &&
+            (k == 0 || v->importing.n == 0 || !arcset_has(&v->importing, hash)))
             return CLUSTER_LOCAL;
     *owner = failover ? first_live(v, list, n) : list[0];
     return declared ? CLUSTER_MOVED : CLUSTER_FORWARD;
+}
+
+/* Health-based replica choices; see cluster.h. */
+bool
+cluster_view_down(const struct cluster_view *v, uint32_t idx)
+{
+    return v->live != NULL && mask_has(v->live->down, idx);
+}
+
+void
+cluster_view_skip(const struct cluster_view *v, uint32_t idx)
+{
+    if (v->live != NULL && idx < 64 * CLUSTER_MASK_WORDS)
+        __atomic_or_fetch(&v->live->skipped[idx / 64], (uint64_t)1 << (idx % 64),
+                          __ATOMIC_RELAXED);
+}
+
+uint32_t
+cluster_view_acting(const struct cluster_view *v, uint64_t hash)
+{
+    uint32_t list[LIST_MAX];
+    uint32_t n = ring_locate(v->ring, hash, v->replicas < LIST_MAX ? v->replicas : LIST_MAX,
+                             list);
+
+    return CLUSTER_REPLICATED && n > 1 ? first_live(v, list, n) : list[0];
+}
+
+/* The owners of a hash on a view, primary first; see cluster.h. */
+uint32_t
+cluster_view_owners(const struct cluster_view *v, uint64_t hash, uint32_t *list, uint32_t max)
+{
+    if (v->ring == NULL)
+        return 0;
+    return ring_locate(v->ring, hash, v->replicas < max ? v->replicas : max, list);
 }
 
 const char *
@@ -382,6 +418,13 @@ cluster_counters_get(const struct cluster *cl, struct cluster_counters *out)
     out->bytes_imported = __atomic_load_n(&cl->ctr.bytes_imported, __ATOMIC_RELAXED);
     out->replicated = __atomic_load_n(&cl->ctr.replicated, __ATOMIC_RELAXED);
     out->replica_failures = __atomic_load_n(&cl->ctr.replica_failures, __ATOMIC_RELAXED);
+    out->replica_skipped = __atomic_load_n(&cl->ctr.replica_skipped, __ATOMIC_RELAXED);
+}
+
+void
+cluster_count_replica_skipped(struct cluster *cl)
+{
+    __atomic_add_fetch(&cl->ctr.replica_skipped, 1, __ATOMIC_RELAXED);
 }
 
 /* Count replica acknowledgements and failures (any thread). */
@@ -438,6 +481,7 @@ view_free(struct cluster_view *v, const struct ring *keep)
     if (v->ring != NULL && v->ring != keep)
         ring_free(v->ring);
     arcset_clear(&v->fence);
+    arcset_clear(&v->importing);
     free(v->config);
     free(v);
 }
@@ -489,7 +533,8 @@ cluster_publish(struct cluster *cl)
     }
     if (format_config(cl->active, &v->config, &v->config_len) < 0 ||
         (cl->pending != NULL && cl->phase == CLUSTER_PHASE_FENCED &&
-         arcset_copy(&v->fence, &cl->fence_arcs) < 0)) {
+         arcset_copy(&v->fence, &cl->fence_arcs) < 0) ||
+        (cl->pending != NULL && arcset_copy(&v->importing, &cl->importing) < 0)) {
         v->ring = NULL;
         view_free(v, NULL);
         return -1;
@@ -890,6 +935,11 @@ compute_arcs(struct cluster *cl)
     for (i = 0; i < d->n_arcs; i++) {
         const struct ring_arc *a = &d->arcs[i];
         const char *me = cl->id;
+        /* Who holds the arc's data in epoch N: its old owners once writes
+         * are replicated, minus failed ones (remove --failed). When the old
+         * primary survives it alone is trusted and every other new owner is
+         * purged and refilled from it: a secondary is normally current, but
+         * not after a write whose replica failed ("replica unavailable"). */
         uint32_t n_had = CLUSTER_REPLICATED ? a->n_old : (a->n_old > 0 ? 1 : 0);
         uint32_t hold[LIST_MAX], nh = 0;
         bool in_old, in_new;
@@ -897,6 +947,8 @@ compute_arcs(struct cluster *cl)
         for (k = 0; k < n_had && k < LIST_MAX; k++)
             if (!is_failed(cl, om->nodes[a->old_nodes[k]].id))
                 hold[nh++] = a->old_nodes[k];
+        if (nh > 1 && hold[0] == a->old_nodes[0])
+            nh = 1;
         in_old = list_has_id(om, hold, nh, me);
         in_new = list_has_id(nm, a->new_nodes, a->n_new, me);
         if (cl->self_old >= 0 && in_new && !in_old &&

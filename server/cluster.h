@@ -19,11 +19,12 @@ struct server;
 
 #define CLUSTER_TOKEN_MAX   256   /* bytes of the admin and transition tokens */
 #define CLUSTER_PORT_OFFSET 10000 /* cluster port = client port + this */
-/* Whether every owner of a key holds its writes (R >= 2 replication,
- * issue 6). Until then only the primary has the data: reads are served by
- * the primary alone, and a transition copies from the old primary to every
- * new owner other than itself (a former secondary holds nothing current). */
-#define CLUSTER_REPLICATED 0
+/* Whether every owner of a key holds its writes: the primary forwards each
+ * write as a post-image to the other owners before it acknowledges
+ * (server/replicate.c), so any owner may serve reads. A transition still
+ * copies from the old primary to every new owner other than itself (see
+ * compute_arcs in cluster.c). */
+#define CLUSTER_REPLICATED 1
 
 /* Phases as the node sees them (values of ringcache.Phase). */
 enum cluster_phase {
@@ -96,6 +97,7 @@ struct cluster_view {
     int32_t       self;           /* this node's index in the ring, -1 */
     uint32_t      replicas;
     struct arcset fence;          /* ranges answering TRYAGAIN (empty unless fenced) */
+    struct arcset importing;      /* ranges this node is being refilled with */
     char         *config;         /* the whole `config` reply */
     size_t        config_len;
     struct cluster_live *live;    /* the cluster's, NULL in unit tests */
@@ -107,6 +109,7 @@ struct cluster_counters {
     uint64_t items_imported, bytes_imported;   /* handoff, since the last PREPARE */
     uint64_t replicated;        /* post-images acknowledged by a replica */
     uint64_t replica_failures;  /* post-images a replica did not acknowledge */
+    uint64_t replica_skipped;   /* post-images not sent: the replica was seen down */
 };
 
 /* One outgoing transfer of a source: destination and the arcs it gains
@@ -195,9 +198,24 @@ cluster_view(const struct cluster *cl)
 enum cluster_route cluster_route(const struct cluster_view *v, uint64_t hash,
                                  bool write, bool declared, uint32_t *owner);
 
+/* The owners (at most max, R of the view) of a hash, primary first, as
+ * indices for cluster_view_addr; 0 without a membership. */
+#define CLUSTER_OWNERS_MAX 8
+uint32_t cluster_view_owners(const struct cluster_view *v, uint64_t hash, uint32_t *list,
+                             uint32_t max);
+
 /* The epoch to name in a TRYAGAIN reply: a higher epoch a peer runs, when
  * this node learnt it is behind, so the client refreshes. */
 uint64_t cluster_view_reply_epoch(const struct cluster_view *v);
+
+/* Does this node's health table see node idx of the view down? */
+bool cluster_view_down(const struct cluster_view *v, uint32_t idx);
+/* Record that this node took a write node idx should have had (it comes
+ * back recovering; see "Node failure"). */
+void cluster_view_skip(const struct cluster_view *v, uint32_t idx);
+/* The node that takes writes of hash: the first owner not seen down (the
+ * primary when none is, or without health state). Needs a ring. */
+uint32_t cluster_view_acting(const struct cluster_view *v, uint64_t hash);
 
 /* Address of node idx of the view's membership. */
 const char *cluster_view_addr(const struct cluster_view *v, uint32_t idx);
@@ -212,6 +230,7 @@ void cluster_peer_auth(const struct cluster *cl, char out[CLUSTER_PEER_AUTH_LEN 
 void cluster_count(struct cluster *cl, enum cluster_route r);
 void cluster_count_misrouted(struct cluster *cl);
 void cluster_count_replica(struct cluster *cl, bool ok);
+void cluster_count_replica_skipped(struct cluster *cl);
 void cluster_counters_get(const struct cluster *cl, struct cluster_counters *out);
 
 /*

@@ -140,10 +140,10 @@ chunk_link(struct conn *c, struct out_chunk *ch)
     c->out_tail = ch;
 }
 
-/* A new empty text chunk at the tail; aborts on ENOMEM like any allocator
+/* A new empty text chunk, not linked; aborts on ENOMEM like any allocator
  * failure on the reply path would otherwise corrupt the stream. */
 static struct out_chunk *
-chunk_new_text(struct conn *c)
+chunk_take_text(struct conn *c)
 {
     struct worker *w = c->w;
     struct out_chunk *ch = w->chunk_pool;
@@ -167,6 +167,15 @@ chunk_new_text(struct conn *c)
     ch->owner = NULL;
     ch->gone = NULL;
     ch->ins = NULL;
+    return ch;
+}
+
+/* A new empty text chunk at the tail. */
+static struct out_chunk *
+chunk_new_text(struct conn *c)
+{
+    struct out_chunk *ch = chunk_take_text(c);
+
     chunk_link(c, ch);
     return ch;
 }
@@ -246,7 +255,7 @@ conn_out_item(struct conn *c, struct store_item *it, const char *p, size_t len)
 struct out_chunk *
 conn_out_hold(struct conn *c, void *owner, conn_hold_gone_fn gone)
 {
-    struct out_chunk *ch = malloc(sizeof(*ch));
+    struct out_chunk *ch = malloc(sizeof(*ch) + CONN_HOLD_INLINE);
 
     if (ch == NULL) {
         log_msg(LOG_ERR, "out of memory for replies");
@@ -254,7 +263,8 @@ conn_out_hold(struct conn *c, void *owner, conn_hold_gone_fn gone)
     }
     ch->it = NULL;
     ch->data = ch->buf;
-    ch->len = ch->off = ch->cap = 0;
+    ch->len = ch->off = 0;
+    ch->cap = CONN_HOLD_INLINE;
     ch->sealed = true;
     ch->owner = owner;
     ch->gone = gone;
@@ -264,27 +274,21 @@ conn_out_hold(struct conn *c, void *owner, conn_hold_gone_fn gone)
     return ch;
 }
 
-/* Room after a hold's insertions: the last inserted chunk when it has
- * room, else a new sealed text chunk linked after it. */
+/* Room after a hold's insertions: the hold's own small buffer or the
+ * last inserted chunk when it has room, else a new sealed text chunk
+ * linked after it. */
 char *
 conn_hold_reserve(struct conn *c, struct out_chunk *h, size_t n)
 {
     struct out_chunk *at = h->ins, *ch;
 
-    if (at != h && at->it == NULL && at->cap - at->len >= n)
+    if (at->it == NULL && at->cap - at->len >= n)
         return at->buf + at->len;
-    ch = chunk_new_text(c);
-    /* chunk_new_text linked it at the tail: move it after `at`. */
-    if (ch != at->next) {
-        struct out_chunk *p = at;
-
-        while (p->next != ch)
-            p = p->next;
-        p->next = NULL;
-        c->out_tail = p;
-        ch->next = at->next;
-        at->next = ch;
-    }
+    ch = chunk_take_text(c);
+    ch->next = at->next;
+    at->next = ch;
+    if (c->out_tail == at)
+        c->out_tail = ch;
     ch->sealed = true;
     h->ins = ch;
     return ch->buf;

@@ -30,6 +30,7 @@ struct event;
 #define CONN_OUT_SOFT_CAP  (1u << 20)        /* stop processing input above this */
 #define CONN_OUT_HARD_CAP  (64u << 20)       /* close above this plus -I */
 #define CONN_COPY_MAX      2048u             /* values up to this are copied, not referenced */
+#define CONN_HOLD_INLINE   48u               /* a hold's own room for a short reply */
 #define CONN_STALL_IN_CAP  (1u << 20)        /* unparsed input while its replies are stuck */
 #define CONN_STALL_TIMEOUT_MS 5000           /* capped and nothing written: close */
 

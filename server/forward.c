@@ -146,7 +146,7 @@ req_reply(struct fwd_req *r, const char *s, size_t n)
 /* A request failed (timeout, lost or refused connection): the client sees
  * SERVER_ERROR <why>, a multi-get part is a miss, a callback gets NULL. */
 static void
-req_fail(struct fwd_req *r, const char *why)
+req_fail(struct fwd_req *r, const char *why, enum fwd_err err)
 {
     char buf[128];
     int n;
@@ -158,7 +158,7 @@ req_fail(struct fwd_req *r, const char *why)
         req_reply(r, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
         break;
     case FWD_CALL:
-        r->fn(r->fn_arg, NULL, 0);
+        r->fn(r->fn_arg, NULL, 0, err);
         break;
     case FWD_GET_SPLICE:
     case FWD_HELLO:
@@ -189,7 +189,7 @@ up_arm(struct fwd_up *up)
 
 /* Close the upstream and fail everything in flight on it. */
 static void
-up_fail(struct fwd_up *up, const char *why)
+up_fail(struct fwd_up *up, const char *why, enum fwd_err err)
 {
     struct fwd_req *r = up->head, *next;
 
@@ -201,7 +201,7 @@ up_fail(struct fwd_up *up, const char *why)
     evtimer_del(up->timer);
     for (; r != NULL; r = next) {
         next = r->next;
-        req_fail(r, why);
+        req_fail(r, why, err);
     }
 }
 
@@ -249,7 +249,7 @@ up_timer_cb(evutil_socket_t fd, short what, void *arg)
     }
     log_msg(LOG_INFO, "forward to %s: no reply in %d ms, closing", up->addr,
             timeout_ms(up->fw));
-    up_fail(up, "forward timeout");
+    up_fail(up, "forward timeout", FWD_ETIMEOUT);
 }
 
 /* Move n bytes of the reply into r's hold (or drop them). */
@@ -292,7 +292,7 @@ up_resend(struct fwd_up *up, struct fwd_req *r)
     iov.iov_len = evbuffer_get_length(r->again);
     iov.iov_base = evbuffer_pullup(r->again, -1);
     if (iov.iov_base == NULL) {
-        req_fail(r, "forward failed");
+        req_fail(r, "forward failed", FWD_EOTHER);
         return;
     }
     up_send(up, r, &iov, 1);
@@ -329,9 +329,10 @@ retry_cb(evutil_socket_t fd, short what, void *arg)
 
 /*
  * The owner answered TRYAGAIN (its range is fenced for a moment during a
- * transition). A plain client cannot retry by itself, so the request is
- * re-sent after a short backoff (5, 10, 20, then 40 ms) until give_up;
- * after that the TRYAGAIN is relayed. Consumes r unless it returns false.
+ * transition), or MOVED again. A plain client cannot retry by itself, so
+ * the request is re-sent to up after a short backoff (5, 10, 20, then
+ * 40 ms) until give_up; after that the error is relayed. Consumes r unless
+ * it returns false.
  */
 static bool
 req_tryagain(struct fwd_up *up, struct fwd_req *r)
@@ -359,9 +360,10 @@ req_tryagain(struct fwd_up *up, struct fwd_req *r)
 
 /*
  * The owner answered "SERVER_ERROR MOVED <epoch> <addr>" (it is in a newer
- * epoch than this node): send the request once more to the address it
- * names; a second MOVED, or no request copy, is SERVER_ERROR TRYAGAIN.
- * Consumes r (requeued elsewhere or finished).
+ * epoch than this node): send the request to the address it names, at
+ * once the first time, after a backoff later (nodes commit an epoch one
+ * after the other, so the named node may still be behind), until give_up;
+ * then answer SERVER_ERROR TRYAGAIN. Consumes r (requeued or finished).
  */
 static void
 req_moved(struct fwd_up *from, struct fwd_req *r, const char *line, size_t len)
@@ -376,11 +378,15 @@ req_moved(struct fwd_up *from, struct fwd_req *r, const char *line, size_t len)
     addr = sp != NULL ? sp + 1 : NULL;
     if (sp != NULL)
         *sp = '\0';
-    if (r->again != NULL && !r->moved && addr != NULL && strcmp(addr, from->addr) != 0 &&
-        strlen(addr) <= RING_ADDR_MAX && (to = up_find(from->fw, addr)) != NULL) {
-        r->moved = true;
-        up_resend(to, r);
-        return;
+    if (r->again != NULL && addr != NULL && strlen(addr) <= RING_ADDR_MAX &&
+        (to = up_find(from->fw, addr)) != NULL) {
+        if (!r->moved && to != from) {
+            r->moved = true;
+            up_resend(to, r);
+            return;
+        }
+        if (req_tryagain(to, r))
+            return;
     }
     if (r->kind == FWD_GET_SPLICE) {
         /* Inside a multi-get: those keys are misses. */
@@ -486,7 +492,7 @@ up_parse_one(struct fwd_up *up)
     case FWD_CALL:
         evbuffer_drain(in, llen + 2);
         up_pop(up);
-        r->fn(r->fn_arg, line, llen);
+        r->fn(r->fn_arg, line, llen, FWD_OK);
         req_free(r);
         return 1;
     case FWD_LINE:
@@ -553,7 +559,7 @@ up_read_cb(struct bufferevent *bev, void *arg)
         continue;
     if (r < 0) {
         log_msg(LOG_INFO, "forward to %s: bad reply, closing", up->addr);
-        up_fail(up, "forward failed");
+        up_fail(up, "forward failed", FWD_EOTHER);
         return;
     }
     up_arm(up);
@@ -575,7 +581,7 @@ up_event_cb(struct bufferevent *bev, short what, void *arg)
         log_msg(LOG_INFO, "forward to %s: %s", up->addr,
                 (what & BEV_EVENT_EOF) ? "connection closed" :
                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-        up_fail(up, "forward failed");
+        up_fail(up, "forward failed", FWD_ECONN);
     }
 }
 
@@ -666,7 +672,7 @@ up_connect(struct fwd_up *up, uint64_t epoch)
     }
     return 0;
 fail:
-    up_fail(up, "forward failed");
+    up_fail(up, "forward failed", FWD_EOTHER);
     return -1;
 }
 
@@ -713,13 +719,13 @@ up_send(struct fwd_up *up, struct fwd_req *r, const struct iovec *iov, int iovcn
     int i;
 
     if (up->bev == NULL && up_connect(up, r->epoch) < 0) {
-        req_fail(r, "forward failed");
+        req_fail(r, "forward failed", FWD_ECONN);
         return -1;
     }
     for (i = 0; i < iovcnt; i++) {
         if (bufferevent_write(up->bev, iov[i].iov_base, iov[i].iov_len) < 0) {
             up_push(up, r);
-            up_fail(up, "forward failed");
+            up_fail(up, "forward failed", FWD_EOTHER);
             return -1;
         }
     }
@@ -744,7 +750,7 @@ forward_request(struct conn *c, const char *addr, uint64_t epoch, enum fwd_kind 
     }
     r->kind = kind;
     r->epoch = epoch;
-    r->give_up = now_ms() + timeout_ms(fw);
+    r->give_up = now_ms() + (int64_t)timeout_ms(fw) * FWD_RETRY_TIMEOUTS;
     {
         /* Kept for retries (MOVED once, TRYAGAIN with backoff). */
         r->again = evbuffer_new();
@@ -768,7 +774,7 @@ forward_call(struct worker *w, const char *addr, uint64_t epoch,
     struct fwd_req *r = up != NULL ? calloc(1, sizeof(*r)) : NULL;
 
     if (r == NULL) {
-        fn(arg, NULL, 0);
+        fn(arg, NULL, 0, FWD_EOTHER);
         return;
     }
     r->kind = FWD_CALL;
@@ -791,12 +797,12 @@ forward_worker_free(struct worker *w)
         struct fwd_req *r = fw->waiting;
 
         fw->waiting = r->next;
-        req_fail(r, "shutting down");
+        req_fail(r, "shutting down", FWD_EOTHER);
     }
     for (i = 0; i < fw->n; i++) {
         struct fwd_up *up = fw->ups[i];
 
-        up_fail(up, "shutting down");
+        up_fail(up, "shutting down", FWD_EOTHER);
         event_free(up->timer);
         free(up);
     }

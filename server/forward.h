@@ -30,16 +30,27 @@ enum fwd_kind {
     FWD_HELLO,         /* internal: the `epoch`/`rc_peer` lines of a new upstream */
 };
 
+/* Why a FWD_CALL request got no reply line. */
+enum fwd_err {
+    FWD_OK = 0,
+    FWD_ETIMEOUT,      /* no reply within the timeout (the peer may be hung) */
+    FWD_ECONN,         /* connection refused, reset or closed by the peer */
+    FWD_EOTHER,        /* no memory, a bad reply, shutting down */
+};
+
 /*
  * Callback of a FWD_CALL request: line is the reply line without "\r\n"
- * (NULL when the request failed: timeout, connection lost or refused), len
- * its length. Runs on the worker, from an upstream callback or inside
- * forward_call itself (an immediate failure).
+ * and len its length, or line is NULL and err says why the request failed.
+ * Runs on the worker, from an upstream callback or inside forward_call
+ * itself (an immediate failure).
  */
-typedef void (*fwd_call_fn)(void *arg, const char *line, size_t len);
+typedef void (*fwd_call_fn)(void *arg, const char *line, size_t len, enum fwd_err err);
 
 /* Upstream timeout when a worker was not given one (ms). */
 #define FWD_TIMEOUT_MS_DEFAULT 1000
+/* A request answered TRYAGAIN or MOVED is retried for this many timeouts
+ * (a fence on a loaded machine can outlast one). */
+#define FWD_RETRY_TIMEOUTS 3
 /* Holds a client connection may have outstanding before it stops
  * parsing new requests. */
 #define FWD_MAX_PER_CONN 64

@@ -27,6 +27,7 @@
 #include "server/conn.h"
 #include "server/forward.h"
 #include "server/log.h"
+#include "server/replicate.h"
 #include "server/stats.h"
 #include "server/store.h"
 #include "server/thread.h"
@@ -36,6 +37,7 @@
 #define GET_PREFIX_MAX   100    /* leading spaces allowed before a long get */
 #define MAX_TOKENS       8
 #define VALUE_HDR_MAX    (6 + KEY_MAX + 1 + 10 + 1 + 10 + 1 + 20 + 2)
+#define NREAD_RC_SET     100    /* nread_op of a replica post-image (not a store_op) */
 
 struct token {
     const char *p;
@@ -752,6 +754,8 @@ complete_nread(struct conn *c)
     const char *v;
     int r;
 
+    bool repl;
+
     if (c->fwd_buf != NULL) {
         complete_forward(c);
         return;
@@ -764,14 +768,39 @@ complete_nread(struct conn *c)
         store_release(s, it);
         return;
     }
+    if (c->nread_op == NREAD_RC_SET) {
+        /* A post-image from the key's primary (process_rc_set). */
+        r = replicate_apply_put(s, it, c->nread_cas);
+        store_release(s, it);
+        if (r < 0)
+            REPLY(c, "SERVER_ERROR out of memory storing object");
+        else
+            REPLY(c, "OK");
+        return;
+    }
     /* Checked again here: the data may have arrived in a later callback,
      * after a fence or a commit. */
     if (!route_ok(c, it->hash, true)) {
         store_release(s, it);
         return;
     }
+    repl = replicate_wanted(c, it->hash);
+    if (repl)
+        replicate_lock(it->hash);
     r = store_put(s, it, (enum store_op)c->nread_op, c->nread_cas, NULL);
     route_after_write(c, it->hash);
+    if (repl) {
+        if (r == STORE_STORED) {
+            if (c->nread_op == STORE_OP_CAS)
+                STATS_ADD(ts, cas_hits, 1);
+            replicate_write(c, store_item_key(it), it->nkey, it->hash, 0, "STORED\r\n", 8,
+                            c->noreply);
+            replicate_unlock(it->hash);
+            store_release(s, it);
+            return;
+        }
+        replicate_unlock(it->hash);
+    }
     if (c->nread_op == STORE_OP_CAS) {
         if (r == STORE_STORED)
             STATS_ADD(ts, cas_hits, 1);
@@ -842,6 +871,30 @@ process_delete(struct conn *c, struct token *t, int ntok)
         forward_tokens(c, t, 2, &fw);
         return;
     }
+    if (replicate_wanted(c, hash)) {
+        /* The tombstone carries the CAS of what it deletes, so a replica
+         * never drops a newer value (replicate_apply_del). */
+        struct store_item *old;
+        uint64_t tomb = 0;
+
+        replicate_lock(hash);
+        old = store_get(conn_store(c), t[1].p, t[1].len, hash);
+        if (old != NULL) {
+            tomb = old->cas;
+            store_release(conn_store(c), old);
+        }
+        r = store_delete(conn_store(c), t[1].p, t[1].len, hash);
+        route_after_write(c, hash);
+        if (r == STORE_DELETED) {
+            STATS_ADD(ts, delete_hits, 1);
+            replicate_write(c, t[1].p, t[1].len, hash, tomb, "DELETED\r\n", 9, c->noreply);
+        } else {
+            STATS_ADD(ts, delete_misses, 1);
+            REPLY(c, "NOT_FOUND");
+        }
+        replicate_unlock(hash);
+        return;
+    }
     r = store_delete(conn_store(c), t[1].p, t[1].len, hash);
     route_after_write(c, hash);
     if (r == STORE_DELETED) {
@@ -861,6 +914,7 @@ process_arith(struct conn *c, struct token *t, int ntok, bool incr)
     uint64_t delta, value = 0, hash;
     struct fwd_target fw;
     char buf[24], *p;
+    bool repl;
     int r;
 
     if (ntok != 3 && ntok != 4) {
@@ -886,6 +940,9 @@ process_arith(struct conn *c, struct token *t, int ntok, bool incr)
         forward_tokens(c, t, 3, &fw);
         return;
     }
+    repl = replicate_wanted(c, hash);
+    if (repl)
+        replicate_lock(hash);
     r = store_arith(conn_store(c), t[1].p, t[1].len, hash, incr, delta, &value, NULL);
     route_after_write(c, hash);
     switch (r) {
@@ -897,7 +954,10 @@ process_arith(struct conn *c, struct token *t, int ntok, bool incr)
         p = fmt_u64(buf, value);
         *p++ = '\r';
         *p++ = '\n';
-        reply(c, buf, (size_t)(p - buf));
+        if (repl)
+            replicate_write(c, t[1].p, t[1].len, hash, 0, buf, (size_t)(p - buf), c->noreply);
+        else
+            reply(c, buf, (size_t)(p - buf));
         break;
     case STORE_NOT_FOUND:
         if (incr)
@@ -914,6 +974,8 @@ process_arith(struct conn *c, struct token *t, int ntok, bool incr)
         REPLY(c, "SERVER_ERROR out of memory");
         break;
     }
+    if (repl)
+        replicate_unlock(hash);
 }
 
 /* touch <key> <exptime> [noreply] */
@@ -951,6 +1013,20 @@ process_touch(struct conn *c, struct token *t, int ntok)
         return;
     }
     STATS_ADD(ts, cmd_touch, 1);
+    if (replicate_wanted(c, hash)) {
+        replicate_lock(hash);
+        r = store_touch(s, t[1].p, t[1].len, hash, store_exptime(s, exptime));
+        route_after_write(c, hash);
+        if (r == STORE_TOUCHED) {
+            STATS_ADD(ts, touch_hits, 1);
+            replicate_write(c, t[1].p, t[1].len, hash, 0, "TOUCHED\r\n", 9, c->noreply);
+        } else {
+            STATS_ADD(ts, touch_misses, 1);
+            REPLY(c, "NOT_FOUND");
+        }
+        replicate_unlock(hash);
+        return;
+    }
     r = store_touch(s, t[1].p, t[1].len, hash, store_exptime(s, exptime));
     route_after_write(c, hash);
     if (r == STORE_TOUCHED) {
@@ -982,6 +1058,16 @@ process_flush(struct conn *c, struct token *t, int ntok)
     }
     STATS_ADD(&c->w->stats, cmd_flush, 1);
     store_flush(s, delay > 0 ? store_exptime(s, delay) : store_now(s));
+    if (c->w->srv != NULL && c->w->srv->cluster != NULL && !c->peer &&
+        cluster_view(c->w->srv->cluster)->ring != NULL) {
+        /* In a cluster flush_all is cluster-wide (docs/cluster.md): every
+         * other member flushes too, so replicas stay identical. */
+        char line[48];
+        int n = snprintf(line, sizeof(line), "flush_all %" PRId32 "\r\n", delay);
+
+        replicate_flush(c, line, (size_t)n, c->noreply);
+        return;
+    }
     REPLY(c, "OK");
 }
 
@@ -1088,6 +1174,7 @@ stats_general(struct conn *c)
         reply_printf(c, "STAT misrouted %" PRIu64 "\r\n", cc.misrouted);
         reply_printf(c, "STAT replicated %" PRIu64 "\r\n", cc.replicated);
         reply_printf(c, "STAT replica_failures %" PRIu64 "\r\n", cc.replica_failures);
+        reply_printf(c, "STAT replica_skipped %" PRIu64 "\r\n", cc.replica_skipped);
         reply_printf(c, "STAT cluster_items_imported %" PRIu64 "\r\n", cc.items_imported);
         reply_printf(c, "STAT cluster_bytes_imported %" PRIu64 "\r\n", cc.bytes_imported);
     }
@@ -1185,6 +1272,100 @@ process_epoch(struct conn *c, struct token *t, int ntok)
     }
     c->declared_epoch = n;
     conn_out_add(c, "OK\r\n", 4);
+}
+
+/* Is the key of hash owned by this node (any position) in the active
+ * epoch, or being imported for the pending one? Replicas keep only what
+ * they own; during a commit the new primary (already in epoch N+1)
+ * replicates to owners that may not have committed yet. */
+static bool
+owned_here(struct conn *c, uint64_t hash)
+{
+    const struct cluster_view *v = cluster_view(c->w->srv->cluster);
+    uint32_t owners[CLUSTER_OWNERS_MAX], n, i;
+
+    if (v->importing.n > 0 && arcset_has(&v->importing, hash))
+        return true;
+
+    n = cluster_view_owners(v, hash, owners, CLUSTER_OWNERS_MAX);
+    for (i = 0; i < n; i++)
+        if ((int32_t)owners[i] == v->self)
+            return true;
+    return false;
+}
+
+/*
+ * `rc_set <key> <flags> <ttl> <cas> <bytes>` + data: a post-image from the
+ * key's primary (peers only). ttl is the remaining lifetime (0 never).
+ * Answered OK once applied, or ignored when this node does not own the
+ * key (it is not a replica of it any more) or holds a newer CAS.
+ */
+static void
+process_rc_set(struct conn *c, struct token *t, int ntok)
+{
+    struct store *s = conn_store(c);
+    struct store_item *it;
+    uint32_t flags;
+    int32_t vlen;
+    uint64_t cas, hash, ttl;
+    int64_t exptime = 0;
+    int err = 0;
+
+    if (ntok != 6 || !parse_i32(&t[5], &vlen) || vlen < 0 || vlen > INT_MAX - 2) {
+        reply_line(c, ERR_FORMAT);
+        return;
+    }
+    if (t[1].len > KEY_MAX || !parse_u32(&t[2], &flags) || !parse_u64(&t[3], &ttl) ||
+        !parse_u64(&t[4], &cas) || ttl > UINT32_MAX) {
+        reply_line(c, ERR_FORMAT);
+        swallow(c, (size_t)vlen + 2);
+        return;
+    }
+    if (!c->peer || c->w->srv == NULL || c->w->srv->cluster == NULL) {
+        REPLY(c, "CLIENT_ERROR rc_set is for cluster peers (rc_peer)");
+        swallow(c, (size_t)vlen + 2);
+        return;
+    }
+    hash = key_hash(t[1].p, t[1].len);
+    if (!owned_here(c, hash)) {
+        swallow(c, (size_t)vlen + 2);
+        REPLY(c, "OK");
+        return;
+    }
+    if (ttl > 0)
+        exptime = store_now(s) + (int64_t)ttl;
+    it = store_alloc(s, t[1].p, t[1].len, hash, flags, exptime, (size_t)vlen, &err);
+    if (it == NULL) {
+        REPLY(c, "SERVER_ERROR out of memory storing object");
+        swallow(c, (size_t)vlen + 2);
+        return;
+    }
+    c->nread_it = it;
+    c->nread_dst = store_item_value_mut(it);
+    c->nread_left = (size_t)vlen + 2;
+    c->nread_op = NREAD_RC_SET;
+    c->nread_cas = cas;
+    c->pstate = CONN_PS_NREAD;
+}
+
+/* `rc_del <key> <cas>`: a tombstone from the key's primary (peers only). */
+static void
+process_rc_del(struct conn *c, struct token *t, int ntok)
+{
+    uint64_t cas, hash;
+
+    if (ntok != 3 || t[1].len > KEY_MAX || !parse_u64(&t[2], &cas)) {
+        reply_line(c, ERR_FORMAT);
+        return;
+    }
+    if (!c->peer || c->w->srv == NULL || c->w->srv->cluster == NULL) {
+        REPLY(c, "CLIENT_ERROR rc_del is for cluster peers (rc_peer)");
+        return;
+    }
+    hash = key_hash(t[1].p, t[1].len);
+    if (owned_here(c, hash))
+        replicate_apply_del(conn_store(c), t[1].p, t[1].len, hash, cas);
+    REPLY(c, "OK");
 }
 
 /* `rc_peer <auth>`: the connection is a cluster peer (docs/cluster.md:
@@ -1307,6 +1488,14 @@ process_command(struct conn *c, const char *line, const char *end)
         }
         if (TOK_IS(&t[0], "append")) {
             process_update(c, t, ntok, STORE_OP_APPEND);
+            return PROTO_MORE;
+        }
+        if (TOK_IS(&t[0], "rc_set")) {
+            process_rc_set(c, t, ntok);
+            return PROTO_MORE;
+        }
+        if (TOK_IS(&t[0], "rc_del")) {
+            process_rc_del(c, t, ntok);
             return PROTO_MORE;
         }
         if (TOK_IS(&t[0], "config") && ntok == 1) {

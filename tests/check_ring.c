@@ -226,6 +226,29 @@ assert_same_ring(const struct ring *a, const struct ring *b)
     }
 }
 
+/* Points sharing a position must be ordered by node id, then vnode index.
+ * Returns how many adjacent pairs share a position between two ids. */
+static uint32_t
+assert_ties_ordered(const struct ring *r)
+{
+    uint32_t i, n = ring_n_points(r), ties = 0;
+
+    for (i = 1; i < n; i++) {
+        uint64_t p0, p1;
+        uint32_t n0, n1, v0, v1;
+
+        ring_point(r, i - 1, &p0, &n0, &v0);
+        ring_point(r, i, &p1, &n1, &v1);
+        if (p0 == p1) {
+            int c = strcmp(node_id(r, n0), node_id(r, n1));
+
+            ck_assert(c < 0 || (c == 0 && v0 < v1));
+            ties += c != 0;
+        }
+    }
+    return ties;
+}
+
 /* Naive model of the contract: the first rank >= h by a linear scan. */
 static uint32_t
 naive_rank(const struct ring *r, uint64_t h)
@@ -505,25 +528,11 @@ START_TEST(prop_collisions_lowest_id_owns)
         struct ring_members *p = shuffled(m, &s);
         struct ring *r = ring_build_with_hash(m, hash8);
         struct ring *rp = ring_build_with_hash(p, hash8);
-        uint32_t i, n = ring_n_points(r), shared = 0;
+        uint32_t i, n = ring_n_points(r);
 
         ck_assert_ptr_nonnull(r);
         assert_same_ring(r, rp);
-        for (i = 1; i < n; i++) {
-            uint64_t p0, p1;
-            uint32_t n0, n1, v0, v1;
-
-            ring_point(r, i - 1, &p0, &n0, &v0);
-            ring_point(r, i, &p1, &n1, &v1);
-            if (p0 == p1) {
-                int c = strcmp(node_id(r, n0), node_id(r, n1));
-
-                /* Ties ordered by id, then vnode index. */
-                ck_assert(c < 0 || (c == 0 && v0 < v1));
-                shared += c != 0;
-            }
-        }
-        ck_assert_uint_gt(shared, 0);
+        ck_assert_uint_gt(assert_ties_ordered(r), 0);
         /* The lowest claimant of each position owns it; when it leaves, the
          * next claimant (in id order) takes over. */
         for (i = 0; i < 256; i += 7) {
@@ -837,7 +846,7 @@ START_TEST(build_long_ids_and_large_ring)
     struct ring_members *m = ring_members_new(), *p, *big, *bigp;
     struct ring *r, *rp;
     uint64_t s = 12, prev = 0;
-    uint32_t i, n, ties = 0, bad;
+    uint32_t i, bad;
 
     ck_assert_ptr_nonnull(m);
     m->epoch = 1;
@@ -853,21 +862,7 @@ START_TEST(build_long_ids_and_large_ring)
     rp = ring_build_with_hash(p, hash8);
     ck_assert_ptr_nonnull(r);
     assert_same_ring(r, rp);
-    n = ring_n_points(r);
-    for (i = 1; i < n; i++) {
-        uint64_t p0, p1;
-        uint32_t n0, n1, v0, v1;
-
-        ring_point(r, i - 1, &p0, &n0, &v0);
-        ring_point(r, i, &p1, &n1, &v1);
-        if (p0 == p1) {
-            int c = strcmp(node_id(r, n0), node_id(r, n1));
-
-            ck_assert(c < 0 || (c == 0 && v0 < v1));
-            ties += c != 0;
-        }
-    }
-    ck_assert_uint_gt(ties, 0);
+    ck_assert_uint_gt(assert_ties_ordered(r), 0);
     ring_free(r);
     ring_free(rp);
     /* Two nodes with one id (forced past ring_members_add). */

@@ -1,0 +1,70 @@
+/*
+ * replicate: primary-forwarded replication (docs/cluster.md "Replication").
+ * The key's primary applies a write, then sends its post-image (key, flags,
+ * remaining TTL, CAS, value) or a tombstone to the other owners of the
+ * active epoch over the worker's upstreams (server/forward.c), as `rc_set`
+ * / `rc_del` on connections authenticated with `rc_peer`; the client's
+ * reply waits in a hold until every replica acknowledged. Replicas apply a
+ * post-image only if it is not older (by CAS) than what they hold.
+ */
+#ifndef SERVER_REPLICATE_H
+#define SERVER_REPLICATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct conn;
+struct store;
+struct store_item;
+
+/* The reply a client gets when a write is applied on the primary but a
+ * replica did not acknowledge it in time. */
+#define REPLICA_UNAVAILABLE "SERVER_ERROR replica unavailable"
+
+/*
+ * Should c's write of hash be replicated? True when the node is in a
+ * cluster whose active epoch has R >= 2 and this node takes the key's
+ * writes there: its primary, or the first owner not seen down (write
+ * failover). The route check already made sure of that for client writes,
+ * including those a peer forwarded for a plain client.
+ */
+bool replicate_wanted(const struct conn *c, uint64_t hash);
+
+/* Serialize writes of one key between workers on this node, so the state
+ * captured after a write is the one that write produced or a later one,
+ * and a tombstone carries the CAS of what it deleted. Leaf locks, taken
+ * around the store operation and replicate_write / replicate_apply_*. */
+void replicate_lock(uint64_t hash);
+void replicate_unlock(uint64_t hash);
+
+/*
+ * After a local write that changed key (hash): read its current state (a
+ * post-image, or a tombstone carrying tomb_cas when it is gone) and send it
+ * to every other owner. The client's reply (reply, len bytes with "\r\n")
+ * is queued as a hold on c, filled with it once every replica acknowledged,
+ * or with REPLICA_UNAVAILABLE if one did not within --forward-timeout (the
+ * write stays applied on the primary). noreply: nothing is queued, but
+ * failures are still counted. Call with replicate_lock(hash) held.
+ */
+void replicate_write(struct conn *c, const char *key, size_t nkey, uint64_t hash,
+                     uint64_t tomb_cas, const char *reply, size_t len, bool noreply);
+
+/*
+ * flush_all on a cluster node: send the line (with "\r\n") to every other
+ * member, as a peer, and queue `OK` (or REPLICA_UNAVAILABLE) once all
+ * answered. The local flush was done by the caller.
+ */
+void replicate_flush(struct conn *c, const char *line, size_t len, bool noreply);
+
+/* Replica side of `rc_set`: store it (from store_alloc, filled) with the
+ * primary's cas unless the key holds a newer CAS. Takes the key lock.
+ * The caller keeps its reference. 0, or a negative store error. */
+int replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas);
+
+/* Replica side of `rc_del`: delete the key unless it holds a CAS newer
+ * than cas. Takes the key lock. */
+void replicate_apply_del(struct store *s, const char *key, size_t nkey, uint64_t hash,
+                         uint64_t cas);
+
+#endif /* SERVER_REPLICATE_H */
