@@ -34,7 +34,7 @@
 #define PUMP_BATCHES     32       /* batches per pump call, then yield */
 #define POLL_MS          5        /* dirty polling while streaming */
 #define BURST_MS         20       /* token bucket depth, in ms of the rate */
-#define COPY_NICE        19       /* nice of the cluster thread while copying */
+#define COPY_NICE        10       /* nice of the cluster thread while copying */
 #define RECORD_TAG       0x22     /* field 4 (records), wire type 2 */
 
 enum xfer_state {
@@ -128,7 +128,8 @@ handoff_send(struct bufferevent *bev, int type, uint64_t cluster_id, const void 
  * source walks and sends, a destination imports), so during COPY that
  * thread runs at nice COPY_NICE: on a busy box the copy takes the CPU the
  * workers leave, not theirs, and the rate limit is only a ceiling (measured
- * in docs/cluster.md: nice 0 gave 4-5x the p99 of non-moving keys, 19 ~1x). A
+ * in docs/cluster.md: nice 0 gave 4-5x the p99 of non-moving keys, 10 ~1-2x;
+ * not 19: the heartbeats share this thread and must answer within 1 s). A
  * fence must not run in the background (the moving ranges wait for its
  * drain), so the thread gets its priority back first; a process that could
  * not raise it again (no CAP_SYS_NICE, RLIMIT_NICE too low) never lowers
