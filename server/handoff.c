@@ -127,7 +127,9 @@ handoff_send(struct bufferevent *bev, int type, uint64_t cluster_id, const void 
  * Priority. Every node of a transition copies on its cluster thread (a
  * source walks and sends, a destination imports), so during COPY that
  * thread runs at nice COPY_NICE: on a busy box the copy takes the CPU the
- * workers leave, not theirs, and the rate limit is only a ceiling. A
+ * workers leave, not theirs, and the rate limit is only a ceiling (measured
+ * in docs/cluster.md: nice 0 gave 4-5x the p99 of non-moving keys, 10 ~1-2x;
+ * not 19: the heartbeats share this thread and must answer within 1 s). A
  * fence must not run in the background (the moving ranges wait for its
  * drain), so the thread gets its priority back first; a process that could
  * not raise it again (no CAP_SYS_NICE, RLIMIT_NICE too low) never lowers

@@ -324,7 +324,7 @@ def bench_ringcache(a, figures):
         for nid, n in sorted(cl.nodes.items()):
             with open(n.log, "rb") as f:
                 for line in f.read().decode(errors="replace").splitlines():
-                    if "fence" in line or "priority" in line:
+                    if re.search(r"fence|priority|stall|suspect|down", line):
                         print("# node %s: %s" % (nid, line.strip()), flush=True)
         time.sleep(a.secs)     # the window after the join
         t_end = time.monotonic()
