@@ -89,8 +89,15 @@ def scenario(t):
         unav = fl.unavailability(hist, 1, on_b, t_kill)
         t.diag("client-visible unavailability of b's keys: %.2f s (until the end of the "
                "phase if never restored)" % unav)
+        t.diag("\n".join("last failure: %.3f s after the kill (start %.3f s) %s %s %s node %s %s"
+                          % f for f in fl.failed_ops(hist, 1, on_b, t_kill)[:3]))
+        t.diag("load errors: %d, first: %r" % (len(load.errors), load.errors[:3]))
         fl.todo_ok(t, unav <= 1.0, "b killed: unavailability of b's keys %.2f s <= 1 s" % unav,
-                   todo)
+                   todo, "\n".join(["latest failures: end, start (s after the kill), op, key, "
+                                    "status, node, why"]
+                                   + ["%.3f %.3f %s %s %s %s %s" % f
+                                      for f in fl.failed_ops(hist, 1, on_b, t_kill)[:8]]
+                                   + ["load errors: %r" % (e,) for e in load.errors[:8]]))
 
         # ---- remove --failed b under load
         rc, out, err = lg.run_load_around(load, 2, lambda: cl.ctl("remove", "--failed", "b"))
