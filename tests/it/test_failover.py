@@ -98,6 +98,11 @@ def scenario(t):
                                    + ["%.3f %.3f %s %s %s %s %s" % f
                                       for f in fl.failed_ops(hist, 1, on_b, t_kill)[:8]]
                                    + ["load errors: %r" % (e,) for e in load.errors[:8]]))
+        # The measure above means something only if the load kept going on
+        # b's keys past the first retry interval (a dead load fails nothing).
+        late = sum(1 for r in hist.reads if r[8] == 1 and r[0] in on_b and r[1] >= t_kill + 1.0)
+        t.ok(late > 0, "b killed: the load kept reading b's keys from 1 s after the kill "
+             "(%d reads)" % late)
 
         # ---- remove --failed b under load
         rc, out, err = lg.run_load_around(load, 2, lambda: cl.ctl("remove", "--failed", "b"))
