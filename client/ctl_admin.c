@@ -1288,62 +1288,93 @@ phase_copy(struct admin *a)
     return EX_OK;
 }
 
-/* One node's Fence call on its own thread (fence_all). */
-struct fence_call {
-    struct admin              *a;
-    struct tnode              *t;
+/* One node's call on its own thread (call_parallel). */
+struct node_call_arg {
+    struct admin               *a;
+    struct tnode               *t;
     const struct cport_request *req;
-    int                        rc;
+    int                         timeout_ms;
+    int                         rc;
 };
 
 static void *
-fence_thread(void *arg)
+node_call_thread(void *arg)
 {
-    struct fence_call *fc = arg;
+    struct node_call_arg *nc = arg;
 
-    fc->rc = node_call(fc->a, fc->t, fc->req, LONG_TIMEOUT_MS);
+    nc->rc = node_call(nc->a, nc->t, nc->req, nc->timeout_ms);
     return NULL;
+}
+
+/*
+ * Send req at once to the nodes [lo, hi) whose skip[] entry is false (skip
+ * may be NULL), one thread each, and write each call's result into rc[i].
+ * Each thread touches only its own tnode. Falls back to one call after the
+ * other when threads cannot be had.
+ */
+static void
+call_parallel(struct admin *a, const struct cport_request *req, int timeout_ms,
+              uint32_t lo, uint32_t hi, const bool *skip, int *rc)
+{
+    uint32_t n = hi - lo, i;
+    struct node_call_arg *nc = calloc(n ? n : 1, sizeof(*nc));
+    pthread_t *th = calloc(n ? n : 1, sizeof(*th));
+    bool *started = calloc(n ? n : 1, sizeof(*started));
+
+    for (i = 0; i < n; i++) {
+        struct node_call_arg one = { a, &a->nodes[lo + i], req, timeout_ms, CPORT_OK };
+
+        if (skip != NULL && skip[lo + i]) {
+            continue;
+        }
+        if (nc == NULL || th == NULL || started == NULL) {
+            node_call_thread(&one);
+            rc[lo + i] = one.rc;
+            continue;
+        }
+        nc[i] = one;
+        started[i] = pthread_create(&th[i], NULL, node_call_thread, &nc[i]) == 0;
+        if (!started[i]) {
+            node_call_thread(&nc[i]);
+        }
+    }
+    for (i = 0; nc != NULL && th != NULL && started != NULL && i < n; i++) {
+        if (skip != NULL && skip[lo + i]) {
+            continue;
+        }
+        if (started[i]) {
+            pthread_join(th[i], NULL);
+        }
+        rc[lo + i] = nc[i].rc;
+    }
+    free(nc);
+    free(th);
+    free(started);
 }
 
 /*
  * Fence every node at once: each fences its moving ranges and drains, so
  * the ranges are held for the slowest node's drain, not for the sum of
- * all of them as with one call after the other. Each thread touches only
- * its own tnode. Returns how many nodes failed, as broadcast().
+ * all of them as with one call after the other. Returns how many nodes
+ * failed, as broadcast().
  */
 static uint32_t
 fence_all(struct admin *a, const struct cport_request *req)
 {
-    struct fence_call *fc = calloc(a->n_nodes, sizeof(*fc));
-    pthread_t *th = calloc(a->n_nodes, sizeof(*th));
-    bool *started = calloc(a->n_nodes, sizeof(*started));
+    int *rc = calloc(a->n_nodes ? a->n_nodes : 1, sizeof(*rc));
     uint32_t i, failed = 0;
 
-    if (fc == NULL || th == NULL || started == NULL) {
-        free(fc);
-        free(th);
-        free(started);
+    if (rc == NULL) {
         return broadcast(a, req, LONG_TIMEOUT_MS, "fence");
     }
+    call_parallel(a, req, LONG_TIMEOUT_MS, 0, a->n_nodes, NULL, rc);
     for (i = 0; i < a->n_nodes; i++) {
-        fc[i] = (struct fence_call){ a, &a->nodes[i], req, CPORT_OK };
-        started[i] = pthread_create(&th[i], NULL, fence_thread, &fc[i]) == 0;
-        if (!started[i]) {
-            fence_thread(&fc[i]);
-        }
-    }
-    for (i = 0; i < a->n_nodes; i++) {
-        if (started[i]) {
-            pthread_join(th[i], NULL);
-        }
-        if (fc[i].rc != CPORT_OK) {
+        if (rc[i] != CPORT_OK) {
             info("fence: %s (%s): %s", a->nodes[i].id, a->nodes[i].addr, a->nodes[i].err);
             failed++;
         }
     }
-    free(fc);
-    free(th);
-    free(started);
+    free(rc);
     return failed;
 }
 
@@ -1412,32 +1443,39 @@ store_commit(struct admin *a)
     return EX_OK;
 }
 
-/* Deliver Commit to every node in commit order, retrying silent nodes for
- * a bounded time. Returns how many never acknowledged. */
+/* Deliver Commit in commit order — destinations, then the others, sources
+ * last — with the nodes of one rank at once (the fenced ranges wait for the
+ * slowest of each rank, not for the sum of all nodes), retrying silent
+ * nodes for a bounded time. Returns how many never acknowledged. */
 static uint32_t
 deliver_commit(struct admin *a)
 {
     struct cport_request req = treq(a, CPORT_COMMIT);
     int64_t deadline = now_ms() + COMMIT_RETRY_MS;
-    bool *done = calloc(a->n_nodes ? a->n_nodes : 1, sizeof(*done));
-    uint32_t i, left = a->n_nodes;
+    uint32_t n = a->n_nodes ? a->n_nodes : 1;
+    bool *done = calloc(n, sizeof(*done));
+    int *rc = calloc(n, sizeof(*rc));
+    uint32_t i, lo, hi, left = a->n_nodes;
 
-    if (done == NULL) {
+    if (done == NULL || rc == NULL) {
+        free(done);
+        free(rc);
         return a->n_nodes;
     }
     for (;;) {
-        for (i = 0; i < a->n_nodes; i++) {
-            int rc;
-
-            if (done[i]) {
-                continue;
-            }
-            rc = node_call(a, &a->nodes[i], &req, LONG_TIMEOUT_MS);
-            /* A node already at N+1 (a repeated commit) is done too. */
-            if (rc == CPORT_OK || (a->nodes[i].have_st
-                                   && a->nodes[i].st.active_epoch >= a->new->epoch)) {
-                done[i] = true;
-                left--;
+        /* a->nodes is sorted by rank, so each rank is one run [lo, hi). */
+        for (lo = 0; lo < a->n_nodes; lo = hi) {
+            for (hi = lo + 1; hi < a->n_nodes && a->nodes[hi].rank == a->nodes[lo].rank; hi++)
+                ;
+            call_parallel(a, &req, LONG_TIMEOUT_MS, lo, hi, done, rc);
+            for (i = lo; i < hi; i++) {
+                /* A node already at N+1 (a repeated commit) is done too. */
+                if (!done[i] && (rc[i] == CPORT_OK
+                                 || (a->nodes[i].have_st
+                                     && a->nodes[i].st.active_epoch >= a->new->epoch))) {
+                    done[i] = true;
+                    left--;
+                }
             }
         }
         if (left == 0 || now_ms() >= deadline) {
@@ -1453,6 +1491,7 @@ deliver_commit(struct admin *a)
         }
     }
     free(done);
+    free(rc);
     return left;
 }
 

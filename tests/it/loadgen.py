@@ -183,6 +183,7 @@ class Conn:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = bytearray()
         self.declared = None
+        self.nread = 0      # bytes received so far (did a request get any answer)
 
     def close(self):
         try:
@@ -194,6 +195,7 @@ class Conn:
         d = self.sock.recv(262144)
         if not d:
             raise ConnectionError("connection closed by %s:%d" % self.addr)
+        self.nread += len(d)
         self.buf += d
 
     def readline(self):
@@ -588,10 +590,26 @@ class Client:
         epoch, addrs = self.view.route(key)
         return epoch, addrs[0]
 
+    # Fail-over hooks of op(); this client has none (tests/it/failover_lib.py
+    # FailoverClient overrides them the way libringcache behaves).
+    def _op_begin(self, key):
+        """A new operation on key starts."""
+
+    def _answered(self, addr):
+        """addr answered a request (any reply line)."""
+
+    def _failed(self, addr, kind, key, sent, err):
+        """The request to addr failed with err (connection or protocol
+        error); sent: the request itself may have reached the node. The
+        address to try next within the same operation, or None: drop the
+        connection and record the failure (below)."""
+        return None
+
     def op(self, kind, key, value=None):
         """kind: set / delete / get. Returns a Result."""
         r = Result()
         r.t0 = time.monotonic()
+        self._op_begin(key)
         epoch, addr = self._target(key)
         hops = 0
         backoff = 0.002
@@ -606,6 +624,8 @@ class Client:
                     line = c.delete(key)
                 else:
                     vals, line = c.get_multi([key])
+                self._answered(addr)
+                if kind == "get":
                     if vals is not None:
                         r.node = self.view.node_id(addr)
                         if key in vals:
@@ -614,6 +634,10 @@ class Client:
                             r.status = "miss"
                         break
             except (OSError, ConnectionError, ProtoError) as e:
+                nxt = self._failed(addr, kind, key, sent, e)
+                if nxt is not None:
+                    addr = nxt
+                    continue
                 self._drop(addr)
                 r.why = "%s:%d: %s" % (addr[0], addr[1], e)
                 if kind == "get":

@@ -10,6 +10,7 @@ Usage:
     tap.done()
 """
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -79,6 +80,59 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+CLUSTER_PORT_OFFSET = 10000     # a cluster-mode node's default cluster port = client port + this
+
+
+def _port_bindable(port):
+    """True when nothing holds `port` on 127.0.0.1 now. No SO_REUSEADDR, so
+    a port a TIME_WAIT connection still names counts as taken (the
+    conservative answer: the caller just picks another)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def ephemeral_low():
+    """The first port of the kernel's ephemeral range (outgoing connections
+    take their local port from it)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_cluster_ports(count=1, offset=CLUSTER_PORT_OFFSET, lo=20000, tries=1000):
+    """A client port p such that p..p+count-1 and p+offset..p+offset+count-1
+    are all free on 127.0.0.1 now and all lie below the kernel's ephemeral
+    range, so an outgoing connection of a parallel test cannot take one of
+    them between this probe and the node's bind (which a port from
+    free_port() or from bind(0) is exposed to: those are ephemeral ports).
+    For cluster-mode nodes (count=1) and deploy/local-cluster.sh
+    --base-port (count = its node count). offset=0 asks for `count`
+    consecutive free ports. The pick is random per process, so parallel
+    tests rarely probe the same ports; callers still retry a lost race."""
+    hi = ephemeral_low() - offset - count          # exclusive bound for p
+    if hi - lo < 100:
+        # An unusual ephemeral range: no room below it; probe the whole
+        # unprivileged range (the race is back, the retries cover it).
+        lo, hi = 1025, 65536 - offset - count
+    rng = random.Random(os.getpid() ^ int(time.time() * 1e6))
+    for _ in range(tries):
+        p = rng.randrange(lo, hi)
+        want = [p + i for i in range(count)]
+        if offset:
+            want += [p + offset + i for i in range(count)]
+        if all(_port_bindable(q) for q in want):
+            return p
+    raise RuntimeError("no free loopback ports: %d at +0 and +%d" % (count, offset))
 
 
 def wait_until(cond, timeout, interval=0.02):

@@ -270,20 +270,16 @@ if len(sys.argv) > 1 and sys.argv[1] == "--fake-node":
 
 # ---------------------------------------------------------------- the test
 
-from rctest import Tap, wait_until, can_connect, BUILDDIR  # noqa: E402
+from rctest import (Tap, wait_until, can_connect, BUILDDIR,  # noqa: E402
+                    CLUSTER_PORT_OFFSET, free_cluster_ports)
 
 RINGCTL = os.path.join(BUILDDIR, "client", "ringctl")
 
 
 def free_cport():
-    """A cluster port whose client port (port - 10000) is valid."""
-    while True:
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        p = s.getsockname()[1]
-        s.close()
-        if p - 10000 >= 1024:
-            return p
+    """A cluster port whose client port (port - 10000) is valid, both below
+    the ephemeral range (tests/it/rctest.py)."""
+    return free_cluster_ports() + CLUSTER_PORT_OFFSET
 
 
 class Fake:

@@ -13,26 +13,16 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from rctest import Tap, Node, RINGCACHED, BUILDDIR, wait_until, can_connect, request  # noqa: E402
+from rctest import (Tap, Node, RINGCACHED, BUILDDIR, wait_until, can_connect, request,  # noqa: E402
+                    free_cluster_ports)
 
 RINGCTL = os.path.join(BUILDDIR, "client", "ringctl")
 
 
 def port_pair():
-    """A client port p with p and p + 10000 free on 127.0.0.1."""
-    while True:
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        p = s.getsockname()[1]
-        s.close()
-        if p + 10000 <= 65535:
-            try:
-                s2 = socket.socket()
-                s2.bind(("127.0.0.1", p + 10000))
-                s2.close()
-                return p
-            except OSError:
-                continue
+    """A client port p with p and p + 10000 free on 127.0.0.1, both below
+    the ephemeral range (tests/it/rctest.py)."""
+    return free_cluster_ports()
 
 
 def skip_all(t, why):

@@ -8,8 +8,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from client_lib import (BUILDDIR, RINGCTL, SRCDIR, Cluster, Tap, accepts, free_port,  # noqa: E402
+from client_lib import (BUILDDIR, RINGCTL, SRCDIR, Cluster, Tap, accepts,  # noqa: E402
                         mc_get, mc_stats, node_binary, run)
+from rctest import free_cluster_ports  # noqa: E402
 
 
 def ctl(cl, *args, stdin=None):
@@ -88,7 +89,9 @@ def test_dead_node_stats(t, cl):
 def test_local_cluster(t):
     script = os.path.join(SRCDIR, "deploy", "local-cluster.sh")
     d = tempfile.mkdtemp(prefix="rc-lc-")
-    base = free_port(3)
+    # local-cluster.sh runs cluster-mode nodes: each binds base+i and
+    # base+i+10000. Room for 4 (up starts 3, add would take the 4th).
+    base = free_cluster_ports(4)
     env = dict(os.environ, RC_BUILDDIR=BUILDDIR, RINGCACHED=node_binary())
     if os.path.basename(node_binary()) == "memcached":
         env["RC_NODE_ARGS"] = "-U 0" + (" -u root" if os.geteuid() == 0 else "")

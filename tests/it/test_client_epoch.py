@@ -16,9 +16,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from client_lib import (RINGCTL, Node, Probe, Tap, _bindable, mc_get, mc_stats,  # noqa: E402
+from client_lib import (RINGCTL, Node, Probe, Tap, mc_get, mc_stats,  # noqa: E402
                         parse_many, wait_for)
-import random  # noqa: E402
+from rctest import free_cluster_ports  # noqa: E402
 
 N = 200
 OP_TIMEOUT = 1000           # a healthy node must answer within it
@@ -28,13 +28,9 @@ SLACK = 400                 # one request's connect + scheduling on a busy box
 
 
 def port_pair():
-    """A client port p with p + 10000 (the cluster port) free too."""
-    rng = random.Random(os.getpid() ^ int(time.time() * 1e6))
-    for _ in range(500):
-        p = rng.randrange(20000, 30000)
-        if _bindable(p) and _bindable(p + 10000):
-            return p
-    raise RuntimeError("no free port pair")
+    """A client port p with p + 10000 (the cluster port) free too, both
+    below the ephemeral range (tests/it/rctest.py)."""
+    return free_cluster_ports()
 
 
 def epoch_of(port):

@@ -24,7 +24,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rctest import Tap, Node, wait_until, recv_until  # noqa: E402
+from rctest import Tap, Node, wait_until, recv_until, free_cluster_ports  # noqa: E402
 
 HELLO, MEMBERSHIP, ADMIN_REQUEST, ADMIN_REPLY, BATCH, ACK, ERROR = range(1, 8)
 TOKEN = b"s3cret-admin-token"
@@ -263,23 +263,9 @@ def stat(port, name):
 
 
 def port_pair():
-    """A client port whose cluster port (+10000) is free too."""
-    for _ in range(200):
-        a = socket.socket()
-        a.bind(("127.0.0.1", 0))
-        p = a.getsockname()[1]
-        a.close()
-        if p + 10000 > 65535:
-            continue
-        b = socket.socket()
-        try:
-            b.bind(("127.0.0.1", p + 10000))
-        except OSError:
-            continue
-        finally:
-            b.close()
-        return p
-    raise RuntimeError("no free port pair")
+    """A client port whose cluster port (+10000) is free too, both below
+    the ephemeral range (tests/it/rctest.py)."""
+    return free_cluster_ports()
 
 
 def start_node(tmp, nid):

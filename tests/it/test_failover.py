@@ -89,8 +89,20 @@ def scenario(t):
         unav = fl.unavailability(hist, 1, on_b, t_kill)
         t.diag("client-visible unavailability of b's keys: %.2f s (until the end of the "
                "phase if never restored)" % unav)
+        t.diag("\n".join("last failure: %.3f s after the kill (start %.3f s) %s %s %s node %s %s"
+                          % f for f in fl.failed_ops(hist, 1, on_b, t_kill)[:3]))
+        t.diag("load errors: %d, first: %r" % (len(load.errors), load.errors[:3]))
         fl.todo_ok(t, unav <= 1.0, "b killed: unavailability of b's keys %.2f s <= 1 s" % unav,
-                   todo)
+                   todo, "\n".join(["latest failures: end, start (s after the kill), op, key, "
+                                    "status, node, why"]
+                                   + ["%.3f %.3f %s %s %s %s %s" % f
+                                      for f in fl.failed_ops(hist, 1, on_b, t_kill)[:8]]
+                                   + ["load errors: %r" % (e,) for e in load.errors[:8]]))
+        # The measure above means something only if the load kept going on
+        # b's keys past the first retry interval (a dead load fails nothing).
+        late = sum(1 for r in hist.reads if r[8] == 1 and r[0] in on_b and r[1] >= t_kill + 1.0)
+        t.ok(late > 0, "b killed: the load kept reading b's keys from 1 s after the kill "
+             "(%d reads)" % late)
 
         # ---- remove --failed b under load
         rc, out, err = lg.run_load_around(load, 2, lambda: cl.ctl("remove", "--failed", "b"))
