@@ -493,26 +493,74 @@ START_TEST(test_create_errors)
 }
 END_TEST
 
+/*
+ * Reserve a loopback port that refuses connections: a socket bound to it but
+ * not listening makes the kernel answer every connect with a reset, and no
+ * other process can listen there meanwhile. Returns the fd (close it after)
+ * and the port in *port; -1 when the family is not available (then nothing
+ * can listen on that address either, and *port is 1).
+ */
+static int
+refusing_port(int family, uint16_t *port)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    int fd;
+
+    memset(&ss, 0, sizeof(ss));
+    ss.ss_family = (sa_family_t)family;
+    if (family == AF_INET) {
+        ((struct sockaddr_in *)&ss)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    } else {
+        ((struct sockaddr_in6 *)&ss)->sin6_addr = in6addr_loopback;
+    }
+    *port = 1;
+    fd = socket(family, SOCK_STREAM, 0);
+    if (fd < 0) {
+        return -1;
+    }
+    if (bind(fd, (struct sockaddr *)&ss, family == AF_INET ? sizeof(struct sockaddr_in)
+                                                         : sizeof(struct sockaddr_in6)) != 0
+        || getsockname(fd, (struct sockaddr *)&ss, &len) != 0) {
+        close(fd);
+        return -1;
+    }
+    *port = ntohs(family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                    : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    return fd;
+}
+
 START_TEST(test_seeds_are_the_membership)
 {
-    const char *seeds[] = { "127.0.0.1:11311", "[::1]:11312" };
+    /* Seeds nobody answers on (not fixed ports, where a local cluster may
+     * run and answer `config`): the seeds themselves are the membership. */
+    char seed4[64], seed6[64], id4[64], id6[64];
+    const char *seeds[] = { seed4, seed6 };
     struct ringcache *rc = NULL;
     struct ring_members *m;
     struct ring *r;
     size_t owner;
     char err[256];
-    int i;
+    uint16_t p4, p6;
+    int i, fd4, fd6;
 
+    fd4 = refusing_port(AF_INET, &p4);
+    ck_assert_int_ge(fd4, 0);
+    fd6 = refusing_port(AF_INET6, &p6);
+    snprintf(seed4, sizeof(seed4), "127.0.0.1:%u", (unsigned)p4);
+    snprintf(seed6, sizeof(seed6), "[::1]:%u", (unsigned)p6);
+    snprintf(id4, sizeof(id4), "127.0.0.1:%u", (unsigned)p4);
+    snprintf(id6, sizeof(id6), "::1:%u", (unsigned)p6);
     ck_assert_int_eq(ringcache_new_seeds(&rc, seeds, 2, NULL, err, sizeof(err)), 0);
     ck_assert_uint_eq(ringcache_node_count(rc), 2);
-    ck_assert_str_eq(ringcache_node_id(rc, 0), "127.0.0.1:11311");
-    ck_assert_str_eq(ringcache_node_id(rc, 1), "::1:11312");
-    ck_assert_str_eq(ringcache_node_addr(rc, 1), "[::1]:11312");
+    ck_assert_str_eq(ringcache_node_id(rc, 0), id4);
+    ck_assert_str_eq(ringcache_node_id(rc, 1), id6);
+    ck_assert_str_eq(ringcache_node_addr(rc, 1), seed6);
     ck_assert_ptr_null(ringcache_node_id(rc, 2));
     /* The same placement as a ring built from those ids by ring/. */
     m = ring_members_new();
-    ck_assert_int_eq(ring_members_add(m, "127.0.0.1:11311", "127.0.0.1:11311", 1, ""), 0);
-    ck_assert_int_eq(ring_members_add(m, "::1:11312", "[::1]:11312", 1, ""), 0);
+    ck_assert_int_eq(ring_members_add(m, id4, seed4, 1, ""), 0);
+    ck_assert_int_eq(ring_members_add(m, id6, seed6, 1, ""), 0);
     r = ring_build(m);
     for (i = 0; i < 200; i++) {
         char key[16];
@@ -524,6 +572,10 @@ START_TEST(test_seeds_are_the_membership)
     ring_free(r);
     ring_members_free(m);
     ringcache_free(rc);
+    close(fd4);
+    if (fd6 >= 0) {
+        close(fd6);
+    }
 }
 END_TEST
 
