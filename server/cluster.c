@@ -116,6 +116,14 @@ arcset_has(const struct arcset *a, uint64_t h)
     return lo > 0 && h <= a->r[lo - 1].end;
 }
 
+/* For store_walk, store_count, store_purge and dirty tracking. */
+bool
+arcset_pred(uint64_t hash, void *arg)
+{
+    return arcset_has(arg, hash);
+}
+
+/* Free the ranges; the set is empty and reusable after. */
 void
 arcset_clear(struct arcset *a)
 {
@@ -136,8 +144,8 @@ arcset_share(const struct arcset *a)
     return (double)(sum / 18446744073709551616.0L);
 }
 
-/* Deep copy of a finished set. */
-static int
+/* Deep copy of a finished set; see cluster.h. */
+int
 arcset_copy(struct arcset *dst, const struct arcset *src)
 {
     memset(dst, 0, sizeof(*dst));

@@ -36,6 +36,7 @@
 #include "server/handoff.h"
 #include "server/health.h"
 #include "server/log.h"
+#include "server/peer.h"
 #include "server/store.h"
 #include "server/thread.h"
 
@@ -139,7 +140,7 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 static void
 send_msg(struct cp_conn *c, enum frame_type type, const void *msg)
 {
-    if (handoff_send(c->bev, type, c->cp->cl->cluster_id, msg) < 0)
+    if (peer_send(c->bev, type, c->cp->cl->cluster_id, msg) < 0)
         c->closing = true;
 }
 
@@ -298,12 +299,6 @@ send_reply(struct cp_conn *c, bool ok, const char *err)
  * Purges
  */
 
-static bool
-importing_pred(uint64_t hash, void *arg)
-{
-    return arcset_has(arg, hash);
-}
-
 /* Remove every item of the arcs this node imports (leftovers before a
  * copy, what it imported after an abort). Nobody writes there: this node
  * does not serve those arcs. Synchronous, so no import can interleave. */
@@ -315,7 +310,7 @@ purge_importing(struct cport *cp)
     if (cp->cl->importing.n == 0)
         return;
     store_cursor_init(&cur);
-    while (store_purge(cp->store, importing_pred, &cp->cl->importing, 1u << 16, &cur) != 0)
+    while (store_purge(cp->store, arcset_pred, &cp->cl->importing, 1u << 16, &cur) != 0)
         continue;
 }
 
@@ -706,35 +701,20 @@ conn_read_cb(struct bufferevent *bev, void *arg)
     struct evbuffer *in = bufferevent_get_input(bev);
 
     while (!c->closing && !c->waiting) {
-        size_t len = evbuffer_get_length(in), hl, used, total;
         struct frame f;
-        uint8_t *p;
-        int rc;
+        size_t used;
+        int rc = peer_read_frame(in, c->cp->cl->cluster_id, HANDOFF_PAYLOAD_MAX, &f, &used);
 
-        if (len == 0)
+        if (rc == FRAME_EAGAIN) {
+            /* Wake up once the whole frame is in, not per segment. */
+            bufferevent_setwatermark(bev, EV_READ, used, 0);
             break;
-        hl = len < FRAME_HEADER_SIZE ? len : FRAME_HEADER_SIZE;
-        p = evbuffer_pullup(in, (ssize_t)hl);
-        rc = frame_decode(p, hl, c->cp->cl->cluster_id, HANDOFF_PAYLOAD_MAX, &f, &used);
-        if (rc != FRAME_OK && rc != FRAME_EAGAIN) {
+        }
+        if (rc != FRAME_OK) {
             send_error(c, "bad frame: %s", frame_strerror(rc));
             return;
         }
-        if (hl < FRAME_HEADER_SIZE)
-            break;
-        total = FRAME_HEADER_SIZE + ((size_t)p[12] << 24 | (size_t)p[13] << 16 |
-                                     (size_t)p[14] << 8 | p[15]);
-        if (len < total) {
-            bufferevent_setwatermark(bev, EV_READ, total, 0);
-            break;
-        }
         bufferevent_setwatermark(bev, EV_READ, 0, 0);
-        p = evbuffer_pullup(in, (ssize_t)total);
-        if (frame_decode(p, total, c->cp->cl->cluster_id, HANDOFF_PAYLOAD_MAX, &f,
-                         &used) != FRAME_OK) {
-            send_error(c, "bad frame");
-            return;
-        }
         /* c stays allocated: an error leaves an Error frame to write, and
          * the connection is freed by the write callback. */
         dispatch(c, &f);

@@ -28,6 +28,7 @@
 #include "proto/ringcache.pb-c.h"
 #include "server/cluster.h"
 #include "server/log.h"
+#include "server/peer.h"
 #include "server/store.h"
 
 #define CHUNK_BYTES      (HANDOFF_BATCH_BYTES - 1024)  /* value bytes per chunk */
@@ -36,6 +37,7 @@
 #define BURST_MS         20       /* token bucket depth, in ms of the rate */
 #define COPY_NICE        10       /* nice of the cluster thread while copying */
 #define RECORD_TAG       0x22     /* field 4 (records), wire type 2 */
+#define ACK_PAYLOAD_MAX  (1u << 20) /* frame payload ceiling from a destination */
 
 enum xfer_state {
     XS_IDLE = 0,
@@ -103,26 +105,6 @@ now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* Frame and send; see handoff.h. */
-int
-handoff_send(struct bufferevent *bev, int type, uint64_t cluster_id, const void *msg)
-{
-    const ProtobufCMessage *m = msg;
-    size_t n = protobuf_c_message_get_packed_size(m);
-    uint8_t hdr[FRAME_HEADER_SIZE];
-    uint8_t *buf = malloc(n > 0 ? n : 1);
-    int rc;
-
-    if (buf == NULL)
-        return -1;
-    protobuf_c_message_pack(m, buf);
-    frame_header_write(hdr, (enum frame_type)type, cluster_id, (uint32_t)n);
-    rc = bufferevent_write(bev, hdr, sizeof(hdr)) == 0 &&
-         bufferevent_write(bev, buf, n) == 0 ? 0 : -1;
-    free(buf);
-    return rc;
-}
-
 /*
  * Priority. Every node of a transition copies on its cluster thread (a
  * source walks and sends, a destination imports), so during COPY that
@@ -167,12 +149,6 @@ set_background(struct handoff *h, bool bg)
         return;
     }
     h->niced = false;
-}
-
-static bool
-arcs_pred(uint64_t hash, void *arg)
-{
-    return arcset_has(arg, hash);
 }
 
 /*
@@ -448,7 +424,7 @@ pump_cb(evutil_socket_t fd, short what, void *arg)
         struct xfer *x = &h->x[i];
 
         while (!x->walk_done && budget > 0 && can_send(h, x)) {
-            if (store_walk(h->s, &x->cur, arcs_pred, &x->arcs, walk_cb, x,
+            if (store_walk(h->s, &x->cur, arcset_pred, &x->arcs, walk_cb, x,
                            HANDOFF_BATCH_RECORDS) == 0) {
                 x->walk_done = true;
                 x->st.walk_done = true;
@@ -539,13 +515,9 @@ xfer_frame(struct xfer *x, const struct frame *f)
             x->unacked--;
         pump_schedule(x->h, 0);
     } else if (f->type == FRAME_ERROR) {
-        Ringcache__Error *e = ringcache__error__unpack(NULL, f->length, f->payload);
         char why[160];
 
-        snprintf(why, sizeof(why), "destination refused: %s",
-                 e != NULL && e->message != NULL ? e->message : "?");
-        if (e != NULL)
-            ringcache__error__free_unpacked(e, NULL);
+        peer_error_text(f, "destination refused", why, sizeof(why));
         xfer_fail(x, why);
     } else {
         xfer_fail(x, "unexpected frame from the destination");
@@ -559,29 +531,14 @@ xfer_read_cb(struct bufferevent *bev, void *arg)
     struct evbuffer *in = bufferevent_get_input(bev);
 
     while (x->state != XS_FAILED) {
-        size_t len = evbuffer_get_length(in), used;
-        size_t hl = len < FRAME_HEADER_SIZE ? len : FRAME_HEADER_SIZE;
         struct frame f;
-        uint8_t *p;
-        int rc;
+        size_t used;
+        int rc = peer_read_frame(in, x->h->cl->cluster_id, ACK_PAYLOAD_MAX, &f, &used);
 
-        if (len == 0)
+        if (rc == FRAME_EAGAIN)
             return;
-        p = evbuffer_pullup(in, (ssize_t)hl);
-        rc = frame_decode(p, hl, x->h->cl->cluster_id, 1u << 20, &f, &used);
-        if (rc != FRAME_OK && rc != FRAME_EAGAIN) {
+        if (rc != FRAME_OK) {
             xfer_fail(x, frame_strerror(rc));
-            return;
-        }
-        if (hl < FRAME_HEADER_SIZE)
-            return;
-        used = FRAME_HEADER_SIZE + ((size_t)p[12] << 24 | (size_t)p[13] << 16 |
-                                    (size_t)p[14] << 8 | p[15]);
-        if (len < used)
-            return;
-        p = evbuffer_pullup(in, (ssize_t)used);
-        if (frame_decode(p, used, x->h->cl->cluster_id, 1u << 20, &f, &used) != FRAME_OK) {
-            xfer_fail(x, "bad frame");
             return;
         }
         xfer_frame(x, &f);
@@ -598,17 +555,7 @@ xfer_event_cb(struct bufferevent *bev, short what, void *arg)
 
     (void)bev;
     if (what & BEV_EVENT_CONNECTED) {
-        Ringcache__Hello m = RINGCACHE__HELLO__INIT;
-        struct cluster *cl = x->h->cl;
-
-        m.cluster = cl->name;
-        m.token.data = cl->token;
-        m.token.len = cl->token_len;
-        m.role = RINGCACHE__HELLO__ROLE__PEER;
-        m.node_id = cl->id;
-        m.boot_id = cl->boot_id;
-        m.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
-        if (handoff_send(x->bev, FRAME_HELLO, cl->cluster_id, &m) < 0)
+        if (peer_send_hello(x->bev, x->h->cl) < 0)
             xfer_fail(x, "out of memory");
         return;
     }
@@ -622,45 +569,13 @@ xfer_event_cb(struct bufferevent *bev, short what, void *arg)
     }
 }
 
-/* host:port or [v6]:port -> host and the cluster port (port + 10000). */
-static int
-cluster_addr(const char *addr, char *host, size_t hostlen, int *port)
-{
-    const char *colon = strrchr(addr, ':');
-    const char *h = addr;
-    size_t n;
-    long p;
-
-    if (colon == NULL)
-        return -1;
-    n = (size_t)(colon - addr);
-    if (addr[0] == '[' && n >= 2 && addr[n - 1] == ']') {
-        h = addr + 1;
-        n -= 2;
-    }
-    if (n == 0 || n >= hostlen)
-        return -1;
-    memcpy(host, h, n);
-    host[n] = '\0';
-    p = strtol(colon + 1, NULL, 10);
-    if (p <= 0 || p + CLUSTER_PORT_OFFSET > 65535)
-        return -1;
-    *port = (int)p + CLUSTER_PORT_OFFSET;
-    return 0;
-}
-
 /* Open the peer connection of a transfer and count what it will copy. */
 static void
 xfer_open(struct xfer *x)
 {
-    char host[RING_ADDR_MAX + 1];
-    int port;
+    int rc;
 
-    store_count(x->h->s, arcs_pred, &x->arcs, &x->st.items_total, &x->st.bytes_total);
-    if (cluster_addr(x->addr, host, sizeof(host), &port) < 0) {
-        xfer_fail(x, "bad destination address");
-        return;
-    }
+    store_count(x->h->s, arcset_pred, &x->arcs, &x->st.items_total, &x->st.bytes_total);
     x->bev = bufferevent_socket_new(x->h->base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (x->bev == NULL) {
         xfer_fail(x, "out of memory");
@@ -669,11 +584,11 @@ xfer_open(struct xfer *x)
     bufferevent_setcb(x->bev, xfer_read_cb, NULL, xfer_event_cb, x);
     bufferevent_enable(x->bev, EV_READ | EV_WRITE);
     x->state = XS_CONNECTING;
-    if (bufferevent_socket_connect_hostname(x->bev, NULL, AF_UNSPEC, host, port) < 0) {
-        /* xfer_event_cb may already have failed it. */
-        if (x->state != XS_FAILED)
-            xfer_fail(x, "cannot connect to the destination");
-    }
+    rc = peer_connect(x->bev, x->addr);
+    /* xfer_event_cb may already have failed it. */
+    if (rc < 0 && x->state != XS_FAILED)
+        xfer_fail(x, rc == PEER_EADDR ? "bad destination address"
+                     : "cannot connect to the destination");
 }
 
 /*
@@ -753,12 +668,11 @@ handoff_prepare(struct handoff *h, char *err, size_t errlen)
 
     if (h->tracking || cl->sourcing.n == 0)
         return 0;
-    h->track_arcs.r = malloc((size_t)cl->sourcing.n * sizeof(*h->track_arcs.r));
-    if (h->track_arcs.r == NULL)
-        goto nomem;
-    memcpy(h->track_arcs.r, cl->sourcing.r, (size_t)cl->sourcing.n * sizeof(*cl->sourcing.r));
-    h->track_arcs.n = h->track_arcs.cap = cl->sourcing.n;
-    rc = store_track_start(h->s, arcs_pred, &h->track_arcs);
+    if (arcset_copy(&h->track_arcs, &cl->sourcing) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    rc = store_track_start(h->s, arcset_pred, &h->track_arcs);
     if (rc != 0) {
         snprintf(err, errlen, "cannot start dirty tracking (%s)",
                  rc == STORE_BUSY ? "a session is active" : "out of memory");
@@ -767,10 +681,6 @@ handoff_prepare(struct handoff *h, char *err, size_t errlen)
     }
     h->tracking = true;
     return 0;
-nomem:
-    arcset_clear(&h->track_arcs);
-    snprintf(err, errlen, "out of memory");
-    return -1;
 }
 
 int
@@ -805,13 +715,10 @@ handoff_start_copy(struct handoff *h, uint64_t rate, char *err, size_t errlen)
         snprintf(x->addr, sizeof(x->addr), "%s", d->addr);
         snprintf(x->st.dest, sizeof(x->st.dest), "%s", d->id);
         store_cursor_init(&x->cur);
-        x->arcs.r = malloc((size_t)(d->arcs.n > 0 ? d->arcs.n : 1) * sizeof(*x->arcs.r));
-        if (x->arcs.r == NULL) {
+        if (arcset_copy(&x->arcs, &d->arcs) < 0) {
             xfer_fail(x, "out of memory");
             continue;
         }
-        memcpy(x->arcs.r, d->arcs.r, (size_t)d->arcs.n * sizeof(*d->arcs.r));
-        x->arcs.n = x->arcs.cap = d->arcs.n;
         xfer_open(x);
     }
     pump_schedule(h, 0);

@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 
 #include <event2/buffer.h>
@@ -28,8 +27,8 @@
 #include "proto/frame.h"
 #include "proto/ringcache.pb-c.h"
 #include "server/cluster.h"
-#include "server/handoff.h"
 #include "server/log.h"
+#include "server/peer.h"
 
 #define TIMER_MS        50       /* the heartbeat timer's period */
 #define TICKER_MS       100      /* the ticker thread's beat */
@@ -195,7 +194,7 @@ peer_ping(struct peer *p)
     m.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
     m.seq = ++p->seq;
     p->last_ping_ms = mono_ms();
-    if (handoff_send(p->bev, FRAME_PING, cl->cluster_id, &m) < 0)
+    if (peer_send(p->bev, FRAME_PING, cl->cluster_id, &m) < 0)
         peer_fail(p, "out of memory", false);
 }
 
@@ -239,13 +238,9 @@ peer_frame(struct peer *p, const struct frame *f)
         }
         ringcache__pong__free_unpacked(m, NULL);
     } else if (f->type == FRAME_ERROR) {
-        Ringcache__Error *e = ringcache__error__unpack(NULL, f->length, f->payload);
         char why[128];
 
-        snprintf(why, sizeof(why), "refused: %s",
-                 e != NULL && e->message != NULL ? e->message : "?");
-        if (e != NULL)
-            ringcache__error__free_unpacked(e, NULL);
+        peer_error_text(f, "refused", why, sizeof(why));
         peer_fail(p, why, false);
     } else {
         peer_fail(p, "unexpected frame", false);
@@ -259,29 +254,14 @@ peer_read_cb(struct bufferevent *bev, void *arg)
     struct evbuffer *in = bufferevent_get_input(bev);
 
     while (p->cstate != PC_NONE) {
-        size_t len = evbuffer_get_length(in), used;
-        size_t hl = len < FRAME_HEADER_SIZE ? len : FRAME_HEADER_SIZE;
         struct frame f;
-        uint8_t *b;
-        int rc;
+        size_t used;
+        int rc = peer_read_frame(in, p->h->cl->cluster_id, PONG_MAX, &f, &used);
 
-        if (len == 0)
+        if (rc == FRAME_EAGAIN)
             return;
-        b = evbuffer_pullup(in, (ssize_t)hl);
-        rc = frame_decode(b, hl, p->h->cl->cluster_id, PONG_MAX, &f, &used);
-        if (rc != FRAME_OK && rc != FRAME_EAGAIN) {
+        if (rc != FRAME_OK) {
             peer_fail(p, frame_strerror(rc), false);
-            return;
-        }
-        if (hl < FRAME_HEADER_SIZE)
-            return;
-        used = FRAME_HEADER_SIZE + ((size_t)b[12] << 24 | (size_t)b[13] << 16 |
-                                    (size_t)b[14] << 8 | b[15]);
-        if (len < used)
-            return;
-        b = evbuffer_pullup(in, (ssize_t)used);
-        if (frame_decode(b, used, p->h->cl->cluster_id, PONG_MAX, &f, &used) != FRAME_OK) {
-            peer_fail(p, "bad frame", false);
             return;
         }
         peer_frame(p, &f);
@@ -295,20 +275,10 @@ static void
 peer_event_cb(struct bufferevent *bev, short what, void *arg)
 {
     struct peer *p = arg;
-    struct cluster *cl = p->h->cl;
 
     (void)bev;
     if (what & BEV_EVENT_CONNECTED) {
-        Ringcache__Hello m = RINGCACHE__HELLO__INIT;
-
-        m.cluster = cl->name;
-        m.token.data = cl->token;
-        m.token.len = cl->token_len;
-        m.role = RINGCACHE__HELLO__ROLE__PEER;
-        m.node_id = cl->id;
-        m.boot_id = cl->boot_id;
-        m.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
-        if (handoff_send(p->bev, FRAME_HELLO, cl->cluster_id, &m) < 0)
+        if (peer_send_hello(p->bev, p->h->cl) < 0)
             peer_fail(p, "out of memory", false);
         return;
     }
@@ -325,33 +295,15 @@ peer_event_cb(struct bufferevent *bev, short what, void *arg)
     }
 }
 
-/* Open the heartbeat connection to a peer (cluster port = its client port
- * + CLUSTER_PORT_OFFSET). Numeric addresses only connect without blocking;
- * a host name resolves on this thread. */
+/* Open the heartbeat connection to a peer (server/peer.h). A numeric
+ * address refused at once counts as down at once, like a refusal seen
+ * later by peer_event_cb. */
 static void
-peer_connect(struct peer *p)
+peer_connect_to(struct peer *p)
 {
-    char host[RING_ADDR_MAX + 1], target[RING_ADDR_MAX + 16];
-    struct sockaddr_storage ss;
-    int sslen = sizeof(ss), port;
-    const char *colon = strrchr(p->addr, ':');
-    size_t n;
-    long cp;
+    int rc;
 
     p->attempt_ms = mono_ms();
-    if (colon == NULL || (n = (size_t)(colon - p->addr)) == 0 || n >= sizeof(host)) {
-        peer_fail(p, "bad address", false);
-        return;
-    }
-    memcpy(host, p->addr, n);
-    host[n] = '\0';
-    cp = strtol(colon + 1, NULL, 10);
-    if (cp <= 0 || cp + CLUSTER_PORT_OFFSET > 65535) {
-        peer_fail(p, "bad port", false);
-        return;
-    }
-    port = (int)cp + CLUSTER_PORT_OFFSET;
-    snprintf(target, sizeof(target), "%s:%d", host, port);
     p->bev = bufferevent_socket_new(p->h->base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (p->bev == NULL) {
         peer_fail(p, "out of memory", false);
@@ -360,19 +312,11 @@ peer_connect(struct peer *p)
     bufferevent_setcb(p->bev, peer_read_cb, NULL, peer_event_cb, p);
     bufferevent_enable(p->bev, EV_READ | EV_WRITE);
     p->cstate = PC_CONNECTING;
-    if (evutil_parse_sockaddr_port(target, (struct sockaddr *)&ss, &sslen) == 0) {
-        if (bufferevent_socket_connect(p->bev, (struct sockaddr *)&ss, sslen) < 0 &&
-            p->cstate != PC_NONE)
-            peer_fail(p, "connect failed", true);
-        return;
-    }
-    if (host[0] == '[' && n >= 2) {
-        memmove(host, host + 1, n - 2);
-        host[n - 2] = '\0';
-    }
-    if (bufferevent_socket_connect_hostname(p->bev, NULL, AF_UNSPEC, host, port) < 0 &&
-        p->cstate != PC_NONE)
-        peer_fail(p, "cannot resolve", false);
+    rc = peer_connect(p->bev, p->addr);
+    /* peer_event_cb may already have failed it. */
+    if (rc < 0 && p->cstate != PC_NONE)
+        peer_fail(p, rc == PEER_EADDR ? "bad address" : rc == PEER_ECONNECT ? "connect failed"
+                     : "cannot resolve", rc == PEER_ECONNECT);
 }
 
 /*
@@ -487,7 +431,7 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
         struct peer *p = &h->peers[i];
 
         if (p->cstate == PC_NONE && now >= p->attempt_ms + HEALTH_PING_MS)
-            peer_connect(p);
+            peer_connect_to(p);
         else if (p->cstate == PC_CONNECTING && now >= p->attempt_ms + CONNECT_MS)
             peer_fail(p, "no answer to connect/Hello", false);
         else if (p->cstate == PC_READY && now >= p->last_ping_ms + HEALTH_PING_MS)
@@ -605,7 +549,7 @@ health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
         r.saw_you_down = (__atomic_load_n(&cl->live.skipped[idx / 64], __ATOMIC_RELAXED) >>
                           (idx % 64) & 1) != 0;
     ringcache__ping__free_unpacked(m, NULL);
-    rc = handoff_send(bev, FRAME_PONG, cl->cluster_id, &r);
+    rc = peer_send(bev, FRAME_PONG, cl->cluster_id, &r);
     return rc < 0 ? -1 : 0;
 }
 
