@@ -119,6 +119,7 @@ cpc_close_after_write(struct cp_conn *c)
         cpc_free(c);
 }
 
+/* Output drained: a connection closing after its last frame goes now. */
 static void
 conn_write_cb(struct bufferevent *bev, void *arg)
 {
@@ -129,6 +130,7 @@ conn_write_cb(struct bufferevent *bev, void *arg)
         cpc_free(c);
 }
 
+/* EOF or a socket error: free the connection (a Fence waiter is cancelled). */
 static void
 conn_event_cb(struct bufferevent *bev, short what, void *arg)
 {
@@ -137,6 +139,7 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
         cpc_free(arg);
 }
 
+/* Queue one frame; out of memory closes the connection after the write. */
 static void
 send_msg(struct cp_conn *c, enum frame_type type, const void *msg)
 {
@@ -170,6 +173,8 @@ send_error(struct cp_conn *c, const char *fmt, ...)
  * Status and replies
  */
 
+/* Store predicate (arg: the cluster): a key the active epoch does not give
+ * this node and that it does not import either. */
 static bool
 orphan_pred(uint64_t hash, void *arg)
 {
@@ -178,6 +183,7 @@ orphan_pred(uint64_t hash, void *arg)
     return !cluster_owned_active(cl, hash) && !arcset_has(&cl->importing, hash);
 }
 
+/* Monotonic milliseconds (Status counters and fence timing). */
 static uint64_t
 mono_ms(void)
 {
@@ -244,6 +250,8 @@ send_status_reply(struct cp_conn *c, Ringcache__AdminReply *r, Ringcache__NodeSt
     free(hp);
 }
 
+/* Answer an admin request: ok or err, with the node's whole NodeStatus
+ * (store, transfers, imports, orphans, health). Cluster thread. */
 static void
 send_reply(struct cp_conn *c, bool ok, const char *err)
 {
@@ -334,6 +342,7 @@ cleanup_cb(evutil_socket_t fd, short what, void *arg)
     evtimer_add(cp->cleanup_ev, &tv);
 }
 
+/* Start (or restart from the beginning) the background CLEANUP. */
 static void
 cleanup_start(struct cport *cp)
 {
@@ -367,6 +376,8 @@ unpack_members(const Ringcache__Membership *pm, char *err, size_t errlen)
     return m;
 }
 
+/* PREPARE: install the pending membership, purge leftovers of the arcs
+ * to import, start dirty tracking as a source, then reply. */
 static void
 do_prepare(struct cp_conn *c, const Ringcache__Prepare *p)
 {
@@ -406,6 +417,7 @@ do_prepare(struct cp_conn *c, const Ringcache__Prepare *p)
     send_reply(c, true, NULL);
 }
 
+/* A pending transition with this token; else reply the error and false. */
 static bool
 token_check(struct cp_conn *c, const ProtobufCBinaryData *tok)
 {
@@ -422,6 +434,7 @@ token_check(struct cp_conn *c, const ProtobufCBinaryData *tok)
     return true;
 }
 
+/* COPY: enter the copying phase and start (or re-rate) the streams. */
 static void
 do_start_copy(struct cp_conn *c, const Ringcache__StartCopy *p)
 {
@@ -463,6 +476,8 @@ fence_done(void *arg, const char *err)
     }
 }
 
+/* FENCE: publish the fence view, then reply once the handoff drained
+ * (fence_done); the connection reads nothing until then. */
 static void
 do_fence(struct cp_conn *c, const Ringcache__Fence *p)
 {
@@ -489,6 +504,8 @@ do_fence(struct cp_conn *c, const Ringcache__Fence *p)
     handoff_fence(cp->ho, fence_done, cp);
 }
 
+/* COMMIT: activate the pending epoch, close the streams, start CLEANUP.
+ * A repeated commit only replies. */
 static void
 do_commit(struct cp_conn *c, const Ringcache__Commit *p)
 {
@@ -518,6 +535,8 @@ do_commit(struct cp_conn *c, const Ringcache__Commit *p)
     send_reply(c, true, NULL);
 }
 
+/* ABORT: stop the streams, fail a waiting Fence, end the incoming
+ * streams, drop what was imported and forget the pending epoch. */
 static void
 do_abort(struct cp_conn *c, const Ringcache__Abort *p)
 {
@@ -561,6 +580,7 @@ do_abort(struct cp_conn *c, const Ringcache__Abort *p)
     send_reply(c, true, NULL);
 }
 
+/* One AdminRequest frame on an ADMIN connection: decode and run it. */
 static void
 admin_request(struct cp_conn *c, const struct frame *f)
 {
@@ -601,6 +621,8 @@ admin_request(struct cp_conn *c, const struct frame *f)
  * Frames
  */
 
+/* The first frame of a connection: check cluster, token and role, make
+ * it an ADMIN or PEER connection and answer with our Hello. */
 static void
 hello(struct cp_conn *c, const struct frame *f)
 {
@@ -645,6 +667,8 @@ out:
     ringcache__hello__free_unpacked(m, NULL);
 }
 
+/* A HandoffBatch on a PEER connection: import it and ack (with the
+ * store's refusal, if any); a lying peer gets an Error and is closed. */
 static void
 peer_batch(struct cp_conn *c, const struct frame *f)
 {
@@ -664,6 +688,8 @@ peer_batch(struct cp_conn *c, const struct frame *f)
     send_msg(c, FRAME_HANDOFF_ACK, &a);
 }
 
+/* Route one frame by the connection's state; anything unexpected is an
+ * Error and a close. */
 static void
 dispatch(struct cp_conn *c, const struct frame *f)
 {
@@ -726,6 +752,8 @@ conn_read_cb(struct bufferevent *bev, void *arg)
  * Listener and thread
  */
 
+/* Accept every pending connection (beyond CPORT_CONNS_MAX they are
+ * closed at once); each starts waiting for its Hello. */
 static void
 accept_cb(evutil_socket_t lfd, short what, void *arg)
 {
@@ -769,6 +797,7 @@ accept_cb(evutil_socket_t lfd, short what, void *arg)
     }
 }
 
+/* cport_free wrote to the stop pipe: leave the event loop. */
 static void
 stop_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -779,6 +808,7 @@ stop_cb(evutil_socket_t fd, short what, void *arg)
     event_base_loopbreak(cp->base);
 }
 
+/* The cluster thread: runs the cluster base until stop_cb. */
 static void *
 cport_main(void *arg)
 {
@@ -788,6 +818,7 @@ cport_main(void *arg)
     return NULL;
 }
 
+/* See cport.h. */
 struct cport *
 cport_new(struct server *srv, struct cluster *cl, const char *listen_addr, int port)
 {
@@ -817,6 +848,8 @@ fail:
     return NULL;
 }
 
+/* Bind and listen on the first address of cp->addr:port that works.
+ * 0, or -1 (logged). */
 static int
 cport_listen(struct cport *cp)
 {
@@ -857,6 +890,7 @@ cport_listen(struct cport *cp)
     return 0;
 }
 
+/* See cport.h. SIGTERM and SIGINT stay with the main thread. */
 int
 cport_start(struct cport *cp)
 {
@@ -892,6 +926,7 @@ cport_start(struct cport *cp)
     return 0;
 }
 
+/* See cport.h. */
 void
 cport_free(struct cport *cp)
 {

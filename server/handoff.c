@@ -96,6 +96,7 @@ struct handoff_in {
 
 static void pump_schedule(struct handoff *h, uint64_t ms);
 
+/* Monotonic milliseconds (rate limit, fence timing). */
 static uint64_t
 now_ms(void)
 {
@@ -155,6 +156,8 @@ set_background(struct handoff *h, bool bg)
  * Source: batches
  */
 
+/* Fail a transfer once: log, keep why for Status, close its connection.
+ * A waiting fence learns it on the next pump. */
 static void
 xfer_fail(struct xfer *x, const char *why)
 {
@@ -289,6 +292,7 @@ add_item(struct xfer *x, struct store_item *it, int64_t ttl)
     }
 }
 
+/* A deleted (or expired) dirty key. */
 static void
 add_tombstone(struct xfer *x, const char *key, size_t nkey)
 {
@@ -336,6 +340,7 @@ drain_cb(const char *key, size_t nkey, uint64_t hash, struct store_item *it, voi
  * Source: the pump (walk, then drain), the window and the rate limit
  */
 
+/* Add the tokens the rate allows since the last refill. */
 static void
 refill(struct handoff *h)
 {
@@ -406,6 +411,9 @@ fence_check(struct handoff *h)
     fn(h->fence_arg, why);
 }
 
+/* The pump: walk each stream's arcs within its window and the rate,
+ * then drain dirty keys to every stream, check the fence, and schedule
+ * the next run (at once, after the rate's debt, or to poll). */
 static void
 pump_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -467,6 +475,7 @@ pump_cb(evutil_socket_t fd, short what, void *arg)
         pump_schedule(h, h->fence_fn != NULL ? 1 : POLL_MS);
 }
 
+/* Run the pump in ms (0: as soon as possible, replacing a later run). */
 static void
 pump_schedule(struct handoff *h, uint64_t ms)
 {
@@ -524,6 +533,7 @@ xfer_frame(struct xfer *x, const struct frame *f)
     }
 }
 
+/* Every whole frame from the destination; a bad one fails the transfer. */
 static void
 xfer_read_cb(struct bufferevent *bev, void *arg)
 {
@@ -548,6 +558,7 @@ xfer_read_cb(struct bufferevent *bev, void *arg)
     }
 }
 
+/* Connected: send Hello. Closed or failed: fail the transfer. */
 static void
 xfer_event_cb(struct bufferevent *bev, short what, void *arg)
 {
@@ -595,6 +606,7 @@ xfer_open(struct xfer *x)
  * Source: the API
  */
 
+/* See handoff.h. */
 struct handoff *
 handoff_new(struct cluster *cl, struct store *s, struct event_base *base)
 {
@@ -632,6 +644,7 @@ xfers_clear(struct handoff *h)
     h->nx = 0;
 }
 
+/* See handoff.h. The thread gets its priority back first. */
 void
 handoff_stop(struct handoff *h)
 {
@@ -648,6 +661,7 @@ handoff_stop(struct handoff *h)
     h->fence_fn = NULL;
 }
 
+/* See handoff.h. */
 void
 handoff_free(struct handoff *h)
 {
@@ -683,6 +697,8 @@ handoff_prepare(struct handoff *h, char *err, size_t errlen)
     return 0;
 }
 
+/* See handoff.h. One transfer per destination of the pending
+ * transition, each with its own copy of the arcs. */
 int
 handoff_start_copy(struct handoff *h, uint64_t rate, char *err, size_t errlen)
 {
@@ -725,6 +741,7 @@ handoff_start_copy(struct handoff *h, uint64_t rate, char *err, size_t errlen)
     return 0;
 }
 
+/* See handoff.h. A node that sources nothing is done at once. */
 void
 handoff_fence(struct handoff *h, handoff_done_fn fn, void *arg)
 {
@@ -750,12 +767,14 @@ handoff_fence(struct handoff *h, handoff_done_fn fn, void *arg)
     pump_schedule(h, 0);
 }
 
+/* See handoff.h. */
 void
 handoff_fence_cancel(struct handoff *h)
 {
     h->fence_fn = NULL;
 }
 
+/* See handoff.h. */
 size_t
 handoff_status(struct handoff *h, struct handoff_xfer *out, size_t max)
 {
@@ -768,6 +787,7 @@ handoff_status(struct handoff *h, struct handoff_xfer *out, size_t max)
     return h->nx;
 }
 
+/* See handoff.h. */
 void
 handoff_imported(const struct handoff *h, uint64_t *items, uint64_t *bytes)
 {
@@ -775,6 +795,7 @@ handoff_imported(const struct handoff *h, uint64_t *items, uint64_t *bytes)
     *bytes = __atomic_load_n(&h->cl->ctr.bytes_imported, __ATOMIC_RELAXED);
 }
 
+/* See handoff.h. */
 void
 handoff_imported_reset(struct handoff *h)
 {
@@ -786,6 +807,7 @@ handoff_imported_reset(struct handoff *h)
  * Destination
  */
 
+/* See handoff.h. */
 struct handoff_in *
 handoff_in_new(struct handoff *h)
 {
@@ -796,6 +818,7 @@ handoff_in_new(struct handoff *h)
     return in;
 }
 
+/* Forget a value being assembled from chunks (our reference goes). */
 static void
 in_drop_chunk(struct handoff_in *in)
 {
@@ -806,6 +829,7 @@ in_drop_chunk(struct handoff_in *in)
     in->got = 0;
 }
 
+/* See handoff.h. */
 void
 handoff_in_free(struct handoff_in *in)
 {
@@ -899,6 +923,8 @@ in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, s
     return 0;
 }
 
+/* See handoff.h. Evictions caused by the imports fail the batch: the
+ * destination would otherwise lose live keys to make room silently. */
 int
 handoff_in_batch(struct handoff_in *in, const uint8_t *payload, size_t len,
                  uint64_t *seq, char *err, size_t errlen)

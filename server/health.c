@@ -86,6 +86,7 @@ mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* See health.h. */
 const char *
 health_state_name(enum peer_health s)
 {
@@ -161,6 +162,7 @@ learn_epoch(struct health *h, const char *from, uint64_t e)
  * Peer connections
  */
 
+/* Close a peer's connection (if any); it reconnects on a later tick. */
 static void
 peer_close(struct peer *p)
 {
@@ -184,6 +186,7 @@ peer_fail(struct peer *p, const char *why, bool outright)
         p->settled = true;
 }
 
+/* Send a Ping with our active epoch and the next sequence number. */
 static void
 peer_ping(struct peer *p)
 {
@@ -198,6 +201,9 @@ peer_ping(struct peer *p)
         peer_fail(p, "out of memory", false);
 }
 
+/* A frame on a heartbeat connection: the HelloReply (then ping), a
+ * Pong (the peer is up; what it tells about epochs and our absence), or
+ * an Error. */
 static void
 peer_frame(struct peer *p, const struct frame *f)
 {
@@ -247,6 +253,7 @@ peer_frame(struct peer *p, const struct frame *f)
     }
 }
 
+/* Every whole frame buffered; a bad one fails the connection. */
 static void
 peer_read_cb(struct bufferevent *bev, void *arg)
 {
@@ -271,6 +278,7 @@ peer_read_cb(struct bufferevent *bev, void *arg)
     }
 }
 
+/* Connected: send Hello. Closed or failed: fail the connection. */
 static void
 peer_event_cb(struct bufferevent *bev, short what, void *arg)
 {
@@ -323,6 +331,7 @@ peer_connect_to(struct peer *p)
  * The table of peers and the timer
  */
 
+/* Close every peer connection and empty the table. */
 static void
 table_free(struct health *h)
 {
@@ -396,6 +405,9 @@ peer_state(const struct peer *p, uint64_t now)
     return PEER_DOWN;
 }
 
+/* Every TIMER_MS: follow the active epoch, start a round after a stall,
+ * (re)connect, time out and ping peers, and publish the down mask and
+ * the end of the round to the workers. */
 static void
 timer_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -457,6 +469,7 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
  * API
  */
 
+/* See health.h. */
 struct health *
 health_new(struct cluster *cl, struct event_base *base)
 {
@@ -474,6 +487,8 @@ health_new(struct cluster *cl, struct event_base *base)
     return h;
 }
 
+/* See health.h. The ticker blocks every signal: SIGCONT goes to another
+ * thread and its handler stays the backstop. */
 int
 health_start(struct health *h)
 {
@@ -506,6 +521,7 @@ health_start(struct health *h)
     return 0;
 }
 
+/* See health.h. */
 void
 health_free(struct health *h)
 {
@@ -526,6 +542,8 @@ health_free(struct health *h)
     free(h);
 }
 
+/* See health.h. The Pong says whether we took over the pinger's writes
+ * while it was down (saw_you_down), which makes it recover. */
 int
 health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
 {
@@ -553,6 +571,7 @@ health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
     return rc < 0 ? -1 : 0;
 }
 
+/* See health.h. */
 size_t
 health_status(struct health *h, struct health_peer *out, size_t max)
 {
