@@ -1674,6 +1674,8 @@ static int
 make_new(struct admin *a, bool join, const char *id, const char *addr, uint32_t weight,
          const char *zone)
 {
+    uint32_t i;
+
     a->new = ring_members_dup(a->old);
     if (a->new == NULL) {
         ctl_error("out of memory");
@@ -1684,6 +1686,16 @@ make_new(struct admin *a, bool join, const char *id, const char *addr, uint32_t 
         if (ring_members_find(a->old, id) >= 0) {
             ctl_error("join: %s is already a member of epoch %" PRIu64, id, a->old->epoch);
             return EX_USAGE;
+        }
+        /* Two members at one address: the node there answers as itself,
+         * so the joiner's ranges would be copied to the wrong node and
+         * the copy refused mid-transition. Refuse it before the store. */
+        for (i = 0; i < a->old->n_nodes; i++) {
+            if (strcmp(a->old->nodes[i].addr, addr) == 0) {
+                ctl_error("join: %s is already the address of %s in epoch %" PRIu64, addr,
+                          a->old->nodes[i].id, a->old->epoch);
+                return EX_USAGE;
+            }
         }
         if (ring_members_add(a->new, id, addr, weight, zone) != RING_OK) {
             ctl_error("join: invalid node '%s' '%s' (id [A-Za-z0-9._:-]{1,64}, "
@@ -1933,8 +1945,9 @@ ctl_remove(struct ctl_globals *g, int argc, char **argv)
     bool failed = false, force = false;
     int c;
 
+    /* No "+": options may follow the operands (remove --failed ID --force). */
     optind = 0;
-    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'f': failed = true; break;
         case 'F': force = true; break;
@@ -2032,8 +2045,9 @@ ctl_repair(struct ctl_globals *g, int argc, char **argv)
     bool force = false;
     int c;
 
+    /* No "+": options may follow the operands (repair ID --force). */
     optind = 0;
-    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'F': force = true; break;
         case 'r':

@@ -143,6 +143,35 @@ widest(char **s, int n, int floor)
     return w;
 }
 
+/* Why a read missed, for its stderr line: the library reports a key whose
+ * every owner is down as a plain miss (ringcache.h), which would hide a
+ * dead cluster from a person. Returns "not found", or a sentence naming
+ * the first owner when every owner of the key is marked down. buf holds
+ * the sentence. */
+static const char *
+miss_reason(struct ringcache *rc, const char *key, int code, char *buf, size_t len)
+{
+    size_t owners[8];
+    int i, n;
+
+    if (code != RINGCACHE_ENOTFOUND) {
+        return ringcache_strerror(code);
+    }
+    n = ringcache_locate(rc, key, strlen(key), owners, 8);
+    if (n <= 0) {
+        return ringcache_strerror(code);
+    }
+    for (i = 0; i < n; i++) {
+        if (!ringcache_node_is_down(rc, owners[i])) {
+            return ringcache_strerror(code);
+        }
+    }
+    snprintf(buf, len, "not read: every owner is down or unreachable (%s at %s%s)",
+             ringcache_node_id(rc, owners[0]), ringcache_node_addr(rc, owners[0]),
+             n > 1 ? ", ..." : "");
+    return buf;
+}
+
 int
 ctl_get(struct ctl_globals *g, int argc, char **argv)
 {
@@ -158,7 +187,9 @@ ctl_get(struct ctl_globals *g, int argc, char **argv)
     for (i = first; i < argc; i++) {
         ret = ringcache_get(rc, argv[i], strlen(argv[i]), &v);
         if (ret != 0) {
-            ctl_error("%s: %s", argv[i], ringcache_strerror(ret));
+            char why[512];
+
+            ctl_error("%s: %s", argv[i], miss_reason(rc, argv[i], ret, why, sizeof(why)));
             status = ret == RINGCACHE_EKEY ? 2 : 1;
             continue;
         }
@@ -320,7 +351,14 @@ mget_print(struct ringcache *rc, char **keys, size_t n, struct mget_out *o,
         const char *id = o->node[i] >= 0 ? ringcache_node_id(rc, (size_t)o->node[i]) : "-";
 
         if (o->status[i] != 0) {
-            ctl_error("%s: %s (%s)", keys[i], ringcache_strerror(o->status[i]), id);
+            char why[512];
+
+            if (o->node[i] < 0) {
+                ctl_error("%s: %s", keys[i],
+                          miss_reason(rc, keys[i], o->status[i], why, sizeof(why)));
+            } else {
+                ctl_error("%s: %s (%s)", keys[i], ringcache_strerror(o->status[i]), id);
+            }
             misses++;
             continue;
         }

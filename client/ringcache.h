@@ -145,7 +145,7 @@ int ringcache_new_members_text(struct ringcache **out, const char *text,
  * returns one with a non-zero epoch gives the ring. When none has one
  * (plain nodes, epoch 0, or seeds that do not answer), the seeds are the
  * membership: each node's id is its address (brackets dropped), weight 1,
- * 160 vnodes, R = 1, epoch 0; a membership published later is learned by
+ * the default vnodes (320, docs/vnodes.md), R = 1, epoch 0; a membership published later is learned by
  * the poll. Creation waits at most connect + op timeout per seed asked.
  * Returns as ringcache_new_members_file.
  */

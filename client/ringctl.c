@@ -15,28 +15,45 @@
 struct ctl_command {
     const char *name;
     int (*fn)(struct ctl_globals *g, int argc, char **argv);
-    const char *usage;
+    const char *synopsis;           /* after "ringctl [GLOBAL OPTIONS] " */
+    const char *what;               /* one line; NULL: synopsis only */
+    const char *section;            /* non-NULL starts a group in the usage */
 };
 
 static const struct ctl_command commands[] = {
-    { "locate", ctl_locate, "locate --members FILE [--replicas R] [KEY...]   preference list per key" },
-    { "ring",   ctl_ring,   "ring --members FILE                             points and share per node" },
-    { "plan",   ctl_admin_plan, "plan --from A.members --to B.members           what a change moves" },
-    { "get",    ctl_get,    "get KEY...                                      read keys" },
-    { "set",    ctl_set,    "set KEY VALUE [--ttl S] [--flags F]             write a key" },
-    { "delete", ctl_delete, "delete KEY...                                   delete keys" },
-    { "mget",   ctl_mget,   "mget                                            read keys from stdin" },
-    { "stats",  ctl_stats,  "stats                                           every node's stats side by side" },
-    { "init",   ctl_init,   "init --members FILE                             store epoch 1, commit it to the nodes" },
-    { "status", ctl_status, "status                                          store epoch, pending, every node's state" },
-    { "plan ",  NULL,       "plan join ID ADDR [--weight W] [--zone Z] | plan leave ID   dry run (needs --store)" },
-    { "join",   ctl_join,   "join ID ADDR [--weight W] [--zone Z] [--rate MIB_PER_S]   add a node" },
-    { "leave",  ctl_leave,  "leave ID [--rate MIB_PER_S]                     remove a node" },
-    { "abort",  ctl_abort,  "abort                                           abort the pending transition" },
-    { "resume", ctl_resume, "resume                                          finish the pending transition" },
-    { "remove", ctl_remove, "remove --failed ID [--force] [--rate MIB_PER_S]  drop a dead node; copies come from its replicas" },
-    { "repair", ctl_repair, "repair ID [ADDR] [--force] [--rate MIB_PER_S]   remove --failed a dead/restarted node, then join it again" },
-    { "watch",  ctl_watch,  "watch [--down-after S] [--interval S] [--once]  remove (repair) members down (restarted) for S s" },
+    { "locate", ctl_locate, "locate --members FILE [--replicas R] [KEY...]",
+      "preference list per key (keys from stdin when none given)",
+      "placement, computed from membership files (no node contacted):" },
+    { "ring",   ctl_ring,   "ring --members FILE", "points and keyspace share per node", NULL },
+    { "plan",   ctl_admin_plan, "plan --from A.members --to B.members",
+      "what changes owner between two memberships", NULL },
+    { "get",    ctl_get,    "get KEY...", "read keys",
+      "data (--members FILE or --seeds H:P,... before the command):" },
+    { "set",    ctl_set,    "set KEY VALUE [--ttl S] [--flags F]", "write a key; prints its owner",
+      NULL },
+    { "delete", ctl_delete, "delete KEY...", "delete keys", NULL },
+    { "mget",   ctl_mget,   "mget < KEYS", "read keys from stdin (one a line), one request per node",
+      NULL },
+    { "stats",  ctl_stats,  "stats", "every node's stats side by side", NULL },
+    { "init",   ctl_init,   "init --members FILE",
+      "store FILE as epoch 1 and send it to the nodes",
+      "cluster (--store DIR --token-file FILE before the command):" },
+    { "status", ctl_status, "status", "store epoch, pending transition, every node's state", NULL },
+    { "plan ",  NULL,       "plan join ID ADDR [--weight W] [--zone Z] | plan leave ID",
+      "dry run of a join or leave: shares and what would move", NULL },
+    { "join",   ctl_join,   "join ID ADDR [--weight W] [--zone Z] [--rate MIB_PER_S]",
+      "add a node: copy its ranges, fence, commit epoch N+1", NULL },
+    { "leave",  ctl_leave,  "leave ID [--rate MIB_PER_S]",
+      "remove a live node: copy its ranges away, fence, commit", NULL },
+    { "abort",  ctl_abort,  "abort", "abort the pending (uncommitted) transition", NULL },
+    { "resume", ctl_resume, "resume", "finish the pending transition, or re-send the active epoch",
+      NULL },
+    { "remove", ctl_remove, "remove --failed ID [--force] [--rate MIB_PER_S]",
+      "drop a dead node; its ranges are copied from the other replicas", NULL },
+    { "repair", ctl_repair, "repair ID [ADDR] [--force] [--rate MIB_PER_S]",
+      "remove --failed a dead or restarted node, then join it again (empty)", NULL },
+    { "watch",  ctl_watch,  "watch [--down-after S] [--interval S] [--force] [--once]",
+      "remove (repair) members down (restarted empty) for S seconds", NULL },
 };
 
 static void
@@ -44,22 +61,26 @@ usage(FILE *out)
 {
     size_t i;
 
-    fprintf(out, "usage: ringctl [--members FILE | --seeds H:P,...] [--store DIR --token-file FILE [--cluster NAME]]\n"
-                 "               [--human] [--timeout MS] COMMAND [ARGS]\n\n");
-    fprintf(out, "commands:\n");
+    fprintf(out, "usage: ringctl [GLOBAL OPTIONS] COMMAND [ARGS]\n"
+                 "       ringctl COMMAND --help     (one command's usage)\n");
     for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
-        fprintf(out, "  %s\n", commands[i].usage);
+        if (commands[i].section != NULL) {
+            fprintf(out, "\n%s\n", commands[i].section);
+        }
+        fprintf(out, "  %s\n      %s\n", commands[i].synopsis, commands[i].what);
     }
-    fprintf(out, "\nglobal options:\n"
+    fprintf(out, "\nglobal options (before COMMAND):\n"
             "  --members FILE     membership file (*.members)\n"
             "  --seeds H:P,...    data commands: ask these nodes for the membership\n"
-            "  --token-file FILE  admin token for the cluster port\n"
             "  --store DIR        membership store (a directory on the admin host)\n"
-            "  --cluster NAME     cluster name (default ringcache)\n"
+            "  --token-file FILE  admin token (its first line) for the nodes' cluster port\n"
+            "  --cluster NAME     cluster name (default ringcache); must match the nodes'\n"
             "  --human            aligned output for people (default: TSV)\n"
             "  --timeout MS       per-operation timeout (default 1000)\n"
             "  -h, --help         this text\n"
-            "  -V, --version      print the version\n");
+            "  -V, --version      print the version\n"
+            "\nexit status: 0 ok, 1 an operation failed or a key was missing, 2 bad usage or\n"
+            "input, 3 another transition is pending. See ringctl(1).\n");
 }
 
 void
@@ -135,6 +156,8 @@ main(int argc, char **argv)
     };
     struct ctl_globals g = { .timeout_ms = 1000, .cluster = "ringcache" };
     size_t i;
+    long timeout;
+    char *end;
     int c;
 
     /* '+': stop at the subcommand; it parses its own options. */
@@ -153,11 +176,14 @@ main(int argc, char **argv)
             g.cluster = optarg;
             break;
         case 't':
-            g.timeout_ms = atoi(optarg);
-            if (g.timeout_ms <= 0) {
-                ctl_error("--timeout: expected a positive number of milliseconds");
+            errno = 0;
+            timeout = strtol(optarg, &end, 10);
+            if (errno != 0 || end == optarg || *end != '\0' || timeout <= 0
+                || timeout > 3600000) {
+                ctl_error("--timeout: expected milliseconds 1..3600000, got '%s'", optarg);
                 return 2;
             }
+            g.timeout_ms = (int)timeout;
             break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("ringctl %s\n", PACKAGE_VERSION); return 0;
@@ -170,11 +196,18 @@ main(int argc, char **argv)
     }
     for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (commands[i].fn != NULL && strcmp(argv[optind], commands[i].name) == 0) {
-            /* The subcommand sees argv[0] = its name, and getopt restarts. */
+            /* The subcommand sees argv[0] = "ringctl NAME" (getopt's own
+             * messages start with it). optind 0 makes glibc's getopt start
+             * over, so the subcommand's own optstring decides whether its
+             * options may follow its operands (not this parse's "+"). */
+            static char self[64];
+
+            snprintf(self, sizeof(self), "ringctl %s", commands[i].name);
             optind++;
             argc -= optind - 1;
             argv += optind - 1;
-            optind = 1;
+            argv[0] = self;
+            optind = 0;
             return commands[i].fn(&g, argc, argv);
         }
     }

@@ -322,6 +322,25 @@ conn_hold_add(struct conn *c, struct out_chunk *h, const void *data, size_t len)
     }
 }
 
+/* Drop the chunks between two holds; see conn.h. */
+void
+conn_hold_drop_until(struct conn *c, struct out_chunk *h, struct out_chunk *e)
+{
+    struct out_chunk *ch = h->next;
+
+    while (ch != NULL && ch != e) {
+        struct out_chunk *next = ch->next;
+
+        c->out_bytes -= ch->len - ch->off;
+        chunk_free(c, ch);
+        ch = next;
+    }
+    h->next = ch;
+    h->ins = h;
+    if (ch == NULL)
+        c->out_tail = h;
+}
+
 /* A hold is complete: let writes pass it and wake the connection. */
 void
 conn_hold_done(struct conn *c, struct out_chunk *h)

@@ -23,6 +23,7 @@
 
 struct worker;
 struct event;
+struct repl_op;
 
 #define CONN_RBUF_SIZE     16384u            /* default read buffer */
 #define CONN_LINE_MAX      (4u << 20)        /* longest get line we buffer */
@@ -101,6 +102,7 @@ struct conn {
     uint64_t           fwd_epoch;
     char               fwd_addr[256];
     uint32_t           nholds;          /* holds not yet done */
+    struct repl_op    *repl_gat;        /* a replicated gat being served (replicate.c) */
 
     /* Output. */
     struct out_chunk  *out_head, *out_tail;
@@ -153,6 +155,11 @@ void conn_hold_add(struct conn *c, struct out_chunk *h, const void *data, size_t
  * insertions; conn_hold_commit the bytes used. */
 char *conn_hold_reserve(struct conn *c, struct out_chunk *h, size_t n);
 void conn_hold_commit(struct conn *c, struct out_chunk *h, size_t n);
+
+/* Drop every chunk queued after hold h (and its insertions) up to, not
+ * including, chunk e: a reply held whole and replaced (a replicated gat
+ * whose replica failed). Dropped unfilled holds tell their owners. */
+void conn_hold_drop_until(struct conn *c, struct out_chunk *h, struct out_chunk *e);
 
 /* Hold h is complete: writes may pass it; the connection is woken to
  * write and to resume parsing. */

@@ -418,7 +418,7 @@ get_continue(struct conn *c)
             p++;
         if (p == end)
             break;
-        if (c->out_bytes >= CONN_OUT_SOFT_CAP) {
+        if (c->out_bytes >= CONN_OUT_SOFT_CAP && c->repl_gat == NULL) {
             c->get_pos = (uint32_t)(p - c->rbuf);
             return PROTO_PAUSE;
         }
@@ -446,8 +446,17 @@ get_continue(struct conn *c)
             }
         }
         if (c->get_touch) {
+            uint64_t hash = key_hash(key, nkey);
+            bool repl = c->repl_gat != NULL && replicate_wanted(c, hash);
+
             STATS_ADD(ts, cmd_touch, 1);
-            it = store_get_touch(s, key, nkey, key_hash(key, nkey), c->get_exptime);
+            if (repl)
+                replicate_lock(hash);
+            it = store_get_touch(s, key, nkey, hash, c->get_exptime);
+            if (it != NULL && repl)
+                replicate_gat_key(c, it);
+            if (repl)
+                replicate_unlock(hash);
             if (it != NULL)
                 STATS_ADD(ts, touch_hits, 1);
             else
@@ -463,6 +472,8 @@ get_continue(struct conn *c)
             emit_value(c, it, c->get_cas);
     }
     conn_out_add(c, "END\r\n", 5);
+    if (c->repl_gat != NULL)
+        replicate_gat_end(c);
     c->pstate = CONN_PS_CMD;
     return PROTO_MORE;
 }
@@ -595,6 +606,14 @@ process_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *ex
      * MOVED for a declared connection, TRYAGAIN for a fenced key. */
     if (worst != CLUSTER_LOCAL) {
         reply_route(c, v, worst, worst_owner);
+        return PROTO_MORE;
+    }
+    /* gat/gats at the key's primary with replicas: the new expiries are
+     * replicated and the whole reply is held for the acks (replicate.h);
+     * its first hold goes before any forwarded part. */
+    if (touch && nlocal > 0 && v != NULL && v->replicas >= 2 && v->self >= 0 &&
+        replicate_gat_begin(c) < 0) {
+        REPLY(c, "SERVER_ERROR out of memory");
         return PROTO_MORE;
     }
     if (nowners > 0) {

@@ -8,6 +8,7 @@
 #include "server/replicate.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,16 +28,53 @@ static pthread_mutex_t key_locks[KEY_LOCKS] = {
     [0 ... KEY_LOCKS - 1] = PTHREAD_MUTEX_INITIALIZER
 };
 
-/* One write waiting for its replicas. */
-struct repl_op {
-    struct conn      *c;         /* NULL: noreply, or the client closed */
-    struct out_chunk *hold;
-    struct cluster   *cl;
-    uint32_t          pending;   /* acks still to come */
-    uint32_t          failed;
-    size_t            len;
-    char              reply[];   /* the reply once every replica acked */
+#define OP_REPLY_MAX 48    /* longest held reply (an incr value is 22) */
+#define OP_POOL_MAX  256   /* free ops a worker keeps */
+
+struct repl_op;
+
+/* One replica's share of an op. */
+struct repl_call {
+    struct repl_op *op;
+    uint32_t        idx;       /* the replica's index in epoch `epoch` */
+    uint64_t        epoch;
 };
+
+/* One write waiting for its replicas (pooled per worker: ops are made and
+ * finished on the worker that sent them). */
+struct repl_op {
+    struct repl_op   *next;      /* the worker's free list */
+    struct worker    *w;
+    struct conn      *c;         /* NULL: noreply, or the client closed */
+    struct out_chunk *hold;      /* the reply goes here */
+    struct out_chunk *end;       /* gat: closes the reply held whole */
+    struct repl_op   *parent;    /* gat: one key's op reports to the command's */
+    struct cluster   *cl;
+    uint32_t          pending;   /* acks (or keys) still to come */
+    uint32_t          failed;
+    bool              open;      /* gat: keys may still be added */
+    uint32_t          ncalls, capcalls;
+    struct repl_call *calls;     /* calls_in unless more were needed */
+    struct repl_call  calls_in[CLUSTER_OWNERS_MAX];
+    uint32_t          len;
+    char              reply[OP_REPLY_MAX];   /* the reply once every replica acked */
+};
+
+/* Decimal digits of v at p; returns the end. */
+static char *
+fmt_u64(char *p, uint64_t v)
+{
+    char tmp[20];
+    int n = 0;
+
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (n > 0)
+        *p++ = tmp[--n];
+    return p;
+}
 
 /* Lock stripe of a hash (its high bits: the low ones pick store stripes). */
 static pthread_mutex_t *
@@ -72,7 +110,71 @@ replicate_wanted(const struct conn *c, uint64_t hash)
     return cluster_view_acting(v, hash) == (uint32_t)v->self;
 }
 
-/* The client's connection closed: the op finishes without a reply. */
+/* A free op from w's pool (or the heap), reset; NULL on ENOMEM. */
+static struct repl_op *
+op_take(struct worker *w)
+{
+    struct repl_op *op = w->repl_pool;
+
+    if (op != NULL) {
+        w->repl_pool = op->next;
+        w->nrepl_pool--;
+    } else {
+        op = malloc(sizeof(*op));
+        if (op == NULL)
+            return NULL;
+    }
+    memset(op, 0, offsetof(struct repl_op, calls_in));
+    op->w = w;
+    op->cl = w->srv->cluster;
+    op->calls = op->calls_in;
+    op->capcalls = CLUSTER_OWNERS_MAX;
+    return op;
+}
+
+/* Give an op back to its worker's pool. */
+static void
+op_put(struct repl_op *op)
+{
+    struct worker *w = op->w;
+
+    if (op->calls != op->calls_in)
+        free(op->calls);
+    if (w->nrepl_pool < OP_POOL_MAX) {
+        op->next = w->repl_pool;
+        w->repl_pool = op;
+        w->nrepl_pool++;
+        return;
+    }
+    free(op);
+}
+
+/* Free worker w's pool; see replicate.h. */
+void
+replicate_worker_free(struct worker *w)
+{
+    while (w->repl_pool != NULL) {
+        struct repl_op *op = w->repl_pool;
+
+        w->repl_pool = op->next;
+        free(op);
+    }
+    w->nrepl_pool = 0;
+}
+
+static void op_finish(struct repl_op *op);
+
+/* Release an op's guard (the count that kept it from finishing while it
+ * was being filled). */
+static void
+op_release(struct repl_op *op)
+{
+    if (--op->pending == 0)
+        op_finish(op);
+}
+
+/* The client's connection closed: the op finishes without a reply (a gat
+ * that was still adding keys stops doing so). Called once per hold. */
 static void
 op_gone(void *arg)
 {
@@ -80,29 +182,46 @@ op_gone(void *arg)
 
     op->c = NULL;
     op->hold = NULL;
+    op->end = NULL;
+    if (op->open) {
+        op->open = false;
+        op_release(op);
+    }
 }
 
-/* Every replica answered (or failed): reply and free the op. */
+/* Every replica answered (or failed): reply and free the op. A key of a
+ * gat reports to the command's op instead. */
 static void
 op_finish(struct repl_op *op)
 {
-    if (op->hold != NULL) {
-        if (op->failed > 0)
-            conn_hold_add(op->c, op->hold, REPLICA_UNAVAILABLE "\r\n",
-                          sizeof(REPLICA_UNAVAILABLE "\r\n") - 1);
-        else
-            conn_hold_add(op->c, op->hold, op->reply, op->len);
-        conn_hold_done(op->c, op->hold);
-    }
-    free(op);
-}
+    if (op->parent != NULL) {
+        struct repl_op *p = op->parent;
 
-/* One replica's share of an op. */
-struct repl_call {
-    struct repl_op *op;
-    uint32_t        idx;      /* the replica's index in epoch `epoch` */
-    uint64_t        epoch;
-};
+        p->failed += op->failed;
+        op_put(op);
+        op_release(p);
+        return;
+    }
+    if (op->hold != NULL) {
+        struct conn *c = op->c;
+
+        if (op->failed > 0) {
+            /* A gat's VALUEs (queued between its two holds) give way to
+             * the error: the client is not told of expiries that did not
+             * reach every owner. */
+            if (op->end != NULL)
+                conn_hold_drop_until(c, op->hold, op->end);
+            conn_hold_add(c, op->hold, REPLICA_UNAVAILABLE "\r\n",
+                          sizeof(REPLICA_UNAVAILABLE "\r\n") - 1);
+        } else if (op->len > 0) {
+            conn_hold_add(c, op->hold, op->reply, op->len);
+        }
+        conn_hold_done(c, op->hold);
+        if (op->end != NULL)
+            conn_hold_done(c, op->end);
+    }
+    op_put(op);
+}
 
 /*
  * A replica's answer: "OK", anything else, or none (err). A refused or
@@ -116,7 +235,7 @@ op_ack(void *arg, const char *line, size_t len, enum fwd_err err)
 {
     struct repl_call *rc = arg;
     struct repl_op *op = rc->op;
-    bool ok = line != NULL && len == 2 && memcmp(line, "OK", 2) == 0;
+    bool ok = line != NULL && len == 2 && line[0] == 'O' && line[1] == 'K';
 
     if (line == NULL && err == FWD_ECONN && op->cl != NULL) {
         const struct cluster_view *v = cluster_view(op->cl);
@@ -133,44 +252,62 @@ op_ack(void *arg, const char *line, size_t len, enum fwd_err err)
         if (op->cl != NULL)
             cluster_count_replica(op->cl, ok);
     }
-    free(rc);
-    if (--op->pending == 0)
-        op_finish(op);
+    op_release(op);
 }
 
 /* Send iov to node idx of view v for op (its ack counts in op). */
 static void
-op_send(struct conn *c, struct repl_op *op, const struct cluster_view *v, uint32_t idx,
+op_send(struct worker *w, struct repl_op *op, const struct cluster_view *v, uint32_t idx,
         const char *addr, const struct iovec *iov, int niov)
 {
-    struct repl_call *rc = malloc(sizeof(*rc));
+    struct repl_call *rc;
 
-    op->pending++;
-    if (rc == NULL) {
+    if (op->ncalls == op->capcalls) {
+        /* Cannot happen: op_reserve made room for every member. */
         op->failed++;
-        op->pending--;
         return;
     }
+    rc = &op->calls[op->ncalls++];
     rc->op = op;
     rc->idx = idx;
     rc->epoch = v->epoch;
-    forward_call(c->w, addr, v->epoch, iov, niov, op_ack, rc);
+    op->pending++;
+    forward_call(w, addr, v->epoch, iov, niov, op_ack, rc);
 }
 
-/* A new op holding c's reply (no hold with noreply); NULL on ENOMEM. */
+/* Room for n calls (a cluster-wide flush_all to more members than a key
+ * has owners), before any is sent: calls never move once in flight. */
+static int
+op_reserve(struct repl_op *op, uint32_t n)
+{
+    struct repl_call *nc;
+
+    if (n <= op->capcalls)
+        return 0;
+    nc = malloc(n * sizeof(*nc));
+    if (nc == NULL)
+        return -1;
+    op->calls = nc;
+    op->capcalls = n;
+    return 0;
+}
+
+/* A new op holding c's reply (no hold with noreply); NULL on ENOMEM. Its
+ * guard (pending 1) is released by the caller after the fan-out. */
 static struct repl_op *
 op_new(struct conn *c, const char *reply, size_t len, bool noreply)
 {
-    struct repl_op *op = malloc(sizeof(*op) + len);
+    struct repl_op *op;
 
+    if (len > OP_REPLY_MAX) {
+        log_msg(LOG_ERR, "replicate: a %zu-byte reply cannot be held", len);
+        return NULL;
+    }
+    op = op_take(c->w);
     if (op == NULL)
         return NULL;
-    op->c = NULL;
-    op->hold = NULL;
-    op->cl = c->w->srv->cluster;
-    op->pending = 1;    /* released after the fan-out: no early finish */
-    op->failed = 0;
-    op->len = len;
+    op->pending = 1;
+    op->len = (uint32_t)len;
     memcpy(op->reply, reply, len);
     if (!noreply) {
         op->c = c;
@@ -179,51 +316,62 @@ op_new(struct conn *c, const char *reply, size_t len, bool noreply)
     return op;
 }
 
-/* Post-image or tombstone to every other owner; see replicate.h. */
-void
-replicate_write(struct conn *c, const char *key, size_t nkey, uint64_t hash,
-                uint64_t tomb_cas, const char *reply, size_t len, bool noreply)
+/*
+ * Send the state of key (hash) to every other owner for op: a post-image
+ * of it (a reference the caller keeps), or a tombstone carrying tomb_cas
+ * when it is NULL or expired.
+ */
+static void
+send_image(struct conn *c, struct repl_op *op, const char *key, size_t nkey, uint64_t hash,
+           struct store_item *it, uint64_t tomb_cas)
 {
     struct store *s = c->w->srv->store;
     const struct cluster_view *v = cluster_view(c->w->srv->cluster);
     uint32_t owners[CLUSTER_OWNERS_MAX], n, i;
-    struct store_item *it = store_get(s, key, nkey, hash);
-    struct repl_op *op;
-    struct iovec iov[3];
-    char head[64 + STORE_KEY_MAX];
+    struct iovec iov[2];
+    char head[96 + STORE_KEY_MAX], *p = head;
     int64_t ttl = 0;
-    int niov, hl;
+    int niov = 1;
 
     if (it != NULL) {
         ttl = store_item_ttl_remaining(s, it);
         if (ttl < 0) {
-            /* Expired in between: that is a tombstone too. */
+            /* Expired in between (or a gat with a past exptime): that is
+             * a tombstone too. */
             tomb_cas = it->cas;
-            store_release(s, it);
             it = NULL;
         }
     }
-    if (it != NULL)
-        hl = snprintf(head, sizeof(head), "rc_set %.*s %" PRIu32 " %" PRId64 " %" PRIu64
-                      " %" PRIu32 "\r\n", (int)nkey, key, it->flags, ttl, it->cas,
-                      it->nbytes);
-    else
-        hl = snprintf(head, sizeof(head), "rc_del %.*s %" PRIu64 "\r\n", (int)nkey, key,
-                      tomb_cas);
-    iov[0].iov_base = head;
-    iov[0].iov_len = (size_t)hl;
-    niov = 1;
+    if (nkey > STORE_KEY_MAX)
+        nkey = STORE_KEY_MAX;   /* cannot happen: keys were checked */
     if (it != NULL) {
+        memcpy(p, "rc_set ", 7);
+        p += 7;
+        memcpy(p, key, nkey);
+        p += nkey;
+        *p++ = ' ';
+        p = fmt_u64(p, it->flags);
+        *p++ = ' ';
+        p = fmt_u64(p, (uint64_t)ttl);
+        *p++ = ' ';
+        p = fmt_u64(p, it->cas);
+        *p++ = ' ';
+        p = fmt_u64(p, it->nbytes);
         iov[1].iov_base = (void *)store_item_value(it);
         iov[1].iov_len = (size_t)it->nbytes + 2;
         niov = 2;
+    } else {
+        memcpy(p, "rc_del ", 7);
+        p += 7;
+        memcpy(p, key, nkey);
+        p += nkey;
+        *p++ = ' ';
+        p = fmt_u64(p, tomb_cas);
     }
-    op = op_new(c, reply, len, noreply);
-    if (op == NULL) {
-        if (!noreply)
-            conn_out_add(c, REPLICA_UNAVAILABLE "\r\n", sizeof(REPLICA_UNAVAILABLE "\r\n") - 1);
-        goto out;
-    }
+    *p++ = '\r';
+    *p++ = '\n';
+    iov[0].iov_base = head;
+    iov[0].iov_len = (size_t)(p - head);
     n = cluster_view_owners(v, hash, owners, CLUSTER_OWNERS_MAX);
     for (i = 0; i < n; i++) {
         if ((int32_t)owners[i] == v->self)
@@ -235,13 +383,75 @@ replicate_write(struct conn *c, const char *key, size_t nkey, uint64_t hash,
             cluster_count_replica_skipped(c->w->srv->cluster);
             continue;
         }
-        op_send(c, op, v, owners[i], cluster_view_addr(v, owners[i]), iov, niov);
+        op_send(c->w, op, v, owners[i], cluster_view_addr(v, owners[i]), iov, niov);
     }
-    if (--op->pending == 0)
-        op_finish(op);
-out:
+}
+
+/* Post-image or tombstone to every other owner; see replicate.h. */
+void
+replicate_write(struct conn *c, const char *key, size_t nkey, uint64_t hash,
+                uint64_t tomb_cas, const char *reply, size_t len, bool noreply)
+{
+    struct store *s = c->w->srv->store;
+    struct store_item *it;
+    struct repl_op *op = op_new(c, reply, len, noreply);
+
+    if (op == NULL) {
+        if (!noreply)
+            conn_out_add(c, REPLICA_UNAVAILABLE "\r\n", sizeof(REPLICA_UNAVAILABLE "\r\n") - 1);
+        return;
+    }
+    it = store_get(s, key, nkey, hash);
+    if (it != NULL)
+        tomb_cas = 0;
+    send_image(c, op, key, nkey, hash, it, tomb_cas);
     if (it != NULL)
         store_release(s, it);
+    op_release(op);
+}
+
+/* Hold a gat's reply; see replicate.h. */
+int
+replicate_gat_begin(struct conn *c)
+{
+    struct repl_op *op = op_new(c, "", 0, false);
+
+    if (op == NULL)
+        return -1;
+    op->open = true;
+    c->repl_gat = op;
+    return 0;
+}
+
+/* One touched key of a gat; see replicate.h. */
+void
+replicate_gat_key(struct conn *c, struct store_item *it)
+{
+    struct repl_op *p = c->repl_gat, *op;
+
+    op = op_take(c->w);
+    if (op == NULL) {
+        p->failed++;
+        return;
+    }
+    op->parent = p;
+    op->pending = 1;
+    p->pending++;
+    send_image(c, op, store_item_key(it), it->nkey, it->hash, it, 0);
+    op_release(op);
+}
+
+/* The gat's reply is all queued; see replicate.h. */
+void
+replicate_gat_end(struct conn *c)
+{
+    struct repl_op *op = c->repl_gat;
+
+    c->repl_gat = NULL;
+    if (op->hold != NULL)
+        op->end = conn_out_hold(c, op, op_gone);
+    op->open = false;
+    op_release(op);
 }
 
 /* flush_all to every other member; see replicate.h. */
@@ -259,15 +469,16 @@ replicate_flush(struct conn *c, const char *line, size_t len, bool noreply)
             conn_out_add(c, REPLICA_UNAVAILABLE "\r\n", sizeof(REPLICA_UNAVAILABLE "\r\n") - 1);
         return;
     }
+    if (op_reserve(op, m->n_nodes) < 0)
+        op->failed++;
     iov.iov_base = (void *)line;
     iov.iov_len = len;
-    for (i = 0; i < m->n_nodes; i++) {
+    for (i = 0; i < m->n_nodes && op->failed == 0; i++) {
         if ((int32_t)i == v->self)
             continue;
-        op_send(c, op, v, i, m->nodes[i].addr, &iov, 1);
+        op_send(c->w, op, v, i, m->nodes[i].addr, &iov, 1);
     }
-    if (--op->pending == 0)
-        op_finish(op);
+    op_release(op);
 }
 
 /* Replica: store a post-image unless a newer one is there. */

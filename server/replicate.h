@@ -17,6 +17,7 @@
 struct conn;
 struct store;
 struct store_item;
+struct worker;
 
 /* The reply a client gets when a write is applied on the primary but a
  * replica did not acknowledge it in time. */
@@ -49,6 +50,26 @@ void replicate_unlock(uint64_t hash);
  */
 void replicate_write(struct conn *c, const char *key, size_t nkey, uint64_t hash,
                      uint64_t tomb_cas, const char *reply, size_t len, bool noreply);
+
+/*
+ * gat/gats on the key's acting primary change the expiry, so each touched
+ * key's post-image (the new TTL, the same CAS) goes to the other owners
+ * and the whole reply is held until every one acknowledged:
+ * replicate_gat_begin queues a hold before the reply (0, or -1 on ENOMEM:
+ * nothing was queued), replicate_gat_key sends one touched key (it, the
+ * caller's reference, with replicate_lock(it->hash) held), and
+ * replicate_gat_end, after the END line, closes the reply with a second
+ * hold. If a replica fails, everything between the two holds (the
+ * VALUEs, END) is replaced by REPLICA_UNAVAILABLE; the new expiry stays on
+ * the primary, as with touch. A replicated gat does not pause at the
+ * output soft cap (its reply cannot be written before the acks anyway).
+ */
+int replicate_gat_begin(struct conn *c);
+void replicate_gat_key(struct conn *c, struct store_item *it);
+void replicate_gat_end(struct conn *c);
+
+/* Free worker w's pool of finished ops (after forward_worker_free). */
+void replicate_worker_free(struct worker *w);
 
 /*
  * flush_all on a cluster node: send the line (with "\r\n") to every other

@@ -234,7 +234,12 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
             fprintf(out, "ringcached %s (memcached protocol 1.6)\n", PACKAGE_VERSION);
             return 1;
         case ':':
-            fprintf(err, "ringcached: option -%c requires an argument\n", optopt);
+            /* Name a long option as typed (a long-only one has no letter). */
+            if (strncmp(argv[optind - 1], "--", 2) == 0)
+                fprintf(err, "ringcached: option %s requires an argument\n",
+                        argv[optind - 1]);
+            else
+                fprintf(err, "ringcached: option -%c requires an argument\n", optopt);
             settings_usage(err);
             return -1;
         default:

@@ -25,6 +25,7 @@
 
 #include "server/conn.h"
 #include "server/forward.h"
+#include "server/replicate.h"
 #include "server/log.h"
 
 #define SHUTDOWN_FLUSH_SECS 5   /* bound on flushing replies at exit */
@@ -257,6 +258,7 @@ worker_main(void *arg)
     while (w->conns != NULL)
         conn_close(w->conns);
     forward_worker_free(w);
+    replicate_worker_free(w);
     return NULL;
 }
 
@@ -494,6 +496,7 @@ server_free(struct server *srv)
         while (w->conns != NULL)
             conn_close(w->conns);
         forward_worker_free(w);
+        replicate_worker_free(w);
         while ((q = w->q_head) != NULL) {
             w->q_head = q->next;
             close(q->fd);

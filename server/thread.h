@@ -23,6 +23,7 @@ struct conn;
 struct cluster;
 struct out_chunk;
 struct fwd_worker;
+struct repl_op;
 struct server;
 
 /* A new socket on its way from the accept loop to a worker. */
@@ -60,6 +61,9 @@ struct worker {
     int                nichunk_pool;
     /* Upstream connections to peers (server/forward.c), created lazily. */
     struct fwd_worker *fwd;
+    /* Finished replication ops for reuse (server/replicate.c). */
+    struct repl_op    *repl_pool;
+    int                nrepl_pool;
     /* server_barrier (under srv->barrier_lock). */
     bool               barrier_live;   /* the thread runs its loop */
     uint64_t           barrier_seen;   /* last barrier generation passed */

@@ -1,6 +1,7 @@
 """Primary-forwarded replication, R=2 on three nodes (docs/cluster.md
 "Replication"): every write lands on both owners with the same value,
-flags and CAS; every mutating command keeps them identical; flush_all is
+flags and CAS; every mutating command keeps them identical; gat/gats
+replicate the new expiry and every command carries the TTL; flush_all is
 cluster-wide; a replica that does not answer makes the write answer
 SERVER_ERROR replica unavailable (applied on the primary, counted in
 replica_failures) until the heartbeats see it down, then it is skipped
@@ -71,6 +72,22 @@ class Probe:
 
     def close(self):
         self.c.close()
+
+
+def gat(conn, cmd, ttl, keys):
+    """gat/gats through a raw connection: ({key: (value, flags, cas)}, None)
+    or (None, the error line)."""
+    conn.send(("%s %d %s\r\n" % (cmd, ttl, " ".join(keys))).encode())
+    vals = {}
+    while True:
+        line = conn.readline()
+        if line == b"END":
+            return vals, None
+        if not line.startswith(b"VALUE "):
+            return None, line
+        p = line.split()
+        v = conn.readn(int(p[3]))
+        vals[p[1].decode()] = (v, int(p[2]), int(p[4]) if len(p) > 4 else None)
 
 
 def scenario(t):
@@ -144,6 +161,87 @@ def scenario(t):
              "touch: both owners keep the same value and CAS")
         gone = lg.wait_for(lambda: on_owners(k4) == [None, None], 6.0)
         t.ok(gone, "the touched expiry travelled: the key expires on both owners", on_owners(k4))
+        # gat/gats change the expiry at the primary: the post-image (new
+        # TTL, same CAS) reaches the other owner, and the reply comes once
+        # it did. A multi-key gat through node a mixes owners.
+        g = lg.Conn(cl.nodes["a"].addr)
+        gk = keys[5:11]
+        for k in gk:
+            mc.set(k, b"g-" + k.encode(), flags=3)
+        before = {k: on_owners(k) for k in gk}
+        vals, err = gat(g, "gats", 0, gk)
+        t.ok(err is None and sorted(vals) == sorted(gk) and
+             all(vals[k] == before[k][0] for k in gk) and
+             all(identical(k) and on_owners(k) == before[k] for k in gk),
+             "gats of 6 keys on mixed owners through node a: every VALUE with its CAS, "
+             "both owners unchanged and identical", (vals, err))
+        vals, err = gat(g, "gat", 2, gk[:3])
+        t.ok(err is None and sorted(vals) == sorted(gk[:3]) and
+             all(identical(k) for k in gk[:3]), "gat 2 of 3 keys: values returned, "
+             "owners identical (same CAS)", (vals, err))
+
+        # Every mutating command carries the expiry: each key below ends
+        # with a 2 s TTL through its command and must expire on both
+        # owners; the control keys got their TTL removed (gat/gats/touch 0)
+        # or never had one and must outlive them on both.
+        ttl_keys, keep = {}, {}
+        tk = iter(keys[11:40])
+        k = next(tk)
+        ttl_keys["set"] = k
+        mc.set(k, b"s", expire=2)
+        k = next(tk)
+        ttl_keys["add"] = k
+        mc.delete(k)
+        mc.add(k, b"a", expire=2)
+        k = next(tk)
+        ttl_keys["replace"] = k
+        mc.set(k, b"x")
+        mc.replace(k, b"r", expire=2)
+        for cmd in ("append", "prepend", "incr", "decr", "cas"):
+            k = next(tk)
+            ttl_keys[cmd] = k
+            mc.set(k, b"10", expire=2)
+            if cmd == "append":
+                mc.append(k, b"1")
+            elif cmd == "prepend":
+                mc.prepend(k, b"1")
+            elif cmd == "incr":
+                mc.incr(k, 5)
+            elif cmd == "decr":
+                mc.decr(k, 5)
+            else:
+                mc.cas(k, b"c", mc.gets(k)[1], expire=2)
+        for cmd in ("touch", "gat", "gats"):
+            k, kk = next(tk), next(tk)
+            ttl_keys[cmd], keep[cmd + " 0"] = k, kk
+            mc.set(k, b"t")
+            mc.set(kk, b"t", expire=2)
+            if cmd == "touch":
+                mc.touch(k, 2)
+                mc.touch(kk, 0)
+            else:
+                gat(g, cmd, 2, [k])
+                gat(g, cmd, 0, [kk])
+        for cmd in ("set", "append", "incr"):
+            k = next(tk)
+            keep[cmd + " no ttl"] = k
+            mc.set(k, b"7")
+            if cmd == "append":
+                mc.append(k, b"7")
+            elif cmd == "incr":
+                mc.incr(k, 1)
+        bad = [c for c, k in list(ttl_keys.items()) + list(keep.items()) if not identical(k)]
+        eq(t, bad, [], "set add replace append prepend incr decr cas touch gat gats: "
+           "both owners identical (value, flags, CAS) right after each")
+        gone = lg.wait_for(lambda: all(on_owners(k) == [None, None]
+                                       for k in ttl_keys.values()), 6.0)
+        t.ok(gone, "the 2 s expiry of each command travelled: expired on both owners",
+             {c: on_owners(k) for c, k in ttl_keys.items()})
+        bad = [c for c, k in keep.items() if not identical(k)]
+        eq(t, bad, [], "keys whose TTL was removed (touch/gat/gats 0) or never set are "
+           "still on both owners, identical")
+        g.close()
+
         # Writes by a declared client straight to the primary.
         k5 = keys[4]
         d = lg.Conn(cl.nodes[own[k5][0]].addr)
@@ -235,6 +333,17 @@ def scenario(t):
                  and dt < TIMEOUT_MS / 1000.0 + 1.0,
                  "a hung replica: SERVER_ERROR replica unavailable after %.2f s" % dt, err)
             t.ok(hp.get(hk) == b"hung", "the primary serves the write it applied")
+            gc = lg.Conn(cl.nodes[own[hk][0]].addr)
+            t0 = time.monotonic()
+            vals, err = gat(gc, "gat", 100, [hk])
+            dt = time.monotonic() - t0
+            t.ok(vals is None and err == b"SERVER_ERROR replica unavailable"
+                 and dt < TIMEOUT_MS / 1000.0 + 1.0,
+                 "gat with a hung replica: the whole reply is SERVER_ERROR replica "
+                 "unavailable after %.2f s" % dt, (vals, err))
+            v = gc.simple("version")
+            t.ok(v.startswith(b"VERSION "), "the connection keeps working", v)
+            gc.close()
         finally:
             os.kill(cl.nodes[hung].pid, signal.SIGCONT)
 
