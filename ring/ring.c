@@ -21,6 +21,10 @@
 /* Ranges of the lookup index longer than this are binary-searched. */
 #define RING_SCAN_MAX 16
 
+/* Lists of up to this many owners are located with a linear scan of the
+ * chosen zones and nodes; longer ones use bitmaps (locate_bitmap). */
+#define RANK_SCAN_MAX 16
+
 /* Keys hashed per batch while building (see hash_points). */
 #define HASH_BATCH 16
 
@@ -793,7 +797,7 @@ uint32_t
 ring_locate_rank(const struct ring *r, uint32_t start, uint32_t want,
                  uint32_t *out)
 {
-    uint16_t zused[16];
+    uint16_t zused[RANK_SCAN_MAX];
     uint32_t np = r->n_points, cnt = 0, s, p, j;
 
     if (want > r->m->n_nodes) {
@@ -802,7 +806,7 @@ ring_locate_rank(const struct ring *r, uint32_t start, uint32_t want,
     if (want == 0) {
         return 0;
     }
-    if (want > 16) {
+    if (want > RANK_SCAN_MAX) {
         return locate_bitmap(r, start, want, out);
     }
     for (s = 0, p = start; s < np; s++, p = (p + 1 == np) ? 0 : p + 1) {

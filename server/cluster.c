@@ -116,6 +116,14 @@ arcset_has(const struct arcset *a, uint64_t h)
     return lo > 0 && h <= a->r[lo - 1].end;
 }
 
+/* For store_walk, store_count, store_purge and dirty tracking. */
+bool
+arcset_pred(uint64_t hash, void *arg)
+{
+    return arcset_has(arg, hash);
+}
+
+/* Free the ranges; the set is empty and reusable after. */
 void
 arcset_clear(struct arcset *a)
 {
@@ -136,8 +144,8 @@ arcset_share(const struct arcset *a)
     return (double)(sum / 18446744073709551616.0L);
 }
 
-/* Deep copy of a finished set. */
-static int
+/* Deep copy of a finished set; see cluster.h. */
+int
 arcset_copy(struct arcset *dst, const struct arcset *src)
 {
     memset(dst, 0, sizeof(*dst));
@@ -163,18 +171,35 @@ arcset_append(struct arcset *dst, const struct arcset *src)
     return 0;
 }
 
+/* How many owners of a preference list to look at for R replicas. */
+static inline uint32_t
+list_len(uint32_t replicas)
+{
+    return replicas < LIST_MAX ? replicas : LIST_MAX;
+}
+
+/* Is node idx (an index, or -1 for none) in list[0..n)? */
+static bool
+list_has(const uint32_t *list, uint32_t n, int32_t idx)
+{
+    uint32_t k;
+
+    for (k = 0; k < n; k++)
+        if ((int32_t)list[k] == idx)
+            return true;
+    return false;
+}
+
 /* Arcs of r whose preference list holds self: each point's arc is
  * (previous position, its position]. */
 int
 arcset_owned(struct arcset *a, const struct ring *r, uint32_t self)
 {
-    uint32_t n = ring_n_points(r), want, i, k, list[LIST_MAX];
+    uint32_t n = ring_n_points(r), want, i, list[LIST_MAX];
     uint64_t prev, pos;
     uint32_t node, vnode;
 
-    want = ring_members(r)->replicas;
-    if (want > LIST_MAX)
-        want = LIST_MAX;
+    want = list_len(ring_members(r)->replicas);
     ring_point(r, n - 1, &prev, &node, &vnode);
     for (i = 0; i < n; i++) {
         uint32_t got;
@@ -183,13 +208,8 @@ arcset_owned(struct arcset *a, const struct ring *r, uint32_t self)
         if (pos == prev && n > 1)
             continue;
         got = ring_locate(r, pos, want, list);
-        for (k = 0; k < got; k++) {
-            if (list[k] == self) {
-                if (arcset_add_arc(a, prev, pos) < 0)
-                    return -1;
-                break;
-            }
-        }
+        if (list_has(list, got, (int32_t)self) && arcset_add_arc(a, prev, pos) < 0)
+            return -1;
         prev = pos;
     }
     arcset_finish(a);
@@ -206,6 +226,14 @@ mask_has(const uint64_t *mask, uint32_t idx)
 {
     return idx < 64 * CLUSTER_MASK_WORDS &&
            (__atomic_load_n(&mask[idx / 64], __ATOMIC_RELAXED) >> (idx % 64) & 1) != 0;
+}
+
+/* Set bit idx of a live mask (indexes past the mask are not tracked). */
+static inline void
+mask_set(uint64_t *mask, uint32_t idx)
+{
+    if (idx < 64 * CLUSTER_MASK_WORDS)
+        __atomic_or_fetch(&mask[idx / 64], (uint64_t)1 << (idx % 64), __ATOMIC_RELAXED);
 }
 
 /* Monotonic milliseconds, coarse (a few ms) and cheap: the stall check. */
@@ -276,7 +304,7 @@ cluster_route(const struct cluster_view *v, uint64_t hash, bool write,
         *owner = ring_primary(v->ring, hash);
         return CLUSTER_TRYAGAIN;
     }
-    want = v->replicas < LIST_MAX ? v->replicas : LIST_MAX;
+    want = list_len(v->replicas);
     failover = CLUSTER_REPLICATED && want > 1 && v->live != NULL;
     if (CLUSTER_REPLICATED && want > 1 && (!write || failover)) {
         n = ring_locate(v->ring, hash, want, list);
@@ -285,11 +313,15 @@ cluster_route(const struct cluster_view *v, uint64_t hash, bool write,
         list[0] = ring_primary(v->ring, hash);
     }
     if (v->live != NULL && __atomic_load_n(&v->live->recovering, __ATOMIC_RELAXED)) {
-        uint32_t rl[LIST_MAX], rn = ring_locate(v->ring, hash, want, rl);
+        /* Every owner counts here, also where list holds the primary only. */
+        uint32_t rl[LIST_MAX], rn = n;
+        const uint32_t *owners = list;
 
-        for (k = 0; k < rn; k++) {
-            if ((int32_t)rl[k] != v->self)
-                continue;
+        if (n < want) {
+            rn = ring_locate(v->ring, hash, want, rl);
+            owners = rl;
+        }
+        if (list_has(owners, rn, v->self)) {
             /* Ours, and we hold nothing: a read may go to a replica. */
             if (!write && failover && n > 1) {
                 for (k = 0; k < n; k++)
@@ -310,8 +342,7 @@ cluster_route(const struct cluster_view *v, uint64_t hash, bool write,
 
         if ((int32_t)acting == v->self) {
             for (k = 0; k < n && list[k] != acting; k++)
-                __atomic_or_fetch(&v->live->skipped[list[k] / 64],
-                                  (uint64_t)1 << (list[k] % 64), __ATOMIC_RELAXED);
+                mask_set(v->live->skipped, list[k]);
             return CLUSTER_LOCAL;
         }
         *owner = acting;
@@ -338,17 +369,15 @@ cluster_view_down(const struct cluster_view *v, uint32_t idx)
 void
 cluster_view_skip(const struct cluster_view *v, uint32_t idx)
 {
-    if (v->live != NULL && idx < 64 * CLUSTER_MASK_WORDS)
-        __atomic_or_fetch(&v->live->skipped[idx / 64], (uint64_t)1 << (idx % 64),
-                          __ATOMIC_RELAXED);
+    if (v->live != NULL)
+        mask_set(v->live->skipped, idx);
 }
 
 uint32_t
 cluster_view_acting(const struct cluster_view *v, uint64_t hash)
 {
     uint32_t list[LIST_MAX];
-    uint32_t n = ring_locate(v->ring, hash, v->replicas < LIST_MAX ? v->replicas : LIST_MAX,
-                             list);
+    uint32_t n = ring_locate(v->ring, hash, list_len(v->replicas), list);
 
     return CLUSTER_REPLICATED && n > 1 ? first_live(v, list, n) : list[0];
 }
@@ -439,18 +468,14 @@ cluster_count_replica(struct cluster *cl, bool ok)
 bool
 cluster_owned_active(const struct cluster *cl, uint64_t hash)
 {
-    uint32_t list[LIST_MAX], n, k, want;
+    uint32_t list[LIST_MAX], n;
 
     if (cl->active_ring == NULL)
         return true;
     if (cl->self_old < 0)
         return false;
-    want = cl->active->replicas < LIST_MAX ? cl->active->replicas : LIST_MAX;
-    n = ring_locate(cl->active_ring, hash, want, list);
-    for (k = 0; k < n; k++)
-        if ((int32_t)list[k] == cl->self_old)
-            return true;
-    return false;
+    n = ring_locate(cl->active_ring, hash, list_len(cl->active->replicas), list);
+    return list_has(list, n, cl->self_old);
 }
 
 const char *

@@ -75,6 +75,11 @@ void arcset_finish(struct arcset *a);
 /* Is h in the set? Binary search over the range starts. */
 bool arcset_has(const struct arcset *a, uint64_t h);
 void arcset_clear(struct arcset *a);
+/* Deep copy of a finished set into dst (overwritten, not freed first).
+ * 0 or -1 (ENOMEM, dst left empty). */
+int arcset_copy(struct arcset *dst, const struct arcset *src);
+/* arcset_has as a store predicate (server/store.h): arg is the arcset. */
+bool arcset_pred(uint64_t hash, void *arg);
 /* Fraction of the keyspace covered, for logs and tests. */
 double arcset_share(const struct arcset *a);
 

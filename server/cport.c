@@ -36,6 +36,7 @@
 #include "server/handoff.h"
 #include "server/health.h"
 #include "server/log.h"
+#include "server/peer.h"
 #include "server/store.h"
 #include "server/thread.h"
 
@@ -118,6 +119,7 @@ cpc_close_after_write(struct cp_conn *c)
         cpc_free(c);
 }
 
+/* Output drained: a connection closing after its last frame goes now. */
 static void
 conn_write_cb(struct bufferevent *bev, void *arg)
 {
@@ -128,6 +130,7 @@ conn_write_cb(struct bufferevent *bev, void *arg)
         cpc_free(c);
 }
 
+/* EOF or a socket error: free the connection (a Fence waiter is cancelled). */
 static void
 conn_event_cb(struct bufferevent *bev, short what, void *arg)
 {
@@ -136,10 +139,11 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
         cpc_free(arg);
 }
 
+/* Queue one frame; out of memory closes the connection after the write. */
 static void
 send_msg(struct cp_conn *c, enum frame_type type, const void *msg)
 {
-    if (handoff_send(c->bev, type, c->cp->cl->cluster_id, msg) < 0)
+    if (peer_send(c->bev, type, c->cp->cl->cluster_id, msg) < 0)
         c->closing = true;
 }
 
@@ -169,6 +173,8 @@ send_error(struct cp_conn *c, const char *fmt, ...)
  * Status and replies
  */
 
+/* Store predicate (arg: the cluster): a key the active epoch does not give
+ * this node and that it does not import either. */
 static bool
 orphan_pred(uint64_t hash, void *arg)
 {
@@ -177,6 +183,7 @@ orphan_pred(uint64_t hash, void *arg)
     return !cluster_owned_active(cl, hash) && !arcset_has(&cl->importing, hash);
 }
 
+/* Monotonic milliseconds (Status counters and fence timing). */
 static uint64_t
 mono_ms(void)
 {
@@ -243,6 +250,8 @@ send_status_reply(struct cp_conn *c, Ringcache__AdminReply *r, Ringcache__NodeSt
     free(hp);
 }
 
+/* Answer an admin request: ok or err, with the node's whole NodeStatus
+ * (store, transfers, imports, orphans, health). Cluster thread. */
 static void
 send_reply(struct cp_conn *c, bool ok, const char *err)
 {
@@ -298,12 +307,6 @@ send_reply(struct cp_conn *c, bool ok, const char *err)
  * Purges
  */
 
-static bool
-importing_pred(uint64_t hash, void *arg)
-{
-    return arcset_has(arg, hash);
-}
-
 /* Remove every item of the arcs this node imports (leftovers before a
  * copy, what it imported after an abort). Nobody writes there: this node
  * does not serve those arcs. Synchronous, so no import can interleave. */
@@ -315,7 +318,7 @@ purge_importing(struct cport *cp)
     if (cp->cl->importing.n == 0)
         return;
     store_cursor_init(&cur);
-    while (store_purge(cp->store, importing_pred, &cp->cl->importing, 1u << 16, &cur) != 0)
+    while (store_purge(cp->store, arcset_pred, &cp->cl->importing, 1u << 16, &cur) != 0)
         continue;
 }
 
@@ -339,6 +342,7 @@ cleanup_cb(evutil_socket_t fd, short what, void *arg)
     evtimer_add(cp->cleanup_ev, &tv);
 }
 
+/* Start (or restart from the beginning) the background CLEANUP. */
 static void
 cleanup_start(struct cport *cp)
 {
@@ -372,6 +376,8 @@ unpack_members(const Ringcache__Membership *pm, char *err, size_t errlen)
     return m;
 }
 
+/* PREPARE: install the pending membership, purge leftovers of the arcs
+ * to import, start dirty tracking as a source, then reply. */
 static void
 do_prepare(struct cp_conn *c, const Ringcache__Prepare *p)
 {
@@ -411,6 +417,7 @@ do_prepare(struct cp_conn *c, const Ringcache__Prepare *p)
     send_reply(c, true, NULL);
 }
 
+/* A pending transition with this token; else reply the error and false. */
 static bool
 token_check(struct cp_conn *c, const ProtobufCBinaryData *tok)
 {
@@ -427,6 +434,7 @@ token_check(struct cp_conn *c, const ProtobufCBinaryData *tok)
     return true;
 }
 
+/* COPY: enter the copying phase and start (or re-rate) the streams. */
 static void
 do_start_copy(struct cp_conn *c, const Ringcache__StartCopy *p)
 {
@@ -468,6 +476,8 @@ fence_done(void *arg, const char *err)
     }
 }
 
+/* FENCE: publish the fence view, then reply once the handoff drained
+ * (fence_done); the connection reads nothing until then. */
 static void
 do_fence(struct cp_conn *c, const Ringcache__Fence *p)
 {
@@ -494,6 +504,8 @@ do_fence(struct cp_conn *c, const Ringcache__Fence *p)
     handoff_fence(cp->ho, fence_done, cp);
 }
 
+/* COMMIT: activate the pending epoch, close the streams, start CLEANUP.
+ * A repeated commit only replies. */
 static void
 do_commit(struct cp_conn *c, const Ringcache__Commit *p)
 {
@@ -523,6 +535,8 @@ do_commit(struct cp_conn *c, const Ringcache__Commit *p)
     send_reply(c, true, NULL);
 }
 
+/* ABORT: stop the streams, fail a waiting Fence, end the incoming
+ * streams, drop what was imported and forget the pending epoch. */
 static void
 do_abort(struct cp_conn *c, const Ringcache__Abort *p)
 {
@@ -566,6 +580,7 @@ do_abort(struct cp_conn *c, const Ringcache__Abort *p)
     send_reply(c, true, NULL);
 }
 
+/* One AdminRequest frame on an ADMIN connection: decode and run it. */
 static void
 admin_request(struct cp_conn *c, const struct frame *f)
 {
@@ -606,6 +621,8 @@ admin_request(struct cp_conn *c, const struct frame *f)
  * Frames
  */
 
+/* The first frame of a connection: check cluster, token and role, make
+ * it an ADMIN or PEER connection and answer with our Hello. */
 static void
 hello(struct cp_conn *c, const struct frame *f)
 {
@@ -650,6 +667,8 @@ out:
     ringcache__hello__free_unpacked(m, NULL);
 }
 
+/* A HandoffBatch on a PEER connection: import it and ack (with the
+ * store's refusal, if any); a lying peer gets an Error and is closed. */
 static void
 peer_batch(struct cp_conn *c, const struct frame *f)
 {
@@ -669,6 +688,8 @@ peer_batch(struct cp_conn *c, const struct frame *f)
     send_msg(c, FRAME_HANDOFF_ACK, &a);
 }
 
+/* Route one frame by the connection's state; anything unexpected is an
+ * Error and a close. */
 static void
 dispatch(struct cp_conn *c, const struct frame *f)
 {
@@ -706,35 +727,20 @@ conn_read_cb(struct bufferevent *bev, void *arg)
     struct evbuffer *in = bufferevent_get_input(bev);
 
     while (!c->closing && !c->waiting) {
-        size_t len = evbuffer_get_length(in), hl, used, total;
         struct frame f;
-        uint8_t *p;
-        int rc;
+        size_t used;
+        int rc = peer_read_frame(in, c->cp->cl->cluster_id, HANDOFF_PAYLOAD_MAX, &f, &used);
 
-        if (len == 0)
+        if (rc == FRAME_EAGAIN) {
+            /* Wake up once the whole frame is in, not per segment. */
+            bufferevent_setwatermark(bev, EV_READ, used, 0);
             break;
-        hl = len < FRAME_HEADER_SIZE ? len : FRAME_HEADER_SIZE;
-        p = evbuffer_pullup(in, (ssize_t)hl);
-        rc = frame_decode(p, hl, c->cp->cl->cluster_id, HANDOFF_PAYLOAD_MAX, &f, &used);
-        if (rc != FRAME_OK && rc != FRAME_EAGAIN) {
+        }
+        if (rc != FRAME_OK) {
             send_error(c, "bad frame: %s", frame_strerror(rc));
             return;
         }
-        if (hl < FRAME_HEADER_SIZE)
-            break;
-        total = FRAME_HEADER_SIZE + ((size_t)p[12] << 24 | (size_t)p[13] << 16 |
-                                     (size_t)p[14] << 8 | p[15]);
-        if (len < total) {
-            bufferevent_setwatermark(bev, EV_READ, total, 0);
-            break;
-        }
         bufferevent_setwatermark(bev, EV_READ, 0, 0);
-        p = evbuffer_pullup(in, (ssize_t)total);
-        if (frame_decode(p, total, c->cp->cl->cluster_id, HANDOFF_PAYLOAD_MAX, &f,
-                         &used) != FRAME_OK) {
-            send_error(c, "bad frame");
-            return;
-        }
         /* c stays allocated: an error leaves an Error frame to write, and
          * the connection is freed by the write callback. */
         dispatch(c, &f);
@@ -746,6 +752,8 @@ conn_read_cb(struct bufferevent *bev, void *arg)
  * Listener and thread
  */
 
+/* Accept every pending connection (beyond CPORT_CONNS_MAX they are
+ * closed at once); each starts waiting for its Hello. */
 static void
 accept_cb(evutil_socket_t lfd, short what, void *arg)
 {
@@ -789,6 +797,7 @@ accept_cb(evutil_socket_t lfd, short what, void *arg)
     }
 }
 
+/* cport_free wrote to the stop pipe: leave the event loop. */
 static void
 stop_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -799,6 +808,7 @@ stop_cb(evutil_socket_t fd, short what, void *arg)
     event_base_loopbreak(cp->base);
 }
 
+/* The cluster thread: runs the cluster base until stop_cb. */
 static void *
 cport_main(void *arg)
 {
@@ -808,6 +818,7 @@ cport_main(void *arg)
     return NULL;
 }
 
+/* See cport.h. */
 struct cport *
 cport_new(struct server *srv, struct cluster *cl, const char *listen_addr, int port)
 {
@@ -837,6 +848,8 @@ fail:
     return NULL;
 }
 
+/* Bind and listen on the first address of cp->addr:port that works.
+ * 0, or -1 (logged). */
 static int
 cport_listen(struct cport *cp)
 {
@@ -877,6 +890,7 @@ cport_listen(struct cport *cp)
     return 0;
 }
 
+/* See cport.h. SIGTERM and SIGINT stay with the main thread. */
 int
 cport_start(struct cport *cp)
 {
@@ -912,6 +926,7 @@ cport_start(struct cport *cp)
     return 0;
 }
 
+/* See cport.h. */
 void
 cport_free(struct cport *cp)
 {

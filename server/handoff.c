@@ -28,6 +28,7 @@
 #include "proto/ringcache.pb-c.h"
 #include "server/cluster.h"
 #include "server/log.h"
+#include "server/peer.h"
 #include "server/store.h"
 
 #define CHUNK_BYTES      (HANDOFF_BATCH_BYTES - 1024)  /* value bytes per chunk */
@@ -36,6 +37,7 @@
 #define BURST_MS         20       /* token bucket depth, in ms of the rate */
 #define COPY_NICE        10       /* nice of the cluster thread while copying */
 #define RECORD_TAG       0x22     /* field 4 (records), wire type 2 */
+#define ACK_PAYLOAD_MAX  (1u << 20) /* frame payload ceiling from a destination */
 
 enum xfer_state {
     XS_IDLE = 0,
@@ -94,6 +96,7 @@ struct handoff_in {
 
 static void pump_schedule(struct handoff *h, uint64_t ms);
 
+/* Monotonic milliseconds (rate limit, fence timing). */
 static uint64_t
 now_ms(void)
 {
@@ -101,26 +104,6 @@ now_ms(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/* Frame and send; see handoff.h. */
-int
-handoff_send(struct bufferevent *bev, int type, uint64_t cluster_id, const void *msg)
-{
-    const ProtobufCMessage *m = msg;
-    size_t n = protobuf_c_message_get_packed_size(m);
-    uint8_t hdr[FRAME_HEADER_SIZE];
-    uint8_t *buf = malloc(n > 0 ? n : 1);
-    int rc;
-
-    if (buf == NULL)
-        return -1;
-    protobuf_c_message_pack(m, buf);
-    frame_header_write(hdr, (enum frame_type)type, cluster_id, (uint32_t)n);
-    rc = bufferevent_write(bev, hdr, sizeof(hdr)) == 0 &&
-         bufferevent_write(bev, buf, n) == 0 ? 0 : -1;
-    free(buf);
-    return rc;
 }
 
 /*
@@ -169,16 +152,12 @@ set_background(struct handoff *h, bool bg)
     h->niced = false;
 }
 
-static bool
-arcs_pred(uint64_t hash, void *arg)
-{
-    return arcset_has(arg, hash);
-}
-
 /*
  * Source: batches
  */
 
+/* Fail a transfer once: log, keep why for Status, close its connection.
+ * A waiting fence learns it on the next pump. */
 static void
 xfer_fail(struct xfer *x, const char *why)
 {
@@ -313,6 +292,7 @@ add_item(struct xfer *x, struct store_item *it, int64_t ttl)
     }
 }
 
+/* A deleted (or expired) dirty key. */
 static void
 add_tombstone(struct xfer *x, const char *key, size_t nkey)
 {
@@ -360,6 +340,7 @@ drain_cb(const char *key, size_t nkey, uint64_t hash, struct store_item *it, voi
  * Source: the pump (walk, then drain), the window and the rate limit
  */
 
+/* Add the tokens the rate allows since the last refill. */
 static void
 refill(struct handoff *h)
 {
@@ -430,6 +411,9 @@ fence_check(struct handoff *h)
     fn(h->fence_arg, why);
 }
 
+/* The pump: walk each stream's arcs within its window and the rate,
+ * then drain dirty keys to every stream, check the fence, and schedule
+ * the next run (at once, after the rate's debt, or to poll). */
 static void
 pump_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -448,7 +432,7 @@ pump_cb(evutil_socket_t fd, short what, void *arg)
         struct xfer *x = &h->x[i];
 
         while (!x->walk_done && budget > 0 && can_send(h, x)) {
-            if (store_walk(h->s, &x->cur, arcs_pred, &x->arcs, walk_cb, x,
+            if (store_walk(h->s, &x->cur, arcset_pred, &x->arcs, walk_cb, x,
                            HANDOFF_BATCH_RECORDS) == 0) {
                 x->walk_done = true;
                 x->st.walk_done = true;
@@ -491,6 +475,7 @@ pump_cb(evutil_socket_t fd, short what, void *arg)
         pump_schedule(h, h->fence_fn != NULL ? 1 : POLL_MS);
 }
 
+/* Run the pump in ms (0: as soon as possible, replacing a later run). */
 static void
 pump_schedule(struct handoff *h, uint64_t ms)
 {
@@ -539,19 +524,16 @@ xfer_frame(struct xfer *x, const struct frame *f)
             x->unacked--;
         pump_schedule(x->h, 0);
     } else if (f->type == FRAME_ERROR) {
-        Ringcache__Error *e = ringcache__error__unpack(NULL, f->length, f->payload);
         char why[160];
 
-        snprintf(why, sizeof(why), "destination refused: %s",
-                 e != NULL && e->message != NULL ? e->message : "?");
-        if (e != NULL)
-            ringcache__error__free_unpacked(e, NULL);
+        peer_error_text(f, "destination refused", why, sizeof(why));
         xfer_fail(x, why);
     } else {
         xfer_fail(x, "unexpected frame from the destination");
     }
 }
 
+/* Every whole frame from the destination; a bad one fails the transfer. */
 static void
 xfer_read_cb(struct bufferevent *bev, void *arg)
 {
@@ -559,29 +541,14 @@ xfer_read_cb(struct bufferevent *bev, void *arg)
     struct evbuffer *in = bufferevent_get_input(bev);
 
     while (x->state != XS_FAILED) {
-        size_t len = evbuffer_get_length(in), used;
-        size_t hl = len < FRAME_HEADER_SIZE ? len : FRAME_HEADER_SIZE;
         struct frame f;
-        uint8_t *p;
-        int rc;
+        size_t used;
+        int rc = peer_read_frame(in, x->h->cl->cluster_id, ACK_PAYLOAD_MAX, &f, &used);
 
-        if (len == 0)
+        if (rc == FRAME_EAGAIN)
             return;
-        p = evbuffer_pullup(in, (ssize_t)hl);
-        rc = frame_decode(p, hl, x->h->cl->cluster_id, 1u << 20, &f, &used);
-        if (rc != FRAME_OK && rc != FRAME_EAGAIN) {
+        if (rc != FRAME_OK) {
             xfer_fail(x, frame_strerror(rc));
-            return;
-        }
-        if (hl < FRAME_HEADER_SIZE)
-            return;
-        used = FRAME_HEADER_SIZE + ((size_t)p[12] << 24 | (size_t)p[13] << 16 |
-                                    (size_t)p[14] << 8 | p[15]);
-        if (len < used)
-            return;
-        p = evbuffer_pullup(in, (ssize_t)used);
-        if (frame_decode(p, used, x->h->cl->cluster_id, 1u << 20, &f, &used) != FRAME_OK) {
-            xfer_fail(x, "bad frame");
             return;
         }
         xfer_frame(x, &f);
@@ -591,6 +558,7 @@ xfer_read_cb(struct bufferevent *bev, void *arg)
     }
 }
 
+/* Connected: send Hello. Closed or failed: fail the transfer. */
 static void
 xfer_event_cb(struct bufferevent *bev, short what, void *arg)
 {
@@ -598,17 +566,7 @@ xfer_event_cb(struct bufferevent *bev, short what, void *arg)
 
     (void)bev;
     if (what & BEV_EVENT_CONNECTED) {
-        Ringcache__Hello m = RINGCACHE__HELLO__INIT;
-        struct cluster *cl = x->h->cl;
-
-        m.cluster = cl->name;
-        m.token.data = cl->token;
-        m.token.len = cl->token_len;
-        m.role = RINGCACHE__HELLO__ROLE__PEER;
-        m.node_id = cl->id;
-        m.boot_id = cl->boot_id;
-        m.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
-        if (handoff_send(x->bev, FRAME_HELLO, cl->cluster_id, &m) < 0)
+        if (peer_send_hello(x->bev, x->h->cl) < 0)
             xfer_fail(x, "out of memory");
         return;
     }
@@ -622,45 +580,13 @@ xfer_event_cb(struct bufferevent *bev, short what, void *arg)
     }
 }
 
-/* host:port or [v6]:port -> host and the cluster port (port + 10000). */
-static int
-cluster_addr(const char *addr, char *host, size_t hostlen, int *port)
-{
-    const char *colon = strrchr(addr, ':');
-    const char *h = addr;
-    size_t n;
-    long p;
-
-    if (colon == NULL)
-        return -1;
-    n = (size_t)(colon - addr);
-    if (addr[0] == '[' && n >= 2 && addr[n - 1] == ']') {
-        h = addr + 1;
-        n -= 2;
-    }
-    if (n == 0 || n >= hostlen)
-        return -1;
-    memcpy(host, h, n);
-    host[n] = '\0';
-    p = strtol(colon + 1, NULL, 10);
-    if (p <= 0 || p + CLUSTER_PORT_OFFSET > 65535)
-        return -1;
-    *port = (int)p + CLUSTER_PORT_OFFSET;
-    return 0;
-}
-
 /* Open the peer connection of a transfer and count what it will copy. */
 static void
 xfer_open(struct xfer *x)
 {
-    char host[RING_ADDR_MAX + 1];
-    int port;
+    int rc;
 
-    store_count(x->h->s, arcs_pred, &x->arcs, &x->st.items_total, &x->st.bytes_total);
-    if (cluster_addr(x->addr, host, sizeof(host), &port) < 0) {
-        xfer_fail(x, "bad destination address");
-        return;
-    }
+    store_count(x->h->s, arcset_pred, &x->arcs, &x->st.items_total, &x->st.bytes_total);
     x->bev = bufferevent_socket_new(x->h->base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (x->bev == NULL) {
         xfer_fail(x, "out of memory");
@@ -669,17 +595,18 @@ xfer_open(struct xfer *x)
     bufferevent_setcb(x->bev, xfer_read_cb, NULL, xfer_event_cb, x);
     bufferevent_enable(x->bev, EV_READ | EV_WRITE);
     x->state = XS_CONNECTING;
-    if (bufferevent_socket_connect_hostname(x->bev, NULL, AF_UNSPEC, host, port) < 0) {
-        /* xfer_event_cb may already have failed it. */
-        if (x->state != XS_FAILED)
-            xfer_fail(x, "cannot connect to the destination");
-    }
+    rc = peer_connect(x->bev, x->addr);
+    /* xfer_event_cb may already have failed it. */
+    if (rc < 0 && x->state != XS_FAILED)
+        xfer_fail(x, rc == PEER_EADDR ? "bad destination address"
+                     : "cannot connect to the destination");
 }
 
 /*
  * Source: the API
  */
 
+/* See handoff.h. */
 struct handoff *
 handoff_new(struct cluster *cl, struct store *s, struct event_base *base)
 {
@@ -717,6 +644,7 @@ xfers_clear(struct handoff *h)
     h->nx = 0;
 }
 
+/* See handoff.h. The thread gets its priority back first. */
 void
 handoff_stop(struct handoff *h)
 {
@@ -733,6 +661,7 @@ handoff_stop(struct handoff *h)
     h->fence_fn = NULL;
 }
 
+/* See handoff.h. */
 void
 handoff_free(struct handoff *h)
 {
@@ -753,12 +682,11 @@ handoff_prepare(struct handoff *h, char *err, size_t errlen)
 
     if (h->tracking || cl->sourcing.n == 0)
         return 0;
-    h->track_arcs.r = malloc((size_t)cl->sourcing.n * sizeof(*h->track_arcs.r));
-    if (h->track_arcs.r == NULL)
-        goto nomem;
-    memcpy(h->track_arcs.r, cl->sourcing.r, (size_t)cl->sourcing.n * sizeof(*cl->sourcing.r));
-    h->track_arcs.n = h->track_arcs.cap = cl->sourcing.n;
-    rc = store_track_start(h->s, arcs_pred, &h->track_arcs);
+    if (arcset_copy(&h->track_arcs, &cl->sourcing) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    rc = store_track_start(h->s, arcset_pred, &h->track_arcs);
     if (rc != 0) {
         snprintf(err, errlen, "cannot start dirty tracking (%s)",
                  rc == STORE_BUSY ? "a session is active" : "out of memory");
@@ -767,12 +695,10 @@ handoff_prepare(struct handoff *h, char *err, size_t errlen)
     }
     h->tracking = true;
     return 0;
-nomem:
-    arcset_clear(&h->track_arcs);
-    snprintf(err, errlen, "out of memory");
-    return -1;
 }
 
+/* See handoff.h. One transfer per destination of the pending
+ * transition, each with its own copy of the arcs. */
 int
 handoff_start_copy(struct handoff *h, uint64_t rate, char *err, size_t errlen)
 {
@@ -805,19 +731,17 @@ handoff_start_copy(struct handoff *h, uint64_t rate, char *err, size_t errlen)
         snprintf(x->addr, sizeof(x->addr), "%s", d->addr);
         snprintf(x->st.dest, sizeof(x->st.dest), "%s", d->id);
         store_cursor_init(&x->cur);
-        x->arcs.r = malloc((size_t)(d->arcs.n > 0 ? d->arcs.n : 1) * sizeof(*x->arcs.r));
-        if (x->arcs.r == NULL) {
+        if (arcset_copy(&x->arcs, &d->arcs) < 0) {
             xfer_fail(x, "out of memory");
             continue;
         }
-        memcpy(x->arcs.r, d->arcs.r, (size_t)d->arcs.n * sizeof(*d->arcs.r));
-        x->arcs.n = x->arcs.cap = d->arcs.n;
         xfer_open(x);
     }
     pump_schedule(h, 0);
     return 0;
 }
 
+/* See handoff.h. A node that sources nothing is done at once. */
 void
 handoff_fence(struct handoff *h, handoff_done_fn fn, void *arg)
 {
@@ -843,12 +767,14 @@ handoff_fence(struct handoff *h, handoff_done_fn fn, void *arg)
     pump_schedule(h, 0);
 }
 
+/* See handoff.h. */
 void
 handoff_fence_cancel(struct handoff *h)
 {
     h->fence_fn = NULL;
 }
 
+/* See handoff.h. */
 size_t
 handoff_status(struct handoff *h, struct handoff_xfer *out, size_t max)
 {
@@ -861,6 +787,7 @@ handoff_status(struct handoff *h, struct handoff_xfer *out, size_t max)
     return h->nx;
 }
 
+/* See handoff.h. */
 void
 handoff_imported(const struct handoff *h, uint64_t *items, uint64_t *bytes)
 {
@@ -868,6 +795,7 @@ handoff_imported(const struct handoff *h, uint64_t *items, uint64_t *bytes)
     *bytes = __atomic_load_n(&h->cl->ctr.bytes_imported, __ATOMIC_RELAXED);
 }
 
+/* See handoff.h. */
 void
 handoff_imported_reset(struct handoff *h)
 {
@@ -879,6 +807,7 @@ handoff_imported_reset(struct handoff *h)
  * Destination
  */
 
+/* See handoff.h. */
 struct handoff_in *
 handoff_in_new(struct handoff *h)
 {
@@ -889,6 +818,7 @@ handoff_in_new(struct handoff *h)
     return in;
 }
 
+/* Forget a value being assembled from chunks (our reference goes). */
 static void
 in_drop_chunk(struct handoff_in *in)
 {
@@ -899,6 +829,7 @@ in_drop_chunk(struct handoff_in *in)
     in->got = 0;
 }
 
+/* See handoff.h. */
 void
 handoff_in_free(struct handoff_in *in)
 {
@@ -992,6 +923,8 @@ in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, s
     return 0;
 }
 
+/* See handoff.h. Evictions caused by the imports fail the batch: the
+ * destination would otherwise lose live keys to make room silently. */
 int
 handoff_in_batch(struct handoff_in *in, const uint8_t *payload, size_t len,
                  uint64_t *seq, char *err, size_t errlen)

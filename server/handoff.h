@@ -15,7 +15,6 @@
 
 #include "ring/ring.h"
 
-struct bufferevent;
 struct cluster;
 struct event_base;
 struct store;
@@ -83,8 +82,5 @@ void handoff_in_free(struct handoff_in *in);
  */
 int handoff_in_batch(struct handoff_in *in, const uint8_t *payload, size_t len,
                      uint64_t *seq, char *err, size_t errlen);
-
-/* Frame and send a protobuf message (a ProtobufCMessage *) on bev. 0 or -1. */
-int handoff_send(struct bufferevent *bev, int type, uint64_t cluster_id, const void *msg);
 
 #endif /* SERVER_HANDOFF_H */

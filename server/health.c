@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 
 #include <event2/buffer.h>
@@ -28,8 +27,8 @@
 #include "proto/frame.h"
 #include "proto/ringcache.pb-c.h"
 #include "server/cluster.h"
-#include "server/handoff.h"
 #include "server/log.h"
+#include "server/peer.h"
 
 #define TIMER_MS        50       /* the heartbeat timer's period */
 #define TICKER_MS       100      /* the ticker thread's beat */
@@ -87,6 +86,7 @@ mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* See health.h. */
 const char *
 health_state_name(enum peer_health s)
 {
@@ -162,6 +162,7 @@ learn_epoch(struct health *h, const char *from, uint64_t e)
  * Peer connections
  */
 
+/* Close a peer's connection (if any); it reconnects on a later tick. */
 static void
 peer_close(struct peer *p)
 {
@@ -185,6 +186,7 @@ peer_fail(struct peer *p, const char *why, bool outright)
         p->settled = true;
 }
 
+/* Send a Ping with our active epoch and the next sequence number. */
 static void
 peer_ping(struct peer *p)
 {
@@ -195,10 +197,13 @@ peer_ping(struct peer *p)
     m.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
     m.seq = ++p->seq;
     p->last_ping_ms = mono_ms();
-    if (handoff_send(p->bev, FRAME_PING, cl->cluster_id, &m) < 0)
+    if (peer_send(p->bev, FRAME_PING, cl->cluster_id, &m) < 0)
         peer_fail(p, "out of memory", false);
 }
 
+/* A frame on a heartbeat connection: the HelloReply (then ping), a
+ * Pong (the peer is up; what it tells about epochs and our absence), or
+ * an Error. */
 static void
 peer_frame(struct peer *p, const struct frame *f)
 {
@@ -239,19 +244,16 @@ peer_frame(struct peer *p, const struct frame *f)
         }
         ringcache__pong__free_unpacked(m, NULL);
     } else if (f->type == FRAME_ERROR) {
-        Ringcache__Error *e = ringcache__error__unpack(NULL, f->length, f->payload);
         char why[128];
 
-        snprintf(why, sizeof(why), "refused: %s",
-                 e != NULL && e->message != NULL ? e->message : "?");
-        if (e != NULL)
-            ringcache__error__free_unpacked(e, NULL);
+        peer_error_text(f, "refused", why, sizeof(why));
         peer_fail(p, why, false);
     } else {
         peer_fail(p, "unexpected frame", false);
     }
 }
 
+/* Every whole frame buffered; a bad one fails the connection. */
 static void
 peer_read_cb(struct bufferevent *bev, void *arg)
 {
@@ -259,29 +261,14 @@ peer_read_cb(struct bufferevent *bev, void *arg)
     struct evbuffer *in = bufferevent_get_input(bev);
 
     while (p->cstate != PC_NONE) {
-        size_t len = evbuffer_get_length(in), used;
-        size_t hl = len < FRAME_HEADER_SIZE ? len : FRAME_HEADER_SIZE;
         struct frame f;
-        uint8_t *b;
-        int rc;
+        size_t used;
+        int rc = peer_read_frame(in, p->h->cl->cluster_id, PONG_MAX, &f, &used);
 
-        if (len == 0)
+        if (rc == FRAME_EAGAIN)
             return;
-        b = evbuffer_pullup(in, (ssize_t)hl);
-        rc = frame_decode(b, hl, p->h->cl->cluster_id, PONG_MAX, &f, &used);
-        if (rc != FRAME_OK && rc != FRAME_EAGAIN) {
+        if (rc != FRAME_OK) {
             peer_fail(p, frame_strerror(rc), false);
-            return;
-        }
-        if (hl < FRAME_HEADER_SIZE)
-            return;
-        used = FRAME_HEADER_SIZE + ((size_t)b[12] << 24 | (size_t)b[13] << 16 |
-                                    (size_t)b[14] << 8 | b[15]);
-        if (len < used)
-            return;
-        b = evbuffer_pullup(in, (ssize_t)used);
-        if (frame_decode(b, used, p->h->cl->cluster_id, PONG_MAX, &f, &used) != FRAME_OK) {
-            peer_fail(p, "bad frame", false);
             return;
         }
         peer_frame(p, &f);
@@ -291,24 +278,15 @@ peer_read_cb(struct bufferevent *bev, void *arg)
     }
 }
 
+/* Connected: send Hello. Closed or failed: fail the connection. */
 static void
 peer_event_cb(struct bufferevent *bev, short what, void *arg)
 {
     struct peer *p = arg;
-    struct cluster *cl = p->h->cl;
 
     (void)bev;
     if (what & BEV_EVENT_CONNECTED) {
-        Ringcache__Hello m = RINGCACHE__HELLO__INIT;
-
-        m.cluster = cl->name;
-        m.token.data = cl->token;
-        m.token.len = cl->token_len;
-        m.role = RINGCACHE__HELLO__ROLE__PEER;
-        m.node_id = cl->id;
-        m.boot_id = cl->boot_id;
-        m.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
-        if (handoff_send(p->bev, FRAME_HELLO, cl->cluster_id, &m) < 0)
+        if (peer_send_hello(p->bev, p->h->cl) < 0)
             peer_fail(p, "out of memory", false);
         return;
     }
@@ -325,33 +303,15 @@ peer_event_cb(struct bufferevent *bev, short what, void *arg)
     }
 }
 
-/* Open the heartbeat connection to a peer (cluster port = its client port
- * + CLUSTER_PORT_OFFSET). Numeric addresses only connect without blocking;
- * a host name resolves on this thread. */
+/* Open the heartbeat connection to a peer (server/peer.h). A numeric
+ * address refused at once counts as down at once, like a refusal seen
+ * later by peer_event_cb. */
 static void
-peer_connect(struct peer *p)
+peer_connect_to(struct peer *p)
 {
-    char host[RING_ADDR_MAX + 1], target[RING_ADDR_MAX + 16];
-    struct sockaddr_storage ss;
-    int sslen = sizeof(ss), port;
-    const char *colon = strrchr(p->addr, ':');
-    size_t n;
-    long cp;
+    int rc;
 
     p->attempt_ms = mono_ms();
-    if (colon == NULL || (n = (size_t)(colon - p->addr)) == 0 || n >= sizeof(host)) {
-        peer_fail(p, "bad address", false);
-        return;
-    }
-    memcpy(host, p->addr, n);
-    host[n] = '\0';
-    cp = strtol(colon + 1, NULL, 10);
-    if (cp <= 0 || cp + CLUSTER_PORT_OFFSET > 65535) {
-        peer_fail(p, "bad port", false);
-        return;
-    }
-    port = (int)cp + CLUSTER_PORT_OFFSET;
-    snprintf(target, sizeof(target), "%s:%d", host, port);
     p->bev = bufferevent_socket_new(p->h->base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (p->bev == NULL) {
         peer_fail(p, "out of memory", false);
@@ -360,25 +320,18 @@ peer_connect(struct peer *p)
     bufferevent_setcb(p->bev, peer_read_cb, NULL, peer_event_cb, p);
     bufferevent_enable(p->bev, EV_READ | EV_WRITE);
     p->cstate = PC_CONNECTING;
-    if (evutil_parse_sockaddr_port(target, (struct sockaddr *)&ss, &sslen) == 0) {
-        if (bufferevent_socket_connect(p->bev, (struct sockaddr *)&ss, sslen) < 0 &&
-            p->cstate != PC_NONE)
-            peer_fail(p, "connect failed", true);
-        return;
-    }
-    if (host[0] == '[' && n >= 2) {
-        memmove(host, host + 1, n - 2);
-        host[n - 2] = '\0';
-    }
-    if (bufferevent_socket_connect_hostname(p->bev, NULL, AF_UNSPEC, host, port) < 0 &&
-        p->cstate != PC_NONE)
-        peer_fail(p, "cannot resolve", false);
+    rc = peer_connect(p->bev, p->addr);
+    /* peer_event_cb may already have failed it. */
+    if (rc < 0 && p->cstate != PC_NONE)
+        peer_fail(p, rc == PEER_EADDR ? "bad address" : rc == PEER_ECONNECT ? "connect failed"
+                     : "cannot resolve", rc == PEER_ECONNECT);
 }
 
 /*
  * The table of peers and the timer
  */
 
+/* Close every peer connection and empty the table. */
 static void
 table_free(struct health *h)
 {
@@ -452,6 +405,9 @@ peer_state(const struct peer *p, uint64_t now)
     return PEER_DOWN;
 }
 
+/* Every TIMER_MS: follow the active epoch, start a round after a stall,
+ * (re)connect, time out and ping peers, and publish the down mask and
+ * the end of the round to the workers. */
 static void
 timer_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -487,7 +443,7 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
         struct peer *p = &h->peers[i];
 
         if (p->cstate == PC_NONE && now >= p->attempt_ms + HEALTH_PING_MS)
-            peer_connect(p);
+            peer_connect_to(p);
         else if (p->cstate == PC_CONNECTING && now >= p->attempt_ms + CONNECT_MS)
             peer_fail(p, "no answer to connect/Hello", false);
         else if (p->cstate == PC_READY && now >= p->last_ping_ms + HEALTH_PING_MS)
@@ -513,6 +469,7 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
  * API
  */
 
+/* See health.h. */
 struct health *
 health_new(struct cluster *cl, struct event_base *base)
 {
@@ -530,6 +487,8 @@ health_new(struct cluster *cl, struct event_base *base)
     return h;
 }
 
+/* See health.h. The ticker blocks every signal: SIGCONT goes to another
+ * thread and its handler stays the backstop. */
 int
 health_start(struct health *h)
 {
@@ -562,6 +521,7 @@ health_start(struct health *h)
     return 0;
 }
 
+/* See health.h. */
 void
 health_free(struct health *h)
 {
@@ -582,6 +542,8 @@ health_free(struct health *h)
     free(h);
 }
 
+/* See health.h. The Pong says whether we took over the pinger's writes
+ * while it was down (saw_you_down), which makes it recover. */
 int
 health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
 {
@@ -605,10 +567,11 @@ health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
         r.saw_you_down = (__atomic_load_n(&cl->live.skipped[idx / 64], __ATOMIC_RELAXED) >>
                           (idx % 64) & 1) != 0;
     ringcache__ping__free_unpacked(m, NULL);
-    rc = handoff_send(bev, FRAME_PONG, cl->cluster_id, &r);
+    rc = peer_send(bev, FRAME_PONG, cl->cluster_id, &r);
     return rc < 0 ? -1 : 0;
 }
 
+/* See health.h. */
 size_t
 health_status(struct health *h, struct health_peer *out, size_t max)
 {

@@ -1223,6 +1223,37 @@ refs_reserve(struct refs *r, size_t more)
     return true;
 }
 
+/* Bucket visits a walk or purge call may spend: enough to find max_items
+ * in a sparse table, bounded so that a call stays short. */
+static size_t
+walk_budget(size_t max_items)
+{
+    return WALK_BUCKETS + (max_items < SIZE_MAX / WALK_BUCKETS_PER_ITEM ?
+                           max_items * WALK_BUCKETS_PER_ITEM : SIZE_MAX / 2);
+}
+
+/* Where the next call resumes: the next stripe from its start, or bucket
+ * v of this one. */
+static void
+cursor_save(struct store_cursor *cur, uint32_t v, bool stripe_done)
+{
+    if (stripe_done) {
+        cur->stripe++;
+        cur->bucket = 0;
+    } else {
+        cur->bucket = v;
+    }
+}
+
+/* A live item the predicate (NULL: every item) selects; caller holds the
+ * stripe lock. */
+static inline bool
+do_selected(const struct store_item *it, store_hash_pred pred, void *arg, int64_t now,
+            uint32_t gen)
+{
+    return item_dead(it, now, gen) == LIVE && (pred == NULL || pred(it->hash, arg));
+}
+
 /* Matching live items of one bucket. */
 static size_t
 do_bucket_matches(struct stripe *st, uint32_t b, store_hash_pred pred, void *arg,
@@ -1232,7 +1263,7 @@ do_bucket_matches(struct stripe *st, uint32_t b, store_hash_pred pred, void *arg
     size_t n = 0;
 
     for (it = st->buckets[b]; it != NULL; it = it->h_next) {
-        if (item_dead(it, now, gen) == LIVE && (pred == NULL || pred(it->hash, arg)))
+        if (do_selected(it, pred, arg, now, gen))
             n++;
     }
     return n;
@@ -1248,8 +1279,7 @@ store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred,
 
     if (max_items == 0)
         max_items = 1;
-    budget = WALK_BUCKETS + (max_items < SIZE_MAX / WALK_BUCKETS_PER_ITEM ?
-                             max_items * WALK_BUCKETS_PER_ITEM : SIZE_MAX / 2);
+    budget = walk_budget(max_items);
     pthread_mutex_lock(&s->copy_lock);
     while (cur->stripe < STRIPES && visited < max_items && budget > 0) {
         struct stripe *st = &s->stripes[cur->stripe];
@@ -1276,7 +1306,7 @@ store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred,
                 break;
             }
             for (it = st->buckets[b]; m > 0 && it != NULL; it = it->h_next) {
-                if (item_dead(it, now, gen) == LIVE && (pred == NULL || pred(it->hash, arg))) {
+                if (do_selected(it, pred, arg, now, gen)) {
                     item_ref(it);
                     r.v[r.n++] = it;
                 }
@@ -1289,12 +1319,7 @@ store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred,
             }
         }
         pthread_mutex_unlock(&st->lock);
-        if (stripe_done) {
-            cur->stripe++;
-            cur->bucket = 0;
-        } else {
-            cur->bucket = v;
-        }
+        cursor_save(cur, v, stripe_done);
         for (i = 0; i < r.n; i++) {
             fn(r.v[i], fn_arg);
             store_release(s, r.v[i]);
@@ -1328,7 +1353,7 @@ store_count(struct store *s, store_hash_pred pred, void *arg,
             struct store_item *it;
 
             for (it = st->buckets[b]; it != NULL; it = it->h_next) {
-                if (item_dead(it, now, gen) == LIVE && (pred == NULL || pred(it->hash, arg))) {
+                if (do_selected(it, pred, arg, now, gen)) {
                     n++;
                     nb += item_charge(it);
                 }
@@ -1348,8 +1373,7 @@ store_purge(struct store *s, store_hash_pred pred, void *arg, size_t max_items,
 
     if (max_items == 0)
         max_items = 1;
-    budget = WALK_BUCKETS + (max_items < SIZE_MAX / WALK_BUCKETS_PER_ITEM ?
-                             max_items * WALK_BUCKETS_PER_ITEM : SIZE_MAX / 2);
+    budget = walk_budget(max_items);
     while (cur->stripe < STRIPES && purged < max_items && budget > 0) {
         struct stripe *st = &s->stripes[cur->stripe];
         uint32_t v = cur->bucket;
@@ -1381,12 +1405,7 @@ store_purge(struct store *s, store_hash_pred pred, void *arg, size_t max_items,
             }
         }
         pthread_mutex_unlock(&st->lock);
-        if (stripe_done) {
-            cur->stripe++;
-            cur->bucket = 0;
-        } else {
-            cur->bucket = v;
-        }
+        cursor_save(cur, v, stripe_done);
     }
     return cur->stripe < STRIPES ? 1 : 0;
 }
