@@ -671,20 +671,32 @@ up_flush(struct fwd_up *up)
     if (up->bev == NULL || !up->connected)
         return;
     out = bufferevent_get_output(up->bev);
+    /* A socket bufferevent keeps its output's front frozen (only it may
+     * drain it): evbuffer_write on it fails at once without a syscall,
+     * leaving a stale errno, so thaw it for the write as libevent's own
+     * write callback does. */
+    evbuffer_unfreeze(out, 1);
     while (evbuffer_get_length(out) > 0) {
-        int n = evbuffer_write(out, bufferevent_getfd(up->bev));
+        int n;
 
+        errno = 0;
+        n = evbuffer_write(out, bufferevent_getfd(up->bev));
         if (n > 0)
             continue;
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-            log_msg(LOG_INFO, "forward to %s: %s", up->addr, strerror(errno));
+            int e = errno;
+
+            evbuffer_freeze(out, 1);
+            log_msg(LOG_INFO, "forward to %s: %s", up->addr,
+                    e != 0 ? strerror(e) : "write failed");
             up_fail(up, "forward failed", FWD_ECONN);
             return;
         }
         break;
     }
+    evbuffer_freeze(out, 1);
     if (evbuffer_get_length(out) > 0)
         bufferevent_enable(up->bev, EV_WRITE);
 }
