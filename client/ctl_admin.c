@@ -1116,6 +1116,13 @@ struct progress {
     bool     caught_up;
 };
 
+/* Did the node accept the Prepare fresh (recovering or behind)? */
+static bool
+node_fresh(const struct tnode *t)
+{
+    return t->have_st && (t->st.recovering || t->st.behind_epoch != 0);
+}
+
 /* Collect progress; false (with a reason in why) on a fatal condition. */
 static bool
 collect_progress(struct admin *a, struct progress *p, char *why, size_t whylen)
@@ -1168,8 +1175,12 @@ collect_progress(struct admin *a, struct progress *p, char *why, size_t whylen)
                 p->caught_up = false;
             }
         }
-        /* A source that has not set up its transfers yet is not done. */
-        if (t->is_source && t->st.n_transfers == 0) {
+        /* A source that has not set up its transfers yet is not done.
+         * A recovering or behind node accepted the Prepare fresh: it
+         * purged and imports what it owns and sources nothing (it holds
+         * nothing current, server/cluster.c compute_arcs), so waiting
+         * for its transfers would wait forever. */
+        if (t->is_source && t->st.n_transfers == 0 && !node_fresh(t)) {
             p->caught_up = false;
         }
     }
@@ -1237,6 +1248,13 @@ phase_copy(struct admin *a)
     }
     if (broadcast(a, &req, LONG_TIMEOUT_MS, "copy") > 0) {
         return fail_abort(a, "copy: StartCopy failed");
+    }
+    for (i = 0; i < a->n_nodes; i++) {
+        if (a->nodes[i].is_source && node_fresh(&a->nodes[i])) {
+            info("warning: copy: %s is %s: it holds nothing current and sources nothing; "
+                 "the ranges only it held start empty on their new owners", a->nodes[i].id,
+                 a->nodes[i].st.recovering ? "recovering" : "behind a higher epoch");
+        }
     }
     for (;;) {
         for (i = 0; i < a->n_nodes; i++) {
