@@ -34,7 +34,9 @@ LOAD = os.path.join(lg.BUILDDIR, "tests", "bench", "replication_load")
 
 
 def measure(a, clusters, suffix, threads, depth):
-    """Interleaved passes of one client shape; prints its figures."""
+    """Interleaved passes of one client shape; returns its figure lines.
+    Any error reply fails the whole run (exit 1, no figures): a rate with
+    errors in it measures nothing."""
     rates = {1: [], 2: [], 3: []}
     ratio2, ratio3 = [], []
     order = [1, 2, 3]
@@ -50,17 +52,19 @@ def measure(a, clusters, suffix, threads, depth):
                 sys.exit("R=%d: load failed: %s %s" % (r, out.stdout, out.stderr))
             ops, errors, secs = int(f[1]), int(f[3]), float(f[5])
             if errors:
-                sys.exit("R=%d: %d replies were errors" % (r, errors))
+                sys.exit("FAILED: R=%d (%s, %d threads x depth %d): %d of %d replies were "
+                         "errors; %s" % (r, suffix or "request/response", threads, depth,
+                                         errors, ops, out.stderr.strip()))
             got[r] = ops / secs
             rates[r].append(got[r])
         ratio2.append(got[2] / got[1])
         ratio3.append(got[3] / got[1])
         order = order[1:] + order[:1]
-    for r in (1, 2, 3):
-        print("set_ops_s%s/r%d %.0f" % (suffix, r, statistics.median(rates[r])))
-    print("set_ratio%s/r2_over_r1 %.3f" % (suffix, statistics.median(ratio2)))
-    print("set_ratio%s/r3_over_r1 %.3f" % (suffix, statistics.median(ratio3)))
-    sys.stdout.flush()
+    lines = ["set_ops_s%s/r%d %.0f" % (suffix, r, statistics.median(rates[r]))
+             for r in (1, 2, 3)]
+    lines.append("set_ratio%s/r2_over_r1 %.3f" % (suffix, statistics.median(ratio2)))
+    lines.append("set_ratio%s/r3_over_r1 %.3f" % (suffix, statistics.median(ratio3)))
+    return lines
 
 
 def main():
@@ -82,8 +86,10 @@ def main():
             if rc != 0 or any(v != (1, 0) for v in cl.converged(1, ids).values()):
                 sys.exit("R=%d: ringctl init failed: %s %s" % (r, out, err))
             clusters[r] = (cl, os.path.join(cl.dir, "init.members"))
+        figures = []
         for suffix, threads, depth in (("", 32, 1), ("_pipelined", 2, 32)):
-            measure(a, clusters, suffix, threads, depth)
+            figures += measure(a, clusters, suffix, threads, depth)
+        print("\n".join(figures))
     finally:
         for cl, _ in clusters.values():
             cl.close()

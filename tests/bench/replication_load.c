@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,21 +83,71 @@ fail:
     return -1;
 }
 
-/* Read exactly n reply bytes; count the ones that are not STORED lines. */
+static pthread_mutex_t sample_lock = PTHREAD_MUTEX_INITIALIZER;
+static char error_sample[128];   /* the first reply that was not STORED */
+
+/*
+ * Read the n reply lines of a batch (lines, not bytes: an error line is
+ * longer than "STORED\r\n" and must not shift the next batch's replies);
+ * count the ones that are not STORED and keep the first as a sample.
+ */
 static int
-read_replies(int fd, size_t n, uint64_t *errors)
+read_replies(int fd, int n, uint64_t *errors)
 {
     static __thread char buf[1 << 16];
-    size_t got = 0;
+    static __thread size_t have;
+    char line[sizeof(error_sample)];
+    size_t llen = 0;
+    bool trunc = false;
 
-    while (got < n) {
-        ssize_t r = read(fd, buf, n - got < sizeof(buf) ? n - got : sizeof(buf));
+    while (n > 0) {
+        char *p = buf, *nl;
 
-        if (r <= 0)
-            return -1;
-        if (memmem(buf, (size_t)r, "SERVER_ERROR", 12) != NULL)
-            (*errors)++;
-        got += (size_t)r;
+        if (have == 0) {
+            ssize_t r = read(fd, buf, sizeof(buf));
+
+            if (r <= 0)
+                return -1;
+            have = (size_t)r;
+        }
+        while (n > 0 && (nl = memchr(p, '\n', have - (size_t)(p - buf))) != NULL) {
+            size_t k = (size_t)(nl + 1 - p);
+
+            if (!trunc && llen + k < sizeof(line)) {
+                memcpy(line + llen, p, k);
+                llen += k;
+            } else {
+                trunc = true;
+            }
+            if (trunc || llen != 8 || memcmp(line, "STORED\r\n", 8) != 0) {
+                (*errors)++;
+                pthread_mutex_lock(&sample_lock);
+                if (error_sample[0] == '\0')
+                    snprintf(error_sample, sizeof(error_sample), "%.*s", (int)llen, line);
+                pthread_mutex_unlock(&sample_lock);
+            }
+            llen = 0;
+            trunc = false;
+            p = nl + 1;
+            n--;
+        }
+        /* Keep the unfinished line (or a next batch's bytes: none, the
+         * client waits for a batch before sending the next). */
+        {
+            size_t rest = have - (size_t)(p - buf);
+
+            if (n > 0 && rest > 0) {
+                if (!trunc && llen + rest < sizeof(line)) {
+                    memcpy(line + llen, p, rest);
+                    llen += rest;
+                } else {
+                    trunc = true;
+                }
+                rest = 0;
+            }
+            memmove(buf, p, rest);
+            have = rest;
+        }
     }
     return 0;
 }
@@ -144,9 +195,7 @@ worker_main(void *arg)
         for (i = 0; i < mem->n_nodes; i++) {
             if (nkeys_of[i] == 0)
                 continue;
-            /* Every reply is "STORED\r\n" or a longer error line; count
-             * those by bytes only when all were STORED. */
-            if (read_replies(fds[i], (size_t)depth * 8, &w->errors) < 0) {
+            if (read_replies(fds[i], depth, &w->errors) < 0) {
                 fprintf(stderr, "read failed\n");
                 exit(1);
             }
@@ -235,6 +284,8 @@ main(int argc, char **argv)
     t1 = now_s();
     printf("ops %llu errors %llu secs %.3f\n", (unsigned long long)ops,
            (unsigned long long)errors, t1 - t0);
+    if (errors > 0)
+        fprintf(stderr, "first error reply: %s", error_sample);
     ring_members_free(m);
     return 0;
 }
