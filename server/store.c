@@ -408,15 +408,20 @@ do_lru_push(struct stripe *st, struct store_item *it)
     st->lru_head = it;
 }
 
-/* Double the stripe's bucket array when the load factor passes 1.5. On
- * ENOMEM the table keeps its size: longer chains, still correct. */
+/* Double the stripe's bucket array when the load factor passes 2. Why 2
+ * and not memcached's 1.5: buckets cost 8 bytes each, so the table costs
+ * 4-8 bytes per item at 2 against 5.3-10.7 at 1.5 (measured at 1M items:
+ * 197.5 against 201.4 bytes of RSS per 100-byte item, store_bench), for
+ * chains that stay short (a hit looks at 1.5-2 items on average) and whose
+ * items carry their full hash, so a miss in a chain costs no key compare.
+ * On ENOMEM the table keeps its size: longer chains, still correct. */
 static void
 do_maybe_grow(struct store *s, struct stripe *st)
 {
     uint32_t n = st->mask + 1, i;
     struct store_item **nb;
 
-    if ((uint64_t)st->count * 2 <= (uint64_t)n * 3 || n >= MAX_BUCKETS)
+    if ((uint64_t)st->count <= (uint64_t)n * 2 || n >= MAX_BUCKETS)
         return;
     nb = calloc((size_t)n * 2, sizeof(*nb));
     if (nb == NULL)
