@@ -853,39 +853,10 @@ fail:
 static int
 cport_listen(struct cport *cp)
 {
-    struct addrinfo hints, *res = NULL, *ai;
-    char port[16];
-    int fd = -1, one = 1, rc;
+    int fd = listen_tcp(cp->addr, cp->port, 128, "cluster port");
 
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    snprintf(port, sizeof(port), "%d", cp->port);
-    rc = getaddrinfo(cp->addr, port, &hints, &res);
-    if (rc != 0) {
-        log_msg(LOG_ERR, "cluster port %s:%d: %s", cp->addr, cp->port, gai_strerror(rc));
+    if (fd < 0)
         return -1;
-    }
-    for (ai = res; ai != NULL; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    ai->ai_protocol);
-        if (fd < 0)
-            continue;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0)
-            break;
-        rc = errno;
-        close(fd);
-        fd = -1;
-        errno = rc;
-    }
-    freeaddrinfo(res);
-    if (fd < 0) {
-        log_msg(LOG_ERR, "cannot listen on cluster port %s:%d: %s", cp->addr, cp->port,
-                strerror(errno));
-        return -1;
-    }
     cp->listen_fd = fd;
     return 0;
 }

@@ -853,12 +853,31 @@ complete_nread(struct conn *c)
     store_release(s, it);
 }
 
+/* Route a keyed command made of plain tokens (delete, incr, decr, touch):
+ * true when this node serves it; otherwise it has been answered (MOVED,
+ * TRYAGAIN) or forwarded with its first nfwd tokens to the owner. */
+static bool
+route_tokens(struct conn *c, struct token *t, int nfwd, uint64_t hash)
+{
+    struct fwd_target fw;
+
+    switch (route_check(c, hash, true, &fw)) {
+    case ROUTE_SERVE:
+        return true;
+    case ROUTE_FORWARD:
+        forward_tokens(c, t, nfwd, &fw);
+        return false;
+    case ROUTE_REPLIED:
+        break;
+    }
+    return false;
+}
+
 /* delete <key> [0] [noreply] */
 static void
 process_delete(struct conn *c, struct token *t, int ntok)
 {
     struct thread_stats *ts = &c->w->stats;
-    struct fwd_target fw;
     uint64_t hash;
     int r;
 
@@ -881,15 +900,8 @@ process_delete(struct conn *c, struct token *t, int ntok)
         return;
     }
     hash = key_hash(t[1].p, t[1].len);
-    switch (route_check(c, hash, true, &fw)) {
-    case ROUTE_SERVE:
-        break;
-    case ROUTE_REPLIED:
+    if (!route_tokens(c, t, 2, hash))
         return;
-    case ROUTE_FORWARD:
-        forward_tokens(c, t, 2, &fw);
-        return;
-    }
     if (replicate_wanted(c, hash)) {
         /* The tombstone carries the CAS of what it deletes, so a replica
          * never drops a newer value (replicate_apply_del). */
@@ -931,7 +943,6 @@ process_arith(struct conn *c, struct token *t, int ntok, bool incr)
 {
     struct thread_stats *ts = &c->w->stats;
     uint64_t delta, value = 0, hash;
-    struct fwd_target fw;
     char buf[24], *p;
     bool repl;
     int r;
@@ -950,15 +961,8 @@ process_arith(struct conn *c, struct token *t, int ntok, bool incr)
         return;
     }
     hash = key_hash(t[1].p, t[1].len);
-    switch (route_check(c, hash, true, &fw)) {
-    case ROUTE_SERVE:
-        break;
-    case ROUTE_REPLIED:
+    if (!route_tokens(c, t, 3, hash))
         return;
-    case ROUTE_FORWARD:
-        forward_tokens(c, t, 3, &fw);
-        return;
-    }
     repl = replicate_wanted(c, hash);
     if (repl)
         replicate_lock(hash);
@@ -1003,7 +1007,6 @@ process_touch(struct conn *c, struct token *t, int ntok)
 {
     struct thread_stats *ts = &c->w->stats;
     struct store *s = conn_store(c);
-    struct fwd_target fw;
     int32_t exptime;
     uint64_t hash;
     int r;
@@ -1022,15 +1025,8 @@ process_touch(struct conn *c, struct token *t, int ntok)
         return;
     }
     hash = key_hash(t[1].p, t[1].len);
-    switch (route_check(c, hash, true, &fw)) {
-    case ROUTE_SERVE:
-        break;
-    case ROUTE_REPLIED:
+    if (!route_tokens(c, t, 3, hash))
         return;
-    case ROUTE_FORWARD:
-        forward_tokens(c, t, 3, &fw);
-        return;
-    }
     STATS_ADD(ts, cmd_touch, 1);
     if (replicate_wanted(c, hash)) {
         replicate_lock(hash);

@@ -101,25 +101,22 @@ raise_fd_limit(const struct server *srv)
                 "may be accepted", (unsigned long)rl.rlim_cur, srv->settings.maxconns);
 }
 
-/* Bind and listen; see thread.h. */
+/* See thread.h. */
 int
-server_listen(struct server *srv)
+listen_tcp(const char *addr, int port, int backlog, const char *what)
 {
     struct addrinfo hints, *res = NULL, *ai;
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    char port[16];
+    char portstr[16];
     int fd = -1, one = 1, rc;
 
-    raise_fd_limit(srv);
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE;
-    snprintf(port, sizeof(port), "%d", srv->settings.port);
-    rc = getaddrinfo(srv->settings.listen_addr, port, &hints, &res);
+    snprintf(portstr, sizeof(portstr), "%d", port);
+    rc = getaddrinfo(addr, portstr, &hints, &res);
     if (rc != 0) {
-        log_msg(LOG_ERR, "-l %s: %s", srv->settings.listen_addr, gai_strerror(rc));
+        log_msg(LOG_ERR, "%s %s: %s", what, addr, gai_strerror(rc));
         return -1;
     }
     for (ai = res; ai != NULL; ai = ai->ai_next) {
@@ -128,7 +125,7 @@ server_listen(struct server *srv)
         if (fd < 0)
             continue;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0)
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, backlog) == 0)
             break;
         rc = errno;
         close(fd);
@@ -136,11 +133,23 @@ server_listen(struct server *srv)
         errno = rc;
     }
     freeaddrinfo(res);
-    if (fd < 0) {
-        log_msg(LOG_ERR, "cannot listen on %s:%d: %s", srv->settings.listen_addr,
-                srv->settings.port, strerror(errno));
+    if (fd < 0)
+        log_msg(LOG_ERR, "cannot listen on %s %s:%d: %s", what, addr, port, strerror(errno));
+    return fd;
+}
+
+/* Bind and listen; see thread.h. */
+int
+server_listen(struct server *srv)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    int fd;
+
+    raise_fd_limit(srv);
+    fd = listen_tcp(srv->settings.listen_addr, srv->settings.port, 1024, "client port");
+    if (fd < 0)
         return -1;
-    }
     srv->listen_fd = fd;
     srv->bound_port = srv->settings.port;
     if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {

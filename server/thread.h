@@ -105,6 +105,12 @@ struct server *server_new(const struct settings *settings);
 /* Bind and listen on settings.listen_addr:port; 0 or -1 (logged). */
 int server_listen(struct server *srv);
 
+/* Bind a non-blocking TCP socket to addr:port (a name or a v4/v6 literal;
+ * the first address that binds wins) and listen with the given backlog.
+ * Returns the fd, or -1 after logging "cannot listen on <what> ..." (what
+ * names the port for the operator, e.g. "client port"). */
+int listen_tcp(const char *addr, int port, int backlog, const char *what);
+
 /* Start the workers and run the accept loop until SIGTERM or SIGINT, then
  * flush and join the workers. Returns 0, or -1 if threads failed to start. */
 int server_run(struct server *srv);
