@@ -12,7 +12,6 @@
 #include "ring/ring.h"
 #include "ring/ring_internal.h"
 
-#define DIFF_R_MAX 8   /* the lists of struct ring_arc hold 8 entries */
 
 /*
  * map[i] = index in `to` of node i of `from` (by id), or UINT32_MAX when it
@@ -94,7 +93,7 @@ ring_diff(const struct ring *from, const struct ring *to)
     uint32_t *map = NULL, cap = 0;
     uint32_t ra = UINT32_MAX, rb = UINT32_MAX, ia = 0, ib = 0;
     uint32_t na = from->n_points, nb = to->n_points, n_old = 0, n_new = 0;
-    uint32_t want_a, want_b, lold[DIFF_R_MAX], lnew[DIFF_R_MAX], k;
+    uint32_t want_a, want_b, lold[RING_R_MAX], lnew[RING_R_MAX], k;
     uint64_t prev, x;
     unsigned __int128 moved_primary = 0, moved_list = 0;
     const double scale = 1.0 / 18446744073709551616.0;
@@ -106,8 +105,8 @@ ring_diff(const struct ring *from, const struct ring *to)
         goto fail;
     }
     map_nodes(from, to, map);
-    want_a = from->m->replicas < DIFF_R_MAX ? from->m->replicas : DIFF_R_MAX;
-    want_b = to->m->replicas < DIFF_R_MAX ? to->m->replicas : DIFF_R_MAX;
+    want_a = from->m->replicas < RING_R_MAX ? from->m->replicas : RING_R_MAX;
+    want_b = to->m->replicas < RING_R_MAX ? to->m->replicas : RING_R_MAX;
     /* The first elementary arc wraps: it starts at the largest position. */
     prev = from->pos[na - 1] > to->pos[nb - 1] ? from->pos[na - 1]
                                                : to->pos[nb - 1];

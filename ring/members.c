@@ -16,6 +16,8 @@
 #include "ring/ring_internal.h"
 
 #define MEMBERS_INITIAL_CAP 8
+#define RING_STR_(x) #x
+#define RING_STR(x)  RING_STR_(x)   /* a limit in an error message */
 
 /* Write "fmt" into err (when there is room); errors are one line. */
 static void __attribute__((format(printf, 3, 4)))
@@ -369,8 +371,8 @@ ring_members_check_fields(const struct ring_members *m, char *err,
         set_err(err, errlen, "vnodes must be 1..65535");
         return RING_EINVAL;
     }
-    if (m->replicas == 0 || m->replicas > RING_NODES_MAX) {
-        set_err(err, errlen, "replicas must be 1..65535");
+    if (m->replicas == 0 || m->replicas > RING_R_MAX) {
+        set_err(err, errlen, "replicas must be 1.." RING_STR(RING_R_MAX));
         return RING_EINVAL;
     }
     if (m->n_nodes == 0) {
@@ -521,8 +523,8 @@ parse_header(struct parse_state *st, const struct token *tok, int ntok)
         }
         st->m->vnodes = (uint32_t)v;
     } else {
-        if (v == 0 || v > RING_NODES_MAX) {
-            PERR(st, "replicas must be 1..65535");
+        if (v == 0 || v > RING_R_MAX) {
+            PERR(st, "replicas must be 1.." RING_STR(RING_R_MAX));
             return RING_EPARSE;
         }
         st->m->replicas = (uint32_t)v;

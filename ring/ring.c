@@ -72,6 +72,13 @@ ring_hash(const void *data, size_t len)
     return XXH3_64bits(data, len);
 }
 
+/* See ring.h. */
+uint64_t
+ring_hash_seeded(const void *data, size_t len, uint64_t seed)
+{
+    return XXH3_64bits_withSeed(data, len, seed);
+}
+
 /*
  * Allocate `size` bytes for a ring's arrays (`scratch` false) or for build
  * scratch (true). Sets *mapped to the length of the mapping it made, or 0

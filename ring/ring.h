@@ -17,6 +17,9 @@
 #define RING_WEIGHT_MAX    1000
 #define RING_VNODES_MAX    65535
 #define RING_NODES_MAX     65535   /* a node index fits in 16 bits */
+#define RING_R_MAX         8       /* most replicas a membership may ask for: every
+                                    * owner list (ring_arc, the node's routes, the
+                                    * client's) holds this many */
 #define RING_LINE_MAX      1024    /* longest line of a *.members file */
 #define RING_VNODES_DEFAULT 320    /* chosen by measurement: docs/vnodes.md */
 #define RING_POINTS_MAX    (1u << 26) /* sum of weight*vnodes ring_build takes */
@@ -40,7 +43,7 @@ struct ring_node {
 struct ring_members {
     uint64_t          epoch;      /* 0 = no membership yet */
     uint32_t          vnodes;     /* points per unit of weight, 1..65535 */
-    uint32_t          replicas;   /* R >= 1 */
+    uint32_t          replicas;   /* R, 1..RING_R_MAX */
     uint32_t          n_nodes;    /* entries used in nodes[] */
     uint32_t          cap_nodes;  /* entries allocated in nodes[] */
     struct ring_node *nodes;      /* in the order given; ids unique */
@@ -54,6 +57,10 @@ typedef uint64_t (*ring_hash_fn)(const void *data, size_t len);
 
 /* XXH3_64bits(data, len), seed 0: the key hash of the contract. */
 uint64_t ring_hash(const void *data, size_t len);
+
+/* XXH3_64bits with a seed. Not placement: a keyed digest for the code
+ * that must not link xxHash itself (the node's peer authentication). */
+uint64_t ring_hash_seeded(const void *data, size_t len, uint64_t seed);
 
 /*
  * Membership
@@ -141,8 +148,8 @@ struct ring_arc {
     uint64_t lo;                    /* exclusive */
     uint64_t hi;                    /* inclusive */
     uint32_t n_old, n_new;
-    uint32_t old_nodes[8];          /* indexes into the old membership */
-    uint32_t new_nodes[8];          /* indexes into the new membership */
+    uint32_t old_nodes[RING_R_MAX]; /* indexes into the old membership */
+    uint32_t new_nodes[RING_R_MAX]; /* indexes into the new membership */
 };
 
 struct ring_diff {
@@ -152,8 +159,8 @@ struct ring_diff {
     double           list_moved;    /* fraction whose preference list changes */
 };
 
-/* Compute the diff; the caller frees it with ring_diff_free. R is capped
- * at 8 for the diff. NULL on ENOMEM. */
+/* Compute the diff; the caller frees it with ring_diff_free. NULL on
+ * ENOMEM. */
 struct ring_diff *ring_diff(const struct ring *from, const struct ring *to);
 void ring_diff_free(struct ring_diff *d);
 

@@ -216,203 +216,33 @@ arcset_owned(struct arcset *a, const struct ring *r, uint32_t self)
     return 0;
 }
 
-/*
- * Route decision
- */
-
-/* Is bit idx of a live mask set? */
-static inline bool
-mask_has(const uint64_t *mask, uint32_t idx)
-{
-    return idx < 64 * CLUSTER_MASK_WORDS &&
-           (__atomic_load_n(&mask[idx / 64], __ATOMIC_RELAXED) >> (idx % 64) & 1) != 0;
-}
-
-/* Set bit idx of a live mask (indexes past the mask are not tracked). */
-static inline void
-mask_set(uint64_t *mask, uint32_t idx)
-{
-    if (idx < 64 * CLUSTER_MASK_WORDS)
-        __atomic_or_fetch(&mask[idx / 64], (uint64_t)1 << (idx % 64), __ATOMIC_RELAXED);
-}
-
-/* Monotonic milliseconds, coarse (a few ms) and cheap: the stall check. */
-static inline uint64_t
-coarse_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/* Whether this node must not serve anything right now: it stalled (the
- * ticker is late, or a post-stall heartbeat round has not finished) or a
- * peer told it a higher epoch exists. */
-static bool
-live_unsafe(const struct cluster_live *l)
-{
-    uint64_t tick = __atomic_load_n(&l->tick_ms, __ATOMIC_ACQUIRE);
-
-    if (__atomic_load_n(&l->suspect, __ATOMIC_ACQUIRE) ||
-        __atomic_load_n(&l->behind_epoch, __ATOMIC_RELAXED) != 0)
-        return true;
-    return tick != 0 && coarse_ms() > tick + CLUSTER_STALL_MS;
-}
-
-uint64_t
-cluster_view_reply_epoch(const struct cluster_view *v)
-{
-    uint64_t b = v->live != NULL ? __atomic_load_n(&v->live->behind_epoch, __ATOMIC_RELAXED) : 0;
-
-    return b > v->epoch ? b : v->epoch;
-}
-
-/* The first owner of list[0..n) not seen down (list[0] if all are). */
-static uint32_t
-first_live(const struct cluster_view *v, const uint32_t *list, uint32_t n)
-{
-    uint32_t k;
-
-    for (k = 0; v->live != NULL && k < n; k++)
-        if (!mask_has(v->live->down, list[k]))
-            return list[k];
-    return list[0];
-}
-
-/*
- * See cluster.h. In order: a stalled or behind node serves nothing; fenced
- * ranges answer TRYAGAIN (they are owned here in epoch N); a recovering
- * node (restarted empty) serves none of its own keys; writes go to the
- * primary, or once replicated to the first owner not seen down (write
- * failover); reads to any owner once replicated.
- */
-enum cluster_route
-cluster_route(const struct cluster_view *v, uint64_t hash, bool write,
-              bool declared, uint32_t *owner)
-{
-    uint32_t list[LIST_MAX], n, k, want;
-    bool failover;
-
-    if (v->ring == NULL)
-        return CLUSTER_LOCAL;
-    if (v->live != NULL && live_unsafe(v->live)) {
-        *owner = ring_primary(v->ring, hash);
-        return CLUSTER_TRYAGAIN;
-    }
-    if (v->fence.n > 0 && arcset_has(&v->fence, hash)) {
-        *owner = ring_primary(v->ring, hash);
-        return CLUSTER_TRYAGAIN;
-    }
-    want = list_len(v->replicas);
-    failover = CLUSTER_REPLICATED && want > 1 && v->live != NULL;
-    if (CLUSTER_REPLICATED && want > 1 && (!write || failover)) {
-        n = ring_locate(v->ring, hash, want, list);
-    } else {
-        n = 1;
-        list[0] = ring_primary(v->ring, hash);
-    }
-    if (v->live != NULL && __atomic_load_n(&v->live->recovering, __ATOMIC_RELAXED)) {
-        /* Every owner counts here, also where list holds the primary only. */
-        uint32_t rl[LIST_MAX], rn = n;
-        const uint32_t *owners = list;
-
-        if (n < want) {
-            rn = ring_locate(v->ring, hash, want, rl);
-            owners = rl;
-        }
-        if (list_has(owners, rn, v->self)) {
-            /* Ours, and we hold nothing: a read may go to a replica. */
-            if (!write && failover && n > 1) {
-                for (k = 0; k < n; k++)
-                    if ((int32_t)list[k] != v->self && !mask_has(v->live->down, list[k]))
-                        break;
-                if (k < n) {
-                    *owner = list[k];
-                    return declared ? CLUSTER_MOVED : CLUSTER_FORWARD;
-                }
-            }
-            *owner = list[0];
-            return CLUSTER_TRYAGAIN;
-        }
-    }
-    if (write && failover) {
-        /* Primary-forwarded writes: the first owner not seen down. */
-        uint32_t acting = first_live(v, list, n);
-
-        if ((int32_t)acting == v->self) {
-            for (k = 0; k < n && list[k] != acting; k++)
-                mask_set(v->live->skipped, list[k]);
-            return CLUSTER_LOCAL;
-        }
-        *owner = acting;
-        return declared ? CLUSTER_MOVED : CLUSTER_FORWARD;
-    }
-    /* Reads: any owner (the primary only without failover state), except
-     * an owner importing the arc in a transition: it purged the arc and is
-     * being refilled, so it would answer misses. */
-    for (k = 0; k < n; k++)
-        if ((int32_t)list[k] == v->self &&
-            (k == 0 || v->importing.n == 0 || !arcset_has(&v->importing, hash)))
-            return CLUSTER_LOCAL;
-    *owner = failover ? first_live(v, list, n) : list[0];
-    return declared ? CLUSTER_MOVED : CLUSTER_FORWARD;
-}
-
-/* Health-based replica choices; see cluster.h. */
-bool
-cluster_view_down(const struct cluster_view *v, uint32_t idx)
-{
-    return v->live != NULL && mask_has(v->live->down, idx);
-}
-
+/* Bump a counter; see cluster.h. */
 void
-cluster_view_skip(const struct cluster_view *v, uint32_t idx)
+cluster_count(struct cluster *cl, enum cluster_counter k)
 {
-    if (v->live != NULL)
-        mask_set(v->live->skipped, idx);
-}
+    uint64_t *c;
 
-uint32_t
-cluster_view_acting(const struct cluster_view *v, uint64_t hash)
-{
-    uint32_t list[LIST_MAX];
-    uint32_t n = ring_locate(v->ring, hash, list_len(v->replicas), list);
-
-    return CLUSTER_REPLICATED && n > 1 ? first_live(v, list, n) : list[0];
-}
-
-/* The owners of a hash on a view, primary first; see cluster.h. */
-uint32_t
-cluster_view_owners(const struct cluster_view *v, uint64_t hash, uint32_t *list, uint32_t max)
-{
-    if (v->ring == NULL)
-        return 0;
-    return ring_locate(v->ring, hash, v->replicas < max ? v->replicas : max, list);
-}
-
-const char *
-cluster_view_addr(const struct cluster_view *v, uint32_t idx)
-{
-    const struct ring_members *m = ring_members(v->ring);
-
-    return idx < m->n_nodes ? m->nodes[idx].addr : "";
-}
-
-void
-cluster_count(struct cluster *cl, enum cluster_route r)
-{
-    uint64_t *c = NULL;
-
-    switch (r) {
-    case CLUSTER_MOVED:
+    switch (k) {
+    case CLUSTER_CTR_MOVED:
         c = &cl->ctr.moved;
         break;
-    case CLUSTER_TRYAGAIN:
+    case CLUSTER_CTR_TRYAGAIN:
         c = &cl->ctr.tryagain;
         break;
-    case CLUSTER_FORWARD:
+    case CLUSTER_CTR_FORWARDED:
         c = &cl->ctr.forwarded;
+        break;
+    case CLUSTER_CTR_MISROUTED:
+        c = &cl->ctr.misrouted;
+        break;
+    case CLUSTER_CTR_REPLICATED:
+        c = &cl->ctr.replicated;
+        break;
+    case CLUSTER_CTR_REPLICA_FAILED:
+        c = &cl->ctr.replica_failures;
+        break;
+    case CLUSTER_CTR_REPLICA_SKIPPED:
+        c = &cl->ctr.replica_skipped;
         break;
     default:
         return;
@@ -424,16 +254,10 @@ cluster_count(struct cluster *cl, enum cluster_route r)
 void
 cluster_peer_auth(const struct cluster *cl, char out[CLUSTER_PEER_AUTH_LEN + 1])
 {
-    uint64_t h = XXH3_64bits_withSeed(cl->token, cl->token_len,
-                                      cl->cluster_id ^ 0x72635f7065657221ull);
+    uint64_t h = ring_hash_seeded(cl->token, cl->token_len,
+                                  cl->cluster_id ^ 0x72635f7065657221ull);
 
     snprintf(out, CLUSTER_PEER_AUTH_LEN + 1, "%016" PRIx64, h);
-}
-
-void
-cluster_count_misrouted(struct cluster *cl)
-{
-    __atomic_add_fetch(&cl->ctr.misrouted, 1, __ATOMIC_RELAXED);
 }
 
 void
@@ -448,20 +272,6 @@ cluster_counters_get(const struct cluster *cl, struct cluster_counters *out)
     out->replicated = __atomic_load_n(&cl->ctr.replicated, __ATOMIC_RELAXED);
     out->replica_failures = __atomic_load_n(&cl->ctr.replica_failures, __ATOMIC_RELAXED);
     out->replica_skipped = __atomic_load_n(&cl->ctr.replica_skipped, __ATOMIC_RELAXED);
-}
-
-void
-cluster_count_replica_skipped(struct cluster *cl)
-{
-    __atomic_add_fetch(&cl->ctr.replica_skipped, 1, __ATOMIC_RELAXED);
-}
-
-/* Count replica acknowledgements and failures (any thread). */
-void
-cluster_count_replica(struct cluster *cl, bool ok)
-{
-    __atomic_add_fetch(ok ? &cl->ctr.replicated : &cl->ctr.replica_failures, 1,
-                       __ATOMIC_RELAXED);
 }
 
 /* Owned in the active epoch, any replica position (orphans, cleanup). */
@@ -547,6 +357,7 @@ cluster_publish(struct cluster *cl)
     v->self = cl->self_old;
     v->replicas = cl->active != NULL ? cl->active->replicas : 1;
     v->live = cl->srv != NULL ? &cl->live : NULL;
+    v->gen = cl->view != NULL ? cl->view->gen + 1 : 1;
     if (cl->view == NULL || cl->view->epoch != v->epoch) {
         uint32_t i;
 

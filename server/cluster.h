@@ -34,14 +34,6 @@ enum cluster_phase {
     CLUSTER_PHASE_FENCED = 3,
 };
 
-/* What to do with a keyed request (cluster_route). */
-enum cluster_route {
-    CLUSTER_LOCAL = 0,   /* serve it here */
-    CLUSTER_TRYAGAIN,    /* fenced: SERVER_ERROR TRYAGAIN <epoch> */
-    CLUSTER_MOVED,       /* SERVER_ERROR MOVED <epoch> <addr of owner> */
-    CLUSTER_FORWARD,     /* plain client: relay to the owner (see docs/cluster.md) */
-};
-
 /*
  * What failure detection (server/health.c) tells the workers, read lock-free
  * on every keyed request; owned by struct cluster, so it outlives every
@@ -106,7 +98,49 @@ struct cluster_view {
     char         *config;         /* the whole `config` reply */
     size_t        config_len;
     struct cluster_live *live;    /* the cluster's, NULL in unit tests */
+    uint64_t      gen;            /* 1, 2, ...: one more for every view published */
 };
+
+/* Is bit idx of a live mask set? */
+static inline bool
+cluster_mask_has(const uint64_t *mask, uint32_t idx)
+{
+    return idx < 64 * CLUSTER_MASK_WORDS &&
+           (__atomic_load_n(&mask[idx / 64], __ATOMIC_RELAXED) >> (idx % 64) & 1) != 0;
+}
+
+/* Set bit idx of a live mask (indexes past the mask are not tracked). */
+static inline void
+cluster_mask_set(uint64_t *mask, uint32_t idx)
+{
+    if (idx < 64 * CLUSTER_MASK_WORDS)
+        __atomic_or_fetch(&mask[idx / 64], (uint64_t)1 << (idx % 64), __ATOMIC_RELAXED);
+}
+
+/* Does this node's health table see node idx of the view down? */
+static inline bool
+cluster_view_down(const struct cluster_view *v, uint32_t idx)
+{
+    return v->live != NULL && cluster_mask_has(v->live->down, idx);
+}
+
+/* Record that this node took a write node idx should have had (it comes
+ * back recovering; see "Node failure"). */
+static inline void
+cluster_view_skip(const struct cluster_view *v, uint32_t idx)
+{
+    if (v->live != NULL)
+        cluster_mask_set(v->live->skipped, idx);
+}
+
+/* Address of node idx of the view's membership ("" past the end). */
+static inline const char *
+cluster_view_addr(const struct cluster_view *v, uint32_t idx)
+{
+    const struct ring_members *m = ring_members(v->ring);
+
+    return idx < m->n_nodes ? m->nodes[idx].addr : "";
+}
 
 /* Counters (atomics), exposed in `stats` and Status. */
 struct cluster_counters {
@@ -192,50 +226,23 @@ cluster_view(const struct cluster *cl)
     return __atomic_load_n(&cl->view, __ATOMIC_ACQUIRE);
 }
 
-/*
- * Route decision for a key hash on a view: LOCAL when there is no
- * membership, when this node is the primary, or (reads, R >= 2, once
- * CLUSTER_REPLICATED) any owner;
- * TRYAGAIN when the hash is in a fenced range; else MOVED for a connection
- * that declared its epoch, FORWARD otherwise. *owner gets the primary's
- * index (for cluster_view_addr) when not LOCAL.
- */
-enum cluster_route cluster_route(const struct cluster_view *v, uint64_t hash,
-                                 bool write, bool declared, uint32_t *owner);
-
-/* The owners (at most max, R of the view) of a hash, primary first, as
- * indices for cluster_view_addr; 0 without a membership. */
-#define CLUSTER_OWNERS_MAX 8
-uint32_t cluster_view_owners(const struct cluster_view *v, uint64_t hash, uint32_t *list,
-                             uint32_t max);
-
-/* The epoch to name in a TRYAGAIN reply: a higher epoch a peer runs, when
- * this node learnt it is behind, so the client refreshes. */
-uint64_t cluster_view_reply_epoch(const struct cluster_view *v);
-
-/* Does this node's health table see node idx of the view down? */
-bool cluster_view_down(const struct cluster_view *v, uint32_t idx);
-/* Record that this node took a write node idx should have had (it comes
- * back recovering; see "Node failure"). */
-void cluster_view_skip(const struct cluster_view *v, uint32_t idx);
-/* The node that takes writes of hash: the first owner not seen down (the
- * primary when none is, or without health state). Needs a ring. */
-uint32_t cluster_view_acting(const struct cluster_view *v, uint64_t hash);
-
-/* Address of node idx of the view's membership. */
-const char *cluster_view_addr(const struct cluster_view *v, uint32_t idx);
-
 /* `rc_peer <auth>` (server/replicate.c): auth is CLUSTER_PEER_AUTH_LEN hex
  * digits of a hash of the admin token keyed by the cluster id, so peers
  * prove they share the token without sending it on the client port. */
 #define CLUSTER_PEER_AUTH_LEN 16
 void cluster_peer_auth(const struct cluster *cl, char out[CLUSTER_PEER_AUTH_LEN + 1]);
 
-/* Count a route outcome / a misrouted write (any thread). */
-void cluster_count(struct cluster *cl, enum cluster_route r);
-void cluster_count_misrouted(struct cluster *cl);
-void cluster_count_replica(struct cluster *cl, bool ok);
-void cluster_count_replica_skipped(struct cluster *cl);
+/* The counters a request bumps (any thread). */
+enum cluster_counter {
+    CLUSTER_CTR_MOVED = 0,
+    CLUSTER_CTR_TRYAGAIN,
+    CLUSTER_CTR_FORWARDED,
+    CLUSTER_CTR_MISROUTED,        /* a write acknowledged by a node that no longer owns it */
+    CLUSTER_CTR_REPLICATED,       /* a post-image a replica acknowledged */
+    CLUSTER_CTR_REPLICA_FAILED,   /* one a replica did not acknowledge */
+    CLUSTER_CTR_REPLICA_SKIPPED,  /* one not sent: the replica was seen down */
+};
+void cluster_count(struct cluster *cl, enum cluster_counter k);
 void cluster_counters_get(const struct cluster *cl, struct cluster_counters *out);
 
 /*

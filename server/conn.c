@@ -17,7 +17,6 @@
 
 #include <event2/event.h>
 
-#include "server/forward.h"
 #include "server/log.h"
 #include "server/proto_text.h"
 #include "server/stats.h"

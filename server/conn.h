@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "server/route.h"
 #include "server/store.h"
 
 struct worker;
@@ -81,6 +82,7 @@ struct conn {
     enum conn_pstate   pstate;
     bool               noreply;
     int                nread_op;        /* enum store_op */
+    void             (*nread_done)(struct conn *c);  /* the data block is in */
     uint64_t           nread_cas;
     struct store_item *nread_it;
     char              *nread_dst;       /* next byte of the item to fill */
@@ -94,7 +96,9 @@ struct conn {
     uint64_t           declared_epoch;  /* `epoch <n>`: MOVED instead of forwarding */
     bool               peer;            /* `rc_peer <auth>`: a cluster peer (replicate.c) */
 
-    /* A storage command being forwarded (proto_text.c): its line, then
+    struct route       route;           /* the decision for the data block coming in */
+
+    /* A storage command being forwarded (route.c): its line, then
      * its data block read in place (nread_dst points into it). */
     char              *fwd_buf;
     size_t             fwd_len;

@@ -19,6 +19,8 @@
 #include "server/conn.h"
 #include "server/forward.h"
 #include "server/log.h"
+#include "server/proto_util.h"
+#include "server/route.h"
 #include "server/store.h"
 #include "server/thread.h"
 
@@ -55,26 +57,10 @@ struct repl_op {
     bool              open;      /* gat: keys may still be added */
     uint32_t          ncalls, capcalls;
     struct repl_call *calls;     /* calls_in unless more were needed */
-    struct repl_call  calls_in[CLUSTER_OWNERS_MAX];
+    struct repl_call  calls_in[RING_R_MAX];
     uint32_t          len;
     char              reply[OP_REPLY_MAX];   /* the reply once every replica acked */
 };
-
-/* Decimal digits of v at p; returns the end. */
-static char *
-fmt_u64(char *p, uint64_t v)
-{
-    char tmp[20];
-    int n = 0;
-
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    while (n > 0)
-        *p++ = tmp[--n];
-    return p;
-}
 
 /* Lock stripe of a hash (its high bits: the low ones pick store stripes). */
 static pthread_mutex_t *
@@ -95,21 +81,6 @@ replicate_unlock(uint64_t hash)
     pthread_mutex_unlock(key_lock(hash));
 }
 
-/* Replicate this write? See replicate.h. */
-bool
-replicate_wanted(const struct conn *c, uint64_t hash)
-{
-    struct cluster *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
-    const struct cluster_view *v;
-
-    if (cl == NULL)
-        return false;
-    v = cluster_view(cl);
-    if (v->ring == NULL || v->replicas < 2 || v->self < 0)
-        return false;
-    return cluster_view_acting(v, hash) == (uint32_t)v->self;
-}
-
 /* A free op from w's pool (or the heap), reset; NULL on ENOMEM. */
 static struct repl_op *
 op_take(struct worker *w)
@@ -128,7 +99,7 @@ op_take(struct worker *w)
     op->w = w;
     op->cl = w->srv->cluster;
     op->calls = op->calls_in;
-    op->capcalls = CLUSTER_OWNERS_MAX;
+    op->capcalls = RING_R_MAX;
     return op;
 }
 
@@ -242,7 +213,7 @@ op_ack(void *arg, const char *line, size_t len, enum fwd_err err)
 
         if (v->epoch == rc->epoch)
             cluster_view_skip(v, rc->idx);
-        cluster_count_replica_skipped(op->cl);
+        cluster_count(op->cl, CLUSTER_CTR_REPLICA_SKIPPED);
     } else {
         if (!ok) {
             op->failed++;
@@ -250,7 +221,7 @@ op_ack(void *arg, const char *line, size_t len, enum fwd_err err)
                 log_msg(LOG_INFO, "replica refused a post-image: %.*s", (int)len, line);
         }
         if (op->cl != NULL)
-            cluster_count_replica(op->cl, ok);
+            cluster_count(op->cl, ok ? CLUSTER_CTR_REPLICATED : CLUSTER_CTR_REPLICA_FAILED);
     }
     op_release(op);
 }
@@ -317,17 +288,17 @@ op_new(struct conn *c, const char *reply, size_t len, bool noreply)
 }
 
 /*
- * Send the state of key (hash) to every other owner for op: a post-image
- * of it (a reference the caller keeps), or a tombstone carrying tomb_cas
- * when it is NULL or expired.
+ * Send the state of key to every other owner of rt (the request's route)
+ * for op: a post-image of it (a reference the caller keeps), or a
+ * tombstone carrying tomb_cas when it is NULL or expired.
  */
 static void
-send_image(struct conn *c, struct repl_op *op, const char *key, size_t nkey, uint64_t hash,
-           struct store_item *it, uint64_t tomb_cas)
+send_image(struct conn *c, struct repl_op *op, const struct route *rt, const char *key,
+           size_t nkey, struct store_item *it, uint64_t tomb_cas)
 {
     struct store *s = c->w->srv->store;
-    const struct cluster_view *v = cluster_view(c->w->srv->cluster);
-    uint32_t owners[CLUSTER_OWNERS_MAX], n, i;
+    const struct cluster_view *v = rt->view;
+    uint32_t i;
     struct iovec iov[2];
     char head[96 + STORE_KEY_MAX], *p = head;
     int64_t ttl = 0;
@@ -350,13 +321,13 @@ send_image(struct conn *c, struct repl_op *op, const char *key, size_t nkey, uin
         memcpy(p, key, nkey);
         p += nkey;
         *p++ = ' ';
-        p = fmt_u64(p, it->flags);
+        p = proto_fmt_u64(p, it->flags);
         *p++ = ' ';
-        p = fmt_u64(p, (uint64_t)ttl);
+        p = proto_fmt_u64(p, (uint64_t)ttl);
         *p++ = ' ';
-        p = fmt_u64(p, it->cas);
+        p = proto_fmt_u64(p, it->cas);
         *p++ = ' ';
-        p = fmt_u64(p, it->nbytes);
+        p = proto_fmt_u64(p, it->nbytes);
         iov[1].iov_base = (void *)store_item_value(it);
         iov[1].iov_len = (size_t)it->nbytes + 2;
         niov = 2;
@@ -366,30 +337,31 @@ send_image(struct conn *c, struct repl_op *op, const char *key, size_t nkey, uin
         memcpy(p, key, nkey);
         p += nkey;
         *p++ = ' ';
-        p = fmt_u64(p, tomb_cas);
+        p = proto_fmt_u64(p, tomb_cas);
     }
     *p++ = '\r';
     *p++ = '\n';
     iov[0].iov_base = head;
     iov[0].iov_len = (size_t)(p - head);
-    n = cluster_view_owners(v, hash, owners, CLUSTER_OWNERS_MAX);
-    for (i = 0; i < n; i++) {
-        if ((int32_t)owners[i] == v->self)
+    for (i = 0; i < rt->n_owners; i++) {
+        uint32_t o = rt->owners[i];
+
+        if ((int32_t)o == v->self)
             continue;
-        if (cluster_view_down(v, owners[i])) {
+        if (cluster_view_down(v, o)) {
             /* Seen down by the heartbeats (server/health.c): not waited
              * for; recorded so that node comes back recovering. */
-            cluster_view_skip(v, owners[i]);
-            cluster_count_replica_skipped(c->w->srv->cluster);
+            cluster_view_skip(v, o);
+            cluster_count(c->w->srv->cluster, CLUSTER_CTR_REPLICA_SKIPPED);
             continue;
         }
-        op_send(c->w, op, v, owners[i], cluster_view_addr(v, owners[i]), iov, niov);
+        op_send(c->w, op, v, o, cluster_view_addr(v, o), iov, niov);
     }
 }
 
 /* Post-image or tombstone to every other owner; see replicate.h. */
 void
-replicate_write(struct conn *c, const char *key, size_t nkey, uint64_t hash,
+replicate_write(struct conn *c, const struct route *rt, const char *key, size_t nkey,
                 uint64_t tomb_cas, const char *reply, size_t len, bool noreply)
 {
     struct store *s = c->w->srv->store;
@@ -401,10 +373,10 @@ replicate_write(struct conn *c, const char *key, size_t nkey, uint64_t hash,
             conn_out_add(c, REPLICA_UNAVAILABLE "\r\n", sizeof(REPLICA_UNAVAILABLE "\r\n") - 1);
         return;
     }
-    it = store_get(s, key, nkey, hash);
+    it = store_get(s, key, nkey, rt->hash);
     if (it != NULL)
         tomb_cas = 0;
-    send_image(c, op, key, nkey, hash, it, tomb_cas);
+    send_image(c, op, rt, key, nkey, it, tomb_cas);
     if (it != NULL)
         store_release(s, it);
     op_release(op);
@@ -425,7 +397,7 @@ replicate_gat_begin(struct conn *c)
 
 /* One touched key of a gat; see replicate.h. */
 void
-replicate_gat_key(struct conn *c, struct store_item *it)
+replicate_gat_key(struct conn *c, const struct route *rt, struct store_item *it)
 {
     struct repl_op *p = c->repl_gat, *op;
 
@@ -437,7 +409,7 @@ replicate_gat_key(struct conn *c, struct store_item *it)
     op->parent = p;
     op->pending = 1;
     p->pending++;
-    send_image(c, op, store_item_key(it), it->nkey, it->hash, it, 0);
+    send_image(c, op, rt, store_item_key(it), it->nkey, it, 0);
     op_release(op);
 }
 

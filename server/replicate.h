@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 struct conn;
+struct route;
 struct store;
 struct store_item;
 struct worker;
@@ -22,15 +23,6 @@ struct worker;
 /* The reply a client gets when a write is applied on the primary but a
  * replica did not acknowledge it in time. */
 #define REPLICA_UNAVAILABLE "SERVER_ERROR replica unavailable"
-
-/*
- * Should c's write of hash be replicated? True when the node is in a
- * cluster whose active epoch has R >= 2 and this node takes the key's
- * writes there: its primary, or the first owner not seen down (write
- * failover). The route check already made sure of that for client writes,
- * including those a peer forwarded for a plain client.
- */
-bool replicate_wanted(const struct conn *c, uint64_t hash);
 
 /* Serialize writes of one key between workers on this node, so the state
  * captured after a write is the one that write produced or a later one,
@@ -40,15 +32,16 @@ void replicate_lock(uint64_t hash);
 void replicate_unlock(uint64_t hash);
 
 /*
- * After a local write that changed key (hash): read its current state (a
- * post-image, or a tombstone carrying tomb_cas when it is gone) and send it
- * to every other owner. The client's reply (reply, len bytes with "\r\n")
+ * After a local write that changed key, served under route rt (server/
+ * route.h: the key's hash, its owners and the view they were found in):
+ * read its current state (a post-image, or a tombstone carrying tomb_cas
+ * when it is gone) and send it to every other owner of rt. The client's reply (reply, len bytes with "\r\n")
  * is queued as a hold on c, filled with it once every replica acknowledged,
  * or with REPLICA_UNAVAILABLE if one did not within --forward-timeout (the
  * write stays applied on the primary). noreply: nothing is queued, but
  * failures are still counted. Call with replicate_lock(hash) held.
  */
-void replicate_write(struct conn *c, const char *key, size_t nkey, uint64_t hash,
+void replicate_write(struct conn *c, const struct route *rt, const char *key, size_t nkey,
                      uint64_t tomb_cas, const char *reply, size_t len, bool noreply);
 
 /*
@@ -57,7 +50,7 @@ void replicate_write(struct conn *c, const char *key, size_t nkey, uint64_t hash
  * and the whole reply is held until every one acknowledged:
  * replicate_gat_begin queues a hold before the reply (0, or -1 on ENOMEM:
  * nothing was queued), replicate_gat_key sends one touched key (it, the
- * caller's reference, with replicate_lock(it->hash) held), and
+ * caller's reference, served under rt, with replicate_lock(it->hash) held), and
  * replicate_gat_end, after the END line, closes the reply with a second
  * hold. If a replica fails, everything between the two holds (the
  * VALUEs, END) is replaced by REPLICA_UNAVAILABLE; the new expiry stays on
@@ -65,7 +58,7 @@ void replicate_write(struct conn *c, const char *key, size_t nkey, uint64_t hash
  * output soft cap (its reply cannot be written before the acks anyway).
  */
 int replicate_gat_begin(struct conn *c);
-void replicate_gat_key(struct conn *c, struct store_item *it);
+void replicate_gat_key(struct conn *c, const struct route *rt, struct store_item *it);
 void replicate_gat_end(struct conn *c);
 
 /* Free worker w's pool of finished ops (after forward_worker_free). */

@@ -12,6 +12,7 @@
 
 #include "ring/ring.h"
 #include "server/cluster.h"
+#include "server/route.h"
 #include "tests/suites.h"
 
 static const char THREE[] =
@@ -287,6 +288,17 @@ START_TEST(test_commit_init)
 }
 END_TEST
 
+/* The route decision as the old cluster_route answered it. */
+static enum route_do
+route_of(const struct cluster_view *v, uint64_t h, bool write, bool declared, uint32_t *owner)
+{
+    struct route rt;
+
+    route_decide(v, h, write, declared, &rt);
+    *owner = rt.target;
+    return rt.action;
+}
+
 START_TEST(test_route_three_nodes)
 {
     struct ring_members *four = members(FOUR);
@@ -304,15 +316,15 @@ START_TEST(test_route_three_nodes)
     for (i = 0; i < 20000; i++) {
         uint64_t h = sample(i);
         uint32_t p = ring_primary(r, h);
-        enum cluster_route rt = cluster_route(v, h, true, true, &owner);
+        enum route_do rt = route_of(v, h, true, true, &owner);
 
         if (p == 1) {
-            ck_assert_int_eq(rt, CLUSTER_LOCAL);
+            ck_assert_int_eq(rt, ROUTE_SERVE);
             local++;
         } else {
-            ck_assert_int_eq(rt, CLUSTER_MOVED);
+            ck_assert_int_eq(rt, ROUTE_MOVED);
             ck_assert_uint_eq(owner, p);
-            ck_assert_int_eq(cluster_route(v, h, false, false, &owner), CLUSTER_FORWARD);
+            ck_assert_int_eq(route_of(v, h, false, false, &owner), ROUTE_FORWARD);
             ck_assert_str_eq(cluster_view_addr(v, owner),
                              p == 0 ? "127.0.0.1:21001" : "127.0.0.1:21003");
         }
@@ -331,15 +343,15 @@ START_TEST(test_route_three_nodes)
         for (i = 0; i < 20000; i++) {
             uint64_t h = sample(i);
             uint32_t p = ring_primary(v->ring, h), np = ring_primary(nr, h);
-            enum cluster_route rt = cluster_route(v, h, true, true, &owner);
+            enum route_do rt = route_of(v, h, true, true, &owner);
 
             if (p == 1 && np == 3) {
-                ck_assert_int_eq(rt, CLUSTER_TRYAGAIN);
+                ck_assert_int_eq(rt, ROUTE_TRYAGAIN);
                 fenced++;
             } else if (p == 1) {
-                ck_assert_int_eq(rt, CLUSTER_LOCAL);
+                ck_assert_int_eq(rt, ROUTE_SERVE);
             } else {
-                ck_assert_int_eq(rt, CLUSTER_MOVED);
+                ck_assert_int_eq(rt, ROUTE_MOVED);
             }
         }
         ring_free(nr);
@@ -361,6 +373,7 @@ START_TEST(test_route_replicas)
     struct cluster *cl;
     const struct cluster_view *v;
     uint32_t i, owner, list[2];
+    struct route rt;
 
     mkstate();
     put("active.members", THREE_R2);
@@ -370,11 +383,20 @@ START_TEST(test_route_replicas)
         uint64_t h = sample(i);
 
         ring_locate(v->ring, h, 2, list);
-        ck_assert_int_eq(cluster_route(v, h, false, true, &owner) == CLUSTER_LOCAL,
+        ck_assert_int_eq(route_of(v, h, false, true, &owner) == ROUTE_SERVE,
                          list[0] == 2 ||
                          (CLUSTER_REPLICATED && list[1] == 2));
-        ck_assert_int_eq(cluster_route(v, h, true, true, &owner) == CLUSTER_LOCAL,
+        ck_assert_int_eq(route_of(v, h, true, true, &owner) == ROUTE_SERVE,
                          list[0] == 2);
+        /* One look-up: the decision carries the preference list, and a
+         * write served here replicates to it. */
+        route_decide(v, h, true, true, &rt);
+        ck_assert_uint_eq(rt.n_owners, 2);
+        ck_assert_uint_eq(rt.owners[0], list[0]);
+        ck_assert_uint_eq(rt.owners[1], list[1]);
+        ck_assert_uint_eq(rt.hash, h);
+        ck_assert(rt.view == v);
+        ck_assert_int_eq(rt.replicate, rt.action == ROUTE_SERVE);
     }
     cluster_free(cl);
     rmstate();

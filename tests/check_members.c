@@ -43,7 +43,9 @@ static const struct bad_case bad_cases[] = {
     { HDR "node\n", 0, 4, "expected 'node ID ADDR" },
     { "epoch 1\nvnodes 0\nreplicas 1\n" NODE, 0, 2, "vnodes must be 1..65535" },
     { "epoch 1\nvnodes 65536\nreplicas 1\n" NODE, 0, 2, "vnodes must be 1..65535" },
-    { "epoch 1\nvnodes 10\nreplicas 0\n" NODE, 0, 3, "replicas must be 1..65535" },
+    { "epoch 1\nvnodes 10\nreplicas 0\n" NODE, 0, 3, "replicas must be 1..8" },
+    { "epoch 1\nvnodes 10\nreplicas 9\n" NODE, 0, 3, "replicas must be 1..8" },
+    { "epoch 1\nvnodes 10\nreplicas 65535\n" NODE, 0, 3, "replicas must be 1..8" },
     { "epoch 0\nvnodes 10\nreplicas 1\n" NODE, 0, 1, "epoch 0 is reserved" },
     { "epoch 18446744073709551616\n", 0, 1, "epoch: not an unsigned" },
     { "epoch -3\n", 0, 1, "epoch: not an unsigned" },
@@ -144,7 +146,7 @@ START_TEST(parse_good)
         "\n"
         "  epoch 18446744073709551615   # max\n"
         "vnodes\t65535\n"
-        "replicas 65535\n"
+        "replicas 8\n"
         "node cache-a 127.0.0.1:11311\n"
         "node cache-b 127.0.0.1:11312 weight=2 zone=east\n"
         "node cache-c [::1]:11313 zone=west weight=1000\r\n"
@@ -157,7 +159,7 @@ START_TEST(parse_good)
                                         sizeof(err)), RING_OK);
     ck_assert_uint_eq(m->epoch, UINT64_MAX);
     ck_assert_uint_eq(m->vnodes, 65535);
-    ck_assert_uint_eq(m->replicas, 65535);
+    ck_assert_uint_eq(m->replicas, 8);
     ck_assert_uint_eq(m->n_nodes, 5);
     ck_assert_str_eq(m->nodes[0].id, "cache-a");
     ck_assert_str_eq(m->nodes[0].addr, "127.0.0.1:11311");
@@ -248,7 +250,7 @@ START_TEST(format_round_trip)
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         m->epoch = 1 + (s >> 11);
         m->vnodes = 1 + (uint32_t)((s >> 20) % 65535);
-        m->replicas = 1 + (uint32_t)((s >> 40) % 9);
+        m->replicas = 1 + (uint32_t)((s >> 40) % RING_R_MAX);
         n = 1 + (uint32_t)((s >> 33) % 30);
         for (j = 0; j < n; j++) {
             char id[32], addr[64], zone[16];
@@ -321,7 +323,10 @@ START_TEST(edit_api_validates)
     strcpy(d->nodes[1].id, "b");
     d->replicas = 0;
     ck_assert_int_eq(ring_members_validate(d, err, sizeof(err)), RING_EINVAL);
-    ck_assert_str_eq(err, "replicas must be 1..65535");
+    ck_assert_str_eq(err, "replicas must be 1..8");
+    d->replicas = 9;
+    ck_assert_int_eq(ring_members_validate(d, err, sizeof(err)), RING_EINVAL);
+    ck_assert_str_eq(err, "replicas must be 1..8");
     d->replicas = 1;
     d->nodes[0].weight = 0;
     ck_assert_int_eq(ring_members_validate(d, err, sizeof(err)), RING_EINVAL);

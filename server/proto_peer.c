@@ -1,0 +1,188 @@
+/*
+ * proto_peer: the text-protocol commands of the cluster (docs/cluster.md):
+ * `config` and `epoch` for smart clients, and for peers `rc_peer` (the
+ * connection proves it shares the token) and the replica writes `rc_set`
+ * / `rc_del` that a key's primary sends (server/replicate.c). A replica
+ * write enters here, never through the client storage commands.
+ */
+#include "config.h"
+#include "server/proto_peer.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ring/ring.h"
+#include "server/cluster.h"
+#include "server/conn.h"
+#include "server/log.h"
+#include "server/replicate.h"
+#include "server/route.h"
+#include "server/store.h"
+#include "server/thread.h"
+
+static inline struct store *
+conn_store(struct conn *c)
+{
+    return c->w->srv->store;
+}
+
+/* `config`: the active membership (docs/cluster.md). */
+void
+proto_peer_config(struct conn *c)
+{
+    struct cluster *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
+    const struct cluster_view *v;
+
+    if (cl == NULL) {
+        conn_out_add(c, "CONFIG 0 0\r\n\r\nEND\r\n", 19);
+        return;
+    }
+    v = cluster_view(cl);
+    conn_out_add(c, v->config, v->config_len);
+}
+
+/* `epoch`: "EPOCH <active> <pending>"; `epoch <n>`: this connection
+ * declares its epoch and gets MOVED instead of forwarding from now on
+ * (`epoch 0` withdraws it). */
+void
+proto_peer_epoch(struct conn *c, const struct token *t, int ntok)
+{
+    struct cluster *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
+    const struct cluster_view *v = cl != NULL ? cluster_view(cl) : NULL;
+    uint64_t n;
+
+    if (ntok == 1) {
+        proto_reply_printf(c, "EPOCH %" PRIu64 " %" PRIu64 "\r\n", v != NULL ? v->epoch : 0,
+                     v != NULL ? v->pending_epoch : 0);
+        return;
+    }
+    if (ntok != 2 || !proto_parse_u64(&t[1], &n)) {
+        proto_reply_line(c, PROTO_ERR_FORMAT);
+        return;
+    }
+    c->declared_epoch = n;
+    conn_out_add(c, "OK\r\n", 4);
+}
+
+/* The data block of an rc_set is in: apply it (the replica side). */
+static void
+rc_set_block_done(struct conn *c)
+{
+    struct store *s = conn_store(c);
+    struct store_item *it = c->nread_it;
+    const char *v = store_item_value(it);
+    int r;
+
+    c->nread_it = NULL;
+    if (v[it->nbytes] != '\r' || v[it->nbytes + 1] != '\n') {
+        REPLY(c, "CLIENT_ERROR bad data chunk");
+        store_release(s, it);
+        return;
+    }
+    r = replicate_apply_put(s, it, c->nread_cas);
+    store_release(s, it);
+    if (r < 0)
+        REPLY(c, "SERVER_ERROR out of memory storing object");
+    else
+        REPLY(c, "OK");
+}
+
+/*
+ * `rc_set <key> <flags> <ttl> <cas> <bytes>` + data: a post-image from the
+ * key's primary (peers only). ttl is the remaining lifetime (0 never).
+ * Answered OK once applied, or ignored when this node does not own the
+ * key (it is not a replica of it any more) or holds a newer CAS.
+ */
+void
+proto_peer_rc_set(struct conn *c, const struct token *t, int ntok)
+{
+    struct store *s = conn_store(c);
+    struct store_item *it;
+    uint32_t flags;
+    int32_t vlen;
+    uint64_t cas, hash, ttl;
+    int64_t exptime = 0;
+    int err = 0;
+
+    if (ntok != 6 || !proto_parse_i32(&t[5], &vlen) || vlen < 0 || vlen > INT_MAX - 2) {
+        proto_reply_line(c, PROTO_ERR_FORMAT);
+        return;
+    }
+    if (t[1].len > KEY_MAX || !proto_parse_u32(&t[2], &flags) || !proto_parse_u64(&t[3], &ttl) ||
+        !proto_parse_u64(&t[4], &cas) || ttl > UINT32_MAX) {
+        proto_reply_line(c, PROTO_ERR_FORMAT);
+        proto_swallow(c, (size_t)vlen + 2);
+        return;
+    }
+    if (!c->peer || c->w->srv == NULL || c->w->srv->cluster == NULL) {
+        REPLY(c, "CLIENT_ERROR rc_set is for cluster peers (rc_peer)");
+        proto_swallow(c, (size_t)vlen + 2);
+        return;
+    }
+    hash = ring_hash(t[1].p, t[1].len);
+    if (!route_owned_here(c, hash)) {
+        proto_swallow(c, (size_t)vlen + 2);
+        REPLY(c, "OK");
+        return;
+    }
+    if (ttl > 0)
+        exptime = store_now(s) + (int64_t)ttl;
+    it = store_alloc(s, t[1].p, t[1].len, hash, flags, exptime, (size_t)vlen, &err);
+    if (it == NULL) {
+        REPLY(c, "SERVER_ERROR out of memory storing object");
+        proto_swallow(c, (size_t)vlen + 2);
+        return;
+    }
+    c->nread_it = it;
+    c->nread_cas = cas;
+    proto_read_block(c, store_item_value_mut(it), (size_t)vlen + 2, rc_set_block_done);
+}
+
+/* `rc_del <key> <cas>`: a tombstone from the key's primary (peers only). */
+void
+proto_peer_rc_del(struct conn *c, const struct token *t, int ntok)
+{
+    uint64_t cas, hash;
+
+    if (ntok != 3 || t[1].len > KEY_MAX || !proto_parse_u64(&t[2], &cas)) {
+        proto_reply_line(c, PROTO_ERR_FORMAT);
+        return;
+    }
+    if (!c->peer || c->w->srv == NULL || c->w->srv->cluster == NULL) {
+        REPLY(c, "CLIENT_ERROR rc_del is for cluster peers (rc_peer)");
+        return;
+    }
+    hash = ring_hash(t[1].p, t[1].len);
+    if (route_owned_here(c, hash))
+        replicate_apply_del(conn_store(c), t[1].p, t[1].len, hash, cas);
+    REPLY(c, "OK");
+}
+
+/* `rc_peer <auth>`: the connection is a cluster peer (docs/cluster.md:
+ * it may send replication post-images and is never forwarded). */
+void
+proto_peer_rc_peer(struct conn *c, const struct token *t, int ntok)
+{
+    struct cluster *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
+    char auth[CLUSTER_PEER_AUTH_LEN + 1];
+
+    if (ntok != 2) {
+        proto_reply_line(c, PROTO_ERR_FORMAT);
+        return;
+    }
+    if (cl == NULL || !cl->has_token) {
+        conn_out_add(c, "CLIENT_ERROR not a cluster node\r\n", 33);
+        return;
+    }
+    cluster_peer_auth(cl, auth);
+    if (t[1].len != CLUSTER_PEER_AUTH_LEN || memcmp(t[1].p, auth, CLUSTER_PEER_AUTH_LEN) != 0) {
+        log_msg(LOG_INFO, "connection %d: rc_peer with a wrong token", c->fd);
+        conn_out_add(c, "CLIENT_ERROR bad peer authentication\r\n", 38);
+        return;
+    }
+    c->peer = true;
+    conn_out_add(c, "OK\r\n", 4);
+}
+

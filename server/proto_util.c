@@ -1,0 +1,106 @@
+/*
+ * proto_util: shared text-protocol helpers; see proto_util.h.
+ */
+#include "config.h"
+#include "server/proto_util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+const char PROTO_ERR_FORMAT[] = "CLIENT_ERROR bad command line format";
+
+/* Queue "<msg>\r\n" unless noreply. */
+void
+proto_reply_line(struct conn *c, const char *msg)
+{
+    if (c->noreply)
+        return;
+    conn_out_add(c, msg, strlen(msg));
+    conn_out_add(c, "\r\n", 2);
+}
+
+/* Queue formatted text (always sent). */
+void
+proto_reply_printf(struct conn *c, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof(buf))
+        n = sizeof(buf) - 1;
+    conn_out_add(c, buf, (size_t)n);
+}
+
+/* Decimal digits of v at p; returns the end. */
+char *
+proto_fmt_u64(char *p, uint64_t v)
+{
+    char tmp[20];
+    int n = 0;
+
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (n > 0)
+        *p++ = tmp[--n];
+    return p;
+}
+
+/* An unsigned 64-bit decimal; see proto_util.h. */
+bool
+proto_parse_u64(const struct token *t, uint64_t *out)
+{
+    uint64_t v = 0;
+    size_t i = 0;
+
+    if (t->len > 1 && t->p[0] == '+')
+        i = 1;
+    if (t->len == 0 || t->len - i > 20)
+        return false;
+    for (; i < t->len; i++) {
+        unsigned d = (unsigned char)t->p[i] - '0';
+        if (d > 9 || v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+/* 32-bit client flags. */
+bool
+proto_parse_u32(const struct token *t, uint32_t *out)
+{
+    uint64_t v;
+
+    if (!proto_parse_u64(t, &v) || v > UINT32_MAX)
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+/* A signed 32-bit decimal (exptime, bytes, delay). */
+bool
+proto_parse_i32(const struct token *t, int32_t *out)
+{
+    struct token digits = *t;
+    bool neg = false;
+    uint64_t v;
+
+    if (digits.len > 0 && digits.p[0] == '-') {
+        neg = true;
+        digits.p++;
+        digits.len--;
+    }
+    if (!proto_parse_u64(&digits, &v) || v > (uint64_t)INT32_MAX + (neg ? 1 : 0))
+        return false;
+    *out = neg ? (int32_t)(-(int64_t)v) : (int32_t)v;
+    return true;
+}

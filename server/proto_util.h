@@ -1,0 +1,82 @@
+/*
+ * proto_util: the pieces of the text protocol that its command files share
+ * (server/proto_text.c for clients, server/proto_peer.c for peers,
+ * server/proto_stats.c, and the relaying in server/route.c): tokens and
+ * number parsing, reply helpers that honour noreply, and reading or
+ * discarding a data block.
+ */
+#ifndef SERVER_PROTO_UTIL_H
+#define SERVER_PROTO_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "server/conn.h"
+
+#define KEY_MAX 250   /* memcached's longest key */
+
+/* A token of a command line: bytes in the connection's read buffer. */
+struct token {
+    const char *p;
+    size_t      len;
+};
+
+#define TOK_IS(t, lit) ((t)->len == sizeof(lit) - 1 && memcmp((t)->p, lit, sizeof(lit) - 1) == 0)
+
+/* Queue a literal reply unless the command said noreply. */
+#define REPLY(c, lit) proto_reply((c), lit "\r\n", sizeof(lit "\r\n") - 1)
+
+/* memcached's answer to a malformed line. */
+extern const char PROTO_ERR_FORMAT[];
+
+/* Queue n bytes of reply text unless noreply is in force. */
+static inline void
+proto_reply(struct conn *c, const char *s, size_t n)
+{
+    if (!c->noreply)
+        conn_out_add(c, s, n);
+}
+
+/* Queue "<msg>\r\n" unless noreply. */
+void proto_reply_line(struct conn *c, const char *msg);
+
+/* Queue formatted text, always (stats and other multi-line replies). */
+void proto_reply_printf(struct conn *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Decimal digits of v at p (room for 20); returns the end. */
+char *proto_fmt_u64(char *p, uint64_t v);
+
+/* An unsigned decimal that fits in 64 bits: digits, with an optional
+ * leading '+' (memcached parses with strtoull, so clients send it). */
+bool proto_parse_u64(const struct token *t, uint64_t *out);
+/* 32-bit client flags. */
+bool proto_parse_u32(const struct token *t, uint32_t *out);
+/* A signed 32-bit decimal (exptime, bytes, delay). */
+bool proto_parse_i32(const struct token *t, int32_t *out);
+
+/* Called by the parser once a data block is in, in the command state. */
+typedef void (*proto_block_fn)(struct conn *c);
+
+/* The next n bytes of the stream (a data block and its "\r\n") go to dst;
+ * then done(c) runs. */
+static inline void
+proto_read_block(struct conn *c, char *dst, size_t n, proto_block_fn done)
+{
+    c->nread_dst = dst;
+    c->nread_left = n;
+    c->nread_done = done;
+    c->pstate = CONN_PS_NREAD;
+}
+
+/* Discard the next n bytes of the stream (a rejected data block + 2). */
+static inline void
+proto_swallow(struct conn *c, size_t n)
+{
+    c->swallow_left = n;
+    c->pstate = CONN_PS_SWALLOW;
+}
+
+#endif /* SERVER_PROTO_UTIL_H */

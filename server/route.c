@@ -1,0 +1,657 @@
+/*
+ * route: one decision per keyed request and the path it then takes (see
+ * route.h). The decision reads the published cluster view and the health
+ * state lock-free; relaying goes through the worker's upstreams
+ * (server/forward.c), replication through server/replicate.c.
+ */
+#include "config.h"
+#include "server/route.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include "server/cluster.h"
+#include "server/conn.h"
+#include "server/forward.h"
+#include "server/proto_util.h"
+#include "server/replicate.h"
+#include "server/stats.h"
+#include "server/store.h"
+#include "server/thread.h"
+
+#define LINE_FWD_MAX   2048   /* a relayed command line (proto_text's line limit) */
+#define GET_OWNERS_MAX 32     /* owners a plain client's multi-get is split over, at most;
+                               * keys of further owners are answered as misses */
+
+/*
+ * The decision
+ */
+
+/* Monotonic milliseconds, coarse (a few ms) and cheap: the stall check. */
+static inline uint64_t
+coarse_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Whether this node must not serve anything right now: it stalled (the
+ * ticker is late, or a post-stall heartbeat round has not finished) or a
+ * peer told it a higher epoch exists. */
+static bool
+live_unsafe(const struct cluster_live *l)
+{
+    uint64_t tick = __atomic_load_n(&l->tick_ms, __ATOMIC_ACQUIRE);
+
+    if (__atomic_load_n(&l->suspect, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&l->behind_epoch, __ATOMIC_RELAXED) != 0)
+        return true;
+    return tick != 0 && coarse_ms() > tick + CLUSTER_STALL_MS;
+}
+
+/* The first owner of list[0..n) not seen down (list[0] if all are). */
+static uint32_t
+first_live(const struct cluster_view *v, const uint32_t *list, uint32_t n)
+{
+    uint32_t k;
+
+    for (k = 0; v->live != NULL && k < n; k++)
+        if (!cluster_mask_has(v->live->down, list[k]))
+            return list[k];
+    return list[0];
+}
+
+static bool
+owners_have(const struct route *rt, int32_t idx)
+{
+    uint32_t k;
+
+    for (k = 0; k < rt->n_owners; k++)
+        if ((int32_t)rt->owners[k] == idx)
+            return true;
+    return false;
+}
+
+/* The decision from rt's owners (already located on v); see route.h. */
+static void
+decide(const struct cluster_view *v, struct route *rt, bool declared)
+{
+    const uint32_t *list = rt->owners;
+    enum route_do away = declared ? ROUTE_MOVED : ROUTE_FORWARD;
+    bool failover = rt->n_owners > 1 && v->live != NULL;
+    uint32_t n, k;
+
+    rt->replicate = false;
+    rt->target = list[0];
+    if (v->live != NULL && live_unsafe(v->live)) {
+        rt->action = ROUTE_TRYAGAIN;
+        return;
+    }
+    if (v->fence.n > 0 && arcset_has(&v->fence, rt->hash)) {
+        rt->action = ROUTE_TRYAGAIN;
+        return;
+    }
+    /* The owners that may serve: every one for reads and for failover
+     * writes, else the primary alone. */
+    n = rt->n_owners > 1 && (!rt->write || failover) ? rt->n_owners : 1;
+    if (v->live != NULL && __atomic_load_n(&v->live->recovering, __ATOMIC_RELAXED) &&
+        owners_have(rt, v->self)) {
+        /* Ours, and we hold nothing: a read may go to a replica. */
+        if (!rt->write && failover) {
+            for (k = 0; k < n; k++)
+                if ((int32_t)list[k] != v->self && !cluster_mask_has(v->live->down, list[k]))
+                    break;
+            if (k < n) {
+                rt->target = list[k];
+                rt->action = away;
+                return;
+            }
+        }
+        rt->action = ROUTE_TRYAGAIN;
+        return;
+    }
+    if (rt->write && failover) {
+        /* Primary-forwarded writes: the first owner not seen down. */
+        uint32_t acting = first_live(v, list, n);
+
+        if ((int32_t)acting == v->self) {
+            for (k = 0; k < n && list[k] != acting; k++)
+                cluster_mask_set(v->live->skipped, list[k]);
+            rt->action = ROUTE_SERVE;
+            rt->replicate = true;
+            return;
+        }
+        rt->target = acting;
+        rt->action = away;
+        return;
+    }
+    /* Reads: any owner (the primary only without failover state), except
+     * an owner importing the arc in a transition: it purged the arc and is
+     * being refilled, so it would answer misses. */
+    for (k = 0; k < n; k++)
+        if ((int32_t)list[k] == v->self &&
+            (k == 0 || v->importing.n == 0 || !arcset_has(&v->importing, rt->hash))) {
+            rt->action = ROUTE_SERVE;
+            rt->replicate = rt->write && rt->n_owners > 1;
+            return;
+        }
+    rt->target = failover ? first_live(v, list, n) : list[0];
+    rt->action = away;
+}
+
+/* See route.h. */
+void
+route_decide(const struct cluster_view *v, uint64_t hash, bool write, bool declared,
+             struct route *rt)
+{
+    rt->view = v;
+    rt->view_gen = v->gen;
+    rt->hash = hash;
+    rt->write = write;
+    rt->replicate = false;
+    if (v->ring == NULL) {
+        rt->n_owners = 0;
+        rt->action = ROUTE_SERVE;
+        return;
+    }
+    rt->n_owners = ring_locate(v->ring, hash, v->replicas < RING_R_MAX ? v->replicas
+                                                                       : RING_R_MAX,
+                               rt->owners);
+    decide(v, rt, declared);
+}
+
+/* Does this connection route by epoch (MOVED) rather than being
+ * forwarded? Peers are never forwarded either. */
+static inline bool
+conn_declared(const struct conn *c)
+{
+    return c->declared_epoch != 0 || c->peer;
+}
+
+static inline struct cluster *
+conn_cluster(const struct conn *c)
+{
+    return c->w->srv != NULL ? c->w->srv->cluster : NULL;
+}
+
+/* The decision for c's request; without a cluster SERVE with no view. */
+static void
+route_conn(struct conn *c, uint64_t hash, bool write, struct route *rt)
+{
+    struct cluster *cl = conn_cluster(c);
+
+    if (cl == NULL) {
+        rt->view = NULL;
+        rt->n_owners = 0;
+        rt->hash = hash;
+        rt->write = write;
+        rt->replicate = false;
+        rt->action = ROUTE_SERVE;
+        return;
+    }
+    route_decide(cluster_view(cl), hash, write, conn_declared(c), rt);
+    if (rt->n_owners > 0)
+        STATS_ADD(&c->w->stats, route_lookups, 1);
+}
+
+/*
+ * Answers and relaying
+ */
+
+/* The epoch to name in a TRYAGAIN reply: a higher epoch a peer runs, when
+ * this node learnt it is behind, so the client refreshes. */
+static uint64_t
+reply_epoch(const struct cluster_view *v)
+{
+    uint64_t b = v->live != NULL ? __atomic_load_n(&v->live->behind_epoch, __ATOMIC_RELAXED) : 0;
+
+    return b > v->epoch ? b : v->epoch;
+}
+
+/* Queue the reply for a keyed request this node does not serve and will
+ * not forward: TRYAGAIN when fenced, else MOVED (a plain client only gets
+ * MOVED where forwarding is impossible). */
+static void
+reply_route(struct conn *c, const struct route *rt)
+{
+    const struct cluster_view *v = rt->view;
+    char buf[64 + RING_ADDR_MAX];
+    int n;
+
+    if (rt->action == ROUTE_TRYAGAIN)
+        n = snprintf(buf, sizeof(buf), "SERVER_ERROR TRYAGAIN %" PRIu64 "\r\n",
+                     reply_epoch(v));
+    else
+        n = snprintf(buf, sizeof(buf), "SERVER_ERROR MOVED %" PRIu64 " %s\r\n", v->epoch,
+                     cluster_view_addr(v, rt->target));
+    cluster_count(conn_cluster(c),
+                  rt->action == ROUTE_TRYAGAIN ? CLUSTER_CTR_TRYAGAIN : CLUSTER_CTR_MOVED);
+    if (n > 0 && (size_t)n < sizeof(buf))
+        proto_reply(c, buf, (size_t)n);
+}
+
+/* A plain client cannot retry a fenced key: its request goes to the
+ * primary (maybe this node) through an upstream, which retries with a
+ * backoff until the fence lifts (server/forward.c). */
+static void
+plain_tryagain_forwards(const struct conn *c, struct route *rt)
+{
+    if (rt->action == ROUTE_TRYAGAIN && !conn_declared(c))
+        rt->action = ROUTE_FORWARD;
+}
+
+/* Relay the command line made of tokens t[0..n-1] (noreply dropped: the
+ * reply is read and discarded instead). */
+static void
+forward_tokens(struct conn *c, const struct route *rt, const struct token *t, int n)
+{
+    char buf[LINE_FWD_MAX + 8];
+    struct iovec iov;
+    size_t len = 0;
+    int i;
+
+    for (i = 0; i < n; i++) {
+        if (len + t[i].len + 3 > sizeof(buf)) {
+            proto_reply_line(c, PROTO_ERR_FORMAT);
+            return;
+        }
+        if (i > 0)
+            buf[len++] = ' ';
+        memcpy(buf + len, t[i].p, t[i].len);
+        len += t[i].len;
+    }
+    buf[len++] = '\r';
+    buf[len++] = '\n';
+    iov.iov_base = buf;
+    iov.iov_len = len;
+    forward_request(c, cluster_view_addr(rt->view, rt->target), rt->view->epoch, FWD_LINE,
+                    &iov, 1, !c->noreply);
+}
+
+/* See route.h. */
+bool
+route_line(struct conn *c, uint64_t hash, const struct token *t, int nfwd, struct route *rt)
+{
+    route_conn(c, hash, true, rt);
+    if (rt->action == ROUTE_SERVE)
+        return true;
+    plain_tryagain_forwards(c, rt);
+    if (rt->action == ROUTE_FORWARD) {
+        cluster_count(conn_cluster(c), CLUSTER_CTR_FORWARDED);
+        forward_tokens(c, rt, t, nfwd);
+    } else {
+        reply_route(c, rt);
+    }
+    return false;
+}
+
+/* The data block of a relayed storage command is in: send it. */
+static void
+forward_block_done(struct conn *c)
+{
+    struct iovec iov;
+
+    c->noreply = c->fwd_noreply;
+    if (c->fwd_buf[c->fwd_len - 2] != '\r' || c->fwd_buf[c->fwd_len - 1] != '\n') {
+        REPLY(c, "CLIENT_ERROR bad data chunk");
+    } else {
+        iov.iov_base = c->fwd_buf;
+        iov.iov_len = c->fwd_len;
+        forward_request(c, c->fwd_addr, c->fwd_epoch, FWD_LINE, &iov, 1, !c->noreply);
+    }
+    free(c->fwd_buf);
+    c->fwd_buf = NULL;
+}
+
+/*
+ * A plain client's storage command for a key owned elsewhere: keep the
+ * command line (tokens t[0..n-1], without noreply) in fwd_buf and read the
+ * data block in after it; forward_block_done sends both.
+ */
+static void
+forward_update(struct conn *c, const struct route *rt, const struct token *t, int n,
+               size_t vlen)
+{
+    size_t line = 0;
+    int i;
+
+    if (vlen > c->w->srv->settings.item_size_max) {
+        STATS_ADD(&c->w->stats, store_too_large, 1);
+        REPLY(c, "SERVER_ERROR object too large for cache");
+        proto_swallow(c, vlen + 2);
+        return;
+    }
+    for (i = 0; i < n; i++)
+        line += t[i].len + 1;
+    c->fwd_buf = malloc(line + 1 + vlen + 2);
+    if (c->fwd_buf == NULL) {
+        REPLY(c, "SERVER_ERROR out of memory storing object");
+        proto_swallow(c, vlen + 2);
+        return;
+    }
+    line = 0;
+    for (i = 0; i < n; i++) {
+        if (i > 0)
+            c->fwd_buf[line++] = ' ';
+        memcpy(c->fwd_buf + line, t[i].p, t[i].len);
+        line += t[i].len;
+    }
+    c->fwd_buf[line++] = '\r';
+    c->fwd_buf[line++] = '\n';
+    c->fwd_len = line + vlen + 2;
+    c->fwd_noreply = c->noreply;
+    c->fwd_epoch = rt->view->epoch;
+    snprintf(c->fwd_addr, sizeof(c->fwd_addr), "%s", cluster_view_addr(rt->view, rt->target));
+    c->nread_it = NULL;
+    proto_read_block(c, c->fwd_buf + line, vlen + 2, forward_block_done);
+}
+
+/* See route.h. */
+enum route_do
+route_update(struct conn *c, uint64_t hash, const struct token *t, int nfwd, size_t vlen)
+{
+    struct route *rt = &c->route;
+
+    route_conn(c, hash, true, rt);
+    if (rt->action == ROUTE_SERVE)
+        return ROUTE_SERVE;
+    plain_tryagain_forwards(c, rt);
+    if (rt->action == ROUTE_FORWARD) {
+        cluster_count(conn_cluster(c), CLUSTER_CTR_FORWARDED);
+        forward_update(c, rt, t, nfwd, vlen);
+        return ROUTE_FORWARD;
+    }
+    reply_route(c, rt);
+    return rt->action;
+}
+
+/* See route.h. */
+bool
+route_update_ready(struct conn *c)
+{
+    struct route *rt = &c->route;
+    struct cluster *cl = conn_cluster(c);
+    const struct cluster_view *v;
+
+    if (cl == NULL)
+        return true;
+    /* Checked again: the data may have arrived in a later callback, after
+     * a fence or a commit. The owners still hold unless a new view was
+     * published since. */
+    v = cluster_view(cl);
+    if (v->gen != rt->view_gen) {
+        route_conn(c, rt->hash, true, rt);
+    } else {
+        rt->view = v;
+        if (rt->n_owners > 0)
+            decide(v, rt, conn_declared(c));
+    }
+    if (rt->action == ROUTE_SERVE)
+        return true;
+    /* Cannot forward here (the data block is already in a local item,
+     * after a commit moved the key): retrying is right. */
+    if (rt->action == ROUTE_FORWARD)
+        rt->action = ROUTE_TRYAGAIN;
+    reply_route(c, rt);
+    return false;
+}
+
+/*
+ * Multi-gets
+ */
+
+/*
+ * Relay the remote keys of a plain client's get: one request per owner
+ * with that owner's keys (cmd and exp are the command word and the raw
+ * exptime of gat/gats, or NULL). With whole, the get has no local key and
+ * one owner: its reply is relayed as is; else each owner's VALUEs are
+ * spliced in ahead of the local ones and one END closes the reply. The
+ * keys are located again here, one owner at a time, rather than keeping a
+ * list as long as the request.
+ */
+static void
+forward_get(struct conn *c, const struct cluster_view *v, const char *cmd, size_t ncmd,
+            const struct token *exp, const char *p, const char *end,
+            const uint32_t *owners, uint32_t nowners, bool touch, bool whole)
+{
+    size_t cap = ncmd + (exp != NULL ? exp->len + 1 : 0) + (size_t)(end - p) + 4;
+    char *buf = malloc(cap);
+    uint32_t i;
+
+    if (buf == NULL) {
+        REPLY(c, "SERVER_ERROR out of memory");
+        return;
+    }
+    for (i = 0; i < nowners; i++) {
+        const char *q = p;
+        size_t len = ncmd;
+        struct iovec iov;
+
+        memcpy(buf, cmd, ncmd);
+        if (exp != NULL) {
+            buf[len++] = ' ';
+            memcpy(buf + len, exp->p, exp->len);
+            len += exp->len;
+        }
+        for (;;) {
+            struct route rt;
+            const char *k;
+
+            while (q < end && *q == ' ')
+                q++;
+            if (q == end)
+                break;
+            k = q;
+            q = memchr(q, ' ', (size_t)(end - q));
+            if (q == NULL)
+                q = end;
+            route_decide(v, ring_hash(k, (size_t)(q - k)), touch, false, &rt);
+            STATS_ADD(&c->w->stats, route_lookups, 1);
+            if ((rt.action != ROUTE_FORWARD && rt.action != ROUTE_TRYAGAIN) ||
+                rt.target != owners[i])
+                continue;
+            buf[len++] = ' ';
+            memcpy(buf + len, k, (size_t)(q - k));
+            len += (size_t)(q - k);
+        }
+        buf[len++] = '\r';
+        buf[len++] = '\n';
+        iov.iov_base = buf;
+        iov.iov_len = len;
+        cluster_count(conn_cluster(c), CLUSTER_CTR_FORWARDED);
+        forward_request(c, cluster_view_addr(v, owners[i]), v->epoch,
+                        whole ? FWD_GET_WHOLE : FWD_GET_SPLICE, &iov, 1, true);
+    }
+    free(buf);
+}
+
+/* See route.h. */
+bool
+route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
+          const char *p, const char *end, bool touch)
+{
+    struct cluster *cl = conn_cluster(c);
+    const struct cluster_view *v = cl != NULL ? cluster_view(cl) : NULL;
+    struct route worst = { .action = ROUTE_SERVE };
+    uint32_t owners[GET_OWNERS_MAX], nowners = 0;
+    size_t nlocal = 0;
+    const char *q = p;
+
+    if (v == NULL || v->ring == NULL)
+        return true;
+    for (;;) {
+        struct route rt;
+        const char *k;
+        uint32_t i;
+
+        while (q < end && *q == ' ')
+            q++;
+        if (q == end)
+            break;
+        k = q;
+        q = memchr(q, ' ', (size_t)(end - q));
+        if (q == NULL)
+            q = end;
+        route_conn(c, ring_hash(k, (size_t)(q - k)), touch, &rt);
+        if (rt.action == ROUTE_SERVE) {
+            nlocal++;
+            continue;
+        }
+        plain_tryagain_forwards(c, &rt);
+        if (rt.action == ROUTE_FORWARD) {
+            for (i = 0; i < nowners && owners[i] != rt.target; i++)
+                continue;
+            if (i == nowners && nowners < GET_OWNERS_MAX)
+                owners[nowners++] = rt.target;
+        } else if (worst.action == ROUTE_SERVE || rt.action == ROUTE_TRYAGAIN) {
+            worst = rt;
+            if (rt.action == ROUTE_TRYAGAIN)
+                break;
+        }
+    }
+    /* One key not served here answers the whole get (docs/cluster.md):
+     * MOVED for a declared connection, TRYAGAIN for a fenced key. */
+    if (worst.action != ROUTE_SERVE) {
+        reply_route(c, &worst);
+        return false;
+    }
+    /* gat/gats at the key's primary with replicas: the new expiries are
+     * replicated and the whole reply is held for the acks (replicate.h);
+     * its first hold goes before any forwarded part. */
+    if (touch && nlocal > 0 && v->replicas >= 2 && v->self >= 0 &&
+        replicate_gat_begin(c) < 0) {
+        REPLY(c, "SERVER_ERROR out of memory");
+        return false;
+    }
+    if (nowners > 0) {
+        bool whole = nlocal == 0 && nowners == 1;
+
+        forward_get(c, v, cmd, ncmd, exp, p, end, owners, nowners, touch, whole);
+        if (whole)
+            return false;
+    }
+    return true;
+}
+
+/* See route.h. */
+enum route_key
+route_get_key(struct conn *c, uint64_t hash, bool touch, struct route *rt)
+{
+    route_conn(c, hash, touch, rt);
+    if (rt->action == ROUTE_SERVE)
+        return ROUTE_KEY_SERVE;
+    /* A plain client's remote keys were relayed (route_get). Otherwise
+     * ownership may have moved since the line was checked (a paused get
+     * resumes later): a miss, never a stale hit. */
+    if (rt->action == ROUTE_FORWARD ||
+        (rt->action == ROUTE_TRYAGAIN && !conn_declared(c)))
+        return ROUTE_KEY_RELAYED;
+    return ROUTE_KEY_MISS;
+}
+
+/* See route.h. */
+void
+route_gat_key(struct conn *c, const struct route *rt, struct store_item *it)
+{
+    if (!rt->replicate)
+        return;
+    if (it != NULL && c->repl_gat != NULL)
+        replicate_gat_key(c, rt, it);
+    replicate_unlock(rt->hash);
+}
+
+/* See route.h. */
+void
+route_gat_end(struct conn *c)
+{
+    if (c->repl_gat != NULL)
+        replicate_gat_end(c);
+}
+
+/*
+ * Writes served here
+ */
+
+/* See route.h. */
+void
+route_write_begin(const struct route *rt)
+{
+    if (rt->replicate)
+        replicate_lock(rt->hash);
+}
+
+/* After a local write the view may have changed under it. A write that is
+ * no longer owned and not fenced would be a misrouted acknowledgement (the
+ * fence barrier makes that impossible; the counter proves it). */
+static void
+check_misrouted(struct conn *c, const struct route *rt)
+{
+    struct cluster *cl = conn_cluster(c);
+    const struct cluster_view *v;
+    struct route now;
+
+    if (cl == NULL)
+        return;
+    v = cluster_view(cl);
+    if (v->gen == rt->view_gen)
+        return;
+    route_decide(v, rt->hash, true, true, &now);
+    if (now.action == ROUTE_MOVED)
+        cluster_count(cl, CLUSTER_CTR_MISROUTED);
+}
+
+/* See route.h. */
+void
+route_write_end(struct conn *c, const struct route *rt, const char *key, size_t nkey,
+                uint64_t tomb_cas, const char *reply, size_t len)
+{
+    check_misrouted(c, rt);
+    if (!rt->replicate) {
+        if (reply != NULL)
+            proto_reply(c, reply, len);
+        return;
+    }
+    if (reply != NULL)
+        replicate_write(c, rt, key, nkey, tomb_cas, reply, len, c->noreply);
+    replicate_unlock(rt->hash);
+}
+
+/* See route.h. */
+bool
+route_flush(struct conn *c, const char *line, size_t len)
+{
+    struct cluster *cl = conn_cluster(c);
+
+    /* In a cluster flush_all is cluster-wide (docs/cluster.md): every
+     * other member flushes too, so replicas stay identical. */
+    if (cl == NULL || c->peer || cluster_view(cl)->ring == NULL)
+        return false;
+    replicate_flush(c, line, len, c->noreply);
+    return true;
+}
+
+/* See route.h. During a commit the new primary (already in epoch N+1)
+ * replicates to owners that may not have committed yet. */
+bool
+route_owned_here(const struct conn *c, uint64_t hash)
+{
+    const struct cluster_view *v = cluster_view(c->w->srv->cluster);
+    uint32_t owners[RING_R_MAX], n, i;
+
+    if (v->importing.n > 0 && arcset_has(&v->importing, hash))
+        return true;
+    if (v->ring == NULL)
+        return false;
+    n = ring_locate(v->ring, hash, v->replicas < RING_R_MAX ? v->replicas : RING_R_MAX,
+                    owners);
+    for (i = 0; i < n; i++)
+        if ((int32_t)owners[i] == v->self)
+            return true;
+    return false;
+}

@@ -1,0 +1,144 @@
+/*
+ * route: the cluster decision for a keyed request, made once (docs/cluster.md
+ * "Routing"), and the pipeline a request then follows: serve it here, relay
+ * it to its owner for a plain memcached client, or answer MOVED/TRYAGAIN;
+ * for a write served here, the key lock, the replication plan and the held
+ * reply. The command code (server/proto_text.c) parses, asks this module,
+ * touches the store and replies; it knows nothing of rings, owners,
+ * replicas or upstreams.
+ */
+#ifndef SERVER_ROUTE_H
+#define SERVER_ROUTE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ring/ring.h"
+
+struct conn;
+struct cluster_view;
+struct store_item;
+struct token;
+
+/* What to do with a keyed request. */
+enum route_do {
+    ROUTE_SERVE = 0,   /* serve it here */
+    ROUTE_FORWARD,     /* a plain client: relay it to `target` (see docs/cluster.md) */
+    ROUTE_TRYAGAIN,    /* fenced, stalled or recovering: SERVER_ERROR TRYAGAIN <epoch> */
+    ROUTE_MOVED,       /* a declared client: SERVER_ERROR MOVED <epoch> <addr of target> */
+};
+
+/*
+ * One decision and what it was made from. Each owner look-up for a request
+ * counts in the worker's `route_lookups` stat. The owners are looked up once
+ * (ring_locate) and carried with the request through the store and the
+ * replication; a storage command whose data block arrives in a later
+ * callback re-decides from the same owners unless a new view was
+ * published in between (route_update_ready).
+ */
+struct route {
+    enum route_do              action;
+    bool                       write;
+    bool                       replicate;  /* SERVE of a write with R >= 2: this node is
+                                            * the key's acting primary and sends post-images
+                                            * to the other owners before it replies */
+    uint32_t                   target;     /* FORWARD, MOVED, TRYAGAIN: a node index of view */
+    uint32_t                   n_owners;   /* owners[]: the preference list, primary first;
+                                            * 0 without a membership */
+    uint32_t                   owners[RING_R_MAX];
+    uint64_t                   hash;
+    uint64_t                   view_gen;   /* generation of view */
+    const struct cluster_view *view;       /* NULL: not in a cluster; valid until the
+                                            * event callback that decided returns */
+};
+
+/*
+ * The decision on view v (not NULL) for a key hash: no membership, or this
+ * node serves the key: SERVE. In order: a stalled node or one behind its
+ * peers serves nothing (TRYAGAIN); fenced ranges answer TRYAGAIN; a
+ * recovering node (restarted empty) serves none of its own keys (a read
+ * may go to a live replica); writes go to the first owner not seen down
+ * (write failover; SERVE here records the skipped owners); reads to any
+ * owner that is not importing the arc. Otherwise MOVED for a declared
+ * connection, FORWARD for a plain one. Pure but for the skipped mask.
+ */
+void route_decide(const struct cluster_view *v, uint64_t hash, bool write, bool declared,
+                  struct route *rt);
+
+/*
+ * Route a keyed command given as tokens t[0..nfwd) (delete, incr/decr,
+ * touch: the line without noreply): true when this node serves it (rt
+ * filled), else it was answered (MOVED, TRYAGAIN) or relayed to the owner
+ * with a hold on c.
+ */
+bool route_line(struct conn *c, uint64_t hash, const struct token *t, int nfwd,
+                struct route *rt);
+
+/*
+ * Route a storage command (tokens t[0..nfwd), data block of vlen bytes
+ * plus "\r\n" next in the stream): SERVE (the caller reads the block into
+ * an item; c->route holds the decision), TRYAGAIN/MOVED (answered: the
+ * caller swallows the block), or FORWARD (the line and the block, read
+ * in, go to the owner; the stream is already set to read it).
+ */
+enum route_do route_update(struct conn *c, uint64_t hash, const struct token *t, int nfwd,
+                           size_t vlen);
+
+/*
+ * The data block of a storage command served here is in: true to store it
+ * (c->route still holds), false when a fence or a commit came in between
+ * (TRYAGAIN was answered).
+ */
+bool route_update_ready(struct conn *c);
+
+/*
+ * The cluster half of get/gets/gat/gats over the keys of [p, end) (each
+ * checked by the caller): one key not served here and not relayable
+ * answers the whole get (MOVED, TRYAGAIN); a plain client's remote keys
+ * are relayed, one request per owner (cmd, and exp for gat, start each
+ * line); a replicated gat holds its reply. True when the caller serves
+ * the local keys (route_get_key for each), false when the reply is whole.
+ */
+bool route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
+               const char *p, const char *end, bool touch);
+
+/* One key of a get being served (it may have paused since route_get). */
+enum route_key {
+    ROUTE_KEY_SERVE = 0,   /* serve it (rt filled) */
+    ROUTE_KEY_RELAYED,     /* an owner answers it (route_get relayed it): skip */
+    ROUTE_KEY_MISS,        /* not served here any more: a miss, never a stale hit */
+};
+enum route_key route_get_key(struct conn *c, uint64_t hash, bool touch, struct route *rt);
+
+/* A gat's key was touched under rt, between route_write_begin and this:
+ * it is the item (the caller's reference) or NULL for a miss. Replicates
+ * its new expiry when the gat's reply is held; releases the key lock. */
+void route_gat_key(struct conn *c, const struct route *rt, struct store_item *it);
+/* The gat's END is queued: close its held reply, if any. */
+void route_gat_end(struct conn *c);
+
+/*
+ * Around the local write of a request served under rt: begin takes the
+ * key's lock when the write replicates (so the post-image sent is this
+ * write's or a later one's). end: reply (len bytes with "\r\n") is the
+ * success reply, sent to the client once every other owner acknowledged
+ * the key's post-image (or a tombstone carrying tomb_cas, the CAS of what
+ * was deleted), or at once without replication; NULL when the write
+ * changed nothing and the caller replies itself. end releases the lock.
+ */
+void route_write_begin(const struct route *rt);
+void route_write_end(struct conn *c, const struct route *rt, const char *key, size_t nkey,
+                     uint64_t tomb_cas, const char *reply, size_t len);
+
+/* flush_all, done locally: in a cluster every other member flushes too
+ * (line, with "\r\n", is sent to them) and `OK` waits for them; true
+ * when that took over the reply. */
+bool route_flush(struct conn *c, const char *line, size_t len);
+
+/* A replica write (rc_set, rc_del) of hash from a peer: does this node own
+ * the key in the active epoch (any position), or import it for the
+ * pending one? Replicas keep only what they own. */
+bool route_owned_here(const struct conn *c, uint64_t hash);
+
+#endif /* SERVER_ROUTE_H */
