@@ -157,6 +157,7 @@ get_continue(struct conn *c)
             break;
         if (c->out_bytes >= CONN_OUT_SOFT_CAP && c->repl_gat == NULL) {
             c->get_pos = (uint32_t)(p - c->rbuf);
+            route_get_paused(c);
             return PROTO_PAUSE;
         }
         key = p;

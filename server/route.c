@@ -483,6 +483,7 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
     size_t nlocal = 0;
     const char *q = p;
 
+    c->get_decided = false;
     if (v == NULL || v->ring == NULL)
         return true;
     for (;;) {
@@ -536,6 +537,11 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
         if (whole)
             return false;
     }
+    /* Every key of a plain get is served here: the decision just made
+     * stands for them while the get runs on in this callback (it is made
+     * again for each key once the get pauses, or for gat, whose keys each
+     * carry their replication plan). */
+    c->get_decided = !touch && nowners == 0;
     return true;
 }
 
@@ -543,6 +549,8 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
 enum route_key
 route_get_key(struct conn *c, uint64_t hash, bool touch, struct route *rt)
 {
+    if (c->get_decided)
+        return ROUTE_KEY_SERVE;
     route_conn(c, hash, touch, rt);
     if (rt->action == ROUTE_SERVE)
         return ROUTE_KEY_SERVE;
@@ -553,6 +561,13 @@ route_get_key(struct conn *c, uint64_t hash, bool touch, struct route *rt)
         (rt->action == ROUTE_TRYAGAIN && !conn_declared(c)))
         return ROUTE_KEY_RELAYED;
     return ROUTE_KEY_MISS;
+}
+
+/* See route.h. */
+void
+route_get_paused(struct conn *c)
+{
+    c->get_decided = false;
 }
 
 /* See route.h. */

@@ -105,11 +105,15 @@ bool route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token 
 
 /* One key of a get being served (it may have paused since route_get). */
 enum route_key {
-    ROUTE_KEY_SERVE = 0,   /* serve it (rt filled) */
+    ROUTE_KEY_SERVE = 0,   /* serve it (rt filled for gat; a plain get whose keys
+                            * route_get found all local keeps that decision) */
     ROUTE_KEY_RELAYED,     /* an owner answers it (route_get relayed it): skip */
     ROUTE_KEY_MISS,        /* not served here any more: a miss, never a stale hit */
 };
 enum route_key route_get_key(struct conn *c, uint64_t hash, bool touch, struct route *rt);
+/* The get paused on a full output queue: its remaining keys are decided
+ * again, one by one, when it resumes in a later callback. */
+void route_get_paused(struct conn *c);
 
 /* A gat's key was touched under rt, between route_write_begin and this:
  * it is the item (the caller's reference) or NULL for a miss. Replicates
