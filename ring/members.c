@@ -14,24 +14,11 @@
 #include "config.h"
 #include "ring/ring.h"
 #include "ring/ring_internal.h"
+#include "ring/util.h"
 
 #define MEMBERS_INITIAL_CAP 8
 #define RING_STR_(x) #x
 #define RING_STR(x)  RING_STR_(x)   /* a limit in an error message */
-
-/* Write "fmt" into err (when there is room); errors are one line. */
-static void __attribute__((format(printf, 3, 4)))
-set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || errlen == 0) {
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* True when c may appear in a node id or a zone name. */
 static bool
@@ -368,25 +355,25 @@ ring_members_check_fields(const struct ring_members *m, char *err,
     uint32_t i;
 
     if (m->vnodes == 0 || m->vnodes > RING_VNODES_MAX) {
-        set_err(err, errlen, "vnodes must be 1..65535");
+        util_set_err(err, errlen, "vnodes must be 1..65535");
         return RING_EINVAL;
     }
     if (m->replicas == 0 || m->replicas > RING_R_MAX) {
-        set_err(err, errlen, "replicas must be 1.." RING_STR(RING_R_MAX));
+        util_set_err(err, errlen, "replicas must be 1.." RING_STR(RING_R_MAX));
         return RING_EINVAL;
     }
     if (m->n_nodes == 0) {
-        set_err(err, errlen, "no nodes");
+        util_set_err(err, errlen, "no nodes");
         return RING_EINVAL;
     }
     if (m->n_nodes > RING_NODES_MAX) {
-        set_err(err, errlen, "more than 65535 nodes");
+        util_set_err(err, errlen, "more than 65535 nodes");
         return RING_EINVAL;
     }
     for (i = 0; i < m->n_nodes; i++) {
         why = check_node(&m->nodes[i]);
         if (why != NULL) {
-            set_err(err, errlen, "node %u: %s", i, why);
+            util_set_err(err, errlen, "node %u: %s", i, why);
             return RING_EINVAL;
         }
     }
@@ -405,11 +392,11 @@ ring_members_validate(const struct ring_members *m, char *err, size_t errlen)
     }
     dup = find_duplicate(m);
     if (dup == -2) {
-        set_err(err, errlen, "out of memory");
+        util_set_err(err, errlen, "out of memory");
         return RING_ENOMEM;
     }
     if (dup >= 0) {
-        set_err(err, errlen, "duplicate node id '%s'", m->nodes[dup].id);
+        util_set_err(err, errlen, "duplicate node id '%s'", m->nodes[dup].id);
         return RING_EINVAL;
     }
     return RING_OK;
@@ -475,7 +462,7 @@ struct parse_state {
 #define PERR(st, ...) do { \
         char why_[160]; \
         snprintf(why_, sizeof(why_), __VA_ARGS__); \
-        set_err((st)->err, (st)->errlen, "%s:%u: %s", (st)->name, \
+        util_set_err((st)->err, (st)->errlen, "%s:%u: %s", (st)->name, \
                 (st)->line, why_); \
     } while (0)
 
@@ -712,7 +699,7 @@ ring_members_parse(const char *text, size_t len, const char *name,
     *out = NULL;
     st.m = ring_members_new();
     if (st.m == NULL) {
-        set_err(err, errlen, "%s: out of memory", st.name);
+        util_set_err(err, errlen, "%s: out of memory", st.name);
         return RING_ENOMEM;
     }
     if (text == NULL) {
@@ -761,7 +748,7 @@ ring_members_parse(const char *text, size_t len, const char *name,
     dup = find_duplicate(st.m);
     if (dup == -2) {
         rc = RING_ENOMEM;
-        set_err(err, errlen, "%s: out of memory", st.name);
+        util_set_err(err, errlen, "%s: out of memory", st.name);
         goto fail;
     }
     if (dup >= 0) {

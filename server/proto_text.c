@@ -9,6 +9,7 @@
  * `stats` in proto_stats.c.
  */
 #include "config.h"
+#include "ring/util.h"
 #include "server/proto_text.h"
 
 #include <inttypes.h>
@@ -114,12 +115,12 @@ emit_value(struct conn *c, struct store_item *it, bool with_cas)
     memcpy(p, store_item_key(it), it->nkey);
     p += it->nkey;
     *p++ = ' ';
-    p = proto_fmt_u64(p, it->flags);
+    p = util_fmt_u64(p, it->flags);
     *p++ = ' ';
-    p = proto_fmt_u64(p, it->nbytes);
+    p = util_fmt_u64(p, it->nbytes);
     if (with_cas) {
         *p++ = ' ';
-        p = proto_fmt_u64(p, it->cas);
+        p = util_fmt_u64(p, it->cas);
     }
     *p++ = '\r';
     *p++ = '\n';
@@ -453,7 +454,7 @@ process_arith(struct conn *c, struct token *t, int ntok, bool incr)
             STATS_ADD(ts, incr_hits, 1);
         else
             STATS_ADD(ts, decr_hits, 1);
-        p = proto_fmt_u64(buf, value);
+        p = util_fmt_u64(buf, value);
         *p++ = '\r';
         *p++ = '\n';
         route_write_end(c, &rt, t[1].p, t[1].len, 0, buf, (size_t)(p - buf));

@@ -4,6 +4,8 @@
 #include "config.h"
 #include "server/proto_util.h"
 
+#include "ring/util.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -37,41 +39,11 @@ proto_reply_printf(struct conn *c, const char *fmt, ...)
     conn_out_add(c, buf, (size_t)n);
 }
 
-/* Decimal digits of v at p; returns the end. */
-char *
-proto_fmt_u64(char *p, uint64_t v)
-{
-    char tmp[20];
-    int n = 0;
-
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    while (n > 0)
-        *p++ = tmp[--n];
-    return p;
-}
-
 /* An unsigned 64-bit decimal; see proto_util.h. */
 bool
 proto_parse_u64(const struct token *t, uint64_t *out)
 {
-    uint64_t v = 0;
-    size_t i = 0;
-
-    if (t->len > 1 && t->p[0] == '+')
-        i = 1;
-    if (t->len == 0 || t->len - i > 20)
-        return false;
-    for (; i < t->len; i++) {
-        unsigned d = (unsigned char)t->p[i] - '0';
-        if (d > 9 || v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
+    return util_parse_u64n(t->p, t->len, out);
 }
 
 /* 32-bit client flags. */

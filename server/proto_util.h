@@ -46,9 +46,6 @@ void proto_reply_line(struct conn *c, const char *msg);
 void proto_reply_printf(struct conn *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Decimal digits of v at p (room for 20); returns the end. */
-char *proto_fmt_u64(char *p, uint64_t v);
-
 /* An unsigned decimal that fits in 64 bits: digits, with an optional
  * leading '+' (memcached parses with strtoull, so clients send it). */
 bool proto_parse_u64(const struct token *t, uint64_t *out);

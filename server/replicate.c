@@ -5,6 +5,7 @@
  * pipelined round trip per replica and no extra thread.
  */
 #include "config.h"
+#include "ring/util.h"
 #include "server/replicate.h"
 
 #include <inttypes.h>
@@ -321,13 +322,13 @@ send_image(struct conn *c, struct repl_op *op, const struct route *rt, const cha
         memcpy(p, key, nkey);
         p += nkey;
         *p++ = ' ';
-        p = proto_fmt_u64(p, it->flags);
+        p = util_fmt_u64(p, it->flags);
         *p++ = ' ';
-        p = proto_fmt_u64(p, (uint64_t)ttl);
+        p = util_fmt_u64(p, (uint64_t)ttl);
         *p++ = ' ';
-        p = proto_fmt_u64(p, it->cas);
+        p = util_fmt_u64(p, it->cas);
         *p++ = ' ';
-        p = proto_fmt_u64(p, it->nbytes);
+        p = util_fmt_u64(p, it->nbytes);
         iov[1].iov_base = (void *)store_item_value(it);
         iov[1].iov_len = (size_t)it->nbytes + 2;
         niov = 2;
@@ -337,7 +338,7 @@ send_image(struct conn *c, struct repl_op *op, const struct route *rt, const cha
         memcpy(p, key, nkey);
         p += nkey;
         *p++ = ' ';
-        p = proto_fmt_u64(p, tomb_cas);
+        p = util_fmt_u64(p, tomb_cas);
     }
     *p++ = '\r';
     *p++ = '\n';

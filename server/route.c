@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
-#include <time.h>
 
+#include "ring/util.h"
 #include "server/cluster.h"
 #include "server/conn.h"
 #include "server/forward.h"
@@ -31,16 +31,6 @@
  * The decision
  */
 
-/* Monotonic milliseconds, coarse (a few ms) and cheap: the stall check. */
-static inline uint64_t
-coarse_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Whether this node must not serve anything right now: it stalled (the
  * ticker is late, or a post-stall heartbeat round has not finished) or a
  * peer told it a higher epoch exists. */
@@ -52,7 +42,7 @@ live_unsafe(const struct cluster_live *l)
     if (__atomic_load_n(&l->suspect, __ATOMIC_ACQUIRE) ||
         __atomic_load_n(&l->behind_epoch, __ATOMIC_RELAXED) != 0)
         return true;
-    return tick != 0 && coarse_ms() > tick + CLUSTER_STALL_MS;
+    return tick != 0 && (uint64_t)util_coarse_ms() > tick + CLUSTER_STALL_MS;
 }
 
 /* The first owner of list[0..n) not seen down (list[0] if all are). */

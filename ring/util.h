@@ -1,0 +1,45 @@
+/*
+ * util: the small helpers every part of ringcache shares (the node, the
+ * client library, ringctl), one copy of each: monotonic time, decimal
+ * numbers, reading a whole file, error messages. Not placement; they live
+ * beside it because ring/ is the one library that every part links.
+ */
+#ifndef RING_UTIL_H
+#define RING_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Milliseconds on the monotonic clock (deadlines, rates, timeouts). */
+int64_t util_now_ms(void);
+
+/* Milliseconds on the coarse monotonic clock: a few ms of resolution and
+ * no system call, for checks on every request (the node's stall check
+ * compares it with the health ticker's beats, which use it too). */
+int64_t util_coarse_ms(void);
+
+/* Decimal digits of v at p (room for 20 bytes, no NUL); returns the end. */
+char *util_fmt_u64(char *p, uint64_t v);
+
+/* An unsigned decimal in p[0..len): digits only, with one optional
+ * leading '+' (as strtoull takes it), that fits in 64 bits. */
+bool util_parse_u64n(const char *p, size_t len, uint64_t *out);
+
+/* The same for a NUL-terminated string (a command-line option value). */
+bool util_parse_u64(const char *s, uint64_t *out);
+
+/*
+ * Read the whole file at path ("-": standard input) into a malloc'd,
+ * NUL-terminated buffer (*buf, *len bytes before the NUL). At most max
+ * bytes: a larger file is an error "path:1: file too large". 0, 1 when
+ * the file does not exist (nothing set), or -1 with "path: reason" in err.
+ */
+int util_read_file(const char *path, size_t max, char **buf, size_t *len, char *err,
+                   size_t errlen);
+
+/* printf into err (nothing when err is NULL or errlen 0). */
+void util_set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif /* RING_UTIL_H */
