@@ -22,7 +22,6 @@
 #include <xxhash.h>
 
 #include "server/log.h"
-#include "server/thread.h"
 
 #define ACTIVE_FILE        "active.members"
 #define PENDING_FILE       "pending.members"
@@ -546,7 +545,7 @@ cluster_publish(struct cluster *cl)
     v->ring = cl->active_ring;
     v->self = cl->self_old;
     v->replicas = cl->active != NULL ? cl->active->replicas : 1;
-    v->live = cl->srv != NULL ? &cl->live : NULL;
+    v->live = cl->barrier != NULL ? &cl->live : NULL;
     if (cl->view == NULL || cl->view->epoch != v->epoch) {
         uint32_t i;
 
@@ -568,7 +567,7 @@ cluster_publish(struct cluster *cl)
     __atomic_store_n(&cl->view, v, __ATOMIC_RELEASE);
     /* After the barrier no worker can still be inside a request that
      * loaded `old`: a request never outlives its event callback. */
-    if (cl->srv != NULL && server_barrier(cl->srv) < 0) {
+    if (cl->barrier != NULL && cl->barrier(cl->barrier_arg) < 0) {
         /* A stuck worker might still read it: leak it rather than free. */
         return 0;
     }
@@ -1251,7 +1250,7 @@ cluster_commit(struct cluster *cl, const struct ring_members *next,
      * again. A higher epoch a peer told us about is reached or passed. */
     if (cl->fresh)
         __atomic_store_n(&cl->live.recovering, 0, __ATOMIC_RELEASE);
-    if (cl->srv != NULL)
+    if (cl->barrier != NULL)
         mark_served(cl);
     if (__atomic_load_n(&cl->live.behind_epoch, __ATOMIC_RELAXED) <= cl->active->epoch)
         __atomic_store_n(&cl->live.behind_epoch, 0, __ATOMIC_RELEASE);
@@ -1377,9 +1376,9 @@ cluster_started(struct cluster *cl)
 
 /* See cluster.h. */
 int
-cluster_new(struct server *srv, const char *id, const char *state_dir,
-            const char *name, const uint8_t *token, size_t token_len,
-            struct cluster **out, char *err, size_t errlen)
+cluster_new(cluster_barrier_fn barrier, void *barrier_arg, const char *id,
+            const char *state_dir, const char *name, const uint8_t *token,
+            size_t token_len, struct cluster **out, char *err, size_t errlen)
 {
     struct cluster *cl = calloc(1, sizeof(*cl));
     struct stat st;
@@ -1389,7 +1388,8 @@ cluster_new(struct server *srv, const char *id, const char *state_dir,
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    cl->srv = srv;
+    cl->barrier = barrier;
+    cl->barrier_arg = barrier_arg;
     cl->self_old = cl->self_new = -1;
     if (id == NULL || strlen(id) == 0 || strlen(id) > RING_ID_MAX ||
         strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-") !=

@@ -15,8 +15,6 @@
 
 #include "ring/ring.h"
 
-struct server;
-
 #define CLUSTER_TOKEN_MAX   256   /* bytes of the admin and transition tokens */
 #define CLUSTER_PORT_OFFSET 10000 /* cluster port = client port + this */
 /* Whether every owner of a key holds its writes: the primary forwards each
@@ -126,9 +124,14 @@ struct cluster_dest {
     struct arcset arcs;
 };
 
+/* Wait until every worker passed a grace period (server_barrier); 0 or -1
+ * (a worker is stuck). */
+typedef int (*cluster_barrier_fn)(void *arg);
+
 /* The mutable state: owned by the cluster thread (and main before it). */
 struct cluster {
-    struct server       *srv;          /* NULL in unit tests */
+    cluster_barrier_fn   barrier;      /* NULL in unit tests */
+    void                *barrier_arg;
     char                 id[RING_ID_MAX + 1];
     char                 state_dir[1024];
     char                 name[128];
@@ -172,11 +175,13 @@ struct cluster {
  * Create the cluster of a node: id, state directory, cluster name, token
  * (may be NULL: the cluster port then refuses every peer). Loads the state
  * directory; a malformed file is an error "file:line: reason" in err.
- * srv may be NULL (tests). 0, or -1 with err set.
+ * barrier (called with barrier_arg) is the workers' grace period that
+ * cluster_publish waits for before it frees an old view; NULL in unit tests
+ * (no workers, no health state). 0, or -1 with err set.
  */
-int cluster_new(struct server *srv, const char *id, const char *state_dir,
-                const char *name, const uint8_t *token, size_t token_len,
-                struct cluster **out, char *err, size_t errlen);
+int cluster_new(cluster_barrier_fn barrier, void *barrier_arg, const char *id,
+                const char *state_dir, const char *name, const uint8_t *token,
+                size_t token_len, struct cluster **out, char *err, size_t errlen);
 void cluster_free(struct cluster *cl);
 
 /* The node process starts serving with this state (cport_start, not unit

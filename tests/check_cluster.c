@@ -61,8 +61,8 @@ static struct cluster *
 open_node(const char *id)
 {
     struct cluster *cl = NULL;
-    int rc = cluster_new(NULL, id, dir, "ringcache", (const uint8_t *)"admin", 5, &cl,
-                         err, sizeof(err));
+    int rc = cluster_new(NULL, NULL, id, dir, "ringcache", (const uint8_t *)"admin", 5,
+                         &cl, err, sizeof(err));
 
     ck_assert_msg(rc == 0, "cluster_new: %s", err);
     return cl;
@@ -174,7 +174,7 @@ expect_load_error(const char *file, const char *text, const char *want)
     if (strcmp(file, "pending.meta") == 0)
         put("pending.members", FOUR);
     put(file, text);
-    ck_assert_int_eq(cluster_new(NULL, "a", dir, "ringcache", NULL, 0, &cl, err,
+    ck_assert_int_eq(cluster_new(NULL, NULL, "a", dir, "ringcache", NULL, 0, &cl, err,
                                  sizeof(err)), -1);
     ck_assert_ptr_null(cl);
     snprintf(path, sizeof(path), "%s/%s", dir, want);
@@ -197,10 +197,10 @@ START_TEST(test_state_dir_missing)
 {
     struct cluster *cl = NULL;
 
-    ck_assert_int_eq(cluster_new(NULL, "a", "/nonexistent/state", "x", NULL, 0, &cl, err,
-                                 sizeof(err)), -1);
+    ck_assert_int_eq(cluster_new(NULL, NULL, "a", "/nonexistent/state", "x", NULL, 0, &cl,
+                                 err, sizeof(err)), -1);
     ck_assert(strstr(err, "/nonexistent/state") != NULL);
-    ck_assert_int_eq(cluster_new(NULL, "bad id!", "/tmp", "x", NULL, 0, &cl, err,
+    ck_assert_int_eq(cluster_new(NULL, NULL, "bad id!", "/tmp", "x", NULL, 0, &cl, err,
                                  sizeof(err)), -1);
 }
 END_TEST
