@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "ring/ring.h"
+#include "server/arcset.h"
 
 #define CLUSTER_TOKEN_MAX   256   /* bytes of the admin and transition tokens */
 #define CLUSTER_PORT_OFFSET 10000 /* cluster port = client port + this */
@@ -55,35 +56,6 @@ struct cluster_live {
     uint64_t down[CLUSTER_MASK_WORDS];     /* active indexes seen down */
     uint64_t skipped[CLUSTER_MASK_WORDS];  /* active indexes whose writes we took over */
 };
-
-/* Sorted, disjoint, inclusive ranges of key hashes. */
-struct arc_range {
-    uint64_t start, end;
-};
-struct arcset {
-    uint32_t          n, cap;
-    struct arc_range *r;
-};
-
-/* Add the ring arc (lo, hi] (lo == hi: the whole circle); keep unsorted
- * until arcset_finish. 0 or -1 (ENOMEM). */
-int arcset_add_arc(struct arcset *a, uint64_t lo, uint64_t hi);
-/* Sort and merge what was added. */
-void arcset_finish(struct arcset *a);
-/* Is h in the set? Binary search over the range starts. */
-bool arcset_has(const struct arcset *a, uint64_t h);
-void arcset_clear(struct arcset *a);
-/* Deep copy of a finished set into dst (overwritten, not freed first).
- * 0 or -1 (ENOMEM, dst left empty). */
-int arcset_copy(struct arcset *dst, const struct arcset *src);
-/* arcset_has as a store predicate (server/store.h): arg is the arcset. */
-bool arcset_pred(uint64_t hash, void *arg);
-/* Fraction of the keyspace covered, for logs and tests. */
-double arcset_share(const struct arcset *a);
-
-/* The arcs of ring r whose preference list (R of the ring) contains node
- * index self; 0 or -1 (ENOMEM). */
-int arcset_owned(struct arcset *a, const struct ring *r, uint32_t self);
 
 /*
  * An immutable snapshot that workers read lock-free. A new one is published
