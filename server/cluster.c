@@ -1,15 +1,14 @@
 /*
  * cluster: memberships, rings and arcs of this node, the route decision,
- * and the state directory (active.members, pending.members, pending.meta,
- * each written tmp + fsync + rename + directory fsync). All mutation runs
- * on one thread (the cluster thread, or main before it starts); workers
- * only read the published view.
+ * views, and the transitions, persisted through the state directory
+ * (server/statedir.c) before they are published. All mutation runs on one
+ * thread (the cluster thread, or main before it starts); workers only read
+ * the published view.
  */
 #include "config.h"
 #include "server/cluster.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,12 +21,7 @@
 #include <xxhash.h>
 
 #include "server/log.h"
-
-#define ACTIVE_FILE        "active.members"
-#define PENDING_FILE       "pending.members"
-#define META_FILE          "pending.meta"
-#define SERVED_FILE        "served"
-#define STATE_FILE_MAX     (16u << 20)   /* largest state file we read */
+#include "server/statedir.h"
 
 static void mark_served(struct cluster *cl);
 
@@ -391,278 +385,12 @@ cluster_publish(struct cluster *cl)
     return 0;
 }
 
-/*
- * State directory
- */
-
-/* Write a state file atomically; see cluster.h. */
-int
-cluster_write_file(const char *dir, const char *name, const char *data, size_t len,
-                   char *err, size_t errlen)
-{
-    char tmp[1200], path[1200];
-    int fd, dfd;
-    size_t off = 0;
-
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    snprintf(tmp, sizeof(tmp), "%s/%s.tmp", dir, name);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        goto fail;
-    while (off < len) {
-        ssize_t n = write(fd, data + off, len - off);
-
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            close(fd);
-            goto fail;
-        }
-        off += (size_t)n;
-    }
-    if (fsync(fd) < 0 || close(fd) < 0)
-        goto fail;
-    if (rename(tmp, path) < 0)
-        goto fail;
-    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        goto fail;
-    if (fsync(dfd) < 0) {
-        close(dfd);
-        goto fail;
-    }
-    close(dfd);
-    return 0;
-fail:
-    snprintf(err, errlen, "%s: %s", path, strerror(errno));
-    return -1;
-}
-
-/* Remove a state file (absent is fine) and sync the directory. */
+/* Persist the pending transition's token and phase. */
 static int
-remove_file(const char *dir, const char *name, char *err, size_t errlen)
+save_phase(struct cluster *cl, char *err, size_t errlen)
 {
-    char path[1200];
-    int dfd;
-
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    if (unlink(path) < 0 && errno != ENOENT) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
-    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return 0;
-}
-
-/* Read a whole file; 1 if absent, 0 with *buf (malloc'd, NUL-ended), -1. */
-static int
-read_file(const char *path, char **buf, size_t *len, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    char *b = NULL;
-    size_t n = 0, cap = 0;
-
-    if (f == NULL) {
-        if (errno == ENOENT)
-            return 1;
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
-    for (;;) {
-        size_t got;
-
-        if (cap - n < 4096) {
-            char *nb;
-
-            if (cap >= STATE_FILE_MAX) {
-                snprintf(err, errlen, "%s:1: file too large", path);
-                goto fail;
-            }
-            cap = cap == 0 ? 8192 : cap * 2;
-            nb = realloc(b, cap + 1);
-            if (nb == NULL) {
-                snprintf(err, errlen, "%s: out of memory", path);
-                goto fail;
-            }
-            b = nb;
-        }
-        got = fread(b + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    if (ferror(f)) {
-        snprintf(err, errlen, "%s: read error", path);
-        goto fail;
-    }
-    fclose(f);
-    b[n] = '\0';
-    *buf = b;
-    *len = n;
-    return 0;
-fail:
-    fclose(f);
-    free(b);
-    return -1;
-}
-
-/* Load a membership file; 1 if absent. */
-static int
-load_members(const char *dir, const char *name, struct ring_members **out,
-             char *err, size_t errlen)
-{
-    char path[1200];
-    char *buf = NULL;
-    size_t len = 0;
-    int rc;
-
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    rc = read_file(path, &buf, &len, err, errlen);
-    if (rc != 0)
-        return rc;
-    rc = ring_members_parse(buf, len, path, out, err, errlen) == RING_OK ? 0 : -1;
-    free(buf);
-    return rc;
-}
-
-static int
-hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/* Parse pending.meta: "token <hex>" and "phase <name>" lines, '#' comments. */
-static int
-load_meta(struct cluster *cl, char *err, size_t errlen)
-{
-    char path[1200];
-    char *buf = NULL, *line;
-    size_t len;
-    int rc, lineno = 0;
-    bool have_token = false, have_phase = false;
-
-    snprintf(path, sizeof(path), "%s/%s", cl->state_dir, META_FILE);
-    rc = read_file(path, &buf, &len, err, errlen);
-    if (rc == 1) {
-        snprintf(err, errlen, "%s:1: missing (pending.members exists)", path);
-        return -1;
-    }
-    if (rc < 0)
-        return -1;
-    if (strlen(buf) != len) {
-        snprintf(err, errlen, "%s:1: NUL byte in file", path);
-        goto fail;
-    }
-    line = buf;
-    while (line != NULL && *line != '\0') {
-        char *nl = strchr(line, '\n'), *val;
-
-        lineno++;
-        if (nl != NULL)
-            *nl = '\0';
-        if (nl != NULL && nl > line && nl[-1] == '\r')
-            nl[-1] = '\0';
-        val = strchr(line, ' ');
-        if (line[0] == '\0' || line[0] == '#') {
-            /* blank or comment */
-        } else if (val != NULL && strncmp(line, "token ", 6) == 0) {
-            size_t i, n;
-
-            val++;
-            n = strlen(val);
-            if (have_token || n == 0 || n % 2 != 0 || n / 2 > CLUSTER_TOKEN_MAX) {
-                snprintf(err, errlen, "%s:%d: bad token line", path, lineno);
-                goto fail;
-            }
-            for (i = 0; i < n / 2; i++) {
-                int hi = hexval(val[2 * i]), lo = hexval(val[2 * i + 1]);
-
-                if (hi < 0 || lo < 0) {
-                    snprintf(err, errlen, "%s:%d: token is not hex", path, lineno);
-                    goto fail;
-                }
-                cl->ptoken[i] = (uint8_t)(hi << 4 | lo);
-            }
-            cl->ptoken_len = n / 2;
-            have_token = true;
-        } else if (val != NULL && strncmp(line, "phase ", 6) == 0) {
-            val++;
-            if (have_phase) {
-                snprintf(err, errlen, "%s:%d: second phase line", path, lineno);
-                goto fail;
-            }
-            if (strcmp(val, "prepared") == 0)
-                cl->phase = CLUSTER_PHASE_PREPARED;
-            else if (strcmp(val, "copying") == 0)
-                cl->phase = CLUSTER_PHASE_COPYING;
-            else if (strcmp(val, "fenced") == 0)
-                cl->phase = CLUSTER_PHASE_FENCED;
-            else {
-                snprintf(err, errlen, "%s:%d: unknown phase '%.32s'", path, lineno, val);
-                goto fail;
-            }
-            have_phase = true;
-        } else {
-            snprintf(err, errlen, "%s:%d: expected 'token <hex>' or 'phase <name>'",
-                     path, lineno);
-            goto fail;
-        }
-        line = nl != NULL ? nl + 1 : NULL;
-    }
-    if (!have_token || !have_phase) {
-        snprintf(err, errlen, "%s:%d: missing %s line", path, lineno > 0 ? lineno : 1,
-                 have_token ? "phase" : "token");
-        goto fail;
-    }
-    free(buf);
-    return 0;
-fail:
-    free(buf);
-    return -1;
-}
-
-/* Write pending.meta from the current pending state. */
-static int
-save_meta(struct cluster *cl, char *err, size_t errlen)
-{
-    char buf[2 * CLUSTER_TOKEN_MAX + 64];
-    size_t n = 0, i;
-
-    n += (size_t)snprintf(buf, sizeof(buf), "token ");
-    for (i = 0; i < cl->ptoken_len; i++)
-        n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%02x", cl->ptoken[i]);
-    n += (size_t)snprintf(buf + n, sizeof(buf) - n, "\nphase %s\n",
-                          cluster_phase_name(cl->phase));
-    return cluster_write_file(cl->state_dir, META_FILE, buf, n, err, errlen);
-}
-
-/* Write a membership file in text form. */
-static int
-save_members(struct cluster *cl, const char *name, const struct ring_members *m,
-             char *err, size_t errlen)
-{
-    size_t len = ring_members_format(m, NULL, 0);
-    char *buf = malloc(len + 1);
-    int rc;
-
-    if (buf == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    ring_members_format(m, buf, len + 1);
-    rc = cluster_write_file(cl->state_dir, name, buf, len, err, errlen);
-    free(buf);
-    return rc;
+    return statedir_save_phase(cl->state_dir, cl->ptoken, cl->ptoken_len, cl->phase, err,
+                               errlen);
 }
 
 /*
@@ -945,12 +673,12 @@ cluster_prepare_failed(struct cluster *cl, const struct ring_members *next,
     if (install_pending(cl, next, token, token_len, err, errlen) < 0)
         return -1;
     cl->phase = CLUSTER_PHASE_PREPARED;
-    if (save_members(cl, PENDING_FILE, cl->pending, err, errlen) < 0 ||
-        save_meta(cl, err, errlen) < 0) {
+    if (statedir_save_members(cl->state_dir, STATEDIR_PENDING, cl->pending, err, errlen) < 0 ||
+        save_phase(cl, err, errlen) < 0) {
         char e2[256];
 
-        remove_file(cl->state_dir, PENDING_FILE, e2, sizeof(e2));
-        remove_file(cl->state_dir, META_FILE, e2, sizeof(e2));
+        statedir_remove(cl->state_dir, STATEDIR_PENDING, e2, sizeof(e2));
+        statedir_remove_phase(cl->state_dir, e2, sizeof(e2));
         clear_pending(cl);
         return -1;
     }
@@ -975,7 +703,7 @@ cluster_set_phase(struct cluster *cl, enum cluster_phase ph, char *err, size_t e
     if (cl->phase == ph)
         return 0;
     cl->phase = ph;
-    if (save_meta(cl, err, errlen) < 0)
+    if (save_phase(cl, err, errlen) < 0)
         return -1;
     if (cluster_publish(cl) < 0) {
         snprintf(err, errlen, "out of memory publishing the view");
@@ -1056,7 +784,7 @@ cluster_commit(struct cluster *cl, const struct ring_members *next,
     }
     /* Persist first: a crash after this comes back in the new epoch (a
      * stale pending file below the active epoch is dropped at load). */
-    if (save_members(cl, ACTIVE_FILE, m, err, errlen) < 0) {
+    if (statedir_save_members(cl->state_dir, STATEDIR_ACTIVE, m, err, errlen) < 0) {
         ring_members_free(m);
         return -1;
     }
@@ -1071,8 +799,8 @@ cluster_commit(struct cluster *cl, const struct ring_members *next,
     if (__atomic_load_n(&cl->live.behind_epoch, __ATOMIC_RELAXED) <= cl->active->epoch)
         __atomic_store_n(&cl->live.behind_epoch, 0, __ATOMIC_RELEASE);
     clear_pending(cl);
-    if (remove_file(cl->state_dir, META_FILE, err, errlen) < 0 ||
-        remove_file(cl->state_dir, PENDING_FILE, err, errlen) < 0)
+    if (statedir_remove_phase(cl->state_dir, err, errlen) < 0 ||
+        statedir_remove(cl->state_dir, STATEDIR_PENDING, err, errlen) < 0)
         log_msg(LOG_ERR, "%s", err);
     if (cluster_publish(cl) < 0) {
         snprintf(err, errlen, "out of memory publishing the view");
@@ -1093,8 +821,8 @@ cluster_abort(struct cluster *cl, const uint8_t *token, size_t token_len,
         snprintf(err, errlen, "abort: token does not match the pending transition");
         return -1;
     }
-    if (remove_file(cl->state_dir, META_FILE, err, errlen) < 0 ||
-        remove_file(cl->state_dir, PENDING_FILE, err, errlen) < 0)
+    if (statedir_remove_phase(cl->state_dir, err, errlen) < 0 ||
+        statedir_remove(cl->state_dir, STATEDIR_PENDING, err, errlen) < 0)
         return -1;
     log_msg(LOG_INFO, "aborted epoch %" PRIu64, cl->pending->epoch);
     clear_pending(cl);
@@ -1112,17 +840,18 @@ load_state(struct cluster *cl, char *err, size_t errlen)
     struct ring_members *m = NULL, *p = NULL;
     int rc;
 
-    rc = load_members(cl->state_dir, ACTIVE_FILE, &m, err, errlen);
+    rc = statedir_load_members(cl->state_dir, STATEDIR_ACTIVE, &m, err, errlen);
     if (rc < 0)
         return -1;
     if (rc == 0 && activate(cl, m, err, errlen) < 0)
         return -1;
-    rc = load_members(cl->state_dir, PENDING_FILE, &p, err, errlen);
+    rc = statedir_load_members(cl->state_dir, STATEDIR_PENDING, &p, err, errlen);
     if (rc < 0)
         return -1;
     if (rc == 1)
         return 0;
-    if (load_meta(cl, err, errlen) < 0) {
+    if (statedir_load_phase(cl->state_dir, cl->ptoken, &cl->ptoken_len, &cl->phase, err,
+                            errlen) < 0) {
         ring_members_free(p);
         return -1;
     }
@@ -1132,8 +861,8 @@ load_state(struct cluster *cl, char *err, size_t errlen)
         ring_members_free(p);
         cl->ptoken_len = 0;
         cl->phase = CLUSTER_PHASE_NONE;
-        remove_file(cl->state_dir, META_FILE, err, errlen);
-        return remove_file(cl->state_dir, PENDING_FILE, err, errlen);
+        statedir_remove_phase(cl->state_dir, err, errlen);
+        return statedir_remove(cl->state_dir, STATEDIR_PENDING, err, errlen);
     }
     {
         enum cluster_phase ph = cl->phase;
@@ -1150,18 +879,16 @@ load_state(struct cluster *cl, char *err, size_t errlen)
     return 0;
 }
 
-/* Record that this node has served as a member (SERVED_FILE): a later
- * start is a restart. Logged, not fatal: the node still serves. */
+/* Record that this node has served as a member (the served marker): a
+ * later start is a restart. Logged, not fatal: the node still serves. */
 static void
 mark_served(struct cluster *cl)
 {
     char err[1300];
-    static const char text[] = "# this node has served as a member: a start is a restart\n";
 
     if (cl->served || cl->active == NULL || cl->self_old < 0)
         return;
-    if (cluster_write_file(cl->state_dir, SERVED_FILE, text, sizeof(text) - 1, err,
-                           sizeof(err)) < 0)
+    if (statedir_mark_served(cl->state_dir, err, sizeof(err)) < 0)
         log_msg(LOG_ERR, "%s", err);
     else
         cl->served = true;
@@ -1171,10 +898,7 @@ mark_served(struct cluster *cl)
 void
 cluster_started(struct cluster *cl)
 {
-    char path[1200];
-
-    snprintf(path, sizeof(path), "%s/%s", cl->state_dir, SERVED_FILE);
-    cl->served = access(path, F_OK) == 0;
+    cl->served = statedir_served(cl->state_dir);
     /* Whatever this node held before it stopped is gone (the store is
      * memory only) and may be stale anyway: until a transition copies its
      * ranges back (docs/cluster.md, "Node failure"), its own keys answer

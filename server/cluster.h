@@ -258,12 +258,7 @@ bool cluster_owned_active(const struct cluster *cl, uint64_t hash);
  * worker barrier before freeing the old view. */
 int cluster_publish(struct cluster *cl);
 
-/* Phase names as written in pending.meta. */
+/* Phase names as written in the state directory's pending.phase. */
 const char *cluster_phase_name(enum cluster_phase ph);
-
-/* Write path+".tmp", fsync, rename over path, fsync the directory.
- * 0 or -1 with err set. Exposed for tests. */
-int cluster_write_file(const char *dir, const char *name, const char *data,
-                       size_t len, char *err, size_t errlen);
 
 #endif /* SERVER_CLUSTER_H */
