@@ -302,6 +302,27 @@ cluster_phase_name(enum cluster_phase ph)
     }
 }
 
+/* Handoff import counters; see cluster.h. */
+void
+cluster_count_imported(struct cluster *cl, uint64_t items, uint64_t bytes)
+{
+    __atomic_fetch_add(&cl->ctr.items_imported, items, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&cl->ctr.bytes_imported, bytes, __ATOMIC_RELAXED);
+}
+
+void
+cluster_imported_reset(struct cluster *cl)
+{
+    __atomic_store_n(&cl->ctr.items_imported, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&cl->ctr.bytes_imported, 0, __ATOMIC_RELAXED);
+}
+
+const struct arcset *
+cluster_importing(const struct cluster *cl)
+{
+    return &cl->importing;
+}
+
 /*
  * Views
  */

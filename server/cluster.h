@@ -258,6 +258,13 @@ bool cluster_owned_active(const struct cluster *cl, uint64_t hash);
  * worker barrier before freeing the old view. */
 int cluster_publish(struct cluster *cl);
 
+/* Handoff imports since the last PREPARE, in the counters (cluster thread). */
+void cluster_count_imported(struct cluster *cl, uint64_t items, uint64_t bytes);
+void cluster_imported_reset(struct cluster *cl);
+
+/* The arcs this node imports in the pending transition (empty: none). */
+const struct arcset *cluster_importing(const struct cluster *cl);
+
 /* Phase names as written in the state directory's pending.phase. */
 const char *cluster_phase_name(enum cluster_phase ph);
 
