@@ -317,10 +317,113 @@ cluster_imported_reset(struct cluster *cl)
     __atomic_store_n(&cl->ctr.bytes_imported, 0, __ATOMIC_RELAXED);
 }
 
+/*
+ * Accessors; see cluster.h
+ */
+
+const char *
+cluster_node_id(const struct cluster *cl)
+{
+    return cl->id;
+}
+
+const char *
+cluster_name(const struct cluster *cl)
+{
+    return cl->name;
+}
+
+uint64_t
+cluster_frame_id(const struct cluster *cl)
+{
+    return cl->cluster_id;
+}
+
+uint64_t
+cluster_boot_id(const struct cluster *cl)
+{
+    return cl->boot_id;
+}
+
+bool
+cluster_has_token(const struct cluster *cl)
+{
+    return cl->has_token;
+}
+
+const uint8_t *
+cluster_token(const struct cluster *cl, size_t *len)
+{
+    *len = cl->token_len;
+    return cl->token;
+}
+
+const struct ring_members *
+cluster_active(const struct cluster *cl)
+{
+    return cl->active;
+}
+
+uint64_t
+cluster_active_epoch(const struct cluster *cl)
+{
+    return cl->active != NULL ? cl->active->epoch : 0;
+}
+
+uint64_t
+cluster_pending_epoch(const struct cluster *cl)
+{
+    return cl->pending != NULL ? cl->pending->epoch : 0;
+}
+
+enum cluster_phase
+cluster_pending_phase(const struct cluster *cl)
+{
+    return cl->phase;
+}
+
+const uint8_t *
+cluster_pending_token(const struct cluster *cl, size_t *len)
+{
+    *len = cl->ptoken_len;
+    return cl->ptoken;
+}
+
 const struct arcset *
 cluster_importing(const struct cluster *cl)
 {
     return &cl->importing;
+}
+
+const struct arcset *
+cluster_sourcing(const struct cluster *cl)
+{
+    return &cl->sourcing;
+}
+
+const struct cluster_dest *
+cluster_dests(const struct cluster *cl, uint32_t *n)
+{
+    *n = cl->n_dests;
+    return cl->dests;
+}
+
+uint64_t
+cluster_fence_held_ms(const struct cluster *cl)
+{
+    return cl->fence_held_ms;
+}
+
+void
+cluster_set_fence_held_ms(struct cluster *cl, uint64_t ms)
+{
+    cl->fence_held_ms = ms;
+}
+
+struct cluster_live *
+cluster_live(struct cluster *cl)
+{
+    return &cl->live;
 }
 
 /*

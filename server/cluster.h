@@ -100,7 +100,13 @@ struct cluster_dest {
  * (a worker is stuck). */
 typedef int (*cluster_barrier_fn)(void *arg);
 
-/* The mutable state: owned by the cluster thread (and main before it). */
+/*
+ * The mutable state: owned by the cluster thread (and main before it).
+ * Private to the cluster's own files (cluster.c, statedir.c, transition.c,
+ * the route code and the unit tests): everything else reads it through
+ * the accessors below and cluster_view(). It stays in this header because
+ * cluster_view() is inline on the workers' hot path.
+ */
 struct cluster {
     cluster_barrier_fn   barrier;      /* NULL in unit tests */
     void                *barrier_arg;
@@ -262,8 +268,43 @@ int cluster_publish(struct cluster *cl);
 void cluster_count_imported(struct cluster *cl, uint64_t items, uint64_t bytes);
 void cluster_imported_reset(struct cluster *cl);
 
-/* The arcs this node imports in the pending transition (empty: none). */
+/*
+ * Accessors for the cluster port, the handoff and the heartbeats (cluster
+ * thread, or main before it starts). Pointers stay valid until the next
+ * state transition.
+ */
+
+/* This node's id, the cluster's name, and the cluster id every frame
+ * carries (frame_cluster_id of the name). */
+const char *cluster_node_id(const struct cluster *cl);
+const char *cluster_name(const struct cluster *cl);
+uint64_t cluster_frame_id(const struct cluster *cl);
+/* This process's random boot id (a restart changes it). */
+uint64_t cluster_boot_id(const struct cluster *cl);
+/* Whether the node has an admin token (--token-file); the token itself
+ * (*len 0 without one). */
+bool cluster_has_token(const struct cluster *cl);
+const uint8_t *cluster_token(const struct cluster *cl, size_t *len);
+
+/* The active membership (NULL: none) and its epoch (0: none). */
+const struct ring_members *cluster_active(const struct cluster *cl);
+uint64_t cluster_active_epoch(const struct cluster *cl);
+/* The pending transition's epoch (0: none), phase and token. */
+uint64_t cluster_pending_epoch(const struct cluster *cl);
+enum cluster_phase cluster_pending_phase(const struct cluster *cl);
+const uint8_t *cluster_pending_token(const struct cluster *cl, size_t *len);
+/* This node's arcs in the pending transition: what it imports, what it
+ * sources (the union of the transfers), and one transfer per destination
+ * (*n of them). All empty without one. */
 const struct arcset *cluster_importing(const struct cluster *cl);
+const struct arcset *cluster_sourcing(const struct cluster *cl);
+const struct cluster_dest *cluster_dests(const struct cluster *cl, uint32_t *n);
+/* How long the last fence waited for its drain (Status); the handoff sets it. */
+uint64_t cluster_fence_held_ms(const struct cluster *cl);
+void cluster_set_fence_held_ms(struct cluster *cl, uint64_t ms);
+
+/* What failure detection shares with the workers (atomics; any thread). */
+struct cluster_live *cluster_live(struct cluster *cl);
 
 /* Phase names as written in the state directory's pending.phase. */
 const char *cluster_phase_name(enum cluster_phase ph);

@@ -139,7 +139,7 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 static void
 send_msg(struct cp_conn *c, enum frame_type type, const void *msg)
 {
-    if (peer_send(c->bev, type, c->cp->cl->cluster_id, msg) < 0)
+    if (peer_send(c->bev, type, cluster_frame_id(c->cp->cl), msg) < 0)
         c->closing = true;
 }
 
@@ -212,6 +212,7 @@ send_reply(struct cp_conn *c, bool ok, const char *err)
 {
     struct cport *cp = c->cp;
     struct cluster *cl = cp->cl;
+    const struct cluster_live *live = cluster_live(cl);
     Ringcache__AdminReply r = RINGCACHE__ADMIN_REPLY__INIT;
     Ringcache__NodeStatus st = RINGCACHE__NODE_STATUS__INIT;
     Ringcache__TransferStatus ts[XFERS_MAX], *tsp[XFERS_MAX];
@@ -222,11 +223,11 @@ send_reply(struct cp_conn *c, bool ok, const char *err)
 
     store_get_stats(cp->store, &ss);
     cluster_counters_get(cl, &cc);
-    st.node_id = cl->id;
-    st.boot_id = cl->boot_id;
-    st.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
-    st.pending_epoch = cl->pending != NULL ? cl->pending->epoch : 0;
-    st.phase = (Ringcache__Phase)cl->phase;
+    st.node_id = (char *)cluster_node_id(cl);
+    st.boot_id = cluster_boot_id(cl);
+    st.active_epoch = cluster_active_epoch(cl);
+    st.pending_epoch = cluster_pending_epoch(cl);
+    st.phase = (Ringcache__Phase)cluster_pending_phase(cl);
     st.curr_items = ss.curr_items;
     st.bytes = ss.bytes;
     st.limit_maxbytes = ss.limit_maxbytes;
@@ -253,9 +254,9 @@ send_reply(struct cp_conn *c, bool ok, const char *err)
     st.bytes_imported = cc.bytes_imported;
     st.orphans = transition_orphans(cp->tr);
     st.misrouted = cc.misrouted;
-    st.fence_held_ms = cl->fence_held_ms;
-    st.recovering = __atomic_load_n(&cl->live.recovering, __ATOMIC_RELAXED) != 0;
-    st.behind_epoch = __atomic_load_n(&cl->live.behind_epoch, __ATOMIC_RELAXED);
+    st.fence_held_ms = cluster_fence_held_ms(cl);
+    st.recovering = __atomic_load_n(&live->recovering, __ATOMIC_RELAXED) != 0;
+    st.behind_epoch = __atomic_load_n(&live->behind_epoch, __ATOMIC_RELAXED);
     send_status_reply(c, &r, &st, ok, err);
 }
 
@@ -475,17 +476,18 @@ hello(struct cp_conn *c, const struct frame *f)
     struct cluster *cl = c->cp->cl;
     Ringcache__Hello *m = ringcache__hello__unpack(NULL, f->length, f->payload);
     Ringcache__Hello r = RINGCACHE__HELLO__INIT;
+    size_t token_len;
+    const uint8_t *token = cluster_token(cl, &token_len);
 
     if (m == NULL) {
         send_error(c, "bad Hello");
         return;
     }
-    if (m->cluster == NULL || strcmp(m->cluster, cl->name) != 0) {
+    if (m->cluster == NULL || strcmp(m->cluster, cluster_name(cl)) != 0) {
         send_error(c, "wrong cluster");
-    } else if (!cl->has_token) {
+    } else if (!cluster_has_token(cl)) {
         send_error(c, "this node has no --token-file: the cluster port is closed");
-    } else if (m->token.len != cl->token_len ||
-               memcmp(m->token.data, cl->token, cl->token_len) != 0) {
+    } else if (m->token.len != token_len || memcmp(m->token.data, token, token_len) != 0) {
         send_error(c, "wrong token");
     } else if (m->role != RINGCACHE__HELLO__ROLE__ADMIN &&
                m->role != RINGCACHE__HELLO__ROLE__PEER) {
@@ -503,10 +505,10 @@ hello(struct cp_conn *c, const struct frame *f)
         } else {
             c->state = CPC_ADMIN;
         }
-        r.cluster = cl->name;
-        r.node_id = cl->id;
-        r.boot_id = cl->boot_id;
-        r.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
+        r.cluster = (char *)cluster_name(cl);
+        r.node_id = (char *)cluster_node_id(cl);
+        r.boot_id = cluster_boot_id(cl);
+        r.active_epoch = cluster_active_epoch(cl);
         send_msg(c, FRAME_HELLO, &r);
     }
 out:
@@ -575,7 +577,8 @@ conn_read_cb(struct bufferevent *bev, void *arg)
     while (!c->closing && !c->waiting) {
         struct frame f;
         size_t used;
-        int rc = peer_read_frame(in, c->cp->cl->cluster_id, HANDOFF_PAYLOAD_MAX, &f, &used);
+        int rc = peer_read_frame(in, cluster_frame_id(c->cp->cl), HANDOFF_PAYLOAD_MAX, &f,
+                                 &used);
 
         if (rc == FRAME_EAGAIN) {
             /* Wake up once the whole frame is in, not per segment. */

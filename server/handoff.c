@@ -197,12 +197,11 @@ batch_flush(struct xfer *x)
 
     if (x->nrec == 0 || x->state != XS_STREAMING)
         return;
-    b.token.data = cl->ptoken;
-    b.token.len = cl->ptoken_len;
-    b.epoch = cl->pending != NULL ? cl->pending->epoch : 0;
+    b.token.data = (uint8_t *)cluster_pending_token(cl, &b.token.len);
+    b.epoch = cluster_pending_epoch(cl);
     b.seq = ++x->next_seq;
     hl = ringcache__handoff_batch__pack(&b, head);
-    frame_header_write(hdr, FRAME_HANDOFF_BATCH, cl->cluster_id, (uint32_t)(hl + x->len));
+    frame_header_write(hdr, FRAME_HANDOFF_BATCH, cluster_frame_id(cl), (uint32_t)(hl + x->len));
     if (bufferevent_write(x->bev, hdr, sizeof(hdr)) < 0 ||
         bufferevent_write(x->bev, head, hl) < 0 ||
         bufferevent_write(x->bev, x->buf, x->len) < 0) {
@@ -398,7 +397,7 @@ fence_check(struct handoff *h)
     if (why == NULL && h->tracking && store_track_pending(h->s) > 0)
         return;
     h->fence_fn = NULL;
-    h->cl->fence_held_ms = now_ms() - h->fence_start_ms;
+    cluster_set_fence_held_ms(h->cl, now_ms() - h->fence_start_ms);
     fn(h->fence_arg, why);
 }
 
@@ -534,7 +533,7 @@ xfer_read_cb(struct bufferevent *bev, void *arg)
     while (x->state != XS_FAILED) {
         struct frame f;
         size_t used;
-        int rc = peer_read_frame(in, x->h->cl->cluster_id, ACK_PAYLOAD_MAX, &f, &used);
+        int rc = peer_read_frame(in, cluster_frame_id(x->h->cl), ACK_PAYLOAD_MAX, &f, &used);
 
         if (rc == FRAME_EAGAIN)
             return;
@@ -668,12 +667,12 @@ handoff_free(struct handoff *h)
 int
 handoff_prepare(struct handoff *h, char *err, size_t errlen)
 {
-    struct cluster *cl = h->cl;
+    const struct arcset *sourcing = cluster_sourcing(h->cl);
     int rc;
 
-    if (h->tracking || cl->sourcing.n == 0)
+    if (h->tracking || sourcing->n == 0)
         return 0;
-    if (arcset_copy(&h->track_arcs, &cl->sourcing) < 0) {
+    if (arcset_copy(&h->track_arcs, sourcing) < 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -693,8 +692,8 @@ handoff_prepare(struct handoff *h, char *err, size_t errlen)
 int
 handoff_start_copy(struct handoff *h, uint64_t rate, char *err, size_t errlen)
 {
-    struct cluster *cl = h->cl;
-    uint32_t i;
+    const struct cluster_dest *dests;
+    uint32_t i, n_dests;
 
     if (handoff_prepare(h, err, errlen) < 0)
         return -1;
@@ -705,17 +704,18 @@ handoff_start_copy(struct handoff *h, uint64_t rate, char *err, size_t errlen)
     }
     if (h->copying)
         return 0;
-    h->x = calloc(cl->n_dests > 0 ? cl->n_dests : 1, sizeof(*h->x));
+    dests = cluster_dests(h->cl, &n_dests);
+    h->x = calloc(n_dests > 0 ? n_dests : 1, sizeof(*h->x));
     if (h->x == NULL) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    h->nx = cl->n_dests;
+    h->nx = n_dests;
     h->copying = true;
     set_background(h, true);
     for (i = 0; i < h->nx; i++) {
         struct xfer *x = &h->x[i];
-        const struct cluster_dest *d = &cl->dests[i];
+        const struct cluster_dest *d = &dests[i];
 
         x->h = h;
         snprintf(x->id, sizeof(x->id), "%s", d->id);
@@ -737,12 +737,14 @@ void
 handoff_fence(struct handoff *h, handoff_done_fn fn, void *arg)
 {
     char err[160];
+    uint32_t n_dests;
 
+    cluster_dests(h->cl, &n_dests);
     set_background(h, false);
     h->fence_fn = fn;
     h->fence_arg = arg;
     h->fence_start_ms = now_ms();
-    if (!h->copying && h->cl->n_dests > 0 &&
+    if (!h->copying && n_dests > 0 &&
         handoff_start_copy(h, h->rate, err, sizeof(err)) < 0) {
         h->fence_fn = NULL;
         fn(arg, err);
@@ -751,7 +753,7 @@ handoff_fence(struct handoff *h, handoff_done_fn fn, void *arg)
     if (!h->copying) {
         /* Not a source: nothing to drain. */
         h->fence_fn = NULL;
-        h->cl->fence_held_ms = 0;
+        cluster_set_fence_held_ms(h->cl, 0);
         fn(arg, NULL);
         return;
     }

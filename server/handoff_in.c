@@ -158,11 +158,10 @@ handoff_in_batch(struct handoff_in *in, const uint8_t *payload, size_t len,
         return -1;
     }
     *seq = b->seq;
-    if (cl->pending == NULL || b->epoch != cl->pending->epoch ||
+    if (cluster_pending_epoch(cl) == 0 || b->epoch != cluster_pending_epoch(cl) ||
         !cluster_token_ok(cl, b->token.data, b->token.len)) {
         snprintf(err, errlen, "batch for epoch %" PRIu64 " does not match the pending "
-                 "transition (epoch %" PRIu64 ")", b->epoch,
-                 cl->pending != NULL ? cl->pending->epoch : 0);
+                 "transition (epoch %" PRIu64 ")", b->epoch, cluster_pending_epoch(cl));
         rc = -1;
         goto out;
     }
