@@ -20,6 +20,7 @@
 
 #include <xxhash.h>
 
+#include "proto/frame.h"
 #include "server/log.h"
 #include "server/statedir.h"
 
@@ -1069,7 +1070,7 @@ cluster_new(cluster_barrier_fn barrier, void *barrier_arg, const char *id,
     }
     strcpy(cl->state_dir, state_dir);
     strcpy(cl->name, name);
-    cl->cluster_id = XXH3_64bits(name, strlen(name));
+    cl->cluster_id = frame_cluster_id(name);
     if (token != NULL) {
         if (token_len > CLUSTER_TOKEN_MAX) {
             snprintf(err, errlen, "the token is over %d bytes", CLUSTER_TOKEN_MAX);

@@ -113,7 +113,7 @@ struct cluster {
     char                 id[RING_ID_MAX + 1];
     char                 state_dir[1024];
     char                 name[128];
-    uint64_t             cluster_id;   /* XXH3 of name */
+    uint64_t             cluster_id;   /* frame_cluster_id(name) */
     uint8_t              token[CLUSTER_TOKEN_MAX];
     size_t               token_len;
     bool                 has_token;
