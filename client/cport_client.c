@@ -356,7 +356,7 @@ cport_connect(const char *addr, const char *cluster, const uint8_t *token, size_
         snprintf(err, errlen, "out of memory");
         return CPORT_ENOMEM;
     }
-    c->cluster_id = ring_hash(cluster, strlen(cluster));
+    c->cluster_id = frame_cluster_id(cluster);
     c->fd = tcp_connect(addr, deadline, err, errlen);
     if (c->fd < 0) {
         rc = CPORT_EIO;

@@ -5,6 +5,14 @@
 #include <string.h>
 
 #include "proto/frame.h"
+#include "ring/ring.h"
+
+/* See frame.h. */
+uint64_t
+frame_cluster_id(const char *name)
+{
+    return ring_hash(name, strlen(name));
+}
 
 static void
 put_be64(uint8_t *p, uint64_t v)

@@ -42,10 +42,15 @@ enum frame_type {
 
 struct frame {
     uint8_t        type;        /* enum frame_type */
-    uint64_t       cluster_id;  /* XXH3 of the cluster name */
+    uint64_t       cluster_id;  /* frame_cluster_id of the cluster name */
     uint32_t       length;      /* payload bytes */
     const uint8_t *payload;     /* points into the decoded buffer */
 };
+
+/* The cluster id of a cluster name, as every frame header carries it:
+ * XXH3_64bits of the name, seed 0 (ring_hash). Node and admin tool both
+ * call this, so they agree on the wire. */
+uint64_t frame_cluster_id(const char *name);
 
 /* Write a header for a payload of `length` bytes into out[16]. */
 void frame_header_write(uint8_t out[FRAME_HEADER_SIZE], enum frame_type type,

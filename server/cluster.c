@@ -1,15 +1,14 @@
 /*
  * cluster: memberships, rings and arcs of this node, the route decision,
- * and the state directory (active.members, pending.members, pending.meta,
- * each written tmp + fsync + rename + directory fsync). All mutation runs
- * on one thread (the cluster thread, or main before it starts); workers
- * only read the published view.
+ * views, and the transitions, persisted through the state directory
+ * (server/statedir.c) before they are published. All mutation runs on one
+ * thread (the cluster thread, or main before it starts); workers only read
+ * the published view.
  */
 #include "config.h"
 #include "server/cluster.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,202 +18,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <xxhash.h>
 
+#include "proto/frame.h"
 #include "server/log.h"
-#include "server/thread.h"
-
-#define ACTIVE_FILE        "active.members"
-#define PENDING_FILE       "pending.members"
-#define META_FILE          "pending.meta"
-#define SERVED_FILE        "served"
-#define STATE_FILE_MAX     (16u << 20)   /* largest state file we read */
-#define LIST_MAX           8             /* ring_arc lists hold 8 */
+#include "server/statedir.h"
 
 static void mark_served(struct cluster *cl);
-
-/*
- * arcset
- */
-
-/* Append one inclusive range. */
-static int
-arcset_push(struct arcset *a, uint64_t start, uint64_t end)
-{
-    if (a->n == a->cap) {
-        uint32_t ncap = a->cap == 0 ? 16 : a->cap * 2;
-        struct arc_range *nr = realloc(a->r, (size_t)ncap * sizeof(*nr));
-
-        if (nr == NULL)
-            return -1;
-        a->r = nr;
-        a->cap = ncap;
-    }
-    a->r[a->n].start = start;
-    a->r[a->n].end = end;
-    a->n++;
-    return 0;
-}
-
-/* (lo, hi] clockwise: [lo+1, hi], split in two when it wraps past 2^64-1. */
-int
-arcset_add_arc(struct arcset *a, uint64_t lo, uint64_t hi)
-{
-    if (lo == hi)
-        return arcset_push(a, 0, UINT64_MAX);
-    if (lo < hi)
-        return arcset_push(a, lo + 1, hi);
-    if (lo != UINT64_MAX && arcset_push(a, lo + 1, UINT64_MAX) < 0)
-        return -1;
-    return arcset_push(a, 0, hi);
-}
-
-static int
-range_cmp(const void *x, const void *y)
-{
-    const struct arc_range *a = x, *b = y;
-
-    return a->start < b->start ? -1 : a->start > b->start;
-}
-
-/* Sort by start and merge overlapping or touching ranges. */
-void
-arcset_finish(struct arcset *a)
-{
-    uint32_t i, o = 0;
-
-    if (a->n == 0)
-        return;
-    qsort(a->r, a->n, sizeof(*a->r), range_cmp);
-    for (i = 1; i < a->n; i++) {
-        struct arc_range *last = &a->r[o];
-
-        if (last->end == UINT64_MAX || a->r[i].start <= last->end + 1) {
-            if (a->r[i].end > last->end)
-                last->end = a->r[i].end;
-        } else {
-            a->r[++o] = a->r[i];
-        }
-    }
-    a->n = o + 1;
-}
-
-/* Binary search for the last range starting at or before h. */
-bool
-arcset_has(const struct arcset *a, uint64_t h)
-{
-    uint32_t lo = 0, hi = a->n;
-
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-
-        if (a->r[mid].start <= h)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo > 0 && h <= a->r[lo - 1].end;
-}
-
-/* For store_walk, store_count, store_purge and dirty tracking. */
-bool
-arcset_pred(uint64_t hash, void *arg)
-{
-    return arcset_has(arg, hash);
-}
-
-/* Free the ranges; the set is empty and reusable after. */
-void
-arcset_clear(struct arcset *a)
-{
-    free(a->r);
-    a->r = NULL;
-    a->n = a->cap = 0;
-}
-
-/* Covered fraction of 2^64. */
-double
-arcset_share(const struct arcset *a)
-{
-    long double sum = 0;
-    uint32_t i;
-
-    for (i = 0; i < a->n; i++)
-        sum += (long double)(a->r[i].end - a->r[i].start) + 1.0L;
-    return (double)(sum / 18446744073709551616.0L);
-}
-
-/* Deep copy of a finished set; see cluster.h. */
-int
-arcset_copy(struct arcset *dst, const struct arcset *src)
-{
-    memset(dst, 0, sizeof(*dst));
-    if (src->n == 0)
-        return 0;
-    dst->r = malloc((size_t)src->n * sizeof(*dst->r));
-    if (dst->r == NULL)
-        return -1;
-    memcpy(dst->r, src->r, (size_t)src->n * sizeof(*dst->r));
-    dst->n = dst->cap = src->n;
-    return 0;
-}
-
-/* Append every range of src (unsorted until arcset_finish). */
-static int
-arcset_append(struct arcset *dst, const struct arcset *src)
-{
-    uint32_t i;
-
-    for (i = 0; i < src->n; i++)
-        if (arcset_push(dst, src->r[i].start, src->r[i].end) < 0)
-            return -1;
-    return 0;
-}
-
-/* How many owners of a preference list to look at for R replicas. */
-static inline uint32_t
-list_len(uint32_t replicas)
-{
-    return replicas < LIST_MAX ? replicas : LIST_MAX;
-}
-
-/* Is node idx (an index, or -1 for none) in list[0..n)? */
-static bool
-list_has(const uint32_t *list, uint32_t n, int32_t idx)
-{
-    uint32_t k;
-
-    for (k = 0; k < n; k++)
-        if ((int32_t)list[k] == idx)
-            return true;
-    return false;
-}
-
-/* Arcs of r whose preference list holds self: each point's arc is
- * (previous position, its position]. */
-int
-arcset_owned(struct arcset *a, const struct ring *r, uint32_t self)
-{
-    uint32_t n = ring_n_points(r), want, i, list[LIST_MAX];
-    uint64_t prev, pos;
-    uint32_t node, vnode;
-
-    want = list_len(ring_members(r)->replicas);
-    ring_point(r, n - 1, &prev, &node, &vnode);
-    for (i = 0; i < n; i++) {
-        uint32_t got;
-
-        ring_point(r, i, &pos, &node, &vnode);
-        if (pos == prev && n > 1)
-            continue;
-        got = ring_locate(r, pos, want, list);
-        if (list_has(list, got, (int32_t)self) && arcset_add_arc(a, prev, pos) < 0)
-            return -1;
-        prev = pos;
-    }
-    arcset_finish(a);
-    return 0;
-}
 
 /* Bump a counter; see cluster.h. */
 void
@@ -278,7 +87,7 @@ cluster_counters_get(const struct cluster *cl, struct cluster_counters *out)
 bool
 cluster_owned_active(const struct cluster *cl, uint64_t hash)
 {
-    uint32_t list[LIST_MAX], n;
+    uint32_t list[RING_R_MAX], n;
 
     if (cl->active_ring == NULL)
         return true;
@@ -301,6 +110,130 @@ cluster_phase_name(enum cluster_phase ph)
     default:
         return "none";
     }
+}
+
+/* Handoff import counters; see cluster.h. */
+void
+cluster_count_imported(struct cluster *cl, uint64_t items, uint64_t bytes)
+{
+    __atomic_fetch_add(&cl->ctr.items_imported, items, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&cl->ctr.bytes_imported, bytes, __ATOMIC_RELAXED);
+}
+
+void
+cluster_imported_reset(struct cluster *cl)
+{
+    __atomic_store_n(&cl->ctr.items_imported, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&cl->ctr.bytes_imported, 0, __ATOMIC_RELAXED);
+}
+
+/*
+ * Accessors; see cluster.h
+ */
+
+const char *
+cluster_node_id(const struct cluster *cl)
+{
+    return cl->id;
+}
+
+const char *
+cluster_name(const struct cluster *cl)
+{
+    return cl->name;
+}
+
+uint64_t
+cluster_frame_id(const struct cluster *cl)
+{
+    return cl->cluster_id;
+}
+
+uint64_t
+cluster_boot_id(const struct cluster *cl)
+{
+    return cl->boot_id;
+}
+
+bool
+cluster_has_token(const struct cluster *cl)
+{
+    return cl->has_token;
+}
+
+const uint8_t *
+cluster_token(const struct cluster *cl, size_t *len)
+{
+    *len = cl->token_len;
+    return cl->token;
+}
+
+const struct ring_members *
+cluster_active(const struct cluster *cl)
+{
+    return cl->active;
+}
+
+uint64_t
+cluster_active_epoch(const struct cluster *cl)
+{
+    return cl->active != NULL ? cl->active->epoch : 0;
+}
+
+uint64_t
+cluster_pending_epoch(const struct cluster *cl)
+{
+    return cl->pending != NULL ? cl->pending->epoch : 0;
+}
+
+enum cluster_phase
+cluster_pending_phase(const struct cluster *cl)
+{
+    return cl->phase;
+}
+
+const uint8_t *
+cluster_pending_token(const struct cluster *cl, size_t *len)
+{
+    *len = cl->ptoken_len;
+    return cl->ptoken;
+}
+
+const struct arcset *
+cluster_importing(const struct cluster *cl)
+{
+    return &cl->importing;
+}
+
+const struct arcset *
+cluster_sourcing(const struct cluster *cl)
+{
+    return &cl->sourcing;
+}
+
+const struct cluster_dest *
+cluster_dests(const struct cluster *cl, uint32_t *n)
+{
+    *n = cl->n_dests;
+    return cl->dests;
+}
+
+uint64_t
+cluster_fence_held_ms(const struct cluster *cl)
+{
+    return cl->fence_held_ms;
+}
+
+void
+cluster_set_fence_held_ms(struct cluster *cl, uint64_t ms)
+{
+    cl->fence_held_ms = ms;
+}
+
+struct cluster_live *
+cluster_live(struct cluster *cl)
+{
+    return &cl->live;
 }
 
 /*
@@ -356,7 +289,7 @@ cluster_publish(struct cluster *cl)
     v->ring = cl->active_ring;
     v->self = cl->self_old;
     v->replicas = cl->active != NULL ? cl->active->replicas : 1;
-    v->live = cl->srv != NULL ? &cl->live : NULL;
+    v->live = cl->barrier != NULL ? &cl->live : NULL;
     v->gen = cl->view != NULL ? cl->view->gen + 1 : 1;
     if (cl->view == NULL || cl->view->epoch != v->epoch) {
         uint32_t i;
@@ -379,7 +312,7 @@ cluster_publish(struct cluster *cl)
     __atomic_store_n(&cl->view, v, __ATOMIC_RELEASE);
     /* After the barrier no worker can still be inside a request that
      * loaded `old`: a request never outlives its event callback. */
-    if (cl->srv != NULL && server_barrier(cl->srv) < 0) {
+    if (cl->barrier != NULL && cl->barrier(cl->barrier_arg) < 0) {
         /* A stuck worker might still read it: leak it rather than free. */
         return 0;
     }
@@ -387,278 +320,12 @@ cluster_publish(struct cluster *cl)
     return 0;
 }
 
-/*
- * State directory
- */
-
-/* Write a state file atomically; see cluster.h. */
-int
-cluster_write_file(const char *dir, const char *name, const char *data, size_t len,
-                   char *err, size_t errlen)
-{
-    char tmp[1200], path[1200];
-    int fd, dfd;
-    size_t off = 0;
-
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    snprintf(tmp, sizeof(tmp), "%s/%s.tmp", dir, name);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        goto fail;
-    while (off < len) {
-        ssize_t n = write(fd, data + off, len - off);
-
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            close(fd);
-            goto fail;
-        }
-        off += (size_t)n;
-    }
-    if (fsync(fd) < 0 || close(fd) < 0)
-        goto fail;
-    if (rename(tmp, path) < 0)
-        goto fail;
-    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        goto fail;
-    if (fsync(dfd) < 0) {
-        close(dfd);
-        goto fail;
-    }
-    close(dfd);
-    return 0;
-fail:
-    snprintf(err, errlen, "%s: %s", path, strerror(errno));
-    return -1;
-}
-
-/* Remove a state file (absent is fine) and sync the directory. */
+/* Persist the pending transition's token and phase. */
 static int
-remove_file(const char *dir, const char *name, char *err, size_t errlen)
+save_phase(struct cluster *cl, char *err, size_t errlen)
 {
-    char path[1200];
-    int dfd;
-
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    if (unlink(path) < 0 && errno != ENOENT) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
-    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return 0;
-}
-
-/* Read a whole file; 1 if absent, 0 with *buf (malloc'd, NUL-ended), -1. */
-static int
-read_file(const char *path, char **buf, size_t *len, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    char *b = NULL;
-    size_t n = 0, cap = 0;
-
-    if (f == NULL) {
-        if (errno == ENOENT)
-            return 1;
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
-    for (;;) {
-        size_t got;
-
-        if (cap - n < 4096) {
-            char *nb;
-
-            if (cap >= STATE_FILE_MAX) {
-                snprintf(err, errlen, "%s:1: file too large", path);
-                goto fail;
-            }
-            cap = cap == 0 ? 8192 : cap * 2;
-            nb = realloc(b, cap + 1);
-            if (nb == NULL) {
-                snprintf(err, errlen, "%s: out of memory", path);
-                goto fail;
-            }
-            b = nb;
-        }
-        got = fread(b + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    if (ferror(f)) {
-        snprintf(err, errlen, "%s: read error", path);
-        goto fail;
-    }
-    fclose(f);
-    b[n] = '\0';
-    *buf = b;
-    *len = n;
-    return 0;
-fail:
-    fclose(f);
-    free(b);
-    return -1;
-}
-
-/* Load a membership file; 1 if absent. */
-static int
-load_members(const char *dir, const char *name, struct ring_members **out,
-             char *err, size_t errlen)
-{
-    char path[1200];
-    char *buf = NULL;
-    size_t len = 0;
-    int rc;
-
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    rc = read_file(path, &buf, &len, err, errlen);
-    if (rc != 0)
-        return rc;
-    rc = ring_members_parse(buf, len, path, out, err, errlen) == RING_OK ? 0 : -1;
-    free(buf);
-    return rc;
-}
-
-static int
-hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/* Parse pending.meta: "token <hex>" and "phase <name>" lines, '#' comments. */
-static int
-load_meta(struct cluster *cl, char *err, size_t errlen)
-{
-    char path[1200];
-    char *buf = NULL, *line;
-    size_t len;
-    int rc, lineno = 0;
-    bool have_token = false, have_phase = false;
-
-    snprintf(path, sizeof(path), "%s/%s", cl->state_dir, META_FILE);
-    rc = read_file(path, &buf, &len, err, errlen);
-    if (rc == 1) {
-        snprintf(err, errlen, "%s:1: missing (pending.members exists)", path);
-        return -1;
-    }
-    if (rc < 0)
-        return -1;
-    if (strlen(buf) != len) {
-        snprintf(err, errlen, "%s:1: NUL byte in file", path);
-        goto fail;
-    }
-    line = buf;
-    while (line != NULL && *line != '\0') {
-        char *nl = strchr(line, '\n'), *val;
-
-        lineno++;
-        if (nl != NULL)
-            *nl = '\0';
-        if (nl != NULL && nl > line && nl[-1] == '\r')
-            nl[-1] = '\0';
-        val = strchr(line, ' ');
-        if (line[0] == '\0' || line[0] == '#') {
-            /* blank or comment */
-        } else if (val != NULL && strncmp(line, "token ", 6) == 0) {
-            size_t i, n;
-
-            val++;
-            n = strlen(val);
-            if (have_token || n == 0 || n % 2 != 0 || n / 2 > CLUSTER_TOKEN_MAX) {
-                snprintf(err, errlen, "%s:%d: bad token line", path, lineno);
-                goto fail;
-            }
-            for (i = 0; i < n / 2; i++) {
-                int hi = hexval(val[2 * i]), lo = hexval(val[2 * i + 1]);
-
-                if (hi < 0 || lo < 0) {
-                    snprintf(err, errlen, "%s:%d: token is not hex", path, lineno);
-                    goto fail;
-                }
-                cl->ptoken[i] = (uint8_t)(hi << 4 | lo);
-            }
-            cl->ptoken_len = n / 2;
-            have_token = true;
-        } else if (val != NULL && strncmp(line, "phase ", 6) == 0) {
-            val++;
-            if (have_phase) {
-                snprintf(err, errlen, "%s:%d: second phase line", path, lineno);
-                goto fail;
-            }
-            if (strcmp(val, "prepared") == 0)
-                cl->phase = CLUSTER_PHASE_PREPARED;
-            else if (strcmp(val, "copying") == 0)
-                cl->phase = CLUSTER_PHASE_COPYING;
-            else if (strcmp(val, "fenced") == 0)
-                cl->phase = CLUSTER_PHASE_FENCED;
-            else {
-                snprintf(err, errlen, "%s:%d: unknown phase '%.32s'", path, lineno, val);
-                goto fail;
-            }
-            have_phase = true;
-        } else {
-            snprintf(err, errlen, "%s:%d: expected 'token <hex>' or 'phase <name>'",
-                     path, lineno);
-            goto fail;
-        }
-        line = nl != NULL ? nl + 1 : NULL;
-    }
-    if (!have_token || !have_phase) {
-        snprintf(err, errlen, "%s:%d: missing %s line", path, lineno > 0 ? lineno : 1,
-                 have_token ? "phase" : "token");
-        goto fail;
-    }
-    free(buf);
-    return 0;
-fail:
-    free(buf);
-    return -1;
-}
-
-/* Write pending.meta from the current pending state. */
-static int
-save_meta(struct cluster *cl, char *err, size_t errlen)
-{
-    char buf[2 * CLUSTER_TOKEN_MAX + 64];
-    size_t n = 0, i;
-
-    n += (size_t)snprintf(buf, sizeof(buf), "token ");
-    for (i = 0; i < cl->ptoken_len; i++)
-        n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%02x", cl->ptoken[i]);
-    n += (size_t)snprintf(buf + n, sizeof(buf) - n, "\nphase %s\n",
-                          cluster_phase_name(cl->phase));
-    return cluster_write_file(cl->state_dir, META_FILE, buf, n, err, errlen);
-}
-
-/* Write a membership file in text form. */
-static int
-save_members(struct cluster *cl, const char *name, const struct ring_members *m,
-             char *err, size_t errlen)
-{
-    size_t len = ring_members_format(m, NULL, 0);
-    char *buf = malloc(len + 1);
-    int rc;
-
-    if (buf == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    ring_members_format(m, buf, len + 1);
-    rc = cluster_write_file(cl->state_dir, name, buf, len, err, errlen);
-    free(buf);
-    return rc;
+    return statedir_save_phase(cl->state_dir, cl->ptoken, cl->ptoken_len, cl->phase, err,
+                               errlen);
 }
 
 /*
@@ -777,10 +444,10 @@ compute_arcs(struct cluster *cl)
          * purged and refilled from it: a secondary is normally current, but
          * not after a write whose replica failed ("replica unavailable"). */
         uint32_t n_had = CLUSTER_REPLICATED ? a->n_old : (a->n_old > 0 ? 1 : 0);
-        uint32_t hold[LIST_MAX], nh = 0;
+        uint32_t hold[RING_R_MAX], nh = 0;
         bool in_old, in_new;
 
-        for (k = 0; k < n_had && k < LIST_MAX; k++)
+        for (k = 0; k < n_had && k < RING_R_MAX; k++)
             if (!is_failed(cl, om->nodes[a->old_nodes[k]].id))
                 hold[nh++] = a->old_nodes[k];
         if (nh > 1 && hold[0] == a->old_nodes[0])
@@ -941,12 +608,12 @@ cluster_prepare_failed(struct cluster *cl, const struct ring_members *next,
     if (install_pending(cl, next, token, token_len, err, errlen) < 0)
         return -1;
     cl->phase = CLUSTER_PHASE_PREPARED;
-    if (save_members(cl, PENDING_FILE, cl->pending, err, errlen) < 0 ||
-        save_meta(cl, err, errlen) < 0) {
+    if (statedir_save_members(cl->state_dir, STATEDIR_PENDING, cl->pending, err, errlen) < 0 ||
+        save_phase(cl, err, errlen) < 0) {
         char e2[256];
 
-        remove_file(cl->state_dir, PENDING_FILE, e2, sizeof(e2));
-        remove_file(cl->state_dir, META_FILE, e2, sizeof(e2));
+        statedir_remove(cl->state_dir, STATEDIR_PENDING, e2, sizeof(e2));
+        statedir_remove_phase(cl->state_dir, e2, sizeof(e2));
         clear_pending(cl);
         return -1;
     }
@@ -971,7 +638,7 @@ cluster_set_phase(struct cluster *cl, enum cluster_phase ph, char *err, size_t e
     if (cl->phase == ph)
         return 0;
     cl->phase = ph;
-    if (save_meta(cl, err, errlen) < 0)
+    if (save_phase(cl, err, errlen) < 0)
         return -1;
     if (cluster_publish(cl) < 0) {
         snprintf(err, errlen, "out of memory publishing the view");
@@ -1052,7 +719,7 @@ cluster_commit(struct cluster *cl, const struct ring_members *next,
     }
     /* Persist first: a crash after this comes back in the new epoch (a
      * stale pending file below the active epoch is dropped at load). */
-    if (save_members(cl, ACTIVE_FILE, m, err, errlen) < 0) {
+    if (statedir_save_members(cl->state_dir, STATEDIR_ACTIVE, m, err, errlen) < 0) {
         ring_members_free(m);
         return -1;
     }
@@ -1062,13 +729,13 @@ cluster_commit(struct cluster *cl, const struct ring_members *next,
      * again. A higher epoch a peer told us about is reached or passed. */
     if (cl->fresh)
         __atomic_store_n(&cl->live.recovering, 0, __ATOMIC_RELEASE);
-    if (cl->srv != NULL)
+    if (cl->barrier != NULL)
         mark_served(cl);
     if (__atomic_load_n(&cl->live.behind_epoch, __ATOMIC_RELAXED) <= cl->active->epoch)
         __atomic_store_n(&cl->live.behind_epoch, 0, __ATOMIC_RELEASE);
     clear_pending(cl);
-    if (remove_file(cl->state_dir, META_FILE, err, errlen) < 0 ||
-        remove_file(cl->state_dir, PENDING_FILE, err, errlen) < 0)
+    if (statedir_remove_phase(cl->state_dir, err, errlen) < 0 ||
+        statedir_remove(cl->state_dir, STATEDIR_PENDING, err, errlen) < 0)
         log_msg(LOG_ERR, "%s", err);
     if (cluster_publish(cl) < 0) {
         snprintf(err, errlen, "out of memory publishing the view");
@@ -1089,8 +756,8 @@ cluster_abort(struct cluster *cl, const uint8_t *token, size_t token_len,
         snprintf(err, errlen, "abort: token does not match the pending transition");
         return -1;
     }
-    if (remove_file(cl->state_dir, META_FILE, err, errlen) < 0 ||
-        remove_file(cl->state_dir, PENDING_FILE, err, errlen) < 0)
+    if (statedir_remove_phase(cl->state_dir, err, errlen) < 0 ||
+        statedir_remove(cl->state_dir, STATEDIR_PENDING, err, errlen) < 0)
         return -1;
     log_msg(LOG_INFO, "aborted epoch %" PRIu64, cl->pending->epoch);
     clear_pending(cl);
@@ -1108,17 +775,18 @@ load_state(struct cluster *cl, char *err, size_t errlen)
     struct ring_members *m = NULL, *p = NULL;
     int rc;
 
-    rc = load_members(cl->state_dir, ACTIVE_FILE, &m, err, errlen);
+    rc = statedir_load_members(cl->state_dir, STATEDIR_ACTIVE, &m, err, errlen);
     if (rc < 0)
         return -1;
     if (rc == 0 && activate(cl, m, err, errlen) < 0)
         return -1;
-    rc = load_members(cl->state_dir, PENDING_FILE, &p, err, errlen);
+    rc = statedir_load_members(cl->state_dir, STATEDIR_PENDING, &p, err, errlen);
     if (rc < 0)
         return -1;
     if (rc == 1)
         return 0;
-    if (load_meta(cl, err, errlen) < 0) {
+    if (statedir_load_phase(cl->state_dir, cl->ptoken, &cl->ptoken_len, &cl->phase, err,
+                            errlen) < 0) {
         ring_members_free(p);
         return -1;
     }
@@ -1128,8 +796,8 @@ load_state(struct cluster *cl, char *err, size_t errlen)
         ring_members_free(p);
         cl->ptoken_len = 0;
         cl->phase = CLUSTER_PHASE_NONE;
-        remove_file(cl->state_dir, META_FILE, err, errlen);
-        return remove_file(cl->state_dir, PENDING_FILE, err, errlen);
+        statedir_remove_phase(cl->state_dir, err, errlen);
+        return statedir_remove(cl->state_dir, STATEDIR_PENDING, err, errlen);
     }
     {
         enum cluster_phase ph = cl->phase;
@@ -1146,18 +814,16 @@ load_state(struct cluster *cl, char *err, size_t errlen)
     return 0;
 }
 
-/* Record that this node has served as a member (SERVED_FILE): a later
- * start is a restart. Logged, not fatal: the node still serves. */
+/* Record that this node has served as a member (the served marker): a
+ * later start is a restart. Logged, not fatal: the node still serves. */
 static void
 mark_served(struct cluster *cl)
 {
     char err[1300];
-    static const char text[] = "# this node has served as a member: a start is a restart\n";
 
     if (cl->served || cl->active == NULL || cl->self_old < 0)
         return;
-    if (cluster_write_file(cl->state_dir, SERVED_FILE, text, sizeof(text) - 1, err,
-                           sizeof(err)) < 0)
+    if (statedir_mark_served(cl->state_dir, err, sizeof(err)) < 0)
         log_msg(LOG_ERR, "%s", err);
     else
         cl->served = true;
@@ -1167,10 +833,7 @@ mark_served(struct cluster *cl)
 void
 cluster_started(struct cluster *cl)
 {
-    char path[1200];
-
-    snprintf(path, sizeof(path), "%s/%s", cl->state_dir, SERVED_FILE);
-    cl->served = access(path, F_OK) == 0;
+    cl->served = statedir_served(cl->state_dir);
     /* Whatever this node held before it stopped is gone (the store is
      * memory only) and may be stale anyway: until a transition copies its
      * ranges back (docs/cluster.md, "Node failure"), its own keys answer
@@ -1188,9 +851,9 @@ cluster_started(struct cluster *cl)
 
 /* See cluster.h. */
 int
-cluster_new(struct server *srv, const char *id, const char *state_dir,
-            const char *name, const uint8_t *token, size_t token_len,
-            struct cluster **out, char *err, size_t errlen)
+cluster_new(cluster_barrier_fn barrier, void *barrier_arg, const char *id,
+            const char *state_dir, const char *name, const uint8_t *token,
+            size_t token_len, struct cluster **out, char *err, size_t errlen)
 {
     struct cluster *cl = calloc(1, sizeof(*cl));
     struct stat st;
@@ -1200,7 +863,8 @@ cluster_new(struct server *srv, const char *id, const char *state_dir,
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    cl->srv = srv;
+    cl->barrier = barrier;
+    cl->barrier_arg = barrier_arg;
     cl->self_old = cl->self_new = -1;
     if (id == NULL || strlen(id) == 0 || strlen(id) > RING_ID_MAX ||
         strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-") !=
@@ -1216,7 +880,7 @@ cluster_new(struct server *srv, const char *id, const char *state_dir,
     }
     strcpy(cl->state_dir, state_dir);
     strcpy(cl->name, name);
-    cl->cluster_id = XXH3_64bits(name, strlen(name));
+    cl->cluster_id = frame_cluster_id(name);
     if (token != NULL) {
         if (token_len > CLUSTER_TOKEN_MAX) {
             snprintf(err, errlen, "the token is over %d bytes", CLUSTER_TOKEN_MAX);

@@ -14,8 +14,7 @@
 #include <stdint.h>
 
 #include "ring/ring.h"
-
-struct server;
+#include "server/arcset.h"
 
 #define CLUSTER_TOKEN_MAX   256   /* bytes of the admin and transition tokens */
 #define CLUSTER_PORT_OFFSET 10000 /* cluster port = client port + this */
@@ -49,35 +48,6 @@ struct cluster_live {
     uint64_t down[CLUSTER_MASK_WORDS];     /* active indexes seen down */
     uint64_t skipped[CLUSTER_MASK_WORDS];  /* active indexes whose writes we took over */
 };
-
-/* Sorted, disjoint, inclusive ranges of key hashes. */
-struct arc_range {
-    uint64_t start, end;
-};
-struct arcset {
-    uint32_t          n, cap;
-    struct arc_range *r;
-};
-
-/* Add the ring arc (lo, hi] (lo == hi: the whole circle); keep unsorted
- * until arcset_finish. 0 or -1 (ENOMEM). */
-int arcset_add_arc(struct arcset *a, uint64_t lo, uint64_t hi);
-/* Sort and merge what was added. */
-void arcset_finish(struct arcset *a);
-/* Is h in the set? Binary search over the range starts. */
-bool arcset_has(const struct arcset *a, uint64_t h);
-void arcset_clear(struct arcset *a);
-/* Deep copy of a finished set into dst (overwritten, not freed first).
- * 0 or -1 (ENOMEM, dst left empty). */
-int arcset_copy(struct arcset *dst, const struct arcset *src);
-/* arcset_has as a store predicate (server/store.h): arg is the arcset. */
-bool arcset_pred(uint64_t hash, void *arg);
-/* Fraction of the keyspace covered, for logs and tests. */
-double arcset_share(const struct arcset *a);
-
-/* The arcs of ring r whose preference list (R of the ring) contains node
- * index self; 0 or -1 (ENOMEM). */
-int arcset_owned(struct arcset *a, const struct ring *r, uint32_t self);
 
 /*
  * An immutable snapshot that workers read lock-free. A new one is published
@@ -160,13 +130,24 @@ struct cluster_dest {
     struct arcset arcs;
 };
 
-/* The mutable state: owned by the cluster thread (and main before it). */
+/* Wait until every worker passed a grace period (server_barrier); 0 or -1
+ * (a worker is stuck). */
+typedef int (*cluster_barrier_fn)(void *arg);
+
+/*
+ * The mutable state: owned by the cluster thread (and main before it).
+ * Private to the cluster's own files (cluster.c, statedir.c, transition.c,
+ * the route code and the unit tests): everything else reads it through
+ * the accessors below and cluster_view(). It stays in this header because
+ * cluster_view() is inline on the workers' hot path.
+ */
 struct cluster {
-    struct server       *srv;          /* NULL in unit tests */
+    cluster_barrier_fn   barrier;      /* NULL in unit tests */
+    void                *barrier_arg;
     char                 id[RING_ID_MAX + 1];
     char                 state_dir[1024];
     char                 name[128];
-    uint64_t             cluster_id;   /* XXH3 of name */
+    uint64_t             cluster_id;   /* frame_cluster_id(name) */
     uint8_t              token[CLUSTER_TOKEN_MAX];
     size_t               token_len;
     bool                 has_token;
@@ -206,11 +187,13 @@ struct cluster {
  * Create the cluster of a node: id, state directory, cluster name, token
  * (may be NULL: the cluster port then refuses every peer). Loads the state
  * directory; a malformed file is an error "file:line: reason" in err.
- * srv may be NULL (tests). 0, or -1 with err set.
+ * barrier (called with barrier_arg) is the workers' grace period that
+ * cluster_publish waits for before it frees an old view; NULL in unit tests
+ * (no workers, no health state). 0, or -1 with err set.
  */
-int cluster_new(struct server *srv, const char *id, const char *state_dir,
-                const char *name, const uint8_t *token, size_t token_len,
-                struct cluster **out, char *err, size_t errlen);
+int cluster_new(cluster_barrier_fn barrier, void *barrier_arg, const char *id,
+                const char *state_dir, const char *name, const uint8_t *token,
+                size_t token_len, struct cluster **out, char *err, size_t errlen);
 void cluster_free(struct cluster *cl);
 
 /* The node process starts serving with this state (cport_start, not unit
@@ -288,12 +271,49 @@ bool cluster_owned_active(const struct cluster *cl, uint64_t hash);
  * worker barrier before freeing the old view. */
 int cluster_publish(struct cluster *cl);
 
-/* Phase names as written in pending.meta. */
-const char *cluster_phase_name(enum cluster_phase ph);
+/* Handoff imports since the last PREPARE, in the counters (cluster thread). */
+void cluster_count_imported(struct cluster *cl, uint64_t items, uint64_t bytes);
+void cluster_imported_reset(struct cluster *cl);
 
-/* Write path+".tmp", fsync, rename over path, fsync the directory.
- * 0 or -1 with err set. Exposed for tests. */
-int cluster_write_file(const char *dir, const char *name, const char *data,
-                       size_t len, char *err, size_t errlen);
+/*
+ * Accessors for the cluster port, the handoff and the heartbeats (cluster
+ * thread, or main before it starts). Pointers stay valid until the next
+ * state transition.
+ */
+
+/* This node's id, the cluster's name, and the cluster id every frame
+ * carries (frame_cluster_id of the name). */
+const char *cluster_node_id(const struct cluster *cl);
+const char *cluster_name(const struct cluster *cl);
+uint64_t cluster_frame_id(const struct cluster *cl);
+/* This process's random boot id (a restart changes it). */
+uint64_t cluster_boot_id(const struct cluster *cl);
+/* Whether the node has an admin token (--token-file); the token itself
+ * (*len 0 without one). */
+bool cluster_has_token(const struct cluster *cl);
+const uint8_t *cluster_token(const struct cluster *cl, size_t *len);
+
+/* The active membership (NULL: none) and its epoch (0: none). */
+const struct ring_members *cluster_active(const struct cluster *cl);
+uint64_t cluster_active_epoch(const struct cluster *cl);
+/* The pending transition's epoch (0: none), phase and token. */
+uint64_t cluster_pending_epoch(const struct cluster *cl);
+enum cluster_phase cluster_pending_phase(const struct cluster *cl);
+const uint8_t *cluster_pending_token(const struct cluster *cl, size_t *len);
+/* This node's arcs in the pending transition: what it imports, what it
+ * sources (the union of the transfers), and one transfer per destination
+ * (*n of them). All empty without one. */
+const struct arcset *cluster_importing(const struct cluster *cl);
+const struct arcset *cluster_sourcing(const struct cluster *cl);
+const struct cluster_dest *cluster_dests(const struct cluster *cl, uint32_t *n);
+/* How long the last fence waited for its drain (Status); the handoff sets it. */
+uint64_t cluster_fence_held_ms(const struct cluster *cl);
+void cluster_set_fence_held_ms(struct cluster *cl, uint64_t ms);
+
+/* What failure detection shares with the workers (atomics; any thread). */
+struct cluster_live *cluster_live(struct cluster *cl);
+
+/* Phase names as written in the state directory's pending.phase. */
+const char *cluster_phase_name(enum cluster_phase ph);
 
 #endif /* SERVER_CLUSTER_H */

@@ -2,7 +2,8 @@
  * cport: the cluster port's thread. Connections are libevent bufferevents
  * on the cluster event_base; every message is a frame (proto/frame.h)
  * whose protobuf payload is decoded here, at the edge, into the calls of
- * server/cluster.h and server/handoff.h. Requests on one connection are
+ * server/transition.h (admin requests), server/handoff_in.h (a peer's
+ * batches) and server/health.h (pings). Requests on one connection are
  * answered in order: a Fence that waits for its drain pauses its
  * connection's input until it replies.
  */
@@ -11,7 +12,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -22,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -34,17 +33,16 @@
 #include "proto/ringcache.pb-c.h"
 #include "server/cluster.h"
 #include "server/handoff.h"
+#include "server/handoff_in.h"
 #include "server/health.h"
 #include "server/log.h"
 #include "server/peer.h"
 #include "server/store.h"
 #include "server/thread.h"
+#include "server/transition.h"
 
 #define CPORT_CONNS_MAX   256       /* open cluster-port connections */
-#define CLEANUP_ITEMS     2000      /* purged per cleanup tick */
-#define CLEANUP_TICK_MS   10        /* so cleanup stays under ~200k items/s */
 #define XFERS_MAX         64
-#define ORPHANS_TTL_MS    2000      /* orphan recount interval during a transition */
 #define PEERS_MAX         256       /* peers reported in Status */
 
 enum cpc_state {
@@ -74,15 +72,13 @@ struct cport {
     pthread_t           tid;
     bool                started;
     struct event_base  *base;
-    struct event       *listen_ev, *stop_ev, *cleanup_ev;
+    struct event       *listen_ev, *stop_ev;
     struct cp_conn     *conns;
     int                 nconns;
     struct handoff     *ho;
+    struct transition  *tr;
     struct health      *health;
-    struct cp_conn     *fence_waiter;
-    struct store_cursor cleanup_cur;
-    bool                cleaning;
-    uint64_t            orphans, orphans_ms;   /* last count and when (0: none) */
+    struct cp_conn     *fence_waiter;   /* its Fence waits for the drain */
 };
 
 static void conn_read_cb(struct bufferevent *bev, void *arg);
@@ -94,7 +90,7 @@ cpc_free(struct cp_conn *c)
     struct cport *cp = c->cp;
 
     if (cp->fence_waiter == c) {
-        handoff_fence_cancel(cp->ho);
+        transition_fence_cancel(cp->tr);
         cp->fence_waiter = NULL;
     }
     if (c->prev != NULL)
@@ -143,7 +139,7 @@ conn_event_cb(struct bufferevent *bev, short what, void *arg)
 static void
 send_msg(struct cp_conn *c, enum frame_type type, const void *msg)
 {
-    if (peer_send(c->bev, type, c->cp->cl->cluster_id, msg) < 0)
+    if (peer_send(c->bev, type, cluster_frame_id(c->cp->cl), msg) < 0)
         c->closing = true;
 }
 
@@ -172,47 +168,6 @@ send_error(struct cp_conn *c, const char *fmt, ...)
 /*
  * Status and replies
  */
-
-/* Store predicate (arg: the cluster): a key the active epoch does not give
- * this node and that it does not import either. */
-static bool
-orphan_pred(uint64_t hash, void *arg)
-{
-    struct cluster *cl = arg;
-
-    return !cluster_owned_active(cl, hash) && !arcset_has(&cl->importing, hash);
-}
-
-/* Monotonic milliseconds (Status counters and fence timing). */
-static uint64_t
-mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/*
- * Orphans for Status. Counting reads every item (tens of ms per million)
- * and the admin polls Status every 150 ms during a copy, which would take
- * a core from the foreground on a small box. While a transition is pending
- * the count can only fall (cleanup of the previous epoch, expiry; nothing
- * writes outside the arcs this node owns or imports), so then it is
- * recounted at most every ORPHANS_TTL_MS; otherwise (cleanup waits for it
- * to reach 0) it is exact.
- */
-static uint64_t
-orphans_count(struct cport *cp)
-{
-    uint64_t t = mono_ms(), bytes;
-
-    if (cp->cl->pending == NULL || cp->orphans_ms == 0 || t - cp->orphans_ms >= ORPHANS_TTL_MS) {
-        store_count(cp->store, orphan_pred, cp->cl, &cp->orphans, &bytes);
-        cp->orphans_ms = t;
-    }
-    return cp->orphans;
-}
 
 /* Add the peers' health to st and send the reply (the peer arrays live
  * on the heap: up to PEERS_MAX of them). */
@@ -257,6 +212,7 @@ send_reply(struct cp_conn *c, bool ok, const char *err)
 {
     struct cport *cp = c->cp;
     struct cluster *cl = cp->cl;
+    const struct cluster_live *live = cluster_live(cl);
     Ringcache__AdminReply r = RINGCACHE__ADMIN_REPLY__INIT;
     Ringcache__NodeStatus st = RINGCACHE__NODE_STATUS__INIT;
     Ringcache__TransferStatus ts[XFERS_MAX], *tsp[XFERS_MAX];
@@ -267,11 +223,11 @@ send_reply(struct cp_conn *c, bool ok, const char *err)
 
     store_get_stats(cp->store, &ss);
     cluster_counters_get(cl, &cc);
-    st.node_id = cl->id;
-    st.boot_id = cl->boot_id;
-    st.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
-    st.pending_epoch = cl->pending != NULL ? cl->pending->epoch : 0;
-    st.phase = (Ringcache__Phase)cl->phase;
+    st.node_id = (char *)cluster_node_id(cl);
+    st.boot_id = cluster_boot_id(cl);
+    st.active_epoch = cluster_active_epoch(cl);
+    st.pending_epoch = cluster_pending_epoch(cl);
+    st.phase = (Ringcache__Phase)cluster_pending_phase(cl);
     st.curr_items = ss.curr_items;
     st.bytes = ss.bytes;
     st.limit_maxbytes = ss.limit_maxbytes;
@@ -294,63 +250,14 @@ send_reply(struct cp_conn *c, bool ok, const char *err)
     }
     st.n_transfers = n;
     st.transfers = tsp;
-    handoff_imported(cp->ho, &st.items_imported, &st.bytes_imported);
-    st.orphans = orphans_count(cp);
+    st.items_imported = cc.items_imported;
+    st.bytes_imported = cc.bytes_imported;
+    st.orphans = transition_orphans(cp->tr);
     st.misrouted = cc.misrouted;
-    st.fence_held_ms = cl->fence_held_ms;
-    st.recovering = __atomic_load_n(&cl->live.recovering, __ATOMIC_RELAXED) != 0;
-    st.behind_epoch = __atomic_load_n(&cl->live.behind_epoch, __ATOMIC_RELAXED);
+    st.fence_held_ms = cluster_fence_held_ms(cl);
+    st.recovering = __atomic_load_n(&live->recovering, __ATOMIC_RELAXED) != 0;
+    st.behind_epoch = __atomic_load_n(&live->behind_epoch, __ATOMIC_RELAXED);
     send_status_reply(c, &r, &st, ok, err);
-}
-
-/*
- * Purges
- */
-
-/* Remove every item of the arcs this node imports (leftovers before a
- * copy, what it imported after an abort). Nobody writes there: this node
- * does not serve those arcs. Synchronous, so no import can interleave. */
-static void
-purge_importing(struct cport *cp)
-{
-    struct store_cursor cur;
-
-    if (cp->cl->importing.n == 0)
-        return;
-    store_cursor_init(&cur);
-    while (store_purge(cp->store, arcset_pred, &cp->cl->importing, 1u << 16, &cur) != 0)
-        continue;
-}
-
-/* CLEANUP: what the active epoch does not give this node, in the
- * background, CLEANUP_ITEMS per tick. */
-static void
-cleanup_cb(evutil_socket_t fd, short what, void *arg)
-{
-    struct cport *cp = arg;
-    struct timeval tv = { 0, CLEANUP_TICK_MS * 1000 };
-
-    (void)fd;
-    (void)what;
-    if (!cp->cleaning)
-        return;
-    if (store_purge(cp->store, orphan_pred, cp->cl, CLEANUP_ITEMS, &cp->cleanup_cur) == 0) {
-        cp->cleaning = false;
-        log_msg(LOG_INFO, "cleanup done");
-        return;
-    }
-    evtimer_add(cp->cleanup_ev, &tv);
-}
-
-/* Start (or restart from the beginning) the background CLEANUP. */
-static void
-cleanup_start(struct cport *cp)
-{
-    struct timeval tv = { 0, 0 };
-
-    store_cursor_init(&cp->cleanup_cur);
-    cp->cleaning = true;
-    evtimer_add(cp->cleanup_ev, &tv);
 }
 
 /*
@@ -376,15 +283,14 @@ unpack_members(const Ringcache__Membership *pm, char *err, size_t errlen)
     return m;
 }
 
-/* PREPARE: install the pending membership, purge leftovers of the arcs
- * to import, start dirty tracking as a source, then reply. */
+/* PREPARE (transition_prepare), then reply. */
 static void
 do_prepare(struct cp_conn *c, const Ringcache__Prepare *p)
 {
     struct cport *cp = c->cp;
     struct ring_members *m;
     char err[512];
-    bool again;
+    int rc;
 
     if (p->membership == NULL) {
         send_reply(c, false, "prepare: no membership");
@@ -395,60 +301,25 @@ do_prepare(struct cp_conn *c, const Ringcache__Prepare *p)
         send_reply(c, false, err);
         return;
     }
-    if (cluster_prepare_failed(cp->cl, m, p->token.data, p->token.len, p->from_epoch,
-                               (const char *const *)p->failed_ids, (uint32_t)p->n_failed_ids,
-                               &again, err, sizeof(err)) < 0) {
-        ring_members_free(m);
-        send_reply(c, false, err);
-        return;
-    }
+    rc = transition_prepare(cp->tr, m, p->token.data, p->token.len, p->from_epoch,
+                            (const char *const *)p->failed_ids, (uint32_t)p->n_failed_ids,
+                            err, sizeof(err));
     ring_members_free(m);
-    if (!again) {
-        /* Cleanup of an older epoch must not touch what we will import. */
-        purge_importing(cp);
-        cp->orphans_ms = 0;     /* the importing arcs changed: recount */
-        handoff_imported_reset(cp->ho);
-    }
-    /* Sources track changes before they acknowledge. */
-    if (handoff_prepare(cp->ho, err, sizeof(err)) < 0) {
+    if (rc < 0) {
         send_reply(c, false, err);
         return;
     }
     send_reply(c, true, NULL);
 }
 
-/* A pending transition with this token; else reply the error and false. */
-static bool
-token_check(struct cp_conn *c, const ProtobufCBinaryData *tok)
-{
-    struct cluster *cl = c->cp->cl;
-
-    if (cl->pending == NULL) {
-        send_reply(c, false, "no pending transition");
-        return false;
-    }
-    if (!cluster_token_ok(cl, tok->data, tok->len)) {
-        send_reply(c, false, "token does not match the pending transition");
-        return false;
-    }
-    return true;
-}
-
-/* COPY: enter the copying phase and start (or re-rate) the streams. */
+/* COPY (transition_start_copy), then reply. */
 static void
 do_start_copy(struct cp_conn *c, const Ringcache__StartCopy *p)
 {
-    struct cport *cp = c->cp;
     char err[256];
 
-    if (!token_check(c, &p->token))
-        return;
-    if (cp->cl->phase == CLUSTER_PHASE_PREPARED &&
-        cluster_set_phase(cp->cl, CLUSTER_PHASE_COPYING, err, sizeof(err)) < 0) {
-        send_reply(c, false, err);
-        return;
-    }
-    if (handoff_start_copy(cp->ho, p->rate_bytes_per_s, err, sizeof(err)) < 0) {
+    if (transition_start_copy(c->cp->tr, p->token.data, p->token.len, p->rate_bytes_per_s,
+                              err, sizeof(err)) < 0) {
         send_reply(c, false, err);
         return;
     }
@@ -467,8 +338,6 @@ fence_done(void *arg, const char *err)
         return;
     c->waiting = false;
     send_reply(c, err == NULL, err);
-    log_msg(LOG_INFO, "fence %s after %" PRIu64 " ms", err == NULL ? "done" : "failed",
-            cp->cl->fence_held_ms);
     if (!c->closing) {
         bufferevent_enable(c->bev, EV_READ);
         /* Requests that came while we waited are already buffered. */
@@ -483,36 +352,24 @@ do_fence(struct cp_conn *c, const Ringcache__Fence *p)
 {
     struct cport *cp = c->cp;
     char err[256];
-    uint64_t t0 = mono_ms();
 
-    if (!token_check(c, &p->token))
-        return;
-    if (cp->fence_waiter != NULL) {
-        send_reply(c, false, "a fence is already in progress");
-        return;
-    }
-    /* Publishing the fence view waits for every worker to finish the
-     * request it is in: after it, no write to a fenced arc is in flight. */
-    if (cluster_set_phase(cp->cl, CLUSTER_PHASE_FENCED, err, sizeof(err)) < 0) {
+    if (transition_fence(cp->tr, p->token.data, p->token.len, err, sizeof(err)) < 0) {
         send_reply(c, false, err);
         return;
     }
-    log_msg(LOG_INFO, "fence: persisted and published in %" PRIu64 " ms", mono_ms() - t0);
     cp->fence_waiter = c;
     c->waiting = true;
     bufferevent_disable(c->bev, EV_READ);
-    handoff_fence(cp->ho, fence_done, cp);
+    transition_fence_wait(cp->tr, fence_done, cp);
 }
 
-/* COMMIT: activate the pending epoch, close the streams, start CLEANUP.
- * A repeated commit only replies. */
+/* COMMIT (transition_commit), then reply. A repeated commit only replies. */
 static void
 do_commit(struct cp_conn *c, const Ringcache__Commit *p)
 {
     struct cport *cp = c->cp;
     struct ring_members *m = NULL;
     char err[512];
-    bool again;
     int rc;
 
     if (p->membership != NULL) {
@@ -522,42 +379,24 @@ do_commit(struct cp_conn *c, const Ringcache__Commit *p)
             return;
         }
     }
-    rc = cluster_commit(cp->cl, m, p->token.data, p->token.len, &again, err, sizeof(err));
+    rc = transition_commit(cp->tr, m, p->token.data, p->token.len, err, sizeof(err));
     ring_members_free(m);
     if (rc < 0) {
         send_reply(c, false, err);
         return;
     }
-    if (!again) {
-        handoff_stop(cp->ho);
-        cleanup_start(cp);
-    }
     send_reply(c, true, NULL);
 }
 
-/* ABORT: stop the streams, fail a waiting Fence, end the incoming
- * streams, drop what was imported and forget the pending epoch. */
+/* ABORT's connection side (arg: the aborting connection): fail a waiting
+ * Fence and end the incoming streams of the transition. */
 static void
-do_abort(struct cp_conn *c, const Ringcache__Abort *p)
+abort_streams(void *arg)
 {
+    struct cp_conn *c = arg;
     struct cport *cp = c->cp;
-    struct cluster *cl = cp->cl;
     struct cp_conn *o, *next;
-    char err[256];
 
-    if (cl->pending == NULL) {
-        send_reply(c, true, NULL);
-        return;
-    }
-    if (!cluster_token_ok(cl, p->token.data, p->token.len)) {
-        send_reply(c, false, "token does not match the pending transition");
-        return;
-    }
-    if (p->epoch != 0 && p->epoch != cl->pending->epoch) {
-        send_reply(c, false, "abort: not the pending epoch");
-        return;
-    }
-    handoff_stop(cp->ho);
     if (cp->fence_waiter != NULL && cp->fence_waiter != c) {
         struct cp_conn *w = cp->fence_waiter;
 
@@ -572,8 +411,16 @@ do_abort(struct cp_conn *c, const Ringcache__Abort *p)
         if (o->state == CPC_PEER && !o->closing)
             send_error(o, "transition aborted");
     }
-    purge_importing(cp);
-    if (cluster_abort(cl, p->token.data, p->token.len, err, sizeof(err)) < 0) {
+}
+
+/* ABORT (transition_abort), then reply. */
+static void
+do_abort(struct cp_conn *c, const Ringcache__Abort *p)
+{
+    char err[256];
+
+    if (transition_abort(c->cp->tr, p->token.data, p->token.len, p->epoch, abort_streams, c,
+                         err, sizeof(err)) < 0) {
         send_reply(c, false, err);
         return;
     }
@@ -629,24 +476,25 @@ hello(struct cp_conn *c, const struct frame *f)
     struct cluster *cl = c->cp->cl;
     Ringcache__Hello *m = ringcache__hello__unpack(NULL, f->length, f->payload);
     Ringcache__Hello r = RINGCACHE__HELLO__INIT;
+    size_t token_len;
+    const uint8_t *token = cluster_token(cl, &token_len);
 
     if (m == NULL) {
         send_error(c, "bad Hello");
         return;
     }
-    if (m->cluster == NULL || strcmp(m->cluster, cl->name) != 0) {
+    if (m->cluster == NULL || strcmp(m->cluster, cluster_name(cl)) != 0) {
         send_error(c, "wrong cluster");
-    } else if (!cl->has_token) {
+    } else if (!cluster_has_token(cl)) {
         send_error(c, "this node has no --token-file: the cluster port is closed");
-    } else if (m->token.len != cl->token_len ||
-               memcmp(m->token.data, cl->token, cl->token_len) != 0) {
+    } else if (m->token.len != token_len || memcmp(m->token.data, token, token_len) != 0) {
         send_error(c, "wrong token");
     } else if (m->role != RINGCACHE__HELLO__ROLE__ADMIN &&
                m->role != RINGCACHE__HELLO__ROLE__PEER) {
         send_error(c, "unknown role");
     } else {
         if (m->role == RINGCACHE__HELLO__ROLE__PEER) {
-            c->in = handoff_in_new(c->cp->ho);
+            c->in = handoff_in_new(cl, c->cp->store);
             if (c->in == NULL) {
                 send_error(c, "out of memory");
                 goto out;
@@ -657,10 +505,10 @@ hello(struct cp_conn *c, const struct frame *f)
         } else {
             c->state = CPC_ADMIN;
         }
-        r.cluster = cl->name;
-        r.node_id = cl->id;
-        r.boot_id = cl->boot_id;
-        r.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
+        r.cluster = (char *)cluster_name(cl);
+        r.node_id = (char *)cluster_node_id(cl);
+        r.boot_id = cluster_boot_id(cl);
+        r.active_epoch = cluster_active_epoch(cl);
         send_msg(c, FRAME_HELLO, &r);
     }
 out:
@@ -729,7 +577,8 @@ conn_read_cb(struct bufferevent *bev, void *arg)
     while (!c->closing && !c->waiting) {
         struct frame f;
         size_t used;
-        int rc = peer_read_frame(in, c->cp->cl->cluster_id, HANDOFF_PAYLOAD_MAX, &f, &used);
+        int rc = peer_read_frame(in, cluster_frame_id(c->cp->cl), HANDOFF_PAYLOAD_MAX, &f,
+                                 &used);
 
         if (rc == FRAME_EAGAIN) {
             /* Wake up once the whole frame is in, not per segment. */
@@ -837,10 +686,10 @@ cport_new(struct server *srv, struct cluster *cl, const char *listen_addr, int p
     if (cp->base == NULL || pipe2(cp->stop_fd, O_NONBLOCK | O_CLOEXEC) < 0)
         goto fail;
     cp->ho = handoff_new(cl, srv->store, cp->base);
+    cp->tr = cp->ho != NULL ? transition_new(cl, srv->store, cp->ho, cp->base) : NULL;
     cp->health = health_new(cl, cp->base);
     cp->stop_ev = event_new(cp->base, cp->stop_fd[0], EV_READ, stop_cb, cp);
-    cp->cleanup_ev = evtimer_new(cp->base, cleanup_cb, cp);
-    if (cp->ho == NULL || cp->health == NULL || cp->stop_ev == NULL || cp->cleanup_ev == NULL)
+    if (cp->ho == NULL || cp->tr == NULL || cp->health == NULL || cp->stop_ev == NULL)
         goto fail;
     return cp;
 fail:
@@ -866,7 +715,6 @@ int
 cport_start(struct cport *cp)
 {
     sigset_t block, old;
-    char err[256];
     int rc;
 
     if (cport_listen(cp) < 0)
@@ -878,10 +726,8 @@ cport_start(struct cport *cp)
     cluster_started(cp->cl);
     if (health_start(cp->health) < 0)
         return -1;
-    /* A pending transition that survived a restart: track again (the
-     * store is empty, but the rules stay the same). */
-    if (cp->cl->pending != NULL && handoff_prepare(cp->ho, err, sizeof(err)) < 0)
-        log_msg(LOG_ERR, "%s", err);
+    /* A pending transition that survived a restart: track again. */
+    transition_resume(cp->tr);
     sigemptyset(&block);
     sigaddset(&block, SIGTERM);
     sigaddset(&block, SIGINT);
@@ -911,13 +757,12 @@ cport_free(struct cport *cp)
     while (cp->conns != NULL)
         cpc_free(cp->conns);
     health_free(cp->health);
+    transition_free(cp->tr);
     handoff_free(cp->ho);
     if (cp->listen_ev != NULL)
         event_free(cp->listen_ev);
     if (cp->stop_ev != NULL)
         event_free(cp->stop_ev);
-    if (cp->cleanup_ev != NULL)
-        event_free(cp->cleanup_ev);
     if (cp->base != NULL)
         event_base_free(cp->base);
     if (cp->listen_fd >= 0)

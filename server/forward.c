@@ -831,7 +831,7 @@ up_connect(struct fwd_up *up, uint64_t epoch)
     snprintf(line, sizeof(line), "epoch %" PRIu64 "\r\n", epoch);
     if (up_hello(up, line) < 0)
         goto fail;
-    if (cl != NULL && cl->has_token) {
+    if (cl != NULL && cluster_has_token(cl)) {
         char auth[CLUSTER_PEER_AUTH_LEN + 1];
 
         cluster_peer_auth(cl, auth);

@@ -1,17 +1,16 @@
 /*
- * handoff: source streams and destination import. A source stream is a
- * PEER connection to the destination's cluster port (its client port +
- * 10000); batches are built record by record straight into their wire
- * form (a HandoffBatch is its header fields followed by repeated records,
- * so records are packed as they come). Why the copy converges is told in
- * server/store.h ("Ranges"); this file keeps that order on one FIFO per
- * destination.
+ * handoff: the source side of the copy (the destination's import is
+ * server/handoff_in.c). A source stream is a PEER connection to the
+ * destination's cluster port (its client port + 10000); batches are built
+ * record by record straight into their wire form (a HandoffBatch is its
+ * header fields followed by repeated records, so records are packed as
+ * they come). Why the copy converges is told in server/store.h ("Ranges");
+ * this file keeps that order on one FIFO per destination.
  */
 #include "config.h"
 #include "server/handoff.h"
 
 #include <errno.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,14 +83,6 @@ struct handoff {
     int                base_nice;     /* the thread's nice before the copy */
     bool               niced;         /* running at COPY_NICE now */
     bool               nice_broken;   /* cannot come back: never nice again */
-};
-
-/* The state of a value arriving in chunks on one peer connection. */
-struct handoff_in {
-    struct handoff    *h;
-    struct store_item *it;            /* allocated, being filled */
-    uint64_t           cas;
-    size_t             got;
 };
 
 static void pump_schedule(struct handoff *h, uint64_t ms);
@@ -206,12 +197,11 @@ batch_flush(struct xfer *x)
 
     if (x->nrec == 0 || x->state != XS_STREAMING)
         return;
-    b.token.data = cl->ptoken;
-    b.token.len = cl->ptoken_len;
-    b.epoch = cl->pending != NULL ? cl->pending->epoch : 0;
+    b.token.data = (uint8_t *)cluster_pending_token(cl, &b.token.len);
+    b.epoch = cluster_pending_epoch(cl);
     b.seq = ++x->next_seq;
     hl = ringcache__handoff_batch__pack(&b, head);
-    frame_header_write(hdr, FRAME_HANDOFF_BATCH, cl->cluster_id, (uint32_t)(hl + x->len));
+    frame_header_write(hdr, FRAME_HANDOFF_BATCH, cluster_frame_id(cl), (uint32_t)(hl + x->len));
     if (bufferevent_write(x->bev, hdr, sizeof(hdr)) < 0 ||
         bufferevent_write(x->bev, head, hl) < 0 ||
         bufferevent_write(x->bev, x->buf, x->len) < 0) {
@@ -407,7 +397,7 @@ fence_check(struct handoff *h)
     if (why == NULL && h->tracking && store_track_pending(h->s) > 0)
         return;
     h->fence_fn = NULL;
-    h->cl->fence_held_ms = now_ms() - h->fence_start_ms;
+    cluster_set_fence_held_ms(h->cl, now_ms() - h->fence_start_ms);
     fn(h->fence_arg, why);
 }
 
@@ -543,7 +533,7 @@ xfer_read_cb(struct bufferevent *bev, void *arg)
     while (x->state != XS_FAILED) {
         struct frame f;
         size_t used;
-        int rc = peer_read_frame(in, x->h->cl->cluster_id, ACK_PAYLOAD_MAX, &f, &used);
+        int rc = peer_read_frame(in, cluster_frame_id(x->h->cl), ACK_PAYLOAD_MAX, &f, &used);
 
         if (rc == FRAME_EAGAIN)
             return;
@@ -677,12 +667,12 @@ handoff_free(struct handoff *h)
 int
 handoff_prepare(struct handoff *h, char *err, size_t errlen)
 {
-    struct cluster *cl = h->cl;
+    const struct arcset *sourcing = cluster_sourcing(h->cl);
     int rc;
 
-    if (h->tracking || cl->sourcing.n == 0)
+    if (h->tracking || sourcing->n == 0)
         return 0;
-    if (arcset_copy(&h->track_arcs, &cl->sourcing) < 0) {
+    if (arcset_copy(&h->track_arcs, sourcing) < 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -702,8 +692,8 @@ handoff_prepare(struct handoff *h, char *err, size_t errlen)
 int
 handoff_start_copy(struct handoff *h, uint64_t rate, char *err, size_t errlen)
 {
-    struct cluster *cl = h->cl;
-    uint32_t i;
+    const struct cluster_dest *dests;
+    uint32_t i, n_dests;
 
     if (handoff_prepare(h, err, errlen) < 0)
         return -1;
@@ -714,17 +704,18 @@ handoff_start_copy(struct handoff *h, uint64_t rate, char *err, size_t errlen)
     }
     if (h->copying)
         return 0;
-    h->x = calloc(cl->n_dests > 0 ? cl->n_dests : 1, sizeof(*h->x));
+    dests = cluster_dests(h->cl, &n_dests);
+    h->x = calloc(n_dests > 0 ? n_dests : 1, sizeof(*h->x));
     if (h->x == NULL) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    h->nx = cl->n_dests;
+    h->nx = n_dests;
     h->copying = true;
     set_background(h, true);
     for (i = 0; i < h->nx; i++) {
         struct xfer *x = &h->x[i];
-        const struct cluster_dest *d = &cl->dests[i];
+        const struct cluster_dest *d = &dests[i];
 
         x->h = h;
         snprintf(x->id, sizeof(x->id), "%s", d->id);
@@ -746,12 +737,14 @@ void
 handoff_fence(struct handoff *h, handoff_done_fn fn, void *arg)
 {
     char err[160];
+    uint32_t n_dests;
 
+    cluster_dests(h->cl, &n_dests);
     set_background(h, false);
     h->fence_fn = fn;
     h->fence_arg = arg;
     h->fence_start_ms = now_ms();
-    if (!h->copying && h->cl->n_dests > 0 &&
+    if (!h->copying && n_dests > 0 &&
         handoff_start_copy(h, h->rate, err, sizeof(err)) < 0) {
         h->fence_fn = NULL;
         fn(arg, err);
@@ -760,7 +753,7 @@ handoff_fence(struct handoff *h, handoff_done_fn fn, void *arg)
     if (!h->copying) {
         /* Not a source: nothing to drain. */
         h->fence_fn = NULL;
-        h->cl->fence_held_ms = 0;
+        cluster_set_fence_held_ms(h->cl, 0);
         fn(arg, NULL);
         return;
     }
@@ -785,179 +778,4 @@ handoff_status(struct handoff *h, struct handoff_xfer *out, size_t max)
         out[i].unacked = h->x[i].unacked;
     }
     return h->nx;
-}
-
-/* See handoff.h. */
-void
-handoff_imported(const struct handoff *h, uint64_t *items, uint64_t *bytes)
-{
-    *items = __atomic_load_n(&h->cl->ctr.items_imported, __ATOMIC_RELAXED);
-    *bytes = __atomic_load_n(&h->cl->ctr.bytes_imported, __ATOMIC_RELAXED);
-}
-
-/* See handoff.h. */
-void
-handoff_imported_reset(struct handoff *h)
-{
-    __atomic_store_n(&h->cl->ctr.items_imported, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&h->cl->ctr.bytes_imported, 0, __ATOMIC_RELAXED);
-}
-
-/*
- * Destination
- */
-
-/* See handoff.h. */
-struct handoff_in *
-handoff_in_new(struct handoff *h)
-{
-    struct handoff_in *in = calloc(1, sizeof(*in));
-
-    if (in != NULL)
-        in->h = h;
-    return in;
-}
-
-/* Forget a value being assembled from chunks (our reference goes). */
-static void
-in_drop_chunk(struct handoff_in *in)
-{
-    if (in->it != NULL) {
-        store_release(in->h->s, in->it);
-        in->it = NULL;
-    }
-    in->got = 0;
-}
-
-/* See handoff.h. */
-void
-handoff_in_free(struct handoff_in *in)
-{
-    if (in == NULL)
-        return;
-    in_drop_chunk(in);
-    free(in);
-}
-
-/* Count imports in the cluster counters (`stats` reads them from workers). */
-static void
-imported_add(struct handoff *h, uint64_t items, uint64_t bytes)
-{
-    __atomic_fetch_add(&h->cl->ctr.items_imported, items, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&h->cl->ctr.bytes_imported, bytes, __ATOMIC_RELAXED);
-}
-
-/* Apply one record; 0, 1 (store refused, err set) or -1 (a lie). */
-static int
-in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, size_t errlen)
-{
-    struct handoff *h = in->h;
-    struct store *s = h->s;
-    const char *key = (const char *)r->key.data;
-    uint64_t hash;
-    int rc = 0;
-
-    if (r->key.len == 0 || r->key.len > STORE_KEY_MAX) {
-        snprintf(err, errlen, "record with a key of %zu bytes", r->key.len);
-        return -1;
-    }
-    hash = ring_hash(key, r->key.len);
-    if (!arcset_has(&h->cl->importing, hash)) {
-        snprintf(err, errlen, "key %.*s is outside the arcs this node imports",
-                 (int)(r->key.len > 64 ? 64 : r->key.len), key);
-        return -1;
-    }
-    if (in->it != NULL || r->offset != 0) {
-        /* A continuation chunk: same key, next offset. */
-        if (in->it == NULL || r->tombstone || r->total_bytes != 0 ||
-            r->offset != in->got || r->key.len != in->it->nkey ||
-            memcmp(key, store_item_key(in->it), r->key.len) != 0 ||
-            r->value.len > in->it->nbytes - in->got) {
-            snprintf(err, errlen, "broken chunk sequence for key %.*s",
-                     (int)(r->key.len > 64 ? 64 : r->key.len), key);
-            return -1;
-        }
-        memcpy(store_item_value_mut(in->it) + in->got, r->value.data, r->value.len);
-        in->got += r->value.len;
-        imported_add(h, 0, r->value.len);
-        if (in->got == in->it->nbytes) {
-            rc = store_put_import(s, in->it, in->cas);
-            imported_add(h, 1, 0);
-            in_drop_chunk(in);
-        }
-    } else if (r->tombstone) {
-        store_import_delete(s, key, r->key.len, hash);
-        imported_add(h, 1, 0);
-    } else if (r->total_bytes != 0) {
-        int e = 0;
-
-        if (r->value.len > r->total_bytes) {
-            snprintf(err, errlen, "first chunk longer than its value");
-            return -1;
-        }
-        in->it = store_import_alloc(s, key, r->key.len, hash, r->flags, r->ttl,
-                                    r->total_bytes, &e);
-        if (in->it == NULL) {
-            rc = e;
-        } else {
-            in->cas = r->cas;
-            memcpy(store_item_value_mut(in->it), r->value.data, r->value.len);
-            in->got = r->value.len;
-            imported_add(h, 0, r->key.len + r->value.len);
-            if (in->got == r->total_bytes) {
-                rc = store_put_import(s, in->it, in->cas);
-                imported_add(h, 1, 0);
-                in_drop_chunk(in);
-            }
-        }
-    } else {
-        rc = store_import(s, key, r->key.len, hash, r->flags, r->ttl, r->cas,
-                          (const char *)r->value.data, r->value.len);
-        imported_add(h, 1, r->key.len + r->value.len);
-    }
-    if (rc == STORE_TOO_LARGE || rc == STORE_NO_MEMORY) {
-        snprintf(err, errlen, "import of %.*s: %s", (int)(r->key.len > 64 ? 64 : r->key.len),
-                 key, rc == STORE_TOO_LARGE ? "too large" : "out of memory");
-        return 1;
-    }
-    return 0;
-}
-
-/* See handoff.h. Evictions caused by the imports fail the batch: the
- * destination would otherwise lose live keys to make room silently. */
-int
-handoff_in_batch(struct handoff_in *in, const uint8_t *payload, size_t len,
-                 uint64_t *seq, char *err, size_t errlen)
-{
-    struct cluster *cl = in->h->cl;
-    Ringcache__HandoffBatch *b = ringcache__handoff_batch__unpack(NULL, len, payload);
-    struct store_stats before, after;
-    size_t i;
-    int rc = 0;
-
-    if (b == NULL) {
-        snprintf(err, errlen, "bad HandoffBatch");
-        return -1;
-    }
-    *seq = b->seq;
-    if (cl->pending == NULL || b->epoch != cl->pending->epoch ||
-        !cluster_token_ok(cl, b->token.data, b->token.len)) {
-        snprintf(err, errlen, "batch for epoch %" PRIu64 " does not match the pending "
-                 "transition (epoch %" PRIu64 ")", b->epoch,
-                 cl->pending != NULL ? cl->pending->epoch : 0);
-        rc = -1;
-        goto out;
-    }
-    store_get_stats(in->h->s, &before);
-    for (i = 0; i < b->n_records && rc == 0; i++)
-        rc = in_record(in, b->records[i], err, errlen);
-    store_get_stats(in->h->s, &after);
-    if (rc == 0 && after.import_evictions > before.import_evictions) {
-        snprintf(err, errlen, "imports evicted %" PRIu64 " live items: not enough memory",
-                 after.import_evictions - before.import_evictions);
-        rc = 1;
-    }
-out:
-    ringcache__handoff_batch__free_unpacked(b, NULL);
-    return rc;
 }

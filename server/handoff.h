@@ -1,9 +1,10 @@
 /*
- * handoff: the copy of moving arcs between nodes (docs/cluster.md, COPY and
- * FENCE). A source runs one stream per destination: a walk of the arcs,
- * then the dirty keys, as batches of post-images and tombstones with a
- * window of unacknowledged batches and a byte rate limit. A destination
- * checks and imports what a peer sends. Everything runs on the cluster
+ * handoff: the source side of the copy of moving arcs between nodes
+ * (docs/cluster.md, COPY and FENCE). A source runs one stream per
+ * destination: a walk of the arcs, then the dirty keys, as batches of
+ * post-images and tombstones with a window of unacknowledged batches and a
+ * byte rate limit. The destination side, which checks and imports what a
+ * peer sends, is server/handoff_in.h. Everything runs on the cluster
  * thread's event_base (server/cport.c).
  */
 #ifndef SERVER_HANDOFF_H
@@ -19,7 +20,6 @@ struct cluster;
 struct event_base;
 struct store;
 struct handoff;
-struct handoff_in;
 
 #define HANDOFF_BATCH_RECORDS 256
 #define HANDOFF_BATCH_BYTES   (256u << 10)   /* key + value bytes a batch */
@@ -64,23 +64,5 @@ void handoff_stop(struct handoff *h);
 
 /* Transfers' status into out[max]; returns how many there are. */
 size_t handoff_status(struct handoff *h, struct handoff_xfer *out, size_t max);
-
-/* Items and key+value bytes imported since the last PREPARE. */
-void handoff_imported(const struct handoff *h, uint64_t *items, uint64_t *bytes);
-void handoff_imported_reset(struct handoff *h);
-
-/* Destination: the import state of one peer connection (a value in chunks). */
-struct handoff_in *handoff_in_new(struct handoff *h);
-void handoff_in_free(struct handoff_in *in);
-
-/*
- * Apply one HandoffBatch payload. 0: applied, ack seq; 1: the store
- * refused (no memory, an import evicted items): ack with err, the source
- * fails the transfer; -1: a peer that lies (wrong token or epoch, a key
- * outside the arcs this node imports, a broken chunk sequence): Error and
- * close.
- */
-int handoff_in_batch(struct handoff_in *in, const uint8_t *payload, size_t len,
-                     uint64_t *seq, char *err, size_t errlen);
 
 #endif /* SERVER_HANDOFF_H */

@@ -112,7 +112,7 @@ static void *
 ticker_main(void *arg)
 {
     struct health *h = arg;
-    struct cluster_live *l = &h->cl->live;
+    struct cluster_live *l = cluster_live(h->cl);
     struct timespec ts = { 0, TICKER_MS * 1000000L };
 
     while (!__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE)) {
@@ -147,13 +147,14 @@ static void
 learn_epoch(struct health *h, const char *from, uint64_t e)
 {
     struct cluster *cl = h->cl;
-    uint64_t active = cl->active != NULL ? cl->active->epoch : 0;
-    uint64_t pending = cl->pending != NULL ? cl->pending->epoch : 0;
-    uint64_t was = __atomic_load_n(&cl->live.behind_epoch, __ATOMIC_RELAXED);
+    struct cluster_live *live = cluster_live(cl);
+    uint64_t active = cluster_active_epoch(cl);
+    uint64_t pending = cluster_pending_epoch(cl);
+    uint64_t was = __atomic_load_n(&live->behind_epoch, __ATOMIC_RELAXED);
 
     if (active == 0 || e <= active || e <= pending || e <= was)
         return;
-    __atomic_store_n(&cl->live.behind_epoch, e, __ATOMIC_RELEASE);
+    __atomic_store_n(&live->behind_epoch, e, __ATOMIC_RELEASE);
     log_msg(LOG_ERR, "peer %.64s runs epoch %" PRIu64 ", this node %" PRIu64 ": behind, "
             "answering TRYAGAIN until a transition includes it", from, e, active);
 }
@@ -193,11 +194,11 @@ peer_ping(struct peer *p)
     Ringcache__Ping m = RINGCACHE__PING__INIT;
     struct cluster *cl = p->h->cl;
 
-    m.node_id = cl->id;
-    m.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
+    m.node_id = (char *)cluster_node_id(cl);
+    m.active_epoch = cluster_active_epoch(cl);
     m.seq = ++p->seq;
     p->last_ping_ms = mono_ms();
-    if (peer_send(p->bev, FRAME_PING, cl->cluster_id, &m) < 0)
+    if (peer_send(p->bev, FRAME_PING, cluster_frame_id(cl), &m) < 0)
         peer_fail(p, "out of memory", false);
 }
 
@@ -222,6 +223,7 @@ peer_frame(struct peer *p, const struct frame *f)
     } else if (f->type == FRAME_PONG && p->cstate == PC_READY) {
         Ringcache__Pong *m = ringcache__pong__unpack(NULL, f->length, f->payload);
         struct cluster *cl = p->h->cl;
+        struct cluster_live *live = cluster_live(cl);
 
         if (m == NULL) {
             peer_fail(p, "bad Pong", false);
@@ -234,11 +236,11 @@ peer_frame(struct peer *p, const struct frame *f)
         if (p->h->round && m->seq > p->round_seq)
             p->settled = true;
         learn_epoch(p->h, p->id, m->active_epoch);
-        if (m->saw_you_down && cl->active != NULL &&
-            !__atomic_load_n(&cl->live.recovering, __ATOMIC_RELAXED)) {
+        if (m->saw_you_down && cluster_active(cl) != NULL &&
+            !__atomic_load_n(&live->recovering, __ATOMIC_RELAXED)) {
             /* Writes for our keys went elsewhere while we were away:
              * what we hold may be stale. */
-            __atomic_store_n(&cl->live.recovering, 1, __ATOMIC_RELEASE);
+            __atomic_store_n(&live->recovering, 1, __ATOMIC_RELEASE);
             log_msg(LOG_ERR, "peer %.64s took over this node's writes while it was down: "
                     "recovering", p->id);
         }
@@ -263,7 +265,7 @@ peer_read_cb(struct bufferevent *bev, void *arg)
     while (p->cstate != PC_NONE) {
         struct frame f;
         size_t used;
-        int rc = peer_read_frame(in, p->h->cl->cluster_id, PONG_MAX, &f, &used);
+        int rc = peer_read_frame(in, cluster_frame_id(p->h->cl), PONG_MAX, &f, &used);
 
         if (rc == FRAME_EAGAIN)
             return;
@@ -350,7 +352,7 @@ table_free(struct health *h)
 static void
 table_build(struct health *h)
 {
-    const struct ring_members *m = h->cl->active;
+    const struct ring_members *m = cluster_active(h->cl);
     struct peer *old = h->peers;
     uint32_t i, k, nold = h->n;
     uint64_t now = mono_ms();
@@ -363,7 +365,7 @@ table_build(struct health *h)
     for (i = 0; h->peers != NULL && i < m->n_nodes; i++) {
         struct peer *p;
 
-        if (strcmp(m->nodes[i].id, h->cl->id) == 0)
+        if (strcmp(m->nodes[i].id, cluster_node_id(h->cl)) == 0)
             continue;
         p = &h->peers[h->n++];
         for (k = 0; k < nold; k++) {
@@ -412,10 +414,10 @@ static void
 timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct health *h = arg;
-    struct cluster *cl = h->cl;
+    struct cluster_live *live = cluster_live(h->cl);
     struct timeval tv = { 0, TIMER_MS * 1000 };
     uint64_t now = mono_ms(), mask[CLUSTER_MASK_WORDS] = { 0 };
-    uint64_t epoch = cl->active != NULL ? cl->active->epoch : 0;
+    uint64_t epoch = cluster_active_epoch(h->cl);
     bool all_settled = true;
     uint32_t i;
 
@@ -423,7 +425,7 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (epoch != h->table_epoch)
         table_build(h);
-    if (!h->round && __atomic_load_n(&cl->live.suspect, __ATOMIC_ACQUIRE)) {
+    if (!h->round && __atomic_load_n(&live->suspect, __ATOMIC_ACQUIRE)) {
         /* We were paused: ask everybody before serving again. */
         h->round = true;
         h->round_start = now;
@@ -454,12 +456,12 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
         all_settled = all_settled && p->settled;
     }
     for (i = 0; i < CLUSTER_MASK_WORDS; i++)
-        __atomic_store_n(&cl->live.down[i], mask[i], __ATOMIC_RELEASE);
+        __atomic_store_n(&live->down[i], mask[i], __ATOMIC_RELEASE);
     if (h->round && (all_settled || now >= h->round_start + HEALTH_ROUND_MS)) {
         h->round = false;
-        __atomic_store_n(&cl->live.suspect, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&live->suspect, 0, __ATOMIC_RELEASE);
         log_msg(LOG_INFO, "heartbeat round after the stall done in %" PRIu64 " ms%s", now -
-                h->round_start, __atomic_load_n(&cl->live.behind_epoch, __ATOMIC_RELAXED)
+                h->round_start, __atomic_load_n(&live->behind_epoch, __ATOMIC_RELAXED)
                 ? ": behind a higher epoch" : "");
     }
     evtimer_add(h->timer, &tv);
@@ -499,8 +501,8 @@ health_start(struct health *h)
     struct sigaction sa;
 
     h->start_ms = mono_ms();
-    __atomic_store_n(&h->cl->live.tick_ms, h->start_ms, __ATOMIC_RELEASE);
-    sigcont_live = &h->cl->live;
+    __atomic_store_n(&cluster_live(h->cl)->tick_ms, h->start_ms, __ATOMIC_RELEASE);
+    sigcont_live = cluster_live(h->cl);
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = sigcont_handler;
     sa.sa_flags = SA_RESTART;
@@ -514,7 +516,7 @@ health_start(struct health *h)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
         log_msg(LOG_ERR, "cannot start the heartbeat ticker");
-        __atomic_store_n(&h->cl->live.tick_ms, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&cluster_live(h->cl)->tick_ms, 0, __ATOMIC_RELEASE);
         return -1;
     }
     h->ticker_started = true;
@@ -527,7 +529,7 @@ health_free(struct health *h)
 {
     if (h == NULL)
         return;
-    if (sigcont_live == &h->cl->live) {
+    if (sigcont_live == cluster_live(h->cl)) {
         signal(SIGCONT, SIG_DFL);
         sigcont_live = NULL;
     }
@@ -535,7 +537,7 @@ health_free(struct health *h)
         __atomic_store_n(&h->stop, 1, __ATOMIC_RELEASE);
         pthread_join(h->tid, NULL);
         /* Nobody beats any more: workers must not read that as a stall. */
-        __atomic_store_n(&h->cl->live.tick_ms, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&cluster_live(h->cl)->tick_ms, 0, __ATOMIC_RELEASE);
     }
     table_free(h);
     event_free(h->timer);
@@ -548,6 +550,8 @@ int
 health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
 {
     struct cluster *cl = h->cl;
+    const struct ring_members *active = cluster_active(cl);
+    const struct cluster_live *live = cluster_live(cl);
     Ringcache__Ping *m = ringcache__ping__unpack(NULL, f->length, f->payload);
     Ringcache__Pong r = RINGCACHE__PONG__INIT;
     int32_t idx;
@@ -556,18 +560,17 @@ health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
     if (m == NULL)
         return -1;
     learn_epoch(h, m->node_id != NULL ? m->node_id : "?", m->active_epoch);
-    r.node_id = cl->id;
-    r.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
-    r.pending_epoch = cl->pending != NULL ? cl->pending->epoch : 0;
+    r.node_id = (char *)cluster_node_id(cl);
+    r.active_epoch = cluster_active_epoch(cl);
+    r.pending_epoch = cluster_pending_epoch(cl);
     r.seq = m->seq;
-    r.boot_id = cl->boot_id;
-    idx = cl->active != NULL && m->node_id != NULL ? ring_members_find(cl->active, m->node_id)
-                                                   : -1;
+    r.boot_id = cluster_boot_id(cl);
+    idx = active != NULL && m->node_id != NULL ? ring_members_find(active, m->node_id) : -1;
     if (idx >= 0 && idx < 64 * CLUSTER_MASK_WORDS && m->active_epoch == r.active_epoch)
-        r.saw_you_down = (__atomic_load_n(&cl->live.skipped[idx / 64], __ATOMIC_RELAXED) >>
+        r.saw_you_down = (__atomic_load_n(&live->skipped[idx / 64], __ATOMIC_RELAXED) >>
                           (idx % 64) & 1) != 0;
     ringcache__ping__free_unpacked(m, NULL);
-    rc = peer_send(bev, FRAME_PONG, cl->cluster_id, &r);
+    rc = peer_send(bev, FRAME_PONG, cluster_frame_id(cl), &r);
     return rc < 0 ? -1 : 0;
 }
 

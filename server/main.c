@@ -44,6 +44,14 @@ read_token(const char *path, uint8_t *tok, size_t *len)
     return 0;
 }
 
+/* The cluster's grace period before it frees an old view: every worker
+ * passed its event loop once (server_barrier). */
+static int
+worker_barrier(void *arg)
+{
+    return server_barrier(arg);
+}
+
 /* Cluster mode: load the state directory, start the cluster port. */
 static int
 start_cluster(struct server *srv, const struct settings *st, struct cport **cp)
@@ -55,7 +63,7 @@ start_cluster(struct server *srv, const struct settings *st, struct cport **cp)
 
     if (st->token_file[0] != '\0' && read_token(st->token_file, tok, &tok_len) < 0)
         return -1;
-    if (cluster_new(srv, st->node_id, st->state_dir, st->cluster_name,
+    if (cluster_new(worker_barrier, srv, st->node_id, st->state_dir, st->cluster_name,
                     st->token_file[0] != '\0' ? tok : NULL, tok_len, &srv->cluster,
                     err, sizeof(err)) < 0) {
         log_msg(LOG_ERR, "%s", err);

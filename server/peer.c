@@ -46,14 +46,13 @@ peer_send_hello(struct bufferevent *bev, const struct cluster *cl)
 {
     Ringcache__Hello m = RINGCACHE__HELLO__INIT;
 
-    m.cluster = (char *)cl->name;
-    m.token.data = (uint8_t *)cl->token;
-    m.token.len = cl->token_len;
+    m.cluster = (char *)cluster_name(cl);
+    m.token.data = (uint8_t *)cluster_token(cl, &m.token.len);
     m.role = RINGCACHE__HELLO__ROLE__PEER;
-    m.node_id = (char *)cl->id;
-    m.boot_id = cl->boot_id;
-    m.active_epoch = cl->active != NULL ? cl->active->epoch : 0;
-    return peer_send(bev, FRAME_HELLO, cl->cluster_id, &m);
+    m.node_id = (char *)cluster_node_id(cl);
+    m.boot_id = cluster_boot_id(cl);
+    m.active_epoch = cluster_active_epoch(cl);
+    return peer_send(bev, FRAME_HELLO, cluster_frame_id(cl), &m);
 }
 
 /* Payload length of a whole header (big-endian, bytes 12-15). */

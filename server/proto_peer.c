@@ -172,7 +172,7 @@ proto_peer_rc_peer(struct conn *c, const struct token *t, int ntok)
         proto_reply_line(c, PROTO_ERR_FORMAT);
         return;
     }
-    if (cl == NULL || !cl->has_token) {
+    if (cl == NULL || !cluster_has_token(cl)) {
         conn_out_add(c, "CLIENT_ERROR not a cluster node\r\n", 33);
         return;
     }

@@ -13,6 +13,7 @@
 #include "ring/ring.h"
 #include "server/cluster.h"
 #include "server/route.h"
+#include "server/statedir.h"
 #include "tests/suites.h"
 
 static const char THREE[] =
@@ -45,7 +46,7 @@ rmstate(void)
 static void
 put(const char *name, const char *text)
 {
-    ck_assert_int_eq(cluster_write_file(dir, name, text, strlen(text), err, sizeof(err)), 0);
+    ck_assert_int_eq(statedir_write_file(dir, name, text, strlen(text), err, sizeof(err)), 0);
 }
 
 static struct ring_members *
@@ -62,8 +63,8 @@ static struct cluster *
 open_node(const char *id)
 {
     struct cluster *cl = NULL;
-    int rc = cluster_new(NULL, id, dir, "ringcache", (const uint8_t *)"admin", 5, &cl,
-                         err, sizeof(err));
+    int rc = cluster_new(NULL, NULL, id, dir, "ringcache", (const uint8_t *)"admin", 5,
+                         &cl, err, sizeof(err));
 
     ck_assert_msg(rc == 0, "cluster_new: %s", err);
     return cl;
@@ -172,10 +173,10 @@ expect_load_error(const char *file, const char *text, const char *want)
 
     mkstate();
     put("active.members", THREE);
-    if (strcmp(file, "pending.meta") == 0)
+    if (strcmp(file, "pending.phase") == 0)
         put("pending.members", FOUR);
     put(file, text);
-    ck_assert_int_eq(cluster_new(NULL, "a", dir, "ringcache", NULL, 0, &cl, err,
+    ck_assert_int_eq(cluster_new(NULL, NULL, "a", dir, "ringcache", NULL, 0, &cl, err,
                                  sizeof(err)), -1);
     ck_assert_ptr_null(cl);
     snprintf(path, sizeof(path), "%s/%s", dir, want);
@@ -187,10 +188,49 @@ START_TEST(test_state_corrupt)
 {
     expect_load_error("active.members", "epoch 3\nvnodes x\n", "active.members:2:");
     expect_load_error("pending.members", "node a\n", "pending.members:1:");
-    expect_load_error("pending.meta", "token 00ff\nphse fenced\n", "pending.meta:2:");
-    expect_load_error("pending.meta", "token 0g\nphase fenced\n", "pending.meta:1:");
-    expect_load_error("pending.meta", "token abcd\n", "pending.meta:1: missing phase");
-    expect_load_error("pending.meta", "token abcd\nphase molten\n", "pending.meta:2:");
+    expect_load_error("pending.phase", "token 00ff\nphse fenced\n", "pending.phase:2:");
+    expect_load_error("pending.phase", "token 0g\nphase fenced\n", "pending.phase:1:");
+    expect_load_error("pending.phase", "token abcd\n", "pending.phase:1: missing phase");
+    expect_load_error("pending.phase", "token abcd\nphase molten\n", "pending.phase:2:");
+}
+END_TEST
+
+/* A state directory from before the phase record was renamed: its
+ * pending.meta is read, and removed with the pending transition. */
+START_TEST(test_state_legacy_phase_name)
+{
+    struct cluster *cl;
+    char path[128];
+
+    mkstate();
+    put("active.members", THREE);
+    put("pending.members", FOUR);
+    put("pending.meta", "token 74306b\nphase fenced\n");
+    cl = open_node("a");
+    ck_assert_ptr_nonnull(cl->pending);
+    ck_assert_uint_eq(cl->pending->epoch, 4);
+    ck_assert_int_eq(cl->phase, CLUSTER_PHASE_FENCED);
+    ck_assert(cluster_token_ok(cl, (const uint8_t *)"t0k", 3));
+    ck_assert_uint_gt(cluster_view(cl)->fence.n, 0);
+    ck_assert_int_eq(cluster_abort(cl, (const uint8_t *)"t0k", 3, err, sizeof(err)), 0);
+    snprintf(path, sizeof(path), "%s/pending.meta", dir);
+    ck_assert_int_eq(access(path, F_OK), -1);
+    snprintf(path, sizeof(path), "%s/pending.members", dir);
+    ck_assert_int_eq(access(path, F_OK), -1);
+    cluster_free(cl);
+    rmstate();
+
+    /* A malformed one is named in the error. */
+    mkstate();
+    put("active.members", THREE);
+    put("pending.members", FOUR);
+    put("pending.meta", "token 0g\nphase fenced\n");
+    cl = NULL;
+    ck_assert_int_eq(cluster_new(NULL, NULL, "a", dir, "ringcache", NULL, 0, &cl, err,
+                                 sizeof(err)), -1);
+    snprintf(path, sizeof(path), "%s/pending.meta:1:", dir);
+    ck_assert_msg(strstr(err, path) != NULL, "error '%s' does not name '%s'", err, path);
+    rmstate();
 }
 END_TEST
 
@@ -198,10 +238,10 @@ START_TEST(test_state_dir_missing)
 {
     struct cluster *cl = NULL;
 
-    ck_assert_int_eq(cluster_new(NULL, "a", "/nonexistent/state", "x", NULL, 0, &cl, err,
-                                 sizeof(err)), -1);
+    ck_assert_int_eq(cluster_new(NULL, NULL, "a", "/nonexistent/state", "x", NULL, 0, &cl,
+                                 err, sizeof(err)), -1);
     ck_assert(strstr(err, "/nonexistent/state") != NULL);
-    ck_assert_int_eq(cluster_new(NULL, "bad id!", "/tmp", "x", NULL, 0, &cl, err,
+    ck_assert_int_eq(cluster_new(NULL, NULL, "bad id!", "/tmp", "x", NULL, 0, &cl, err,
                                  sizeof(err)), -1);
 }
 END_TEST
@@ -474,6 +514,7 @@ cluster_suite(void)
     tcase_add_test(tc, test_arcset_wrap_and_merge);
     tcase_add_test(tc, test_state_round_trip);
     tcase_add_test(tc, test_state_corrupt);
+    tcase_add_test(tc, test_state_legacy_phase_name);
     tcase_add_test(tc, test_state_dir_missing);
     tcase_add_test(tc, test_prepare_rules);
     tcase_add_test(tc, test_commit_init);

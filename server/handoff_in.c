@@ -1,0 +1,180 @@
+/*
+ * handoff_in: the destination side of the handoff. One peer connection's
+ * batches (server/cport.c decodes the frames) are checked against the
+ * pending transition and imported into the store, values over one batch
+ * arriving in chunks. The source side is server/handoff.c.
+ */
+#include "config.h"
+#include "server/handoff_in.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/ringcache.pb-c.h"
+#include "server/cluster.h"
+#include "server/store.h"
+
+/* The state of a value arriving in chunks on one peer connection. */
+struct handoff_in {
+    struct cluster    *cl;
+    struct store      *s;
+    struct store_item *it;            /* allocated, being filled */
+    uint64_t           cas;
+    size_t             got;
+};
+
+/* See handoff_in.h. */
+struct handoff_in *
+handoff_in_new(struct cluster *cl, struct store *s)
+{
+    struct handoff_in *in = calloc(1, sizeof(*in));
+
+    if (in != NULL) {
+        in->cl = cl;
+        in->s = s;
+    }
+    return in;
+}
+
+/* Forget a value being assembled from chunks (our reference goes). */
+static void
+in_drop_chunk(struct handoff_in *in)
+{
+    if (in->it != NULL) {
+        store_release(in->s, in->it);
+        in->it = NULL;
+    }
+    in->got = 0;
+}
+
+/* See handoff_in.h. */
+void
+handoff_in_free(struct handoff_in *in)
+{
+    if (in == NULL)
+        return;
+    in_drop_chunk(in);
+    free(in);
+}
+
+/* Count imports in the cluster counters (`stats` reads them from workers). */
+static void
+imported_add(struct handoff_in *in, uint64_t items, uint64_t bytes)
+{
+    cluster_count_imported(in->cl, items, bytes);
+}
+
+/* Apply one record; 0, 1 (store refused, err set) or -1 (a lie). */
+static int
+in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, size_t errlen)
+{
+    struct store *s = in->s;
+    const char *key = (const char *)r->key.data;
+    uint64_t hash;
+    int rc = 0;
+
+    if (r->key.len == 0 || r->key.len > STORE_KEY_MAX) {
+        snprintf(err, errlen, "record with a key of %zu bytes", r->key.len);
+        return -1;
+    }
+    hash = ring_hash(key, r->key.len);
+    if (!arcset_has(cluster_importing(in->cl), hash)) {
+        snprintf(err, errlen, "key %.*s is outside the arcs this node imports",
+                 (int)(r->key.len > 64 ? 64 : r->key.len), key);
+        return -1;
+    }
+    if (in->it != NULL || r->offset != 0) {
+        /* A continuation chunk: same key, next offset. */
+        if (in->it == NULL || r->tombstone || r->total_bytes != 0 ||
+            r->offset != in->got || r->key.len != in->it->nkey ||
+            memcmp(key, store_item_key(in->it), r->key.len) != 0 ||
+            r->value.len > in->it->nbytes - in->got) {
+            snprintf(err, errlen, "broken chunk sequence for key %.*s",
+                     (int)(r->key.len > 64 ? 64 : r->key.len), key);
+            return -1;
+        }
+        memcpy(store_item_value_mut(in->it) + in->got, r->value.data, r->value.len);
+        in->got += r->value.len;
+        imported_add(in, 0, r->value.len);
+        if (in->got == in->it->nbytes) {
+            rc = store_put_import(s, in->it, in->cas);
+            imported_add(in, 1, 0);
+            in_drop_chunk(in);
+        }
+    } else if (r->tombstone) {
+        store_import_delete(s, key, r->key.len, hash);
+        imported_add(in, 1, 0);
+    } else if (r->total_bytes != 0) {
+        int e = 0;
+
+        if (r->value.len > r->total_bytes) {
+            snprintf(err, errlen, "first chunk longer than its value");
+            return -1;
+        }
+        in->it = store_import_alloc(s, key, r->key.len, hash, r->flags, r->ttl,
+                                    r->total_bytes, &e);
+        if (in->it == NULL) {
+            rc = e;
+        } else {
+            in->cas = r->cas;
+            memcpy(store_item_value_mut(in->it), r->value.data, r->value.len);
+            in->got = r->value.len;
+            imported_add(in, 0, r->key.len + r->value.len);
+            if (in->got == r->total_bytes) {
+                rc = store_put_import(s, in->it, in->cas);
+                imported_add(in, 1, 0);
+                in_drop_chunk(in);
+            }
+        }
+    } else {
+        rc = store_import(s, key, r->key.len, hash, r->flags, r->ttl, r->cas,
+                          (const char *)r->value.data, r->value.len);
+        imported_add(in, 1, r->key.len + r->value.len);
+    }
+    if (rc == STORE_TOO_LARGE || rc == STORE_NO_MEMORY) {
+        snprintf(err, errlen, "import of %.*s: %s", (int)(r->key.len > 64 ? 64 : r->key.len),
+                 key, rc == STORE_TOO_LARGE ? "too large" : "out of memory");
+        return 1;
+    }
+    return 0;
+}
+
+/* See handoff.h. Evictions caused by the imports fail the batch: the
+ * destination would otherwise lose live keys to make room silently. */
+int
+handoff_in_batch(struct handoff_in *in, const uint8_t *payload, size_t len,
+                 uint64_t *seq, char *err, size_t errlen)
+{
+    struct cluster *cl = in->cl;
+    Ringcache__HandoffBatch *b = ringcache__handoff_batch__unpack(NULL, len, payload);
+    struct store_stats before, after;
+    size_t i;
+    int rc = 0;
+
+    if (b == NULL) {
+        snprintf(err, errlen, "bad HandoffBatch");
+        return -1;
+    }
+    *seq = b->seq;
+    if (cluster_pending_epoch(cl) == 0 || b->epoch != cluster_pending_epoch(cl) ||
+        !cluster_token_ok(cl, b->token.data, b->token.len)) {
+        snprintf(err, errlen, "batch for epoch %" PRIu64 " does not match the pending "
+                 "transition (epoch %" PRIu64 ")", b->epoch, cluster_pending_epoch(cl));
+        rc = -1;
+        goto out;
+    }
+    store_get_stats(in->s, &before);
+    for (i = 0; i < b->n_records && rc == 0; i++)
+        rc = in_record(in, b->records[i], err, errlen);
+    store_get_stats(in->s, &after);
+    if (rc == 0 && after.import_evictions > before.import_evictions) {
+        snprintf(err, errlen, "imports evicted %" PRIu64 " live items: not enough memory",
+                 after.import_evictions - before.import_evictions);
+        rc = 1;
+    }
+out:
+    ringcache__handoff_batch__free_unpacked(b, NULL);
+    return rc;
+}

@@ -1,0 +1,63 @@
+/*
+ * statedir: the files of a node's state directory (docs/cluster.md, "State
+ * directory"). The cluster (server/cluster.c) decides what to persist and
+ * when; this module only reads and writes the files, each one atomically.
+ * Errors are "path: reason", or "path:line: reason" for a malformed file.
+ */
+#ifndef SERVER_STATEDIR_H
+#define SERVER_STATEDIR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ring/ring.h"
+#include "server/cluster.h"
+
+#define STATEDIR_ACTIVE   "active.members"   /* the active membership */
+#define STATEDIR_PENDING  "pending.members"  /* the pending membership, if any */
+#define STATEDIR_PHASE    "pending.phase"    /* its token and phase (with pending.members) */
+#define STATEDIR_SERVED   "served"           /* present once the node served as a member */
+
+/* Write dir/name.tmp, fsync, rename over dir/name, fsync the directory.
+ * 0 or -1 with err set. */
+int statedir_write_file(const char *dir, const char *name, const char *data, size_t len,
+                        char *err, size_t errlen);
+
+/* Remove dir/name (absent is fine) and sync the directory. 0 or -1. */
+int statedir_remove(const char *dir, const char *name, char *err, size_t errlen);
+
+/* Load the membership file dir/name into *out (the caller frees it).
+ * 0, 1 if the file is absent, -1 with err set. */
+int statedir_load_members(const char *dir, const char *name, struct ring_members **out,
+                          char *err, size_t errlen);
+
+/* Write m to dir/name in text form. 0 or -1 with err set. */
+int statedir_save_members(const char *dir, const char *name, const struct ring_members *m,
+                          char *err, size_t errlen);
+
+/*
+ * Read the pending transition's phase record (token[CLUSTER_TOKEN_MAX],
+ * *token_len, *phase); only called when pending.members exists, so an
+ * absent record is an error. A state directory written before the record
+ * was renamed has a `pending.meta` instead: it is read when pending.phase
+ * is absent. 0 or -1 with err set.
+ */
+int statedir_load_phase(const char *dir, uint8_t *token, size_t *token_len,
+                        enum cluster_phase *phase, char *err, size_t errlen);
+
+/* Write the phase record (pending.phase). 0 or -1 with err set. */
+int statedir_save_phase(const char *dir, const uint8_t *token, size_t token_len,
+                        enum cluster_phase phase, char *err, size_t errlen);
+
+/* Remove the phase record, and a legacy pending.meta if there is one.
+ * 0 or -1 with err set. */
+int statedir_remove_phase(const char *dir, char *err, size_t errlen);
+
+/* Has this node served as a member (the `served` marker exists)? */
+bool statedir_served(const char *dir);
+
+/* Write the `served` marker: a later start is a restart. 0 or -1. */
+int statedir_mark_served(const char *dir, char *err, size_t errlen);
+
+#endif /* SERVER_STATEDIR_H */

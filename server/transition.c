@@ -1,0 +1,328 @@
+/*
+ * transition: the node's side of a transition (docs/cluster.md, PREPARE,
+ * COPY, FENCE, COMMIT, ABORT): the cluster state change, the purges and
+ * the handoff around each one, the background CLEANUP after a commit, and
+ * the orphan count for Status. The cluster port (server/cport.c) decodes
+ * the admin's frames and replies; everything here runs on its thread.
+ */
+#include "config.h"
+#include "server/transition.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <event2/event.h>
+
+#include "server/cluster.h"
+#include "server/handoff.h"
+#include "server/log.h"
+#include "server/store.h"
+
+#define CLEANUP_ITEMS     2000      /* purged per cleanup tick */
+#define CLEANUP_TICK_MS   10        /* so cleanup stays under ~200k items/s */
+#define ORPHANS_TTL_MS    2000      /* orphan recount interval during a transition */
+
+struct transition {
+    struct cluster     *cl;
+    struct store       *store;
+    struct handoff     *ho;
+    struct event       *cleanup_ev;
+    struct store_cursor cleanup_cur;
+    bool                cleaning;
+    uint64_t            orphans, orphans_ms;   /* last count and when (0: none) */
+    transition_done_fn  fence_fn;              /* a fence waits for its drain */
+    void               *fence_arg;
+};
+
+/*
+ * Orphans
+ */
+
+/* Store predicate (arg: the cluster): a key the active epoch does not give
+ * this node and that it does not import either. */
+static bool
+orphan_pred(uint64_t hash, void *arg)
+{
+    struct cluster *cl = arg;
+
+    return !cluster_owned_active(cl, hash) && !arcset_has(&cl->importing, hash);
+}
+
+/* Monotonic milliseconds (Status counters and fence timing). */
+static uint64_t
+mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * Orphans for Status. Counting reads every item (tens of ms per million)
+ * and the admin polls Status every 150 ms during a copy, which would take
+ * a core from the foreground on a small box. While a transition is pending
+ * the count can only fall (cleanup of the previous epoch, expiry; nothing
+ * writes outside the arcs this node owns or imports), so then it is
+ * recounted at most every ORPHANS_TTL_MS; otherwise (cleanup waits for it
+ * to reach 0) it is exact.
+ */
+uint64_t
+transition_orphans(struct transition *t)
+{
+    uint64_t now = mono_ms(), bytes;
+
+    if (t->cl->pending == NULL || t->orphans_ms == 0 || now - t->orphans_ms >= ORPHANS_TTL_MS) {
+        store_count(t->store, orphan_pred, t->cl, &t->orphans, &bytes);
+        t->orphans_ms = now;
+    }
+    return t->orphans;
+}
+
+/*
+ * Purges
+ */
+
+/* Remove every item of the arcs this node imports (leftovers before a
+ * copy, what it imported after an abort). Nobody writes there: this node
+ * does not serve those arcs. Synchronous, so no import can interleave. */
+static void
+purge_importing(struct transition *t)
+{
+    struct store_cursor cur;
+
+    if (t->cl->importing.n == 0)
+        return;
+    store_cursor_init(&cur);
+    while (store_purge(t->store, arcset_pred, &t->cl->importing, 1u << 16, &cur) != 0)
+        continue;
+}
+
+/* CLEANUP: what the active epoch does not give this node, in the
+ * background, CLEANUP_ITEMS per tick. */
+static void
+cleanup_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct transition *t = arg;
+    struct timeval tv = { 0, CLEANUP_TICK_MS * 1000 };
+
+    (void)fd;
+    (void)what;
+    if (!t->cleaning)
+        return;
+    if (store_purge(t->store, orphan_pred, t->cl, CLEANUP_ITEMS, &t->cleanup_cur) == 0) {
+        t->cleaning = false;
+        log_msg(LOG_INFO, "cleanup done");
+        return;
+    }
+    evtimer_add(t->cleanup_ev, &tv);
+}
+
+/* Start (or restart from the beginning) the background CLEANUP. */
+static void
+cleanup_start(struct transition *t)
+{
+    struct timeval tv = { 0, 0 };
+
+    store_cursor_init(&t->cleanup_cur);
+    t->cleaning = true;
+    evtimer_add(t->cleanup_ev, &tv);
+}
+
+/*
+ * Phases
+ */
+
+/* See transition.h. */
+int
+transition_prepare(struct transition *t, const struct ring_members *next,
+                   const uint8_t *token, size_t token_len, uint64_t from_epoch,
+                   const char *const *failed, uint32_t n_failed, char *err, size_t errlen)
+{
+    bool again;
+
+    if (cluster_prepare_failed(t->cl, next, token, token_len, from_epoch, failed, n_failed,
+                               &again, err, errlen) < 0)
+        return -1;
+    if (!again) {
+        /* Cleanup of an older epoch must not touch what we will import. */
+        purge_importing(t);
+        t->orphans_ms = 0;     /* the importing arcs changed: recount */
+        cluster_imported_reset(t->cl);
+    }
+    /* Sources track changes before they acknowledge. */
+    return handoff_prepare(t->ho, err, errlen);
+}
+
+/* A pending transition with this token; else the error and -1. */
+static int
+token_check(struct transition *t, const uint8_t *token, size_t token_len, char *err,
+            size_t errlen)
+{
+    struct cluster *cl = t->cl;
+
+    if (cl->pending == NULL) {
+        snprintf(err, errlen, "no pending transition");
+        return -1;
+    }
+    if (!cluster_token_ok(cl, token, token_len)) {
+        snprintf(err, errlen, "token does not match the pending transition");
+        return -1;
+    }
+    return 0;
+}
+
+/* See transition.h. */
+int
+transition_start_copy(struct transition *t, const uint8_t *token, size_t token_len,
+                      uint64_t rate_bytes_per_s, char *err, size_t errlen)
+{
+    if (token_check(t, token, token_len, err, errlen) < 0)
+        return -1;
+    if (t->cl->phase == CLUSTER_PHASE_PREPARED &&
+        cluster_set_phase(t->cl, CLUSTER_PHASE_COPYING, err, errlen) < 0)
+        return -1;
+    return handoff_start_copy(t->ho, rate_bytes_per_s, err, errlen);
+}
+
+/* The drain of a fence finished: tell the waiter. */
+static void
+fence_done(void *arg, const char *err)
+{
+    struct transition *t = arg;
+    transition_done_fn fn = t->fence_fn;
+
+    t->fence_fn = NULL;
+    if (fn == NULL)
+        return;
+    log_msg(LOG_INFO, "fence %s after %" PRIu64 " ms", err == NULL ? "done" : "failed",
+            t->cl->fence_held_ms);
+    fn(t->fence_arg, err);
+}
+
+/* See transition.h. */
+int
+transition_fence(struct transition *t, const uint8_t *token, size_t token_len, char *err,
+                 size_t errlen)
+{
+    uint64_t t0 = mono_ms();
+
+    if (token_check(t, token, token_len, err, errlen) < 0)
+        return -1;
+    if (t->fence_fn != NULL) {
+        snprintf(err, errlen, "a fence is already in progress");
+        return -1;
+    }
+    /* Publishing the fence view waits for every worker to finish the
+     * request it is in: after it, no write to a fenced arc is in flight. */
+    if (cluster_set_phase(t->cl, CLUSTER_PHASE_FENCED, err, errlen) < 0)
+        return -1;
+    log_msg(LOG_INFO, "fence: persisted and published in %" PRIu64 " ms", mono_ms() - t0);
+    return 0;
+}
+
+/* See transition.h. */
+void
+transition_fence_wait(struct transition *t, transition_done_fn done, void *arg)
+{
+    t->fence_fn = done;
+    t->fence_arg = arg;
+    handoff_fence(t->ho, fence_done, t);
+}
+
+/* See transition.h. */
+void
+transition_fence_cancel(struct transition *t)
+{
+    handoff_fence_cancel(t->ho);
+    t->fence_fn = NULL;
+}
+
+/* See transition.h. */
+int
+transition_commit(struct transition *t, const struct ring_members *next,
+                  const uint8_t *token, size_t token_len, char *err, size_t errlen)
+{
+    bool again;
+
+    if (cluster_commit(t->cl, next, token, token_len, &again, err, errlen) < 0)
+        return -1;
+    if (!again) {
+        handoff_stop(t->ho);
+        cleanup_start(t);
+    }
+    return 0;
+}
+
+/* See transition.h. */
+int
+transition_abort(struct transition *t, const uint8_t *token, size_t token_len,
+                 uint64_t epoch, void (*end_streams)(void *arg), void *arg, char *err,
+                 size_t errlen)
+{
+    struct cluster *cl = t->cl;
+
+    if (cl->pending == NULL)
+        return 0;
+    if (!cluster_token_ok(cl, token, token_len)) {
+        snprintf(err, errlen, "token does not match the pending transition");
+        return -1;
+    }
+    if (epoch != 0 && epoch != cl->pending->epoch) {
+        snprintf(err, errlen, "abort: not the pending epoch");
+        return -1;
+    }
+    handoff_stop(t->ho);
+    /* handoff_stop forgot the fence: end_streams fails its waiter. */
+    t->fence_fn = NULL;
+    end_streams(arg);
+    purge_importing(t);
+    return cluster_abort(cl, token, token_len, err, errlen);
+}
+
+/* See transition.h. */
+void
+transition_resume(struct transition *t)
+{
+    char err[256];
+
+    /* The store is empty, but the rules stay the same. */
+    if (t->cl->pending != NULL && handoff_prepare(t->ho, err, sizeof(err)) < 0)
+        log_msg(LOG_ERR, "%s", err);
+}
+
+/*
+ * Life cycle
+ */
+
+/* See transition.h. */
+struct transition *
+transition_new(struct cluster *cl, struct store *s, struct handoff *ho,
+               struct event_base *base)
+{
+    struct transition *t = calloc(1, sizeof(*t));
+
+    if (t == NULL)
+        return NULL;
+    t->cl = cl;
+    t->store = s;
+    t->ho = ho;
+    t->cleanup_ev = evtimer_new(base, cleanup_cb, t);
+    if (t->cleanup_ev == NULL) {
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* See transition.h. */
+void
+transition_free(struct transition *t)
+{
+    if (t == NULL)
+        return;
+    event_free(t->cleanup_ev);
+    free(t);
+}

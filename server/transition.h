@@ -1,0 +1,86 @@
+/*
+ * transition: the node's side of a transition (docs/cluster.md): what
+ * PREPARE, COPY, FENCE, COMMIT and ABORT do on this node around the cluster
+ * state change (purges, the handoff, the background CLEANUP), and the
+ * orphan count for Status. The cluster port (server/cport.c) decodes the
+ * requests and sends the replies; every call runs on the cluster thread.
+ * Each returns 0, or -1 with the reply's error text in err.
+ */
+#ifndef SERVER_TRANSITION_H
+#define SERVER_TRANSITION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ring/ring.h"
+
+struct cluster;
+struct event_base;
+struct handoff;
+struct store;
+struct transition;
+
+/* Called once when a fence's drain finished (err NULL) or failed. */
+typedef void (*transition_done_fn)(void *arg, const char *err);
+
+/* Create the phase logic of a node over its cluster, store and handoff;
+ * base is the cluster thread's (the CLEANUP timer). NULL: out of memory. */
+struct transition *transition_new(struct cluster *cl, struct store *s, struct handoff *ho,
+                                  struct event_base *base);
+/* Free it (after the cluster thread stopped). */
+void transition_free(struct transition *t);
+
+/* The node starts serving with a pending transition that survived a
+ * restart: a source tracks its changes again (logged on failure). */
+void transition_resume(struct transition *t);
+
+/* PREPARE: accept next (cluster_prepare_failed; the caller keeps next),
+ * purge leftovers of the arcs to import, start dirty tracking as a source.
+ * A repeat of the same PREPARE only checks the tracking. */
+int transition_prepare(struct transition *t, const struct ring_members *next,
+                       const uint8_t *token, size_t token_len, uint64_t from_epoch,
+                       const char *const *failed, uint32_t n_failed, char *err,
+                       size_t errlen);
+
+/* COPY: enter the copying phase and start (or re-rate) the streams;
+ * rate 0 = unlimited. */
+int transition_start_copy(struct transition *t, const uint8_t *token, size_t token_len,
+                          uint64_t rate_bytes_per_s, char *err, size_t errlen);
+
+/*
+ * FENCE, in two steps. transition_fence checks the token and that no fence
+ * is in progress, then persists and publishes the fence view (after it, no
+ * write to a fenced arc is in flight). The caller then stops reading the
+ * admin's connection and calls transition_fence_wait, which calls done
+ * once the handoff drained (maybe at once, from inside the call).
+ */
+int transition_fence(struct transition *t, const uint8_t *token, size_t token_len, char *err,
+                     size_t errlen);
+void transition_fence_wait(struct transition *t, transition_done_fn done, void *arg);
+/* The fence's waiter went away: done is never called. */
+void transition_fence_cancel(struct transition *t);
+
+/* COMMIT: activate next (or the pending membership when NULL; the caller
+ * keeps next), close the streams, start CLEANUP. A repeated commit only
+ * succeeds. */
+int transition_commit(struct transition *t, const struct ring_members *next,
+                      const uint8_t *token, size_t token_len, char *err, size_t errlen);
+
+/*
+ * ABORT of the pending transition (epoch 0: whichever it is); without one
+ * it is a no-op. Stops the streams, then calls end_streams(arg), where the
+ * caller fails a waiting fence (its done is no longer called) and ends the
+ * incoming streams, then drops what was imported and forgets the pending
+ * epoch.
+ */
+int transition_abort(struct transition *t, const uint8_t *token, size_t token_len,
+                     uint64_t epoch, void (*end_streams)(void *arg), void *arg, char *err,
+                     size_t errlen);
+
+/* Items this node holds that it neither owns in the active epoch nor
+ * imports (Status). Exact without a pending transition; during one,
+ * recounted at most every 2 s (the count can only fall then). */
+uint64_t transition_orphans(struct transition *t);
+
+#endif /* SERVER_TRANSITION_H */
