@@ -7,6 +7,7 @@
  */
 #include "config.h"
 #include "server/cluster.h"
+#include "server/cluster_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -24,6 +25,13 @@
 #include "server/statedir.h"
 
 static void mark_served(struct cluster *cl);
+
+/* See cluster.h. */
+const struct cluster_view *
+cluster_view(const struct cluster *cl)
+{
+    return __atomic_load_n(&cl->view, __ATOMIC_ACQUIRE);
+}
 
 /* Bump a counter; see cluster.h. */
 void

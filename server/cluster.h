@@ -52,7 +52,7 @@ struct cluster_live {
 /*
  * An immutable snapshot that workers read lock-free. A new one is published
  * on every change (commit, prepare, fence, abort); the old one is freed only
- * after every worker passed a barrier (server_barrier), so no worker ever
+ * after every worker passed the barrier given to cluster_new, so no worker ever
  * touches a freed view. Workers must not keep a view across event
  * callbacks.
  */
@@ -134,54 +134,10 @@ struct cluster_dest {
  * (a worker is stuck). */
 typedef int (*cluster_barrier_fn)(void *arg);
 
-/*
- * The mutable state: owned by the cluster thread (and main before it).
- * Private to the cluster's own files (cluster.c, statedir.c, transition.c,
- * the route code and the unit tests): everything else reads it through
- * the accessors below and cluster_view(). It stays in this header because
- * cluster_view() is inline on the workers' hot path.
- */
-struct cluster {
-    cluster_barrier_fn   barrier;      /* NULL in unit tests */
-    void                *barrier_arg;
-    char                 id[RING_ID_MAX + 1];
-    char                 state_dir[1024];
-    char                 name[128];
-    uint64_t             cluster_id;   /* frame_cluster_id(name) */
-    uint8_t              token[CLUSTER_TOKEN_MAX];
-    size_t               token_len;
-    bool                 has_token;
-    uint64_t             boot_id;
-
-    struct ring_members *active;       /* NULL = no membership */
-    struct ring         *active_ring;  /* shared with the current view */
-    int32_t              self_old;     /* index in active, -1 */
-
-    /* The pending transition (pending == NULL: none). */
-    struct ring_members *pending;
-    struct ring         *pending_ring;
-    int32_t              self_new;     /* index in pending, -1 */
-    uint8_t              ptoken[CLUSTER_TOKEN_MAX];
-    size_t               ptoken_len;
-    enum cluster_phase   phase;
-    struct arcset        importing;    /* this node gains these */
-    struct arcset        sourcing;     /* union of dests[].arcs */
-    struct arcset        losing;       /* this node stops owning these */
-    struct arcset        fence_arcs;   /* sourcing + losing */
-    struct cluster_dest *dests;
-    uint32_t             n_dests;
-    uint64_t             fence_held_ms;
-
-    bool                 fresh;        /* the pending transition was accepted while
-                                        * recovering or behind: import everything */
-    char               (*failed)[RING_ID_MAX + 1];  /* failed ids of the pending */
-    uint32_t             n_failed;
-    struct cluster_live  live;
-    bool                 served;       /* the state dir says we served as a member */
-
-    struct cluster_view *view;         /* published (atomic pointer) */
-    struct cluster_counters ctr;
-};
+/* The mutable state: owned by the cluster thread (and main before it);
+ * its fields are private to the cluster's own files (server/
+ * cluster_internal.h). Everything else uses the functions below. */
+struct cluster;
 
 /*
  * Create the cluster of a node: id, state directory, cluster name, token
@@ -203,11 +159,7 @@ void cluster_started(struct cluster *cl);
 
 /* The current view (acquire load); valid until the caller's event
  * callback returns. */
-static inline const struct cluster_view *
-cluster_view(const struct cluster *cl)
-{
-    return __atomic_load_n(&cl->view, __ATOMIC_ACQUIRE);
-}
+const struct cluster_view *cluster_view(const struct cluster *cl);
 
 /* `rc_peer <auth>` (server/replicate.c): auth is CLUSTER_PEER_AUTH_LEN hex
  * digits of a hash of the admin token keyed by the cluster id, so peers

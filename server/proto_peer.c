@@ -72,15 +72,11 @@ rc_set_block_done(struct conn *c)
 {
     struct store *s = conn_store(c);
     struct store_item *it = c->nread_it;
-    const char *v = store_item_value(it);
     int r;
 
     c->nread_it = NULL;
-    if (v[it->nbytes] != '\r' || v[it->nbytes + 1] != '\n') {
-        REPLY(c, "CLIENT_ERROR bad data chunk");
-        store_release(s, it);
+    if (!proto_block_ok(c, it))
         return;
-    }
     r = replicate_apply_put(s, it, c->nread_cas);
     store_release(s, it);
     if (r < 0)

@@ -146,27 +146,19 @@ get_continue(struct conn *c)
     const char *end = c->rbuf + c->get_end;
 
     for (;;) {
-        const char *key;
         struct store_item *it;
+        struct token k;
         struct route rt;
         uint64_t hash;
-        size_t nkey;
 
-        while (p < end && *p == ' ')
-            p++;
-        if (p == end)
+        if (!proto_next_key(&p, end, &k))
             break;
         if (c->out_bytes >= CONN_OUT_SOFT_CAP && c->repl_gat == NULL) {
-            c->get_pos = (uint32_t)(p - c->rbuf);
+            c->get_pos = (uint32_t)(k.p - c->rbuf);
             route_get_paused(c);
             return PROTO_PAUSE;
         }
-        key = p;
-        p = memchr(p, ' ', (size_t)(end - p));
-        if (p == NULL)
-            p = end;
-        nkey = (size_t)(p - key);
-        hash = ring_hash(key, nkey);
+        hash = ring_hash(k.p, k.len);
         STATS_ADD(ts, cmd_get, 1);
         switch (route_get_key(c, hash, c->get_touch, &rt)) {
         case ROUTE_KEY_SERVE:
@@ -180,14 +172,14 @@ get_continue(struct conn *c)
         if (c->get_touch) {
             STATS_ADD(ts, cmd_touch, 1);
             route_write_begin(&rt);
-            it = store_get_touch(s, key, nkey, hash, c->get_exptime);
+            it = store_get_touch(s, k.p, k.len, hash, c->get_exptime);
             route_gat_key(c, &rt, it);
             if (it != NULL)
                 STATS_ADD(ts, touch_hits, 1);
             else
                 STATS_ADD(ts, touch_misses, 1);
         } else {
-            it = store_get(s, key, nkey, hash);
+            it = store_get(s, k.p, k.len, hash);
             if (it != NULL)
                 STATS_ADD(ts, get_hits, 1);
             else
@@ -211,20 +203,11 @@ process_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *ex
             const char *p, const char *end, bool with_cas, bool touch, int64_t exptime)
 {
     const char *q = p;
+    struct token k;
     size_t nkeys = 0;
 
-    for (;;) {
-        const char *k;
-
-        while (q < end && *q == ' ')
-            q++;
-        if (q == end)
-            break;
-        k = q;
-        q = memchr(q, ' ', (size_t)(end - q));
-        if (q == NULL)
-            q = end;
-        if (q - k > KEY_MAX) {
+    while (proto_next_key(&q, end, &k)) {
+        if (k.len > KEY_MAX) {
             proto_reply_line(c, PROTO_ERR_FORMAT);
             return PROTO_MORE;
         }
@@ -319,15 +302,11 @@ update_block_done(struct conn *c)
     struct store *s = conn_store(c);
     struct thread_stats *ts = &c->w->stats;
     struct store_item *it = c->nread_it;
-    const char *v = store_item_value(it);
     int r;
 
     c->nread_it = NULL;
-    if (v[it->nbytes] != '\r' || v[it->nbytes + 1] != '\n') {
-        REPLY(c, "CLIENT_ERROR bad data chunk");
-        store_release(s, it);
+    if (!proto_block_ok(c, it))
         return;
-    }
     if (!route_update_ready(c)) {
         store_release(s, it);
         return;
@@ -421,6 +400,24 @@ process_delete(struct conn *c, struct token *t, int ntok)
     }
 }
 
+/* `<cmd> <key> <arg> [noreply]` (incr, decr, touch): true when the line
+ * has that shape and the key is not too long (noreply is set); otherwise
+ * the format error is queued. */
+static bool
+key_arg_line(struct conn *c, const struct token *t, int ntok)
+{
+    if (ntok != 3 && ntok != 4) {
+        proto_reply_line(c, PROTO_ERR_FORMAT);
+        return false;
+    }
+    c->noreply = TOK_IS(&t[ntok - 1], "noreply");
+    if (t[1].len > KEY_MAX) {
+        proto_reply_line(c, PROTO_ERR_FORMAT);
+        return false;
+    }
+    return true;
+}
+
 /* incr|decr <key> <delta> [noreply] */
 static void
 process_arith(struct conn *c, struct token *t, int ntok, bool incr)
@@ -431,15 +428,8 @@ process_arith(struct conn *c, struct token *t, int ntok, bool incr)
     char buf[24], *p;
     int r;
 
-    if (ntok != 3 && ntok != 4) {
-        proto_reply_line(c, PROTO_ERR_FORMAT);
+    if (!key_arg_line(c, t, ntok))
         return;
-    }
-    c->noreply = TOK_IS(&t[ntok - 1], "noreply");
-    if (t[1].len > KEY_MAX) {
-        proto_reply_line(c, PROTO_ERR_FORMAT);
-        return;
-    }
     if (!proto_parse_u64(&t[2], &delta)) {
         REPLY(c, "CLIENT_ERROR invalid numeric delta argument");
         return;
@@ -489,15 +479,8 @@ process_touch(struct conn *c, struct token *t, int ntok)
     int32_t exptime;
     uint64_t hash;
 
-    if (ntok != 3 && ntok != 4) {
-        proto_reply_line(c, PROTO_ERR_FORMAT);
+    if (!key_arg_line(c, t, ntok))
         return;
-    }
-    c->noreply = TOK_IS(&t[ntok - 1], "noreply");
-    if (t[1].len > KEY_MAX) {
-        proto_reply_line(c, PROTO_ERR_FORMAT);
-        return;
-    }
     if (!proto_parse_i32(&t[2], &exptime)) {
         REPLY(c, "CLIENT_ERROR invalid exptime argument");
         return;

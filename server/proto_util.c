@@ -5,6 +5,8 @@
 #include "server/proto_util.h"
 
 #include "ring/util.h"
+#include "server/store.h"
+#include "server/thread.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -75,4 +77,17 @@ proto_parse_i32(const struct token *t, int32_t *out)
         return false;
     *out = neg ? (int32_t)(-(int64_t)v) : (int32_t)v;
     return true;
+}
+
+/* See proto_util.h. */
+bool
+proto_block_ok(struct conn *c, struct store_item *it)
+{
+    const char *v = store_item_value(it);
+
+    if (v[it->nbytes] == '\r' && v[it->nbytes + 1] == '\n')
+        return true;
+    REPLY(c, "CLIENT_ERROR bad data chunk");
+    store_release(c->w->srv->store, it);
+    return false;
 }

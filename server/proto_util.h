@@ -54,6 +54,33 @@ bool proto_parse_u32(const struct token *t, uint32_t *out);
 /* A signed 32-bit decimal (exptime, bytes, delay). */
 bool proto_parse_i32(const struct token *t, int32_t *out);
 
+/* The next key of a get's key list [*p, end): true with it in k, *p moved
+ * past it; false at the end of the list. */
+static inline bool
+proto_next_key(const char **p, const char *end, struct token *k)
+{
+    const char *q = *p;
+
+    while (q < end && *q == ' ')
+        q++;
+    if (q == end) {
+        *p = q;
+        return false;
+    }
+    k->p = q;
+    q = memchr(q, ' ', (size_t)(end - q));
+    if (q == NULL)
+        q = end;
+    k->len = (size_t)(q - k->p);
+    *p = q;
+    return true;
+}
+
+/* A data block read into item it ends in "\r\n": true; otherwise
+ * CLIENT_ERROR bad data chunk is queued and the caller's reference to it
+ * released. */
+bool proto_block_ok(struct conn *c, struct store_item *it);
+
 /* Called by the parser once a data block is in, in the command state. */
 typedef void (*proto_block_fn)(struct conn *c);
 

@@ -422,6 +422,7 @@ forward_get(struct conn *c, const struct cluster_view *v, const char *cmd, size_
         const char *q = p;
         size_t len = ncmd;
         struct iovec iov;
+        struct token k;
 
         memcpy(buf, cmd, ncmd);
         if (exp != NULL) {
@@ -429,26 +430,17 @@ forward_get(struct conn *c, const struct cluster_view *v, const char *cmd, size_
             memcpy(buf + len, exp->p, exp->len);
             len += exp->len;
         }
-        for (;;) {
+        while (proto_next_key(&q, end, &k)) {
             struct route rt;
-            const char *k;
 
-            while (q < end && *q == ' ')
-                q++;
-            if (q == end)
-                break;
-            k = q;
-            q = memchr(q, ' ', (size_t)(end - q));
-            if (q == NULL)
-                q = end;
-            route_decide(v, ring_hash(k, (size_t)(q - k)), touch, false, &rt);
+            route_decide(v, ring_hash(k.p, k.len), touch, false, &rt);
             STATS_ADD(&c->w->stats, route_lookups, 1);
             if ((rt.action != ROUTE_FORWARD && rt.action != ROUTE_TRYAGAIN) ||
                 rt.target != owners[i])
                 continue;
             buf[len++] = ' ';
-            memcpy(buf + len, k, (size_t)(q - k));
-            len += (size_t)(q - k);
+            memcpy(buf + len, k.p, k.len);
+            len += k.len;
         }
         buf[len++] = '\r';
         buf[len++] = '\n';
@@ -472,24 +464,16 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
     uint32_t owners[GET_OWNERS_MAX], nowners = 0;
     size_t nlocal = 0;
     const char *q = p;
+    struct token k;
 
     c->get_decided = false;
     if (v == NULL || v->ring == NULL)
         return true;
-    for (;;) {
+    while (proto_next_key(&q, end, &k)) {
         struct route rt;
-        const char *k;
         uint32_t i;
 
-        while (q < end && *q == ' ')
-            q++;
-        if (q == end)
-            break;
-        k = q;
-        q = memchr(q, ' ', (size_t)(end - q));
-        if (q == NULL)
-            q = end;
-        route_conn(c, ring_hash(k, (size_t)(q - k)), touch, &rt);
+        route_conn(c, ring_hash(k.p, k.len), touch, &rt);
         if (rt.action == ROUTE_SERVE) {
             nlocal++;
             continue;

@@ -16,6 +16,7 @@
 #include <event2/event.h>
 
 #include "server/cluster.h"
+#include "server/cluster_internal.h"
 #include "server/handoff.h"
 #include "server/log.h"
 #include "server/store.h"
