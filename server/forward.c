@@ -7,6 +7,7 @@
  * closed (the next request reconnects).
  */
 #include "config.h"
+#include "ring/util.h"
 #include "server/forward.h"
 
 #include <errno.h>
@@ -82,16 +83,6 @@ struct fwd_worker {
 #define FWD_REQ_POOL_MAX 1024
 
 static void flush_cb(evutil_socket_t fd, short what, void *arg);
-
-/* Monotonic milliseconds. */
-static int64_t
-now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* The worker's forwarding state, created on first use; NULL on ENOMEM. */
 static struct fwd_worker *
@@ -227,7 +218,7 @@ up_arm(struct fwd_up *up)
         evtimer_del(up->timer);
         return;
     }
-    left = up->head->deadline - now_ms();
+    left = up->head->deadline - util_now_ms();
     if (left < 0)
         left = 0;
     tv.tv_sec = (time_t)(left / 1000);
@@ -273,7 +264,7 @@ static void
 up_push(struct fwd_up *up, struct fwd_req *r)
 {
     r->next = NULL;
-    r->deadline = now_ms() + timeout_ms(up->fw);
+    r->deadline = util_now_ms() + timeout_ms(up->fw);
     if (up->tail != NULL)
         up->tail->next = r;
     else
@@ -293,7 +284,7 @@ up_timer_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (up->head == NULL)
         return;
-    if (up->head->deadline > now_ms()) {
+    if (up->head->deadline > util_now_ms()) {
         up_arm(up);
         return;
     }
@@ -391,7 +382,7 @@ req_tryagain(struct fwd_up *up, struct fwd_req *r)
     struct timeval tv;
     int64_t wait = (int64_t)5 << (r->tries < 3 ? r->tries : 3);
 
-    if (r->again == NULL || now_ms() + wait >= r->give_up)
+    if (r->again == NULL || util_now_ms() + wait >= r->give_up)
         return false;
     if (r->retry_ev == NULL) {
         r->retry_ev = evtimer_new(up->fw->w->base, retry_cb, r);
@@ -928,7 +919,7 @@ forward_request(struct conn *c, const char *addr, uint64_t epoch, enum fwd_kind 
     }
     r->kind = kind;
     r->epoch = epoch;
-    r->give_up = now_ms() + (int64_t)timeout_ms(fw) * FWD_RETRY_TIMEOUTS;
+    r->give_up = util_now_ms() + (int64_t)timeout_ms(fw) * FWD_RETRY_TIMEOUTS;
     {
         /* Kept for retries (MOVED once, TRYAGAIN with backoff). */
         r->again = evbuffer_new();

@@ -8,6 +8,7 @@
  * this file keeps that order on one FIFO per destination.
  */
 #include "config.h"
+#include "ring/util.h"
 #include "server/handoff.h"
 
 #include <errno.h>
@@ -86,16 +87,6 @@ struct handoff {
 };
 
 static void pump_schedule(struct handoff *h, uint64_t ms);
-
-/* Monotonic milliseconds (rate limit, fence timing). */
-static uint64_t
-now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /*
  * Priority. Every node of a transition copies on its cluster thread (a
@@ -334,7 +325,7 @@ drain_cb(const char *key, size_t nkey, uint64_t hash, struct store_item *it, voi
 static void
 refill(struct handoff *h)
 {
-    uint64_t t = now_ms();
+    uint64_t t = util_now_ms();
     double burst;
 
     if (h->rate == 0)
@@ -397,7 +388,7 @@ fence_check(struct handoff *h)
     if (why == NULL && h->tracking && store_track_pending(h->s) > 0)
         return;
     h->fence_fn = NULL;
-    cluster_set_fence_held_ms(h->cl, now_ms() - h->fence_start_ms);
+    cluster_set_fence_held_ms(h->cl, util_now_ms() - h->fence_start_ms);
     fn(h->fence_arg, why);
 }
 
@@ -700,7 +691,7 @@ handoff_start_copy(struct handoff *h, uint64_t rate, char *err, size_t errlen)
     if (h->rate != rate) {
         h->rate = rate;
         h->tokens = 0;
-        h->refill_ms = now_ms();
+        h->refill_ms = util_now_ms();
     }
     if (h->copying)
         return 0;
@@ -743,7 +734,7 @@ handoff_fence(struct handoff *h, handoff_done_fn fn, void *arg)
     set_background(h, false);
     h->fence_fn = fn;
     h->fence_arg = arg;
-    h->fence_start_ms = now_ms();
+    h->fence_start_ms = util_now_ms();
     if (!h->copying && n_dests > 0 &&
         handoff_start_copy(h, h->rate, err, sizeof(err)) < 0) {
         h->fence_fn = NULL;

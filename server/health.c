@@ -7,6 +7,7 @@
  * serves nothing until one heartbeat round told it the cluster's epoch.
  */
 #include "config.h"
+#include "ring/util.h"
 #include "server/health.h"
 
 #include <errno.h>
@@ -76,16 +77,6 @@ struct health {
     int                stop;            /* atomic: the ticker exits */
 };
 
-/* Monotonic ms on the coarse clock, the one cluster_route compares. */
-static uint64_t
-mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* See health.h. */
 const char *
 health_state_name(enum peer_health s)
@@ -116,7 +107,7 @@ ticker_main(void *arg)
     struct timespec ts = { 0, TICKER_MS * 1000000L };
 
     while (!__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE)) {
-        uint64_t now = mono_ms(), prev = __atomic_load_n(&l->tick_ms, __ATOMIC_RELAXED);
+        uint64_t now = util_coarse_ms(), prev = __atomic_load_n(&l->tick_ms, __ATOMIC_RELAXED);
 
         if (prev != 0 && now > prev + CLUSTER_STALL_MS)
             __atomic_store_n(&l->suspect, 1, __ATOMIC_RELEASE);
@@ -177,7 +168,7 @@ peer_close(struct peer *p)
 static void
 peer_fail(struct peer *p, const char *why, bool outright)
 {
-    uint64_t now = mono_ms();
+    uint64_t now = util_coarse_ms();
 
     snprintf(p->error, sizeof(p->error), "%s", why);
     peer_close(p);
@@ -197,7 +188,7 @@ peer_ping(struct peer *p)
     m.node_id = (char *)cluster_node_id(cl);
     m.active_epoch = cluster_active_epoch(cl);
     m.seq = ++p->seq;
-    p->last_ping_ms = mono_ms();
+    p->last_ping_ms = util_coarse_ms();
     if (peer_send(p->bev, FRAME_PING, cluster_frame_id(cl), &m) < 0)
         peer_fail(p, "out of memory", false);
 }
@@ -229,7 +220,7 @@ peer_frame(struct peer *p, const struct frame *f)
             peer_fail(p, "bad Pong", false);
             return;
         }
-        p->last_pong_ms = mono_ms();
+        p->last_pong_ms = util_coarse_ms();
         p->fail_ms = 0;
         p->refused = false;
         p->epoch = m->active_epoch;
@@ -313,7 +304,7 @@ peer_connect_to(struct peer *p)
 {
     int rc;
 
-    p->attempt_ms = mono_ms();
+    p->attempt_ms = util_coarse_ms();
     p->bev = bufferevent_socket_new(p->h->base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (p->bev == NULL) {
         peer_fail(p, "out of memory", false);
@@ -355,7 +346,7 @@ table_build(struct health *h)
     const struct ring_members *m = cluster_active(h->cl);
     struct peer *old = h->peers;
     uint32_t i, k, nold = h->n;
-    uint64_t now = mono_ms();
+    uint64_t now = util_coarse_ms();
 
     h->peers = NULL;
     h->n = 0;
@@ -416,7 +407,7 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
     struct health *h = arg;
     struct cluster_live *live = cluster_live(h->cl);
     struct timeval tv = { 0, TIMER_MS * 1000 };
-    uint64_t now = mono_ms(), mask[CLUSTER_MASK_WORDS] = { 0 };
+    uint64_t now = util_coarse_ms(), mask[CLUSTER_MASK_WORDS] = { 0 };
     uint64_t epoch = cluster_active_epoch(h->cl);
     bool all_settled = true;
     uint32_t i;
@@ -500,7 +491,7 @@ health_start(struct health *h)
 
     struct sigaction sa;
 
-    h->start_ms = mono_ms();
+    h->start_ms = util_coarse_ms();
     __atomic_store_n(&cluster_live(h->cl)->tick_ms, h->start_ms, __ATOMIC_RELEASE);
     sigcont_live = cluster_live(h->cl);
     memset(&sa, 0, sizeof(sa));
@@ -578,7 +569,7 @@ health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
 size_t
 health_status(struct health *h, struct health_peer *out, size_t max)
 {
-    uint64_t now = mono_ms();
+    uint64_t now = util_coarse_ms();
     size_t i;
 
     for (i = 0; i < h->n && i < max; i++) {

@@ -6,6 +6,7 @@
  * the admin's frames and replies; everything here runs on its thread.
  */
 #include "config.h"
+#include "ring/util.h"
 #include "server/transition.h"
 
 #include <inttypes.h>
@@ -51,16 +52,6 @@ orphan_pred(uint64_t hash, void *arg)
     return !cluster_owned_active(cl, hash) && !arcset_has(&cl->importing, hash);
 }
 
-/* Monotonic milliseconds (Status counters and fence timing). */
-static uint64_t
-mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /*
  * Orphans for Status. Counting reads every item (tens of ms per million)
  * and the admin polls Status every 150 ms during a copy, which would take
@@ -73,7 +64,7 @@ mono_ms(void)
 uint64_t
 transition_orphans(struct transition *t)
 {
-    uint64_t now = mono_ms(), bytes;
+    uint64_t now = util_now_ms(), bytes;
 
     if (t->cl->pending == NULL || t->orphans_ms == 0 || now - t->orphans_ms >= ORPHANS_TTL_MS) {
         store_count(t->store, orphan_pred, t->cl, &t->orphans, &bytes);
@@ -208,7 +199,7 @@ int
 transition_fence(struct transition *t, const uint8_t *token, size_t token_len, char *err,
                  size_t errlen)
 {
-    uint64_t t0 = mono_ms();
+    uint64_t t0 = util_now_ms();
 
     if (token_check(t, token, token_len, err, errlen) < 0)
         return -1;
@@ -220,7 +211,7 @@ transition_fence(struct transition *t, const uint8_t *token, size_t token_len, c
      * request it is in: after it, no write to a fenced arc is in flight. */
     if (cluster_set_phase(t->cl, CLUSTER_PHASE_FENCED, err, errlen) < 0)
         return -1;
-    log_msg(LOG_INFO, "fence: persisted and published in %" PRIu64 " ms", mono_ms() - t0);
+    log_msg(LOG_INFO, "fence: persisted and published in %" PRIu64 " ms", util_now_ms() - t0);
     return 0;
 }
 
