@@ -16,6 +16,7 @@ main(void)
     sr = srunner_create(ring_suite());
     srunner_add_suite(sr, members_suite());
     srunner_add_suite(sr, store_suite());
+    srunner_add_suite(sr, store_range_suite());
     srunner_add_suite(sr, proto_text_suite());
     srunner_add_suite(sr, conn_suite());
     srunner_add_suite(sr, client_suite());

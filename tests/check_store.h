@@ -1,0 +1,85 @@
+/*
+ * Helpers of the item store's suites (tests/check_store.c,
+ * tests/check_store_range.c): a store for a test, and set/get/expect of
+ * string values, asserting as they go.
+ */
+#ifndef TESTS_CHECK_STORE_H
+#define TESTS_CHECK_STORE_H
+
+#include <check.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "server/store.h"
+
+#define MIB (1024u * 1024u)
+
+static inline struct store *
+mkstore(size_t limit, bool sweeper)
+{
+    struct store_config cfg = {
+        .mem_limit = limit, .item_size_max = MIB, .node_seed = 0x1234,
+        .sweeper = sweeper,
+    };
+    struct store *s = store_new(&cfg);
+
+    ck_assert_ptr_nonnull(s);
+    return s;
+}
+
+static inline uint64_t
+h(const char *key)
+{
+    return XXH3_64bits(key, strlen(key));
+}
+
+/* Store key=val with op; returns the store result, *cas_out the new CAS. */
+static inline int
+put(struct store *s, enum store_op op, const char *key, const char *val,
+    uint32_t flags, int64_t exptime, uint64_t cas_in, uint64_t *cas_out)
+{
+    int err = 0, rc;
+    size_t n = strlen(val);
+    struct store_item *it = store_alloc(s, key, strlen(key), h(key), flags,
+                                        store_exptime(s, exptime), n, &err);
+
+    if (it == NULL)
+        return err;
+    memcpy(store_item_value_mut(it), val, n);
+    rc = store_put(s, it, op, cas_in, cas_out);
+    store_release(s, it);
+    return rc;
+}
+
+static inline int
+set(struct store *s, const char *key, const char *val)
+{
+    return put(s, STORE_OP_SET, key, val, 0, 0, 0, NULL);
+}
+
+static inline struct store_item *
+get(struct store *s, const char *key)
+{
+    return store_get(s, key, strlen(key), h(key));
+}
+
+/* Asserts the value under key (NULL = a miss). */
+static inline void
+expect(struct store *s, const char *key, const char *val)
+{
+    struct store_item *it = get(s, key);
+
+    if (val == NULL) {
+        ck_assert_msg(it == NULL, "%s: expected a miss, got a value", key);
+        return;
+    }
+    ck_assert_msg(it != NULL, "%s: expected '%s', got a miss", key, val);
+    ck_assert_uint_eq(it->nbytes, strlen(val));
+    ck_assert_mem_eq(store_item_value(it), val, strlen(val));
+    ck_assert_mem_eq(store_item_value(it) + it->nbytes, "\r\n", 2);
+    store_release(s, it);
+}
+
+#endif
