@@ -355,7 +355,6 @@ process_delete(struct conn *c, struct token *t, int ntok)
 {
     struct thread_stats *ts = &c->w->stats;
     struct store *s = conn_store(c);
-    struct store_item *old;
     struct route rt;
     uint64_t hash, tomb = 0;
     int r;
@@ -384,12 +383,7 @@ process_delete(struct conn *c, struct token *t, int ntok)
     route_write_begin(&rt);
     /* The tombstone carries the CAS of what it deletes, so a replica
      * never drops a newer value (replicate_apply_del). */
-    old = store_get(s, t[1].p, t[1].len, hash);
-    if (old != NULL) {
-        tomb = old->cas;
-        store_release(s, old);
-    }
-    r = store_delete(s, t[1].p, t[1].len, hash);
+    r = store_delete_cas(s, t[1].p, t[1].len, hash, &tomb);
     if (r == STORE_DELETED) {
         STATS_ADD(ts, delete_hits, 1);
         route_write_end(c, &rt, t[1].p, t[1].len, tomb, "DELETED\r\n", 9);

@@ -679,14 +679,23 @@ store_get_touch(struct store *s, const char *key, size_t nkey, uint64_t hash,
 int
 store_delete(struct store *s, const char *key, size_t nkey, uint64_t hash)
 {
+    return store_delete_cas(s, key, nkey, hash, NULL);
+}
+
+int
+store_delete_cas(struct store *s, const char *key, size_t nkey, uint64_t hash, uint64_t *cas)
+{
     struct stripe *st = stripe_of(s, hash);
     struct store_item *it;
     int64_t now = clock_begin(s);
 
     pthread_mutex_lock(&st->lock);
     it = do_find(s, st, key, nkey, hash, now, false);
-    if (it != NULL)
+    if (it != NULL) {
+        if (cas != NULL)
+            *cas = it->cas;
         do_unlink(s, st, it, NULL);
+    }
     pthread_mutex_unlock(&st->lock);
     return it != NULL ? STORE_DELETED : STORE_NOT_FOUND;
 }

@@ -170,6 +170,10 @@ void store_release(struct store *s, struct store_item *it);
 
 /* STORE_DELETED or STORE_NOT_FOUND. */
 int store_delete(struct store *s, const char *key, size_t nkey, uint64_t hash);
+/* The same; *cas (when not NULL) gets the CAS of the item it deleted, for
+ * the tombstone a replicated delete sends. */
+int store_delete_cas(struct store *s, const char *key, size_t nkey, uint64_t hash,
+                     uint64_t *cas);
 
 /* STORE_TOUCHED or STORE_NOT_FOUND; exptime already converted. */
 int store_touch(struct store *s, const char *key, size_t nkey, uint64_t hash,

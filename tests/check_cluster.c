@@ -12,6 +12,7 @@
 
 #include "ring/ring.h"
 #include "server/cluster.h"
+#include "server/cluster_internal.h"
 #include "server/route.h"
 #include "server/statedir.h"
 #include "tests/suites.h"

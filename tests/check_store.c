@@ -55,6 +55,21 @@ START_TEST(test_roundtrip)
     ck_assert_int_eq(store_delete(s, "alpha", 5, h("alpha")), STORE_DELETED);
     ck_assert_int_eq(store_delete(s, "alpha", 5, h("alpha")), STORE_NOT_FOUND);
     expect(s, "alpha", NULL);
+    /* store_delete_cas reports the CAS of what it deleted (a tombstone's). */
+    {
+        uint64_t cas = 0, got = 7;
+
+        ck_assert_int_eq(set(s, "t", "x"), STORE_STORED);
+        it = store_get(s, "t", 1, h("t"));
+        ck_assert_ptr_nonnull(it);
+        cas = it->cas;
+        store_release(s, it);
+        ck_assert_int_eq(store_delete_cas(s, "t", 1, h("t"), &got), STORE_DELETED);
+        ck_assert_uint_eq(got, cas);
+        got = 7;
+        ck_assert_int_eq(store_delete_cas(s, "t", 1, h("t"), &got), STORE_NOT_FOUND);
+        ck_assert_uint_eq(got, 7);
+    }
     store_free(s);
 }
 END_TEST
