@@ -22,6 +22,7 @@
 
 #include "config.h"
 #include "client/mstore.h"
+#include "ring/util.h"
 
 #define NAME_MAX_LEN 255
 
@@ -35,23 +36,6 @@ struct dir_store {
     char *dir;      /* the directory, without a trailing '/' */
     int   lock_fd;  /* DIR/lock, flock'ed around every read and txn */
 };
-
-static void
-set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-/* printf into err (if any). */
-static void
-set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || errlen == 0) {
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* A record name is one or more '/'-separated components of
  * [A-Za-z0-9._-], none empty, "." or "..": it stays inside the store. */
@@ -139,16 +123,16 @@ read_whole(const char *path, char **out, size_t *len, char *err, size_t errlen)
         if (errno == ENOENT) {
             return MSTORE_ENOENT;
         }
-        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        util_set_err(err, errlen, "%s: %s", path, strerror(errno));
         return MSTORE_EIO;
     }
     if (fstat(fd, &st) != 0) {
-        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        util_set_err(err, errlen, "%s: %s", path, strerror(errno));
         rc = MSTORE_EIO;
         goto out;
     }
     if (!S_ISREG(st.st_mode) || st.st_size > (off_t)MSTORE_RECORD_MAX) {
-        set_err(err, errlen, "%s:1: not a regular file of at most %u bytes", path,
+        util_set_err(err, errlen, "%s:1: not a regular file of at most %u bytes", path,
                 MSTORE_RECORD_MAX);
         rc = MSTORE_ECORRUPT;
         goto out;
@@ -164,7 +148,7 @@ read_whole(const char *path, char **out, size_t *len, char *err, size_t errlen)
             continue;
         }
         if (got < 0) {
-            set_err(err, errlen, "%s: %s", path, strerror(errno));
+            util_set_err(err, errlen, "%s: %s", path, strerror(errno));
             rc = MSTORE_EIO;
             goto out;
         }
@@ -222,7 +206,7 @@ read_record(const char *path, struct mstore_record *rec, char *err, size_t errle
     }
     if (len < sizeof(prefix) - 1 || memcmp(text, prefix, sizeof(prefix) - 1) != 0
         || parse_rev_digits(text + sizeof(prefix) - 1, text + len, &rec->rev) != 0) {
-        set_err(err, errlen, "%s:1: expected '# rev N' (N > 0) as the first line", path);
+        util_set_err(err, errlen, "%s:1: expected '# rev N' (N > 0) as the first line", path);
         free(text);
         return MSTORE_ECORRUPT;
     }
@@ -247,12 +231,12 @@ write_atomic(const char *path, const char *head, size_t head_len, const char *da
     int fd = -1, rc = MSTORE_EIO, i;
 
     if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp)) {
-        set_err(err, errlen, "%s: path too long", path);
+        util_set_err(err, errlen, "%s: path too long", path);
         return MSTORE_EINVAL;
     }
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        set_err(err, errlen, "%s: %s", tmp, strerror(errno));
+        util_set_err(err, errlen, "%s: %s", tmp, strerror(errno));
         return MSTORE_EIO;
     }
     for (i = 0; i < 2; i++) {
@@ -265,14 +249,14 @@ write_atomic(const char *path, const char *head, size_t head_len, const char *da
                 continue;
             }
             if (w < 0) {
-                set_err(err, errlen, "%s: %s", tmp, strerror(errno));
+                util_set_err(err, errlen, "%s: %s", tmp, strerror(errno));
                 goto out;
             }
             off += (size_t)w;
         }
     }
     if (fsync(fd) != 0) {
-        set_err(err, errlen, "%s: fsync: %s", tmp, strerror(errno));
+        util_set_err(err, errlen, "%s: fsync: %s", tmp, strerror(errno));
         goto out;
     }
     close(fd);
@@ -283,22 +267,22 @@ write_atomic(const char *path, const char *head, size_t head_len, const char *da
 
             unlink(tmp);
             if (e == EEXIST) {
-                set_err(err, errlen, "%s: exists", path);
+                util_set_err(err, errlen, "%s: exists", path);
                 rc = MSTORE_ECONFLICT;
             } else {
-                set_err(err, errlen, "%s: %s", path, strerror(e));
+                util_set_err(err, errlen, "%s: %s", path, strerror(e));
             }
             goto out;
         }
         unlink(tmp);
     } else if (rename(tmp, path) != 0) {
-        set_err(err, errlen, "%s: rename: %s", path, strerror(errno));
+        util_set_err(err, errlen, "%s: rename: %s", path, strerror(errno));
         unlink(tmp);
         goto out;
     }
     parent = parent_of(path);
     if (parent == NULL || fsync_dir(parent) != 0) {
-        set_err(err, errlen, "%s: fsync of the directory failed", path);
+        util_set_err(err, errlen, "%s: fsync of the directory failed", path);
         goto out;
     }
     rc = MSTORE_OK;
@@ -322,11 +306,11 @@ make_parents(const char *dir, const char *name, char *err, size_t errlen)
         snprintf(path, sizeof(path), "%s/%.*s", dir, (int)(slash - name), name);
         if (mkdir(path, 0755) == 0) {
             if (fsync_dir(dir) != 0) {
-                set_err(err, errlen, "%s: fsync failed", dir);
+                util_set_err(err, errlen, "%s: fsync failed", dir);
                 return MSTORE_EIO;
             }
         } else if (errno != EEXIST) {
-            set_err(err, errlen, "%s: %s", path, strerror(errno));
+            util_set_err(err, errlen, "%s: %s", path, strerror(errno));
             return MSTORE_EIO;
         }
         p = slash + 1;
@@ -347,15 +331,15 @@ dir_open(const char *spec, void **state, char *err, size_t errlen)
         len--;
     }
     if (len == 0 || len > MSTORE_WHERE_MAX - NAME_MAX_LEN - 16) {
-        set_err(err, errlen, "store: bad directory '%s'", spec);
+        util_set_err(err, errlen, "store: bad directory '%s'", spec);
         return MSTORE_EINVAL;
     }
     if (mkdir(spec, 0755) != 0 && errno != EEXIST) {
-        set_err(err, errlen, "%s: %s", spec, strerror(errno));
+        util_set_err(err, errlen, "%s: %s", spec, strerror(errno));
         return MSTORE_EIO;
     }
     if (stat(spec, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        set_err(err, errlen, "%s: not a directory", spec);
+        util_set_err(err, errlen, "%s: not a directory", spec);
         return MSTORE_EIO;
     }
     d = calloc(1, sizeof(*d));
@@ -366,7 +350,7 @@ dir_open(const char *spec, void **state, char *err, size_t errlen)
     snprintf(path, sizeof(path), "%s/lock", d->dir);
     d->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (d->lock_fd < 0) {
-        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        util_set_err(err, errlen, "%s: %s", path, strerror(errno));
         free(d->dir);
         free(d);
         return MSTORE_EIO;
@@ -394,7 +378,7 @@ lock_fd(int fd, int op, const char *dir, char *err, size_t errlen)
 {
     while (flock(fd, op) != 0) {
         if (errno != EINTR) {
-            set_err(err, errlen, "%s/lock: flock: %s", dir, strerror(errno));
+            util_set_err(err, errlen, "%s/lock: flock: %s", dir, strerror(errno));
             return MSTORE_EIO;
         }
     }
@@ -418,7 +402,7 @@ dir_get(void *state, const char *name, struct mstore_record *rec, char *err, siz
     rc = read_record(path, rec, err, errlen);
     flock(d->lock_fd, LOCK_UN);
     if (rc == MSTORE_ENOENT) {
-        set_err(err, errlen, "%s: no such record", path);
+        util_set_err(err, errlen, "%s: no such record", path);
     }
     return rc;
 }
@@ -442,7 +426,7 @@ read_counter(struct dir_store *d, uint64_t *out, char *err, size_t errlen)
         return rc;
     }
     if (parse_rev_digits(text, text + len, out) != 0) {
-        set_err(err, errlen, "%s:1: expected a positive revision number", path);
+        util_set_err(err, errlen, "%s:1: expected a positive revision number", path);
         rc = MSTORE_ECORRUPT;
     }
     free(text);
@@ -499,7 +483,7 @@ dir_txn(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed,
             if (failed != NULL) {
                 *failed = i;
             }
-            set_err(err, errlen, "%s: revision is %" PRIu64 ", expected %s%" PRIu64, path,
+            util_set_err(err, errlen, "%s: revision is %" PRIu64 ", expected %s%" PRIu64, path,
                     have, ops[i].kind == MSTORE_CREATE ? "absent, " : "", ops[i].rev);
             rc = MSTORE_ECONFLICT;
             goto out;
@@ -533,13 +517,13 @@ dir_txn(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed,
             break;
         case MSTORE_DELETE:
             if (unlink(path) != 0 && errno != ENOENT) {
-                set_err(err, errlen, "%s: %s", path, strerror(errno));
+                util_set_err(err, errlen, "%s: %s", path, strerror(errno));
                 rc = MSTORE_EIO;
             } else {
                 char *parent = parent_of(path);
 
                 if (parent == NULL || fsync_dir(parent) != 0) {
-                    set_err(err, errlen, "%s: fsync of the directory failed", path);
+                    util_set_err(err, errlen, "%s: fsync of the directory failed", path);
                     rc = MSTORE_EIO;
                 }
                 free(parent);
@@ -577,11 +561,11 @@ mstore_open(const char *spec, char *err, size_t errlen)
     int rc;
 
     if (spec == NULL || spec[0] == '\0') {
-        set_err(err, errlen, "no store given (--store DIR)");
+        util_set_err(err, errlen, "no store given (--store DIR)");
         return NULL;
     }
     if (strncmp(spec, "etcd://", 7) == 0) {
-        set_err(err, errlen, "%s: the etcd backend is not built in this version "
+        util_set_err(err, errlen, "%s: the etcd backend is not built in this version "
                 "(use --store DIR)", spec);
         return NULL;
     }
@@ -590,14 +574,14 @@ mstore_open(const char *spec, char *err, size_t errlen)
     }
     s = calloc(1, sizeof(*s));
     if (s == NULL) {
-        set_err(err, errlen, "out of memory");
+        util_set_err(err, errlen, "out of memory");
         return NULL;
     }
     s->be = be;
     rc = be->open(spec, &s->state, err, errlen);
     if (rc != MSTORE_OK) {
         if (rc == MSTORE_ENOMEM) {
-            set_err(err, errlen, "out of memory");
+            util_set_err(err, errlen, "out of memory");
         }
         free(s);
         return NULL;
@@ -621,7 +605,7 @@ mstore_get(struct mstore *s, const char *name, struct mstore_record *rec, char *
 {
     memset(rec, 0, sizeof(*rec));
     if (!name_ok(name)) {
-        set_err(err, errlen, "bad record name '%s'", name);
+        util_set_err(err, errlen, "bad record name '%s'", name);
         return MSTORE_EINVAL;
     }
     return s->be->get(s->state, name, rec, err, errlen);
@@ -637,7 +621,7 @@ mstore_txn(struct mstore *s, const struct mstore_op *ops, size_t n_ops, size_t *
         if (!name_ok(ops[i].name)
             || ((ops[i].kind == MSTORE_CREATE || ops[i].kind == MSTORE_PUT)
                 && (ops[i].len > MSTORE_RECORD_MAX - 64 || (ops[i].len > 0 && ops[i].data == NULL)))) {
-            set_err(err, errlen, "bad record name or data for '%s'", ops[i].name);
+            util_set_err(err, errlen, "bad record name or data for '%s'", ops[i].name);
             if (failed != NULL) {
                 *failed = i;
             }

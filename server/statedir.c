@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ring/util.h"
+
 #define LEGACY_PHASE_FILE  "pending.meta"    /* its older name: read and removed, not written */
 #define STATE_FILE_MAX     (16u << 20)       /* largest state file we read */
 
@@ -81,58 +83,6 @@ statedir_remove(const char *dir, const char *name, char *err, size_t errlen)
     return 0;
 }
 
-/* Read a whole file; 1 if absent, 0 with *buf (malloc'd, NUL-ended), -1. */
-static int
-read_file(const char *path, char **buf, size_t *len, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    char *b = NULL;
-    size_t n = 0, cap = 0;
-
-    if (f == NULL) {
-        if (errno == ENOENT)
-            return 1;
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
-    for (;;) {
-        size_t got;
-
-        if (cap - n < 4096) {
-            char *nb;
-
-            if (cap >= STATE_FILE_MAX) {
-                snprintf(err, errlen, "%s:1: file too large", path);
-                goto fail;
-            }
-            cap = cap == 0 ? 8192 : cap * 2;
-            nb = realloc(b, cap + 1);
-            if (nb == NULL) {
-                snprintf(err, errlen, "%s: out of memory", path);
-                goto fail;
-            }
-            b = nb;
-        }
-        got = fread(b + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    if (ferror(f)) {
-        snprintf(err, errlen, "%s: read error", path);
-        goto fail;
-    }
-    fclose(f);
-    b[n] = '\0';
-    *buf = b;
-    *len = n;
-    return 0;
-fail:
-    fclose(f);
-    free(b);
-    return -1;
-}
-
 /* Load a membership file; 1 if absent. */
 int
 statedir_load_members(const char *dir, const char *name, struct ring_members **out,
@@ -144,7 +94,7 @@ statedir_load_members(const char *dir, const char *name, struct ring_members **o
     int rc;
 
     snprintf(path, sizeof(path), "%s/%s", dir, name);
-    rc = read_file(path, &buf, &len, err, errlen);
+    rc = util_read_file(path, STATE_FILE_MAX, &buf, &len, err, errlen);
     if (rc != 0)
         return rc;
     rc = ring_members_parse(buf, len, path, out, err, errlen) == RING_OK ? 0 : -1;
@@ -177,7 +127,7 @@ load_phase_file(const char *dir, const char *name, uint8_t *token, size_t *token
     bool have_token = false, have_phase = false;
 
     snprintf(path, sizeof(path), "%s/%s", dir, name);
-    rc = read_file(path, &buf, &len, err, errlen);
+    rc = util_read_file(path, STATE_FILE_MAX, &buf, &len, err, errlen);
     if (rc != 0)
         return rc;
     if (strlen(buf) != len) {
