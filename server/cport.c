@@ -305,11 +305,7 @@ do_prepare(struct cp_conn *c, const Ringcache__Prepare *p)
                             (const char *const *)p->failed_ids, (uint32_t)p->n_failed_ids,
                             err, sizeof(err));
     ring_members_free(m);
-    if (rc < 0) {
-        send_reply(c, false, err);
-        return;
-    }
-    send_reply(c, true, NULL);
+    send_reply(c, rc == 0, rc == 0 ? NULL : err);
 }
 
 /* COPY (transition_start_copy), then reply. */
@@ -381,11 +377,7 @@ do_commit(struct cp_conn *c, const Ringcache__Commit *p)
     }
     rc = transition_commit(cp->tr, m, p->token.data, p->token.len, err, sizeof(err));
     ring_members_free(m);
-    if (rc < 0) {
-        send_reply(c, false, err);
-        return;
-    }
-    send_reply(c, true, NULL);
+    send_reply(c, rc == 0, rc == 0 ? NULL : err);
 }
 
 /* ABORT's connection side (arg: the aborting connection): fail a waiting
