@@ -2,6 +2,7 @@
  * ctl: ringctl's subcommands. ringctl.c parses the global options and
  * dispatches; each subcommand parses the rest of argv itself and returns
  * the process exit status (0 ok, 1 operation failed, 2 bad usage/input).
+ * The helpers they share are in ctl_util.h.
  */
 #ifndef CLIENT_CTL_H
 #define CLIENT_CTL_H
@@ -31,28 +32,29 @@ int ctl_delete(struct ctl_globals *g, int argc, char **argv);
 int ctl_mget(struct ctl_globals *g, int argc, char **argv);
 int ctl_stats(struct ctl_globals *g, int argc, char **argv);
 
-/* Cluster administration (ctl_admin.c, docs/cluster.md). Exit status 0
- * done, 1 failed (and aborted), 2 bad usage or input, 3 another
+/* Cluster administration (docs/cluster.md): the front ends are in
+ * ctl_admin.c, the transition they run in ctl_transition.c. Exit status
+ * 0 done, 1 failed (and aborted), 2 bad usage or input, 3 another
  * transition is pending, 4 RINGCTL_EXIT_AFTER (tests). */
+#define EX_OK       0
+#define EX_FAILED   1
+#define EX_USAGE    2
+#define EX_PENDING  3
+#define EX_INJECTED 4
+
 int ctl_init(struct ctl_globals *g, int argc, char **argv);
 int ctl_status(struct ctl_globals *g, int argc, char **argv);
 int ctl_join(struct ctl_globals *g, int argc, char **argv);
 int ctl_leave(struct ctl_globals *g, int argc, char **argv);
 int ctl_abort(struct ctl_globals *g, int argc, char **argv);
 int ctl_resume(struct ctl_globals *g, int argc, char **argv);
-/* Node failure (docs/cluster.md, "Node failure"): remove --failed ID,
- * repair ID [ADDR], and the watch loop. */
-int ctl_remove(struct ctl_globals *g, int argc, char **argv);
-int ctl_repair(struct ctl_globals *g, int argc, char **argv);
-int ctl_watch(struct ctl_globals *g, int argc, char **argv);
 /* "plan join|leave ..." (a dry run against the store), else ctl_plan. */
 int ctl_admin_plan(struct ctl_globals *g, int argc, char **argv);
 
-/* Read a whole file into a NUL-terminated malloc'd buffer; NULL with errno
- * set on failure. *len gets the length (without the NUL). */
-char *ctl_read_file(const char *path, size_t *len);
-
-/* Print "ringctl: <message>" on stderr. */
-void ctl_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Node failure (ctl_failure.c; docs/cluster.md, "Node failure"): remove
+ * --failed ID, repair ID [ADDR], and the watch loop. */
+int ctl_remove(struct ctl_globals *g, int argc, char **argv);
+int ctl_repair(struct ctl_globals *g, int argc, char **argv);
+int ctl_watch(struct ctl_globals *g, int argc, char **argv);
 
 #endif

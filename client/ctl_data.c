@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "client/ctl.h"
+#include "client/ctl_util.h"
 #include "client/ringcache.h"
 
 /* Open a handle from --seeds "host:port,host:port,...": the nodes are
@@ -86,29 +87,6 @@ open_cluster(const struct ctl_globals *g, const char *cmd)
     return rc;
 }
 
-/* Parse a subcommand with no options of its own (just --help). Returns
- * optind, or -1 after printing the usage error. */
-static int
-no_options(int argc, char **argv, const char *usage)
-{
-    static const struct option opts[] = {
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 }
-    };
-    int c;
-
-    optind = 0;
-    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
-        if (c == 'h') {
-            printf("usage: ringctl --members FILE %s\n", usage);
-            exit(0);
-        }
-        fprintf(stderr, "usage: ringctl --members FILE %s\n", usage);
-        return -1;
-    }
-    return optind;
-}
-
 /* The start of the commands that take KEY... (get, delete): parse, then
  * open the cluster. The index of the first key with *rc open, or -1 after
  * printing why (exit status 2). */
@@ -116,7 +94,7 @@ static int
 open_for_keys(const struct ctl_globals *g, int argc, char **argv, const char *cmd,
               const char *usage, struct ringcache **rc)
 {
-    int first = no_options(argc, argv, usage);
+    int first = ctl_no_options(argc, argv, usage, CTL_USAGE_ON_ERROR);
 
     if (first < 0) {
         return -1;
@@ -179,7 +157,7 @@ ctl_get(struct ctl_globals *g, int argc, char **argv)
     struct ringcache_value v;
     int first, i, ret, status = 0, width;
 
-    first = open_for_keys(g, argc, argv, "get", "get KEY...", &rc);
+    first = open_for_keys(g, argc, argv, "get", CTL_USAGE_DATA " get KEY...", &rc);
     if (first < 0) {
         return 2;
     }
@@ -215,7 +193,7 @@ ctl_set(struct ctl_globals *g, int argc, char **argv)
         { "help",  no_argument,       NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
-    static const char usage[] = "set KEY VALUE [--ttl S] [--flags F]";
+    static const char usage[] = CTL_USAGE_DATA " set KEY VALUE [--ttl S] [--flags F]";
     struct ringcache *rc;
     unsigned long long flags = 0;
     long long ttl = 0;
@@ -243,15 +221,15 @@ ctl_set(struct ctl_globals *g, int argc, char **argv)
             }
             break;
         case 'h':
-            printf("usage: ringctl --members FILE %s\n", usage);
+            printf("usage: %s\n", usage);
             return 0;
         default:
-            fprintf(stderr, "usage: ringctl --members FILE %s\n", usage);
+            fprintf(stderr, "usage: %s\n", usage);
             return 2;
         }
     }
     if (argc - optind != 2) {
-        fprintf(stderr, "usage: ringctl --members FILE %s\n", usage);
+        fprintf(stderr, "usage: %s\n", usage);
         return 2;
     }
     rc = open_cluster(g, "set");
@@ -281,7 +259,7 @@ ctl_delete(struct ctl_globals *g, int argc, char **argv)
     struct ringcache *rc;
     int first, i, ret, status = 0, width;
 
-    first = open_for_keys(g, argc, argv, "delete", "delete KEY...", &rc);
+    first = open_for_keys(g, argc, argv, "delete", CTL_USAGE_DATA " delete KEY...", &rc);
     if (first < 0) {
         return 2;
     }
@@ -383,7 +361,8 @@ ctl_mget(struct ctl_globals *g, int argc, char **argv)
     size_t len, n = 0, cap = 0, i;
     int ret, status;
 
-    if (no_options(argc, argv, "mget < KEYS (one per line)") < 0) {
+    if (ctl_no_options(argc, argv, CTL_USAGE_DATA " mget < KEYS (one per line)",
+                       CTL_USAGE_ON_ERROR) < 0) {
         return 2;
     }
     if (optind < argc) {
@@ -523,7 +502,7 @@ ctl_stats(struct ctl_globals *g, int argc, char **argv)
     size_t i, r;
     int *width = NULL, name_width = 4, status = 0, ret;
 
-    if (no_options(argc, argv, "stats") < 0) {
+    if (ctl_no_options(argc, argv, CTL_USAGE_DATA " stats", CTL_USAGE_ON_ERROR) < 0) {
         return 2;
     }
     if (optind < argc) {

@@ -11,32 +11,10 @@
 
 #include "config.h"
 #include "client/ctl.h"
+#include "client/ctl_util.h"
 #include "ring/ring.h"
 
 #define CTL_KEY_MAX 65536   /* longest key line read from stdin */
-
-/* Read and parse a membership file; prints the error and returns NULL on
- * failure. The caller frees the result. */
-static struct ring_members *
-load_members(const char *path)
-{
-    struct ring_members *m = NULL;
-    char err[512];
-    size_t len = 0;
-    char *text;
-
-    text = ctl_read_file(path, &len);
-    if (text == NULL) {
-        ctl_error("%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    if (ring_members_parse(text, len, path, &m, err, sizeof(err)) != RING_OK) {
-        ctl_error("%s", err);
-        m = NULL;
-    }
-    free(text);
-    return m;
-}
 
 /* Load a membership file and build its ring: the ring, with *m its
  * membership (both the caller's to free), or NULL after printing why
@@ -46,7 +24,7 @@ load_ring(const char *path, struct ring_members **m)
 {
     struct ring *r;
 
-    *m = load_members(path);
+    *m = ctl_load_members(path);
     if (*m == NULL) {
         return NULL;
     }
@@ -309,16 +287,6 @@ out:
     return rc;
 }
 
-/* Length of an arc as a fraction of the keyspace. */
-static double
-arc_fraction(const struct ring_arc *a)
-{
-    if (a->lo == a->hi) {
-        return 1.0;
-    }
-    return (double)(a->hi - a->lo) / 18446744073709551616.0;
-}
-
 /* True when node index x of list l[0..n) is there. */
 static bool
 in_list(const uint32_t *l, uint32_t n, uint32_t x)
@@ -498,7 +466,7 @@ ctl_plan(struct ctl_globals *g, int argc, char **argv)
     }
     for (k = 0; k < d->n_arcs; k++) {
         const struct ring_arc *a = &d->arcs[k];
-        double f = arc_fraction(a);
+        double f = ctl_arc_frac(a->lo, a->hi);
         uint32_t lo[8] = { 0 }, ln[8] = { 0 };
 
         /* Both lists as rows, so old and new entries compare by id. */

@@ -4,13 +4,13 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
 #include "client/ctl.h"
+#include "client/ctl_util.h"
 
 struct ctl_command {
     const char *name;
@@ -81,62 +81,6 @@ usage(FILE *out)
             "  -V, --version      print the version\n"
             "\nexit status: 0 ok, 1 an operation failed or a key was missing, 2 bad usage or\n"
             "input, 3 another transition is pending. See ringctl(1).\n");
-}
-
-void
-ctl_error(const char *fmt, ...)
-{
-    va_list ap;
-
-    fputs("ringctl: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
-char *
-ctl_read_file(const char *path, size_t *len)
-{
-    FILE *f;
-    char *buf = NULL, *nbuf;
-    size_t cap = 0, n = 0, got;
-
-    f = (strcmp(path, "-") == 0) ? stdin : fopen(path, "rb");
-    if (f == NULL) {
-        return NULL;
-    }
-    for (;;) {
-        if (cap - n < 4096) {
-            cap = cap == 0 ? 65536 : cap * 2;
-            nbuf = realloc(buf, cap + 1);
-            if (nbuf == NULL) {
-                free(buf);
-                buf = NULL;
-                errno = ENOMEM;
-                goto out;
-            }
-            buf = nbuf;
-        }
-        got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            break;
-        }
-    }
-    if (ferror(f)) {
-        free(buf);
-        buf = NULL;
-        errno = EIO;
-        goto out;
-    }
-    buf[n] = '\0';
-    *len = n;
-out:
-    if (f != stdin) {
-        fclose(f);
-    }
-    return buf;
 }
 
 int

@@ -25,6 +25,10 @@
  * chosen zones and nodes; longer ones use bitmaps (locate_bitmap). */
 #define RANK_SCAN_MAX 16
 
+/* Most owners of a list ring_owned_arcs looks at (the list is on the
+ * stack). */
+#define OWNED_LIST_MAX 64
+
 /* Keys hashed per batch while building (see hash_points). */
 #define HASH_BATCH 16
 
@@ -940,6 +944,58 @@ ring_shares(const struct ring *r, double *share)
     for (i = 0; i < r->m->n_nodes; i++) {
         share[i] *= scale;
     }
+}
+
+/* Is node among the first `want` owners of the list from rank `rank`? */
+static bool
+list_holds(const struct ring *r, uint32_t rank, uint32_t want, uint32_t node)
+{
+    uint32_t list[OWNED_LIST_MAX], got, j;
+
+    got = ring_locate_rank(r, rank, want, list);
+    for (j = 0; j < got; j++) {
+        if (list[j] == node) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * ring_owned_arcs: see ring.h. Walks the points as ring_shares does: the
+ * point at rank i owns the arc (pos[i-1], pos[i]], rank 0 the wrap arc
+ * (pos[n-1], pos[0]]. Of the points sharing a position the first owns the
+ * arc: it is the rank ring_locate starts from for every key hash of the
+ * arc; the others own nothing. Each list is located from its rank, with
+ * no search.
+ */
+uint32_t
+ring_owned_arcs(const struct ring *r, uint32_t node, uint32_t replicas,
+                void (*fn)(uint64_t lo, uint64_t hi, void *arg),
+                void *arg)
+{
+    uint32_t np = r->n_points, i, n = 0;
+    uint32_t want = replicas < OWNED_LIST_MAX ? replicas : OWNED_LIST_MAX;
+    uint64_t prev = r->pos[np - 1];
+
+    if (node >= r->m->n_nodes || want == 0) {
+        return 0;
+    }
+    if (r->pos[0] == prev) {
+        /* Every point at one position: rank 0 owns the whole circle. */
+        if (!list_holds(r, 0, want, node)) {
+            return 0;
+        }
+        fn(prev, prev, arg);
+        return 1;
+    }
+    for (i = 0; i < np; prev = r->pos[i++]) {
+        if (r->pos[i] != prev && list_holds(r, i, want, node)) {
+            fn(prev, r->pos[i], arg);
+            n++;
+        }
+    }
+    return n;
 }
 
 /* ring_bytes: see ring.h. Everything the ring keeps, membership copy

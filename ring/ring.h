@@ -136,6 +136,21 @@ void ring_point(const struct ring *r, uint32_t rank, uint64_t *pos,
  * lengths; share[] has ring_members(r)->n_nodes entries and sums to 1. */
 void ring_shares(const struct ring *r, double *share);
 
+/* The arcs of the keyspace whose preference list holds node `node` (an
+ * index into ring_members(r)->nodes) among its first `replicas` owners
+ * (what ring_locate returns with want = replicas; replicas above 64 count
+ * as 64): fn(lo, hi, arg) is called for each, in ring order from the arc
+ * ending at the lowest position. An arc covers key hashes in (lo, hi]
+ * clockwise, as in ring_diff: from the previous distinct point position to
+ * a point's position; when every point sits at one position, there is one
+ * arc, the whole circle, with lo == hi. Adjacent arcs are not merged.
+ * Returns the number of fn calls (0 for a node out of range or replicas
+ * 0). No allocation. */
+uint32_t ring_owned_arcs(const struct ring *r, uint32_t node,
+                         uint32_t replicas,
+                         void (*fn)(uint64_t lo, uint64_t hi, void *arg),
+                         void *arg);
+
 /* Bytes the ring retains (arrays and struct), for the benchmark. */
 size_t ring_bytes(const struct ring *r);
 

@@ -810,6 +810,217 @@ START_TEST(diff_arcs_match_lists)
 }
 END_TEST
 
+/* ring_owned_arcs's arcs, as reported. */
+struct owned {
+    uint32_t n, cap;
+    uint64_t (*arc)[2];     /* lo, hi */
+};
+
+static void
+owned_add(uint64_t lo, uint64_t hi, void *arg)
+{
+    struct owned *o = arg;
+
+    if (o->n == o->cap) {
+        o->cap = o->cap ? o->cap * 2 : 64;
+        o->arc = realloc(o->arc, o->cap * sizeof(*o->arc));
+        ck_assert_ptr_nonnull(o->arc);
+    }
+    o->arc[o->n][0] = lo;
+    o->arc[o->n][1] = hi;
+    o->n++;
+}
+
+/* Is h in the arc (lo, hi] clockwise (lo == hi: the whole circle)? */
+static bool
+arc_has(uint64_t lo, uint64_t hi, uint64_t h)
+{
+    return lo == hi || (lo < hi ? h > lo && h <= hi : h > lo || h <= hi);
+}
+
+/* Is h in one of the arcs? They come in ring order: at most the first
+ * wraps, the others ascend, so a binary search on hi finds the one that
+ * may hold h. */
+static bool
+owned_has(const struct owned *o, uint64_t h)
+{
+    uint32_t lo = 0, hi = o->n;
+
+    if (o->n == 0) {
+        return false;
+    }
+    if (arc_has(o->arc[0][0], o->arc[0][1], h)) {
+        return true;
+    }
+    lo = 1;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+
+        if (o->arc[mid][1] < h) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo < o->n && arc_has(o->arc[lo][0], o->arc[lo][1], h);
+}
+
+/* Brute force: is node among the first want owners of h? */
+static bool
+locate_has(const struct ring *r, uint64_t h, uint32_t want, uint32_t node)
+{
+    uint32_t out[64], n = ring_locate(r, h, want, out), i;
+
+    for (i = 0; i < n; i++) {
+        if (out[i] == node) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Number of distinct point positions of r: its arcs. */
+static uint32_t
+distinct_positions(const struct ring *r)
+{
+    uint32_t i, n = ring_n_points(r), d = 0;
+    uint64_t p, prev = 0;
+
+    for (i = 0; i < n; i++) {
+        ring_point(r, i, &p, NULL, NULL);
+        d += i == 0 || p != prev;
+        prev = p;
+    }
+    return d;
+}
+
+/*
+ * Check ring_owned_arcs on r at R = want for every node against ring_locate:
+ * the arcs are in ring order and disjoint; both ends of each, the key
+ * hashes just outside and `keys` random ones agree with ring_locate. Every
+ * arc is in the lists of min(want, n_nodes) nodes, so the nodes' arcs number
+ * that many per distinct position and cover the circle that many times.
+ */
+static void
+check_owned(const struct ring *r, uint32_t want, uint32_t keys, uint64_t *s)
+{
+    const struct ring_members *m = ring_members(r);
+    uint32_t node, k, total = 0, owners = want < m->n_nodes ? want : m->n_nodes;
+    long double cover = 0;
+
+    for (node = 0; node < m->n_nodes; node++) {
+        struct owned o = { 0 };
+        uint32_t got = ring_owned_arcs(r, node, want, owned_add, &o);
+
+        ck_assert_uint_eq(got, o.n);
+        total += got;
+        for (k = 0; k < o.n; k++) {
+            uint64_t lo = o.arc[k][0], hi = o.arc[k][1];
+
+            ck_assert(k == 0 || (lo < hi && o.arc[k - 1][1] <= lo));
+            ck_assert(lo != hi || o.n == 1);
+            ck_assert_msg(locate_has(r, hi, want, node), "node %u arc %u: hi", node, k);
+            ck_assert_msg(locate_has(r, lo + 1, want, node), "node %u arc %u: lo+1", node, k);
+            cover += lo == hi ? 18446744073709551616.0L : (long double)(uint64_t)(hi - lo);
+            /* Just past either end: another arc of the node, or not its. */
+            ck_assert_uint_eq(locate_has(r, hi + 1, want, node), owned_has(&o, hi + 1));
+            ck_assert_uint_eq(locate_has(r, lo, want, node), owned_has(&o, lo));
+        }
+        for (k = 0; k < keys; k++) {
+            uint64_t h = rnd(s);
+
+            ck_assert_msg(locate_has(r, h, want, node) == owned_has(&o, h),
+                          "node %u R %u key hash %llu", node, want, (unsigned long long)h);
+        }
+        free(o.arc);
+    }
+    ck_assert_uint_eq(total, distinct_positions(r) * owners);
+    cover /= 18446744073709551616.0L;
+    ck_assert(fabsl(cover - owners) < 1e-9L);
+}
+
+START_TEST(owned_arcs_match_locate)
+{
+    uint64_t s = 14;
+    uint32_t want, t, none = 0;
+
+    for (t = 0; t < 30; t++) {
+        struct ring_members *m = random_members(&s, 1 + (uint32_t)(rnd(&s) % 9),
+                                                1 + (uint32_t)(rnd(&s) % 40), 3, t % 3);
+        struct ring *r = ring_build(m);
+        /* Shared positions: 8-bit point hashes. */
+        struct ring *r8 = ring_build_with_hash(m, hash8);
+
+        ck_assert_ptr_nonnull(r);
+        ck_assert_ptr_nonnull(r8);
+        for (want = 1; want <= 3; want++) {
+            check_owned(r, want, 2000, &s);
+            check_owned(r8, want, 500, &s);
+        }
+        /* Out of range, or R = 0: nothing. */
+        none += ring_owned_arcs(r, m->n_nodes, 1, owned_add, NULL);
+        none += ring_owned_arcs(r, 0, 0, owned_add, NULL);
+        ring_free(r);
+        ring_free(r8);
+        ring_members_free(m);
+    }
+    ck_assert_uint_eq(none, 0);
+}
+END_TEST
+
+/* Every point hashes to one position. */
+static uint64_t
+hash_const(const void *data, size_t len)
+{
+    (void)data;
+    (void)len;
+    return 42;
+}
+
+START_TEST(owned_arcs_whole_circle)
+{
+    uint64_t s = 15;
+    struct ring_members *m = random_members(&s, 4, 3, 2, 0);
+    struct ring *r = ring_build_with_hash(m, hash_const);
+    struct ring *one;
+    uint32_t want, node, owners;
+    struct owned o = { 0 };
+
+    ck_assert_ptr_nonnull(r);
+    for (want = 1; want <= 4; want++) {
+        owners = 0;
+        for (node = 0; node < m->n_nodes; node++) {
+            o.n = 0;
+            owners += ring_owned_arcs(r, node, want, owned_add, &o);
+            ck_assert_uint_le(o.n, 1);
+            if (o.n == 1) {
+                ck_assert(o.arc[0][0] == 42 && o.arc[0][1] == 42);
+                ck_assert(locate_has(r, 7, want, node) && locate_has(r, UINT64_MAX, want, node));
+            } else {
+                ck_assert(!locate_has(r, 7, want, node));
+            }
+        }
+        ck_assert_uint_eq(owners, want);
+        check_owned(r, want, 100, &s);
+    }
+    /* One node of one point (vnodes 1): the whole circle too. */
+    while (m->n_nodes > 1) {
+        ck_assert_int_eq(ring_members_remove(m, m->nodes[0].id), RING_OK);
+    }
+    m->nodes[0].weight = 1;
+    m->vnodes = 1;
+    one = ring_build(m);
+    ck_assert_ptr_nonnull(one);
+    o.n = 0;
+    ck_assert_uint_eq(ring_owned_arcs(one, 0, 3, owned_add, &o), 1);
+    ck_assert(o.arc[0][0] == o.arc[0][1]);
+    free(o.arc);
+    ring_free(one);
+    ring_free(r);
+    ring_members_free(m);
+}
+END_TEST
+
 START_TEST(build_rejects_invalid)
 {
     struct ring_members *m = ring_members_new();
@@ -938,6 +1149,8 @@ ring_suite(void)
     tcase_add_test(tc, prop_shares_follow_weights);
     tcase_add_test(tc, prop_zones_spread);
     tcase_add_test(tc, diff_arcs_match_lists);
+    tcase_add_test(tc, owned_arcs_match_locate);
+    tcase_add_test(tc, owned_arcs_whole_circle);
     tcase_add_test(tc, build_rejects_invalid);
     tcase_add_test(tc, ring_bytes_per_point);
     suite_add_tcase(s, tc);

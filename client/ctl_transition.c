@@ -1,0 +1,793 @@
+/*
+ * ctl_transition: the phases of a transition from epoch N to N+1 and how a
+ * change starts them (see client/ctl_transition.h for the whole picture).
+ * Each phase records its progress in the store's transition record before
+ * it acts, so `ringctl resume` can re-enter at the recorded phase, and
+ * aborts the transition when a node refuses, fails or restarts.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "client/cport_client.h"
+#include "client/ctl_pending.h"
+#include "client/ctl_transition.h"
+#include "client/ctl_util.h"
+#include "client/mstore.h"
+#include "ring/ring.h"
+
+#define POLL_MS            150     /* status poll period during COPY and CLEANUP */
+#define CAUGHT_UP_BACKLOG  1000    /* dirty keys: small enough to fence */
+#define FENCE_HOLD_MS      50
+#define STALL_MS           60000   /* no copy progress for this long: abort */
+#define NODE_LOST_MS       5000    /* a node unreachable this long during COPY: abort */
+#define COMMIT_RETRY_MS    10000   /* retry Commit to a silent node this long */
+#define CLEANUP_WAIT_MS    30000   /* wait this long for orphans to reach 0 */
+
+static char err_buf[MSTORE_WHERE_MAX + 1024];
+
+/* transition_request: see ctl_transition.h. */
+struct cport_request
+transition_request(struct admin *a, enum cport_req_kind kind)
+{
+    struct cport_request r = {
+        .kind = kind, .membership = a->new, .token = a->rec.token,
+        .token_len = TREC_TOKEN_BYTES, .from_epoch = a->rec.from_epoch,
+        .rate_bytes_per_s = a->rec.rate, .hold_ms = FENCE_HOLD_MS,
+        .epoch = a->rec.epoch, .failed_ids = a->failed_ptr, .n_failed_ids = a->n_failed,
+    };
+
+    return r;
+}
+
+/* Print a pending transition (the winner's, for a loser). */
+static void
+print_pending(struct admin *a, FILE *out)
+{
+    char hex[2 * TREC_TOKEN_BYTES + 1];
+
+    if (!a->have_rec) {
+        fprintf(out, "pending\t%s exists without %s (a crashed create?): "
+                "run ringctl abort\n", a->new != NULL ? REC_PENDING : REC_PENDING_TREC,
+                a->new != NULL ? REC_PENDING_TREC : REC_PENDING);
+        return;
+    }
+    ctl_hex(a->rec.token, TREC_TOKEN_BYTES, hex);
+    fprintf(out, "pending\t%s\tepoch %" PRIu64 " -> %" PRIu64 "\tphase %s\tadmin %s\t"
+            "started %" PRId64 "\ttoken %s\n", a->rec.op, a->rec.from_epoch, a->rec.epoch,
+            trec_phase_name(a->rec.phase), a->rec.admin, a->rec.started, hex);
+}
+
+/*
+ * ABORT
+ */
+
+/* do_abort: see ctl_transition.h. The store's pending records are deleted
+ * with CAS on the revisions we hold (the store refuses when another admin
+ * changed them), and kept as aborted.* so a repeated abort can re-notify
+ * the nodes; then Abort goes to every node of N ∪ N+1. */
+int
+do_abort(struct admin *a)
+{
+    struct cport_request req = transition_request(a, CPORT_ABORT);
+    struct mstore_op ops[4];
+    size_t mlen = 0, plen = 0, n = 0;
+    char *mtext = NULL, *ptext = NULL;
+    enum trec_phase was = a->rec.phase;
+    int rc;
+    uint32_t failed;
+
+    a->rec.phase = TREC_ABORTED;
+    mtext = trec_format(&a->rec, &mlen);
+    ptext = a->new != NULL ? ctl_members_text(a->new, &plen) : NULL;
+    a->rec.phase = was;
+    if (mtext == NULL || (a->new != NULL && ptext == NULL)) {
+        free(mtext);
+        free(ptext);
+        ctl_error("out of memory");
+        return -1;
+    }
+    ops[n++] = (struct mstore_op){ MSTORE_PUT, REC_ABORTED_TREC, MSTORE_ANY_REV, mtext, mlen };
+    if (ptext != NULL) {
+        ops[n++] = (struct mstore_op){ MSTORE_PUT, REC_ABORTED, MSTORE_ANY_REV, ptext, plen };
+    }
+    ops[n++] = (struct mstore_op){ MSTORE_DELETE, REC_PENDING, a->pm_rev ? a->pm_rev
+                                                                          : MSTORE_ANY_REV,
+                                   NULL, 0 };
+    ops[n++] = (struct mstore_op){ MSTORE_DELETE, REC_PENDING_TREC, a->rec_rev, NULL, 0 };
+    rc = mstore_txn(a->store, ops, n, NULL, NULL, err_buf, sizeof(err_buf));
+    free(mtext);
+    free(ptext);
+    if (rc != MSTORE_OK) {
+        ctl_error("abort: store: %s", err_buf);
+        return -1;
+    }
+    ctl_info("abort: store: pending epoch %" PRIu64 " deleted", a->rec.epoch);
+    failed = nodes_broadcast(a, &req, LONG_TIMEOUT_MS, "abort");
+    ctl_info("abort: %u of %u nodes acknowledged%s", a->n_nodes - failed, a->n_nodes,
+             failed ? "; the others keep their pending until `ringctl abort` reaches them" : "");
+    return (int)failed;
+}
+
+/* fail_abort: see ctl_transition.h. */
+int
+fail_abort(struct admin *a, const char *why)
+{
+    ctl_info("%s: aborting the transition to epoch %" PRIu64, why, a->rec.epoch);
+    do_abort(a);
+    return EX_FAILED;
+}
+
+/*
+ * PREPARE
+ */
+
+/* Honour RINGCTL_EXIT_AFTER (tests only). */
+static void
+maybe_exit_after(struct admin *a, const char *phase)
+{
+    const char *e = getenv("RINGCTL_EXIT_AFTER");
+
+    if (a->exit_after_ok && e != NULL && strcmp(e, phase) == 0) {
+        ctl_info("RINGCTL_EXIT_AFTER=%s: exiting with the transition pending", phase);
+        fflush(NULL);
+        _exit(EX_INJECTED);
+    }
+}
+
+/* boot_changed: see ctl_transition.h. A node restarted since PREPARE lost
+ * what it held or imported. */
+struct tnode *
+boot_changed(struct admin *a)
+{
+    uint32_t i;
+
+    for (i = 0; i < a->n_nodes; i++) {
+        struct tnode *t = &a->nodes[i];
+        uint64_t want = trec_boot_id(&a->rec, t->id);
+
+        if (want != 0 && t->have_st && t->st.boot_id != 0 && t->st.boot_id != want) {
+            return t;
+        }
+    }
+    return NULL;
+}
+
+/* PREPARE on the nodes (the store's pending exists): Prepare to every node,
+ * then record their boot ids. */
+static int
+phase_prepare(struct admin *a)
+{
+    struct cport_request req = transition_request(a, CPORT_PREPARE);
+    struct tnode *t;
+    uint32_t i, failed;
+
+    failed = nodes_broadcast(a, &req, LONG_TIMEOUT_MS, "prepare");
+    if (failed > 0) {
+        return fail_abort(a, "prepare: a node refused or is unreachable");
+    }
+    t = boot_changed(a);
+    if (t != NULL) {
+        ctl_info("prepare: %s restarted since the transition began (boot id %016" PRIx64
+                 " -> %016" PRIx64 ")", t->id, trec_boot_id(&a->rec, t->id), t->st.boot_id);
+        return fail_abort(a, "prepare");
+    }
+    if (a->rec.n_boot == 0) {
+        a->rec.boot = calloc(a->n_nodes ? a->n_nodes : 1, sizeof(*a->rec.boot));
+        if (a->rec.boot == NULL) {
+            return fail_abort(a, "out of memory");
+        }
+        for (i = 0; i < a->n_nodes; i++) {
+            snprintf(a->rec.boot[i].id, sizeof(a->rec.boot[i].id), "%s", a->nodes[i].id);
+            a->rec.boot[i].boot_id = a->nodes[i].st.boot_id;
+        }
+        a->rec.n_boot = a->n_nodes;
+        if (trec_store(a->store, &a->rec, &a->rec_rev) != EX_OK) {
+            return EX_FAILED;
+        }
+    }
+    ctl_info("prepare: %u nodes prepared for epoch %" PRIu64, a->n_nodes, a->rec.epoch);
+    maybe_exit_after(a, "prepare");
+    return EX_OK;
+}
+
+/*
+ * COPY
+ */
+
+/* Sum of the copy progress over every source's transfers. */
+struct progress {
+    uint64_t items, bytes, items_total, bytes_total, backlog;
+    uint32_t n_transfers;
+    bool     caught_up;
+};
+
+/* Did the node accept the Prepare fresh (recovering or behind)? */
+static bool
+node_fresh(const struct tnode *t)
+{
+    return t->have_st && (t->st.recovering || t->st.behind_epoch != 0);
+}
+
+/* Collect progress; false (with a reason in why) on a fatal condition. */
+static bool
+collect_progress(struct admin *a, struct progress *p, char *why, size_t whylen)
+{
+    uint32_t i, k;
+
+    memset(p, 0, sizeof(*p));
+    p->caught_up = true;
+    for (i = 0; i < a->n_nodes; i++) {
+        struct tnode *t = &a->nodes[i];
+
+        if (t->down_since != 0) {
+            p->caught_up = false;
+            if (ctl_now_ms() - t->down_since > NODE_LOST_MS) {
+                snprintf(why, whylen, "copy: %s unreachable for %d s: %s", t->id,
+                         NODE_LOST_MS / 1000, t->err);
+                return false;
+            }
+            continue;
+        }
+        if (!t->have_st) {
+            p->caught_up = false;
+            continue;
+        }
+        if (trec_boot_id(&a->rec, t->id) != 0 && t->st.boot_id != trec_boot_id(&a->rec, t->id)) {
+            snprintf(why, whylen, "copy: %s restarted (boot id changed)", t->id);
+            return false;
+        }
+        if (t->st.pending_epoch != a->rec.epoch || t->st.phase == CPORT_PHASE_ABORTED) {
+            snprintf(why, whylen, "copy: %s no longer has epoch %" PRIu64 " pending (it reports"
+                     " pending %" PRIu64 ", phase %s)", t->id, a->rec.epoch,
+                     t->st.pending_epoch, cport_phase_name(t->st.phase));
+            return false;
+        }
+        for (k = 0; k < t->st.n_transfers; k++) {
+            const struct cport_transfer *x = &t->st.transfers[k];
+
+            if (x->error[0] != '\0') {
+                snprintf(why, whylen, "copy: transfer %s -> %s failed: %s", t->id, x->dest,
+                         x->error);
+                return false;
+            }
+            p->items += x->items_sent;
+            p->bytes += x->bytes_sent;
+            p->items_total += x->items_total > x->items_sent ? x->items_total : x->items_sent;
+            p->bytes_total += x->bytes_total > x->bytes_sent ? x->bytes_total : x->bytes_sent;
+            p->backlog += x->dirty_backlog;
+            p->n_transfers++;
+            if (!x->walk_done || x->dirty_backlog > CAUGHT_UP_BACKLOG) {
+                p->caught_up = false;
+            }
+        }
+        /* A source that has not set up its transfers yet is not done.
+         * A recovering or behind node accepted the Prepare fresh: it
+         * purged and imports what it owns and sources nothing (it holds
+         * nothing current, server/cluster.c compute_arcs), so waiting
+         * for its transfers would wait forever. */
+        if (t->is_source && t->st.n_transfers == 0 && !node_fresh(t)) {
+            p->caught_up = false;
+        }
+    }
+    return true;
+}
+
+/* Show copy progress: a bar on a terminal, a line per second otherwise. */
+static void
+show_progress(const struct progress *p, double rate, bool tty, bool final)
+{
+    char b1[32], b2[32], b3[32], eta[32] = "-";
+    double frac = p->bytes_total > 0 ? (double)p->bytes / (double)p->bytes_total
+                : p->items_total > 0 ? (double)p->items / (double)p->items_total : 1.0;
+    int w = 30, fill, i;
+
+    if (frac > 1 || final) {
+        frac = 1;   /* totals are estimates taken at walk start */
+    }
+    if (rate > 0 && p->bytes_total > p->bytes) {
+        snprintf(eta, sizeof(eta), "%.0fs", (double)(p->bytes_total - p->bytes) / rate);
+    }
+    ctl_fmt_bytes((double)p->bytes, b1, sizeof(b1));
+    ctl_fmt_bytes((double)p->bytes_total, b2, sizeof(b2));
+    ctl_fmt_bytes(rate, b3, sizeof(b3));
+    if (tty) {
+        fill = (int)(frac * w);
+        fputs("\r[", stderr);
+        for (i = 0; i < w; i++) {
+            fputc(i < fill ? '#' : '.', stderr);
+        }
+        fprintf(stderr, "] %3.0f%% %" PRIu64 "/%" PRIu64 " items %s/%s %s/s ETA %s backlog %"
+                PRIu64 "\033[K", frac * 100, p->items, p->items_total, b1, b2, b3, eta,
+                p->backlog);
+        if (final) {
+            fputc('\n', stderr);
+        }
+    } else {
+        fprintf(stderr, "ringctl: copy: %3.0f%% items %" PRIu64 "/%" PRIu64 " bytes %s/%s rate "
+                "%s/s eta %s backlog %" PRIu64 "\n", frac * 100, p->items, p->items_total, b1,
+                b2, b3, eta, p->backlog);
+    }
+    fflush(stderr);
+}
+
+/* COPY: StartCopy to every node, then poll Status until every source has
+ * caught up (walk done, dirty backlog small). */
+static int
+phase_copy(struct admin *a)
+{
+    struct cport_request req = transition_request(a, CPORT_START_COPY);
+    struct cport_request sreq = { .kind = CPORT_STATUS };
+    struct progress p, last = { 0 };
+    char why[1024];
+    bool tty = isatty(STDERR_FILENO);
+    int64_t t0 = ctl_now_ms(), last_print = 0, last_change = ctl_now_ms(), rate_t = ctl_now_ms();
+    uint64_t rate_bytes = 0;
+    double rate = 0;
+    uint32_t i;
+
+    if (a->rec.phase != TREC_COPYING) {
+        a->rec.phase = TREC_COPYING;
+        if (trec_store(a->store, &a->rec, &a->rec_rev) != EX_OK) {
+            return EX_FAILED;
+        }
+    }
+    if (nodes_broadcast(a, &req, LONG_TIMEOUT_MS, "copy") > 0) {
+        return fail_abort(a, "copy: StartCopy failed");
+    }
+    for (i = 0; i < a->n_nodes; i++) {
+        if (a->nodes[i].is_source && node_fresh(&a->nodes[i])) {
+            ctl_info("warning: copy: %s is %s: it holds nothing current and sources nothing; "
+                     "the ranges only it held start empty on their new owners", a->nodes[i].id,
+                     a->nodes[i].st.recovering ? "recovering" : "behind a higher epoch");
+        }
+    }
+    for (;;) {
+        for (i = 0; i < a->n_nodes; i++) {
+            int rc = node_call(a, &a->nodes[i], &sreq, a->g->timeout_ms);
+
+            if (rc == CPORT_EREFUSED) {
+                snprintf(why, sizeof(why), "copy: %s refused Status: %s", a->nodes[i].id,
+                         a->nodes[i].err);
+                return fail_abort(a, why);
+            }
+        }
+        if (!collect_progress(a, &p, why, sizeof(why))) {
+            if (tty) {
+                fputc('\n', stderr);
+            }
+            return fail_abort(a, why);
+        }
+        if (p.items != last.items || p.bytes != last.bytes || p.backlog != last.backlog) {
+            last_change = ctl_now_ms();
+        }
+        if (ctl_now_ms() - rate_t >= 1000) {
+            rate = (double)(p.bytes - rate_bytes) * 1000.0 / (double)(ctl_now_ms() - rate_t);
+            rate_bytes = p.bytes;
+            rate_t = ctl_now_ms();
+        }
+        last = p;
+        if (p.caught_up) {
+            if (rate == 0 && ctl_now_ms() > t0) {
+                rate = (double)p.bytes * 1000.0 / (double)(ctl_now_ms() - t0);
+            }
+            show_progress(&p, rate, tty, true);
+            break;
+        }
+        if (ctl_now_ms() - last_change > STALL_MS) {
+            if (tty) {
+                fputc('\n', stderr);
+            }
+            return fail_abort(a, "copy: no progress for 60 s");
+        }
+        if (tty || ctl_now_ms() - last_print >= 1000) {
+            show_progress(&p, rate, tty, false);
+            last_print = ctl_now_ms();
+        }
+        ctl_sleep_ms(POLL_MS);
+    }
+    ctl_info("copy: caught up: %" PRIu64 " items, %" PRIu64 " bytes sent in %.1f s", p.items,
+             p.bytes, (double)(ctl_now_ms() - t0) / 1000.0);
+    maybe_exit_after(a, "copy");
+    return EX_OK;
+}
+
+/*
+ * FENCE
+ */
+
+/*
+ * Fence every node at once: each fences its moving ranges and drains, so
+ * the ranges are held for the slowest node's drain, not for the sum of
+ * all of them as with one call after the other. Returns how many nodes
+ * failed, as nodes_broadcast().
+ */
+static uint32_t
+fence_all(struct admin *a, const struct cport_request *req)
+{
+    int *rc = calloc(a->n_nodes ? a->n_nodes : 1, sizeof(*rc));
+    uint32_t i, failed = 0;
+
+    if (rc == NULL) {
+        return nodes_broadcast(a, req, LONG_TIMEOUT_MS, "fence");
+    }
+    nodes_call_parallel(a, req, LONG_TIMEOUT_MS, 0, a->n_nodes, NULL, rc);
+    for (i = 0; i < a->n_nodes; i++) {
+        if (rc[i] != CPORT_OK) {
+            ctl_info("fence: %s (%s): %s", a->nodes[i].id, a->nodes[i].addr, a->nodes[i].err);
+            failed++;
+        }
+    }
+    free(rc);
+    return failed;
+}
+
+/* FENCE: Fence to every node at once (sources drain and reply when the
+ * last batch is acked); then record FENCED in the store. */
+static int
+phase_fence(struct admin *a)
+{
+    struct cport_request req = transition_request(a, CPORT_FENCE);
+    struct progress p;
+    char why[1024];
+    int64_t t0 = ctl_now_ms();
+    uint32_t i;
+
+    if (fence_all(a, &req) > 0) {
+        return fail_abort(a, "fence: a node refused or is unreachable");
+    }
+    a->fence_ms = (uint64_t)(ctl_now_ms() - t0);
+    for (i = 0; i < a->n_nodes; i++) {
+        if (a->nodes[i].st.fence_held_ms > a->fence_ms) {
+            a->fence_ms = a->nodes[i].st.fence_held_ms;
+        }
+    }
+    if (!collect_progress(a, &p, why, sizeof(why))) {
+        return fail_abort(a, why);
+    }
+    a->moved_items = p.items;
+    a->moved_bytes = p.bytes;
+    a->rec.phase = TREC_FENCED;
+    if (trec_store(a->store, &a->rec, &a->rec_rev) != EX_OK) {
+        return fail_abort(a, "fence: cannot record FENCED");
+    }
+    ctl_info("fence: %u nodes fenced in %" PRIu64 " ms", a->n_nodes, a->fence_ms);
+    maybe_exit_after(a, "fence");
+    return EX_OK;
+}
+
+/*
+ * COMMIT and CLEANUP
+ */
+
+/* The store's commit: active N -> N+1, history, delete pending (in this
+ * order, so a crash leaves a state that resume completes). */
+static int
+store_commit(struct admin *a)
+{
+    struct mstore_op ops[4];
+    char name[64];
+    size_t len = 0;
+    char *text = ctl_members_text(a->new, &len);
+    int rc;
+
+    if (text == NULL) {
+        ctl_error("out of memory");
+        return EX_FAILED;
+    }
+    snprintf(name, sizeof(name), "history/epoch-%" PRIu64 ".members", a->new->epoch);
+    ops[0] = (struct mstore_op){ MSTORE_PUT, REC_ACTIVE, a->active_rev, text, len };
+    ops[1] = (struct mstore_op){ MSTORE_PUT, name, MSTORE_ANY_REV, text, len };
+    ops[2] = (struct mstore_op){ MSTORE_DELETE, REC_PENDING, a->pm_rev, NULL, 0 };
+    ops[3] = (struct mstore_op){ MSTORE_DELETE, REC_PENDING_TREC, a->rec_rev, NULL, 0 };
+    rc = mstore_txn(a->store, ops, 4, NULL, NULL, err_buf, sizeof(err_buf));
+    free(text);
+    if (rc != MSTORE_OK) {
+        ctl_error("commit: store: %s%s", err_buf, rc == MSTORE_ECONFLICT
+                  ? " (another admin aborted or changed the store; nothing was committed)" : "");
+        return rc == MSTORE_ECONFLICT ? EX_FAILED : EX_USAGE;
+    }
+    ctl_info("commit: store: epoch %" PRIu64 " is active", a->new->epoch);
+    return EX_OK;
+}
+
+/* Deliver Commit in commit order — destinations, then the others, sources
+ * last — with the nodes of one rank at once (the fenced ranges wait for the
+ * slowest of each rank, not for the sum of all nodes), retrying silent
+ * nodes for a bounded time. Returns how many never acknowledged. */
+uint32_t
+deliver_commit(struct admin *a)
+{
+    struct cport_request req = transition_request(a, CPORT_COMMIT);
+    int64_t deadline = ctl_now_ms() + COMMIT_RETRY_MS;
+    uint32_t n = a->n_nodes ? a->n_nodes : 1;
+    bool *done = calloc(n, sizeof(*done));
+    int *rc = calloc(n, sizeof(*rc));
+    uint32_t i, lo, hi, left = a->n_nodes;
+
+    if (done == NULL || rc == NULL) {
+        free(done);
+        free(rc);
+        return a->n_nodes;
+    }
+    for (;;) {
+        /* a->nodes is sorted by rank, so each rank is one run [lo, hi). */
+        for (lo = 0; lo < a->n_nodes; lo = hi) {
+            for (hi = lo + 1; hi < a->n_nodes && a->nodes[hi].rank == a->nodes[lo].rank; hi++)
+                ;
+            nodes_call_parallel(a, &req, LONG_TIMEOUT_MS, lo, hi, done, rc);
+            for (i = lo; i < hi; i++) {
+                /* A node already at N+1 (a repeated commit) is done too. */
+                if (!done[i] && (rc[i] == CPORT_OK
+                                 || (a->nodes[i].have_st
+                                     && a->nodes[i].st.active_epoch >= a->new->epoch))) {
+                    done[i] = true;
+                    left--;
+                }
+            }
+        }
+        if (left == 0 || ctl_now_ms() >= deadline) {
+            break;
+        }
+        ctl_sleep_ms(200);
+    }
+    for (i = 0; i < a->n_nodes; i++) {
+        if (!done[i]) {
+            ctl_info("warning: commit: %s (%s) did not acknowledge epoch %" PRIu64 ": %s; the "
+                     "commit stands (the store decided it); `ringctl resume` re-sends it",
+                     a->nodes[i].id, a->nodes[i].addr, a->new->epoch, a->nodes[i].err);
+        }
+    }
+    free(done);
+    free(rc);
+    return left;
+}
+
+/* CLEANUP: wait (bounded) for every reachable node to report no orphans
+ * (wait_cleanup: see ctl_transition.h). */
+bool
+wait_cleanup(struct admin *a)
+{
+    struct cport_request sreq = { .kind = CPORT_STATUS };
+    int64_t deadline = ctl_now_ms() + CLEANUP_WAIT_MS;
+    uint64_t orphans;
+    uint32_t i;
+
+    for (;;) {
+        orphans = 0;
+        for (i = 0; i < a->n_nodes; i++) {
+            if (node_call(a, &a->nodes[i], &sreq, a->g->timeout_ms) == CPORT_OK) {
+                orphans += a->nodes[i].st.orphans;
+            }
+        }
+        if (orphans == 0) {
+            return true;
+        }
+        if (ctl_now_ms() >= deadline) {
+            ctl_info("warning: cleanup: %" PRIu64 " orphan items still held after %d s",
+                     orphans, CLEANUP_WAIT_MS / 1000);
+            return false;
+        }
+        ctl_sleep_ms(200);
+    }
+}
+
+/* COMMIT + CLEANUP + summary. */
+static int
+phase_commit(struct admin *a)
+{
+    uint32_t missed;
+    bool clean;
+    int rc;
+
+    rc = store_commit(a);
+    if (rc != EX_OK) {
+        return rc;
+    }
+    missed = deliver_commit(a);
+    clean = wait_cleanup(a);
+    printf("epoch\t%" PRIu64 "\n", a->new->epoch);
+    printf("op\t%s\n", a->rec.op);
+    printf("moved_items\t%" PRIu64 "\n", a->moved_items);
+    printf("moved_bytes\t%" PRIu64 "\n", a->moved_bytes);
+    printf("fence_ms\t%" PRIu64 "\n", a->fence_ms);
+    printf("seconds\t%.2f\n", (double)(ctl_now_ms() - a->t_start) / 1000.0);
+    printf("nodes_not_committed\t%u\n", missed);
+    printf("cleanup\t%s\n", clean ? "done" : "incomplete");
+    return EX_OK;
+}
+
+/* The phases before the commit, in order, each with the last recorded
+ * phase it runs from: `ringctl resume` of a transition recorded as
+ * COPYING starts over at the copy. The commit always runs. */
+static const struct {
+    int           (*run)(struct admin *a);
+    enum trec_phase upto;
+} phases[] = {
+    { phase_prepare, TREC_PREPARED },
+    { phase_copy,    TREC_COPYING },
+    { phase_fence,   TREC_FENCED },
+};
+
+/* run_from: see ctl_transition.h. */
+int
+run_from(struct admin *a, enum trec_phase from)
+{
+    size_t i;
+    int rc = EX_OK;
+
+    for (i = 0; rc == EX_OK && i < sizeof(phases) / sizeof(phases[0]); i++) {
+        if (from <= phases[i].upto) {
+            rc = phases[i].run(a);
+        }
+    }
+    return rc == EX_OK ? phase_commit(a) : rc;
+}
+
+/*
+ * Starting a change
+ */
+
+/* make_new: see ctl_transition.h. EX_USAGE (or EX_FAILED when out of
+ * memory) after printing why. */
+int
+make_new(struct admin *a, bool join, const char *id, const char *addr, uint32_t weight,
+         const char *zone)
+{
+    uint32_t i;
+
+    a->new = ring_members_dup(a->old);
+    if (a->new == NULL) {
+        ctl_error("out of memory");
+        return EX_FAILED;
+    }
+    a->new->epoch = a->old->epoch + 1;
+    if (join) {
+        if (ring_members_find(a->old, id) >= 0) {
+            ctl_error("join: %s is already a member of epoch %" PRIu64, id, a->old->epoch);
+            return EX_USAGE;
+        }
+        /* Two members at one address: the node there answers as itself,
+         * so the joiner's ranges would be copied to the wrong node and
+         * the copy refused mid-transition. Refuse it before the store. */
+        for (i = 0; i < a->old->n_nodes; i++) {
+            if (strcmp(a->old->nodes[i].addr, addr) == 0) {
+                ctl_error("join: %s is already the address of %s in epoch %" PRIu64, addr,
+                          a->old->nodes[i].id, a->old->epoch);
+                return EX_USAGE;
+            }
+        }
+        if (ring_members_add(a->new, id, addr, weight, zone) != RING_OK) {
+            ctl_error("join: invalid node '%s' '%s' (id [A-Za-z0-9._:-]{1,64}, "
+                      "addr host:port)", id, addr);
+            return EX_USAGE;
+        }
+    } else {
+        if (ring_members_remove(a->new, id) != RING_OK) {
+            ctl_error("leave: %s is not a member of epoch %" PRIu64, id, a->old->epoch);
+            return EX_USAGE;
+        }
+        if (a->new->n_nodes == 0) {
+            ctl_error("leave: %s is the last node; a cluster cannot be empty", id);
+            return EX_USAGE;
+        }
+    }
+    return EX_OK;
+}
+
+/* change_run: see ctl_transition.h. PREPARE in the store: pending.members
+ * and the transition record are created in one transaction, conditional on
+ * the active epoch N, which is how two admins racing are told apart. */
+int
+change_run(struct ctl_globals *g, const struct change_opts *o)
+{
+    struct admin a = { .g = g, .exit_after_ok = true };
+    const char *id = o->id, *addr = o->addr, *zone = o->zone;
+    char host[128] = "?", *ptext = NULL, *mtext = NULL;
+    const char *user = getenv("USER");
+    const char *kind = o->join ? "join" : o->remove_failed ? "remove" : "leave";
+    bool join = o->join;
+    uint32_t weight = o->weight;
+    double rate_mib = o->rate_mib;
+    struct mstore_op ops[3];
+    size_t plen = 0, mlen = 0, failed = 0;
+    int rc;
+
+    a.t_start = ctl_now_ms();
+    rc = admin_load(&a, true);
+    if (rc != EX_OK) {
+        goto out;
+    }
+    if (a.old == NULL) {
+        ctl_error("%s: the store has no active membership (ringctl init first)", kind);
+        rc = EX_USAGE;
+        goto out;
+    }
+    if (a.new != NULL || a.have_rec) {
+        ctl_error("another transition is pending (exit 3):");
+        print_pending(&a, stderr);
+        rc = EX_PENDING;
+        goto out;
+    }
+    if (o->admit != NULL) {
+        rc = o->admit(&a, o);
+        if (rc != EX_OK) {
+            goto out;
+        }
+    }
+    if (o->remove_failed) {
+        admin_add_failed(&a, id);   /* nothing is pending: the only one */
+    }
+    rc = make_new(&a, join, id, addr, weight, zone);
+    if (rc != EX_OK) {
+        goto out;
+    }
+    /* PREPARE in the store: create pending, conditional on active N. */
+    if (getrandom(a.rec.token, TREC_TOKEN_BYTES, 0) != TREC_TOKEN_BYTES) {
+        ctl_error("getrandom: %s", strerror(errno));
+        rc = EX_FAILED;
+        goto out;
+    }
+    gethostname(host, sizeof(host) - 1);
+    a.rec.phase = TREC_PREPARED;
+    a.rec.from_epoch = a.old->epoch;
+    a.rec.epoch = a.new->epoch;
+    a.rec.rate = (uint64_t)(rate_mib * 1048576.0);
+    a.rec.started = (int64_t)time(NULL);
+    if (join) {
+        snprintf(a.rec.op, sizeof(a.rec.op), "join %s %s", id, addr);
+    } else if (o->remove_failed) {
+        snprintf(a.rec.op, sizeof(a.rec.op), "%s%s", OP_REMOVE_FAILED, id);
+    } else {
+        snprintf(a.rec.op, sizeof(a.rec.op), "leave %s", id);
+    }
+    snprintf(a.rec.admin, sizeof(a.rec.admin), "%s@%s pid %ld", user ? user : "?", host,
+             (long)getpid());
+    ptext = ctl_members_text(a.new, &plen);
+    mtext = trec_format(&a.rec, &mlen);
+    if (ptext == NULL || mtext == NULL) {
+        ctl_error("out of memory");
+        rc = EX_FAILED;
+        goto out;
+    }
+    ops[0] = (struct mstore_op){ MSTORE_CHECK, REC_ACTIVE, a.active_rev, NULL, 0 };
+    ops[1] = (struct mstore_op){ MSTORE_CREATE, REC_PENDING, 0, ptext, plen };
+    ops[2] = (struct mstore_op){ MSTORE_CREATE, REC_PENDING_TREC, 0, mtext, mlen };
+    rc = mstore_txn(a.store, ops, 3, &failed, &a.pm_rev, err_buf, sizeof(err_buf));
+    if (rc == MSTORE_ECONFLICT) {
+        ctl_error("%s: another admin won (%s)", kind,
+                  failed == 0 ? "the active epoch changed" : "a transition is pending");
+        if (admin_load_state(&a) == EX_OK) {
+            print_pending(&a, stderr);
+        }
+        rc = EX_PENDING;
+        goto out;
+    }
+    if (rc != MSTORE_OK) {
+        ctl_error("store: %s", err_buf);
+        rc = rc == MSTORE_ECORRUPT ? EX_USAGE : EX_FAILED;
+        goto out;
+    }
+    a.rec_rev = a.pm_rev;
+    a.have_rec = true;
+    ctl_info("plan: %s: epoch %" PRIu64 " -> %" PRIu64 "; pending recorded in the store",
+             a.rec.op, a.rec.from_epoch, a.rec.epoch);
+    rc = nodes_build(&a);
+    if (rc == EX_OK) {
+        rc = run_from(&a, TREC_PREPARED);
+    } else {
+        rc = fail_abort(&a, "plan");
+    }
+out:
+    free(ptext);
+    free(mtext);
+    admin_free(&a);
+    return rc;
+}
