@@ -19,6 +19,7 @@
 
 #include "config.h"
 #include "client/cport_client.h"
+#include "ring/util.h"
 #include "proto/frame.h"
 #include "proto/members_pb.h"
 #include "proto/ringcache.pb-c.h"
@@ -30,16 +31,6 @@ struct cport_conn {
     size_t   rlen, rcap;
 };
 
-/* Milliseconds on the monotonic clock. */
-static int64_t
-now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Wait for events on fd until the deadline: 1 ready, 0 timed out, -1 error. */
 static int
 wait_fd(int fd, short events, int64_t deadline)
@@ -49,7 +40,7 @@ wait_fd(int fd, short events, int64_t deadline)
     int rc;
 
     for (;;) {
-        left = deadline - now_ms();
+        left = deadline - util_now_ms();
         if (left <= 0) {
             return 0;
         }
@@ -347,7 +338,7 @@ cport_connect(const char *addr, const char *cluster, const uint8_t *token, size_
     Ringcache__Hello *reply = NULL;
     ProtobufCMessage *msg = NULL;
     struct cport_conn *c;
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = util_now_ms() + timeout_ms;
     int rc;
 
     *out = NULL;
@@ -489,7 +480,7 @@ cport_call(struct cport_conn *c, const struct cport_request *req, int timeout_ms
     Ringcache__AdminReply *reply = NULL;
     ProtobufCMessage *msg = NULL;
     ProtobufCBinaryData tok = { req->token_len, (uint8_t *)req->token };
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = util_now_ms() + timeout_ms;
     int rc = CPORT_ENOMEM;
 
     if (st != NULL) {

@@ -717,7 +717,7 @@ ctl_resume(struct ctl_globals *g, int argc, char **argv)
     uint32_t i;
     int rc;
 
-    a.t_start = ctl_now_ms();
+    a.t_start = util_now_ms();
     rc = admin_begin(&a, argc, argv, CTL_USAGE_ADMIN " resume");
     if (rc != EX_OK) {
         goto out;

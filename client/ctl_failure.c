@@ -353,13 +353,13 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
                 }
                 me->recovering = crc == CPORT_OK;
                 if (me->bad_since == 0) {
-                    me->bad_since = ctl_now_ms();
+                    me->bad_since = util_now_ms();
                     ctl_info("watch: %s %s", t->id, crc != CPORT_OK ? t->err
                              : t->st.recovering ? "is recovering (restarted empty)"
                              : "is behind a higher epoch");
                 }
                 if (act_id[0] == '\0'
-                    && ctl_now_ms() - me->bad_since >= (int64_t)(down_after * 1000)) {
+                    && util_now_ms() - me->bad_since >= (int64_t)(down_after * 1000)) {
                     snprintf(act_id, sizeof(act_id), "%s", t->id);
                     act_repair = me->recovering;
                 }

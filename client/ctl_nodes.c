@@ -366,7 +366,7 @@ static void
 node_mark_down(struct tnode *t)
 {
     if (t->down_since == 0) {
-        t->down_since = ctl_now_ms();
+        t->down_since = util_now_ms();
     }
 }
 

@@ -229,7 +229,7 @@ collect_progress(struct admin *a, struct progress *p, char *why, size_t whylen)
 
         if (t->down_since != 0) {
             p->caught_up = false;
-            if (ctl_now_ms() - t->down_since > NODE_LOST_MS) {
+            if (util_now_ms() - t->down_since > NODE_LOST_MS) {
                 snprintf(why, whylen, "copy: %s unreachable for %d s: %s", t->id,
                          NODE_LOST_MS / 1000, t->err);
                 return false;
@@ -328,7 +328,7 @@ phase_copy(struct admin *a)
     struct progress p, last = { 0 };
     char why[1024];
     bool tty = isatty(STDERR_FILENO);
-    int64_t t0 = ctl_now_ms(), last_print = 0, last_change = ctl_now_ms(), rate_t = ctl_now_ms();
+    int64_t t0 = util_now_ms(), last_print = 0, last_change = util_now_ms(), rate_t = util_now_ms();
     uint64_t rate_bytes = 0;
     double rate = 0;
     uint32_t i;
@@ -366,35 +366,35 @@ phase_copy(struct admin *a)
             return fail_abort(a, why);
         }
         if (p.items != last.items || p.bytes != last.bytes || p.backlog != last.backlog) {
-            last_change = ctl_now_ms();
+            last_change = util_now_ms();
         }
-        if (ctl_now_ms() - rate_t >= 1000) {
-            rate = (double)(p.bytes - rate_bytes) * 1000.0 / (double)(ctl_now_ms() - rate_t);
+        if (util_now_ms() - rate_t >= 1000) {
+            rate = (double)(p.bytes - rate_bytes) * 1000.0 / (double)(util_now_ms() - rate_t);
             rate_bytes = p.bytes;
-            rate_t = ctl_now_ms();
+            rate_t = util_now_ms();
         }
         last = p;
         if (p.caught_up) {
-            if (rate == 0 && ctl_now_ms() > t0) {
-                rate = (double)p.bytes * 1000.0 / (double)(ctl_now_ms() - t0);
+            if (rate == 0 && util_now_ms() > t0) {
+                rate = (double)p.bytes * 1000.0 / (double)(util_now_ms() - t0);
             }
             show_progress(&p, rate, tty, true);
             break;
         }
-        if (ctl_now_ms() - last_change > STALL_MS) {
+        if (util_now_ms() - last_change > STALL_MS) {
             if (tty) {
                 fputc('\n', stderr);
             }
             return fail_abort(a, "copy: no progress for 60 s");
         }
-        if (tty || ctl_now_ms() - last_print >= 1000) {
+        if (tty || util_now_ms() - last_print >= 1000) {
             show_progress(&p, rate, tty, false);
-            last_print = ctl_now_ms();
+            last_print = util_now_ms();
         }
         ctl_sleep_ms(POLL_MS);
     }
     ctl_info("copy: caught up: %" PRIu64 " items, %" PRIu64 " bytes sent in %.1f s", p.items,
-             p.bytes, (double)(ctl_now_ms() - t0) / 1000.0);
+             p.bytes, (double)(util_now_ms() - t0) / 1000.0);
     maybe_exit_after(a, "copy");
     return EX_OK;
 }
@@ -437,13 +437,13 @@ phase_fence(struct admin *a)
     struct cport_request req = transition_request(a, CPORT_FENCE);
     struct progress p;
     char why[1024];
-    int64_t t0 = ctl_now_ms();
+    int64_t t0 = util_now_ms();
     uint32_t i;
 
     if (fence_all(a, &req) > 0) {
         return fail_abort(a, "fence: a node refused or is unreachable");
     }
-    a->fence_ms = (uint64_t)(ctl_now_ms() - t0);
+    a->fence_ms = (uint64_t)(util_now_ms() - t0);
     for (i = 0; i < a->n_nodes; i++) {
         if (a->nodes[i].st.fence_held_ms > a->fence_ms) {
             a->fence_ms = a->nodes[i].st.fence_held_ms;
@@ -506,7 +506,7 @@ uint32_t
 deliver_commit(struct admin *a)
 {
     struct cport_request req = transition_request(a, CPORT_COMMIT);
-    int64_t deadline = ctl_now_ms() + COMMIT_RETRY_MS;
+    int64_t deadline = util_now_ms() + COMMIT_RETRY_MS;
     uint32_t n = a->n_nodes ? a->n_nodes : 1;
     bool *done = calloc(n, sizeof(*done));
     int *rc = calloc(n, sizeof(*rc));
@@ -533,7 +533,7 @@ deliver_commit(struct admin *a)
                 }
             }
         }
-        if (left == 0 || ctl_now_ms() >= deadline) {
+        if (left == 0 || util_now_ms() >= deadline) {
             break;
         }
         ctl_sleep_ms(200);
@@ -556,7 +556,7 @@ bool
 wait_cleanup(struct admin *a)
 {
     struct cport_request sreq = { .kind = CPORT_STATUS };
-    int64_t deadline = ctl_now_ms() + CLEANUP_WAIT_MS;
+    int64_t deadline = util_now_ms() + CLEANUP_WAIT_MS;
     uint64_t orphans;
     uint32_t i;
 
@@ -570,7 +570,7 @@ wait_cleanup(struct admin *a)
         if (orphans == 0) {
             return true;
         }
-        if (ctl_now_ms() >= deadline) {
+        if (util_now_ms() >= deadline) {
             ctl_info("warning: cleanup: %" PRIu64 " orphan items still held after %d s",
                      orphans, CLEANUP_WAIT_MS / 1000);
             return false;
@@ -598,7 +598,7 @@ phase_commit(struct admin *a)
     printf("moved_items\t%" PRIu64 "\n", a->moved_items);
     printf("moved_bytes\t%" PRIu64 "\n", a->moved_bytes);
     printf("fence_ms\t%" PRIu64 "\n", a->fence_ms);
-    printf("seconds\t%.2f\n", (double)(ctl_now_ms() - a->t_start) / 1000.0);
+    printf("seconds\t%.2f\n", (double)(util_now_ms() - a->t_start) / 1000.0);
     printf("nodes_not_committed\t%u\n", missed);
     printf("cleanup\t%s\n", clean ? "done" : "incomplete");
     return EX_OK;
@@ -700,7 +700,7 @@ change_run(struct ctl_globals *g, const struct change_opts *o)
     size_t plen = 0, mlen = 0, failed = 0;
     int rc;
 
-    a.t_start = ctl_now_ms();
+    a.t_start = util_now_ms();
     rc = admin_load(&a, true);
     if (rc != EX_OK) {
         goto out;

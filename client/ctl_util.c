@@ -29,45 +29,20 @@ ctl_error(const char *fmt, ...)
 char *
 ctl_read_file(const char *path, size_t *len)
 {
-    FILE *f;
-    char *buf = NULL, *nbuf;
-    size_t cap = 0, n = 0, got;
+    char *buf = NULL, err[8];
+    int rc;
 
-    f = (strcmp(path, "-") == 0) ? stdin : fopen(path, "rb");
-    if (f == NULL) {
-        return NULL;
+    errno = 0;
+    rc = util_read_file(path, SIZE_MAX, &buf, len, err, sizeof(err));
+    if (rc == 0) {
+        return buf;
     }
-    for (;;) {
-        if (cap - n < 4096) {
-            cap = cap == 0 ? 65536 : cap * 2;
-            nbuf = realloc(buf, cap + 1);
-            if (nbuf == NULL) {
-                free(buf);
-                buf = NULL;
-                errno = ENOMEM;
-                goto out;
-            }
-            buf = nbuf;
-        }
-        got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            break;
-        }
-    }
-    if (ferror(f)) {
-        free(buf);
-        buf = NULL;
+    if (rc == 1) {
+        errno = ENOENT;
+    } else if (errno == 0) {
         errno = EIO;
-        goto out;
     }
-    buf[n] = '\0';
-    *len = n;
-out:
-    if (f != stdin) {
-        fclose(f);
-    }
-    return buf;
+    return NULL;
 }
 
 struct ring_members *
@@ -102,15 +77,6 @@ ctl_members_text(const struct ring_members *m, size_t *len)
         *len = need;
     }
     return buf;
-}
-
-int64_t
-ctl_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 void

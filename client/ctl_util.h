@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ring/util.h"
+
 struct ring_members;
 
 /* Print "ringctl: <message>" on stderr. */
@@ -33,8 +35,6 @@ struct ring_members *ctl_load_members(const char *path);
  * NULL when out of memory. */
 char *ctl_members_text(const struct ring_members *m, size_t *len);
 
-/* Milliseconds on the monotonic clock. */
-int64_t ctl_now_ms(void);
 
 /* Sleep ms milliseconds (a poll period, never a wait for a result). */
 void ctl_sleep_ms(int ms);

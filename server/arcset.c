@@ -143,28 +143,29 @@ arcset_append(struct arcset *dst, const struct arcset *src)
     return 0;
 }
 
-/* Arcs of r whose preference list holds self: each point's arc is
- * (previous position, its position]. */
+/* What arcset_owned collects into: the set, and ENOMEM on the way. */
+struct owned_ctx {
+    struct arcset *a;
+    int            rc;
+};
+
+static void
+owned_add(uint64_t lo, uint64_t hi, void *arg)
+{
+    struct owned_ctx *ctx = arg;
+
+    if (ctx->rc == 0 && arcset_add_arc(ctx->a, lo, hi) < 0)
+        ctx->rc = -1;
+}
+
+/* Arcs of r whose preference list holds self (ring_owned_arcs walks the
+ * ring; placement stays in ring/). */
 int
 arcset_owned(struct arcset *a, const struct ring *r, uint32_t self)
 {
-    uint32_t n = ring_n_points(r), want, i, list[RING_R_MAX];
-    uint64_t prev, pos;
-    uint32_t node, vnode;
+    struct owned_ctx ctx = { a, 0 };
 
-    want = list_len(ring_members(r)->replicas);
-    ring_point(r, n - 1, &prev, &node, &vnode);
-    for (i = 0; i < n; i++) {
-        uint32_t got;
-
-        ring_point(r, i, &pos, &node, &vnode);
-        if (pos == prev && n > 1)
-            continue;
-        got = ring_locate(r, pos, want, list);
-        if (list_has(list, got, (int32_t)self) && arcset_add_arc(a, prev, pos) < 0)
-            return -1;
-        prev = pos;
-    }
+    ring_owned_arcs(r, self, list_len(ring_members(r)->replicas), owned_add, &ctx);
     arcset_finish(a);
-    return 0;
+    return ctx.rc;
 }
