@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
-#include <xxhash.h>
 
+#include "ring/ring.h"
 #include "server/store.h"
 
 #define MIB (1024u * 1024u)
@@ -32,7 +32,7 @@ mkstore(size_t limit, bool sweeper)
 static inline uint64_t
 h(const char *key)
 {
-    return XXH3_64bits(key, strlen(key));
+    return ring_hash(key, strlen(key));
 }
 
 /* Store key=val with op; returns the store result, *cas_out the new CAS. */

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
+#include "ring/ring.h"
 #include "server/store.h"
 
 static int key_width = 10;   /* digits after "key:" */
@@ -54,7 +54,7 @@ set_one(struct store *s, long i)
 {
     char key[32];
     int n = snprintf(key, sizeof(key), "key:%0*ld", key_width, i), err = 0;
-    struct store_item *it = store_alloc(s, key, (size_t)n, XXH3_64bits(key, (size_t)n),
+    struct store_item *it = store_alloc(s, key, (size_t)n, ring_hash(key, (size_t)n),
                                         0, 0, 100, &err);
 
     if (it == NULL)
@@ -81,7 +81,7 @@ worker_main(void *arg)
         } else {
             int n = snprintf(key, sizeof(key), "key:%0*ld", key_width, i);
             struct store_item *it = store_get(w->s, key, (size_t)n,
-                                              XXH3_64bits(key, (size_t)n));
+                                              ring_hash(key, (size_t)n));
 
             if (it != NULL)
                 store_release(w->s, it);
