@@ -68,9 +68,12 @@ owners_have(const struct route *rt, int32_t idx)
     return false;
 }
 
-/* The decision from rt's owners (already located on v); see route.h. */
+/* The decision from rt's owners (already located on v); see route.h.
+ * ordered: a read that must see this connection's earlier writes, which
+ * may still be on their way to the key's acting primary: it is served
+ * there too (relayed on the same upstream, so after them). */
 static void
-decide(const struct cluster_view *v, struct route *rt, bool declared)
+decide(const struct cluster_view *v, struct route *rt, bool declared, bool ordered)
 {
     const uint32_t *list = rt->owners;
     enum route_do away = declared ? ROUTE_MOVED : ROUTE_FORWARD;
@@ -106,6 +109,17 @@ decide(const struct cluster_view *v, struct route *rt, bool declared)
         rt->action = ROUTE_TRYAGAIN;
         return;
     }
+    if (!rt->write && ordered && failover) {
+        uint32_t acting = first_live(v, list, n);
+
+        if ((int32_t)acting == v->self) {
+            rt->action = ROUTE_SERVE;
+            return;
+        }
+        rt->target = acting;
+        rt->action = away;
+        return;
+    }
     if (rt->write && failover) {
         /* Primary-forwarded writes: the first owner not seen down. */
         uint32_t acting = first_live(v, list, n);
@@ -135,25 +149,31 @@ decide(const struct cluster_view *v, struct route *rt, bool declared)
     rt->action = away;
 }
 
-/* See route.h. */
-void
-route_decide(const struct cluster_view *v, uint64_t hash, bool write, bool declared,
-             struct route *rt)
+/* Fill rt for a hash on v and look its owners up (once). */
+static void
+locate(const struct cluster_view *v, uint64_t hash, bool write, struct route *rt)
 {
     rt->view = v;
     rt->view_gen = v->gen;
     rt->hash = hash;
     rt->write = write;
     rt->replicate = false;
-    if (v->ring == NULL) {
-        rt->n_owners = 0;
-        rt->action = ROUTE_SERVE;
-        return;
-    }
-    rt->n_owners = ring_locate(v->ring, hash, v->replicas < RING_R_MAX ? v->replicas
-                                                                       : RING_R_MAX,
-                               rt->owners);
-    decide(v, rt, declared);
+    rt->action = ROUTE_SERVE;
+    rt->n_owners = 0;
+    if (v->ring != NULL)
+        rt->n_owners = ring_locate(v->ring, hash,
+                                   v->replicas < RING_R_MAX ? v->replicas : RING_R_MAX,
+                                   rt->owners);
+}
+
+/* See route.h. */
+void
+route_decide(const struct cluster_view *v, uint64_t hash, bool write, bool declared,
+             struct route *rt)
+{
+    locate(v, hash, write, rt);
+    if (rt->n_owners > 0)
+        decide(v, rt, declared, false);
 }
 
 /* Does this connection route by epoch (MOVED) rather than being
@@ -168,6 +188,18 @@ static inline struct cluster *
 conn_cluster(const struct conn *c)
 {
     return c->w->srv != NULL ? c->w->srv->cluster : NULL;
+}
+
+/* The decision for c's request on view v (ordered: see decide). */
+static void
+decide_for(struct conn *c, const struct cluster_view *v, uint64_t hash, bool write,
+           bool ordered, struct route *rt)
+{
+    locate(v, hash, write, rt);
+    if (rt->n_owners > 0) {
+        STATS_ADD(&c->w->stats, route_lookups, 1);
+        decide(v, rt, conn_declared(c), ordered);
+    }
 }
 
 /* The decision for c's request; without a cluster SERVE with no view. */
@@ -185,9 +217,7 @@ route_conn(struct conn *c, uint64_t hash, bool write, struct route *rt)
         rt->action = ROUTE_SERVE;
         return;
     }
-    route_decide(cluster_view(cl), hash, write, conn_declared(c), rt);
-    if (rt->n_owners > 0)
-        STATS_ADD(&c->w->stats, route_lookups, 1);
+    decide_for(c, cluster_view(cl), hash, write, !write && c->get_ordered, rt);
 }
 
 /*
@@ -376,11 +406,11 @@ route_update_ready(struct conn *c)
      * published since. */
     v = cluster_view(cl);
     if (v->gen != rt->view_gen) {
-        route_conn(c, rt->hash, true, rt);
+        decide_for(c, v, rt->hash, true, false, rt);
     } else {
         rt->view = v;
         if (rt->n_owners > 0)
-            decide(v, rt, conn_declared(c));
+            decide(v, rt, conn_declared(c), false);
     }
     if (rt->action == ROUTE_SERVE)
         return true;
@@ -433,8 +463,7 @@ forward_get(struct conn *c, const struct cluster_view *v, const char *cmd, size_
         while (proto_next_key(&q, end, &k)) {
             struct route rt;
 
-            route_decide(v, ring_hash(k.p, k.len), touch, false, &rt);
-            STATS_ADD(&c->w->stats, route_lookups, 1);
+            decide_for(c, v, ring_hash(k.p, k.len), touch, c->get_ordered, &rt);
             if ((rt.action != ROUTE_FORWARD && rt.action != ROUTE_TRYAGAIN) ||
                 rt.target != owners[i])
                 continue;
@@ -467,6 +496,12 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
     struct token k;
 
     c->get_decided = false;
+    /* A plain client's writes at a node that is not the key's primary are
+     * relayed; while replies queued before this get are still out
+     * (c->nholds), its keys are read where those writes went, the key's
+     * acting primary (on the same upstream, so after them). Fixed for the
+     * whole get, as it pauses and resumes. */
+    c->get_ordered = !touch && c->nholds > 0 && !conn_declared(c);
     if (v == NULL || v->ring == NULL)
         return true;
     while (proto_next_key(&q, end, &k)) {
