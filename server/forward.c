@@ -54,6 +54,9 @@ struct fwd_req {
     uint32_t          tries;      /* TRYAGAIN retries so far */
     struct fwd_up    *retry_up;   /* waiting to be re-sent there */
     struct event     *retry_ev;
+    bool              relayed;    /* some of its reply is in the hold */
+    char              alt[RING_ADDR_MAX + 1];  /* a get: the next owner to try when
+                                                * this one refuses or resets ("") */
 };
 
 /* A connection to one peer's client port. */
@@ -182,13 +185,40 @@ req_reply(struct fwd_req *r, const char *s, size_t n)
     req_done(r);
 }
 
-/* A request failed (timeout, lost or refused connection): the client sees
+static void up_resend(struct fwd_up *up, struct fwd_req *r);
+static struct fwd_up *up_find(struct fwd_worker *fw, const char *addr);
+
+/* A get whose owner refused or reset the connection before any of its
+ * reply came: it is sent to the key's next owner instead, once, within
+ * the same request (a kill -9'd primary costs its readers nothing). */
+static bool
+req_fallback(struct fwd_req *r, enum fwd_err err)
+{
+    struct fwd_up *to;
+
+    if (err != FWD_ECONN || r->alt[0] == '\0' || r->relayed || r->again == NULL ||
+        (r->kind != FWD_GET_WHOLE && r->kind != FWD_GET_SPLICE))
+        return false;
+    to = up_find(r->fw, r->alt);
+    r->alt[0] = '\0';
+    if (to == NULL)
+        return false;
+    log_msg(LOG_DEBUG, "forward: a get goes to the next owner %s", to->addr);
+    up_resend(to, r);
+    return true;
+}
+
+/* A request failed (timeout, lost or refused connection): a get goes to
+ * its next owner if it has one (req_fallback); otherwise the client sees
  * SERVER_ERROR <why>, a multi-get part is a miss, a callback gets NULL. */
 static void
 req_fail(struct fwd_req *r, const char *why, enum fwd_err err)
 {
     char buf[128];
     int n;
+
+    if (req_fallback(r, err))
+        return;
 
     switch (r->kind) {
     case FWD_LINE:
@@ -297,6 +327,7 @@ up_timer_cb(evutil_socket_t fd, short what, void *arg)
 static void
 move_to_hold(struct fwd_req *r, struct evbuffer *in, size_t n)
 {
+    r->relayed = true;
     if (r->hold == NULL) {
         evbuffer_drain(in, n);
         return;
@@ -323,7 +354,6 @@ move_to_hold(struct fwd_req *r, struct evbuffer *in, size_t n)
 static int up_send(struct fwd_up *up, struct fwd_req *r, const struct iovec *iov,
                    int iovcnt);
 static void up_flush(struct fwd_up *up);
-static struct fwd_up *up_find(struct fwd_worker *fw, const char *addr);
 
 /* Send a request again from its kept bytes. */
 static void
@@ -907,6 +937,14 @@ int
 forward_request(struct conn *c, const char *addr, uint64_t epoch, enum fwd_kind kind,
                 const struct iovec *iov, int iovcnt, bool want_reply)
 {
+    return forward_read(c, addr, NULL, epoch, kind, iov, iovcnt, want_reply);
+}
+
+/* The same with a next owner for a get; see forward.h. */
+int
+forward_read(struct conn *c, const char *addr, const char *alt, uint64_t epoch,
+             enum fwd_kind kind, const struct iovec *iov, int iovcnt, bool want_reply)
+{
     struct fwd_worker *fw = fw_get(c->w);
     struct fwd_up *up = fw != NULL ? up_find(fw, addr) : NULL;
     struct fwd_req *r = up != NULL ? req_new(fw) : NULL;
@@ -919,6 +957,8 @@ forward_request(struct conn *c, const char *addr, uint64_t epoch, enum fwd_kind 
     }
     r->kind = kind;
     r->epoch = epoch;
+    if (alt != NULL && strcmp(alt, addr) != 0)
+        snprintf(r->alt, sizeof(r->alt), "%s", alt);
     r->give_up = util_now_ms() + (int64_t)timeout_ms(fw) * FWD_RETRY_TIMEOUTS;
     {
         /* Kept for retries (MOVED once, TRYAGAIN with backoff). */

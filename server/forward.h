@@ -70,6 +70,15 @@ int forward_request(struct conn *c, const char *addr, uint64_t epoch, enum fwd_k
                     const struct iovec *iov, int iovcnt, bool want_reply);
 
 /*
+ * forward_request for a get (FWD_GET_WHOLE, FWD_GET_SPLICE) whose keys
+ * have a next owner at alt (NULL: none): if addr refuses or resets the
+ * connection before any of the reply arrived, the request is sent to alt
+ * instead, once, and the client never sees the failure.
+ */
+int forward_read(struct conn *c, const char *addr, const char *alt, uint64_t epoch,
+                 enum fwd_kind kind, const struct iovec *iov, int iovcnt, bool want_reply);
+
+/*
  * Send a request on worker w's upstream to addr and hand its one-line reply
  * to fn(arg, ...). fn is called exactly once, possibly before this returns
  * (immediate failure). The request bytes are copied.

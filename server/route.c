@@ -24,8 +24,9 @@
 #include "server/thread.h"
 
 #define LINE_FWD_MAX   2048   /* a relayed command line (proto_text's line limit) */
-#define GET_OWNERS_MAX 32     /* owners a plain client's multi-get is split over, at most;
-                               * keys of further owners are answered as misses */
+#define GET_OWNERS_MAX 64     /* parts (owner, next owner) a plain client's multi-get is
+                               * split over, at most; keys of further ones are answered
+                               * as misses */
 
 /*
  * The decision
@@ -431,14 +432,44 @@ route_update_ready(struct conn *c)
  * with that owner's keys (cmd and exp are the command word and the raw
  * exptime of gat/gats, or NULL). With whole, the get has no local key and
  * one owner: its reply is relayed as is; else each owner's VALUEs are
- * spliced in ahead of the local ones and one END closes the reply. The
- * keys are located again here, one owner at a time, rather than keeping a
- * list as long as the request.
+ * spliced in ahead of the local ones and one END closes the reply. Parts
+ * are split by owner and next owner (parts[], from route_get), so each can
+ * fall back whole. The keys are located again here, one part at a time,
+ * rather than keeping a list as long as the request.
  */
+/* Where a relayed part of a get goes: its owner and, for a plain get,
+ * the next owner to read from if that one refuses the connection. */
+struct relay {
+    uint32_t target;
+    uint32_t alt;      /* NO_ALT: none */
+};
+#define NO_ALT UINT32_MAX
+
+/* The next owner of rt's key to read from after rt->target: the first of
+ * the others, in preference order, that is not this node (which would
+ * have served the read); NO_ALT for writes or when there is none. Only
+ * the view decides (not the health table, which may change between the
+ * two passes of route_get and forward_get). */
+static uint32_t
+fallback(const struct route *rt)
+{
+    uint32_t k;
+
+    if (rt->write)
+        return NO_ALT;
+    for (k = 0; k < rt->n_owners; k++) {
+        uint32_t o = rt->owners[k];
+
+        if (o != rt->target && (int32_t)o != rt->view->self)
+            return o;
+    }
+    return NO_ALT;
+}
+
 static void
 forward_get(struct conn *c, const struct cluster_view *v, const char *cmd, size_t ncmd,
             const struct token *exp, const char *p, const char *end,
-            const uint32_t *owners, uint32_t nowners, bool touch, bool whole)
+            const struct relay *parts, uint32_t nparts, bool touch, bool whole)
 {
     size_t cap = ncmd + (exp != NULL ? exp->len + 1 : 0) + (size_t)(end - p) + 4;
     char *buf = malloc(cap);
@@ -448,7 +479,7 @@ forward_get(struct conn *c, const struct cluster_view *v, const char *cmd, size_
         REPLY(c, "SERVER_ERROR out of memory");
         return;
     }
-    for (i = 0; i < nowners; i++) {
+    for (i = 0; i < nparts; i++) {
         const char *q = p;
         size_t len = ncmd;
         struct iovec iov;
@@ -465,7 +496,7 @@ forward_get(struct conn *c, const struct cluster_view *v, const char *cmd, size_
 
             decide_for(c, v, ring_hash(k.p, k.len), touch, c->get_ordered, &rt);
             if ((rt.action != ROUTE_FORWARD && rt.action != ROUTE_TRYAGAIN) ||
-                rt.target != owners[i])
+                rt.target != parts[i].target || fallback(&rt) != parts[i].alt)
                 continue;
             buf[len++] = ' ';
             memcpy(buf + len, k.p, k.len);
@@ -476,8 +507,9 @@ forward_get(struct conn *c, const struct cluster_view *v, const char *cmd, size_
         iov.iov_base = buf;
         iov.iov_len = len;
         cluster_count(conn_cluster(c), CLUSTER_CTR_FORWARDED);
-        forward_request(c, cluster_view_addr(v, owners[i]), v->epoch,
-                        whole ? FWD_GET_WHOLE : FWD_GET_SPLICE, &iov, 1, true);
+        forward_read(c, cluster_view_addr(v, parts[i].target),
+                     parts[i].alt != NO_ALT ? cluster_view_addr(v, parts[i].alt) : NULL,
+                     v->epoch, whole ? FWD_GET_WHOLE : FWD_GET_SPLICE, &iov, 1, true);
     }
     free(buf);
 }
@@ -490,7 +522,8 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
     struct cluster *cl = conn_cluster(c);
     const struct cluster_view *v = cl != NULL ? cluster_view(cl) : NULL;
     struct route worst = { .action = ROUTE_SERVE };
-    uint32_t owners[GET_OWNERS_MAX], nowners = 0;
+    struct relay parts[GET_OWNERS_MAX];
+    uint32_t nparts = 0;
     size_t nlocal = 0;
     const char *q = p;
     struct token k;
@@ -515,10 +548,15 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
         }
         plain_tryagain_forwards(c, &rt);
         if (rt.action == ROUTE_FORWARD) {
-            for (i = 0; i < nowners && owners[i] != rt.target; i++)
+            uint32_t alt = fallback(&rt);
+
+            for (i = 0; i < nparts && (parts[i].target != rt.target || parts[i].alt != alt); i++)
                 continue;
-            if (i == nowners && nowners < GET_OWNERS_MAX)
-                owners[nowners++] = rt.target;
+            if (i == nparts && nparts < GET_OWNERS_MAX) {
+                parts[nparts].target = rt.target;
+                parts[nparts].alt = alt;
+                nparts++;
+            }
         } else if (worst.action == ROUTE_SERVE || rt.action == ROUTE_TRYAGAIN) {
             worst = rt;
             if (rt.action == ROUTE_TRYAGAIN)
@@ -539,10 +577,10 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
         REPLY(c, "SERVER_ERROR out of memory");
         return false;
     }
-    if (nowners > 0) {
-        bool whole = nlocal == 0 && nowners == 1;
+    if (nparts > 0) {
+        bool whole = nlocal == 0 && nparts == 1;
 
-        forward_get(c, v, cmd, ncmd, exp, p, end, owners, nowners, touch, whole);
+        forward_get(c, v, cmd, ncmd, exp, p, end, parts, nparts, touch, whole);
         if (whole)
             return false;
     }
@@ -550,7 +588,7 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
      * stands for them while the get runs on in this callback (it is made
      * again for each key once the get pauses, or for gat, whose keys each
      * carry their replication plan). */
-    c->get_decided = !touch && nowners == 0;
+    c->get_decided = !touch && nparts == 0;
     return true;
 }
 
