@@ -2,9 +2,10 @@
  * cluster: this node's view of the cluster (docs/cluster.md). The active and
  * pending memberships, their rings, this node's arcs in a transition
  * (importing, source per destination, losing, fenced), the route decision
- * for a keyed request, and persistence to the state directory. Workers read
- * an immutable view through one atomically published pointer; everything
- * else is owned by the cluster thread (server/cport.c).
+ * for a keyed request, and persistence to the state directory
+ * (server/statedir.h). Workers read an immutable view through one
+ * atomically published pointer; everything else is owned by the cluster
+ * thread (server/cport.c, server/transition.c).
  */
 #ifndef SERVER_CLUSTER_H
 #define SERVER_CLUSTER_H
