@@ -332,8 +332,23 @@ cluster_publish(struct cluster *cl)
 static int
 save_phase(struct cluster *cl, char *err, size_t errlen)
 {
-    return statedir_save_phase(cl->state_dir, cl->ptoken, cl->ptoken_len, cl->phase, err,
-                               errlen);
+    return statedir_save_phase(cl->state_dir, cl->ptoken, cl->ptoken_len,
+                               cluster_phase_name(cl->phase), err, errlen);
+}
+
+_Static_assert(STATEDIR_TOKEN_MAX >= CLUSTER_TOKEN_MAX, "a transition token fits the phase record");
+
+/* A phase name of the phase record (statedir_load_phase), or -1. */
+static int
+phase_of(const char *name)
+{
+    if (strcmp(name, "prepared") == 0)
+        return CLUSTER_PHASE_PREPARED;
+    if (strcmp(name, "copying") == 0)
+        return CLUSTER_PHASE_COPYING;
+    if (strcmp(name, "fenced") == 0)
+        return CLUSTER_PHASE_FENCED;
+    return -1;
 }
 
 /*
@@ -781,7 +796,7 @@ static int
 load_state(struct cluster *cl, char *err, size_t errlen)
 {
     struct ring_members *m = NULL, *p = NULL;
-    int rc;
+    int rc, phase = 0;
 
     rc = statedir_load_members(cl->state_dir, STATEDIR_ACTIVE, &m, err, errlen);
     if (rc < 0)
@@ -793,11 +808,12 @@ load_state(struct cluster *cl, char *err, size_t errlen)
         return -1;
     if (rc == 1)
         return 0;
-    if (statedir_load_phase(cl->state_dir, cl->ptoken, &cl->ptoken_len, &cl->phase, err,
-                            errlen) < 0) {
+    if (statedir_load_phase(cl->state_dir, cl->ptoken, sizeof(cl->ptoken), &cl->ptoken_len,
+                            phase_of, &phase, err, errlen) < 0) {
         ring_members_free(p);
         return -1;
     }
+    cl->phase = (enum cluster_phase)phase;
     if (cl->active != NULL && p->epoch <= cl->active->epoch) {
         /* Crashed between persisting the commit and removing pending. */
         log_msg(LOG_INFO, "dropping stale pending epoch %" PRIu64, p->epoch);

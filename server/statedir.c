@@ -117,8 +117,9 @@ hexval(char c)
 /* Parse the phase record at dir/name: "token <hex>" and "phase <name>"
  * lines, '#' comments. 1 if absent. */
 static int
-load_phase_file(const char *dir, const char *name, uint8_t *token, size_t *token_len,
-                enum cluster_phase *phase, char *err, size_t errlen)
+load_phase_file(const char *dir, const char *name, uint8_t *token, size_t token_max,
+                size_t *token_len, int (*phase_of)(const char *name), int *phase,
+                char *err, size_t errlen)
 {
     char path[1200];
     char *buf = NULL, *line;
@@ -151,7 +152,7 @@ load_phase_file(const char *dir, const char *name, uint8_t *token, size_t *token
 
             val++;
             n = strlen(val);
-            if (have_token || n == 0 || n % 2 != 0 || n / 2 > CLUSTER_TOKEN_MAX) {
+            if (have_token || n == 0 || n % 2 != 0 || n / 2 > token_max) {
                 snprintf(err, errlen, "%s:%d: bad token line", path, lineno);
                 goto fail;
             }
@@ -172,13 +173,8 @@ load_phase_file(const char *dir, const char *name, uint8_t *token, size_t *token
                 snprintf(err, errlen, "%s:%d: second phase line", path, lineno);
                 goto fail;
             }
-            if (strcmp(val, "prepared") == 0)
-                *phase = CLUSTER_PHASE_PREPARED;
-            else if (strcmp(val, "copying") == 0)
-                *phase = CLUSTER_PHASE_COPYING;
-            else if (strcmp(val, "fenced") == 0)
-                *phase = CLUSTER_PHASE_FENCED;
-            else {
+            *phase = phase_of(val);
+            if (*phase < 0) {
                 snprintf(err, errlen, "%s:%d: unknown phase '%.32s'", path, lineno, val);
                 goto fail;
             }
@@ -205,16 +201,19 @@ fail:
 /* Write the phase record; see statedir.h. */
 int
 statedir_save_phase(const char *dir, const uint8_t *token, size_t token_len,
-                    enum cluster_phase phase, char *err, size_t errlen)
+                    const char *phase, char *err, size_t errlen)
 {
-    char buf[2 * CLUSTER_TOKEN_MAX + 64];
+    char buf[2 * STATEDIR_TOKEN_MAX + 64];
     size_t n = 0, i;
 
+    if (token_len > STATEDIR_TOKEN_MAX || strlen(phase) > 32) {
+        snprintf(err, errlen, "%s/%s: token or phase too long", dir, STATEDIR_PHASE);
+        return -1;
+    }
     n += (size_t)snprintf(buf, sizeof(buf), "token ");
     for (i = 0; i < token_len; i++)
         n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%02x", token[i]);
-    n += (size_t)snprintf(buf + n, sizeof(buf) - n, "\nphase %s\n",
-                          cluster_phase_name(phase));
+    n += (size_t)snprintf(buf + n, sizeof(buf) - n, "\nphase %s\n", phase);
     return statedir_write_file(dir, STATEDIR_PHASE, buf, n, err, errlen);
 }
 
@@ -240,13 +239,15 @@ statedir_save_members(const char *dir, const char *name, const struct ring_membe
 /* The phase record: pending.phase, or a legacy pending.meta when only that
  * one exists (a state directory written before the rename). */
 int
-statedir_load_phase(const char *dir, uint8_t *token, size_t *token_len,
-                    enum cluster_phase *phase, char *err, size_t errlen)
+statedir_load_phase(const char *dir, uint8_t *token, size_t token_max, size_t *token_len,
+                    int (*phase_of)(const char *name), int *phase, char *err, size_t errlen)
 {
-    int rc = load_phase_file(dir, STATEDIR_PHASE, token, token_len, phase, err, errlen);
+    int rc = load_phase_file(dir, STATEDIR_PHASE, token, token_max, token_len, phase_of, phase,
+                             err, errlen);
 
     if (rc == 1)
-        rc = load_phase_file(dir, LEGACY_PHASE_FILE, token, token_len, phase, err, errlen);
+        rc = load_phase_file(dir, LEGACY_PHASE_FILE, token, token_max, token_len, phase_of,
+                             phase, err, errlen);
     if (rc == 1) {
         snprintf(err, errlen, "%s/%s:1: missing (%s exists)", dir, STATEDIR_PHASE,
                  STATEDIR_PENDING);

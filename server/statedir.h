@@ -12,12 +12,12 @@
 #include <stdint.h>
 
 #include "ring/ring.h"
-#include "server/cluster.h"
 
 #define STATEDIR_ACTIVE   "active.members"   /* the active membership */
 #define STATEDIR_PENDING  "pending.members"  /* the pending membership, if any */
 #define STATEDIR_PHASE    "pending.phase"    /* its token and phase (with pending.members) */
 #define STATEDIR_SERVED   "served"           /* present once the node served as a member */
+#define STATEDIR_TOKEN_MAX 256               /* bytes of a phase record's token */
 
 /* Write dir/name.tmp, fsync, rename over dir/name, fsync the directory.
  * 0 or -1 with err set. */
@@ -37,18 +37,22 @@ int statedir_save_members(const char *dir, const char *name, const struct ring_m
                           char *err, size_t errlen);
 
 /*
- * Read the pending transition's phase record (token[CLUSTER_TOKEN_MAX],
- * *token_len, *phase); only called when pending.members exists, so an
- * absent record is an error. A state directory written before the record
- * was renamed has a `pending.meta` instead: it is read when pending.phase
- * is absent. 0 or -1 with err set.
+ * Read the pending transition's phase record: its token (at most token_max
+ * bytes, into token[], *token_len set) and its phase, whose name phase_of
+ * turns into *phase (-1: unknown, reported as "path:line: unknown phase").
+ * Only called when pending.members exists, so an absent record is an
+ * error. A state directory written before the record was renamed has a
+ * `pending.meta` instead: it is read when pending.phase is absent. 0 or -1
+ * with err set.
  */
-int statedir_load_phase(const char *dir, uint8_t *token, size_t *token_len,
-                        enum cluster_phase *phase, char *err, size_t errlen);
+int statedir_load_phase(const char *dir, uint8_t *token, size_t token_max, size_t *token_len,
+                        int (*phase_of)(const char *name), int *phase, char *err,
+                        size_t errlen);
 
-/* Write the phase record (pending.phase). 0 or -1 with err set. */
+/* Write the phase record (pending.phase): the token and the phase's name.
+ * 0 or -1 with err set. */
 int statedir_save_phase(const char *dir, const uint8_t *token, size_t token_len,
-                        enum cluster_phase phase, char *err, size_t errlen);
+                        const char *phase, char *err, size_t errlen);
 
 /* Remove the phase record, and a legacy pending.meta if there is one.
  * 0 or -1 with err set. */
