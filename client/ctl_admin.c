@@ -675,9 +675,11 @@ resume_active(struct admin *a)
 }
 
 /* resume of a transition the store committed (its CAS is the decision):
- * finish it: drop the leftover pending records, re-send Commit. */
+ * finish it: drop the leftover pending records (leftover: with the
+ * record still pending.meta), re-send Commit with its token so that every
+ * node still pending with it commits. */
 static int
-resume_committed(struct admin *a)
+resume_committed(struct admin *a, bool leftover)
 {
     struct mstore_op ops[2];
     uint32_t i = 0, missed;
@@ -687,12 +689,35 @@ resume_committed(struct admin *a)
     ctl_info("resume: epoch %" PRIu64 " was committed; finishing", a->rec.epoch);
     ring_members_free(a->new);
     a->new = ring_members_dup(a->old);
-    if (a->pm_rev != 0) {
+    if (a->new == NULL) {
+        ctl_error("out of memory");
+        return EX_FAILED;
+    }
+    /* The nodes of the transition are those of both epochs (a node that
+     * left is pending too, and purges once it commits): epoch N comes back
+     * from the store's history. */
+    {
+        struct ring_members *from = NULL;
+        char name[64];
+        uint64_t rev;
+
+        snprintf(name, sizeof(name), "history/epoch-%" PRIu64 ".members", a->rec.from_epoch);
+        rc = admin_load_members(a, name, &from, &rev);
+        if (rc != EX_OK) {
+            return rc;
+        }
+        if (from != NULL) {
+            ring_members_free(a->old);
+            a->old = from;
+        }
+    }
+    if (leftover && a->pm_rev != 0) {
         ops[i++] = (struct mstore_op){ MSTORE_DELETE, REC_PENDING, a->pm_rev, NULL, 0 };
     }
-    ops[i++] = (struct mstore_op){ MSTORE_DELETE, REC_PENDING_TREC, a->rec_rev, NULL, 0 };
-    if (a->new == NULL
-        || mstore_txn(a->store, ops, i, NULL, NULL, err_buf, sizeof(err_buf)) != MSTORE_OK) {
+    if (leftover) {
+        ops[i++] = (struct mstore_op){ MSTORE_DELETE, REC_PENDING_TREC, a->rec_rev, NULL, 0 };
+    }
+    if (i > 0 && mstore_txn(a->store, ops, i, NULL, NULL, err_buf, sizeof(err_buf)) != MSTORE_OK) {
         ctl_error("resume: store: %s", err_buf);
         return EX_FAILED;
     }
@@ -734,11 +759,21 @@ ctl_resume(struct ctl_globals *g, int argc, char **argv)
             rc = EX_FAILED;
             goto out;
         }
+        /* The last committed transition: nodes may still be pending
+         * with its token (the admin died right after the store's commit). */
+        rc = trec_load(a.store, REC_COMMITTED_TREC, &a.rec, &a.have_rec, &a.rec_rev);
+        if (rc != EX_OK) {
+            goto out;
+        }
+        if (a.have_rec && a.rec.epoch == a.old->epoch) {
+            rc = resume_committed(&a, false);
+            goto out;
+        }
         rc = resume_active(&a);
         goto out;
     }
     if (a.old->epoch >= a.rec.epoch) {
-        rc = resume_committed(&a);
+        rc = resume_committed(&a, true);
         goto out;
     }
     if (a.new == NULL || a.new->epoch != a.rec.epoch || a.old->epoch != a.rec.from_epoch) {

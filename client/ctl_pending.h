@@ -3,7 +3,8 @@
  * in the membership store (docs/cluster.md). It is the store's
  * pending.meta while the transition runs, next to pending.members, and is
  * kept as aborted.meta after an abort (a repeated abort re-notifies the
- * nodes from it). One "key value" a line: token, phase, from_epoch, epoch,
+ * nodes from it) and as committed.meta after a commit (resume re-sends
+ * Commit with its token to nodes still pending with it). One "key value" a line: token, phase, from_epoch, epoch,
  * rate, started, op, admin, and "boot ID HEX" per node.
  *
  * Not to be confused with the node's own state-directory file of the same
@@ -23,6 +24,8 @@ struct mstore;
 /* The store's names of the transition record. */
 #define REC_PENDING_TREC  "pending.meta"    /* the pending transition's */
 #define REC_ABORTED_TREC  "aborted.meta"    /* the last aborted one's */
+#define REC_COMMITTED_TREC "committed.meta" /* the last committed one's: its token lets
+                                             * `resume` finish a commit on every node */
 
 #define TREC_TOKEN_BYTES  16
 
@@ -65,7 +68,8 @@ int trec_parse(const char *text, const char *where, struct trec *t, char *err, s
 /* The boot id recorded for node id, or 0 when none was recorded. */
 uint64_t trec_boot_id(const struct trec *t, const char *id);
 
-/* Read the record `name` (REC_PENDING_TREC or REC_ABORTED_TREC) from the
+/* Read the record `name` (REC_PENDING_TREC, REC_ABORTED_TREC or
+ * REC_COMMITTED_TREC) from the
  * store into *t, *have false when it is absent, *rev its revision (0 when
  * absent). EX_OK, or EX_USAGE after printing why. */
 int trec_load(struct mstore *s, const char *name, struct trec *t, bool *have, uint64_t *rev);

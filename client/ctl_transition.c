@@ -472,13 +472,16 @@ phase_fence(struct admin *a)
 static int
 store_commit(struct admin *a)
 {
-    struct mstore_op ops[4];
+    struct mstore_op ops[5];
     char name[64];
-    size_t len = 0;
+    size_t len = 0, rlen = 0;
     char *text = ctl_members_text(a->new, &len);
+    char *rtext = trec_format(&a->rec, &rlen);
     int rc;
 
-    if (text == NULL) {
+    if (text == NULL || rtext == NULL) {
+        free(text);
+        free(rtext);
         ctl_error("out of memory");
         return EX_FAILED;
     }
@@ -487,8 +490,13 @@ store_commit(struct admin *a)
     ops[1] = (struct mstore_op){ MSTORE_PUT, name, MSTORE_ANY_REV, text, len };
     ops[2] = (struct mstore_op){ MSTORE_DELETE, REC_PENDING, a->pm_rev, NULL, 0 };
     ops[3] = (struct mstore_op){ MSTORE_DELETE, REC_PENDING_TREC, a->rec_rev, NULL, 0 };
-    rc = mstore_txn(a->store, ops, 4, NULL, NULL, err_buf, sizeof(err_buf));
+    /* The record stays, as the last committed one: nodes still pending
+     * with its token (the admin died right after this, or a node missed
+     * every Commit retry) take `resume`'s Commit only with it. */
+    ops[4] = (struct mstore_op){ MSTORE_PUT, REC_COMMITTED_TREC, MSTORE_ANY_REV, rtext, rlen };
+    rc = mstore_txn(a->store, ops, 5, NULL, NULL, err_buf, sizeof(err_buf));
     free(text);
+    free(rtext);
     if (rc != MSTORE_OK) {
         ctl_error("commit: store: %s%s", err_buf, rc == MSTORE_ECONFLICT
                   ? " (another admin aborted or changed the store; nothing was committed)" : "");
@@ -591,6 +599,7 @@ phase_commit(struct admin *a)
     if (rc != EX_OK) {
         return rc;
     }
+    maybe_exit_after(a, "commit");
     missed = deliver_commit(a);
     clean = wait_cleanup(a);
     printf("epoch\t%" PRIu64 "\n", a->new->epoch);
