@@ -504,6 +504,8 @@ cport_call(struct cport_conn *c, const struct cport_request *req, int timeout_ms
         prep.from_epoch = req->from_epoch;
         prep.failed_ids = (char **)req->failed_ids;
         prep.n_failed_ids = req->failed_ids != NULL ? req->n_failed_ids : 0;
+        prep.stale_ids = (char **)req->stale_ids;
+        prep.n_stale_ids = req->stale_ids != NULL ? req->n_stale_ids : 0;
         ar.req_case = RINGCACHE__ADMIN_REQUEST__REQ_PREPARE;
         ar.prepare = &prep;
         break;

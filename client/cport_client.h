@@ -93,6 +93,8 @@ struct cport_request {
     uint64_t epoch;                         /* abort: N+1 */
     const char *const *failed_ids;          /* prepare: nodes of N declared failed */
     size_t   n_failed_ids;
+    const char *const *stale_ids;           /* prepare: nodes of N recovering or behind */
+    size_t   n_stale_ids;
 };
 
 struct cport_conn;

@@ -348,6 +348,10 @@ nodes_free(struct admin *a)
     free(a->nodes);
     a->nodes = NULL;
     a->n_nodes = 0;
+    /* The stale list points into the nodes' ids. */
+    free(a->stale_ptr);
+    a->stale_ptr = NULL;
+    a->n_stale = 0;
 }
 
 /* admin_free: see ctl_transition.h. */

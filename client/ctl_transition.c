@@ -42,6 +42,7 @@ transition_request(struct admin *a, enum cport_req_kind kind)
         .token_len = TREC_TOKEN_BYTES, .from_epoch = a->rec.from_epoch,
         .rate_bytes_per_s = a->rec.rate, .hold_ms = FENCE_HOLD_MS,
         .epoch = a->rec.epoch, .failed_ids = a->failed_ptr, .n_failed_ids = a->n_failed,
+        .stale_ids = a->stale_ptr, .n_stale_ids = a->n_stale,
     };
 
     return r;
@@ -160,15 +161,49 @@ boot_changed(struct admin *a)
     return NULL;
 }
 
+/* The nodes of N that hold nothing current right now: recovering
+ * (restarted empty) or behind a higher epoch, by their Status. They stay
+ * members, but every node leaves them out of each arc's holders, so the
+ * arc is copied from an owner that has it (and not purged there); they
+ * import what they own in N+1. Unreachable ones are left to Prepare. */
+static void
+find_stale(struct admin *a)
+{
+    struct cport_request sreq = { .kind = CPORT_STATUS };
+    uint32_t i;
+
+    free(a->stale_ptr);
+    a->stale_ptr = calloc(a->n_nodes ? a->n_nodes : 1, sizeof(*a->stale_ptr));
+    a->n_stale = 0;
+    if (a->stale_ptr == NULL) {
+        return;
+    }
+    for (i = 0; i < a->n_nodes; i++) {
+        struct tnode *t = &a->nodes[i];
+
+        if (!t->in_old || node_call(a, t, &sreq, a->g->timeout_ms) != CPORT_OK) {
+            continue;
+        }
+        if (t->st.recovering || t->st.behind_epoch != 0) {
+            ctl_info("prepare: %s is %s: it holds nothing current; its ranges are copied "
+                     "from their other owners", t->id,
+                     t->st.recovering ? "recovering" : "behind a higher epoch");
+            a->stale_ptr[a->n_stale++] = t->id;
+        }
+    }
+}
+
 /* PREPARE on the nodes (the store's pending exists): Prepare to every node,
  * then record their boot ids. */
 static int
 phase_prepare(struct admin *a)
 {
-    struct cport_request req = transition_request(a, CPORT_PREPARE);
+    struct cport_request req;
     struct tnode *t;
     uint32_t i, failed;
 
+    find_stale(a);
+    req = transition_request(a, CPORT_PREPARE);
     failed = nodes_broadcast(a, &req, LONG_TIMEOUT_MS, "prepare");
     if (failed > 0) {
         return fail_abort(a, "prepare: a node refused or is unreachable");
@@ -341,13 +376,6 @@ phase_copy(struct admin *a)
     }
     if (nodes_broadcast(a, &req, LONG_TIMEOUT_MS, "copy") > 0) {
         return fail_abort(a, "copy: StartCopy failed");
-    }
-    for (i = 0; i < a->n_nodes; i++) {
-        if (a->nodes[i].is_source && node_fresh(&a->nodes[i])) {
-            ctl_info("warning: copy: %s is %s: it holds nothing current and sources nothing; "
-                     "the ranges only it held start empty on their new owners", a->nodes[i].id,
-                     a->nodes[i].st.recovering ? "recovering" : "behind a higher epoch");
-        }
     }
     for (;;) {
         for (i = 0; i < a->n_nodes; i++) {

@@ -76,6 +76,10 @@ struct admin {
     char     failed[FAILED_MAX][RING_ID_MAX + 1];
     const char *failed_ptr[FAILED_MAX];
     uint32_t n_failed;
+    /* Nodes of N that answer Status as recovering or behind at PREPARE:
+     * they hold nothing current, so no arc is copied from them. */
+    const char **stale_ptr;             /* into nodes[].id; malloc'd */
+    uint32_t n_stale;
 };
 
 /*

@@ -47,13 +47,13 @@ map_nodes(const struct ring *from, const struct ring *to, uint32_t *map)
 static int
 add_arc(struct ring_diff *d, uint32_t *cap, uint64_t lo, uint64_t hi,
         const uint32_t *lo_nodes, uint32_t n_old,
-        const uint32_t *hi_nodes, uint32_t n_new)
+        const uint32_t *hi_nodes, uint32_t n_new, bool changed)
 {
     struct ring_arc *a;
 
     if (d->n_arcs > 0) {
         a = &d->arcs[d->n_arcs - 1];
-        if (a->hi == lo && a->n_old == n_old && a->n_new == n_new &&
+        if (a->hi == lo && a->n_old == n_old && a->n_new == n_new && a->changed == changed &&
             memcmp(a->old_nodes, lo_nodes, n_old * sizeof(*lo_nodes)) == 0 &&
             memcmp(a->new_nodes, hi_nodes, n_new * sizeof(*hi_nodes)) == 0) {
             a->hi = hi;
@@ -76,6 +76,7 @@ add_arc(struct ring_diff *d, uint32_t *cap, uint64_t lo, uint64_t hi,
     a->hi = hi;
     a->n_old = n_old;
     a->n_new = n_new;
+    a->changed = changed;
     memcpy(a->old_nodes, lo_nodes, n_old * sizeof(*lo_nodes));
     memcpy(a->new_nodes, hi_nodes, n_new * sizeof(*hi_nodes));
     return RING_OK;
@@ -86,8 +87,8 @@ add_arc(struct ring_diff *d, uint32_t *cap, uint64_t lo, uint64_t hi,
  * is part of the placement), old ids mapped to new indexes. Each ring uses
  * its own membership's replicas, capped at 8. The caller owns the result.
  */
-struct ring_diff *
-ring_diff(const struct ring *from, const struct ring *to)
+static struct ring_diff *
+diff(const struct ring *from, const struct ring *to, bool all)
 {
     struct ring_diff *d;
     uint32_t *map = NULL, cap = 0;
@@ -153,9 +154,10 @@ ring_diff(const struct ring *from, const struct ring *to)
         }
         if (!same_list) {
             moved_list += len;
-            if (add_arc(d, &cap, prev, x, lold, n_old, lnew, n_new) != RING_OK) {
-                goto fail;
-            }
+        }
+        if ((!same_list || all) &&
+            add_arc(d, &cap, prev, x, lold, n_old, lnew, n_new, !same_list) != RING_OK) {
+            goto fail;
         }
         prev = x;
     }
@@ -164,7 +166,7 @@ ring_diff(const struct ring *from, const struct ring *to)
         struct ring_arc *f = &d->arcs[0], *l = &d->arcs[d->n_arcs - 1];
 
         if (l->hi == f->lo && l->n_old == f->n_old && l->n_new == f->n_new &&
-            memcmp(l->old_nodes, f->old_nodes, sizeof(f->old_nodes)) == 0 &&
+            l->changed == f->changed && memcmp(l->old_nodes, f->old_nodes, sizeof(f->old_nodes)) == 0 &&
             memcmp(l->new_nodes, f->new_nodes, sizeof(f->new_nodes)) == 0) {
             f->lo = l->lo;
             d->n_arcs--;
@@ -178,6 +180,20 @@ fail:
     free(map);
     ring_diff_free(d);
     return NULL;
+}
+
+/* See ring.h. */
+struct ring_diff *
+ring_diff(const struct ring *from, const struct ring *to)
+{
+    return diff(from, to, false);
+}
+
+/* See ring.h. */
+struct ring_diff *
+ring_diff_all(const struct ring *from, const struct ring *to)
+{
+    return diff(from, to, true);
 }
 
 /* ring_diff_free: see ring.h; NULL is fine. */

@@ -8,6 +8,7 @@
 #ifndef RING_RING_H
 #define RING_RING_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -163,6 +164,7 @@ struct ring_arc {
     uint64_t lo;                    /* exclusive */
     uint64_t hi;                    /* inclusive */
     uint32_t n_old, n_new;
+    bool     changed;               /* the lists differ (always, from ring_diff) */
     uint32_t old_nodes[RING_R_MAX]; /* indexes into the old membership */
     uint32_t new_nodes[RING_R_MAX]; /* indexes into the new membership */
 };
@@ -177,6 +179,10 @@ struct ring_diff {
 /* Compute the diff; the caller frees it with ring_diff_free. NULL on
  * ENOMEM. */
 struct ring_diff *ring_diff(const struct ring *from, const struct ring *to);
+/* The same, with the arcs whose lists do not change as well (changed
+ * false): the whole circle, for a transition that must refill an owner
+ * that kept its place but lost its data (a recovering node). */
+struct ring_diff *ring_diff_all(const struct ring *from, const struct ring *to);
 void ring_diff_free(struct ring_diff *d);
 
 #endif /* RING_RING_H */

@@ -455,7 +455,10 @@ compute_arcs(struct cluster *cl)
         if (cl->fresh || cl->active_ring == NULL)
             return 0;
     }
-    d = ring_diff(cl->active_ring, cl->pending_ring);
+    /* With failed or stale nodes the unchanged arcs count too: a stale
+     * owner keeps its place but holds nothing, and is refilled. */
+    d = cl->n_failed > 0 ? ring_diff_all(cl->active_ring, cl->pending_ring)
+                         : ring_diff(cl->active_ring, cl->pending_ring);
     if (d == NULL)
         return -1;
     for (i = 0; i < d->n_arcs; i++) {
@@ -475,6 +478,23 @@ compute_arcs(struct cluster *cl)
                 hold[nh++] = a->old_nodes[k];
         if (nh > 1 && hold[0] == a->old_nodes[0])
             nh = 1;
+        if (!a->changed) {
+            /* The owners stay: only a stale one (it is in cl->failed but
+             * still a member) is refilled, from the arc's first holder. */
+            if (nh == 0 || (int32_t)hold[0] != cl->self_old)
+                continue;
+            for (k = 0; k < a->n_new; k++) {
+                struct cluster_dest *dst;
+
+                if (!is_failed(cl, nm->nodes[a->new_nodes[k]].id))
+                    continue;
+                dst = dest_for(cl, a->new_nodes[k]);
+                if (dst == NULL || arcset_add_arc(&dst->arcs, a->lo, a->hi) < 0 ||
+                    arcset_add_arc(&cl->sourcing, a->lo, a->hi) < 0)
+                    goto out;
+            }
+            continue;
+        }
         in_old = list_has_id(om, hold, nh, me);
         in_new = list_has_id(nm, a->new_nodes, a->n_new, me);
         if (cl->self_old >= 0 && in_new && !in_old &&
@@ -551,7 +571,7 @@ cluster_prepare(struct cluster *cl, const struct ring_members *next,
                 const uint8_t *token, size_t token_len, uint64_t from_epoch,
                 bool *again, char *err, size_t errlen)
 {
-    return cluster_prepare_failed(cl, next, token, token_len, from_epoch, NULL, 0, again,
+    return cluster_prepare_failed(cl, next, token, token_len, from_epoch, NULL, 0, NULL, 0, again,
                                   err, errlen);
 }
 
@@ -562,7 +582,8 @@ cluster_prepare(struct cluster *cl, const struct ring_members *next,
 int
 cluster_prepare_failed(struct cluster *cl, const struct ring_members *next,
                        const uint8_t *token, size_t token_len, uint64_t from_epoch,
-                       const char *const *failed, uint32_t n_failed, bool *again,
+                       const char *const *failed, uint32_t n_failed,
+                       const char *const *stale, uint32_t n_stale, bool *again,
                        char *err, size_t errlen)
 {
     uint64_t active = cl->active != NULL ? cl->active->epoch : 0;
@@ -617,15 +638,18 @@ cluster_prepare_failed(struct cluster *cl, const struct ring_members *next,
         snprintf(err, errlen, "prepare: node %s is in neither epoch", cl->id);
         return -1;
     }
-    if (n_failed > 0) {
-        cl->failed = calloc(n_failed, sizeof(*cl->failed));
+    if (n_failed + n_stale > 0) {
+        /* Both are "not a holder" for compute_arcs. */
+        cl->failed = calloc(n_failed + n_stale, sizeof(*cl->failed));
         if (cl->failed == NULL) {
             snprintf(err, errlen, "out of memory");
             return -1;
         }
         for (i = 0; i < n_failed; i++)
             snprintf(cl->failed[i], sizeof(cl->failed[i]), "%s", failed[i]);
-        cl->n_failed = n_failed;
+        for (i = 0; i < n_stale; i++)
+            snprintf(cl->failed[n_failed + i], sizeof(cl->failed[0]), "%s", stale[i]);
+        cl->n_failed = n_failed + n_stale;
     }
     cl->fresh = fresh;
     if (install_pending(cl, next, token, token_len, err, errlen) < 0)

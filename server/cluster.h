@@ -192,12 +192,16 @@ void cluster_counters_get(const struct cluster *cl, struct cluster_counters *out
 int cluster_prepare(struct cluster *cl, const struct ring_members *next,
                     const uint8_t *token, size_t token_len, uint64_t from_epoch,
                     bool *again, char *err, size_t errlen);
-/* The same, for `ringctl remove --failed`: failed[n_failed] are node ids
- * of the active epoch that are dead; they are never a copy source (each
- * changing arc is copied from its first surviving holder). */
+/* The same with the nodes of the active epoch that hold nothing current:
+ * failed[n_failed] are dead (`ringctl remove --failed`: none may be in
+ * next), stale[n_stale] answer but are recovering or behind (the admin saw
+ * it in their Status: they stay members). Neither is ever a copy source or
+ * a holder: each changing arc is copied from its first other holder, and
+ * a stale owner of next imports its arcs like any new owner. */
 int cluster_prepare_failed(struct cluster *cl, const struct ring_members *next,
                            const uint8_t *token, size_t token_len, uint64_t from_epoch,
-                           const char *const *failed, uint32_t n_failed, bool *again,
+                           const char *const *failed, uint32_t n_failed,
+                           const char *const *stale, uint32_t n_stale, bool *again,
                            char *err, size_t errlen);
 /* Check a token against the pending transition. */
 bool cluster_token_ok(const struct cluster *cl, const uint8_t *token, size_t len);

@@ -303,6 +303,7 @@ do_prepare(struct cp_conn *c, const Ringcache__Prepare *p)
     }
     rc = transition_prepare(cp->tr, m, p->token.data, p->token.len, p->from_epoch,
                             (const char *const *)p->failed_ids, (uint32_t)p->n_failed_ids,
+                            (const char *const *)p->stale_ids, (uint32_t)p->n_stale_ids,
                             err, sizeof(err));
     ring_members_free(m);
     send_reply(c, rc == 0, rc == 0 ? NULL : err);

@@ -131,12 +131,13 @@ cleanup_start(struct transition *t)
 int
 transition_prepare(struct transition *t, const struct ring_members *next,
                    const uint8_t *token, size_t token_len, uint64_t from_epoch,
-                   const char *const *failed, uint32_t n_failed, char *err, size_t errlen)
+                   const char *const *failed, uint32_t n_failed, const char *const *stale,
+                   uint32_t n_stale, char *err, size_t errlen)
 {
     bool again;
 
     if (cluster_prepare_failed(t->cl, next, token, token_len, from_epoch, failed, n_failed,
-                               &again, err, errlen) < 0)
+                               stale, n_stale, &again, err, errlen) < 0)
         return -1;
     if (!again) {
         /* Cleanup of an older epoch must not touch what we will import. */

@@ -40,8 +40,8 @@ void transition_resume(struct transition *t);
  * A repeat of the same PREPARE only checks the tracking. */
 int transition_prepare(struct transition *t, const struct ring_members *next,
                        const uint8_t *token, size_t token_len, uint64_t from_epoch,
-                       const char *const *failed, uint32_t n_failed, char *err,
-                       size_t errlen);
+                       const char *const *failed, uint32_t n_failed,
+                       const char *const *stale, uint32_t n_stale, char *err, size_t errlen);
 
 /* COPY: enter the copying phase and start (or re-rate) the streams;
  * rate 0 = unlimited. */
