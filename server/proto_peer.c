@@ -16,6 +16,7 @@
 #include "ring/ring.h"
 #include "server/cluster.h"
 #include "server/conn.h"
+#include "server/forward.h"
 #include "server/log.h"
 #include "server/replicate.h"
 #include "server/route.h"
@@ -156,6 +157,18 @@ proto_peer_rc_del(struct conn *c, const struct token *t, int ntok)
     REPLY(c, "OK");
 }
 
+/* Replica tombstone lifetime for a forward timeout (ms, <= 0: the
+ * default): every retry of a post-image plus 2 s, at least
+ * REPLICATE_TOMB_TTL_S. */
+static uint32_t
+tomb_ttl(int forward_timeout_ms)
+{
+    int64_t ms = forward_timeout_ms > 0 ? forward_timeout_ms : FWD_TIMEOUT_MS_DEFAULT;
+    int64_t s = (ms * FWD_RETRY_TIMEOUTS + 999) / 1000 + 2;
+
+    return s > REPLICATE_TOMB_TTL_S ? (uint32_t)s : REPLICATE_TOMB_TTL_S;
+}
+
 /* `rc_peer <auth>`: the connection is a cluster peer (docs/cluster.md:
  * it may send replication post-images and is never forwarded). */
 void
@@ -179,6 +192,10 @@ proto_peer_rc_peer(struct conn *c, const struct token *t, int ntok)
         return;
     }
     c->peer = true;
+    /* A peer may send post-images from now on: replica tombstones must
+     * outlive the longest a post-image can be in flight, every retry of a
+     * forwarded request included (and evictions start being recorded). */
+    replicate_tomb_init(conn_store(c), tomb_ttl(c->w->srv->settings.forward_timeout_ms));
     conn_out_add(c, "OK\r\n", 4);
 }
 

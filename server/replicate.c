@@ -31,6 +31,31 @@ static pthread_mutex_t key_locks[KEY_LOCKS] = {
     [0 ... KEY_LOCKS - 1] = PTHREAD_MUTEX_INITIALIZER
 };
 
+/*
+ * Replica tombstones (see replicate.h for the bound). A bucket is one cache
+ * line; its lock is one of TOMB_LOCKS stripes. That lock is a leaf: the
+ * store's drop hook takes it under a stripe lock of the store, with any key
+ * lock of the caller held (an append or incr that evicts), so the key lock
+ * cannot guard the table; nothing is called while it is held.
+ */
+#define TOMB_LOCKS 1024
+#define TOMB_SHIFT 16      /* bucket = hash bits 16..30 (stripes and key locks use others) */
+
+_Static_assert((REPLICATE_TOMB_BUCKETS & (REPLICATE_TOMB_BUCKETS - 1)) == 0,
+               "tombstone buckets are a power of two");
+
+struct tomb_bucket {
+    uint64_t hash[REPLICATE_TOMB_WAYS];
+    uint64_t cas[REPLICATE_TOMB_WAYS];
+    uint32_t stamp[REPLICATE_TOMB_WAYS];   /* store clock when recorded; 0 empty */
+} __attribute__((aligned(64)));
+
+static struct tomb_bucket tombs[REPLICATE_TOMB_BUCKETS];
+static pthread_mutex_t tomb_locks[TOMB_LOCKS] = {
+    [0 ... TOMB_LOCKS - 1] = PTHREAD_MUTEX_INITIALIZER
+};
+static uint32_t tomb_ttl = REPLICATE_TOMB_TTL_S;   /* atomic */
+
 #define OP_REPLY_MAX 48    /* longest held reply (an incr value is 22) */
 #define OP_POOL_MAX  256   /* free ops a worker keeps */
 
@@ -80,6 +105,112 @@ void
 replicate_unlock(uint64_t hash)
 {
     pthread_mutex_unlock(key_lock(hash));
+}
+
+/* ---- replica tombstones ------------------------------------------------ */
+
+static inline uint32_t
+tomb_index(uint64_t hash)
+{
+    return (uint32_t)(hash >> TOMB_SHIFT) & (REPLICATE_TOMB_BUCKETS - 1);
+}
+
+/* The store clock as a stamp: never 0, which marks a free slot. */
+static inline uint32_t
+tomb_stamp(int64_t now)
+{
+    uint32_t t = (uint32_t)now;
+
+    return t != 0 ? t : 1;
+}
+
+/* Is slot i of b a tombstone still in force at now? A clock that went back
+ * makes the age wrap and the tombstone expire early: it never outlives its
+ * ttl by more than a clock step. */
+static inline bool
+tomb_live(const struct tomb_bucket *b, int i, uint32_t now, uint32_t ttl)
+{
+    return b->stamp[i] != 0 && now - b->stamp[i] < ttl;
+}
+
+/* Remember that the item (hash, cas) is gone at now. A live tombstone of
+ * the same hash keeps the higher CAS; otherwise a free or expired slot is
+ * taken, else the oldest. */
+static void
+tomb_record(uint64_t hash, uint64_t cas, int64_t now)
+{
+    uint32_t bi = tomb_index(hash), t = tomb_stamp(now);
+    uint32_t ttl = __atomic_load_n(&tomb_ttl, __ATOMIC_RELAXED);
+    struct tomb_bucket *b = &tombs[bi];
+    int i, pick = -1;
+
+    pthread_mutex_lock(&tomb_locks[bi & (TOMB_LOCKS - 1)]);
+    for (i = 0; i < REPLICATE_TOMB_WAYS && pick < 0; i++) {
+        if (b->hash[i] == hash && tomb_live(b, i, t, ttl)) {
+            if (b->cas[i] > cas)
+                cas = b->cas[i];
+            pick = i;
+        }
+    }
+    for (i = 0; i < REPLICATE_TOMB_WAYS && pick < 0; i++) {
+        if (!tomb_live(b, i, t, ttl))
+            pick = i;
+    }
+    if (pick < 0) {
+        /* Full: the oldest goes (the bound in replicate.h). */
+        pick = 0;
+        for (i = 1; i < REPLICATE_TOMB_WAYS; i++) {
+            if (t - b->stamp[i] > t - b->stamp[pick])
+                pick = i;
+        }
+    }
+    b->hash[pick] = hash;
+    b->cas[pick] = cas;
+    b->stamp[pick] = t;
+    pthread_mutex_unlock(&tomb_locks[bi & (TOMB_LOCKS - 1)]);
+}
+
+/* A post-image of an absent key: true when a live tombstone says the key
+ * was removed at a CAS >= cas (drop the image). A newer image clears the
+ * tombstone (its slot is free again). */
+static bool
+tomb_covers(uint64_t hash, uint64_t cas, int64_t now)
+{
+    uint32_t bi = tomb_index(hash), t = tomb_stamp(now);
+    uint32_t ttl = __atomic_load_n(&tomb_ttl, __ATOMIC_RELAXED);
+    struct tomb_bucket *b = &tombs[bi];
+    bool covered = false;
+    int i;
+
+    pthread_mutex_lock(&tomb_locks[bi & (TOMB_LOCKS - 1)]);
+    for (i = 0; i < REPLICATE_TOMB_WAYS; i++) {
+        if (b->hash[i] != hash || !tomb_live(b, i, t, ttl))
+            continue;
+        if (cas <= b->cas[i])
+            covered = true;
+        else
+            b->stamp[i] = 0;
+        break;
+    }
+    pthread_mutex_unlock(&tomb_locks[bi & (TOMB_LOCKS - 1)]);
+    return covered;
+}
+
+/* The store's drop hook: an eviction or expiry is a tombstone too (a late
+ * image older than the dropped item must not bring the key back). */
+static void
+tomb_on_drop(uint64_t hash, uint64_t cas, int64_t now, void *arg)
+{
+    (void)arg;
+    tomb_record(hash, cas, now);
+}
+
+/* See replicate.h. */
+void
+replicate_tomb_init(struct store *s, uint32_t ttl_s)
+{
+    __atomic_store_n(&tomb_ttl, ttl_s > 0 ? ttl_s : 1, __ATOMIC_RELAXED);
+    store_set_drop_hook(s, tomb_on_drop, NULL);
 }
 
 /* A free op from w's pool (or the heap), reset; NULL on ENOMEM. */
@@ -459,11 +590,23 @@ int
 replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas)
 {
     struct store_item *old;
+    bool apply;
     int rc = 0;
 
     replicate_lock(it->hash);
     old = store_get(s, store_item_key(it), it->nkey, it->hash);
-    if (old == NULL || old->cas <= cas) {
+    /* An absent key may be absent because a later write removed it: a
+     * delete whose tombstone overtook this image on another connection, or
+     * an eviction or expiry here of a newer copy. Its tombstone then holds
+     * a CAS >= this one and the image is dropped. The caller still answers
+     * OK: the primary applied this write and a later one, and the replica
+     * holds the state after the later one, so it is not behind. A present
+     * key is ordered by its own CAS (only an absent one probes the table). */
+    if (old != NULL)
+        apply = old->cas <= cas;
+    else
+        apply = !tomb_covers(it->hash, cas, store_now(s));
+    if (apply) {
         rc = store_put_import(s, it, cas);
         rc = rc < 0 ? rc : 0;
     }
@@ -482,8 +625,14 @@ replicate_apply_del(struct store *s, const char *key, size_t nkey, uint64_t hash
 
     replicate_lock(hash);
     old = store_get(s, key, nkey, hash);
-    if (old != NULL && old->cas <= cas)
-        store_delete(s, key, nkey, hash);
+    if (old == NULL || old->cas <= cas) {
+        /* Remembered even when the key is already absent: the image this
+         * tombstone follows may still be on its way (another worker's
+         * connection) and must not re-create the key. */
+        if (old != NULL)
+            store_delete(s, key, nkey, hash);
+        tomb_record(hash, cas, store_now(s));
+    }
     if (old != NULL)
         store_release(s, old);
     replicate_unlock(hash);

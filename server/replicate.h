@@ -5,7 +5,8 @@
  * active epoch over the worker's upstreams (server/forward.c), as `rc_set`
  * / `rc_del` on connections authenticated with `rc_peer`; the client's
  * reply waits in a hold until every replica acknowledged. Replicas apply a
- * post-image only if it is not older (by CAS) than what they hold.
+ * post-image only if it is not older (by CAS) than what they hold or than
+ * what they recently removed (a replica tombstone, below).
  */
 #ifndef SERVER_REPLICATE_H
 #define SERVER_REPLICATE_H
@@ -71,13 +72,42 @@ void replicate_worker_free(struct worker *w);
  */
 void replicate_flush(struct conn *c, const char *line, size_t len, bool noreply);
 
+/*
+ * Replica tombstones. Post-images of one key may arrive out of order, so a
+ * replica remembers, for REPLICATE_TOMB_TTL_S seconds (or the ttl given to
+ * replicate_tomb_init), the (key hash, CAS) of each key it deleted for an
+ * `rc_del` and of each item its store evicted or reclaimed expired; a later
+ * post-image of that key with a CAS not above the remembered one is
+ * dropped, one with a higher CAS clears it. The table is fixed:
+ * REPLICATE_TOMB_BUCKETS buckets of REPLICATE_TOMB_WAYS tombstones, picked
+ * by bits 16..30 of the hash (keys whose hashes differ only in other bits
+ * share one), 2 MiB for the process; a record that finds its bucket full
+ * replaces the bucket's oldest. So a tombstone lasts its whole ttl unless
+ * REPLICATE_TOMB_WAYS later ones land in its bucket first: with uniform
+ * hashes and a 10 s ttl, at 1,000 deletes, evictions and expiries a second
+ * about 1 tombstone in 200 goes early, at 3,000 a second 1 in 15. Past the
+ * bound a replaced tombstone no longer guards its key: the replica behaves
+ * as it did without tombstones (a late image re-creates the key).
+ */
+#define REPLICATE_TOMB_TTL_S   10      /* > FWD_RETRY_TIMEOUTS x the default 1 s forward timeout */
+#define REPLICATE_TOMB_BUCKETS 32768
+#define REPLICATE_TOMB_WAYS    3
+
+/* Set the tombstone lifetime (seconds, >= 1) and make s report its
+ * evictions and expiries to the table (store_set_drop_hook). Idempotent;
+ * any thread. The node calls it when a peer connects, with a ttl that
+ * covers its forward timeout's retries. */
+void replicate_tomb_init(struct store *s, uint32_t ttl_s);
+
 /* Replica side of `rc_set`: store it (from store_alloc, filled) with the
- * primary's cas unless the key holds a newer CAS. Takes the key lock.
- * The caller keeps its reference. 0, or a negative store error. */
+ * primary's cas unless the key holds a newer CAS or, when absent, has a
+ * tombstone with a CAS >= cas (then nothing is stored and 0 returned: the
+ * replica's state is newer than that image). Takes the key lock. The
+ * caller keeps its reference. 0, or a negative store error. */
 int replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas);
 
 /* Replica side of `rc_del`: delete the key unless it holds a CAS newer
- * than cas. Takes the key lock. */
+ * than cas, and remember the tombstone (hash, cas). Takes the key lock. */
 void replicate_apply_del(struct store *s, const char *key, size_t nkey, uint64_t hash,
                          uint64_t cas);
 

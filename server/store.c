@@ -107,6 +107,16 @@ store_clock_shift(struct store *s, int64_t seconds)
     __atomic_fetch_add(&s->clock_shift, seconds, __ATOMIC_RELAXED);
 }
 
+/* See store.h. The arg is written first so a reader that sees fn sees it;
+ * replacing one hook by another while items are dropped may pair the new
+ * fn with the old arg once: set it once. */
+void
+store_set_drop_hook(struct store *s, store_drop_fn fn, void *arg)
+{
+    __atomic_store_n(&s->drop_arg, arg, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->drop_fn, fn, __ATOMIC_RELEASE);
+}
+
 int64_t
 store_exptime(const struct store *s, int64_t exptime)
 {
@@ -428,6 +438,7 @@ evict_one(struct store *s, int64_t now)
             do_reclaim(s, best, it, why, NULL);
         } else {
             best->evictions++;
+            do_report_drop(s, it);
             do_unlink(s, best, it, NULL);
             rc = EV_EVICTED;
         }

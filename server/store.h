@@ -217,6 +217,20 @@ void store_reset_stats(struct store *s);
  * data) = 60 bytes. The bucket arrays are not charged. */
 size_t store_item_size(size_t nkey, size_t nbytes);
 
+/*
+ * Drop hook: told of every item the store removes by itself, an eviction
+ * (the memory limit) or the reclaim of an expired one, with its hash and
+ * CAS and the store's clock; not of deletes, replacements, flushes or
+ * purges. The replication layer keeps these as replica tombstones
+ * (server/replicate.c), so a late post-image older than what was dropped
+ * does not bring the key back. Called with the item's stripe lock held
+ * (and maybe other locks of the caller): fn must be quick, must take only
+ * leaf locks and must not call the store. Set it once, before the store is
+ * busy or while it is (the pointer is published atomically); NULL stops it.
+ */
+typedef void (*store_drop_fn)(uint64_t hash, uint64_t cas, int64_t now, void *arg);
+void store_set_drop_hook(struct store *s, store_drop_fn fn, void *arg);
+
 /* Take one more reference to an item someone already holds (a walk or
  * drain callback that keeps the item past its return). Release it with
  * store_release. */

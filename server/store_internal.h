@@ -98,6 +98,8 @@ struct store {
     int64_t flush_when;               /* pending delayed flush, 0 = none */
     int64_t clock_shift;
     uint64_t nbuckets_total;
+    store_drop_fn drop_fn;            /* atomic; see store_set_drop_hook */
+    void *drop_arg;                   /* written before drop_fn */
     /* Written by evictions only. */
     uint32_t evict_cursor __attribute__((aligned(64)));
 
@@ -227,14 +229,30 @@ item_dead(const struct store_item *it, int64_t now, uint32_t gen)
     return LIVE;
 }
 
-/* Unlink a dead item, counting it as reclaimed. */
+/* Tell the drop hook (store_set_drop_hook) that the store removed it by
+ * itself. Caller holds its stripe lock. */
+static inline void
+do_report_drop(struct store *s, const struct store_item *it)
+{
+    store_drop_fn fn = __atomic_load_n(&s->drop_fn, __ATOMIC_ACQUIRE);
+
+    if (fn != NULL)
+        fn(it->hash, it->cas, store_now(s), __atomic_load_n(&s->drop_arg, __ATOMIC_RELAXED));
+}
+
+/* Unlink a dead item, counting it as reclaimed. An expired one is reported
+ * to the drop hook; a flushed one is not (a flush removes everything at
+ * once and travels to every node itself). */
 static inline void
 do_reclaim(struct store *s, struct stripe *st, struct store_item *it,
            enum dead why, struct store_item **prevp)
 {
     st->reclaimed++;
-    if (why == DEAD_EXPIRED && !(it->gen & IF_FETCHED))
-        st->expired_unfetched++;
+    if (why == DEAD_EXPIRED) {
+        if (!(it->gen & IF_FETCHED))
+            st->expired_unfetched++;
+        do_report_drop(s, it);
+    }
     do_unlink(s, st, it, prevp);
 }
 

@@ -1451,11 +1451,11 @@ def fill_fast(hist, view, declare=True, batch=200, phase=0, keys=None):
 
 # ---------------------------------------------------------------- scenarios
 
-def start_cluster(t, ids, replicas=1, mem=256):
-    """Nodes ids started with cluster identities and `ringctl init` of
-    them: returns (Cluster, ok) (the caller closes the cluster). TAP: init
-    ok and every node at epoch 1."""
-    cl = Cluster(replicas=replicas, mem=mem)
+def start_cluster(t, ids, replicas=1, mem=256, node_args=()):
+    """Nodes ids started with cluster identities (and node_args, after
+    the defaults) and `ringctl init` of them: returns (Cluster, ok) (the
+    caller closes the cluster). TAP: init ok and every node at epoch 1."""
+    cl = Cluster(replicas=replicas, mem=mem, node_args=node_args)
     for i in ids:
         cl.add(i)
     rc, out, err = cl.ctl("init", "--members", cl.write_members(ids))
