@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -21,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -41,9 +44,39 @@
 #include "server/thread.h"
 #include "server/transition.h"
 
-#define CPORT_CONNS_MAX   256       /* open cluster-port connections */
 #define XFERS_MAX         64
 #define PEERS_MAX         256       /* peers reported in Status */
+
+/*
+ * Admission before authentication (docs/cluster.md, "Cluster port
+ * admission"). Anyone who can reach the port can open connections, so
+ * until its Hello is accepted a connection is "pre-auth" and costs little:
+ * a small frame limit, a deadline, and a slot in a bounded table of its
+ * own. When that table (or one source's share of it) is full, a new
+ * connection evicts the OLDEST pre-auth one instead of being refused:
+ * refusing would let idle connections lock every newcomer out, while a
+ * legitimate client (ringctl, a peer's heartbeat or handoff stream) sends
+ * its Hello right after connect and is authenticated long before enough
+ * newer connections arrive to push it out. On loopback, and behind NAT,
+ * the attacker and the peers share an address, so the per-source share
+ * only stops one address from taking the whole table when several compete;
+ * the eviction order is what lets a same-address peer through.
+ * Of the candidates, one that has sent nothing goes first, so a client
+ * whose Hello is already in its socket is not evicted by a burst of idle
+ * connections accepted before we read it (preauth_idle).
+ * Authenticated connections never count toward the pre-auth table; the
+ * overall cap only bounds descriptors, and pre-auth ones go first.
+ */
+#define CPORT_CONNS_MAX         1024    /* every cluster-port connection */
+#define CPORT_PREAUTH_MAX       128     /* connections still waiting for their Hello */
+#define CPORT_PREAUTH_PER_SRC   16      /* of them, from one address (IPv6: one /64) */
+#define CPORT_HELLO_MS          3000    /* the Hello must be accepted within this */
+#define CPORT_SWEEP_MS          250     /* overdue Hellos are looked for this often */
+#define CPORT_PREAUTH_PAYLOAD   4096    /* frame payload limit before the Hello (a
+                                         * Hello is < 1 KiB: token <= 256 bytes) */
+#define CPORT_DROP_LOG_MS       1000    /* at most one line about dropped pre-auth
+                                         * connections this often */
+#define CPORT_SRC_LEN           9       /* family + 8 address bytes (see source_key) */
 
 enum cpc_state {
     CPC_HELLO = 0,   /* waiting for Hello */
@@ -59,6 +92,10 @@ struct cp_conn {
     bool                waiting;    /* a reply is pending (Fence): input paused */
     struct handoff_in  *in;         /* peer: import state */
     struct cp_conn     *prev, *next;
+    bool                preauth;    /* in the pre-auth table (no Hello accepted yet) */
+    uint64_t            accepted_ms;    /* monotonic; the Hello deadline runs from here */
+    uint8_t             src[CPORT_SRC_LEN]; /* source address (per-source share) */
+    struct cp_conn     *pa_prev, *pa_next;  /* pre-auth table, oldest first */
 };
 
 struct cport {
@@ -75,6 +112,12 @@ struct cport {
     struct event       *listen_ev, *stop_ev;
     struct cp_conn     *conns;
     int                 nconns;
+    struct cp_conn     *pa_head, *pa_tail;  /* pre-auth connections, oldest first */
+    int                 npreauth;
+    struct event       *sweep_ev;       /* CPORT_SWEEP_MS: Hello deadlines */
+    bool                listen_paused;  /* out of descriptors: the sweep resumes */
+    uint64_t            drop_log_ms;    /* when the last drop line was logged */
+    uint64_t            n_timed_out, n_evicted, n_refused;  /* since that line */
     struct handoff     *ho;
     struct transition  *tr;
     struct health      *health;
@@ -82,6 +125,37 @@ struct cport {
 };
 
 static void conn_read_cb(struct bufferevent *bev, void *arg);
+
+/* Monotonic milliseconds. */
+static uint64_t
+mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Take c out of the pre-auth table (its Hello was accepted, or it goes). */
+static void
+preauth_remove(struct cp_conn *c)
+{
+    struct cport *cp = c->cp;
+
+    if (!c->preauth)
+        return;
+    if (c->pa_prev != NULL)
+        c->pa_prev->pa_next = c->pa_next;
+    else
+        cp->pa_head = c->pa_next;
+    if (c->pa_next != NULL)
+        c->pa_next->pa_prev = c->pa_prev;
+    else
+        cp->pa_tail = c->pa_prev;
+    c->pa_prev = c->pa_next = NULL;
+    c->preauth = false;
+    cp->npreauth--;
+}
 
 /* Free a connection now. */
 static void
@@ -100,6 +174,7 @@ cpc_free(struct cp_conn *c)
     if (c->next != NULL)
         c->next->prev = c->prev;
     cp->nconns--;
+    preauth_remove(c);
     handoff_in_free(c->in);
     bufferevent_free(c->bev);
     free(c);
@@ -498,6 +573,8 @@ hello(struct cp_conn *c, const struct frame *f)
         } else {
             c->state = CPC_ADMIN;
         }
+        /* Authenticated: no deadline, no pre-auth slot, full frame size. */
+        preauth_remove(c);
         r.cluster = (char *)cluster_name(cl);
         r.node_id = (char *)cluster_node_id(cl);
         r.boot_id = cluster_boot_id(cl);
@@ -570,8 +647,9 @@ conn_read_cb(struct bufferevent *bev, void *arg)
     while (!c->closing && !c->waiting) {
         struct frame f;
         size_t used;
-        int rc = peer_read_frame(in, cluster_frame_id(c->cp->cl), HANDOFF_PAYLOAD_MAX, &f,
-                                 &used);
+        /* Before the Hello, nobody gets to make us buffer megabytes. */
+        uint32_t max = c->state == CPC_HELLO ? CPORT_PREAUTH_PAYLOAD : HANDOFF_PAYLOAD_MAX;
+        int rc = peer_read_frame(in, cluster_frame_id(c->cp->cl), max, &f, &used);
 
         if (rc == FRAME_EAGAIN) {
             /* Wake up once the whole frame is in, not per segment. */
@@ -594,8 +672,103 @@ conn_read_cb(struct bufferevent *bev, void *arg)
  * Listener and thread
  */
 
-/* Accept every pending connection (beyond CPORT_CONNS_MAX they are
- * closed at once); each starts waiting for its Hello. */
+/* The per-source key of a peer address: the family and the IPv4 address,
+ * or the first 64 bits of an IPv6 one (one host usually owns a whole /64).
+ * A v4-mapped IPv6 address counts as its IPv4 address. */
+static void
+source_key(const struct sockaddr_storage *ss, uint8_t key[CPORT_SRC_LEN])
+{
+    memset(key, 0, CPORT_SRC_LEN);
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
+
+        if (IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
+            key[0] = AF_INET;
+            memcpy(key + 1, s6->sin6_addr.s6_addr + 12, 4);
+        } else {
+            key[0] = AF_INET6;
+            memcpy(key + 1, s6->sin6_addr.s6_addr, 8);
+        }
+    } else if (ss->ss_family == AF_INET) {
+        key[0] = AF_INET;
+        memcpy(key + 1, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+    }
+}
+
+/* One line about the pre-auth connections closed since the last one, if
+ * there were any and CPORT_DROP_LOG_MS has passed (a flood must not turn
+ * into a flood of log lines); the sweep prints what is left over. */
+static void
+drop_log(struct cport *cp, uint64_t now)
+{
+    if (cp->n_timed_out + cp->n_evicted + cp->n_refused == 0 ||
+        now - cp->drop_log_ms < CPORT_DROP_LOG_MS)
+        return;
+    log_msg(LOG_INFO, "cluster port: closed %" PRIu64 " connections without a Hello after "
+            "%d ms, evicted %" PRIu64 " waiting ones for newer (pre-auth table: %d of %d, "
+            "%d per source), refused %" PRIu64 " (%d connections open)", cp->n_timed_out,
+            CPORT_HELLO_MS, cp->n_evicted, cp->npreauth, CPORT_PREAUTH_MAX,
+            CPORT_PREAUTH_PER_SRC, cp->n_refused, cp->nconns);
+    cp->n_timed_out = cp->n_evicted = cp->n_refused = 0;
+    cp->drop_log_ms = now;
+}
+
+/* Whether pre-auth c has sent us nothing yet (nothing buffered, nothing
+ * in the socket), or is closing anyway: the first to evict. A client that
+ * connected and sent its Hello at once has it waiting in the socket even
+ * when a burst of newer connections is accepted before we read it. */
+static bool
+preauth_idle(struct cp_conn *c)
+{
+    int n = 0;
+
+    if (c->closing)
+        return true;
+    if (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
+        return false;
+    return ioctl(bufferevent_getfd(c->bev), FIONREAD, &n) == 0 && n == 0;
+}
+
+/* Make room for one more pre-auth connection from src. When that source
+ * has its share, one of its connections goes; else, when the pre-auth
+ * table or the whole port is full, one of any. Of those, the oldest idle
+ * one (preauth_idle), or the oldest if none is idle. The walk from the
+ * oldest usually stops at the first. */
+static void
+preauth_make_room(struct cport *cp, const uint8_t *src)
+{
+    struct cp_conn *o, *victim = NULL;
+    bool one_src;
+    int same = 0;
+
+    /* At most CPORT_PREAUTH_MAX entries: a walk is cheaper than a map. */
+    for (o = cp->pa_head; o != NULL; o = o->pa_next)
+        same += memcmp(o->src, src, CPORT_SRC_LEN) == 0;
+    one_src = same >= CPORT_PREAUTH_PER_SRC;
+    if (!one_src && cp->npreauth < CPORT_PREAUTH_MAX && cp->nconns < CPORT_CONNS_MAX)
+        return;
+    for (o = cp->pa_head; o != NULL; o = o->pa_next) {
+        if (one_src && memcmp(o->src, src, CPORT_SRC_LEN) != 0)
+            continue;
+        if (victim == NULL)
+            victim = o;     /* the oldest, should none be idle */
+        if (preauth_idle(o)) {
+            victim = o;
+            break;
+        }
+    }
+    if (victim != NULL) {
+        cpc_free(victim);
+        cp->n_evicted++;
+    }
+}
+
+/* Accept every pending connection; each starts pre-auth, waiting for its
+ * Hello (preauth_make_room evicts an older one if needed). Only when every
+ * one of CPORT_CONNS_MAX connections is authenticated is a new one closed
+ * at once. Out of descriptors, an idle pre-auth connection gives its up;
+ * with none to give, the listener pauses until the next sweep instead of
+ * spinning on a readable listener. */
 static void
 accept_cb(evutil_socket_t lfd, short what, void *arg)
 {
@@ -604,24 +777,39 @@ accept_cb(evutil_socket_t lfd, short what, void *arg)
 
     (void)what;
     for (;;) {
-        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         struct cp_conn *c;
 
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
-            return;
+            if (errno == EMFILE || errno == ENFILE) {
+                if (cp->pa_head != NULL) {
+                    cpc_free(cp->pa_head);
+                    cp->n_evicted++;
+                    continue;
+                }
+                event_del(cp->listen_ev);
+                cp->listen_paused = true;
+            }
+            break;
         }
-        if (cp->nconns >= CPORT_CONNS_MAX) {
-            close(fd);
-            continue;
-        }
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         c = calloc(1, sizeof(*c));
         if (c == NULL) {
             close(fd);
             continue;
         }
+        source_key(&ss, c->src);
+        preauth_make_room(cp, c->src);
+        if (cp->nconns >= CPORT_CONNS_MAX) {
+            close(fd);
+            free(c);
+            cp->n_refused++;
+            continue;
+        }
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         c->cp = cp;
         c->bev = bufferevent_socket_new(cp->base, fd, BEV_OPT_CLOSE_ON_FREE);
         if (c->bev == NULL) {
@@ -634,9 +822,40 @@ accept_cb(evutil_socket_t lfd, short what, void *arg)
             cp->conns->prev = c;
         cp->conns = c;
         cp->nconns++;
+        c->preauth = true;
+        c->accepted_ms = mono_ms();
+        c->pa_prev = cp->pa_tail;
+        if (cp->pa_tail != NULL)
+            cp->pa_tail->pa_next = c;
+        else
+            cp->pa_head = c;
+        cp->pa_tail = c;
+        cp->npreauth++;
         bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
         bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     }
+    drop_log(cp, mono_ms());
+}
+
+/* Every CPORT_SWEEP_MS: close the pre-auth connections past their Hello
+ * deadline. The table is in accept order, so the walk stops at the first
+ * one still in time and costs only what it closes. A pre-auth connection
+ * that is closing (its Error frame unread by the other side) goes too. */
+static void
+sweep_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct cport *cp = arg;
+    uint64_t now = mono_ms();
+
+    (void)fd;
+    (void)what;
+    while (cp->pa_head != NULL && now - cp->pa_head->accepted_ms >= CPORT_HELLO_MS) {
+        cpc_free(cp->pa_head);
+        cp->n_timed_out++;
+    }
+    if (cp->listen_paused && event_add(cp->listen_ev, NULL) == 0)
+        cp->listen_paused = false;
+    drop_log(cp, now);
 }
 
 /* cport_free wrote to the stop pipe: leave the event loop. */
@@ -682,7 +901,9 @@ cport_new(struct server *srv, struct cluster *cl, const char *listen_addr, int p
     cp->tr = cp->ho != NULL ? transition_new(cl, srv->store, cp->ho, cp->base) : NULL;
     cp->health = health_new(cl, cp->base);
     cp->stop_ev = event_new(cp->base, cp->stop_fd[0], EV_READ, stop_cb, cp);
-    if (cp->ho == NULL || cp->tr == NULL || cp->health == NULL || cp->stop_ev == NULL)
+    cp->sweep_ev = event_new(cp->base, -1, EV_PERSIST, sweep_cb, cp);
+    if (cp->ho == NULL || cp->tr == NULL || cp->health == NULL || cp->stop_ev == NULL ||
+        cp->sweep_ev == NULL)
         goto fail;
     return cp;
 fail:
@@ -707,6 +928,7 @@ cport_listen(struct cport *cp)
 int
 cport_start(struct cport *cp)
 {
+    struct timeval sweep = { CPORT_SWEEP_MS / 1000, (CPORT_SWEEP_MS % 1000) * 1000 };
     sigset_t block, old;
     int rc;
 
@@ -714,7 +936,7 @@ cport_start(struct cport *cp)
         return -1;
     cp->listen_ev = event_new(cp->base, cp->listen_fd, EV_READ | EV_PERSIST, accept_cb, cp);
     if (cp->listen_ev == NULL || event_add(cp->listen_ev, NULL) < 0 ||
-        event_add(cp->stop_ev, NULL) < 0)
+        event_add(cp->stop_ev, NULL) < 0 || event_add(cp->sweep_ev, &sweep) < 0)
         return -1;
     cluster_started(cp->cl);
     if (health_start(cp->health) < 0)
@@ -756,6 +978,8 @@ cport_free(struct cport *cp)
         event_free(cp->listen_ev);
     if (cp->stop_ev != NULL)
         event_free(cp->stop_ev);
+    if (cp->sweep_ev != NULL)
+        event_free(cp->sweep_ev);
     if (cp->base != NULL)
         event_base_free(cp->base);
     if (cp->listen_fd >= 0)
