@@ -151,6 +151,15 @@ push_active(struct admin *a, const char *what, bool only_behind)
                 printf("%s\t%s\tok\tepoch %" PRIu64 "\n", t->id, t->addr, t->st.active_epoch);
                 continue;
             }
+            if (rc == CPORT_OK && t->st.active_epoch == 0 && t->st.pending_epoch == 0
+                && ring_members_find(a->old, t->id) >= 0) {
+                /* A member with no state at all lost its state directory:
+                 * given the epoch it would serve its ranges empty. */
+                printf("%s\t%s\tfailed\tno state (its state directory was lost?): "
+                       "run ringctl repair %s\n", t->id, t->addr, t->id);
+                failed++;
+                continue;
+            }
         }
         rc = node_call(a, t, &req, LONG_TIMEOUT_MS);
         if (rc == CPORT_OK) {

@@ -26,8 +26,9 @@
 /*
  * remove --failed: may the node be dropped without contacting it (the
  * change's admit check)? It must not answer Hello within PROBE_MS, or
- * answer as recovering (restarted empty) or behind (removed already): such
- * a node holds nothing current. Otherwise refuse unless --force. EX_OK or
+ * answer as recovering (restarted empty), behind (removed already) or
+ * with no membership at all (it lost its state directory): such a node
+ * holds nothing current. Otherwise refuse unless --force. EX_OK or
  * EX_USAGE (printed).
  */
 static int
@@ -63,9 +64,12 @@ probe_failed(struct admin *a, const struct change_opts *o)
     }
     rc = cport_call(c, &sreq, PROBE_MS, &st, err, sizeof(err));
     cport_close(c);
-    if (rc == CPORT_OK && (st.recovering || st.behind_epoch != 0)) {
+    if (rc == CPORT_OK && (st.recovering || st.behind_epoch != 0 ||
+                           (st.active_epoch == 0 && st.pending_epoch == 0))) {
         ctl_info("remove: %s answers but is %s: it holds nothing current; removing it", o->id,
-                 st.recovering ? "recovering (restarted empty)" : "behind a higher epoch");
+                 st.recovering ? "recovering (restarted empty)"
+                 : st.behind_epoch != 0 ? "behind a higher epoch"
+                 : "without state (no membership: its state directory was lost)");
         cport_status_clear(&st);
         return EX_OK;
     }

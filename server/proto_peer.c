@@ -23,6 +23,9 @@
 #include "server/store.h"
 #include "server/thread.h"
 
+/* A replica write at a node with no membership (lost state). */
+#define NO_MEMBERSHIP "SERVER_ERROR no membership (this node has no state: ringctl repair it)"
+
 static inline struct store *
 conn_store(struct conn *c)
 {
@@ -119,6 +122,13 @@ proto_peer_rc_set(struct conn *c, const struct token *t, int ntok)
         return;
     }
     hash = ring_hash(t[1].p, t[1].len);
+    if (!route_has_membership(c)) {
+        /* No state to check the key against: the primary must not count
+         * this copy (it answers the client "replica unavailable"). */
+        proto_swallow(c, (size_t)vlen + 2);
+        REPLY(c, NO_MEMBERSHIP);
+        return;
+    }
     if (!route_owned_here(c, hash)) {
         proto_swallow(c, (size_t)vlen + 2);
         REPLY(c, "OK");
@@ -152,6 +162,10 @@ proto_peer_rc_del(struct conn *c, const struct token *t, int ntok)
         return;
     }
     hash = ring_hash(t[1].p, t[1].len);
+    if (!route_has_membership(c)) {
+        REPLY(c, NO_MEMBERSHIP);
+        return;
+    }
     if (route_owned_here(c, hash))
         replicate_apply_del(conn_store(c), t[1].p, t[1].len, hash, cas);
     REPLY(c, "OK");

@@ -23,6 +23,9 @@
 #include "server/store.h"
 #include "server/thread.h"
 
+/* A keyed request at a cluster node with no active membership. */
+#define NO_MEMBERSHIP_REPLY "SERVER_ERROR no membership (this node is not serving: not joined, " \
+                            "or its state was lost; see ringctl status)"
 #define LINE_FWD_MAX   2048   /* a relayed command line (proto_text's line limit) */
 #define GET_OWNERS_MAX 64     /* parts (owner, next owner) a plain client's multi-get is
                                * split over, at most; keys of further ones are answered
@@ -219,6 +222,8 @@ route_conn(struct conn *c, uint64_t hash, bool write, struct route *rt)
         return;
     }
     decide_for(c, cluster_view(cl), hash, write, !write && c->get_ordered, rt);
+    if (rt->view->ring == NULL)
+        rt->action = ROUTE_REFUSE;
 }
 
 /*
@@ -245,6 +250,10 @@ reply_route(struct conn *c, const struct route *rt)
     char buf[64 + RING_ADDR_MAX];
     int n;
 
+    if (rt->action == ROUTE_REFUSE) {
+        REPLY(c, NO_MEMBERSHIP_REPLY);
+        return;
+    }
     if (rt->action == ROUTE_TRYAGAIN)
         n = snprintf(buf, sizeof(buf), "SERVER_ERROR TRYAGAIN %" PRIu64 "\r\n",
                      reply_epoch(v));
@@ -535,8 +544,12 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
      * acting primary (on the same upstream, so after them). Fixed for the
      * whole get, as it pauses and resumes. */
     c->get_ordered = !touch && c->nholds > 0 && !conn_declared(c);
-    if (v == NULL || v->ring == NULL)
+    if (v == NULL)
         return true;
+    if (v->ring == NULL) {
+        REPLY(c, NO_MEMBERSHIP_REPLY);
+        return false;
+    }
     while (proto_next_key(&q, end, &k)) {
         struct route rt;
         uint32_t i;
@@ -696,6 +709,15 @@ route_flush(struct conn *c, const char *line, size_t len)
         return false;
     replicate_flush(c, line, len, c->noreply);
     return true;
+}
+
+/* See route.h. */
+bool
+route_has_membership(const struct conn *c)
+{
+    const struct cluster_view *v = cluster_view(c->w->srv->cluster);
+
+    return v->ring != NULL || v->importing.n > 0;
 }
 
 /* See route.h. During a commit the new primary (already in epoch N+1)

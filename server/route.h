@@ -27,6 +27,9 @@ enum route_do {
     ROUTE_FORWARD,     /* a plain client: relay it to `target` (see docs/cluster.md) */
     ROUTE_TRYAGAIN,    /* fenced, stalled or recovering: SERVER_ERROR TRYAGAIN <epoch> */
     ROUTE_MOVED,       /* a declared client: SERVER_ERROR MOVED <epoch> <addr of target> */
+    ROUTE_REFUSE,      /* a cluster node with no active membership (not joined yet, or
+                        * its state directory was lost): it cannot know what it owns,
+                        * so it serves nothing (SERVER_ERROR no membership) */
 };
 
 /*
@@ -55,7 +58,8 @@ struct route {
 
 /*
  * The decision on view v (not NULL) for a key hash: no membership, or this
- * node serves the key: SERVE. In order: a stalled node or one behind its
+ * node serves the key: SERVE (a node in cluster mode without a membership
+ * is refused before this, by the connection's route). In order: a stalled node or one behind its
  * peers serves nothing (TRYAGAIN); fenced ranges answer TRYAGAIN; a
  * recovering node (restarted empty) serves none of its own keys (a read
  * may go to a live replica); writes go to the first owner not seen down
@@ -144,5 +148,11 @@ bool route_flush(struct conn *c, const char *line, size_t len);
  * the key in the active epoch (any position), or import it for the
  * pending one? Replicas keep only what they own. */
 bool route_owned_here(const struct conn *c, uint64_t hash);
+
+/* Does this node hold a membership a replica write can be checked
+ * against: an active epoch, or a pending one it imports? A node with
+ * neither (it lost its state directory, or was never a member) must
+ * refuse replica writes rather than drop them with OK. */
+bool route_has_membership(const struct conn *c);
 
 #endif /* SERVER_ROUTE_H */
