@@ -238,12 +238,9 @@ ctl_init(struct ctl_globals *g, int argc, char **argv)
         ctl_error("init: the store already has an active membership (epoch %" PRIu64 ")",
                   cur != NULL ? cur->epoch : 0);
         ring_members_free(cur);
-        rc = EX_PENDING;
-        goto out;
     }
-    if (rc != MSTORE_OK) {
-        ctl_error("store: %s", err_buf);
-        rc = rc == MSTORE_ECORRUPT ? EX_USAGE : EX_FAILED;
+    rc = admin_txn_status(rc, err_buf);
+    if (rc != EX_OK) {
         goto out;
     }
     ctl_info("init: store: epoch 1 with %u nodes", a.old->n_nodes);

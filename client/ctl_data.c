@@ -87,26 +87,6 @@ open_cluster(const struct ctl_globals *g, const char *cmd)
     return rc;
 }
 
-/* The start of the commands that take KEY... (get, delete): parse, then
- * open the cluster. The index of the first key with *rc open, or -1 after
- * printing why (exit status 2). */
-static int
-open_for_keys(const struct ctl_globals *g, int argc, char **argv, const char *cmd,
-              const char *usage, struct ringcache **rc)
-{
-    int first = ctl_no_options(argc, argv, usage, CTL_USAGE_ON_ERROR);
-
-    if (first < 0) {
-        return -1;
-    }
-    if (first >= argc) {
-        ctl_error("%s: at least one KEY is needed", cmd);
-        return -1;
-    }
-    *rc = open_cluster(g, cmd);
-    return *rc != NULL ? first : -1;
-}
-
 /* Width of the widest string of a list, for --human columns. */
 static int
 widest(char **s, int n, int floor)
@@ -119,6 +99,42 @@ widest(char **s, int n, int floor)
         w = l > w ? l : w;
     }
     return w;
+}
+
+/* The start of the commands that take KEY... (get, delete): parse, then
+ * open the cluster. The index of the first key with *rc open and *width
+ * that of the key column, or -1 after printing why (exit status 2). */
+static int
+open_for_keys(const struct ctl_globals *g, int argc, char **argv, const char *cmd,
+              const char *usage, struct ringcache **rc, int *width)
+{
+    int first = ctl_no_options(argc, argv, usage, CTL_USAGE_ON_ERROR);
+
+    if (first < 0) {
+        return -1;
+    }
+    if (first >= argc) {
+        ctl_error("%s: at least one KEY is needed", cmd);
+        return -1;
+    }
+    *rc = open_cluster(g, cmd);
+    if (*rc == NULL) {
+        return -1;
+    }
+    *width = widest(argv + first, argc - first, 3);
+    return first;
+}
+
+/* The key column of a get or delete row: padded to width with --human,
+ * else followed by a tab. */
+static void
+print_key(const struct ctl_globals *g, const char *key, int width)
+{
+    if (g->human) {
+        printf("%-*s  ", width, key);
+    } else {
+        printf("%s\t", key);
+    }
 }
 
 /* Why a read missed, for its stderr line: the library reports a key whose
@@ -157,11 +173,10 @@ ctl_get(struct ctl_globals *g, int argc, char **argv)
     struct ringcache_value v;
     int first, i, ret, status = 0, width;
 
-    first = open_for_keys(g, argc, argv, "get", CTL_USAGE_DATA " get KEY...", &rc);
+    first = open_for_keys(g, argc, argv, "get", CTL_USAGE_DATA " get KEY...", &rc, &width);
     if (first < 0) {
         return 2;
     }
-    width = widest(argv + first, argc - first, 3);
     for (i = first; i < argc; i++) {
         ret = ringcache_get(rc, argv[i], strlen(argv[i]), &v);
         if (ret != 0) {
@@ -171,11 +186,7 @@ ctl_get(struct ctl_globals *g, int argc, char **argv)
             status = ret == RINGCACHE_EKEY ? 2 : 1;
             continue;
         }
-        if (g->human) {
-            printf("%-*s  ", width, argv[i]);
-        } else {
-            printf("%s\t", argv[i]);
-        }
+        print_key(g, argv[i], width);
         fwrite(v.data, 1, v.len, stdout);
         putchar('\n');
         ringcache_value_clear(&v);
@@ -259,11 +270,11 @@ ctl_delete(struct ctl_globals *g, int argc, char **argv)
     struct ringcache *rc;
     int first, i, ret, status = 0, width;
 
-    first = open_for_keys(g, argc, argv, "delete", CTL_USAGE_DATA " delete KEY...", &rc);
+    first = open_for_keys(g, argc, argv, "delete", CTL_USAGE_DATA " delete KEY...", &rc,
+                          &width);
     if (first < 0) {
         return 2;
     }
-    width = widest(argv + first, argc - first, 3);
     for (i = first; i < argc; i++) {
         ret = ringcache_delete(rc, argv[i], strlen(argv[i]));
         if (ret != 0) {
@@ -271,11 +282,8 @@ ctl_delete(struct ctl_globals *g, int argc, char **argv)
             status = ret == RINGCACHE_EKEY ? 2 : 1;
             continue;
         }
-        if (g->human) {
-            printf("%-*s  deleted\n", width, argv[i]);
-        } else {
-            printf("%s\tdeleted\n", argv[i]);
-        }
+        print_key(g, argv[i], width);
+        printf("deleted\n");
     }
     ringcache_free(rc);
     return status;

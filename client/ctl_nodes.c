@@ -365,6 +365,20 @@ admin_free(struct admin *a)
     mstore_close(a->store);
 }
 
+/* admin_txn_status: see ctl_transition.h. */
+int
+admin_txn_status(int rc, const char *err)
+{
+    if (rc == MSTORE_OK) {
+        return EX_OK;
+    }
+    if (rc == MSTORE_ECONFLICT) {
+        return EX_PENDING;
+    }
+    ctl_error("store: %s", err);
+    return rc == MSTORE_ECORRUPT ? EX_USAGE : EX_FAILED;
+}
+
 /* Remember when a node stopped answering (the first failure counts). */
 static void
 node_mark_down(struct tnode *t)

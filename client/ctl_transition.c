@@ -804,12 +804,9 @@ change_run(struct ctl_globals *g, const struct change_opts *o)
         if (admin_load_state(&a) == EX_OK) {
             print_pending(&a, stderr);
         }
-        rc = EX_PENDING;
-        goto out;
     }
-    if (rc != MSTORE_OK) {
-        ctl_error("store: %s", err_buf);
-        rc = rc == MSTORE_ECORRUPT ? EX_USAGE : EX_FAILED;
+    rc = admin_txn_status(rc, err_buf);
+    if (rc != EX_OK) {
         goto out;
     }
     a.rec_rev = a.pm_rev;

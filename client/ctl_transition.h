@@ -104,6 +104,12 @@ int admin_load_state(struct admin *a);
 int admin_load_members(struct admin *a, const char *name, struct ring_members **out,
                        uint64_t *rev);
 
+/* The exit status of a store transaction that creates a new state's
+ * records (init, plan), rc its MSTORE_ code: EX_OK; EX_PENDING when
+ * another admin won the race (the caller has said how); else EX_USAGE for
+ * a malformed record or EX_FAILED, after printing "store: <err>". */
+int admin_txn_status(int rc, const char *err);
+
 /* Free everything an admin command holds: node connections, both
  * memberships, the record and the store handle. */
 void admin_free(struct admin *a);

@@ -550,6 +550,35 @@ do_replace(struct store *s, struct stripe *st, struct store_item *old,
 }
 
 /*
+ * The second half of a read-copy-update: link n in place of old if old is
+ * still the live item of the key (n takes old's expiry, which a touch may
+ * have changed meanwhile, and old's gen bits in inherit), then drop our
+ * references to both. True when n was linked; else the caller retries.
+ */
+static inline bool
+replace_if_live(struct store *s, struct stripe *st, const char *key, size_t nkey,
+                uint64_t hash, struct store_item *old, struct store_item *n,
+                uint16_t inherit, uint64_t *cas_out)
+{
+    struct store_item *cur;
+    int64_t now = clock_begin(s);
+
+    pthread_mutex_lock(&st->lock);
+    cur = do_find(s, st, key, nkey, hash, now, false);
+    if (cur == old) {
+        n->exptime = old->exptime;
+        n->gen |= old->gen & inherit;
+        do_replace(s, st, old, n, now);
+        if (cas_out != NULL)
+            *cas_out = n->cas;
+    }
+    pthread_mutex_unlock(&st->lock);
+    store_release(s, old);
+    store_release(s, n);
+    return cur == old;
+}
+
+/*
  * append/prepend: build a new item from the live one and it, outside the
  * lock, then link it only if the live item is still the one we read
  * (we hold a reference to it, so its address cannot be reused); else retry.
@@ -561,7 +590,7 @@ put_concat(struct store *s, struct store_item *it, bool append, uint64_t *cas_ou
     const char *key = store_item_key(it);
 
     for (;;) {
-        struct store_item *old, *n, *cur;
+        struct store_item *old, *n;
         int64_t now = clock_begin(s);
         int err;
         size_t nb;
@@ -588,20 +617,7 @@ put_concat(struct store *s, struct store_item *it, bool append, uint64_t *cas_ou
             memcpy(store_item_value_mut(n), store_item_value(it), it->nbytes);
             memcpy(store_item_value_mut(n) + it->nbytes, store_item_value(old), old->nbytes);
         }
-
-        now = clock_begin(s);
-        pthread_mutex_lock(&st->lock);
-        cur = do_find(s, st, key, it->nkey, it->hash, now, false);
-        if (cur == old) {
-            n->exptime = old->exptime;   /* a touch may have come meanwhile */
-            do_replace(s, st, old, n, now);
-            if (cas_out != NULL)
-                *cas_out = n->cas;
-        }
-        pthread_mutex_unlock(&st->lock);
-        store_release(s, old);
-        store_release(s, n);
-        if (cur == old)
+        if (replace_if_live(s, st, key, it->nkey, it->hash, old, n, 0, cas_out))
             return STORE_STORED;
     }
 }
@@ -785,7 +801,7 @@ store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash,
     struct stripe *st = stripe_of(s, hash);
 
     for (;;) {
-        struct store_item *old, *n, *cur;
+        struct store_item *old, *n;
         char buf[20];
         uint64_t v;
         size_t len;
@@ -828,23 +844,10 @@ store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash,
             return err;
         }
         memcpy(store_item_value_mut(n), buf, len);
-
-        now = clock_begin(s);
-        pthread_mutex_lock(&st->lock);
-        cur = do_find(s, st, key, nkey, hash, now, false);
-        if (cur == old) {
-            n->exptime = old->exptime;
-            n->gen |= old->gen & IF_FETCHED;
-            do_replace(s, st, old, n, now);
+        if (replace_if_live(s, st, key, nkey, hash, old, n, IF_FETCHED, cas_out)) {
             *value = v;
-            if (cas_out != NULL)
-                *cas_out = n->cas;
-        }
-        pthread_mutex_unlock(&st->lock);
-        store_release(s, old);
-        store_release(s, n);
-        if (cur == old)
             return STORE_STORED;
+        }
     }
 }
 

@@ -127,6 +127,16 @@ cursor_next(uint32_t v, uint32_t mask)
     return rev32(rev32(v) + 1);
 }
 
+/* Spend one bucket of a walk's or purge's budget and move v on to the
+ * next bucket; true when that was the stripe's last. */
+static inline bool
+cursor_step(uint32_t *v, uint32_t mask, size_t *budget)
+{
+    (*budget)--;
+    *v = cursor_next(*v, mask);
+    return *v == 0;
+}
+
 /* A growable array of item references collected under a stripe lock. */
 struct refs {
     struct store_item **v;
@@ -239,12 +249,9 @@ store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred,
                     r.v[r.n++] = it;
                 }
             }
-            budget--;
-            v = cursor_next(v, st->mask);
-            if (v == 0) {
-                stripe_done = true;
+            stripe_done = cursor_step(&v, st->mask, &budget);
+            if (stripe_done)
                 break;
-            }
         }
         pthread_mutex_unlock(&st->lock);
         cursor_save(cur, v, stripe_done);
@@ -325,12 +332,9 @@ store_purge(struct store *s, store_hash_pred pred, void *arg, size_t max_items,
             }
             if (it != NULL)
                 break;
-            budget--;
-            v = cursor_next(v, st->mask);
-            if (v == 0) {
-                stripe_done = true;
+            stripe_done = cursor_step(&v, st->mask, &budget);
+            if (stripe_done)
                 break;
-            }
         }
         pthread_mutex_unlock(&st->lock);
         cursor_save(cur, v, stripe_done);
