@@ -1,7 +1,8 @@
 /*
  * mcproto: the client side of the memcached text protocol. Key checks,
- * request lines, and a strict parser of reply units (one line, or a VALUE
- * line with its data block). Pure: no I/O, no allocation.
+ * every request line libringcache sends, and which replies a client
+ * accepts (read by proto/mcreply, the reader the node shares) and what
+ * they mean as RINGCACHE_E codes. Pure: no I/O, no allocation.
  */
 #ifndef CLIENT_MCPROTO_H
 #define CLIENT_MCPROTO_H
@@ -10,74 +11,80 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MCP_LINE_MAX 2048          /* longest reply line we accept */
-#define MCP_ADDR_MAX 255           /* longest address in a MOVED reply (RING_ADDR_MAX) */
+#include "proto/mcreply.h"
 
-enum mcp_kind {
-    MCP_VALUE = 1,       /* VALUE <key> <flags> <bytes>[ <cas>] + data */
-    MCP_END,
-    MCP_STORED,
-    MCP_NOT_STORED,
-    MCP_EXISTS,
-    MCP_NOT_FOUND,
-    MCP_DELETED,
-    MCP_TOUCHED,
-    MCP_NUMBER,          /* incr/decr result */
-    MCP_STAT,            /* STAT <name> <value> */
-    MCP_OK,
-    MCP_ERROR,           /* ERROR */
-    MCP_CLIENT_ERROR,    /* CLIENT_ERROR <msg> */
-    MCP_SERVER_ERROR,    /* SERVER_ERROR <msg> */
-    MCP_MOVED,           /* SERVER_ERROR MOVED <epoch> <addr>: key = addr */
-    MCP_TRYAGAIN,        /* SERVER_ERROR TRYAGAIN <epoch> */
-    MCP_CONFIG,          /* CONFIG <epoch> <bytes> + data (membership text); END follows */
-    MCP_EPOCH,           /* EPOCH <active> <pending> */
-};
-
-/* One parsed reply unit. Pointers point into the parsed buffer. */
-struct mcp_reply {
-    enum mcp_kind kind;
-    const char   *key;        /* VALUE: the key; STAT: the name */
-    size_t        key_len;
-    const char   *data;       /* VALUE: the data; STAT: the value; errors: the message */
-    size_t        data_len;
-    uint32_t      flags;
-    bool          has_cas;
-    uint64_t      cas;
-    uint64_t      number;     /* MCP_NUMBER */
-    uint64_t      epoch;      /* MOVED, TRYAGAIN, CONFIG; EPOCH: the active one */
-    uint64_t      pending;    /* EPOCH: the pending epoch (0: none) */
-};
+#define MCP_LINE_MAX    2048       /* a request line with a valid key always fits */
+#define MCP_DECLARE_MAX 40         /* "epoch <u64>\r\n" and its NUL */
 
 /* 0 when key[0..len) is a valid memcached key (1..250 bytes, no space and
  * no control character), RINGCACHE_EKEY otherwise. */
 int mcp_check_key(const char *key, size_t len);
 
 /*
- * Parse the reply unit at the start of buf[0..len). Returns the number of
- * bytes it spans (> 0) and fills *r; 0 when more bytes are needed (*need
- * then holds the smallest total length worth retrying with); or
- * RINGCACHE_EPROTO when the bytes are not a valid reply (bad line ending,
- * unknown line, bad number, data block not followed by \r\n, a VALUE or
- * CONFIG larger than max_value, or a line over MCP_LINE_MAX).
- * The cluster extensions (docs/cluster.md) are units of their own:
- * "SERVER_ERROR MOVED <epoch> <addr>" and "SERVER_ERROR TRYAGAIN <epoch>"
- * (a SERVER_ERROR of another shape stays MCP_SERVER_ERROR), the CONFIG
- * head with its data block, and the EPOCH line.
+ * Parse the reply unit at the start of buf[0..len) as a client reads it:
+ * mcr_parse (its return convention, with RINGCACHE_EPROTO for MCR_EPROTO)
+ * narrowed to what a memcached-compatible node sends a client. A line of
+ * no known shape (MCR_OTHER), a "\r" or NUL inside a line, or a VALUE
+ * whose key is not a valid key (mcp_check_key) is RINGCACHE_EPROTO too,
+ * so the caller drops the connection instead of reading out of step.
+ * max_value bounds VALUE and CONFIG blocks.
  */
 long mcp_parse(const char *buf, size_t len, size_t max_value,
-               struct mcp_reply *r, size_t *need);
+               struct mcr_reply *r, size_t *need);
 
 /* The RINGCACHE_E code for an error reply (ERROR, CLIENT_ERROR,
  * SERVER_ERROR; MOVED and TRYAGAIN give RINGCACHE_EMOVED and
  * RINGCACHE_ETRYAGAIN), reading the message where it matters (non-numeric incr,
  * object too large). 0 when r is not an error. */
-int mcp_error_code(const struct mcp_reply *r);
+int mcp_error_code(const struct mcr_reply *r);
 
-/* Write "<cmd> <key> <flags> <ttl> <bytes>[ <cas>]\r\n" into buf (size
- * >= MCP_LINE_MAX is always enough); returns its length. */
+/*
+ * Request lines. Each is written into buf (MCP_LINE_MAX bytes unless
+ * said otherwise) with its "\r\n"; the length is returned. The keyed ones
+ * return 0, writing nothing worth sending, for a key that cannot be one
+ * (NULL or over 250 bytes): callers check keys with mcp_check_key before
+ * anything is sent.
+ */
+
+/* "<cmd> <key> <flags> <ttl> <bytes>[ <cas>]\r\n" (set, add, replace,
+ * append, prepend, cas); the data block is the caller's. */
 size_t mcp_format_storage(char *buf, const char *cmd, const char *key,
                           size_t key_len, uint32_t flags, int32_t ttl,
                           size_t bytes, bool with_cas, uint64_t cas);
+
+/* "get <key>\r\n", or "gets <key>\r\n" with with_cas. */
+size_t mcp_format_get(char *buf, bool with_cas, const char *key, size_t key_len);
+
+/* "delete <key>\r\n". */
+size_t mcp_format_delete(char *buf, const char *key, size_t key_len);
+
+/* "incr <key> <delta>\r\n", or decr when incr is false. */
+size_t mcp_format_arith(char *buf, bool incr, const char *key, size_t key_len,
+                        uint64_t delta);
+
+/* "touch <key> <ttl>\r\n". */
+size_t mcp_format_touch(char *buf, const char *key, size_t key_len, int32_t ttl);
+
+/* Key i (0..n-1) of a multi-get: its bytes, its length in *len. */
+typedef const char *(*mcp_key_fn)(void *arg, size_t i, size_t *len);
+
+/* The buffer size mcp_format_multiget needs for n keys of key_bytes
+ * bytes in all. */
+size_t mcp_multiget_size(size_t n, size_t key_bytes);
+
+/* "get <k0> <k1> ...\r\n" (gets with with_cas) over the n keys key()
+ * gives (valid keys), into buf of mcp_multiget_size bytes. */
+size_t mcp_format_multiget(char *buf, bool with_cas, size_t n, mcp_key_fn key,
+                           void *arg);
+
+/* "epoch <epoch>\r\n", the declaration a connection sends before its
+ * first request routed with that epoch, into buf of MCP_DECLARE_MAX bytes. */
+size_t mcp_format_declare(char *buf, uint64_t epoch);
+
+/* "epoch\r\n" (the epoch poll), "config\r\n", "stats\r\n"; buf of 16 bytes
+ * is enough. */
+size_t mcp_format_epoch_poll(char *buf);
+size_t mcp_format_config(char *buf);
+size_t mcp_format_stats(char *buf);
 
 #endif

@@ -18,19 +18,11 @@
 #include <unistd.h>
 
 #include "client/pool.h"
+#include "ring/util.h"
 #include "client/ringcache.h"
 
 #define POOL_BUF_MIN 16384
 #define POOL_BUF_KEEP (256 * 1024)
-
-int64_t
-pool_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int
 pool_node_init(struct pool_node *n, const char *addr, char *err, size_t errlen)
@@ -201,7 +193,7 @@ pool_node_failed(struct pool_node *n, const struct pool_config *cfg)
     }
     __atomic_store_n(&n->down, true, __ATOMIC_RELEASE);
     n->probing = false;
-    n->down_until = pool_now_ms() + wait;
+    n->down_until = util_now_ms() + wait;
     idle = do_take_idle(n);
     pthread_mutex_unlock(&n->lock);
     close_list(idle);
@@ -289,7 +281,7 @@ pool_acquire(struct pool_node *n, const struct pool_config *cfg,
 static int
 left_ms(int64_t deadline)
 {
-    int64_t left = deadline - pool_now_ms();
+    int64_t left = deadline - util_now_ms();
 
     if (left <= 0) {
         return 0;
@@ -488,7 +480,7 @@ pool_conn_recv(struct pool_conn *c, int64_t deadline)
     /* The whole op timeout is still ahead (the usual case: the request
      * was just sent; the 1 ms slack covers a tick of the ms clock): wait
      * in recv, which SO_RCVTIMEO bounds by that timeout. */
-    if (deadline - pool_now_ms() >= c->rcvtimeo_ms - 1) {
+    if (deadline - util_now_ms() >= c->rcvtimeo_ms - 1) {
         if (pool_conn_reserve(c, 4096) != 0) {
             return RINGCACHE_ENOMEM;
         }

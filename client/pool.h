@@ -14,6 +14,8 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "ring/util.h"
+
 /* One connection. Owned by the pool while idle, by one thread while in use. */
 struct pool_conn {
     int               fd;
@@ -48,9 +50,6 @@ struct pool_config {
     int      retry_max_ms;
     unsigned pool_size;
 };
-
-/* Monotonic clock in milliseconds. */
-int64_t pool_now_ms(void);
 
 /* Resolve addr ("host:port" or "[v6]:port") and set the node up. 0, or
  * RINGCACHE_EMEMBERS with a reason in err. */

@@ -26,14 +26,14 @@
 #include <event2/event.h>
 #include <event2/util.h>
 
+#include "proto/mcreply.h"
 #include "ring/ring.h"
 #include "server/cluster.h"
 #include "server/conn.h"
 #include "server/log.h"
 #include "server/thread.h"
 
-#define FWD_LINE_MAX    2048          /* longer reply lines are a protocol error */
-#define FWD_VALUE_MAX   (1u << 30)    /* a VALUE larger than this is one too */
+#define FWD_VALUE_MAX   (1u << 30)    /* a VALUE larger than this is a protocol error */
 
 struct fwd_up;
 
@@ -438,20 +438,18 @@ req_tryagain(struct fwd_up *up, struct fwd_req *r)
  * then answer SERVER_ERROR TRYAGAIN. Consumes r (requeued or finished).
  */
 static void
-req_moved(struct fwd_up *from, struct fwd_req *r, const char *line, size_t len)
+req_moved(struct fwd_up *from, struct fwd_req *r, const char *line,
+          const struct mcr_reply *rep)
 {
-    char buf[FWD_LINE_MAX + 1], *ep, *addr, *sp;
+    /* The line is "SERVER_ERROR MOVED <epoch> <addr>" (mcr_parse). */
+    const char *ep = line + strlen("SERVER_ERROR MOVED ");
+    char addr[MCR_ADDR_MAX + 1];
     struct fwd_up *to;
 
-    memcpy(buf, line, len);
-    buf[len] = '\0';
-    ep = buf + strlen("SERVER_ERROR MOVED ");
-    sp = strchr(ep, ' ');
-    addr = sp != NULL ? sp + 1 : NULL;
-    if (sp != NULL)
-        *sp = '\0';
-    if (r->again != NULL && addr != NULL && strlen(addr) <= RING_ADDR_MAX &&
-        (to = up_find(from->fw, addr)) != NULL) {
+    _Static_assert(MCR_ADDR_MAX <= RING_ADDR_MAX, "a MOVED address fits an upstream");
+    memcpy(addr, rep->key, rep->key_len);
+    addr[rep->key_len] = '\0';
+    if (r->again != NULL && (to = up_find(from->fw, addr)) != NULL) {
         if (!r->moved && to != from) {
             r->moved = true;
             up_resend(to, r);
@@ -465,61 +463,19 @@ req_moved(struct fwd_up *from, struct fwd_req *r, const char *line, size_t len)
         req_done(r);
     } else {
         char msg[64];
-        int n = snprintf(msg, sizeof(msg), "SERVER_ERROR TRYAGAIN %.20s\r\n", ep);
+        int n = snprintf(msg, sizeof(msg), "SERVER_ERROR TRYAGAIN %.*s\r\n",
+                         (int)(rep->key - 1 - ep), ep);
 
         req_reply(r, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
     }
     req_free(r);
 }
 
-/* Is [p, p+n) the line lit? */
-static bool
-line_is(const char *p, size_t n, const char *lit)
-{
-    return n == strlen(lit) && memcmp(p, lit, n) == 0;
-}
-
-static bool
-line_starts(const char *p, size_t n, const char *lit)
-{
-    return n >= strlen(lit) && memcmp(p, lit, strlen(lit)) == 0;
-}
-
-/* The <bytes> field of "VALUE <key> <flags> <bytes> [<cas>]"; -1 if bad. */
-static int64_t
-value_bytes(const char *p, size_t n)
-{
-    size_t i = 0;
-    int field = 0;
-    int64_t v = -1;
-
-    while (i < n && field < 4) {
-        while (i < n && p[i] == ' ')
-            i++;
-        if (i == n)
-            break;
-        field++;
-        if (field == 4) {
-            v = 0;
-            while (i < n && p[i] >= '0' && p[i] <= '9') {
-                v = v * 10 + (p[i] - '0');
-                if (v > FWD_VALUE_MAX)
-                    return -1;
-                i++;
-            }
-            if (i < n && p[i] != ' ')
-                return -1;
-            return v;
-        }
-        while (i < n && p[i] != ' ')
-            i++;
-    }
-    return -1;
-}
-
 /*
  * Consume what the head request's reply has ready: 1 when progress was
  * made (call again), 0 when more bytes are needed, -1 on a protocol error.
+ * The reply's first line is copied out and read by mcr_parse; a VALUE's
+ * data block is moved on into the client's hold without being looked at.
  */
 static int
 up_parse_one(struct fwd_up *up)
@@ -527,9 +483,10 @@ up_parse_one(struct fwd_up *up)
     struct evbuffer *in;
     struct fwd_req *r = up->head;
     struct evbuffer_ptr e;
-    size_t eol_len = 0, llen, have;
-    char line[FWD_LINE_MAX + 3];
-    int64_t vb;
+    struct mcr_reply rep;
+    size_t llen, have, need;
+    char line[MCR_LINE_MAX];
+    long got;
 
     if (up->bev == NULL)
         return 0;
@@ -541,22 +498,26 @@ up_parse_one(struct fwd_up *up)
         log_msg(LOG_INFO, "forward to %s: reply without a request", up->addr);
         return -1;
     }
-    e = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_CRLF_STRICT);
+    e = evbuffer_search_eol(in, NULL, NULL, EVBUFFER_EOL_LF);
     if (e.pos < 0)
-        return have > FWD_LINE_MAX ? -1 : 0;
-    llen = (size_t)e.pos;
-    if (llen > FWD_LINE_MAX)
+        return have >= MCR_LINE_MAX ? -1 : 0;
+    /* A line end past MCR_LINE_MAX is mcr_parse's to refuse. */
+    llen = (size_t)e.pos + 1 < MCR_LINE_MAX ? (size_t)e.pos + 1 : MCR_LINE_MAX;
+    if (evbuffer_copyout(in, line, llen) != (ev_ssize_t)llen)
         return -1;
-    if (evbuffer_copyout(in, line, llen + 2) != (ev_ssize_t)(llen + 2))
+    got = mcr_parse(line, llen, FWD_VALUE_MAX, &rep, &need);
+    if (got < 0 || rep.kind == 0)
         return -1;
-    line[llen + 2] = '\0';
+    if (got > 0)
+        need = (size_t)got;       /* need: the whole unit's length */
+    llen = rep.line_len;
 
     switch (r->kind) {
     case FWD_HELLO:
         evbuffer_drain(in, llen + 2);
         up_pop(up);
         req_free(r);
-        if (!line_is(line, llen, "OK")) {
+        if (rep.kind != MCR_OK) {
             log_msg(LOG_ERR, "forward to %s: peer refused: %.*s", up->addr, (int)llen, line);
             return -1;
         }
@@ -570,41 +531,39 @@ up_parse_one(struct fwd_up *up)
     case FWD_LINE:
         evbuffer_drain(in, llen + 2);
         up_pop(up);
-        if (line_starts(line, llen, "SERVER_ERROR MOVED ")) {
-            req_moved(up, r, line, llen);
+        if (rep.kind == MCR_MOVED) {
+            req_moved(up, r, line, &rep);
             return 1;
         }
-        if (line_starts(line, llen, "SERVER_ERROR TRYAGAIN") && req_tryagain(up, r))
+        if (rep.kind == MCR_TRYAGAIN && req_tryagain(up, r))
             return 1;
         req_reply(r, line, llen + 2);
         req_free(r);
         return 1;
     case FWD_GET_WHOLE:
     case FWD_GET_SPLICE:
-        if (line_starts(line, llen, "VALUE ")) {
-            vb = value_bytes(line, llen);
-            if (vb < 0)
-                return -1;
-            if (have < llen + 2 + (size_t)vb + 2)
+        if (rep.kind == MCR_VALUE) {
+            /* The line, the data block, its "\r\n". */
+            if (have < need)
                 return 0;
             {
                 struct evbuffer_ptr at;
                 char crlf[2];
 
-                if (evbuffer_ptr_set(in, &at, llen + 2 + (size_t)vb, EVBUFFER_PTR_SET) < 0 ||
+                if (evbuffer_ptr_set(in, &at, need - 2, EVBUFFER_PTR_SET) < 0 ||
                     evbuffer_copyout_from(in, &at, crlf, 2) != 2 ||
                     crlf[0] != '\r' || crlf[1] != '\n')
                     return -1;
             }
-            move_to_hold(r, in, llen + 2 + (size_t)vb + 2);
+            move_to_hold(r, in, need);
             return 1;
         }
         evbuffer_drain(in, llen + 2);
         up_pop(up);
-        if (line_starts(line, llen, "SERVER_ERROR TRYAGAIN") && req_tryagain(up, r))
+        if (rep.kind == MCR_TRYAGAIN && req_tryagain(up, r))
             return 1;
-        if (line_starts(line, llen, "SERVER_ERROR MOVED ")) {
-            req_moved(up, r, line, llen);
+        if (rep.kind == MCR_MOVED) {
+            req_moved(up, r, line, &rep);
             return 1;
         }
         if (r->kind == FWD_GET_SPLICE) {
@@ -621,17 +580,20 @@ up_parse_one(struct fwd_up *up)
 
 /*
  * Replication acks in bulk: while the head request is a FWD_CALL, hand it
- * the next reply line straight from the input's first contiguous segment
- * (no copy, no per-line search of the whole buffer), then drain what was
- * used at once. A line crossing a segment, or anything unusual, is left to
- * up_parse_one. Returns the number of requests completed.
+ * the next reply line (mcr_line: a call's reply is one line) straight from
+ * the input's first contiguous segment (no copy, no per-line search of the
+ * whole buffer), then drain what was used at once. A line crossing a
+ * segment, or anything unusual, is left to up_parse_one. Returns the
+ * number of requests completed.
  */
 static int
 up_read_calls(struct fwd_up *up)
 {
     struct evbuffer *in = bufferevent_get_input(up->bev);
     struct evbuffer_iovec v;
-    const char *p, *end, *nl;
+    const char *p, *end;
+    size_t need;
+    long n;
     int done = 0;
 
     if (evbuffer_peek(in, -1, NULL, &v, 1) < 1 || v.iov_len == 0)
@@ -639,13 +601,12 @@ up_read_calls(struct fwd_up *up)
     p = v.iov_base;
     end = p + v.iov_len;
     while (up->head != NULL && up->head->kind == FWD_CALL && p < end &&
-           (nl = memchr(p, '\n', (size_t)(end - p))) != NULL &&
-           nl > p && nl[-1] == '\r' && (size_t)(nl - 1 - p) <= FWD_LINE_MAX) {
+           (n = mcr_line(p, (size_t)(end - p), &need)) > 0) {
         struct fwd_req *r = up_pop(up);
 
-        r->fn(r->fn_arg, p, (size_t)(nl - 1 - p), FWD_OK);
+        r->fn(r->fn_arg, p, (size_t)n - 2, FWD_OK);
         req_free(r);
-        p = nl + 1;
+        p += n;
         done++;
     }
     if (done > 0)

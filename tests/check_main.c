@@ -20,6 +20,8 @@ main(void)
     srunner_add_suite(sr, proto_text_suite());
     srunner_add_suite(sr, conn_suite());
     srunner_add_suite(sr, client_suite());
+    srunner_add_suite(sr, client_epoch_suite());
+    srunner_add_suite(sr, mcreply_suite());
     srunner_add_suite(sr, proto_suite());
     srunner_add_suite(sr, cluster_suite());
     srunner_add_suite(sr, forward_suite());

@@ -13,6 +13,8 @@ Suite *store_range_suite(void);
 Suite *proto_text_suite(void);
 Suite *conn_suite(void);
 Suite *client_suite(void);
+Suite *client_epoch_suite(void);
+Suite *mcreply_suite(void);
 Suite *proto_suite(void);
 Suite *cluster_suite(void);
 Suite *mstore_suite(void);
