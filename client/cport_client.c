@@ -431,7 +431,7 @@ copy_status(const Ringcache__NodeStatus *s, struct cport_status *st)
     }
     for (i = 0; i < s->n_transfers; i++) {
         const Ringcache__TransferStatus *t = s->transfers[i];
-        struct cport_transfer *o = &st->transfers[i];
+        struct transfer_status *o = &st->transfers[i];
 
         snprintf(o->dest, sizeof(o->dest), "%s", t->dest);
         o->items_sent = t->items_sent;

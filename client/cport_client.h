@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/frame.h"
 #include "ring/ring.h"
 
 #define CPORT_OK        0
@@ -41,14 +42,6 @@ struct cport_hello {
     uint64_t active_epoch;
 };
 
-/* One outgoing transfer of a source node (ringcache.TransferStatus). */
-struct cport_transfer {
-    char     dest[RING_ID_MAX + 1];
-    uint64_t items_sent, bytes_sent, items_total, bytes_total;
-    bool     walk_done;
-    uint64_t dirty_backlog, unacked;
-    char     error[256];
-};
 
 /* What a node's heartbeats see of one peer (ringcache.PeerState). */
 enum cport_peer_health {
@@ -70,7 +63,7 @@ struct cport_status {
     uint64_t curr_items, bytes, limit_maxbytes, evictions;
     uint64_t items_imported, bytes_imported, orphans, misrouted, fence_held_ms;
     uint32_t n_transfers;
-    struct cport_transfer *transfers;
+    struct transfer_status *transfers;
     uint32_t n_peers;
     struct cport_peer *peers;
     bool     recovering;            /* restarted empty: its keys answer TRYAGAIN */

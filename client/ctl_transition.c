@@ -286,7 +286,7 @@ collect_progress(struct admin *a, struct progress *p, char *why, size_t whylen)
             return false;
         }
         for (k = 0; k < t->st.n_transfers; k++) {
-            const struct cport_transfer *x = &t->st.transfers[k];
+            const struct transfer_status *x = &t->st.transfers[k];
 
             if (x->error[0] != '\0') {
                 snprintf(why, whylen, "copy: transfer %s -> %s failed: %s", t->id, x->dest,

@@ -8,8 +8,11 @@
 #ifndef PROTO_FRAME_H
 #define PROTO_FRAME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "ring/ring.h"
 
 #define FRAME_HEADER_SIZE   16
 #define FRAME_MAGIC0        'R'
@@ -69,5 +72,16 @@ int frame_decode(const uint8_t *buf, size_t len, uint64_t want_cluster,
 
 /* A short description of a decoder result, for logs. */
 const char *frame_strerror(int err);
+
+/* One outgoing transfer of a source node, as ringcache.TransferStatus
+ * carries it in a Status reply: the node fills it (server/handoff.c), the
+ * admin reads it (client/cport_client.c). */
+struct transfer_status {
+    char     dest[RING_ID_MAX + 1];
+    uint64_t items_sent, bytes_sent, items_total, bytes_total;
+    bool     walk_done;
+    uint64_t dirty_backlog, unacked;
+    char     error[256];
+};
 
 #endif

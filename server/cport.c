@@ -291,7 +291,7 @@ send_reply(struct cp_conn *c, bool ok, const char *err)
     Ringcache__AdminReply r = RINGCACHE__ADMIN_REPLY__INIT;
     Ringcache__NodeStatus st = RINGCACHE__NODE_STATUS__INIT;
     Ringcache__TransferStatus ts[XFERS_MAX], *tsp[XFERS_MAX];
-    struct handoff_xfer xs[XFERS_MAX];
+    struct transfer_status xs[XFERS_MAX];
     struct store_stats ss;
     struct cluster_counters cc;
     size_t n, i;

@@ -61,7 +61,7 @@ struct xfer {
     size_t              len, cap;
     uint32_t            nrec;
     size_t              kv_bytes;     /* key+value bytes in the batch */
-    struct handoff_xfer st;
+    struct transfer_status st;
 };
 
 struct handoff {
@@ -760,7 +760,7 @@ handoff_fence_cancel(struct handoff *h)
 
 /* See handoff.h. */
 size_t
-handoff_status(struct handoff *h, struct handoff_xfer *out, size_t max)
+handoff_status(struct handoff *h, struct transfer_status *out, size_t max)
 {
     uint32_t i;
 

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/frame.h"
 #include "ring/ring.h"
 
 struct cluster;
@@ -26,14 +27,6 @@ struct handoff;
 #define HANDOFF_WINDOW        8              /* unacknowledged batches */
 #define HANDOFF_PAYLOAD_MAX   (4u << 20)     /* frame payload ceiling (docs) */
 
-/* Status of one outgoing transfer (ringcache.TransferStatus). */
-struct handoff_xfer {
-    char     dest[RING_ID_MAX + 1];
-    uint64_t items_sent, bytes_sent, items_total, bytes_total;
-    bool     walk_done;
-    uint64_t dirty_backlog, unacked;
-    char     error[160];
-};
 
 /* Called once when a fence finished (err NULL) or failed. */
 typedef void (*handoff_done_fn)(void *arg, const char *err);
@@ -63,6 +56,6 @@ void handoff_fence_cancel(struct handoff *h);
 void handoff_stop(struct handoff *h);
 
 /* Transfers' status into out[max]; returns how many there are. */
-size_t handoff_status(struct handoff *h, struct handoff_xfer *out, size_t max);
+size_t handoff_status(struct handoff *h, struct transfer_status *out, size_t max);
 
 #endif /* SERVER_HANDOFF_H */
