@@ -24,8 +24,9 @@ struct mstore;
 /* The store's names of the transition record. */
 #define REC_PENDING_TREC  "pending.meta"    /* the pending transition's */
 #define REC_ABORTED_TREC  "aborted.meta"    /* the last aborted one's */
-#define REC_COMMITTED_TREC "committed.meta" /* the last committed one's: its token lets
-                                             * `resume` finish a commit on every node */
+/* The last committed one's: its token lets `resume` finish a commit on
+ * every node. */
+#define REC_COMMITTED_TREC "committed.meta"
 
 #define TREC_TOKEN_BYTES  16
 

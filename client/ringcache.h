@@ -68,11 +68,13 @@ extern "C" {
 /* Error codes: every call returns 0 (RINGCACHE_OK) or one of these. */
 #define RINGCACHE_OK           0
 #define RINGCACHE_ENOTFOUND  (-1)   /* miss, or NOT_FOUND from the node */
-#define RINGCACHE_ENOTSTORED (-2)   /* add on a present key; replace/append/prepend on a missing one */
+/* add on a present key; replace/append/prepend on a missing one */
+#define RINGCACHE_ENOTSTORED (-2)
 #define RINGCACHE_EEXISTS    (-3)   /* cas: the item changed since it was read */
 #define RINGCACHE_EINVAL     (-4)   /* bad argument (NULL, bad options, ...) */
 #define RINGCACHE_EKEY       (-5)   /* key empty, over 250 bytes, or with a space or control char */
-#define RINGCACHE_ETOOBIG    (-6)   /* value above max_value_bytes, or refused as too large by the node */
+/* value above max_value_bytes, or refused as too large by the node */
+#define RINGCACHE_ETOOBIG    (-6)
 #define RINGCACHE_ENOMEM     (-7)   /* out of memory in this process */
 #define RINGCACHE_EDOWN      (-8)   /* write: every owner of the key is marked down */
 #define RINGCACHE_ETIMEDOUT  (-9)   /* the node did not answer within the timeout */
@@ -83,7 +85,8 @@ extern "C" {
 #define RINGCACHE_ENONNUMERIC (-14) /* incr/decr on a value that is not a decimal number */
 #define RINGCACHE_EMEMBERS   (-15)  /* bad membership file or seed list */
 #define RINGCACHE_EMOVED     (-16)  /* write: still redirected (MOVED) after 3 hops */
-#define RINGCACHE_ETRYAGAIN  (-17)  /* write: the key's range stayed fenced (TRYAGAIN) for the op timeout */
+/* write: the key's range stayed fenced (TRYAGAIN) for the op timeout */
+#define RINGCACHE_ETRYAGAIN  (-17)
 #define RINGCACHE_ERRNO_MIN  (-17)  /* the lowest code, for iterating */
 
 #define RINGCACHE_KEY_MAX    250    /* bytes in a key */

@@ -18,9 +18,9 @@
 #define RING_WEIGHT_MAX    1000
 #define RING_VNODES_MAX    65535
 #define RING_NODES_MAX     65535   /* a node index fits in 16 bits */
-#define RING_R_MAX         8       /* most replicas a membership may ask for: every
-                                    * owner list (ring_arc, the node's routes, the
-                                    * client's) holds this many */
+/* The most replicas a membership may ask for: every owner list (ring_arc,
+ * the node's routes, the client's) holds this many. */
+#define RING_R_MAX         8
 #define RING_LINE_MAX      1024    /* longest line of a *.members file */
 #define RING_VNODES_DEFAULT 320    /* chosen by measurement: docs/vnodes.md */
 #define RING_POINTS_MAX    (1u << 26) /* sum of weight*vnodes ring_build takes */

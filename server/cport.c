@@ -72,10 +72,11 @@
 #define CPORT_PREAUTH_PER_SRC   16      /* of them, from one address (IPv6: one /64) */
 #define CPORT_HELLO_MS          3000    /* the Hello must be accepted within this */
 #define CPORT_SWEEP_MS          250     /* overdue Hellos are looked for this often */
-#define CPORT_PREAUTH_PAYLOAD   4096    /* frame payload limit before the Hello (a
-                                         * Hello is < 1 KiB: token <= 256 bytes) */
-#define CPORT_DROP_LOG_MS       1000    /* at most one line about dropped pre-auth
-                                         * connections this often */
+/* Frame payload limit before the Hello (a Hello is < 1 KiB: token <= 256
+ * bytes), and at most one line about dropped pre-auth connections this
+ * often (ms). */
+#define CPORT_PREAUTH_PAYLOAD   4096
+#define CPORT_DROP_LOG_MS       1000
 #define CPORT_SRC_LEN           9       /* family + 8 address bytes (see source_key) */
 
 enum cpc_state {

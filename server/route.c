@@ -27,9 +27,9 @@
 #define NO_MEMBERSHIP_REPLY "SERVER_ERROR no membership (this node is not serving: not joined, " \
                             "or its state was lost; see ringctl status)"
 #define LINE_FWD_MAX   2048   /* a relayed command line (proto_text's line limit) */
-#define GET_OWNERS_MAX 64     /* parts (owner, next owner) a plain client's multi-get is
-                               * split over, at most; keys of further ones are answered
-                               * as misses */
+/* Parts (owner, next owner) a plain client's multi-get is split over, at
+ * most; keys of further ones are answered as misses. */
+#define GET_OWNERS_MAX 64
 
 /*
  * The decision
