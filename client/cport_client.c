@@ -25,7 +25,7 @@
 #include "proto/ringcache.pb-c.h"
 
 struct cport_conn {
-    int      fd;            /* -1 once dead */
+    int      fd; /* -1 once dead */
     uint64_t cluster_id;
     uint8_t *rbuf;
     size_t   rlen, rcap;
@@ -36,8 +36,8 @@ static int
 wait_fd(int fd, short events, int64_t deadline)
 {
     struct pollfd p = { .fd = fd, .events = events };
-    int64_t left;
-    int rc;
+    int64_t       left;
+    int           rc;
 
     for (;;) {
         left = deadline - util_now_ms();
@@ -59,7 +59,7 @@ static int
 split_addr(const char *addr, char *host, size_t hostlen, char *port, size_t portlen)
 {
     const char *colon, *h = addr;
-    size_t hl;
+    size_t      hl;
 
     if (addr[0] == '[') {
         const char *close = strchr(addr, ']');
@@ -91,7 +91,7 @@ cport_addr_of(const char *addr, char *out, size_t outlen)
 {
     char host[RING_ADDR_MAX + 1], port[16], *end;
     long p;
-    int n;
+    int  n;
 
     if (split_addr(addr, host, sizeof(host), port, sizeof(port)) != 0) {
         return -1;
@@ -120,12 +120,13 @@ conn_kill(struct cport_conn *c)
 static int
 tcp_connect(const char *addr, int64_t deadline, char *err, size_t errlen)
 {
-    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                              .ai_flags = AI_NUMERICSERV };
+    struct addrinfo  hints = { .ai_family = AF_UNSPEC,
+                               .ai_socktype = SOCK_STREAM,
+                               .ai_flags = AI_NUMERICSERV };
     struct addrinfo *res = NULL, *ai;
-    char host[RING_ADDR_MAX + 1], port[16];
-    int fd = -1, rc, soerr, one = 1;
-    socklen_t sl;
+    char             host[RING_ADDR_MAX + 1], port[16];
+    int              fd = -1, rc, soerr, one = 1;
+    socklen_t        sl;
 
     if (split_addr(addr, host, sizeof(host), port, sizeof(port)) != 0) {
         snprintf(err, errlen, "%s: not host:port", addr);
@@ -169,14 +170,14 @@ tcp_connect(const char *addr, int64_t deadline, char *err, size_t errlen)
 
 /* Write header + payload before the deadline. */
 static int
-send_frame(struct cport_conn *c, enum frame_type type, const uint8_t *payload,
-           size_t len, int64_t deadline, char *err, size_t errlen)
+send_frame(struct cport_conn *c, enum frame_type type, const uint8_t *payload, size_t len,
+           int64_t deadline, char *err, size_t errlen)
 {
-    uint8_t hdr[FRAME_HEADER_SIZE];
+    uint8_t        hdr[FRAME_HEADER_SIZE];
     const uint8_t *parts[2] = { hdr, payload };
-    size_t lens[2] = { sizeof(hdr), len }, off;
-    ssize_t w;
-    int i, rc;
+    size_t         lens[2] = { sizeof(hdr), len }, off;
+    ssize_t        w;
+    int            i, rc;
 
     frame_header_write(hdr, type, c->cluster_id, (uint32_t)len);
     for (i = 0; i < 2; i++) {
@@ -207,11 +208,11 @@ send_frame(struct cport_conn *c, enum frame_type type, const uint8_t *payload,
  * the caller with drop_frame once it has unpacked the payload.
  */
 static int
-read_frame(struct cport_conn *c, struct frame *f, size_t *consumed, int64_t deadline,
-           char *err, size_t errlen)
+read_frame(struct cport_conn *c, struct frame *f, size_t *consumed, int64_t deadline, char *err,
+           size_t errlen)
 {
     ssize_t got;
-    int rc;
+    int     rc;
 
     for (;;) {
         rc = frame_decode(c->rbuf, c->rlen, c->cluster_id, CPORT_PAYLOAD_MAX, f, consumed);
@@ -223,7 +224,7 @@ read_frame(struct cport_conn *c, struct frame *f, size_t *consumed, int64_t dead
             return CPORT_EPROTO;
         }
         if (c->rcap - c->rlen < 65536) {
-            size_t ncap = c->rcap == 0 ? 65536 : c->rcap * 2;
+            size_t   ncap = c->rcap == 0 ? 65536 : c->rcap * 2;
             uint8_t *nb;
 
             if (ncap > CPORT_PAYLOAD_MAX + FRAME_HEADER_SIZE + 65536) {
@@ -296,9 +297,9 @@ exchange(struct cport_conn *c, enum frame_type stype, const ProtobufCMessage *ms
          int64_t deadline, ProtobufCMessage **reply, char *err, size_t errlen)
 {
     struct frame f;
-    uint8_t *buf;
-    size_t len, consumed = 0;
-    int rc;
+    uint8_t     *buf;
+    size_t       len, consumed = 0;
+    int          rc;
 
     *reply = NULL;
     len = protobuf_c_message_get_packed_size(msg);
@@ -320,8 +321,8 @@ exchange(struct cport_conn *c, enum frame_type stype, const ProtobufCMessage *ms
     if (f.type == FRAME_ERROR) {
         error_frame(&f, err, errlen);
         rc = CPORT_EREFUSED;
-    } else if (f.type != rtype
-               || (*reply = protobuf_c_message_unpack(rdesc, NULL, f.length, f.payload)) == NULL) {
+    } else if (f.type != rtype ||
+               (*reply = protobuf_c_message_unpack(rdesc, NULL, f.length, f.payload)) == NULL) {
         snprintf(err, errlen, "expected %s, got frame type %u", what, f.type);
         rc = CPORT_EPROTO;
     }
@@ -334,12 +335,12 @@ cport_connect(const char *addr, const char *cluster, const uint8_t *token, size_
               int timeout_ms, struct cport_conn **out, struct cport_hello *hello, char *err,
               size_t errlen)
 {
-    Ringcache__Hello h = RINGCACHE__HELLO__INIT;
-    Ringcache__Hello *reply = NULL;
-    ProtobufCMessage *msg = NULL;
+    Ringcache__Hello   h = RINGCACHE__HELLO__INIT;
+    Ringcache__Hello  *reply = NULL;
+    ProtobufCMessage  *msg = NULL;
     struct cport_conn *c;
-    int64_t deadline = util_now_ms() + timeout_ms;
-    int rc;
+    int64_t            deadline = util_now_ms() + timeout_ms;
+    int                rc;
 
     *out = NULL;
     c = calloc(1, sizeof(*c));
@@ -391,8 +392,9 @@ copy_status(const Ringcache__NodeStatus *s, struct cport_status *st)
     st->boot_id = s->boot_id;
     st->active_epoch = s->active_epoch;
     st->pending_epoch = s->pending_epoch;
-    st->phase = (int)s->phase >= 0 && (int)s->phase <= (int)CPORT_PHASE_ABORTED ? (enum cport_phase)s->phase
-                                                                  : CPORT_PHASE_NONE;
+    st->phase = (int)s->phase >= 0 && (int)s->phase <= (int)CPORT_PHASE_ABORTED
+                    ? (enum cport_phase)s->phase
+                    : CPORT_PHASE_NONE;
     st->curr_items = s->curr_items;
     st->bytes = s->bytes;
     st->limit_maxbytes = s->limit_maxbytes;
@@ -411,11 +413,12 @@ copy_status(const Ringcache__NodeStatus *s, struct cport_status *st)
         }
         for (i = 0; i < s->n_peers; i++) {
             const Ringcache__PeerState *p = s->peers[i];
-            struct cport_peer *o = &st->peers[i];
+            struct cport_peer          *o = &st->peers[i];
 
             snprintf(o->node_id, sizeof(o->node_id), "%s", p->node_id);
             o->state = (int)p->state >= 0 && (int)p->state <= (int)CPORT_PEER_DOWN
-                       ? (enum cport_peer_health)p->state : CPORT_PEER_UNKNOWN;
+                           ? (enum cport_peer_health)p->state
+                           : CPORT_PEER_UNKNOWN;
             o->last_seen_ms = p->last_seen_ms;
             o->epoch = p->epoch;
             snprintf(o->error, sizeof(o->error), "%s", p->error);
@@ -431,7 +434,7 @@ copy_status(const Ringcache__NodeStatus *s, struct cport_status *st)
     }
     for (i = 0; i < s->n_transfers; i++) {
         const Ringcache__TransferStatus *t = s->transfers[i];
-        struct transfer_status *o = &st->transfers[i];
+        struct transfer_status          *o = &st->transfers[i];
 
         snprintf(o->dest, sizeof(o->dest), "%s", t->dest);
         o->items_sent = t->items_sent;
@@ -453,8 +456,8 @@ static Ringcache__Membership *
 membership_msg(const struct ring_members *m)
 {
     Ringcache__Membership *pb;
-    uint8_t *buf;
-    size_t len = 0;
+    uint8_t               *buf;
+    size_t                 len = 0;
 
     buf = members_pb_pack(m, &len);
     if (buf == NULL) {
@@ -469,19 +472,19 @@ int
 cport_call(struct cport_conn *c, const struct cport_request *req, int timeout_ms,
            struct cport_status *st, char *err, size_t errlen)
 {
-    Ringcache__AdminRequest ar = RINGCACHE__ADMIN_REQUEST__INIT;
-    Ringcache__Prepare prep = RINGCACHE__PREPARE__INIT;
-    Ringcache__StartCopy sc = RINGCACHE__START_COPY__INIT;
-    Ringcache__Fence fe = RINGCACHE__FENCE__INIT;
-    Ringcache__Commit co = RINGCACHE__COMMIT__INIT;
-    Ringcache__Abort ab = RINGCACHE__ABORT__INIT;
+    Ringcache__AdminRequest  ar = RINGCACHE__ADMIN_REQUEST__INIT;
+    Ringcache__Prepare       prep = RINGCACHE__PREPARE__INIT;
+    Ringcache__StartCopy     sc = RINGCACHE__START_COPY__INIT;
+    Ringcache__Fence         fe = RINGCACHE__FENCE__INIT;
+    Ringcache__Commit        co = RINGCACHE__COMMIT__INIT;
+    Ringcache__Abort         ab = RINGCACHE__ABORT__INIT;
     Ringcache__StatusRequest sr = RINGCACHE__STATUS_REQUEST__INIT;
-    Ringcache__Membership *mpb = NULL;
-    Ringcache__AdminReply *reply = NULL;
-    ProtobufCMessage *msg = NULL;
-    ProtobufCBinaryData tok = { req->token_len, (uint8_t *)req->token };
-    int64_t deadline = util_now_ms() + timeout_ms;
-    int rc = CPORT_ENOMEM;
+    Ringcache__Membership   *mpb = NULL;
+    Ringcache__AdminReply   *reply = NULL;
+    ProtobufCMessage        *msg = NULL;
+    ProtobufCBinaryData      tok = { req->token_len, (uint8_t *)req->token };
+    int64_t                  deadline = util_now_ms() + timeout_ms;
+    int                      rc = CPORT_ENOMEM;
 
     if (st != NULL) {
         memset(st, 0, sizeof(*st));
@@ -538,9 +541,9 @@ cport_call(struct cport_conn *c, const struct cport_request *req, int timeout_ms
         ar.status = &sr;
         break;
     }
-    rc = exchange(c, FRAME_ADMIN_REQUEST, &ar.base, FRAME_ADMIN_REPLY,
-                  &ringcache__admin_reply__descriptor, "an AdminReply", deadline,
-                  &msg, err, errlen);
+    rc =
+        exchange(c, FRAME_ADMIN_REQUEST, &ar.base, FRAME_ADMIN_REPLY,
+                 &ringcache__admin_reply__descriptor, "an AdminReply", deadline, &msg, err, errlen);
     reply = (Ringcache__AdminReply *)msg;
     if (rc != CPORT_OK) {
         goto out;
@@ -621,11 +624,17 @@ const char *
 cport_phase_name(enum cport_phase p)
 {
     switch (p) {
-    case CPORT_PHASE_PREPARED:  return "PREPARED";
-    case CPORT_PHASE_COPYING:   return "COPYING";
-    case CPORT_PHASE_FENCED:    return "FENCED";
-    case CPORT_PHASE_COMMITTED: return "COMMITTED";
-    case CPORT_PHASE_ABORTED:   return "ABORTED";
-    default:                    return "NONE";
+    case CPORT_PHASE_PREPARED:
+        return "PREPARED";
+    case CPORT_PHASE_COPYING:
+        return "COPYING";
+    case CPORT_PHASE_FENCED:
+        return "FENCED";
+    case CPORT_PHASE_COMMITTED:
+        return "COMMITTED";
+    case CPORT_PHASE_ABORTED:
+        return "ABORTED";
+    default:
+        return "NONE";
     }
 }

@@ -15,10 +15,10 @@
 #include "proto/frame.h"
 #include "ring/ring.h"
 
-#define CPORT_OK        0
-#define CPORT_EIO      (-1)  /* unreachable, timed out, closed, or a socket error */
-#define CPORT_EREFUSED (-2)  /* the node said no: an Error frame or ok = false */
-#define CPORT_EPROTO   (-3)  /* a malformed or unexpected frame from the node */
+#define CPORT_OK       0
+#define CPORT_EIO      (-1) /* unreachable, timed out, closed, or a socket error */
+#define CPORT_EREFUSED (-2) /* the node said no: an Error frame or ok = false */
+#define CPORT_EPROTO   (-3) /* a malformed or unexpected frame from the node */
 #define CPORT_ENOMEM   (-4)
 
 #define CPORT_TOKEN_MAX   256        /* admin token bytes (docs/cluster.md) */
@@ -42,52 +42,59 @@ struct cport_hello {
     uint64_t active_epoch;
 };
 
-
 /* What a node's heartbeats see of one peer (ringcache.PeerState). */
 enum cport_peer_health {
-    CPORT_PEER_UNKNOWN = 0, CPORT_PEER_UP, CPORT_PEER_SUSPECT, CPORT_PEER_DOWN
+    CPORT_PEER_UNKNOWN = 0,
+    CPORT_PEER_UP,
+    CPORT_PEER_SUSPECT,
+    CPORT_PEER_DOWN
 };
 struct cport_peer {
-    char     node_id[RING_ID_MAX + 1];
+    char                   node_id[RING_ID_MAX + 1];
     enum cport_peer_health state;
-    uint64_t last_seen_ms, epoch;
-    char     error[128];
+    uint64_t               last_seen_ms, epoch;
+    char                   error[128];
 };
 
 /* A node's status (ringcache.NodeStatus). transfers and peers are
  * malloc'd; free with cport_status_clear. */
 struct cport_status {
-    char     node_id[RING_ID_MAX + 1];
-    uint64_t boot_id, active_epoch, pending_epoch;
-    enum cport_phase phase;
-    uint64_t curr_items, bytes, limit_maxbytes, evictions;
-    uint64_t items_imported, bytes_imported, orphans, misrouted, fence_held_ms;
-    uint32_t n_transfers;
+    char                    node_id[RING_ID_MAX + 1];
+    uint64_t                boot_id, active_epoch, pending_epoch;
+    enum cport_phase        phase;
+    uint64_t                curr_items, bytes, limit_maxbytes, evictions;
+    uint64_t                items_imported, bytes_imported, orphans, misrouted, fence_held_ms;
+    uint32_t                n_transfers;
     struct transfer_status *transfers;
-    uint32_t n_peers;
-    struct cport_peer *peers;
-    bool     recovering;            /* restarted empty: its keys answer TRYAGAIN */
-    uint64_t behind_epoch;          /* a peer runs this higher epoch */
+    uint32_t                n_peers;
+    struct cport_peer      *peers;
+    bool                    recovering;   /* restarted empty: its keys answer TRYAGAIN */
+    uint64_t                behind_epoch; /* a peer runs this higher epoch */
 };
 
 enum cport_req_kind {
-    CPORT_PREPARE, CPORT_START_COPY, CPORT_FENCE, CPORT_COMMIT, CPORT_ABORT, CPORT_STATUS
+    CPORT_PREPARE,
+    CPORT_START_COPY,
+    CPORT_FENCE,
+    CPORT_COMMIT,
+    CPORT_ABORT,
+    CPORT_STATUS
 };
 
 /* One admin request; fields not used by its kind are ignored. */
 struct cport_request {
-    enum cport_req_kind kind;
-    const struct ring_members *membership;  /* prepare (N+1), commit (may be NULL) */
-    const uint8_t *token;                   /* transition token (empty for init's commit) */
-    size_t   token_len;
-    uint64_t from_epoch;                    /* prepare: N */
-    uint64_t rate_bytes_per_s;              /* start copy, 0 = unlimited */
-    uint32_t hold_ms;                       /* fence */
-    uint64_t epoch;                         /* abort: N+1 */
-    const char *const *failed_ids;          /* prepare: nodes of N declared failed */
-    size_t   n_failed_ids;
-    const char *const *stale_ids;           /* prepare: nodes of N recovering or behind */
-    size_t   n_stale_ids;
+    enum cport_req_kind        kind;
+    const struct ring_members *membership; /* prepare (N+1), commit (may be NULL) */
+    const uint8_t             *token;      /* transition token (empty for init's commit) */
+    size_t                     token_len;
+    uint64_t                   from_epoch;       /* prepare: N */
+    uint64_t                   rate_bytes_per_s; /* start copy, 0 = unlimited */
+    uint32_t                   hold_ms;          /* fence */
+    uint64_t                   epoch;            /* abort: N+1 */
+    const char *const         *failed_ids;       /* prepare: nodes of N declared failed */
+    size_t                     n_failed_ids;
+    const char *const         *stale_ids; /* prepare: nodes of N recovering or behind */
+    size_t                     n_stale_ids;
 };
 
 struct cport_conn;
@@ -99,9 +106,9 @@ struct cport_conn;
  * with cport_close); otherwise err says why (an Error frame's message is
  * CPORT_EREFUSED).
  */
-int cport_connect(const char *addr, const char *cluster, const uint8_t *token,
-                  size_t token_len, int timeout_ms, struct cport_conn **out,
-                  struct cport_hello *hello, char *err, size_t errlen);
+int cport_connect(const char *addr, const char *cluster, const uint8_t *token, size_t token_len,
+                  int timeout_ms, struct cport_conn **out, struct cport_hello *hello, char *err,
+                  size_t errlen);
 
 /*
  * Send one request and read its reply within timeout_ms. Every reply

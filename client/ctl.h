@@ -11,13 +11,13 @@
 #include <stddef.h>
 
 struct ctl_globals {
-    const char *members;     /* --members FILE given before the subcommand */
-    const char *token_file;  /* --token-file FILE */
-    const char *store;       /* --store DIR|etcd://... */
-    bool        human;       /* --human: aligned columns instead of TSV */
-    int         timeout_ms;  /* --timeout MS */
-    const char *cluster;     /* --cluster NAME (default "ringcache") */
-    const char *seeds;       /* --seeds HOST:PORT,...: data commands learn the membership */
+    const char *members;    /* --members FILE given before the subcommand */
+    const char *token_file; /* --token-file FILE */
+    const char *store;      /* --store DIR|etcd://... */
+    bool        human;      /* --human: aligned columns instead of TSV */
+    int         timeout_ms; /* --timeout MS */
+    const char *cluster;    /* --cluster NAME (default "ringcache") */
+    const char *seeds;      /* --seeds HOST:PORT,...: data commands learn the membership */
 };
 
 /* Ring subcommands (ctl_ring.c). */

@@ -38,19 +38,17 @@ admin_begin(struct admin *a, int argc, char **argv, const char *usage)
 /* Parse join/leave arguments (after the subcommand name) into the new
  * membership. kind is "join" or "leave". */
 static int
-parse_change(int argc, char **argv, const char *kind, bool with_rate, char *id,
-             char *addr, uint32_t *weight, char *zone, double *rate_mib)
+parse_change(int argc, char **argv, const char *kind, bool with_rate, char *id, char *addr,
+             uint32_t *weight, char *zone, double *rate_mib)
 {
-    static const struct option opts[] = {
-        { "weight", required_argument, NULL, 'w' },
-        { "zone",   required_argument, NULL, 'z' },
-        { "rate",   required_argument, NULL, 'r' },
-        { "help",   no_argument,       NULL, 'h' },
-        { NULL, 0, NULL, 0 }
-    };
-    bool join = strcmp(kind, "join") == 0;
-    char *end;
-    int c;
+    static const struct option opts[] = { { "weight", required_argument, NULL, 'w' },
+                                          { "zone", required_argument, NULL, 'z' },
+                                          { "rate", required_argument, NULL, 'r' },
+                                          { "help", no_argument, NULL, 'h' },
+                                          { NULL, 0, NULL, 0 } };
+    bool                       join = strcmp(kind, "join") == 0;
+    char                      *end;
+    int                        c;
 
     /* No "+": options may follow the operands (join ID ADDR --rate R). */
     optind = 0;
@@ -80,9 +78,9 @@ parse_change(int argc, char **argv, const char *kind, bool with_rate, char *id,
             }
             break;
         case 'h':
-            printf("usage: " CTL_USAGE_ADMIN " %s\n", join
-                   ? "join ID ADDR [--weight W] [--zone Z] [--rate MIB_PER_S]"
-                   : "leave ID [--rate MIB_PER_S]");
+            printf("usage: " CTL_USAGE_ADMIN " %s\n",
+                   join ? "join ID ADDR [--weight W] [--zone Z] [--rate MIB_PER_S]"
+                        : "leave ID [--rate MIB_PER_S]");
             exit(0);
         default:
             return EX_USAGE;
@@ -92,8 +90,7 @@ parse_change(int argc, char **argv, const char *kind, bool with_rate, char *id,
         ctl_error("usage: %s", join ? "join ID ADDR [--weight W] [--zone Z]" : "leave ID");
         return EX_USAGE;
     }
-    if (strlen(argv[optind]) > RING_ID_MAX
-        || (join && strlen(argv[optind + 1]) > RING_ADDR_MAX)) {
+    if (strlen(argv[optind]) > RING_ID_MAX || (join && strlen(argv[optind + 1]) > RING_ADDR_MAX)) {
         ctl_error("%s: id or address too long", kind);
         return EX_USAGE;
     }
@@ -109,7 +106,7 @@ static int
 change(struct ctl_globals *g, int argc, char **argv, bool join)
 {
     struct change_opts o = { .join = join, .weight = 1, .rate_mib = DEFAULT_RATE_MIB };
-    int rc;
+    int                rc;
 
     rc = parse_change(argc, argv, join ? "join" : "leave", true, o.id, o.addr, &o.weight, o.zone,
                       &o.rate_mib);
@@ -139,11 +136,11 @@ push_active(struct admin *a, const char *what, bool only_behind)
 {
     struct cport_request req = { .kind = CPORT_COMMIT, .membership = a->old };
     struct cport_request sreq = { .kind = CPORT_STATUS };
-    uint32_t i, failed = 0;
+    uint32_t             i, failed = 0;
 
     for (i = 0; i < a->n_nodes; i++) {
         struct tnode *t = &a->nodes[i];
-        int rc;
+        int           rc;
 
         if (only_behind) {
             rc = node_call(a, t, &sreq, a->g->timeout_ms);
@@ -151,12 +148,13 @@ push_active(struct admin *a, const char *what, bool only_behind)
                 printf("%s\t%s\tok\tepoch %" PRIu64 "\n", t->id, t->addr, t->st.active_epoch);
                 continue;
             }
-            if (rc == CPORT_OK && t->st.active_epoch == 0 && t->st.pending_epoch == 0
-                && ring_members_find(a->old, t->id) >= 0) {
+            if (rc == CPORT_OK && t->st.active_epoch == 0 && t->st.pending_epoch == 0 &&
+                ring_members_find(a->old, t->id) >= 0) {
                 /* A member with no state at all lost its state directory:
                  * given the epoch it would serve its ranges empty. */
                 printf("%s\t%s\tfailed\tno state (its state directory was lost?): "
-                       "run ringctl repair %s\n", t->id, t->addr, t->id);
+                       "run ringctl repair %s\n",
+                       t->id, t->addr, t->id);
                 failed++;
                 continue;
             }
@@ -171,7 +169,8 @@ push_active(struct admin *a, const char *what, bool only_behind)
     }
     if (failed > 0) {
         ctl_info("%s: %u of %u nodes did not take epoch %" PRIu64 "; the store has it, "
-                 "`ringctl resume` re-sends it", what, failed, a->n_nodes, a->old->epoch);
+                 "`ringctl resume` re-sends it",
+                 what, failed, a->n_nodes, a->old->epoch);
     }
     return failed;
 }
@@ -179,26 +178,27 @@ push_active(struct admin *a, const char *what, bool only_behind)
 int
 ctl_init(struct ctl_globals *g, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "members", required_argument, NULL, 'm' },
-        { "help",    no_argument,       NULL, 'h' },
-        { NULL, 0, NULL, 0 }
-    };
-    struct admin a = { .g = g };
-    struct mstore_op ops[2];
-    const char *file = g->members;
-    char *out = NULL;
-    size_t olen = 0, failed = 0;
-    int c, rc;
+    static const struct option opts[] = { { "members", required_argument, NULL, 'm' },
+                                          { "help", no_argument, NULL, 'h' },
+                                          { NULL, 0, NULL, 0 } };
+    struct admin               a = { .g = g };
+    struct mstore_op           ops[2];
+    const char                *file = g->members;
+    char                      *out = NULL;
+    size_t                     olen = 0, failed = 0;
+    int                        c, rc;
 
     optind = 0;
     while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': file = optarg; break;
+        case 'm':
+            file = optarg;
+            break;
         case 'h':
             printf("usage: " CTL_USAGE_ADMIN " init --members FILE\n");
             return EX_OK;
-        default: return EX_USAGE;
+        default:
+            return EX_USAGE;
         }
     }
     if (file == NULL || optind != argc) {
@@ -227,12 +227,11 @@ ctl_init(struct ctl_globals *g, int argc, char **argv)
         goto out;
     }
     ops[0] = (struct mstore_op){ MSTORE_CREATE, REC_ACTIVE, 0, out, olen };
-    ops[1] = (struct mstore_op){ MSTORE_PUT, "history/epoch-1.members", MSTORE_ANY_REV, out,
-                                 olen };
+    ops[1] = (struct mstore_op){ MSTORE_PUT, "history/epoch-1.members", MSTORE_ANY_REV, out, olen };
     rc = mstore_txn(a.store, ops, 2, &failed, NULL, err_buf, sizeof(err_buf));
     if (rc == MSTORE_ECONFLICT) {
         struct ring_members *cur = NULL;
-        uint64_t rev;
+        uint64_t             rev;
 
         admin_load_members(&a, REC_ACTIVE, &cur, &rev);
         ctl_error("init: the store already has an active membership (epoch %" PRIu64 ")",
@@ -269,15 +268,14 @@ cell_add(char *buf, size_t len, const char *x)
 /* The heartbeat views around node n: which peers n sees suspect or down
  * ("id:state"), and which nodes see n down or suspect. "-" when none. */
 static void
-peer_views(struct admin *a, const struct tnode *n, char *sees, size_t slen, char *by,
-           size_t blen)
+peer_views(struct admin *a, const struct tnode *n, char *sees, size_t slen, char *by, size_t blen)
 {
     uint32_t i, k;
 
     sees[0] = by[0] = '\0';
     for (k = 0; n->have_st && k < n->st.n_peers; k++) {
         const struct cport_peer *p = &n->st.peers[k];
-        char cell[RING_ID_MAX + 16];
+        char                     cell[RING_ID_MAX + 16];
 
         if (p->state == CPORT_PEER_DOWN || p->state == CPORT_PEER_SUSPECT) {
             snprintf(cell, sizeof(cell), "%s:%s", p->node_id, cport_peer_health_name(p->state));
@@ -290,8 +288,8 @@ peer_views(struct admin *a, const struct tnode *n, char *sees, size_t slen, char
         for (k = 0; o != n && o->have_st && k < o->st.n_peers; k++) {
             const struct cport_peer *p = &o->st.peers[k];
 
-            if (strcmp(p->node_id, n->id) == 0
-                && (p->state == CPORT_PEER_DOWN || p->state == CPORT_PEER_SUSPECT)) {
+            if (strcmp(p->node_id, n->id) == 0 &&
+                (p->state == CPORT_PEER_DOWN || p->state == CPORT_PEER_SUSPECT)) {
                 cell_add(by, blen, o->id);
             }
         }
@@ -307,15 +305,15 @@ peer_views(struct admin *a, const struct tnode *n, char *sees, size_t slen, char
 int
 ctl_status(struct ctl_globals *g, int argc, char **argv)
 {
-    struct admin a = { .g = g };
+    struct admin         a = { .g = g };
     struct cport_request sreq = { .kind = CPORT_STATUS };
-    struct ctl_table t = { .ncols = 15 };
-    const char *sep;
-    struct ring *r = NULL;
-    double *share = NULL;
-    uint32_t i, bad = 0;
-    uint64_t epoch;
-    int rc;
+    struct ctl_table     t = { .ncols = 15 };
+    const char          *sep;
+    struct ring         *r = NULL;
+    double              *share = NULL;
+    uint32_t             i, bad = 0;
+    uint64_t             epoch;
+    int                  rc;
 
     rc = admin_begin(&a, argc, argv, CTL_USAGE_ADMIN " status");
     if (rc != EX_OK) {
@@ -336,7 +334,9 @@ ctl_status(struct ctl_globals *g, int argc, char **argv)
         printf("none\n");
     }
     printf("phase%s%s\n", g->human ? ":   " : "\t",
-           a.have_rec ? trec_phase_name(a.rec.phase) : a.new != NULL ? "INCOMPLETE" : "NONE");
+           a.have_rec      ? trec_phase_name(a.rec.phase)
+           : a.new != NULL ? "INCOMPLETE"
+                           : "NONE");
     if (a.old == NULL) {
         goto out;
     }
@@ -353,7 +353,7 @@ ctl_status(struct ctl_globals *g, int argc, char **argv)
         goto out;
     }
     ctl_table_row(&t, "id\taddr\tstate\tactive\tpending\tphase\titems\tbytes\tshare\tboot_changed"
-                  "\torphans\tmisrouted\tflags\tsees_down\tseen_down_by");
+                      "\torphans\tmisrouted\tflags\tsees_down\tseen_down_by");
     /* Every node first: the seen_down_by column needs the others' views. */
     for (i = 0; i < a.n_nodes; i++) {
         if (node_call(&a, &a.nodes[i], &sreq, g->timeout_ms) != CPORT_OK) {
@@ -362,9 +362,9 @@ ctl_status(struct ctl_globals *g, int argc, char **argv)
     }
     for (i = 0; i < a.n_nodes; i++) {
         struct tnode *n = &a.nodes[i];
-        int idx = ring_members_find(a.old, n->id);
-        char sh[32];
-        uint64_t want_boot = a.have_rec ? trec_boot_id(&a.rec, n->id) : 0;
+        int           idx = ring_members_find(a.old, n->id);
+        char          sh[32];
+        uint64_t      want_boot = a.have_rec ? trec_boot_id(&a.rec, n->id) : 0;
 
         snprintf(sh, sizeof(sh), g->human ? "%.1f%%" : "%.4f",
                  idx >= 0 ? share[idx] * (g->human ? 100 : 1) : 0.0);
@@ -385,12 +385,15 @@ ctl_status(struct ctl_globals *g, int argc, char **argv)
         } else {
             snprintf(flags, sizeof(flags), "-");
         }
-        ctl_table_row(&t, "%s\t%s\tup\t%" PRIu64 "\t%" PRIu64 "\t%s\t%" PRIu64 "\t%" PRIu64
-                      "\t%s\t%s\t%" PRIu64 "\t%" PRIu64 "\t%s\t%s\t%s", n->id, n->addr,
-                      n->st.active_epoch, n->st.pending_epoch, cport_phase_name(n->st.phase),
-                      n->st.curr_items, n->st.bytes, sh, want_boot == 0 ? "-"
-                      : want_boot != n->st.boot_id ? "yes" : "no", n->st.orphans, n->st.misrouted,
-                      flags, sees, by);
+        ctl_table_row(&t,
+                      "%s\t%s\tup\t%" PRIu64 "\t%" PRIu64 "\t%s\t%" PRIu64 "\t%" PRIu64
+                      "\t%s\t%s\t%" PRIu64 "\t%" PRIu64 "\t%s\t%s\t%s",
+                      n->id, n->addr, n->st.active_epoch, n->st.pending_epoch,
+                      cport_phase_name(n->st.phase), n->st.curr_items, n->st.bytes, sh,
+                      want_boot == 0               ? "-"
+                      : want_boot != n->st.boot_id ? "yes"
+                                                   : "no",
+                      n->st.orphans, n->st.misrouted, flags, sees, by);
         if (n->st.recovering || n->st.behind_epoch != 0) {
             ctl_info("status: %s is %s: `ringctl repair %s` brings its ranges back", n->id, flags,
                      n->id);
@@ -438,20 +441,20 @@ owned_fraction(const struct ring *r, uint32_t node)
 static int
 plan_change(struct ctl_globals *g, int argc, char **argv)
 {
-    struct admin a = { .g = g };
+    struct admin         a = { .g = g };
     struct cport_request sreq = { .kind = CPORT_STATUS };
     char id[RING_ID_MAX + 1] = "", addr[RING_ADDR_MAX + 1] = "", zone[RING_ZONE_MAX + 1] = "";
     bool join = strcmp(argv[1], "join") == 0, have_token;
-    struct ring *ro = NULL, *rn = NULL;
+    struct ring      *ro = NULL, *rn = NULL;
     struct ring_diff *d = NULL;
-    double *sold = NULL, *snew = NULL, *moving = NULL, rate = 0;
-    struct ctl_table t = { .ncols = 7 };
-    uint32_t i, j, k, weight = 1, unknown = 0;
-    double tot_items = 0, tot_bytes = 0;
-    int rc;
+    double           *sold = NULL, *snew = NULL, *moving = NULL, rate = 0;
+    struct ctl_table  t = { .ncols = 7 };
+    uint32_t          i, j, k, weight = 1, unknown = 0;
+    double            tot_items = 0, tot_bytes = 0;
+    int               rc;
 
-    rc = parse_change(argc - 1, argv + 1, join ? "join" : "leave", false, id, addr, &weight,
-                      zone, &rate);
+    rc = parse_change(argc - 1, argv + 1, join ? "join" : "leave", false, id, addr, &weight, zone,
+                      &rate);
     if (rc != EX_OK) {
         goto out;
     }
@@ -487,7 +490,7 @@ plan_change(struct ctl_globals *g, int argc, char **argv)
     /* Keyspace each old node sends: its arcs as primary, once per gaining node. */
     for (k = 0; k < d->n_arcs; k++) {
         const struct ring_arc *arc = &d->arcs[k];
-        uint32_t gain = 0;
+        uint32_t               gain = 0;
 
         for (j = 0; j < arc->n_new; j++) {
             gain += arc_gained(a.old, a.new, arc, j);
@@ -507,8 +510,8 @@ plan_change(struct ctl_globals *g, int argc, char **argv)
     }
     for (i = 0; i < a.n_nodes; i++) {
         struct tnode *n = &a.nodes[i];
-        int io = ring_members_find(a.old, n->id), in = ring_members_find(a.new, n->id);
-        char b[5][48];
+        int           io = ring_members_find(a.old, n->id), in = ring_members_find(a.new, n->id);
+        char          b[5][48];
 
         snprintf(b[0], sizeof(b[0]), "%.4f", io >= 0 ? sold[io] : 0.0);
         snprintf(b[1], sizeof(b[1]), "%.4f", in >= 0 ? snew[in] : 0.0);
@@ -578,12 +581,12 @@ reabort(struct admin *a)
 {
     struct cport_request sreq = { .kind = CPORT_STATUS };
     struct cport_request req;
-    uint64_t rev;
-    uint32_t i, failed = 0, sent = 0;
+    uint64_t             rev;
+    uint32_t             i, failed = 0, sent = 0;
 
     /* Each load returns EX_OK or EX_USAGE. */
-    if (trec_load(a->store, REC_ABORTED_TREC, &a->rec, &a->have_rec, &a->rec_rev) != EX_OK
-        || admin_load_members(a, REC_ABORTED, &a->new, &rev) != EX_OK) {
+    if (trec_load(a->store, REC_ABORTED_TREC, &a->rec, &a->have_rec, &a->rec_rev) != EX_OK ||
+        admin_load_members(a, REC_ABORTED, &a->new, &rev) != EX_OK) {
         return EX_USAGE;
     }
     if (!a->have_rec) {
@@ -611,7 +614,8 @@ reabort(struct admin *a)
         }
     }
     printf("nothing pending\tlast aborted epoch %" PRIu64 " (%s): re-sent Abort to %u nodes, "
-           "%u unreachable or failed\n", a->rec.epoch, a->rec.op, sent, failed);
+           "%u unreachable or failed\n",
+           a->rec.epoch, a->rec.op, sent, failed);
     return failed > 0 ? EX_FAILED : EX_OK;
 }
 
@@ -619,7 +623,7 @@ int
 ctl_abort(struct ctl_globals *g, int argc, char **argv)
 {
     struct admin a = { .g = g };
-    int rc;
+    int          rc;
 
     rc = admin_begin(&a, argc, argv, CTL_USAGE_ADMIN " abort");
     if (rc != EX_OK) {
@@ -631,7 +635,8 @@ ctl_abort(struct ctl_globals *g, int argc, char **argv)
     }
     if (a.have_rec && a.old != NULL && a.old->epoch >= a.rec.epoch) {
         ctl_error("abort: epoch %" PRIu64 " is already committed in the store; "
-                  "`ringctl resume` finishes it", a.rec.epoch);
+                  "`ringctl resume` finishes it",
+                  a.rec.epoch);
         rc = EX_FAILED;
         goto out;
     }
@@ -657,8 +662,7 @@ ctl_abort(struct ctl_globals *g, int argc, char **argv)
         rc = EX_FAILED;
         goto out;
     }
-    printf("aborted\tepoch %" PRIu64 "\t%s\t%d nodes not reached\n", a.rec.epoch, a.rec.op,
-           rc);
+    printf("aborted\tepoch %" PRIu64 "\t%s\t%d nodes not reached\n", a.rec.epoch, a.rec.op, rc);
     rc = rc > 0 ? EX_FAILED : EX_OK;
 out:
     admin_free(&a);
@@ -675,8 +679,7 @@ resume_active(struct admin *a)
     if (rc != EX_OK) {
         return rc;
     }
-    ctl_info("resume: nothing pending; making sure every node has epoch %" PRIu64,
-             a->old->epoch);
+    ctl_info("resume: nothing pending; making sure every node has epoch %" PRIu64, a->old->epoch);
     return push_active(a, "resume", true) > 0 ? EX_FAILED : EX_OK;
 }
 
@@ -688,9 +691,9 @@ static int
 resume_committed(struct admin *a, bool leftover)
 {
     struct mstore_op ops[2];
-    uint32_t i = 0, missed;
-    bool clean;
-    int rc;
+    uint32_t         i = 0, missed;
+    bool             clean;
+    int              rc;
 
     ctl_info("resume: epoch %" PRIu64 " was committed; finishing", a->rec.epoch);
     ring_members_free(a->new);
@@ -704,8 +707,8 @@ resume_committed(struct admin *a, bool leftover)
      * from the store's history. */
     {
         struct ring_members *from = NULL;
-        char name[64];
-        uint64_t rev;
+        char                 name[64];
+        uint64_t             rev;
 
         snprintf(name, sizeof(name), "history/epoch-%" PRIu64 ".members", a->rec.from_epoch);
         rc = admin_load_members(a, name, &from, &rev);
@@ -743,10 +746,10 @@ resume_committed(struct admin *a, bool leftover)
 int
 ctl_resume(struct ctl_globals *g, int argc, char **argv)
 {
-    struct admin a = { .g = g };
+    struct admin  a = { .g = g };
     struct tnode *t;
-    uint32_t i;
-    int rc;
+    uint32_t      i;
+    int           rc;
 
     a.t_start = util_now_ms();
     rc = admin_begin(&a, argc, argv, CTL_USAGE_ADMIN " resume");
@@ -761,7 +764,8 @@ ctl_resume(struct ctl_globals *g, int argc, char **argv)
     if (!a.have_rec) {
         if (a.new != NULL) {
             ctl_error("resume: %s without %s: a create that crashed half-way; "
-                      "run ringctl abort", REC_PENDING, REC_PENDING_TREC);
+                      "run ringctl abort",
+                      REC_PENDING, REC_PENDING_TREC);
             rc = EX_FAILED;
             goto out;
         }
@@ -784,7 +788,8 @@ ctl_resume(struct ctl_globals *g, int argc, char **argv)
     }
     if (a.new == NULL || a.new->epoch != a.rec.epoch || a.old->epoch != a.rec.from_epoch) {
         ctl_error("resume: the store's pending (epoch %" PRIu64 ") does not follow its active "
-                  "epoch %" PRIu64 "; run ringctl abort", a.rec.epoch, a.old->epoch);
+                  "epoch %" PRIu64 "; run ringctl abort",
+                  a.rec.epoch, a.old->epoch);
         rc = EX_FAILED;
         goto out;
     }
@@ -803,7 +808,8 @@ ctl_resume(struct ctl_globals *g, int argc, char **argv)
         t = boot_changed(&a);
         if (t != NULL) {
             ctl_info("resume: %s restarted since PREPARE (boot id changed): the transition "
-                     "cannot be resumed", t->id);
+                     "cannot be resumed",
+                     t->id);
             rc = fail_abort(&a, "resume");
             goto out;
         }

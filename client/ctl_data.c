@@ -15,13 +15,13 @@
 /* Open a handle from --seeds "host:port,host:port,...": the nodes are
  * asked for the membership (config); see ringcache_new_seeds. */
 static int
-open_seeds(struct ringcache **rc, const char *list, const struct ringcache_options *opt,
-           char *err, size_t errlen)
+open_seeds(struct ringcache **rc, const char *list, const struct ringcache_options *opt, char *err,
+           size_t errlen)
 {
-    char *copy = strdup(list), *save = NULL, *tok;
+    char        *copy = strdup(list), *save = NULL, *tok;
     const char **seeds = NULL;
-    size_t n = 0;
-    int ret = RINGCACHE_ENOMEM;
+    size_t       n = 0;
+    int          ret = RINGCACHE_ENOMEM;
 
     if (copy == NULL) {
         goto out;
@@ -54,9 +54,9 @@ static struct ringcache *
 open_cluster(const struct ctl_globals *g, const char *cmd)
 {
     struct ringcache_options opt;
-    struct ringcache *rc = NULL;
-    char err[512] = "";
-    int ret;
+    struct ringcache        *rc = NULL;
+    char                     err[512] = "";
+    int                      ret;
 
     if (g->members == NULL && g->seeds == NULL) {
         ctl_error("%s: --members FILE or --seeds HOST:PORT,... is required (before the command)",
@@ -146,7 +146,7 @@ static const char *
 miss_reason(struct ringcache *rc, const char *key, int code, char *buf, size_t len)
 {
     size_t owners[8];
-    int i, n;
+    int    i, n;
 
     if (code != RINGCACHE_ENOTFOUND) {
         return ringcache_strerror(code);
@@ -169,9 +169,9 @@ miss_reason(struct ringcache *rc, const char *key, int code, char *buf, size_t l
 int
 ctl_get(struct ctl_globals *g, int argc, char **argv)
 {
-    struct ringcache *rc;
+    struct ringcache      *rc;
     struct ringcache_value v;
-    int first, i, ret, status = 0, width;
+    int                    first, i, ret, status = 0, width;
 
     first = open_for_keys(g, argc, argv, "get", CTL_USAGE_DATA " get KEY...", &rc, &width);
     if (first < 0) {
@@ -198,19 +198,17 @@ ctl_get(struct ctl_globals *g, int argc, char **argv)
 int
 ctl_set(struct ctl_globals *g, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "ttl",   required_argument, NULL, 't' },
-        { "flags", required_argument, NULL, 'f' },
-        { "help",  no_argument,       NULL, 'h' },
-        { NULL, 0, NULL, 0 }
-    };
-    static const char usage[] = CTL_USAGE_DATA " set KEY VALUE [--ttl S] [--flags F]";
-    struct ringcache *rc;
-    unsigned long long flags = 0;
-    long long ttl = 0;
-    size_t owner;
-    char *end;
-    int c, ret;
+    static const struct option opts[] = { { "ttl", required_argument, NULL, 't' },
+                                          { "flags", required_argument, NULL, 'f' },
+                                          { "help", no_argument, NULL, 'h' },
+                                          { NULL, 0, NULL, 0 } };
+    static const char          usage[] = CTL_USAGE_DATA " set KEY VALUE [--ttl S] [--flags F]";
+    struct ringcache          *rc;
+    unsigned long long         flags = 0;
+    long long                  ttl = 0;
+    size_t                     owner;
+    char                      *end;
+    int                        c, ret;
 
     /* optind 0 makes glibc start over, so options may follow KEY VALUE
      * (ringctl's own parse left getopt in stop-at-first-operand mode). */
@@ -268,10 +266,9 @@ int
 ctl_delete(struct ctl_globals *g, int argc, char **argv)
 {
     struct ringcache *rc;
-    int first, i, ret, status = 0, width;
+    int               first, i, ret, status = 0, width;
 
-    first = open_for_keys(g, argc, argv, "delete", CTL_USAGE_DATA " delete KEY...", &rc,
-                          &width);
+    first = open_for_keys(g, argc, argv, "delete", CTL_USAGE_DATA " delete KEY...", &rc, &width);
     if (first < 0) {
         return 2;
     }
@@ -299,8 +296,7 @@ struct mget_out {
 
 /* ringcache_mget_fn: keep a copy of each result for mget_print. */
 static void
-mget_keep(void *arg, size_t index, int node, int status,
-          const struct ringcache_value *v)
+mget_keep(void *arg, size_t index, int node, int status, const struct ringcache_value *v)
 {
     struct mget_out *o = arg;
 
@@ -321,11 +317,10 @@ mget_keep(void *arg, size_t index, int node, int status,
 /* Print the kept results: hits on stdout, misses on stderr. Returns the
  * number of keys not printed. */
 static int
-mget_print(struct ringcache *rc, char **keys, size_t n, struct mget_out *o,
-           bool human)
+mget_print(struct ringcache *rc, char **keys, size_t n, struct mget_out *o, bool human)
 {
     size_t i;
-    int width, node_width = 1, misses = 0;
+    int    width, node_width = 1, misses = 0;
 
     width = widest(keys, (int)n, 3);
     for (i = 0; i < ringcache_node_count(rc); i++) {
@@ -362,12 +357,12 @@ mget_print(struct ringcache *rc, char **keys, size_t n, struct mget_out *o,
 int
 ctl_mget(struct ctl_globals *g, int argc, char **argv)
 {
-    struct mget_out out = { 0 };
+    struct mget_out   out = { 0 };
     struct ringcache *rc;
-    char *text, *line, *save = NULL;
-    char **keys = NULL, **nkeys;
-    size_t len, n = 0, cap = 0, i;
-    int ret, status;
+    char             *text, *line, *save = NULL;
+    char            **keys = NULL, **nkeys;
+    size_t            len, n = 0, cap = 0, i;
+    int               ret, status;
 
     if (ctl_no_options(argc, argv, CTL_USAGE_DATA " mget < KEYS (one per line)",
                        CTL_USAGE_ON_ERROR) < 0) {
@@ -445,13 +440,13 @@ ctl_mget(struct ctl_globals *g, int argc, char **argv)
 /* The stats table: one row per stat name (first-seen order), one column
  * per node. */
 struct stats_table {
-    size_t   n_nodes;
-    size_t   n_rows;
-    size_t   cap_rows;
-    char   **names;         /* [n_rows] */
-    char  ***cells;         /* [n_rows][n_nodes], NULL = not reported */
-    size_t   node;          /* column being filled */
-    bool     oom;
+    size_t  n_nodes;
+    size_t  n_rows;
+    size_t  cap_rows;
+    char  **names; /* [n_rows] */
+    char ***cells; /* [n_rows][n_nodes], NULL = not reported */
+    size_t  node;  /* column being filled */
+    bool    oom;
 };
 
 /* ringcache_stat_fn: one STAT of column t->node into the table (copies). */
@@ -459,7 +454,7 @@ static void
 stats_add(void *arg, const char *name, const char *value)
 {
     struct stats_table *t = arg;
-    size_t r;
+    size_t              r;
 
     for (r = 0; r < t->n_rows; r++) {
         if (strcmp(t->names[r], name) == 0) {
@@ -468,8 +463,8 @@ stats_add(void *arg, const char *name, const char *value)
     }
     if (r == t->n_rows) {
         if (t->n_rows == t->cap_rows) {
-            size_t ncap = t->cap_rows == 0 ? 64 : t->cap_rows * 2;
-            char **nn = realloc(t->names, ncap * sizeof(*nn));
+            size_t  ncap = t->cap_rows == 0 ? 64 : t->cap_rows * 2;
+            char  **nn = realloc(t->names, ncap * sizeof(*nn));
             char ***nc;
 
             if (nn == NULL) {
@@ -506,9 +501,9 @@ int
 ctl_stats(struct ctl_globals *g, int argc, char **argv)
 {
     struct stats_table t = { 0 };
-    struct ringcache *rc;
-    size_t i, r;
-    int *width = NULL, name_width = 4, status = 0, ret;
+    struct ringcache  *rc;
+    size_t             i, r;
+    int               *width = NULL, name_width = 4, status = 0, ret;
 
     if (ctl_no_options(argc, argv, CTL_USAGE_DATA " stats", CTL_USAGE_ON_ERROR) < 0) {
         return 2;

@@ -21,7 +21,7 @@
 #include "client/ctl_util.h"
 #include "ring/ring.h"
 
-#define PROBE_MS           1000    /* remove --failed: a node answering Hello this fast is alive */
+#define PROBE_MS 1000 /* remove --failed: a node answering Hello this fast is alive */
 
 /*
  * remove --failed: may the node be dropped without contacting it (the
@@ -35,11 +35,11 @@ static int
 probe_failed(struct admin *a, const struct change_opts *o)
 {
     struct cport_request sreq = { .kind = CPORT_STATUS };
-    int idx = ring_members_find(a->old, o->id);
-    struct cport_conn *c = NULL;
-    struct cport_status st;
-    char caddr[RING_ADDR_MAX + 16], err[512];
-    int rc;
+    int                  idx = ring_members_find(a->old, o->id);
+    struct cport_conn   *c = NULL;
+    struct cport_status  st;
+    char                 caddr[RING_ADDR_MAX + 16], err[512];
+    int                  rc;
 
     if (idx < 0) {
         ctl_error("remove: %s is not a member of epoch %" PRIu64, o->id, a->old->epoch);
@@ -55,8 +55,8 @@ probe_failed(struct admin *a, const struct change_opts *o)
     if (cport_addr_of(a->old->nodes[idx].addr, caddr, sizeof(caddr)) != 0) {
         return EX_OK;
     }
-    rc = cport_connect(caddr, a->g->cluster, a->atoken, a->atoken_len, PROBE_MS, &c, NULL,
-                       err, sizeof(err));
+    rc = cport_connect(caddr, a->g->cluster, a->atoken, a->atoken_len, PROBE_MS, &c, NULL, err,
+                       sizeof(err));
     if (rc != CPORT_OK) {
         ctl_info("remove: %s (%s) does not answer (%s): removing it as failed", o->id,
                  a->old->nodes[idx].addr, err);
@@ -68,19 +68,22 @@ probe_failed(struct admin *a, const struct change_opts *o)
                            (st.active_epoch == 0 && st.pending_epoch == 0))) {
         ctl_info("remove: %s answers but is %s: it holds nothing current; removing it", o->id,
                  st.recovering ? "recovering (restarted empty)"
-                 : st.behind_epoch != 0 ? "behind a higher epoch"
-                 : "without state (no membership: its state directory was lost)");
+                 : st.behind_epoch != 0
+                     ? "behind a higher epoch"
+                     : "without state (no membership: its state directory was lost)");
         cport_status_clear(&st);
         return EX_OK;
     }
     cport_status_clear(&st);
     if (o->force) {
         ctl_info("warning: remove: %s answers its cluster port; removing it anyway (--force): "
-                 "it is not contacted", o->id);
+                 "it is not contacted",
+                 o->id);
         return EX_OK;
     }
     ctl_error("remove: %s (%s) is alive (it answers its cluster port): use `ringctl leave %s`, "
-              "or --force", o->id, a->old->nodes[idx].addr, o->id);
+              "or --force",
+              o->id, a->old->nodes[idx].addr, o->id);
     return EX_USAGE;
 }
 
@@ -89,8 +92,11 @@ probe_failed(struct admin *a, const struct change_opts *o)
 static int
 remove_failed(struct ctl_globals *g, const char *id, bool force, double rate_mib)
 {
-    struct change_opts o = { .remove_failed = true, .force = force, .weight = 1,
-                             .rate_mib = rate_mib, .admit = probe_failed };
+    struct change_opts o = { .remove_failed = true,
+                             .force = force,
+                             .weight = 1,
+                             .rate_mib = rate_mib,
+                             .admit = probe_failed };
 
     snprintf(o.id, sizeof(o.id), "%s", id);
     return change_run(g, &o);
@@ -99,23 +105,25 @@ remove_failed(struct ctl_globals *g, const char *id, bool force, double rate_mib
 int
 ctl_remove(struct ctl_globals *g, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "failed", no_argument,       NULL, 'f' },
-        { "force",  no_argument,       NULL, 'F' },
-        { "rate",   required_argument, NULL, 'r' },
-        { "help",   no_argument,       NULL, 'h' },
-        { NULL, 0, NULL, 0 }
-    };
-    double rate = DEFAULT_RATE_MIB;
-    bool failed = false, force = false;
-    int c;
+    static const struct option opts[] = { { "failed", no_argument, NULL, 'f' },
+                                          { "force", no_argument, NULL, 'F' },
+                                          { "rate", required_argument, NULL, 'r' },
+                                          { "help", no_argument, NULL, 'h' },
+                                          { NULL, 0, NULL, 0 } };
+    double                     rate = DEFAULT_RATE_MIB;
+    bool                       failed = false, force = false;
+    int                        c;
 
     /* No "+": options may follow the operands (remove --failed ID --force). */
     optind = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'f': failed = true; break;
-        case 'F': force = true; break;
+        case 'f':
+            failed = true;
+            break;
+        case 'F':
+            force = true;
+            break;
         case 'r':
             if (ctl_parse_rate("remove", optarg, &rate) != EX_OK) {
                 return EX_USAGE;
@@ -125,7 +133,8 @@ ctl_remove(struct ctl_globals *g, int argc, char **argv)
             printf("usage: " CTL_USAGE_ADMIN " remove --failed ID [--force] "
                    "[--rate MIB_PER_S]\n");
             return EX_OK;
-        default: return EX_USAGE;
+        default:
+            return EX_USAGE;
         }
     }
     if (!failed || argc - optind != 1 || strlen(argv[optind]) > RING_ID_MAX) {
@@ -142,7 +151,7 @@ static int
 active_node(struct ctl_globals *g, const char *id, struct ring_node *out, uint64_t *epoch)
 {
     struct admin a = { .g = g };
-    int rc, idx;
+    int          rc, idx;
 
     rc = admin_load(&a, false);
     if (rc != EX_OK || a.old == NULL) {
@@ -168,9 +177,9 @@ repair_node(struct ctl_globals *g, const char *id, const char *addr_arg, bool fo
             double rate_mib)
 {
     struct change_opts o = { .join = true, .rate_mib = rate_mib };
-    struct ring_node n;
-    uint64_t epoch = 0;
-    int rc;
+    struct ring_node   n;
+    uint64_t           epoch = 0;
+    int                rc;
 
     memset(&n, 0, sizeof(n));
     rc = active_node(g, id, &n, &epoch);
@@ -179,14 +188,15 @@ repair_node(struct ctl_globals *g, const char *id, const char *addr_arg, bool fo
     }
     if (rc == 0) {
         ctl_info("repair: %s: removing it from epoch %" PRIu64 " (copies of its ranges come from "
-                 "the surviving owners)", id, epoch);
+                 "the surviving owners)",
+                 id, epoch);
         rc = remove_failed(g, id, force, rate_mib);
         if (rc != EX_OK) {
             return rc;
         }
     } else if (addr_arg == NULL) {
-        ctl_error("repair: %s is not a member of epoch %" PRIu64 ": give its ADDR to join it",
-                  id, epoch);
+        ctl_error("repair: %s is not a member of epoch %" PRIu64 ": give its ADDR to join it", id,
+                  epoch);
         return EX_USAGE;
     }
     snprintf(o.id, sizeof(o.id), "%s", id);
@@ -200,21 +210,21 @@ repair_node(struct ctl_globals *g, const char *id, const char *addr_arg, bool fo
 int
 ctl_repair(struct ctl_globals *g, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "force",  no_argument,       NULL, 'F' },
-        { "rate",   required_argument, NULL, 'r' },
-        { "help",   no_argument,       NULL, 'h' },
-        { NULL, 0, NULL, 0 }
-    };
-    double rate = DEFAULT_RATE_MIB;
-    bool force = false;
-    int c;
+    static const struct option opts[] = { { "force", no_argument, NULL, 'F' },
+                                          { "rate", required_argument, NULL, 'r' },
+                                          { "help", no_argument, NULL, 'h' },
+                                          { NULL, 0, NULL, 0 } };
+    double                     rate = DEFAULT_RATE_MIB;
+    bool                       force = false;
+    int                        c;
 
     /* No "+": options may follow the operands (repair ID --force). */
     optind = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'F': force = true; break;
+        case 'F':
+            force = true;
+            break;
         case 'r':
             if (ctl_parse_rate("repair", optarg, &rate) != EX_OK) {
                 return EX_USAGE;
@@ -224,16 +234,16 @@ ctl_repair(struct ctl_globals *g, int argc, char **argv)
             printf("usage: " CTL_USAGE_ADMIN " repair ID [ADDR] [--force] "
                    "[--rate MIB_PER_S]\n");
             return EX_OK;
-        default: return EX_USAGE;
+        default:
+            return EX_USAGE;
         }
     }
-    if (argc - optind < 1 || argc - optind > 2 || strlen(argv[optind]) > RING_ID_MAX
-        || (argc - optind == 2 && strlen(argv[optind + 1]) > RING_ADDR_MAX)) {
+    if (argc - optind < 1 || argc - optind > 2 || strlen(argv[optind]) > RING_ID_MAX ||
+        (argc - optind == 2 && strlen(argv[optind + 1]) > RING_ADDR_MAX)) {
         ctl_error("usage: repair ID [ADDR] [--force] [--rate MIB_PER_S]");
         return EX_USAGE;
     }
-    return repair_node(g, argv[optind], argc - optind == 2 ? argv[optind + 1] : NULL, force,
-                       rate);
+    return repair_node(g, argv[optind], argc - optind == 2 ? argv[optind + 1] : NULL, force, rate);
 }
 
 static volatile sig_atomic_t watch_stop;
@@ -248,8 +258,8 @@ watch_signal(int sig)
 /* One member as the watch loop sees it. */
 struct watched {
     char    id[RING_ID_MAX + 1];
-    int64_t bad_since;              /* ms; 0 = healthy */
-    bool    recovering;             /* answers, but restarted empty or behind */
+    int64_t bad_since;  /* ms; 0 = healthy */
+    bool    recovering; /* answers, but restarted empty or behind */
 };
 
 /*
@@ -262,21 +272,19 @@ struct watched {
 int
 ctl_watch(struct ctl_globals *g, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "down-after", required_argument, NULL, 'd' },
-        { "interval",   required_argument, NULL, 'i' },
-        { "force",      no_argument,       NULL, 'F' },
-        { "once",       no_argument,       NULL, 'o' },
-        { "help",       no_argument,       NULL, 'h' },
-        { NULL, 0, NULL, 0 }
-    };
-    struct sigaction sa;
-    struct watched *w = NULL;
-    uint32_t nw = 0;
-    double down_after = 10, interval = 1;
-    bool force = false, once = false;
-    int c, rc = EX_OK;
-    char *end;
+    static const struct option opts[] = { { "down-after", required_argument, NULL, 'd' },
+                                          { "interval", required_argument, NULL, 'i' },
+                                          { "force", no_argument, NULL, 'F' },
+                                          { "once", no_argument, NULL, 'o' },
+                                          { "help", no_argument, NULL, 'h' },
+                                          { NULL, 0, NULL, 0 } };
+    struct sigaction           sa;
+    struct watched            *w = NULL;
+    uint32_t                   nw = 0;
+    double                     down_after = 10, interval = 1;
+    bool                       force = false, once = false;
+    int                        c, rc = EX_OK;
+    char                      *end;
 
     optind = 0;
     while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
@@ -285,19 +293,24 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
         case 'i':
             errno = 0;
             *(c == 'd' ? &down_after : &interval) = strtod(optarg, &end);
-            if (errno != 0 || *end != '\0' || !(down_after >= 0) || !(interval >= 0.05)
-                || down_after > 86400 || interval > 3600) {
+            if (errno != 0 || *end != '\0' || !(down_after >= 0) || !(interval >= 0.05) ||
+                down_after > 86400 || interval > 3600) {
                 ctl_error("watch: --down-after S (>= 0), --interval S (>= 0.05)");
                 return EX_USAGE;
             }
             break;
-        case 'F': force = true; break;
-        case 'o': once = true; break;
+        case 'F':
+            force = true;
+            break;
+        case 'o':
+            once = true;
+            break;
         case 'h':
             printf("usage: " CTL_USAGE_ADMIN " watch [--down-after S] "
                    "[--interval S] [--force] [--once]\n");
             return EX_OK;
-        default: return EX_USAGE;
+        default:
+            return EX_USAGE;
         }
     }
     if (optind != argc) {
@@ -309,13 +322,14 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     ctl_info("watch: a member unreachable (or recovering) for %.1f s is removed (repaired); "
-             "polling every %.2f s", down_after, interval);
+             "polling every %.2f s",
+             down_after, interval);
     while (!watch_stop) {
-        struct admin a = { .g = g };
+        struct admin         a = { .g = g };
         struct cport_request sreq = { .kind = CPORT_STATUS };
-        char act_id[RING_ID_MAX + 1] = "";
-        bool act_repair = false;
-        uint32_t i, k;
+        char                 act_id[RING_ID_MAX + 1] = "";
+        bool                 act_repair = false;
+        uint32_t             i, k;
 
         rc = admin_load(&a, true);
         if (rc != EX_OK) {
@@ -326,10 +340,10 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
             ctl_info("watch: a transition is pending (%s); waiting", a.have_rec ? a.rec.op : "?");
         } else if (a.old != NULL && nodes_build(&a) == EX_OK) {
             for (i = 0; i < a.n_nodes; i++) {
-                struct tnode *t = &a.nodes[i];
+                struct tnode   *t = &a.nodes[i];
                 struct watched *me = NULL;
-                int crc = node_call(&a, t, &sreq, (int)(interval * 1000) < 1000
-                                    ? 1000 : (int)(interval * 1000));
+                int             crc = node_call(&a, t, &sreq,
+                                    (int)(interval * 1000) < 1000 ? 1000 : (int)(interval * 1000));
                 bool bad = crc != CPORT_OK || t->st.recovering || t->st.behind_epoch != 0;
 
                 for (k = 0; k < nw; k++) {
@@ -358,12 +372,13 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
                 me->recovering = crc == CPORT_OK;
                 if (me->bad_since == 0) {
                     me->bad_since = util_now_ms();
-                    ctl_info("watch: %s %s", t->id, crc != CPORT_OK ? t->err
+                    ctl_info("watch: %s %s", t->id,
+                             crc != CPORT_OK    ? t->err
                              : t->st.recovering ? "is recovering (restarted empty)"
-                             : "is behind a higher epoch");
+                                                : "is behind a higher epoch");
                 }
-                if (act_id[0] == '\0'
-                    && util_now_ms() - me->bad_since >= (int64_t)(down_after * 1000)) {
+                if (act_id[0] == '\0' &&
+                    util_now_ms() - me->bad_since >= (int64_t)(down_after * 1000)) {
                     snprintf(act_id, sizeof(act_id), "%s", t->id);
                     act_repair = me->recovering;
                 }
@@ -371,8 +386,8 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
         }
         admin_free(&a);
         if (act_id[0] != '\0') {
-            ctl_info("watch: %s: %s", act_id, act_repair ? "repair (remove --failed, then join)"
-                                                     : "remove --failed");
+            ctl_info("watch: %s: %s", act_id,
+                     act_repair ? "repair (remove --failed, then join)" : "remove --failed");
             rc = act_repair ? repair_node(g, act_id, NULL, force, DEFAULT_RATE_MIB)
                             : remove_failed(g, act_id, force, DEFAULT_RATE_MIB);
             printf("watch\t%s\t%s\t%s\n", act_id, act_repair ? "repair" : "remove --failed",

@@ -45,7 +45,7 @@ admin_open_store(struct admin *a)
 int
 admin_read_token(struct admin *a)
 {
-    char *text, *nl;
+    char  *text, *nl;
     size_t len = 0;
 
     if (a->g->token_file == NULL) {
@@ -82,7 +82,7 @@ int
 admin_load_members(struct admin *a, const char *name, struct ring_members **out, uint64_t *rev)
 {
     struct mstore_record rec;
-    int rc;
+    int                  rc;
 
     *out = NULL;
     *rev = 0;
@@ -94,8 +94,8 @@ admin_load_members(struct admin *a, const char *name, struct ring_members **out,
         ctl_error("%s", err_buf);
         return EX_USAGE;
     }
-    if (ring_members_parse(rec.text, rec.len, rec.where, out, err_buf, sizeof(err_buf))
-        != RING_OK) {
+    if (ring_members_parse(rec.text, rec.len, rec.where, out, err_buf, sizeof(err_buf)) !=
+        RING_OK) {
         ctl_error("%s", err_buf);
         mstore_record_clear(&rec);
         *out = NULL;
@@ -149,9 +149,9 @@ admin_load_state(struct admin *a)
     ring_members_free(a->old);
     ring_members_free(a->new);
     a->old = a->new = NULL;
-    if (admin_load_members(a, REC_ACTIVE, &a->old, &a->active_rev) != EX_OK
-        || admin_load_members(a, REC_PENDING, &a->new, &a->pm_rev) != EX_OK
-        || trec_load(a->store, REC_PENDING_TREC, &a->rec, &a->have_rec, &a->rec_rev) != EX_OK) {
+    if (admin_load_members(a, REC_ACTIVE, &a->old, &a->active_rev) != EX_OK ||
+        admin_load_members(a, REC_PENDING, &a->new, &a->pm_rev) != EX_OK ||
+        trec_load(a->store, REC_PENDING_TREC, &a->rec, &a->have_rec, &a->rec_rev) != EX_OK) {
         return EX_USAGE;
     }
     failed_from_op(a);
@@ -240,7 +240,7 @@ arc_gained(const struct ring_members *old, const struct ring_members *new,
            const struct ring_arc *arc, uint32_t j)
 {
     const char *id = new->nodes[arc->new_nodes[j]].id;
-    uint32_t o;
+    uint32_t    o;
 
     for (o = 0; o < arc->n_old; o++) {
         if (strcmp(old->nodes[arc->old_nodes[o]].id, id) == 0) {
@@ -254,16 +254,16 @@ arc_gained(const struct ring_members *old, const struct ring_members *new,
 int
 nodes_build(struct admin *a)
 {
-    struct ring *ro = NULL, *rn = NULL;
+    struct ring      *ro = NULL, *rn = NULL;
     struct ring_diff *d = NULL;
-    uint32_t i, k, j;
-    int rc = EX_FAILED;
+    uint32_t          i, k, j;
+    int               rc = EX_FAILED;
 
     for (i = 0; a->old != NULL && i < a->old->n_nodes; i++) {
         struct tnode *t;
 
         if (is_failed(a, a->old->nodes[i].id)) {
-            continue;   /* dead: never contacted */
+            continue; /* dead: never contacted */
         }
         t = node_add(a, &a->old->nodes[i]);
         if (t == NULL) {
@@ -271,7 +271,7 @@ nodes_build(struct admin *a)
         }
         t->in_old = true;
     }
-    for (i = 0; a->new != NULL && i < a->new->n_nodes; i++) {
+    for (i = 0; a->new != NULL &&i < a->new->n_nodes; i++) {
         struct tnode *t = node_add(a, &a->new->nodes[i]);
 
         if (t == NULL) {
@@ -286,8 +286,8 @@ nodes_build(struct admin *a)
         rn = ring_build(a->new);
         d = ro != NULL && rn != NULL ? ring_diff(ro, rn) : NULL;
         if (d == NULL) {
-            ctl_error("cannot build the rings of epochs %" PRIu64 " and %" PRIu64,
-                      a->old->epoch, a->new->epoch);
+            ctl_error("cannot build the rings of epochs %" PRIu64 " and %" PRIu64, a->old->epoch,
+                      a->new->epoch);
             goto out;
         }
         for (k = 0; k < d->n_arcs; k++) {
@@ -296,7 +296,8 @@ nodes_build(struct admin *a)
              * first surviving holder, which may have no transfer at all
              * while writes are not replicated): no source to wait for. */
             struct tnode *src = arc->n_old > 0 && !is_failed(a, a->old->nodes[arc->old_nodes[0]].id)
-                                ? node_find(a, a->old->nodes[arc->old_nodes[0]].id) : NULL;
+                                    ? node_find(a, a->old->nodes[arc->old_nodes[0]].id)
+                                    : NULL;
 
             for (j = 0; j < arc->n_new; j++) {
                 if (arc_gained(a->old, a->new, arc, j)) {
@@ -315,8 +316,10 @@ nodes_build(struct admin *a)
     for (i = 0; i < a->n_nodes; i++) {
         struct tnode *t = &a->nodes[i];
 
-        t->rank = t->is_dest && !t->is_source ? 0 : !t->is_dest && !t->is_source ? 1
-                : t->is_dest ? 2 : 3;
+        t->rank = t->is_dest && !t->is_source    ? 0
+                  : !t->is_dest && !t->is_source ? 1
+                  : t->is_dest                   ? 2
+                                                 : 3;
     }
     /* Stable insertion sort by rank (a handful of nodes). */
     for (i = 1; i < a->n_nodes; i++) {
@@ -392,9 +395,9 @@ node_mark_down(struct tnode *t)
 int
 node_call(struct admin *a, struct tnode *t, const struct cport_request *req, int timeout_ms)
 {
-    struct cport_hello hello;
+    struct cport_hello  hello;
     struct cport_status st;
-    int rc;
+    int                 rc;
 
     if (t->caddr[0] == '\0') {
         snprintf(t->err, sizeof(t->err), "%s: no valid cluster port for address %s", t->id,
@@ -404,8 +407,8 @@ node_call(struct admin *a, struct tnode *t, const struct cport_request *req, int
     if (!cport_alive(t->conn)) {
         cport_close(t->conn);
         t->conn = NULL;
-        rc = cport_connect(t->caddr, a->g->cluster, a->atoken, a->atoken_len,
-                           a->g->timeout_ms, &t->conn, &hello, t->err, sizeof(t->err));
+        rc = cport_connect(t->caddr, a->g->cluster, a->atoken, a->atoken_len, a->g->timeout_ms,
+                           &t->conn, &hello, t->err, sizeof(t->err));
         if (rc != CPORT_OK) {
             node_mark_down(t);
             return rc;
@@ -430,8 +433,7 @@ node_call(struct admin *a, struct tnode *t, const struct cport_request *req, int
 
 /* nodes_broadcast: see ctl_transition.h. */
 uint32_t
-nodes_broadcast(struct admin *a, const struct cport_request *req, int timeout_ms,
-                const char *what)
+nodes_broadcast(struct admin *a, const struct cport_request *req, int timeout_ms, const char *what)
 {
     uint32_t i, failed = 0;
 
@@ -468,13 +470,13 @@ node_call_thread(void *arg)
  * own tnode. Falls back to one call after the other when threads cannot be
  * had. */
 void
-nodes_call_parallel(struct admin *a, const struct cport_request *req, int timeout_ms,
-                    uint32_t lo, uint32_t hi, const bool *skip, int *rc)
+nodes_call_parallel(struct admin *a, const struct cport_request *req, int timeout_ms, uint32_t lo,
+                    uint32_t hi, const bool *skip, int *rc)
 {
-    uint32_t n = hi - lo, i;
+    uint32_t              n = hi - lo, i;
     struct node_call_arg *nc = calloc(n ? n : 1, sizeof(*nc));
-    pthread_t *th = calloc(n ? n : 1, sizeof(*th));
-    bool *started = calloc(n ? n : 1, sizeof(*started));
+    pthread_t            *th = calloc(n ? n : 1, sizeof(*th));
+    bool                 *started = calloc(n ? n : 1, sizeof(*started));
 
     for (i = 0; i < n; i++) {
         struct node_call_arg one = { a, &a->nodes[lo + i], req, timeout_ms, CPORT_OK };

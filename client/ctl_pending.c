@@ -16,7 +16,9 @@
 #include "client/mstore.h"
 
 static const char *const tphase_names[] = {
-    [TREC_PREPARED] = "PREPARED", [TREC_COPYING] = "COPYING", [TREC_FENCED] = "FENCED",
+    [TREC_PREPARED] = "PREPARED",
+    [TREC_COPYING] = "COPYING",
+    [TREC_FENCED] = "FENCED",
     [TREC_ABORTED] = "ABORTED",
 };
 
@@ -39,9 +41,9 @@ trec_clear(struct trec *m)
 char *
 trec_format(const struct trec *m, size_t *len)
 {
-    char hex[2 * TREC_TOKEN_BYTES + 1];
-    size_t cap = 1024 + (size_t)m->n_boot * (RING_ID_MAX + 32), n;
-    char *buf = malloc(cap);
+    char     hex[2 * TREC_TOKEN_BYTES + 1];
+    size_t   cap = 1024 + (size_t)m->n_boot * (RING_ID_MAX + 32), n;
+    char    *buf = malloc(cap);
     uint32_t i;
 
     if (buf == NULL) {
@@ -81,13 +83,13 @@ int
 trec_parse(const char *text, const char *where, struct trec *m, char *err, size_t errlen)
 {
     const char *p = text, *nl;
-    unsigned seen = 0;
-    int line = 0;
-    char buf[1024], *val;
+    unsigned    seen = 0;
+    int         line = 0;
+    char        buf[1024], *val;
 
     memset(m, 0, sizeof(*m));
     for (; *p != '\0'; p = nl + 1) {
-        size_t l;
+        size_t   l;
         uint64_t v;
 
         line++;
@@ -133,8 +135,8 @@ trec_parse(const char *text, const char *where, struct trec *m, char *err, size_
                 goto fail;
             }
             seen |= 2;
-        } else if (strcmp(buf, "from_epoch") == 0 || strcmp(buf, "epoch") == 0
-                   || strcmp(buf, "rate") == 0 || strcmp(buf, "started") == 0) {
+        } else if (strcmp(buf, "from_epoch") == 0 || strcmp(buf, "epoch") == 0 ||
+                   strcmp(buf, "rate") == 0 || strcmp(buf, "started") == 0) {
             if (parse_u64(val, &v) != 0) {
                 snprintf(err, errlen, "%s:%d: %.32s: expected a number", where, line, buf);
                 goto fail;
@@ -155,9 +157,9 @@ trec_parse(const char *text, const char *where, struct trec *m, char *err, size_
         } else if (strcmp(buf, "admin") == 0) {
             snprintf(m->admin, sizeof(m->admin), "%s", val);
         } else if (strcmp(buf, "boot") == 0) {
-            char *sp = strchr(val, ' ');
+            char             *sp = strchr(val, ' ');
             struct trec_boot *nb;
-            char *end;
+            char             *end;
 
             if (sp == NULL || sp == val || (size_t)(sp - val) > RING_ID_MAX) {
                 snprintf(err, errlen, "%s:%d: expected 'boot ID HEX'", where, line);
@@ -189,8 +191,10 @@ trec_parse(const char *text, const char *where, struct trec *m, char *err, size_
     }
     if (seen != 15) {
         snprintf(err, errlen, "%s:%d: missing %s line", where, line,
-                 !(seen & 1) ? "token" : !(seen & 2) ? "phase" : !(seen & 4) ? "from_epoch"
-                 : "epoch");
+                 !(seen & 1)   ? "token"
+                 : !(seen & 2) ? "phase"
+                 : !(seen & 4) ? "from_epoch"
+                               : "epoch");
         goto fail;
     }
     if (m->epoch != m->from_epoch + 1) {
@@ -221,9 +225,9 @@ trec_boot_id(const struct trec *m, const char *id)
 int
 trec_load(struct mstore *s, const char *name, struct trec *t, bool *have, uint64_t *rev)
 {
-    char err[MSTORE_WHERE_MAX + 1024];
+    char                 err[MSTORE_WHERE_MAX + 1024];
     struct mstore_record rec;
-    int rc;
+    int                  rc;
 
     trec_clear(t);
     *have = false;
@@ -251,11 +255,11 @@ trec_load(struct mstore *s, const char *name, struct trec *t, bool *have, uint64
 int
 trec_store(struct mstore *s, const struct trec *t, uint64_t *rev)
 {
-    char err[MSTORE_WHERE_MAX + 1024];
+    char     err[MSTORE_WHERE_MAX + 1024];
     uint64_t nrev = 0;
-    size_t len = 0;
-    char *text = trec_format(t, &len);
-    int rc;
+    size_t   len = 0;
+    char    *text = trec_format(t, &len);
+    int      rc;
 
     if (text == NULL) {
         ctl_error("out of memory");

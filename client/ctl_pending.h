@@ -4,8 +4,8 @@
  * pending.meta while the transition runs, next to pending.members, and is
  * kept as aborted.meta after an abort (a repeated abort re-notifies the
  * nodes from it) and as committed.meta after a commit (resume re-sends
- * Commit with its token to nodes still pending with it). One "key value" a line: token, phase, from_epoch, epoch,
- * rate, started, op, admin, and "boot ID HEX" per node.
+ * Commit with its token to nodes still pending with it). One "key value" a line: token, phase,
+ * from_epoch, epoch, rate, started, op, admin, and "boot ID HEX" per node.
  *
  * Not to be confused with the node's own state-directory file of the same
  * old name (server/cluster.c): another format, another owner.
@@ -22,16 +22,21 @@
 struct mstore;
 
 /* The store's names of the transition record. */
-#define REC_PENDING_TREC  "pending.meta"    /* the pending transition's */
-#define REC_ABORTED_TREC  "aborted.meta"    /* the last aborted one's */
+#define REC_PENDING_TREC "pending.meta" /* the pending transition's */
+#define REC_ABORTED_TREC "aborted.meta" /* the last aborted one's */
 /* The last committed one's: its token lets `resume` finish a commit on
  * every node. */
 #define REC_COMMITTED_TREC "committed.meta"
 
-#define TREC_TOKEN_BYTES  16
+#define TREC_TOKEN_BYTES 16
 
 /* The phase a transition record holds (what the admin last recorded). */
-enum trec_phase { TREC_PREPARED = 1, TREC_COPYING, TREC_FENCED, TREC_ABORTED };
+enum trec_phase {
+    TREC_PREPARED = 1,
+    TREC_COPYING,
+    TREC_FENCED,
+    TREC_ABORTED
+};
 
 /* A node's boot id as recorded at PREPARE. */
 struct trec_boot {
@@ -41,15 +46,15 @@ struct trec_boot {
 
 /* The transition record, parsed. */
 struct trec {
-    uint8_t  token[TREC_TOKEN_BYTES];
-    enum trec_phase phase;
-    uint64_t from_epoch, epoch;
-    uint64_t rate;                  /* bytes/s for StartCopy, 0 = unlimited */
-    int64_t  started;               /* unix seconds */
-    char     op[RING_ID_MAX + RING_ADDR_MAX + 32];   /* "join ID ADDR" / "leave ID" */
-    char     admin[256];
-    uint32_t n_boot;
-    struct trec_boot *boot;         /* malloc'd */
+    uint8_t           token[TREC_TOKEN_BYTES];
+    enum trec_phase   phase;
+    uint64_t          from_epoch, epoch;
+    uint64_t          rate;    /* bytes/s for StartCopy, 0 = unlimited */
+    int64_t           started; /* unix seconds */
+    char              op[RING_ID_MAX + RING_ADDR_MAX + 32]; /* "join ID ADDR" / "leave ID" */
+    char              admin[256];
+    uint32_t          n_boot;
+    struct trec_boot *boot; /* malloc'd */
 };
 
 /* "PREPARED", "COPYING", "FENCED" or "ABORTED". */

@@ -14,7 +14,7 @@
 #include "client/ctl_util.h"
 #include "ring/ring.h"
 
-#define CTL_KEY_MAX 65536   /* longest key line read from stdin */
+#define CTL_KEY_MAX 65536 /* longest key line read from stdin */
 
 /* Load a membership file and build its ring: the ring, with *m its
  * membership (both the caller's to free), or NULL after printing why
@@ -31,7 +31,8 @@ load_ring(const char *path, struct ring_members **m)
     r = ring_build(*m);
     if (r == NULL) {
         ctl_error("%s: cannot build the ring (more than %u points in all, "
-                  "or out of memory)", path, RING_POINTS_MAX);
+                  "or out of memory)",
+                  path, RING_POINTS_MAX);
         ring_members_free(*m);
         *m = NULL;
     }
@@ -43,7 +44,7 @@ static long
 parse_count(const char *s, long max)
 {
     char *end;
-    long v;
+    long  v;
 
     errno = 0;
     v = strtol(s, &end, 10);
@@ -55,11 +56,10 @@ parse_count(const char *s, long max)
 
 /* Print one key's preference list as KEY<TAB>id,id,... */
 static void
-print_locate(const struct ring *r, const char *key, size_t len, uint32_t want,
-             uint32_t *out)
+print_locate(const struct ring *r, const char *key, size_t len, uint32_t want, uint32_t *out)
 {
     const struct ring_members *m = ring_members(r);
-    uint32_t n, i;
+    uint32_t                   n, i;
 
     n = ring_locate(r, ring_hash(key, len), want, out);
     fwrite(key, 1, len, stdout);
@@ -79,30 +79,29 @@ print_locate(const struct ring *r, const char *key, size_t len, uint32_t want,
 int
 ctl_locate(struct ctl_globals *g, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "members",  required_argument, NULL, 'm' },
-        { "replicas", required_argument, NULL, 'r' },
-        { "help",     no_argument,       NULL, 'h' },
-        { NULL, 0, NULL, 0 }
-    };
-    const char *path = g->members;
-    struct ring_members *m = NULL;
-    struct ring *r = NULL;
-    uint32_t *out = NULL;
-    long want = 0;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t got;
-    int c, rc = 2;
+    static const struct option opts[] = { { "members", required_argument, NULL, 'm' },
+                                          { "replicas", required_argument, NULL, 'r' },
+                                          { "help", no_argument, NULL, 'h' },
+                                          { NULL, 0, NULL, 0 } };
+    const char                *path = g->members;
+    struct ring_members       *m = NULL;
+    struct ring               *r = NULL;
+    uint32_t                  *out = NULL;
+    long                       want = 0;
+    char                      *line = NULL;
+    size_t                     cap = 0;
+    ssize_t                    got;
+    int                        c, rc = 2;
 
     while ((c = getopt_long(argc, argv, "m:r:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': path = optarg; break;
+        case 'm':
+            path = optarg;
+            break;
         case 'r':
             want = parse_count(optarg, RING_NODES_MAX);
             if (want < 0) {
-                ctl_error("locate: --replicas: expected a number 1..%d",
-                          RING_NODES_MAX);
+                ctl_error("locate: --replicas: expected a number 1..%d", RING_NODES_MAX);
                 return 2;
             }
             break;
@@ -166,7 +165,7 @@ out:
 static double
 weight_sum(const struct ring_members *m)
 {
-    double w = 0;
+    double   w = 0;
     uint32_t i;
 
     for (i = 0; i < m->n_nodes; i++) {
@@ -181,12 +180,13 @@ static int
 col_width(const struct ring_members *m, int which, int min)
 {
     uint32_t i;
-    int w = min;
+    int      w = min;
 
     for (i = 0; i < m->n_nodes; i++) {
-        const char *s = which == 0 ? m->nodes[i].id
-                        : which == 1 ? m->nodes[i].addr : m->nodes[i].zone;
-        int l = (int)strlen(s);
+        const char *s = which == 0   ? m->nodes[i].id
+                        : which == 1 ? m->nodes[i].addr
+                                     : m->nodes[i].zone;
+        int         l = (int)strlen(s);
 
         if (l > w) {
             w = l;
@@ -201,24 +201,26 @@ col_width(const struct ring_members *m, int which, int min)
 int
 ctl_ring(struct ctl_globals *g, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "members", required_argument, NULL, 'm' },
-        { "human",   no_argument,       NULL, 'H' },
-        { "help",    no_argument,       NULL, 'h' },
-        { NULL, 0, NULL, 0 }
-    };
-    const char *path = g->members;
-    bool human = g->human;
-    struct ring_members *m = NULL;
-    struct ring *r = NULL;
-    double *share = NULL, wsum, peak = 0;
-    uint32_t i;
-    int c, rc = 2, wid, wad, wzo;
+    static const struct option opts[] = { { "members", required_argument, NULL, 'm' },
+                                          { "human", no_argument, NULL, 'H' },
+                                          { "help", no_argument, NULL, 'h' },
+                                          { NULL, 0, NULL, 0 } };
+    const char                *path = g->members;
+    bool                       human = g->human;
+    struct ring_members       *m = NULL;
+    struct ring               *r = NULL;
+    double                    *share = NULL, wsum, peak = 0;
+    uint32_t                   i;
+    int                        c, rc = 2, wid, wad, wzo;
 
     while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': path = optarg; break;
-        case 'H': human = true; break;
+        case 'm':
+            path = optarg;
+            break;
+        case 'H':
+            human = true;
+            break;
         case 'h':
             printf("usage: ringctl [--human] ring --members FILE\n");
             return 0;
@@ -257,28 +259,27 @@ ctl_ring(struct ctl_globals *g, int argc, char **argv)
     wad = col_width(m, 1, 4);
     wzo = col_width(m, 2, 4);
     if (human) {
-        printf("%-*s  %-*s  %6s  %-*s  %9s  %8s\n", wid, "id", wad, "addr",
-               "weight", wzo, "zone", "points", "share%");
+        printf("%-*s  %-*s  %6s  %-*s  %9s  %8s\n", wid, "id", wad, "addr", "weight", wzo, "zone",
+               "points", "share%");
     } else {
         printf("id\taddr\tweight\tzone\tpoints\tshare_pct\n");
     }
     for (i = 0; i < m->n_nodes; i++) {
         const struct ring_node *n = &m->nodes[i];
-        const char *zone = n->zone[0] != '\0' ? n->zone : "-";
+        const char             *zone = n->zone[0] != '\0' ? n->zone : "-";
 
         if (human) {
-            printf("%-*s  %-*s  %6u  %-*s  %9llu  %8.4f\n", wid, n->id, wad,
-                   n->addr, n->weight, wzo, zone,
-                   (unsigned long long)n->weight * m->vnodes, share[i] * 100);
+            printf("%-*s  %-*s  %6u  %-*s  %9llu  %8.4f\n", wid, n->id, wad, n->addr, n->weight,
+                   wzo, zone, (unsigned long long)n->weight * m->vnodes, share[i] * 100);
         } else {
-            printf("%s\t%s\t%u\t%s\t%llu\t%.4f\n", n->id, n->addr, n->weight,
-                   zone, (unsigned long long)n->weight * m->vnodes,
-                   share[i] * 100);
+            printf("%s\t%s\t%u\t%s\t%llu\t%.4f\n", n->id, n->addr, n->weight, zone,
+                   (unsigned long long)n->weight * m->vnodes, share[i] * 100);
         }
     }
     printf("# epoch %llu vnodes %u replicas %u nodes %u points %u "
-           "peak/mean %.4f\n", (unsigned long long)m->epoch, m->vnodes,
-           m->replicas, m->n_nodes, ring_n_points(r), peak);
+           "peak/mean %.4f\n",
+           (unsigned long long)m->epoch, m->vnodes, m->replicas, m->n_nodes, ring_n_points(r),
+           peak);
     rc = fflush(stdout) == 0 ? 0 : 1;
 out:
     free(share);
@@ -307,7 +308,7 @@ struct plan_row {
     const char *id;
     double      old_share, new_share;
     double      pgain, ploss, rgain, rloss;
-    bool        in_new;   /* the node is in the new membership */
+    bool        in_new; /* the node is in the new membership */
 };
 
 /* qsort_r comparator: row indexes by id. */
@@ -325,10 +326,10 @@ cmp_rows(const void *a, const void *b, void *arg)
  * 10,000-node memberships. Returns the number of rows, 0 on ENOMEM.
  */
 static uint32_t
-plan_rows(const struct ring_members *ma, const struct ring_members *mb,
-          struct plan_row *rows, uint32_t *bmap)
+plan_rows(const struct ring_members *ma, const struct ring_members *mb, struct plan_row *rows,
+          uint32_t *bmap)
 {
-    uint32_t *oa, *ob, i, j, n = ma->n_nodes;
+    uint32_t        *oa, *ob, i, j, n = ma->n_nodes;
     struct plan_row *tmp;
 
     oa = malloc((size_t)ma->n_nodes * sizeof(*oa));
@@ -376,11 +377,11 @@ out:
 /* Print the ids of rows [lo, hi) that are (or are not) in the new
  * membership, comma separated, "-" for none. */
 static void
-print_rows(const struct plan_row *rows, uint32_t lo, uint32_t hi, bool in_new,
-           const char *label, bool human)
+print_rows(const struct plan_row *rows, uint32_t lo, uint32_t hi, bool in_new, const char *label,
+           bool human)
 {
     uint32_t i;
-    int n = 0;
+    int      n = 0;
 
     printf(human ? "%-14s " : "%s\t", label);
     for (i = lo; i < hi; i++) {
@@ -398,28 +399,32 @@ print_rows(const struct plan_row *rows, uint32_t lo, uint32_t hi, bool in_new,
 int
 ctl_plan(struct ctl_globals *g, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "from",  required_argument, NULL, 'f' },
-        { "to",    required_argument, NULL, 't' },
-        { "human", no_argument,       NULL, 'H' },
-        { "help",  no_argument,       NULL, 'h' },
-        { NULL, 0, NULL, 0 }
-    };
-    const char *from = NULL, *to = NULL;
-    bool human = g->human;
-    struct ring_members *ma = NULL, *mb = NULL;
-    struct ring *ra = NULL, *rb = NULL;
-    struct ring_diff *d = NULL;
-    struct plan_row *rows = NULL;
-    double *sa = NULL, *sb = NULL;
-    uint32_t *bmap = NULL, i, k, n_rows = 0;
-    int c, rc = 2, wid;
+    static const struct option opts[] = { { "from", required_argument, NULL, 'f' },
+                                          { "to", required_argument, NULL, 't' },
+                                          { "human", no_argument, NULL, 'H' },
+                                          { "help", no_argument, NULL, 'h' },
+                                          { NULL, 0, NULL, 0 } };
+    const char                *from = NULL, *to = NULL;
+    bool                       human = g->human;
+    struct ring_members       *ma = NULL, *mb = NULL;
+    struct ring               *ra = NULL, *rb = NULL;
+    struct ring_diff          *d = NULL;
+    struct plan_row           *rows = NULL;
+    double                    *sa = NULL, *sb = NULL;
+    uint32_t                  *bmap = NULL, i, k, n_rows = 0;
+    int                        c, rc = 2, wid;
 
     while ((c = getopt_long(argc, argv, "f:t:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'f': from = optarg; break;
-        case 't': to = optarg; break;
-        case 'H': human = true; break;
+        case 'f':
+            from = optarg;
+            break;
+        case 't':
+            to = optarg;
+            break;
+        case 'H':
+            human = true;
+            break;
         case 'h':
             printf("usage: ringctl [--human] plan --from A.members --to B.members\n");
             return 0;
@@ -466,8 +471,8 @@ ctl_plan(struct ctl_globals *g, int argc, char **argv)
     }
     for (k = 0; k < d->n_arcs; k++) {
         const struct ring_arc *a = &d->arcs[k];
-        double f = ctl_arc_frac(a->lo, a->hi);
-        uint32_t lo[8] = { 0 }, ln[8] = { 0 };
+        double                 f = ctl_arc_frac(a->lo, a->hi);
+        uint32_t               lo[8] = { 0 }, ln[8] = { 0 };
 
         /* Both lists as rows, so old and new entries compare by id. */
         for (i = 0; i < a->n_old; i++) {
@@ -491,9 +496,9 @@ ctl_plan(struct ctl_globals *g, int argc, char **argv)
             }
         }
     }
-    printf("# from %s (epoch %llu, %u nodes, R=%u) to %s (epoch %llu, %u nodes, R=%u)\n",
-           from, (unsigned long long)ma->epoch, ma->n_nodes, ma->replicas,
-           to, (unsigned long long)mb->epoch, mb->n_nodes, mb->replicas);
+    printf("# from %s (epoch %llu, %u nodes, R=%u) to %s (epoch %llu, %u nodes, R=%u)\n", from,
+           (unsigned long long)ma->epoch, ma->n_nodes, ma->replicas, to,
+           (unsigned long long)mb->epoch, mb->n_nodes, mb->replicas);
     /* TSV carries fractions (as the library does), --human percents. */
     printf(human ? "%-14s %.4f%%\n" : "%s\t%.6f\n", "primary_moved",
            d->primary_moved * (human ? 100 : 1));
@@ -508,8 +513,8 @@ ctl_plan(struct ctl_globals *g, int argc, char **argv)
         }
     }
     if (human) {
-        printf("%-*s  %9s  %9s  %9s  %9s  %9s  %9s\n", wid, "id", "old%",
-               "new%", "+primary%", "-primary%", "+list%", "-list%");
+        printf("%-*s  %9s  %9s  %9s  %9s  %9s  %9s\n", wid, "id", "old%", "new%", "+primary%",
+               "-primary%", "+list%", "-list%");
     } else {
         printf("id\told_share_pct\tnew_share_pct\tprimary_gain_pct\t"
                "primary_loss_pct\tlist_gain_pct\tlist_loss_pct\n");
@@ -519,8 +524,8 @@ ctl_plan(struct ctl_globals *g, int argc, char **argv)
 
         printf(human ? "%-*s  %9.4f  %9.4f  %9.4f  %9.4f  %9.4f  %9.4f\n"
                      : "%-*s\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\n",
-               human ? wid : 0, w->id, w->old_share * 100, w->new_share * 100,
-               w->pgain * 100, w->ploss * 100, w->rgain * 100, w->rloss * 100);
+               human ? wid : 0, w->id, w->old_share * 100, w->new_share * 100, w->pgain * 100,
+               w->ploss * 100, w->rgain * 100, w->rloss * 100);
     }
     rc = fflush(stdout) == 0 ? 0 : 1;
 out:

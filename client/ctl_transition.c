@@ -23,13 +23,13 @@
 #include "client/mstore.h"
 #include "ring/ring.h"
 
-#define POLL_MS            150     /* status poll period during COPY and CLEANUP */
-#define CAUGHT_UP_BACKLOG  1000    /* dirty keys: small enough to fence */
-#define FENCE_HOLD_MS      50
-#define STALL_MS           60000   /* no copy progress for this long: abort */
-#define NODE_LOST_MS       5000    /* a node unreachable this long during COPY: abort */
-#define COMMIT_RETRY_MS    10000   /* retry Commit to a silent node this long */
-#define CLEANUP_WAIT_MS    30000   /* wait this long for orphans to reach 0 */
+#define POLL_MS           150  /* status poll period during COPY and CLEANUP */
+#define CAUGHT_UP_BACKLOG 1000 /* dirty keys: small enough to fence */
+#define FENCE_HOLD_MS     50
+#define STALL_MS          60000 /* no copy progress for this long: abort */
+#define NODE_LOST_MS      5000  /* a node unreachable this long during COPY: abort */
+#define COMMIT_RETRY_MS   10000 /* retry Commit to a silent node this long */
+#define CLEANUP_WAIT_MS   30000 /* wait this long for orphans to reach 0 */
 
 static char err_buf[MSTORE_WHERE_MAX + 1024];
 
@@ -38,11 +38,18 @@ struct cport_request
 transition_request(struct admin *a, enum cport_req_kind kind)
 {
     struct cport_request r = {
-        .kind = kind, .membership = a->new, .token = a->rec.token,
-        .token_len = TREC_TOKEN_BYTES, .from_epoch = a->rec.from_epoch,
-        .rate_bytes_per_s = a->rec.rate, .hold_ms = FENCE_HOLD_MS,
-        .epoch = a->rec.epoch, .failed_ids = a->failed_ptr, .n_failed_ids = a->n_failed,
-        .stale_ids = a->stale_ptr, .n_stale_ids = a->n_stale,
+        .kind = kind,
+        .membership = a->new,
+        .token = a->rec.token,
+        .token_len = TREC_TOKEN_BYTES,
+        .from_epoch = a->rec.from_epoch,
+        .rate_bytes_per_s = a->rec.rate,
+        .hold_ms = FENCE_HOLD_MS,
+        .epoch = a->rec.epoch,
+        .failed_ids = a->failed_ptr,
+        .n_failed_ids = a->n_failed,
+        .stale_ids = a->stale_ptr,
+        .n_stale_ids = a->n_stale,
     };
 
     return r;
@@ -55,15 +62,19 @@ print_pending(struct admin *a, FILE *out)
     char hex[2 * TREC_TOKEN_BYTES + 1];
 
     if (!a->have_rec) {
-        fprintf(out, "pending\t%s exists without %s (a crashed create?): "
-                "run ringctl abort\n", a->new != NULL ? REC_PENDING : REC_PENDING_TREC,
+        fprintf(out,
+                "pending\t%s exists without %s (a crashed create?): "
+                "run ringctl abort\n",
+                a->new != NULL ? REC_PENDING : REC_PENDING_TREC,
                 a->new != NULL ? REC_PENDING_TREC : REC_PENDING);
         return;
     }
     ctl_hex(a->rec.token, TREC_TOKEN_BYTES, hex);
-    fprintf(out, "pending\t%s\tepoch %" PRIu64 " -> %" PRIu64 "\tphase %s\tadmin %s\t"
-            "started %" PRId64 "\ttoken %s\n", a->rec.op, a->rec.from_epoch, a->rec.epoch,
-            trec_phase_name(a->rec.phase), a->rec.admin, a->rec.started, hex);
+    fprintf(out,
+            "pending\t%s\tepoch %" PRIu64 " -> %" PRIu64 "\tphase %s\tadmin %s\t"
+            "started %" PRId64 "\ttoken %s\n",
+            a->rec.op, a->rec.from_epoch, a->rec.epoch, trec_phase_name(a->rec.phase), a->rec.admin,
+            a->rec.started, hex);
 }
 
 /*
@@ -78,18 +89,18 @@ int
 do_abort(struct admin *a)
 {
     struct cport_request req = transition_request(a, CPORT_ABORT);
-    struct mstore_op ops[4];
-    size_t mlen = 0, plen = 0, n = 0;
-    char *mtext = NULL, *ptext = NULL;
-    enum trec_phase was = a->rec.phase;
-    int rc;
-    uint32_t failed;
+    struct mstore_op     ops[4];
+    size_t               mlen = 0, plen = 0, n = 0;
+    char                *mtext = NULL, *ptext = NULL;
+    enum trec_phase      was = a->rec.phase;
+    int                  rc;
+    uint32_t             failed;
 
     a->rec.phase = TREC_ABORTED;
     mtext = trec_format(&a->rec, &mlen);
     ptext = a->new != NULL ? ctl_members_text(a->new, &plen) : NULL;
     a->rec.phase = was;
-    if (mtext == NULL || (a->new != NULL && ptext == NULL)) {
+    if (mtext == NULL || (a->new != NULL &&ptext == NULL)) {
         free(mtext);
         free(ptext);
         ctl_error("out of memory");
@@ -99,9 +110,8 @@ do_abort(struct admin *a)
     if (ptext != NULL) {
         ops[n++] = (struct mstore_op){ MSTORE_PUT, REC_ABORTED, MSTORE_ANY_REV, ptext, plen };
     }
-    ops[n++] = (struct mstore_op){ MSTORE_DELETE, REC_PENDING, a->pm_rev ? a->pm_rev
-                                                                          : MSTORE_ANY_REV,
-                                   NULL, 0 };
+    ops[n++] = (struct mstore_op){ MSTORE_DELETE, REC_PENDING,
+                                   a->pm_rev ? a->pm_rev : MSTORE_ANY_REV, NULL, 0 };
     ops[n++] = (struct mstore_op){ MSTORE_DELETE, REC_PENDING_TREC, a->rec_rev, NULL, 0 };
     rc = mstore_txn(a->store, ops, n, NULL, NULL, err_buf, sizeof(err_buf));
     free(mtext);
@@ -152,7 +162,7 @@ boot_changed(struct admin *a)
 
     for (i = 0; i < a->n_nodes; i++) {
         struct tnode *t = &a->nodes[i];
-        uint64_t want = trec_boot_id(&a->rec, t->id);
+        uint64_t      want = trec_boot_id(&a->rec, t->id);
 
         if (want != 0 && t->have_st && t->st.boot_id != 0 && t->st.boot_id != want) {
             return t;
@@ -170,7 +180,7 @@ static void
 find_stale(struct admin *a)
 {
     struct cport_request sreq = { .kind = CPORT_STATUS };
-    uint32_t i;
+    uint32_t             i;
 
     free(a->stale_ptr);
     a->stale_ptr = calloc(a->n_nodes ? a->n_nodes : 1, sizeof(*a->stale_ptr));
@@ -186,8 +196,8 @@ find_stale(struct admin *a)
         }
         if (t->st.recovering || t->st.behind_epoch != 0) {
             ctl_info("prepare: %s is %s: it holds nothing current; its ranges are copied "
-                     "from their other owners", t->id,
-                     t->st.recovering ? "recovering" : "behind a higher epoch");
+                     "from their other owners",
+                     t->id, t->st.recovering ? "recovering" : "behind a higher epoch");
             a->stale_ptr[a->n_stale++] = t->id;
         }
     }
@@ -199,8 +209,8 @@ static int
 phase_prepare(struct admin *a)
 {
     struct cport_request req;
-    struct tnode *t;
-    uint32_t i, failed;
+    struct tnode        *t;
+    uint32_t             i, failed;
 
     find_stale(a);
     req = transition_request(a, CPORT_PREPARE);
@@ -211,7 +221,8 @@ phase_prepare(struct admin *a)
     t = boot_changed(a);
     if (t != NULL) {
         ctl_info("prepare: %s restarted since the transition began (boot id %016" PRIx64
-                 " -> %016" PRIx64 ")", t->id, trec_boot_id(&a->rec, t->id), t->st.boot_id);
+                 " -> %016" PRIx64 ")",
+                 t->id, trec_boot_id(&a->rec, t->id), t->st.boot_id);
         return fail_abort(a, "prepare");
     }
     if (a->rec.n_boot == 0) {
@@ -280,9 +291,10 @@ collect_progress(struct admin *a, struct progress *p, char *why, size_t whylen)
             return false;
         }
         if (t->st.pending_epoch != a->rec.epoch || t->st.phase == CPORT_PHASE_ABORTED) {
-            snprintf(why, whylen, "copy: %s no longer has epoch %" PRIu64 " pending (it reports"
-                     " pending %" PRIu64 ", phase %s)", t->id, a->rec.epoch,
-                     t->st.pending_epoch, cport_phase_name(t->st.phase));
+            snprintf(why, whylen,
+                     "copy: %s no longer has epoch %" PRIu64 " pending (it reports"
+                     " pending %" PRIu64 ", phase %s)",
+                     t->id, a->rec.epoch, t->st.pending_epoch, cport_phase_name(t->st.phase));
             return false;
         }
         for (k = 0; k < t->st.n_transfers; k++) {
@@ -319,13 +331,14 @@ collect_progress(struct admin *a, struct progress *p, char *why, size_t whylen)
 static void
 show_progress(const struct progress *p, double rate, bool tty, bool final)
 {
-    char b1[32], b2[32], b3[32], eta[32] = "-";
-    double frac = p->bytes_total > 0 ? (double)p->bytes / (double)p->bytes_total
-                : p->items_total > 0 ? (double)p->items / (double)p->items_total : 1.0;
-    int w = 30, fill, i;
+    char   b1[32], b2[32], b3[32], eta[32] = "-";
+    double frac = p->bytes_total > 0   ? (double)p->bytes / (double)p->bytes_total
+                  : p->items_total > 0 ? (double)p->items / (double)p->items_total
+                                       : 1.0;
+    int    w = 30, fill, i;
 
     if (frac > 1 || final) {
-        frac = 1;   /* totals are estimates taken at walk start */
+        frac = 1; /* totals are estimates taken at walk start */
     }
     if (rate > 0 && p->bytes_total > p->bytes) {
         snprintf(eta, sizeof(eta), "%.0fs", (double)(p->bytes_total - p->bytes) / rate);
@@ -339,16 +352,18 @@ show_progress(const struct progress *p, double rate, bool tty, bool final)
         for (i = 0; i < w; i++) {
             fputc(i < fill ? '#' : '.', stderr);
         }
-        fprintf(stderr, "] %3.0f%% %" PRIu64 "/%" PRIu64 " items %s/%s %s/s ETA %s backlog %"
-                PRIu64 "\033[K", frac * 100, p->items, p->items_total, b1, b2, b3, eta,
-                p->backlog);
+        fprintf(stderr,
+                "] %3.0f%% %" PRIu64 "/%" PRIu64 " items %s/%s %s/s ETA %s backlog %" PRIu64
+                "\033[K",
+                frac * 100, p->items, p->items_total, b1, b2, b3, eta, p->backlog);
         if (final) {
             fputc('\n', stderr);
         }
     } else {
-        fprintf(stderr, "ringctl: copy: %3.0f%% items %" PRIu64 "/%" PRIu64 " bytes %s/%s rate "
-                "%s/s eta %s backlog %" PRIu64 "\n", frac * 100, p->items, p->items_total, b1,
-                b2, b3, eta, p->backlog);
+        fprintf(stderr,
+                "ringctl: copy: %3.0f%% items %" PRIu64 "/%" PRIu64 " bytes %s/%s rate "
+                "%s/s eta %s backlog %" PRIu64 "\n",
+                frac * 100, p->items, p->items_total, b1, b2, b3, eta, p->backlog);
     }
     fflush(stderr);
 }
@@ -360,12 +375,12 @@ phase_copy(struct admin *a)
 {
     struct cport_request req = transition_request(a, CPORT_START_COPY);
     struct cport_request sreq = { .kind = CPORT_STATUS };
-    struct progress p, last = { 0 };
-    char why[1024];
-    bool tty = isatty(STDERR_FILENO);
+    struct progress      p, last = { 0 };
+    char                 why[1024];
+    bool                 tty = isatty(STDERR_FILENO);
     int64_t t0 = util_now_ms(), last_print = 0, last_change = util_now_ms(), rate_t = util_now_ms();
     uint64_t rate_bytes = 0;
-    double rate = 0;
+    double   rate = 0;
     uint32_t i;
 
     if (a->rec.phase != TREC_COPYING) {
@@ -440,7 +455,7 @@ phase_copy(struct admin *a)
 static uint32_t
 fence_all(struct admin *a, const struct cport_request *req)
 {
-    int *rc = calloc(a->n_nodes ? a->n_nodes : 1, sizeof(*rc));
+    int     *rc = calloc(a->n_nodes ? a->n_nodes : 1, sizeof(*rc));
     uint32_t i, failed = 0;
 
     if (rc == NULL) {
@@ -463,10 +478,10 @@ static int
 phase_fence(struct admin *a)
 {
     struct cport_request req = transition_request(a, CPORT_FENCE);
-    struct progress p;
-    char why[1024];
-    int64_t t0 = util_now_ms();
-    uint32_t i;
+    struct progress      p;
+    char                 why[1024];
+    int64_t              t0 = util_now_ms();
+    uint32_t             i;
 
     if (fence_all(a, &req) > 0) {
         return fail_abort(a, "fence: a node refused or is unreachable");
@@ -501,11 +516,11 @@ static int
 store_commit(struct admin *a)
 {
     struct mstore_op ops[5];
-    char name[64];
-    size_t len = 0, rlen = 0;
-    char *text = ctl_members_text(a->new, &len);
-    char *rtext = trec_format(&a->rec, &rlen);
-    int rc;
+    char             name[64];
+    size_t           len = 0, rlen = 0;
+    char            *text = ctl_members_text(a->new, &len);
+    char            *rtext = trec_format(&a->rec, &rlen);
+    int              rc;
 
     if (text == NULL || rtext == NULL) {
         free(text);
@@ -526,8 +541,10 @@ store_commit(struct admin *a)
     free(text);
     free(rtext);
     if (rc != MSTORE_OK) {
-        ctl_error("commit: store: %s%s", err_buf, rc == MSTORE_ECONFLICT
-                  ? " (another admin aborted or changed the store; nothing was committed)" : "");
+        ctl_error("commit: store: %s%s", err_buf,
+                  rc == MSTORE_ECONFLICT
+                      ? " (another admin aborted or changed the store; nothing was committed)"
+                      : "");
         return rc == MSTORE_ECONFLICT ? EX_FAILED : EX_USAGE;
     }
     ctl_info("commit: store: epoch %" PRIu64 " is active", a->new->epoch);
@@ -542,11 +559,11 @@ uint32_t
 deliver_commit(struct admin *a)
 {
     struct cport_request req = transition_request(a, CPORT_COMMIT);
-    int64_t deadline = util_now_ms() + COMMIT_RETRY_MS;
-    uint32_t n = a->n_nodes ? a->n_nodes : 1;
-    bool *done = calloc(n, sizeof(*done));
-    int *rc = calloc(n, sizeof(*rc));
-    uint32_t i, lo, hi, left = a->n_nodes;
+    int64_t              deadline = util_now_ms() + COMMIT_RETRY_MS;
+    uint32_t             n = a->n_nodes ? a->n_nodes : 1;
+    bool                *done = calloc(n, sizeof(*done));
+    int                 *rc = calloc(n, sizeof(*rc));
+    uint32_t             i, lo, hi, left = a->n_nodes;
 
     if (done == NULL || rc == NULL) {
         free(done);
@@ -561,9 +578,9 @@ deliver_commit(struct admin *a)
             nodes_call_parallel(a, &req, LONG_TIMEOUT_MS, lo, hi, done, rc);
             for (i = lo; i < hi; i++) {
                 /* A node already at N+1 (a repeated commit) is done too. */
-                if (!done[i] && (rc[i] == CPORT_OK
-                                 || (a->nodes[i].have_st
-                                     && a->nodes[i].st.active_epoch >= a->new->epoch))) {
+                if (!done[i] &&
+                    (rc[i] == CPORT_OK ||
+                     (a->nodes[i].have_st && a->nodes[i].st.active_epoch >= a->new->epoch))) {
                     done[i] = true;
                     left--;
                 }
@@ -592,9 +609,9 @@ bool
 wait_cleanup(struct admin *a)
 {
     struct cport_request sreq = { .kind = CPORT_STATUS };
-    int64_t deadline = util_now_ms() + CLEANUP_WAIT_MS;
-    uint64_t orphans;
-    uint32_t i;
+    int64_t              deadline = util_now_ms() + CLEANUP_WAIT_MS;
+    uint64_t             orphans;
+    uint32_t             i;
 
     for (;;) {
         orphans = 0;
@@ -607,8 +624,8 @@ wait_cleanup(struct admin *a)
             return true;
         }
         if (util_now_ms() >= deadline) {
-            ctl_info("warning: cleanup: %" PRIu64 " orphan items still held after %d s",
-                     orphans, CLEANUP_WAIT_MS / 1000);
+            ctl_info("warning: cleanup: %" PRIu64 " orphan items still held after %d s", orphans,
+                     CLEANUP_WAIT_MS / 1000);
             return false;
         }
         ctl_sleep_ms(200);
@@ -620,8 +637,8 @@ static int
 phase_commit(struct admin *a)
 {
     uint32_t missed;
-    bool clean;
-    int rc;
+    bool     clean;
+    int      rc;
 
     rc = store_commit(a);
     if (rc != EX_OK) {
@@ -645,12 +662,12 @@ phase_commit(struct admin *a)
  * phase it runs from: `ringctl resume` of a transition recorded as
  * COPYING starts over at the copy. The commit always runs. */
 static const struct {
-    int           (*run)(struct admin *a);
+    int (*run)(struct admin *a);
     enum trec_phase upto;
 } phases[] = {
     { phase_prepare, TREC_PREPARED },
-    { phase_copy,    TREC_COPYING },
-    { phase_fence,   TREC_FENCED },
+    { phase_copy, TREC_COPYING },
+    { phase_fence, TREC_FENCED },
 };
 
 /* run_from: see ctl_transition.h. */
@@ -658,7 +675,7 @@ int
 run_from(struct admin *a, enum trec_phase from)
 {
     size_t i;
-    int rc = EX_OK;
+    int    rc = EX_OK;
 
     for (i = 0; rc == EX_OK && i < sizeof(phases) / sizeof(phases[0]); i++) {
         if (from <= phases[i].upto) {
@@ -703,7 +720,8 @@ make_new(struct admin *a, bool join, const char *id, const char *addr, uint32_t 
         }
         if (ring_members_add(a->new, id, addr, weight, zone) != RING_OK) {
             ctl_error("join: invalid node '%s' '%s' (id [A-Za-z0-9._:-]{1,64}, "
-                      "addr host:port)", id, addr);
+                      "addr host:port)",
+                      id, addr);
             return EX_USAGE;
         }
     } else {
@@ -725,17 +743,17 @@ make_new(struct admin *a, bool join, const char *id, const char *addr, uint32_t 
 int
 change_run(struct ctl_globals *g, const struct change_opts *o)
 {
-    struct admin a = { .g = g, .exit_after_ok = true };
-    const char *id = o->id, *addr = o->addr, *zone = o->zone;
-    char host[128] = "?", *ptext = NULL, *mtext = NULL;
-    const char *user = getenv("USER");
-    const char *kind = o->join ? "join" : o->remove_failed ? "remove" : "leave";
-    bool join = o->join;
-    uint32_t weight = o->weight;
-    double rate_mib = o->rate_mib;
+    struct admin     a = { .g = g, .exit_after_ok = true };
+    const char      *id = o->id, *addr = o->addr, *zone = o->zone;
+    char             host[128] = "?", *ptext = NULL, *mtext = NULL;
+    const char      *user = getenv("USER");
+    const char      *kind = o->join ? "join" : o->remove_failed ? "remove" : "leave";
+    bool             join = o->join;
+    uint32_t         weight = o->weight;
+    double           rate_mib = o->rate_mib;
     struct mstore_op ops[3];
-    size_t plen = 0, mlen = 0, failed = 0;
-    int rc;
+    size_t           plen = 0, mlen = 0, failed = 0;
+    int              rc;
 
     a.t_start = util_now_ms();
     rc = admin_load(&a, true);
@@ -760,7 +778,7 @@ change_run(struct ctl_globals *g, const struct change_opts *o)
         }
     }
     if (o->remove_failed) {
-        admin_add_failed(&a, id);   /* nothing is pending: the only one */
+        admin_add_failed(&a, id); /* nothing is pending: the only one */
     }
     rc = make_new(&a, join, id, addr, weight, zone);
     if (rc != EX_OK) {
@@ -811,8 +829,8 @@ change_run(struct ctl_globals *g, const struct change_opts *o)
     }
     a.rec_rev = a.pm_rev;
     a.have_rec = true;
-    ctl_info("plan: %s: epoch %" PRIu64 " -> %" PRIu64 "; pending recorded in the store",
-             a.rec.op, a.rec.from_epoch, a.rec.epoch);
+    ctl_info("plan: %s: epoch %" PRIu64 " -> %" PRIu64 "; pending recorded in the store", a.rec.op,
+             a.rec.from_epoch, a.rec.epoch);
     rc = nodes_build(&a);
     if (rc == EX_OK) {
         rc = run_from(&a, TREC_PREPARED);

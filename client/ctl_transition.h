@@ -31,55 +31,55 @@ struct mstore;
 
 /* The store's membership records; the transition record's are in
  * ctl_pending.h. */
-#define REC_ACTIVE        "active.members"
-#define REC_PENDING       "pending.members"
-#define REC_ABORTED       "aborted.members"
+#define REC_ACTIVE  "active.members"
+#define REC_PENDING "pending.members"
+#define REC_ABORTED "aborted.members"
 
-#define LONG_TIMEOUT_MS    10000   /* prepare, fence, commit, abort replies */
-#define DEFAULT_RATE_MIB   50
-#define FAILED_MAX         8       /* failed nodes one transition may drop */
-#define OP_REMOVE_FAILED   "remove --failed "   /* the op line of remove --failed ID */
+#define LONG_TIMEOUT_MS  10000 /* prepare, fence, commit, abort replies */
+#define DEFAULT_RATE_MIB 50
+#define FAILED_MAX       8                  /* failed nodes one transition may drop */
+#define OP_REMOVE_FAILED "remove --failed " /* the op line of remove --failed ID */
 
 /* One node of N ∪ N+1 during a transition (or a status round). */
 struct tnode {
-    char     id[RING_ID_MAX + 1];
-    char     addr[RING_ADDR_MAX + 1];
-    char     caddr[RING_ADDR_MAX + 16];
-    bool     in_old, in_new, is_source, is_dest;
-    int      rank;                  /* commit order: destinations first, sources last */
-    struct cport_conn *conn;
+    char                id[RING_ID_MAX + 1];
+    char                addr[RING_ADDR_MAX + 1];
+    char                caddr[RING_ADDR_MAX + 16];
+    bool                in_old, in_new, is_source, is_dest;
+    int                 rank; /* commit order: destinations first, sources last */
+    struct cport_conn  *conn;
     struct cport_status st;
-    bool     have_st;
-    uint64_t hello_boot;            /* boot id seen at connect */
-    int64_t  down_since;            /* ms, 0 = reachable */
-    char     err[512];
+    bool                have_st;
+    uint64_t            hello_boot; /* boot id seen at connect */
+    int64_t             down_since; /* ms, 0 = reachable */
+    char                err[512];
 };
 
 /* Everything one admin command works with. */
 struct admin {
-    struct ctl_globals *g;
-    struct mstore *store;
-    uint8_t  atoken[CPORT_TOKEN_MAX];   /* the admin token (--token-file) */
-    size_t   atoken_len;
-    struct ring_members *old, *new;     /* epoch N (store active), N+1 */
-    uint64_t active_rev, pm_rev, rec_rev;
-    struct trec rec;                    /* the transition record */
-    bool     have_rec;
-    struct tnode *nodes;
-    uint32_t n_nodes;
-    int64_t  t_start;
-    uint64_t fence_ms;
-    uint64_t moved_items, moved_bytes;
-    bool     exit_after_ok;             /* join/leave honour RINGCTL_EXIT_AFTER */
+    struct ctl_globals  *g;
+    struct mstore       *store;
+    uint8_t              atoken[CPORT_TOKEN_MAX]; /* the admin token (--token-file) */
+    size_t               atoken_len;
+    struct ring_members *old, *new; /* epoch N (store active), N+1 */
+    uint64_t             active_rev, pm_rev, rec_rev;
+    struct trec          rec; /* the transition record */
+    bool                 have_rec;
+    struct tnode        *nodes;
+    uint32_t             n_nodes;
+    int64_t              t_start;
+    uint64_t             fence_ms;
+    uint64_t             moved_items, moved_bytes;
+    bool                 exit_after_ok; /* join/leave honour RINGCTL_EXIT_AFTER */
     /* remove --failed: nodes of N that are dead, never contacted; each
      * moving arc is copied from its first surviving owner. */
-    char     failed[FAILED_MAX][RING_ID_MAX + 1];
+    char        failed[FAILED_MAX][RING_ID_MAX + 1];
     const char *failed_ptr[FAILED_MAX];
-    uint32_t n_failed;
+    uint32_t    n_failed;
     /* Nodes of N that answer Status as recovering or behind at PREPARE:
      * they hold nothing current, so no arc is copied from them. */
-    const char **stale_ptr;             /* into nodes[].id; malloc'd */
-    uint32_t n_stale;
+    const char **stale_ptr; /* into nodes[].id; malloc'd */
+    uint32_t     n_stale;
 };
 
 /*
@@ -101,8 +101,7 @@ int admin_load(struct admin *a, bool with_token);
 int admin_load_state(struct admin *a);
 
 /* Read and parse a membership record: *out (NULL when absent) and *rev. */
-int admin_load_members(struct admin *a, const char *name, struct ring_members **out,
-                       uint64_t *rev);
+int admin_load_members(struct admin *a, const char *name, struct ring_members **out, uint64_t *rev);
 
 /* The exit status of a store transaction that creates a new state's
  * records (init, plan), rc its MSTORE_ code: EX_OK; EX_PENDING when
@@ -129,8 +128,7 @@ bool arc_gained(const struct ring_members *old, const struct ring_members *new,
 
 /* Send one request to a node, (re)connecting first if needed. The reply's
  * status is kept in t->st; t->err says what went wrong. A CPORT_ code. */
-int node_call(struct admin *a, struct tnode *t, const struct cport_request *req,
-              int timeout_ms);
+int node_call(struct admin *a, struct tnode *t, const struct cport_request *req, int timeout_ms);
 
 /* Send req to every node (in commit order); returns how many failed,
  * printing each failure as "WHAT: ID (ADDR): reason". */
@@ -149,15 +147,15 @@ void nodes_call_parallel(struct admin *a, const struct cport_request *req, int t
 /* The options of one change (join, leave, remove --failed). */
 struct change_opts {
     bool     join;
-    bool     remove_failed;         /* leave of a dead node: not contacted */
-    bool     force;                 /* remove --failed: R = 1, or the node answers */
+    bool     remove_failed; /* leave of a dead node: not contacted */
+    bool     force;         /* remove --failed: R = 1, or the node answers */
     char     id[RING_ID_MAX + 1], addr[RING_ADDR_MAX + 1], zone[RING_ZONE_MAX + 1];
     uint32_t weight;
     double   rate_mib;
     /* When set, may the change go ahead? Called with the store's state
      * loaded and nothing pending, before anything is recorded (remove
      * --failed: probe_failed). EX_OK, or an exit status after printing why. */
-    int    (*admit)(struct admin *a, const struct change_opts *o);
+    int (*admit)(struct admin *a, const struct change_opts *o);
 };
 
 /* Run one change from the store to the end: mint epoch N+1, record it

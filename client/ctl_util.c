@@ -30,7 +30,7 @@ char *
 ctl_read_file(const char *path, size_t *len)
 {
     char *buf = NULL, err[8];
-    int rc;
+    int   rc;
 
     errno = 0;
     rc = util_read_file(path, SIZE_MAX, &buf, len, err, sizeof(err));
@@ -49,9 +49,9 @@ struct ring_members *
 ctl_load_members(const char *path)
 {
     struct ring_members *m = NULL;
-    char err[4096 + 1024];      /* the message starts with the path */
-    size_t len = 0;
-    char *text;
+    char                 err[4096 + 1024]; /* the message starts with the path */
+    size_t               len = 0;
+    char                *text;
 
     text = ctl_read_file(path, &len);
     if (text == NULL) {
@@ -70,7 +70,7 @@ char *
 ctl_members_text(const struct ring_members *m, size_t *len)
 {
     size_t need = ring_members_format(m, NULL, 0);
-    char *buf = malloc(need + 1);
+    char  *buf = malloc(need + 1);
 
     if (buf != NULL) {
         ring_members_format(m, buf, need + 1);
@@ -92,7 +92,7 @@ void
 ctl_hex(const uint8_t *b, size_t n, char *out)
 {
     static const char digits[] = "0123456789abcdef";
-    size_t i;
+    size_t            i;
 
     for (i = 0; i < n; i++) {
         out[2 * i] = digits[b[i] >> 4];
@@ -111,8 +111,10 @@ ctl_unhex(const char *s, size_t slen, uint8_t *b, size_t n)
     }
     for (i = 0; i < 2 * n; i++) {
         char c = s[i];
-        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int  v = c >= '0' && c <= '9'   ? c - '0'
+                 : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                 : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                        : -1;
 
         if (v < 0) {
             return -1;
@@ -130,7 +132,7 @@ const char *
 ctl_fmt_bytes(double b, char *buf, size_t len)
 {
     static const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-    int u = 0;
+    int                u = 0;
 
     while (b >= 1024 && u < 4) {
         b /= 1024;
@@ -163,9 +165,9 @@ ctl_parse_rate(const char *what, const char *arg, double *out)
 void
 ctl_table_row(struct ctl_table *t, const char *fmt, ...)
 {
-    char line[4096], *p, *tab;
+    char     line[4096], *p, *tab;
     uint32_t c;
-    va_list ap;
+    va_list  ap;
 
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
@@ -176,7 +178,7 @@ ctl_table_row(struct ctl_table *t, const char *fmt, ...)
         t->cap = t->cap ? t->cap * 2 : 16;
         n = realloc(t->cells, (size_t)t->cap * t->ncols * sizeof(*n));
         if (n == NULL) {
-            return;     /* out of memory: the row is dropped */
+            return; /* out of memory: the row is dropped */
         }
         t->cells = n;
     }
@@ -196,12 +198,12 @@ void
 ctl_table_print(struct ctl_table *t, bool human, FILE *out)
 {
     uint32_t r, c;
-    size_t *w = calloc(t->ncols ? t->ncols : 1, sizeof(*w));
+    size_t  *w = calloc(t->ncols ? t->ncols : 1, sizeof(*w));
 
     for (r = 0; r < t->nrows && w != NULL; r++) {
         for (c = 0; c < t->ncols; c++) {
             const char *s = t->cells[(size_t)r * t->ncols + c];
-            size_t l = s ? strlen(s) : 0;
+            size_t      l = s ? strlen(s) : 0;
 
             if (l > w[c]) {
                 w[c] = l;
@@ -234,11 +236,9 @@ ctl_table_print(struct ctl_table *t, bool human, FILE *out)
 int
 ctl_no_options(int argc, char **argv, const char *usage, unsigned flags)
 {
-    static const struct option opts[] = {
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 }
-    };
-    int c;
+    static const struct option opts[] = { { "help", no_argument, NULL, 'h' },
+                                          { NULL, 0, NULL, 0 } };
+    int                        c;
 
     optind = 0;
     while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {

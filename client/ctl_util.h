@@ -35,7 +35,6 @@ struct ring_members *ctl_load_members(const char *path);
  * NULL when out of memory. */
 char *ctl_members_text(const struct ring_members *m, size_t *len);
 
-
 /* Sleep ms milliseconds (a poll period, never a wait for a result). */
 void ctl_sleep_ms(int ms);
 
@@ -63,13 +62,12 @@ int ctl_parse_rate(const char *what, const char *arg, double *out);
  */
 struct ctl_table {
     uint32_t ncols, nrows, cap;
-    char   **cells;     /* nrows * ncols, malloc'd strings */
+    char   **cells; /* nrows * ncols, malloc'd strings */
 };
 
 /* Append a row: fmt is printf'd, then cut into ncols cells at its tabs
  * (missing cells are empty). Out of memory drops the row. */
-void ctl_table_row(struct ctl_table *t, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void ctl_table_row(struct ctl_table *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Print the table on out and free it (it is empty and reusable after). */
 void ctl_table_print(struct ctl_table *t, bool human, FILE *out);
@@ -80,8 +78,8 @@ void ctl_table_print(struct ctl_table *t, bool human, FILE *out);
 #define CTL_USAGE_ADMIN "ringctl --store DIR --token-file F"
 
 /* Flags of ctl_no_options. */
-#define CTL_USAGE_ON_ERROR 1    /* a bad option: also "usage: USAGE" on stderr */
-#define CTL_NO_OPERANDS    2    /* an operand is a usage error too */
+#define CTL_USAGE_ON_ERROR 1 /* a bad option: also "usage: USAGE" on stderr */
+#define CTL_NO_OPERANDS    2 /* an operand is a usage error too */
 
 /*
  * Parse the argv of a subcommand that has no options of its own: --help

@@ -31,8 +31,7 @@ mcp_check_key(const char *key, size_t len)
 }
 
 long
-mcp_parse(const char *buf, size_t len, size_t max_value, struct mcr_reply *r,
-          size_t *need)
+mcp_parse(const char *buf, size_t len, size_t max_value, struct mcr_reply *r, size_t *need)
 {
     long n = mcr_parse(buf, len, max_value, r, need);
 
@@ -40,7 +39,7 @@ mcp_parse(const char *buf, size_t len, size_t max_value, struct mcr_reply *r,
         return RINGCACHE_EPROTO;
     }
     if (r->kind == 0) {
-        return 0;                   /* the line is not all there yet */
+        return 0; /* the line is not all there yet */
     }
     /* A node relays lines of any shape and keys of any bytes; a client
      * only takes the replies it knows, on clean lines, for valid keys. */
@@ -96,20 +95,18 @@ mcp_error_code(const struct mcr_reply *r)
  */
 
 size_t
-mcp_format_storage(char *buf, const char *cmd, const char *key,
-                   size_t key_len, uint32_t flags, int32_t ttl, size_t bytes,
-                   bool with_cas, uint64_t cas)
+mcp_format_storage(char *buf, const char *cmd, const char *key, size_t key_len, uint32_t flags,
+                   int32_t ttl, size_t bytes, bool with_cas, uint64_t cas)
 {
     int n;
 
     /* key_len <= 250 (checked by the caller), so this fits MCP_LINE_MAX. */
     if (with_cas) {
-        n = snprintf(buf, MCP_LINE_MAX, "%s %.*s %u %d %zu %llu\r\n", cmd,
-                     (int)key_len, key, (unsigned)flags, (int)ttl, bytes,
-                     (unsigned long long)cas);
+        n = snprintf(buf, MCP_LINE_MAX, "%s %.*s %u %d %zu %llu\r\n", cmd, (int)key_len, key,
+                     (unsigned)flags, (int)ttl, bytes, (unsigned long long)cas);
     } else {
-        n = snprintf(buf, MCP_LINE_MAX, "%s %.*s %u %d %zu\r\n", cmd,
-                     (int)key_len, key, (unsigned)flags, (int)ttl, bytes);
+        n = snprintf(buf, MCP_LINE_MAX, "%s %.*s %u %d %zu\r\n", cmd, (int)key_len, key,
+                     (unsigned)flags, (int)ttl, bytes);
     }
     return (size_t)n;
 }
@@ -117,8 +114,7 @@ mcp_format_storage(char *buf, const char *cmd, const char *key,
 /* "<cmd> <key><arg>\r\n" for a key no longer than a key may be; 0 for
  * any other. */
 static size_t
-keyed_line(char *buf, const char *cmd, const char *key, size_t key_len,
-           const char *arg)
+keyed_line(char *buf, const char *cmd, const char *key, size_t key_len, const char *arg)
 {
     int n;
 
@@ -142,8 +138,7 @@ mcp_format_delete(char *buf, const char *key, size_t key_len)
 }
 
 size_t
-mcp_format_arith(char *buf, bool incr, const char *key, size_t key_len,
-                 uint64_t delta)
+mcp_format_arith(char *buf, bool incr, const char *key, size_t key_len, uint64_t delta)
 {
     char arg[32];
 
@@ -168,14 +163,13 @@ mcp_multiget_size(size_t n, size_t key_bytes)
 }
 
 size_t
-mcp_format_multiget(char *buf, bool with_cas, size_t n, mcp_key_fn key,
-                    void *arg)
+mcp_format_multiget(char *buf, bool with_cas, size_t n, mcp_key_fn key, void *arg)
 {
     size_t off = with_cas ? 4 : 3, i;
 
     memcpy(buf, with_cas ? "gets" : "get", off);
     for (i = 0; i < n; i++) {
-        size_t len;
+        size_t      len;
         const char *k = key(arg, i, &len);
 
         buf[off++] = ' ';
@@ -190,8 +184,7 @@ mcp_format_multiget(char *buf, bool with_cas, size_t n, mcp_key_fn key,
 size_t
 mcp_format_declare(char *buf, uint64_t epoch)
 {
-    return (size_t)snprintf(buf, MCP_DECLARE_MAX, "epoch %llu\r\n",
-                            (unsigned long long)epoch);
+    return (size_t)snprintf(buf, MCP_DECLARE_MAX, "epoch %llu\r\n", (unsigned long long)epoch);
 }
 
 size_t

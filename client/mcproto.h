@@ -13,8 +13,8 @@
 
 #include "proto/mcreply.h"
 
-#define MCP_LINE_MAX    2048       /* a request line with a valid key always fits */
-#define MCP_DECLARE_MAX 40         /* "epoch <u64>\r\n" and its NUL */
+#define MCP_LINE_MAX    2048 /* a request line with a valid key always fits */
+#define MCP_DECLARE_MAX 40   /* "epoch <u64>\r\n" and its NUL */
 
 /* 0 when key[0..len) is a valid memcached key (1..250 bytes, no space and
  * no control character), RINGCACHE_EKEY otherwise. */
@@ -29,8 +29,7 @@ int mcp_check_key(const char *key, size_t len);
  * so the caller drops the connection instead of reading out of step.
  * max_value bounds VALUE and CONFIG blocks.
  */
-long mcp_parse(const char *buf, size_t len, size_t max_value,
-               struct mcr_reply *r, size_t *need);
+long mcp_parse(const char *buf, size_t len, size_t max_value, struct mcr_reply *r, size_t *need);
 
 /* The RINGCACHE_E code for an error reply (ERROR, CLIENT_ERROR,
  * SERVER_ERROR; MOVED and TRYAGAIN give RINGCACHE_EMOVED and
@@ -48,9 +47,8 @@ int mcp_error_code(const struct mcr_reply *r);
 
 /* "<cmd> <key> <flags> <ttl> <bytes>[ <cas>]\r\n" (set, add, replace,
  * append, prepend, cas); the data block is the caller's. */
-size_t mcp_format_storage(char *buf, const char *cmd, const char *key,
-                          size_t key_len, uint32_t flags, int32_t ttl,
-                          size_t bytes, bool with_cas, uint64_t cas);
+size_t mcp_format_storage(char *buf, const char *cmd, const char *key, size_t key_len,
+                          uint32_t flags, int32_t ttl, size_t bytes, bool with_cas, uint64_t cas);
 
 /* "get <key>\r\n", or "gets <key>\r\n" with with_cas. */
 size_t mcp_format_get(char *buf, bool with_cas, const char *key, size_t key_len);
@@ -59,8 +57,7 @@ size_t mcp_format_get(char *buf, bool with_cas, const char *key, size_t key_len)
 size_t mcp_format_delete(char *buf, const char *key, size_t key_len);
 
 /* "incr <key> <delta>\r\n", or decr when incr is false. */
-size_t mcp_format_arith(char *buf, bool incr, const char *key, size_t key_len,
-                        uint64_t delta);
+size_t mcp_format_arith(char *buf, bool incr, const char *key, size_t key_len, uint64_t delta);
 
 /* "touch <key> <ttl>\r\n". */
 size_t mcp_format_touch(char *buf, const char *key, size_t key_len, int32_t ttl);
@@ -74,8 +71,7 @@ size_t mcp_multiget_size(size_t n, size_t key_bytes);
 
 /* "get <k0> <k1> ...\r\n" (gets with with_cas) over the n keys key()
  * gives (valid keys), into buf of mcp_multiget_size bytes. */
-size_t mcp_format_multiget(char *buf, bool with_cas, size_t n, mcp_key_fn key,
-                           void *arg);
+size_t mcp_format_multiget(char *buf, bool with_cas, size_t n, mcp_key_fn key, void *arg);
 
 /* "epoch <epoch>\r\n", the declaration a connection sends before its
  * first request routed with that epoch, into buf of MCP_DECLARE_MAX bytes. */

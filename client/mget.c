@@ -11,43 +11,49 @@
 
 #include "client/rc_internal.h"
 
-enum batch_state { B_CONNECTING, B_SENDING, B_READING, B_DONE, B_FAILED };
+enum batch_state {
+    B_CONNECTING,
+    B_SENDING,
+    B_READING,
+    B_DONE,
+    B_FAILED
+};
 
 /* One node's share of a multi-get round. */
 struct mget_batch {
-    uint32_t           node;        /* index in the round's view */
-    enum batch_state   state;
-    struct pool_conn  *conn;
-    bool               retried;     /* already re-sent on a fresh connection */
-    bool               got_bytes;
-    bool               want_ack;    /* the reply to our `epoch <n>` comes first */
-    char               prefix[MCP_DECLARE_MAX]; /* "epoch <n>\r\n" to declare first */
-    char              *req;
-    size_t             req_len;
-    struct iovec       iov[2];
-    struct iovec      *iovp;
-    int                iovcnt;
-    const size_t      *idx;         /* key indexes in request order (in the plan) */
-    size_t             n;
-    size_t             pos;         /* first request slot not yet answered */
-    int64_t            connect_deadline;
+    uint32_t          node; /* index in the round's view */
+    enum batch_state  state;
+    struct pool_conn *conn;
+    bool              retried; /* already re-sent on a fresh connection */
+    bool              got_bytes;
+    bool              want_ack;                /* the reply to our `epoch <n>` comes first */
+    char              prefix[MCP_DECLARE_MAX]; /* "epoch <n>\r\n" to declare first */
+    char             *req;
+    size_t            req_len;
+    struct iovec      iov[2];
+    struct iovec     *iovp;
+    int               iovcnt;
+    const size_t     *idx; /* key indexes in request order (in the plan) */
+    size_t            n;
+    size_t            pos; /* first request slot not yet answered */
+    int64_t           connect_deadline;
 };
 
 struct mget {
-    struct ringcache  *rc;
-    struct rc_view    *v;           /* the view rounds route with (a reference) */
-    uint64_t           declare;     /* epoch connections declare, 0 none */
-    struct route_key   *keys;
-    size_t             n;
-    bool               with_cas;
-    ringcache_mget_fn  fn;
-    void              *arg;
+    struct ringcache *rc;
+    struct rc_view   *v;       /* the view rounds route with (a reference) */
+    uint64_t          declare; /* epoch connections declare, 0 none */
+    struct route_key *keys;
+    size_t            n;
+    bool              with_cas;
+    ringcache_mget_fn fn;
+    void             *arg;
     /* Redirects of the current round (their keys stay pending). */
-    bool               moved;
-    bool               tryagain;
-    uint64_t           rd_epoch;    /* the highest epoch they carried */
-    struct rc_node    *rd_from;     /* the node that sent it */
-    char               rd_addr[MCR_ADDR_MAX + 1];
+    bool            moved;
+    bool            tryagain;
+    uint64_t        rd_epoch; /* the highest epoch they carried */
+    struct rc_node *rd_from;  /* the node that sent it */
+    char            rd_addr[MCR_ADDR_MAX + 1];
 };
 
 /* The pool of the node of batch b. */
@@ -76,7 +82,7 @@ static const char *
 batch_key(void *arg, size_t i, size_t *len)
 {
     const struct batch_keys *bk = arg;
-    const struct route_key *k = &bk->m->keys[bk->b->idx[i]];
+    const struct route_key  *k = &bk->m->keys[bk->b->idx[i]];
 
     *len = k->len;
     return k->key;
@@ -87,7 +93,7 @@ static int
 batch_build(struct mget *m, struct mget_batch *b)
 {
     struct batch_keys bk = { m, b };
-    size_t i, bytes = 0;
+    size_t            i, bytes = 0;
 
     for (i = 0; i < b->n; i++) {
         bytes += m->keys[b->idx[i]].len;
@@ -150,13 +156,13 @@ static int
 batch_parse(struct mget *m, struct mget_batch *b)
 {
     struct pool_conn *c = b->conn;
-    struct mcr_reply r;
-    size_t need, j;
-    long used;
+    struct mcr_reply  r;
+    size_t            need, j;
+    long              used;
 
     for (;;) {
-        used = mcp_parse(c->buf + c->start, c->end - c->start,
-                         m->rc->opt.max_value_bytes, &r, &need);
+        used =
+            mcp_parse(c->buf + c->start, c->end - c->start, m->rc->opt.max_value_bytes, &r, &need);
         if (used <= 0) {
             return (int)used;
         }
@@ -211,8 +217,8 @@ batch_parse(struct mget *m, struct mget_batch *b)
             continue;
         }
         c->start += (size_t)used;
-        if (r.kind == MCR_END || r.kind == MCR_ERROR ||
-            r.kind == MCR_CLIENT_ERROR || r.kind == MCR_SERVER_ERROR) {
+        if (r.kind == MCR_END || r.kind == MCR_ERROR || r.kind == MCR_CLIENT_ERROR ||
+            r.kind == MCR_SERVER_ERROR) {
             /* END: the rest are misses. An error reply ends the request
              * too; its keys are reported as misses (the node is fine). */
             for (; b->pos < b->n; b->pos++) {
@@ -235,7 +241,7 @@ static void
 batch_fail(struct mget *m, struct mget_batch *b, int err)
 {
     struct pool_conn *c = b->conn;
-    size_t j;
+    size_t            j;
 
     b->conn = NULL;
     if (c != NULL) {
@@ -262,7 +268,7 @@ static void
 batch_step(struct mget *m, struct mget_batch *b, short revents)
 {
     long got;
-    int ret;
+    int  ret;
 
     if (b->state == B_CONNECTING) {
         if (revents == 0) {
@@ -317,9 +323,9 @@ static int
 mget_run(struct mget *m, struct mget_batch *b, size_t nb)
 {
     struct pollfd *pfd;
-    size_t *map, i, np;
-    int64_t deadline = util_now_ms() + m->rc->opt.op_timeout_ms, now;
-    int rc, wait;
+    size_t        *map, i, np;
+    int64_t        deadline = util_now_ms() + m->rc->opt.op_timeout_ms, now;
+    int            rc, wait;
 
     pfd = calloc(nb, sizeof(*pfd));
     map = calloc(nb, sizeof(*map));
@@ -408,10 +414,10 @@ node_usable(void *arg, uint32_t node)
 static int
 mget_round(struct mget *m, size_t *left)
 {
-    struct route_plan plan;
+    struct route_plan  plan;
     struct mget_batch *b = NULL;
-    size_t i, nb = 0;
-    int ret;
+    size_t             i, nb = 0;
+    int                ret;
 
     ret = route_plan_build(&plan, m->v->n_nodes, m->keys, m->n, node_usable, m);
     if (ret != 0) {
@@ -488,16 +494,15 @@ mget_route(struct mget *m)
 }
 
 int
-ringcache_mget_cb(struct ringcache *rc, const char *const *keys,
-                  const size_t *key_lens, size_t n, int with_cas,
-                  ringcache_mget_fn fn, void *arg)
+ringcache_mget_cb(struct ringcache *rc, const char *const *keys, const size_t *key_lens, size_t n,
+                  int with_cas, ringcache_mget_fn fn, void *arg)
 {
-    struct mget m = { .rc = rc, .n = n, .with_cas = with_cas != 0, .fn = fn, .arg = arg };
+    struct mget     m = { .rc = rc, .n = n, .with_cas = with_cas != 0, .fn = fn, .arg = arg };
     struct rc_view *nv;
-    size_t i, left = n;
-    uint32_t fail_rounds = 0;
-    int64_t deadline;
-    int hops = 0, backoff = 1, ret = 0;
+    size_t          i, left = n;
+    uint32_t        fail_rounds = 0;
+    int64_t         deadline;
+    int             hops = 0, backoff = 1, ret = 0;
 
     if (rc == NULL || fn == NULL || (keys == NULL && n > 0)) {
         return RINGCACHE_EINVAL;
@@ -581,10 +586,9 @@ struct mget_arrays {
 };
 
 static void
-mget_collect(void *arg, size_t index, int node, int status,
-             const struct ringcache_value *v)
+mget_collect(void *arg, size_t index, int node, int status, const struct ringcache_value *v)
 {
-    struct mget_arrays *a = arg;
+    struct mget_arrays     *a = arg;
     struct ringcache_value *out = &a->values[index];
 
     (void)node;
@@ -606,13 +610,12 @@ mget_collect(void *arg, size_t index, int node, int status,
 }
 
 int
-ringcache_mget(struct ringcache *rc, const char *const *keys,
-               const size_t *key_lens, size_t n,
+ringcache_mget(struct ringcache *rc, const char *const *keys, const size_t *key_lens, size_t n,
                struct ringcache_value *values, int *status)
 {
     struct mget_arrays a = { .values = values, .status = status };
-    size_t i;
-    int ret;
+    size_t             i;
+    int                ret;
 
     if (values == NULL || status == NULL) {
         return RINGCACHE_EINVAL;

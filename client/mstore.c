@@ -28,13 +28,13 @@
 
 struct mstore {
     const struct mstore_backend *be;
-    void *state;
+    void                        *state;
 };
 
 /* Directory backend state. */
 struct dir_store {
-    char *dir;      /* the directory, without a trailing '/' */
-    int   lock_fd;  /* DIR/lock, flock'ed around every read and txn */
+    char *dir;     /* the directory, without a trailing '/' */
+    int   lock_fd; /* DIR/lock, flock'ed around every read and txn */
 };
 
 /* A record name is one or more '/'-separated components of
@@ -51,15 +51,15 @@ name_ok(const char *name)
         char c = name[i];
 
         if (c == '/' || c == '\0') {
-            if (comp == 0 || (comp == 1 && name[i - 1] == '.')
-                || (comp == 2 && name[i - 1] == '.' && name[i - 2] == '.')) {
+            if (comp == 0 || (comp == 1 && name[i - 1] == '.') ||
+                (comp == 2 && name[i - 1] == '.' && name[i - 2] == '.')) {
                 return false;
             }
             comp = 0;
             continue;
         }
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
-              || c == '.' || c == '_' || c == '-')) {
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-')) {
             return false;
         }
         comp++;
@@ -113,10 +113,10 @@ static int
 read_whole(const char *path, char **out, size_t *len, char *err, size_t errlen)
 {
     struct stat st;
-    char *buf = NULL;
-    size_t n = 0;
-    ssize_t got;
-    int fd, rc = MSTORE_OK;
+    char       *buf = NULL;
+    size_t      n = 0;
+    ssize_t     got;
+    int         fd, rc = MSTORE_OK;
 
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -133,7 +133,7 @@ read_whole(const char *path, char **out, size_t *len, char *err, size_t errlen)
     }
     if (!S_ISREG(st.st_mode) || st.st_size > (off_t)MSTORE_RECORD_MAX) {
         util_set_err(err, errlen, "%s:1: not a regular file of at most %u bytes", path,
-                MSTORE_RECORD_MAX);
+                     MSTORE_RECORD_MAX);
         rc = MSTORE_ECORRUPT;
         goto out;
     }
@@ -153,7 +153,7 @@ read_whole(const char *path, char **out, size_t *len, char *err, size_t errlen)
             goto out;
         }
         if (got == 0) {
-            break;  /* shrank under us: take what is there */
+            break; /* shrank under us: take what is there */
         }
         n += (size_t)got;
     }
@@ -172,7 +172,7 @@ out:
 static int
 parse_rev_digits(const char *p, const char *end, uint64_t *rev)
 {
-    uint64_t v = 0;
+    uint64_t    v = 0;
     const char *start = p;
 
     while (p < end && *p >= '0' && *p <= '9') {
@@ -194,9 +194,9 @@ static int
 read_record(const char *path, struct mstore_record *rec, char *err, size_t errlen)
 {
     static const char prefix[] = "# rev ";
-    char *text = NULL;
-    size_t len = 0;
-    int rc;
+    char             *text = NULL;
+    size_t            len = 0;
+    int               rc;
 
     memset(rec, 0, sizeof(*rec));
     snprintf(rec->where, sizeof(rec->where), "%s", path);
@@ -204,8 +204,8 @@ read_record(const char *path, struct mstore_record *rec, char *err, size_t errle
     if (rc != MSTORE_OK) {
         return rc;
     }
-    if (len < sizeof(prefix) - 1 || memcmp(text, prefix, sizeof(prefix) - 1) != 0
-        || parse_rev_digits(text + sizeof(prefix) - 1, text + len, &rec->rev) != 0) {
+    if (len < sizeof(prefix) - 1 || memcmp(text, prefix, sizeof(prefix) - 1) != 0 ||
+        parse_rev_digits(text + sizeof(prefix) - 1, text + len, &rec->rev) != 0) {
         util_set_err(err, errlen, "%s:1: expected '# rev N' (N > 0) as the first line", path);
         free(text);
         return MSTORE_ECORRUPT;
@@ -221,14 +221,14 @@ read_record(const char *path, struct mstore_record *rec, char *err, size_t errle
  * directory is fsync'd. MSTORE_ECONFLICT when an exclusive create finds
  * the name taken. */
 static int
-write_atomic(const char *path, const char *head, size_t head_len, const char *data,
-             size_t len, bool exclusive, char *err, size_t errlen)
+write_atomic(const char *path, const char *head, size_t head_len, const char *data, size_t len,
+             bool exclusive, char *err, size_t errlen)
 {
-    char tmp[MSTORE_WHERE_MAX + 8];
-    char *parent = NULL;
+    char        tmp[MSTORE_WHERE_MAX + 8];
+    char       *parent = NULL;
     const char *parts[2] = { head, data };
-    size_t lens[2] = { head_len, len };
-    int fd = -1, rc = MSTORE_EIO, i;
+    size_t      lens[2] = { head_len, len };
+    int         fd = -1, rc = MSTORE_EIO, i;
 
     if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp)) {
         util_set_err(err, errlen, "%s: path too long", path);
@@ -298,7 +298,7 @@ out:
 static int
 make_parents(const char *dir, const char *name, char *err, size_t errlen)
 {
-    char path[MSTORE_WHERE_MAX];
+    char        path[MSTORE_WHERE_MAX];
     const char *p = name;
     const char *slash;
 
@@ -323,9 +323,9 @@ static int
 dir_open(const char *spec, void **state, char *err, size_t errlen)
 {
     struct dir_store *d;
-    char path[MSTORE_WHERE_MAX];
-    size_t len = strlen(spec);
-    struct stat st;
+    char              path[MSTORE_WHERE_MAX];
+    size_t            len = strlen(spec);
+    struct stat       st;
 
     while (len > 1 && spec[len - 1] == '/') {
         len--;
@@ -391,8 +391,8 @@ static int
 dir_get(void *state, const char *name, struct mstore_record *rec, char *err, size_t errlen)
 {
     struct dir_store *d = state;
-    char path[MSTORE_WHERE_MAX];
-    int rc;
+    char              path[MSTORE_WHERE_MAX];
+    int               rc;
 
     snprintf(path, sizeof(path), "%s/%s", d->dir, name);
     rc = lock_fd(d->lock_fd, LOCK_SH, d->dir, err, errlen);
@@ -411,10 +411,10 @@ dir_get(void *state, const char *name, struct mstore_record *rec, char *err, siz
 static int
 read_counter(struct dir_store *d, uint64_t *out, char *err, size_t errlen)
 {
-    char path[MSTORE_WHERE_MAX];
-    char *text = NULL;
+    char   path[MSTORE_WHERE_MAX];
+    char  *text = NULL;
     size_t len = 0;
-    int rc;
+    int    rc;
 
     snprintf(path, sizeof(path), "%s/revision", d->dir);
     rc = read_whole(path, &text, &len, err, errlen);
@@ -440,15 +440,15 @@ read_counter(struct dir_store *d, uint64_t *out, char *err, size_t errlen)
  * serialised, which makes create_if_absent and CAS linearizable.
  */
 static int
-dir_txn(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed,
-        uint64_t *new_rev, char *err, size_t errlen)
+dir_txn(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed, uint64_t *new_rev,
+        char *err, size_t errlen)
 {
     struct dir_store *d = state;
-    char path[MSTORE_WHERE_MAX];
-    char head[64];
-    uint64_t counter = 0, rev;
-    size_t i;
-    int rc, hl;
+    char              path[MSTORE_WHERE_MAX];
+    char              head[64];
+    uint64_t          counter = 0, rev;
+    size_t            i;
+    int               rc, hl;
 
     rc = lock_fd(d->lock_fd, LOCK_EX, d->dir, err, errlen);
     if (rc != MSTORE_OK) {
@@ -460,8 +460,8 @@ dir_txn(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed,
     }
     for (i = 0; i < n_ops; i++) {
         struct mstore_record cur;
-        uint64_t have;
-        bool ok;
+        uint64_t             have;
+        bool                 ok;
 
         snprintf(path, sizeof(path), "%s/%s", d->dir, ops[i].name);
         rc = read_record(path, &cur, err, errlen);
@@ -472,19 +472,25 @@ dir_txn(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed,
         mstore_record_clear(&cur);
         rc = MSTORE_OK;
         if (have > counter) {
-            counter = have;     /* a lost counter file: never reuse a rev */
+            counter = have; /* a lost counter file: never reuse a rev */
         }
         switch (ops[i].kind) {
-        case MSTORE_CHECK:  ok = have == ops[i].rev; break;
-        case MSTORE_CREATE: ok = have == 0; break;
-        default:            ok = ops[i].rev == MSTORE_ANY_REV || have == ops[i].rev; break;
+        case MSTORE_CHECK:
+            ok = have == ops[i].rev;
+            break;
+        case MSTORE_CREATE:
+            ok = have == 0;
+            break;
+        default:
+            ok = ops[i].rev == MSTORE_ANY_REV || have == ops[i].rev;
+            break;
         }
         if (!ok) {
             if (failed != NULL) {
                 *failed = i;
             }
             util_set_err(err, errlen, "%s: revision is %" PRIu64 ", expected %s%" PRIu64, path,
-                    have, ops[i].kind == MSTORE_CREATE ? "absent, " : "", ops[i].rev);
+                         have, ops[i].kind == MSTORE_CREATE ? "absent, " : "", ops[i].rev);
             rc = MSTORE_ECONFLICT;
             goto out;
         }
@@ -492,7 +498,7 @@ dir_txn(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed,
     for (i = 0; i < n_ops && ops[i].kind == MSTORE_CHECK; i++) {
     }
     if (i == n_ops) {
-        goto out;   /* checks only: nothing to stamp */
+        goto out; /* checks only: nothing to stamp */
     }
     rev = counter + 1;
     hl = snprintf(head, sizeof(head), "%" PRIu64 "\n", rev);
@@ -557,16 +563,18 @@ struct mstore *
 mstore_open(const char *spec, char *err, size_t errlen)
 {
     const struct mstore_backend *be = &mstore_dir_backend;
-    struct mstore *s;
-    int rc;
+    struct mstore               *s;
+    int                          rc;
 
     if (spec == NULL || spec[0] == '\0') {
         util_set_err(err, errlen, "no store given (--store DIR)");
         return NULL;
     }
     if (strncmp(spec, "etcd://", 7) == 0) {
-        util_set_err(err, errlen, "%s: the etcd backend is not built in this version "
-                "(use --store DIR)", spec);
+        util_set_err(err, errlen,
+                     "%s: the etcd backend is not built in this version "
+                     "(use --store DIR)",
+                     spec);
         return NULL;
     }
     if (strncmp(spec, "dir:", 4) == 0) {
@@ -600,8 +608,7 @@ mstore_close(struct mstore *s)
 }
 
 int
-mstore_get(struct mstore *s, const char *name, struct mstore_record *rec, char *err,
-           size_t errlen)
+mstore_get(struct mstore *s, const char *name, struct mstore_record *rec, char *err, size_t errlen)
 {
     memset(rec, 0, sizeof(*rec));
     if (!name_ok(name)) {
@@ -618,9 +625,9 @@ mstore_txn(struct mstore *s, const struct mstore_op *ops, size_t n_ops, size_t *
     size_t i;
 
     for (i = 0; i < n_ops; i++) {
-        if (!name_ok(ops[i].name)
-            || ((ops[i].kind == MSTORE_CREATE || ops[i].kind == MSTORE_PUT)
-                && (ops[i].len > MSTORE_RECORD_MAX - 64 || (ops[i].len > 0 && ops[i].data == NULL)))) {
+        if (!name_ok(ops[i].name) ||
+            ((ops[i].kind == MSTORE_CREATE || ops[i].kind == MSTORE_PUT) &&
+             (ops[i].len > MSTORE_RECORD_MAX - 64 || (ops[i].len > 0 && ops[i].data == NULL)))) {
             util_set_err(err, errlen, "bad record name or data for '%s'", ops[i].name);
             if (failed != NULL) {
                 *failed = i;
@@ -641,8 +648,8 @@ mstore_create_if_absent(struct mstore *s, const char *name, const char *data, si
 }
 
 int
-mstore_cas(struct mstore *s, const char *name, uint64_t expect_rev, const char *data,
-           size_t len, uint64_t *new_rev, char *err, size_t errlen)
+mstore_cas(struct mstore *s, const char *name, uint64_t expect_rev, const char *data, size_t len,
+           uint64_t *new_rev, char *err, size_t errlen)
 {
     struct mstore_op op = { MSTORE_PUT, name, expect_rev, data, len };
 
@@ -650,8 +657,7 @@ mstore_cas(struct mstore *s, const char *name, uint64_t expect_rev, const char *
 }
 
 int
-mstore_delete(struct mstore *s, const char *name, uint64_t expect_rev, char *err,
-              size_t errlen)
+mstore_delete(struct mstore *s, const char *name, uint64_t expect_rev, char *err, size_t errlen)
 {
     struct mstore_op op = { MSTORE_DELETE, name, expect_rev, NULL, 0 };
 
@@ -671,13 +677,21 @@ const char *
 mstore_strerror(int rc)
 {
     switch (rc) {
-    case MSTORE_OK:        return "ok";
-    case MSTORE_ENOENT:    return "no such record";
-    case MSTORE_ECONFLICT: return "revision conflict";
-    case MSTORE_EIO:       return "I/O error";
-    case MSTORE_ECORRUPT:  return "malformed record";
-    case MSTORE_EINVAL:    return "invalid argument";
-    case MSTORE_ENOMEM:    return "out of memory";
-    default:               return "unknown error";
+    case MSTORE_OK:
+        return "ok";
+    case MSTORE_ENOENT:
+        return "no such record";
+    case MSTORE_ECONFLICT:
+        return "revision conflict";
+    case MSTORE_EIO:
+        return "I/O error";
+    case MSTORE_ECORRUPT:
+        return "malformed record";
+    case MSTORE_EINVAL:
+        return "invalid argument";
+    case MSTORE_ENOMEM:
+        return "out of memory";
+    default:
+        return "unknown error";
     }
 }

@@ -11,18 +11,18 @@
 #include <stdint.h>
 
 /* Results (negative returns). */
-#define MSTORE_OK         0
-#define MSTORE_ENOENT    (-1)   /* no such record */
-#define MSTORE_ECONFLICT (-2)   /* a check failed: another admin won */
-#define MSTORE_EIO       (-3)   /* the backend failed (message in err) */
-#define MSTORE_ECORRUPT  (-4)   /* a malformed record: "file:line: reason" */
-#define MSTORE_EINVAL    (-5)   /* bad argument (name, spec) */
+#define MSTORE_OK        0
+#define MSTORE_ENOENT    (-1) /* no such record */
+#define MSTORE_ECONFLICT (-2) /* a check failed: another admin won */
+#define MSTORE_EIO       (-3) /* the backend failed (message in err) */
+#define MSTORE_ECORRUPT  (-4) /* a malformed record: "file:line: reason" */
+#define MSTORE_EINVAL    (-5) /* bad argument (name, spec) */
 #define MSTORE_ENOMEM    (-6)
 
 /* Revision meaning "whatever is there, or nothing" in MSTORE_PUT/DELETE. */
-#define MSTORE_ANY_REV   UINT64_MAX
+#define MSTORE_ANY_REV UINT64_MAX
 
-#define MSTORE_RECORD_MAX (16u << 20)  /* largest record the store accepts */
+#define MSTORE_RECORD_MAX (16u << 20) /* largest record the store accepts */
 #define MSTORE_WHERE_MAX  4096
 
 /*
@@ -33,7 +33,7 @@
  * never repeat, so a deleted-and-recreated record has a new one.
  */
 struct mstore_record {
-    char    *text;                    /* malloc'd; mstore_record_clear frees */
+    char    *text; /* malloc'd; mstore_record_clear frees */
     size_t   len;
     uint64_t rev;
     char     where[MSTORE_WHERE_MAX]; /* "DIR/name" (or the backend's URL) */
@@ -41,18 +41,18 @@ struct mstore_record {
 
 /* One step of a transaction. */
 enum mstore_op_kind {
-    MSTORE_CHECK,    /* the record's rev must equal rev (0: must be absent) */
-    MSTORE_CREATE,   /* create data; the record must be absent */
-    MSTORE_PUT,      /* replace with data; rev must match (or MSTORE_ANY_REV) */
-    MSTORE_DELETE    /* delete; rev must match (or MSTORE_ANY_REV: absent is ok) */
+    MSTORE_CHECK,  /* the record's rev must equal rev (0: must be absent) */
+    MSTORE_CREATE, /* create data; the record must be absent */
+    MSTORE_PUT,    /* replace with data; rev must match (or MSTORE_ANY_REV) */
+    MSTORE_DELETE  /* delete; rev must match (or MSTORE_ANY_REV: absent is ok) */
 };
 
 struct mstore_op {
     enum mstore_op_kind kind;
-    const char *name;       /* "active.members", "history/epoch-3.members" */
-    uint64_t    rev;
-    const char *data;       /* CREATE/PUT: text without the rev line */
-    size_t      len;
+    const char         *name; /* "active.members", "history/epoch-3.members" */
+    uint64_t            rev;
+    const char         *data; /* CREATE/PUT: text without the rev line */
+    size_t              len;
 };
 
 /*
@@ -65,11 +65,10 @@ struct mstore_op {
  */
 struct mstore_backend {
     const char *name;
-    int  (*open)(const char *spec, void **state, char *err, size_t errlen);
-    int  (*get)(void *state, const char *name, struct mstore_record *rec,
-                char *err, size_t errlen);
-    int  (*txn)(void *state, const struct mstore_op *ops, size_t n_ops,
-                size_t *failed, uint64_t *new_rev, char *err, size_t errlen);
+    int (*open)(const char *spec, void **state, char *err, size_t errlen);
+    int (*get)(void *state, const char *name, struct mstore_record *rec, char *err, size_t errlen);
+    int (*txn)(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed,
+               uint64_t *new_rev, char *err, size_t errlen);
     void (*close)(void *state);
 };
 
@@ -79,25 +78,25 @@ struct mstore;
  * is recognised and refused until that backend exists. NULL with a reason
  * in err on failure. Close with mstore_close. */
 struct mstore *mstore_open(const char *spec, char *err, size_t errlen);
-void mstore_close(struct mstore *s);
+void           mstore_close(struct mstore *s);
 
 /* Read a record into rec (free with mstore_record_clear). MSTORE_ENOENT
  * when absent (rec->rev = 0); MSTORE_ECORRUPT with "file:line: reason". */
-int mstore_get(struct mstore *s, const char *name, struct mstore_record *rec,
-               char *err, size_t errlen);
+int mstore_get(struct mstore *s, const char *name, struct mstore_record *rec, char *err,
+               size_t errlen);
 
 /* Run a transaction (see struct mstore_backend). failed and new_rev may be
  * NULL. */
-int mstore_txn(struct mstore *s, const struct mstore_op *ops, size_t n_ops,
-               size_t *failed, uint64_t *new_rev, char *err, size_t errlen);
+int mstore_txn(struct mstore *s, const struct mstore_op *ops, size_t n_ops, size_t *failed,
+               uint64_t *new_rev, char *err, size_t errlen);
 
 /* One-op conveniences over mstore_txn. */
-int mstore_create_if_absent(struct mstore *s, const char *name, const char *data,
-                            size_t len, uint64_t *new_rev, char *err, size_t errlen);
-int mstore_cas(struct mstore *s, const char *name, uint64_t expect_rev,
-               const char *data, size_t len, uint64_t *new_rev, char *err, size_t errlen);
-int mstore_delete(struct mstore *s, const char *name, uint64_t expect_rev,
-                  char *err, size_t errlen);
+int mstore_create_if_absent(struct mstore *s, const char *name, const char *data, size_t len,
+                            uint64_t *new_rev, char *err, size_t errlen);
+int mstore_cas(struct mstore *s, const char *name, uint64_t expect_rev, const char *data,
+               size_t len, uint64_t *new_rev, char *err, size_t errlen);
+int mstore_delete(struct mstore *s, const char *name, uint64_t expect_rev, char *err,
+                  size_t errlen);
 
 void mstore_record_clear(struct mstore_record *rec);
 

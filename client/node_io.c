@@ -18,8 +18,7 @@
 static bool
 is_node_failure(int err)
 {
-    return err == RINGCACHE_EIO || err == RINGCACHE_ETIMEDOUT ||
-           err == RINGCACHE_EPROTO;
+    return err == RINGCACHE_EIO || err == RINGCACHE_ETIMEDOUT || err == RINGCACHE_EPROTO;
 }
 
 /* An ERROR or CLIENT_ERROR to `epoch` or `config`: rn is a plain
@@ -85,20 +84,19 @@ node_redirect_addr(char *addr, const struct mcr_reply *r)
  * 0 or an error (the handler's own result travels in its context).
  */
 int
-node_request(struct ringcache *rc, struct rc_node *rn, uint64_t declare,
-             const struct iovec *iov_in, int iovcnt, const struct op *op,
-             bool *sent, struct redirect *rd)
+node_request(struct ringcache *rc, struct rc_node *rn, uint64_t declare, const struct iovec *iov_in,
+             int iovcnt, const struct op *op, bool *sent, struct redirect *rd)
 {
     struct pool_node *node = &rn->pool;
     struct pool_conn *c = NULL;
-    struct iovec iov[6];
-    struct mcr_reply r;
-    char prefix[MCP_DECLARE_MAX];
-    int64_t deadline;
-    bool got_bytes, want_ack;
-    int ret, attempt, step, n;
-    long used;
-    size_t need;
+    struct iovec      iov[6];
+    struct mcr_reply  r;
+    char              prefix[MCP_DECLARE_MAX];
+    int64_t           deadline;
+    bool              got_bytes, want_ack;
+    int               ret, attempt, step, n;
+    long              used;
+    size_t            need;
 
     rd->kind = 0;
     for (attempt = 0; attempt < 2; attempt++) {
@@ -131,8 +129,8 @@ node_request(struct ringcache *rc, struct rc_node *rn, uint64_t declare,
         *sent = true;
         ret = pool_conn_send(c, iov, n + iovcnt, deadline);
         for (step = STEP_MORE; ret == 0 && step == STEP_MORE;) {
-            used = mcp_parse(c->buf + c->start, c->end - c->start,
-                             rc->opt.max_value_bytes, &r, &need);
+            used =
+                mcp_parse(c->buf + c->start, c->end - c->start, rc->opt.max_value_bytes, &r, &need);
             if (used < 0) {
                 ret = (int)used;
                 break;
@@ -227,14 +225,14 @@ node_backoff_wait(int *backoff, int64_t deadline)
  * RINGCACHE_EDOWN. A redirect stops it (*rd, *from).
  */
 static int
-owners_once(struct ringcache *rc, struct rc_view *v, const char *key, size_t key_len,
-            bool write, const struct iovec *iov, int iovcnt, const struct op *op,
-            struct redirect *rd, struct rc_node **from)
+owners_once(struct ringcache *rc, struct rc_view *v, const char *key, size_t key_len, bool write,
+            const struct iovec *iov, int iovcnt, const struct op *op, struct redirect *rd,
+            struct rc_node **from)
 {
     uint32_t owners[ROUTE_R_MAX], n, i;
     uint64_t declare = view_declare_epoch(rc, v);
-    bool sent;
-    int ret;
+    bool     sent;
+    int      ret;
 
     rd->kind = 0;
     n = route_owners(v->ring, v->replicas, key, key_len, owners);
@@ -275,9 +273,9 @@ node_keyed_request(struct ringcache *rc, const char *key, size_t key_len, bool w
     struct redirect rd;
     struct rc_node *from;
     struct rc_view *v;
-    uint64_t had;
-    int64_t deadline;
-    int hops = 0, backoff = 1, ret;
+    uint64_t        had;
+    int64_t         deadline;
+    int             hops = 0, backoff = 1, ret;
 
     view_maybe_poll(rc);
     deadline = util_now_ms() + rc->opt.op_timeout_ms;

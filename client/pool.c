@@ -21,17 +21,17 @@
 #include "ring/util.h"
 #include "client/ringcache.h"
 
-#define POOL_BUF_MIN 16384
+#define POOL_BUF_MIN  16384
 #define POOL_BUF_KEEP (256 * 1024)
 
 int
 pool_node_init(struct pool_node *n, const char *addr, char *err, size_t errlen)
 {
-    char host[RINGCACHE_KEY_MAX + 8];
-    const char *colon, *port, *h;
-    size_t hlen;
+    char            host[RINGCACHE_KEY_MAX + 8];
+    const char     *colon, *port, *h;
+    size_t          hlen;
     struct addrinfo hints, *res = NULL;
-    int rc;
+    int             rc;
 
     memset(n, 0, sizeof(*n));
     if (addr[0] == '[') {
@@ -168,8 +168,8 @@ void
 pool_node_failed(struct pool_node *n, const struct pool_config *cfg)
 {
     struct pool_conn *idle;
-    int64_t wait;
-    unsigned shift;
+    int64_t           wait;
+    unsigned          shift;
 
     pthread_mutex_lock(&n->lock);
     if (n->down && !n->probing) {
@@ -217,7 +217,7 @@ static int
 conn_connected(struct pool_conn *c)
 {
     struct timeval tv;
-    int fl;
+    int            fl;
 
     c->connecting = false;
     tv.tv_sec = c->rcvtimeo_ms / 1000;
@@ -231,11 +231,10 @@ conn_connected(struct pool_conn *c)
 }
 
 int
-pool_acquire(struct pool_node *n, const struct pool_config *cfg,
-             struct pool_conn **out)
+pool_acquire(struct pool_node *n, const struct pool_config *cfg, struct pool_conn **out)
 {
     struct pool_conn *c;
-    int fd, one = 1;
+    int               fd, one = 1;
 
     pthread_mutex_lock(&n->lock);
     c = n->idle;
@@ -294,7 +293,7 @@ static int
 wait_fd(int fd, short events, int64_t deadline)
 {
     struct pollfd p = { .fd = fd, .events = events };
-    int rc;
+    int           rc;
 
     for (;;) {
         rc = poll(&p, 1, left_ms(deadline));
@@ -313,7 +312,7 @@ wait_fd(int fd, short events, int64_t deadline)
 int
 pool_conn_finish_connect(struct pool_conn *c)
 {
-    int soerr = 0;
+    int       soerr = 0;
     socklen_t len = sizeof(soerr);
 
     if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 || soerr != 0) {
@@ -338,8 +337,7 @@ pool_conn_wait_connected(struct pool_conn *c, int64_t deadline)
 }
 
 void
-pool_release(struct pool_node *n, struct pool_conn *c, bool healthy,
-             const struct pool_config *cfg)
+pool_release(struct pool_node *n, struct pool_conn *c, bool healthy, const struct pool_config *cfg)
 {
     if (healthy && !c->connecting && c->start == c->end) {
         c->start = c->end = 0;
@@ -365,7 +363,7 @@ int
 pool_conn_send_some(struct pool_conn *c, struct iovec **iov, int *iovcnt)
 {
     struct msghdr msg;
-    ssize_t n;
+    ssize_t       n;
 
     while (*iovcnt > 0) {
         memset(&msg, 0, sizeof(msg));
@@ -396,8 +394,7 @@ pool_conn_send_some(struct pool_conn *c, struct iovec **iov, int *iovcnt)
 }
 
 int
-pool_conn_send(struct pool_conn *c, struct iovec *iov, int iovcnt,
-               int64_t deadline)
+pool_conn_send(struct pool_conn *c, struct iovec *iov, int iovcnt, int64_t deadline)
 {
     int rc;
 
@@ -416,7 +413,7 @@ pool_conn_send(struct pool_conn *c, struct iovec *iov, int iovcnt,
 int
 pool_conn_reserve(struct pool_conn *c, size_t want)
 {
-    char *nbuf;
+    char  *nbuf;
     size_t ncap;
 
     if (c->cap - c->end >= want) {
@@ -474,8 +471,8 @@ int
 pool_conn_recv(struct pool_conn *c, int64_t deadline)
 {
     ssize_t got;
-    long n;
-    int rc;
+    long    n;
+    int     rc;
 
     /* The whole op timeout is still ahead (the usual case: the request
      * was just sent; the 1 ms slack covers a tick of the ms clock): wait

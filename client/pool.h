@@ -25,21 +25,21 @@ struct pool_conn {
     uint64_t          declared;    /* epoch this connection declared (`epoch <n>`), 0 none */
     char             *buf;         /* received bytes not yet consumed */
     size_t            cap;
-    size_t            start;       /* first unconsumed byte */
-    size_t            end;         /* one past the last received byte */
-    struct pool_conn *next;        /* free list link */
+    size_t            start; /* first unconsumed byte */
+    size_t            end;   /* one past the last received byte */
+    struct pool_conn *next;  /* free list link */
 };
 
 struct pool_node {
-    pthread_mutex_t          lock;        /* guards everything below */
-    struct sockaddr_storage  addr;        /* immutable after init */
-    socklen_t                addr_len;
-    struct pool_conn        *idle;
-    unsigned                 n_idle;
-    bool                     down;        /* written under lock, read atomically */
-    bool                     probing;     /* one thread is trying it again */
-    unsigned                 fails;       /* consecutive failures */
-    int64_t                  down_until;  /* monotonic ms */
+    pthread_mutex_t         lock; /* guards everything below */
+    struct sockaddr_storage addr; /* immutable after init */
+    socklen_t               addr_len;
+    struct pool_conn       *idle;
+    unsigned                n_idle;
+    bool                    down;       /* written under lock, read atomically */
+    bool                    probing;    /* one thread is trying it again */
+    unsigned                fails;      /* consecutive failures */
+    int64_t                 down_until; /* monotonic ms */
 };
 
 /* Timing knobs shared by every node of a handle. */
@@ -53,8 +53,7 @@ struct pool_config {
 
 /* Resolve addr ("host:port" or "[v6]:port") and set the node up. 0, or
  * RINGCACHE_EMEMBERS with a reason in err. */
-int pool_node_init(struct pool_node *n, const char *addr, char *err,
-                   size_t errlen);
+int pool_node_init(struct pool_node *n, const char *addr, char *err, size_t errlen);
 
 /* Close the idle connections and free the node's resources. */
 void pool_node_destroy(struct pool_node *n);
@@ -82,8 +81,7 @@ void pool_node_drop_idle(struct pool_node *n);
 /* Take an idle connection or start a new non-blocking connect (the
  * returned conn then has connecting set). 0, RINGCACHE_EIO, or
  * RINGCACHE_ENOMEM. The caller owns *out until pool_release. */
-int pool_acquire(struct pool_node *n, const struct pool_config *cfg,
-                 struct pool_conn **out);
+int pool_acquire(struct pool_node *n, const struct pool_config *cfg, struct pool_conn **out);
 
 /* Wait until a connecting conn is connected, at most until deadline.
  * 0, RINGCACHE_ETIMEDOUT or RINGCACHE_EIO. */
@@ -103,8 +101,7 @@ void pool_conn_close(struct pool_conn *c);
 
 /* Send all of iov, waiting for the socket at most until deadline. 0,
  * RINGCACHE_ETIMEDOUT or RINGCACHE_EIO. */
-int pool_conn_send(struct pool_conn *c, struct iovec *iov, int iovcnt,
-                   int64_t deadline);
+int pool_conn_send(struct pool_conn *c, struct iovec *iov, int iovcnt, int64_t deadline);
 
 /* Send what the socket takes now without waiting: advances iov and iovcnt.
  * 0 (maybe partial), or RINGCACHE_EIO. */

@@ -21,48 +21,48 @@
 #include "client/route.h"
 #include "ring/ring.h"
 
-#define HOPS_MAX          3      /* MOVED redirects followed per operation */
-#define POLL_DEFAULT_MS   1000   /* default epoch poll interval */
+#define HOPS_MAX        3    /* MOVED redirects followed per operation */
+#define POLL_DEFAULT_MS 1000 /* default epoch poll interval */
 
 /* A node as the handle knows it. Nodes live until ringcache_free (a ring
  * snapshot in use may still point at a node an epoch dropped), so the
  * strings below can be handed out. */
 struct rc_node {
     struct pool_node pool;
-    char             id[RING_ID_MAX + 1];   /* "" for a node known only by a MOVED address */
+    char             id[RING_ID_MAX + 1]; /* "" for a node known only by a MOVED address */
     char             addr[RING_ADDR_MAX + 1];
-    bool             no_ext;                /* atomic: answered ERROR to `epoch`/`config` */
+    bool             no_ext; /* atomic: answered ERROR to `epoch`/`config` */
 };
 
 /* One epoch's routing: immutable once published, freed with its last
  * reference. */
 struct rc_view {
-    unsigned         refs;                  /* atomic */
+    unsigned         refs; /* atomic */
     uint64_t         epoch;
     struct ring     *ring;
-    uint32_t         replicas;              /* preference list length, <= ROUTE_R_MAX */
+    uint32_t         replicas; /* preference list length, <= ROUTE_R_MAX */
     size_t           n_nodes;
-    struct rc_node **nodes;                 /* ring index -> node (the handle owns the nodes) */
+    struct rc_node **nodes; /* ring index -> node (the handle owns the nodes) */
 };
 
 struct ringcache {
-    pthread_mutex_t          view_lock;     /* guards view (read + take a reference) */
+    pthread_mutex_t          view_lock; /* guards view (read + take a reference) */
     struct rc_view          *view;
-    pthread_mutex_t          refresh_lock;  /* one adoption at a time; guards the node table */
-    struct rc_node         **all;           /* every node ever used, until free */
+    pthread_mutex_t          refresh_lock; /* one adoption at a time; guards the node table */
+    struct rc_node         **all;          /* every node ever used, until free */
     size_t                   n_all;
     size_t                   cap_all;
     struct ringcache_options opt;
     struct pool_config       cfg;
-    int                      poll_ms;       /* atomic; 0 = no poll */
-    int64_t                  next_poll;     /* atomic; monotonic ms */
-    unsigned                 poll_rr;       /* atomic; round robin of polled nodes */
-    bool                     confirmed;     /* atomic: a node reported a non-zero epoch */
+    int                      poll_ms;   /* atomic; 0 = no poll */
+    int64_t                  next_poll; /* atomic; monotonic ms */
+    unsigned                 poll_rr;   /* atomic; round robin of polled nodes */
+    bool                     confirmed; /* atomic: a node reported a non-zero epoch */
 };
 
 /* What a reply handler says after each reply unit. */
-#define STEP_MORE 0     /* keep reading */
-#define STEP_DONE 1     /* the reply is complete */
+#define STEP_MORE 0 /* keep reading */
+#define STEP_DONE 1 /* the reply is complete */
 
 /* A reply handler: consumes one parsed unit, returns STEP_MORE, STEP_DONE
  * or RINGCACHE_EPROTO (a reply this request cannot get). */
@@ -71,10 +71,10 @@ typedef int (*reply_fn)(void *ctx, const struct mcr_reply *r);
 /* A request's reply handling: the handler, its context, how to clear the
  * context before another attempt, and where the handler leaves its code. */
 struct op {
-    reply_fn  fn;
-    void    (*reset)(void *ctx);
-    void     *ctx;
-    int      *result;
+    reply_fn fn;
+    void (*reset)(void *ctx);
+    void *ctx;
+    int  *result;
 };
 
 /* A MOVED or TRYAGAIN reply (kind 0: none). */
@@ -95,7 +95,7 @@ void rc_set_err(char *err, size_t errlen, const char *fmt, const char *arg);
 /* Take a reference on the current view (takes view_lock briefly); drop it
  * with view_put (the last reference frees the view; NULL is allowed). */
 struct rc_view *view_get(struct ringcache *rc);
-void view_put(struct rc_view *v);
+void            view_put(struct rc_view *v);
 
 /* Node i of the current view, or NULL (rc NULL too). The node outlives
  * the view. */
@@ -111,21 +111,19 @@ void view_saw_epoch(struct ringcache *rc, uint64_t e);
 /* Make m the handle's membership if it is the first one or its epoch is
  * strictly higher than the current one. 1 adopted, 0 not newer, or an
  * error (err set). Caller holds refresh_lock (or is creating the handle). */
-int view_adopt(struct ringcache *rc, const struct ring_members *m, char *err,
-               size_t errlen);
+int view_adopt(struct ringcache *rc, const struct ring_members *m, char *err, size_t errlen);
 
 /* Fetch config from node and adopt it when newer: 1 adopted, 0 not newer
  * (or none), or an error. Caller holds refresh_lock (or is creating the
  * handle). */
-int view_refresh_from(struct ringcache *rc, struct rc_node *node, char *err,
-                      size_t errlen);
+int view_refresh_from(struct ringcache *rc, struct rc_node *node, char *err, size_t errlen);
 
 /* A node told of epoch `want`, above `had` (the epoch the caller routed
  * with): fetch config from `from`, else from addr (a MOVED target; may be
  * NULL). True when the handle's epoch is now above `had`. Takes
  * refresh_lock. */
-bool view_learn(struct ringcache *rc, uint64_t had, uint64_t want,
-                struct rc_node *from, const char *addr);
+bool view_learn(struct ringcache *rc, uint64_t had, uint64_t want, struct rc_node *from,
+                const char *addr);
 
 /* The periodic epoch poll, run by the first call that finds it due. */
 void view_maybe_poll(struct ringcache *rc);
@@ -141,8 +139,8 @@ void view_maybe_poll(struct ringcache *rc);
  * *rd. *sent: any byte may have reached the node. 0 or an error (the
  * handler's own result travels in its context). */
 int node_request(struct ringcache *rc, struct rc_node *rn, uint64_t declare,
-                 const struct iovec *iov, int iovcnt, const struct op *op,
-                 bool *sent, struct redirect *rd);
+                 const struct iovec *iov, int iovcnt, const struct op *op, bool *sent,
+                 struct redirect *rd);
 
 /* The reply r to the declaration of epoch e on connection c of node rn:
  * 0, or RINGCACHE_EPROTO for a reply a declaration cannot get. */
@@ -164,9 +162,8 @@ int node_reply_error(const struct mcr_reply *r, int *result);
 
 /* A keyed request (key checked) with fail-over down the key's preference
  * list and the epoch rules of ringcache.h for MOVED and TRYAGAIN. */
-int node_keyed_request(struct ringcache *rc, const char *key, size_t key_len,
-                       bool write, const struct iovec *iov, int iovcnt,
-                       const struct op *op);
+int node_keyed_request(struct ringcache *rc, const char *key, size_t key_len, bool write,
+                       const struct iovec *iov, int iovcnt, const struct op *op);
 
 /* Sleep *backoff ms unless that passes deadline, then double it (up to
  * 512 ms). False when the budget is spent. */

@@ -38,25 +38,44 @@ const char *
 ringcache_strerror(int code)
 {
     switch (code) {
-    case RINGCACHE_OK:          return "success";
-    case RINGCACHE_ENOTFOUND:   return "not found";
-    case RINGCACHE_ENOTSTORED:  return "not stored (add: key exists; replace/append/prepend: key missing)";
-    case RINGCACHE_EEXISTS:     return "cas mismatch: the item changed since it was read";
-    case RINGCACHE_EINVAL:      return "invalid argument";
-    case RINGCACHE_EKEY:        return "invalid key (1..250 bytes, no space or control characters)";
-    case RINGCACHE_ETOOBIG:     return "value too large";
-    case RINGCACHE_ENOMEM:      return "out of memory";
-    case RINGCACHE_EDOWN:       return "every owner of the key is down";
-    case RINGCACHE_ETIMEDOUT:   return "timed out waiting for the node";
-    case RINGCACHE_EIO:         return "connection to the node failed";
-    case RINGCACHE_EPROTO:      return "protocol error in the node's reply";
-    case RINGCACHE_ECLIENT:     return "the node rejected the request (CLIENT_ERROR)";
-    case RINGCACHE_ESERVER:     return "the node could not do it (SERVER_ERROR)";
-    case RINGCACHE_ENONNUMERIC: return "incr/decr on a value that is not a number";
-    case RINGCACHE_EMEMBERS:    return "bad membership or seed list";
-    case RINGCACHE_EMOVED:      return "the key's owner moved and 3 redirects (MOVED) did not reach it";
-    case RINGCACHE_ETRYAGAIN:   return "the key's range is being moved (TRYAGAIN) for longer than the op timeout";
-    default:                    return "unknown error code";
+    case RINGCACHE_OK:
+        return "success";
+    case RINGCACHE_ENOTFOUND:
+        return "not found";
+    case RINGCACHE_ENOTSTORED:
+        return "not stored (add: key exists; replace/append/prepend: key missing)";
+    case RINGCACHE_EEXISTS:
+        return "cas mismatch: the item changed since it was read";
+    case RINGCACHE_EINVAL:
+        return "invalid argument";
+    case RINGCACHE_EKEY:
+        return "invalid key (1..250 bytes, no space or control characters)";
+    case RINGCACHE_ETOOBIG:
+        return "value too large";
+    case RINGCACHE_ENOMEM:
+        return "out of memory";
+    case RINGCACHE_EDOWN:
+        return "every owner of the key is down";
+    case RINGCACHE_ETIMEDOUT:
+        return "timed out waiting for the node";
+    case RINGCACHE_EIO:
+        return "connection to the node failed";
+    case RINGCACHE_EPROTO:
+        return "protocol error in the node's reply";
+    case RINGCACHE_ECLIENT:
+        return "the node rejected the request (CLIENT_ERROR)";
+    case RINGCACHE_ESERVER:
+        return "the node could not do it (SERVER_ERROR)";
+    case RINGCACHE_ENONNUMERIC:
+        return "incr/decr on a value that is not a number";
+    case RINGCACHE_EMEMBERS:
+        return "bad membership or seed list";
+    case RINGCACHE_EMOVED:
+        return "the key's owner moved and 3 redirects (MOVED) did not reach it";
+    case RINGCACHE_ETRYAGAIN:
+        return "the key's range is being moved (TRYAGAIN) for longer than the op timeout";
+    default:
+        return "unknown error code";
     }
 }
 
@@ -69,7 +88,6 @@ ringcache_value_clear(struct ringcache_value *v)
     }
 }
 
-
 /*
  * Creation
  */
@@ -78,9 +96,9 @@ ringcache_value_clear(struct ringcache_value *v)
 static int
 check_options(const struct ringcache_options *o)
 {
-    if (o->connect_timeout_ms <= 0 || o->op_timeout_ms <= 0 ||
-        o->retry_interval_ms <= 0 || o->retry_max_ms <= 0 ||
-        o->max_value_bytes == 0 || o->max_value_bytes > (size_t)INT32_MAX - 2) {
+    if (o->connect_timeout_ms <= 0 || o->op_timeout_ms <= 0 || o->retry_interval_ms <= 0 ||
+        o->retry_max_ms <= 0 || o->max_value_bytes == 0 ||
+        o->max_value_bytes > (size_t)INT32_MAX - 2) {
         return RINGCACHE_EINVAL;
     }
     return 0;
@@ -88,8 +106,7 @@ check_options(const struct ringcache_options *o)
 
 /* A handle with no membership yet (rc->view NULL). */
 static int
-handle_new(struct ringcache **out, const struct ringcache_options *opt,
-           char *err, size_t errlen)
+handle_new(struct ringcache **out, const struct ringcache_options *opt, char *err, size_t errlen)
 {
     struct ringcache *rc;
 
@@ -103,7 +120,8 @@ handle_new(struct ringcache **out, const struct ringcache_options *opt,
         ringcache_options_init(&rc->opt);
     }
     if (check_options(&rc->opt) != 0) {
-        rc_set_err(err, errlen, "%s", "bad options (timeouts must be > 0, max_value_bytes 1..2^31-3)");
+        rc_set_err(err, errlen, "%s",
+                   "bad options (timeouts must be > 0, max_value_bytes 1..2^31-3)");
         free(rc);
         return RINGCACHE_EINVAL;
     }
@@ -127,7 +145,7 @@ new_from_members(struct ringcache **out, const struct ring_members *m,
                  const struct ringcache_options *opt, char *err, size_t errlen)
 {
     struct ringcache *rc;
-    int ret;
+    int               ret;
 
     ret = handle_new(&rc, opt, err, errlen);
     if (ret != 0) {
@@ -144,20 +162,17 @@ new_from_members(struct ringcache **out, const struct ring_members *m,
 }
 
 int
-ringcache_new_members_text(struct ringcache **out, const char *text,
-                           size_t len, const char *name,
-                           const struct ringcache_options *opt,
-                           char *err, size_t errlen)
+ringcache_new_members_text(struct ringcache **out, const char *text, size_t len, const char *name,
+                           const struct ringcache_options *opt, char *err, size_t errlen)
 {
     struct ring_members *m = NULL;
-    char why[512] = "";
-    int ret;
+    char                 why[512] = "";
+    int                  ret;
 
     if (out == NULL || text == NULL) {
         return RINGCACHE_EINVAL;
     }
-    ret = ring_members_parse(text, len, name != NULL ? name : "members", &m,
-                             why, sizeof(why));
+    ret = ring_members_parse(text, len, name != NULL ? name : "members", &m, why, sizeof(why));
     if (ret != RING_OK) {
         rc_set_err(err, errlen, "%s", why[0] != '\0' ? why : "cannot parse the membership");
         return ret == RING_ENOMEM ? RINGCACHE_ENOMEM : RINGCACHE_EMEMBERS;
@@ -169,13 +184,12 @@ ringcache_new_members_text(struct ringcache **out, const char *text,
 
 int
 ringcache_new_members_file(struct ringcache **out, const char *path,
-                           const struct ringcache_options *opt,
-                           char *err, size_t errlen)
+                           const struct ringcache_options *opt, char *err, size_t errlen)
 {
-    FILE *f;
-    char *buf = NULL;
+    FILE  *f;
+    char  *buf = NULL;
     size_t len = 0, cap = 0, got;
-    int ret;
+    int    ret;
 
     if (out == NULL || path == NULL) {
         return RINGCACHE_EINVAL;
@@ -220,14 +234,13 @@ out:
 }
 
 int
-ringcache_new_seeds(struct ringcache **out, const char *const *addrs,
-                    size_t n_addrs, const struct ringcache_options *opt,
-                    char *err, size_t errlen)
+ringcache_new_seeds(struct ringcache **out, const char *const *addrs, size_t n_addrs,
+                    const struct ringcache_options *opt, char *err, size_t errlen)
 {
-    struct ringcache *rc = NULL;
+    struct ringcache    *rc = NULL;
     struct ring_members *m;
-    size_t i;
-    int ret;
+    size_t               i;
+    int                  ret;
 
     if (out == NULL || addrs == NULL || n_addrs == 0) {
         return RINGCACHE_EINVAL;
@@ -239,7 +252,7 @@ ringcache_new_seeds(struct ringcache **out, const char *const *addrs,
     m->vnodes = RING_VNODES_DEFAULT;
     m->replicas = 1;
     for (i = 0; i < n_addrs; i++) {
-        char id[RING_ID_MAX + 1];
+        char   id[RING_ID_MAX + 1];
         size_t j, k = 0;
 
         if (addrs[i] == NULL || strlen(addrs[i]) > RING_ID_MAX + 2) {
@@ -271,7 +284,8 @@ ringcache_new_seeds(struct ringcache **out, const char *const *addrs,
     for (i = 0; i < rc->view->n_nodes; i++) {
         struct rc_node *node = rc->view->nodes[i];
 
-        if (pool_node_usable(&node->pool, util_now_ms()) && view_refresh_from(rc, node, NULL, 0) > 0) {
+        if (pool_node_usable(&node->pool, util_now_ms()) &&
+            view_refresh_from(rc, node, NULL, 0) > 0) {
             break;
         }
     }
@@ -320,11 +334,11 @@ check_call(const struct ringcache *rc, const char *key, size_t key_len)
 }
 
 struct get_ctx {
-    const char             *key;
-    size_t                  key_len;
-    struct ringcache_value  v;
-    bool                    hit;
-    int                     result;
+    const char            *key;
+    size_t                 key_len;
+    struct ringcache_value v;
+    bool                   hit;
+    int                    result;
 };
 
 /* Reply handler of get/gets: at most one VALUE for our key, then END.
@@ -336,8 +350,7 @@ get_reply(void *arg, const struct mcr_reply *r)
 
     switch (r->kind) {
     case MCR_VALUE:
-        if (g->hit || r->key_len != g->key_len ||
-            memcmp(r->key, g->key, r->key_len) != 0) {
+        if (g->hit || r->key_len != g->key_len || memcmp(r->key, g->key, r->key_len) != 0) {
             return RINGCACHE_EPROTO;
         }
         g->v.data = malloc(r->data_len + 1);
@@ -381,10 +394,10 @@ do_get(struct ringcache *rc, bool with_cas, const char *key, size_t key_len,
        struct ringcache_value *out)
 {
     struct get_ctx g = { .key = key, .key_len = key_len };
-    struct op op = { get_reply, get_reset, &g, &g.result };
-    char line[MCP_LINE_MAX];
-    struct iovec iov = { .iov_base = line };
-    int ret;
+    struct op      op = { get_reply, get_reset, &g, &g.result };
+    char           line[MCP_LINE_MAX];
+    struct iovec   iov = { .iov_base = line };
+    int            ret;
 
     if (out == NULL) {
         return RINGCACHE_EINVAL;
@@ -405,22 +418,20 @@ do_get(struct ringcache *rc, bool with_cas, const char *key, size_t key_len,
 }
 
 int
-ringcache_get(struct ringcache *rc, const char *key, size_t key_len,
-              struct ringcache_value *out)
+ringcache_get(struct ringcache *rc, const char *key, size_t key_len, struct ringcache_value *out)
 {
     return do_get(rc, false, key, key_len, out);
 }
 
 int
-ringcache_gets(struct ringcache *rc, const char *key, size_t key_len,
-               struct ringcache_value *out)
+ringcache_gets(struct ringcache *rc, const char *key, size_t key_len, struct ringcache_value *out)
 {
     return do_get(rc, true, key, key_len, out);
 }
 
 /* Replies of storage, delete, touch, incr and decr: one line each. */
 struct line_ctx {
-    enum mcr_kind ok;        /* the success line of this command */
+    enum mcr_kind ok; /* the success line of this command */
     int           result;
     uint64_t      number;
 };
@@ -471,15 +482,14 @@ line_reset(void *arg)
 /* A storage command (set/add/replace/append/prepend/cas): validate, then
  * header, value and \r\n in one sendmsg (no copy of the value). */
 static int
-do_store(struct ringcache *rc, const char *cmd, const char *key,
-         size_t key_len, const void *value, size_t value_len, uint32_t flags,
-         int32_t ttl, bool with_cas, uint64_t cas)
+do_store(struct ringcache *rc, const char *cmd, const char *key, size_t key_len, const void *value,
+         size_t value_len, uint32_t flags, int32_t ttl, bool with_cas, uint64_t cas)
 {
     struct line_ctx l = { .ok = MCR_STORED };
-    struct op op = { line_reply, line_reset, &l, &l.result };
-    char head[MCP_LINE_MAX];
-    struct iovec iov[3];
-    int ret;
+    struct op       op = { line_reply, line_reset, &l, &l.result };
+    char            head[MCP_LINE_MAX];
+    struct iovec    iov[3];
+    int             ret;
 
     if (value == NULL && value_len > 0) {
         return RINGCACHE_EINVAL;
@@ -492,8 +502,8 @@ do_store(struct ringcache *rc, const char *cmd, const char *key,
         return RINGCACHE_ETOOBIG;
     }
     iov[0].iov_base = head;
-    iov[0].iov_len = mcp_format_storage(head, cmd, key, key_len, flags, ttl,
-                                        value_len, with_cas, cas);
+    iov[0].iov_len =
+        mcp_format_storage(head, cmd, key, key_len, flags, ttl, value_len, with_cas, cas);
     iov[1].iov_base = (void *)value;
     iov[1].iov_len = value_len;
     iov[2].iov_base = (void *)"\r\n";
@@ -502,45 +512,43 @@ do_store(struct ringcache *rc, const char *cmd, const char *key,
 }
 
 int
-ringcache_set(struct ringcache *rc, const char *key, size_t key_len,
-              const void *value, size_t value_len, uint32_t flags, int32_t ttl)
+ringcache_set(struct ringcache *rc, const char *key, size_t key_len, const void *value,
+              size_t value_len, uint32_t flags, int32_t ttl)
 {
     return do_store(rc, "set", key, key_len, value, value_len, flags, ttl, false, 0);
 }
 
 int
-ringcache_add(struct ringcache *rc, const char *key, size_t key_len,
-              const void *value, size_t value_len, uint32_t flags, int32_t ttl)
+ringcache_add(struct ringcache *rc, const char *key, size_t key_len, const void *value,
+              size_t value_len, uint32_t flags, int32_t ttl)
 {
     return do_store(rc, "add", key, key_len, value, value_len, flags, ttl, false, 0);
 }
 
 int
-ringcache_replace(struct ringcache *rc, const char *key, size_t key_len,
-                  const void *value, size_t value_len, uint32_t flags,
-                  int32_t ttl)
+ringcache_replace(struct ringcache *rc, const char *key, size_t key_len, const void *value,
+                  size_t value_len, uint32_t flags, int32_t ttl)
 {
     return do_store(rc, "replace", key, key_len, value, value_len, flags, ttl, false, 0);
 }
 
 int
-ringcache_append(struct ringcache *rc, const char *key, size_t key_len,
-                 const void *value, size_t value_len)
+ringcache_append(struct ringcache *rc, const char *key, size_t key_len, const void *value,
+                 size_t value_len)
 {
     return do_store(rc, "append", key, key_len, value, value_len, 0, 0, false, 0);
 }
 
 int
-ringcache_prepend(struct ringcache *rc, const char *key, size_t key_len,
-                  const void *value, size_t value_len)
+ringcache_prepend(struct ringcache *rc, const char *key, size_t key_len, const void *value,
+                  size_t value_len)
 {
     return do_store(rc, "prepend", key, key_len, value, value_len, 0, 0, false, 0);
 }
 
 int
-ringcache_cas(struct ringcache *rc, const char *key, size_t key_len,
-              const void *value, size_t value_len, uint32_t flags, int32_t ttl,
-              uint64_t cas)
+ringcache_cas(struct ringcache *rc, const char *key, size_t key_len, const void *value,
+              size_t value_len, uint32_t flags, int32_t ttl, uint64_t cas)
 {
     return do_store(rc, "cas", key, key_len, value, value_len, flags, ttl, true, cas);
 }
@@ -549,13 +557,13 @@ ringcache_cas(struct ringcache *rc, const char *key, size_t key_len,
  * is line[0..len) (mcp_format_*: 0 for a key that cannot be one, which
  * check_call rejects before anything is sent). */
 static int
-do_line(struct ringcache *rc, const char *key, size_t key_len, char *line,
-        size_t len, enum mcr_kind ok, uint64_t *number)
+do_line(struct ringcache *rc, const char *key, size_t key_len, char *line, size_t len,
+        enum mcr_kind ok, uint64_t *number)
 {
     struct line_ctx l = { .ok = ok };
-    struct op op = { line_reply, line_reset, &l, &l.result };
-    struct iovec iov = { .iov_base = line, .iov_len = len };
-    int ret;
+    struct op       op = { line_reply, line_reset, &l, &l.result };
+    struct iovec    iov = { .iov_base = line, .iov_len = len };
+    int             ret;
 
     ret = check_call(rc, key, key_len);
     if (ret != 0) {
@@ -573,38 +581,37 @@ ringcache_delete(struct ringcache *rc, const char *key, size_t key_len)
 {
     char line[MCP_LINE_MAX];
 
-    return do_line(rc, key, key_len, line, mcp_format_delete(line, key, key_len),
-                   MCR_DELETED, NULL);
+    return do_line(rc, key, key_len, line, mcp_format_delete(line, key, key_len), MCR_DELETED,
+                   NULL);
 }
 
 int
-ringcache_incr(struct ringcache *rc, const char *key, size_t key_len,
-               uint64_t delta, uint64_t *result)
+ringcache_incr(struct ringcache *rc, const char *key, size_t key_len, uint64_t delta,
+               uint64_t *result)
 {
     char line[MCP_LINE_MAX];
 
-    return do_line(rc, key, key_len, line,
-                   mcp_format_arith(line, true, key, key_len, delta), MCR_NUMBER, result);
+    return do_line(rc, key, key_len, line, mcp_format_arith(line, true, key, key_len, delta),
+                   MCR_NUMBER, result);
 }
 
 int
-ringcache_decr(struct ringcache *rc, const char *key, size_t key_len,
-               uint64_t delta, uint64_t *result)
+ringcache_decr(struct ringcache *rc, const char *key, size_t key_len, uint64_t delta,
+               uint64_t *result)
 {
     char line[MCP_LINE_MAX];
 
-    return do_line(rc, key, key_len, line,
-                   mcp_format_arith(line, false, key, key_len, delta), MCR_NUMBER, result);
+    return do_line(rc, key, key_len, line, mcp_format_arith(line, false, key, key_len, delta),
+                   MCR_NUMBER, result);
 }
 
 int
-ringcache_touch(struct ringcache *rc, const char *key, size_t key_len,
-                int32_t ttl)
+ringcache_touch(struct ringcache *rc, const char *key, size_t key_len, int32_t ttl)
 {
     char line[MCP_LINE_MAX];
 
-    return do_line(rc, key, key_len, line, mcp_format_touch(line, key, key_len, ttl),
-                   MCR_TOUCHED, NULL);
+    return do_line(rc, key, key_len, line, mcp_format_touch(line, key, key_len, ttl), MCR_TOUCHED,
+                   NULL);
 }
 
 /*
@@ -623,7 +630,7 @@ static int
 stats_reply(void *arg, const struct mcr_reply *r)
 {
     struct stats_ctx *s = arg;
-    char name[MCR_LINE_MAX], value[MCR_LINE_MAX];
+    char              name[MCR_LINE_MAX], value[MCR_LINE_MAX];
 
     switch (r->kind) {
     case MCR_STAT:
@@ -644,13 +651,13 @@ int
 ringcache_stats(struct ringcache *rc, size_t i, ringcache_stat_fn fn, void *arg)
 {
     struct stats_ctx s = { .fn = fn, .arg = arg };
-    struct op op = { stats_reply, NULL, &s, &s.result };
-    char line[16];
-    struct iovec iov = { .iov_base = line, .iov_len = mcp_format_stats(line) };
-    struct redirect rd;
-    struct rc_node *node;
-    bool sent;
-    int ret;
+    struct op        op = { stats_reply, NULL, &s, &s.result };
+    char             line[16];
+    struct iovec     iov = { .iov_base = line, .iov_len = mcp_format_stats(line) };
+    struct redirect  rd;
+    struct rc_node  *node;
+    bool             sent;
+    int              ret;
 
     node = view_current_node(rc, i);
     if (fn == NULL || node == NULL) {

@@ -66,42 +66,42 @@ extern "C" {
 #endif
 
 /* Error codes: every call returns 0 (RINGCACHE_OK) or one of these. */
-#define RINGCACHE_OK           0
-#define RINGCACHE_ENOTFOUND  (-1)   /* miss, or NOT_FOUND from the node */
+#define RINGCACHE_OK        0
+#define RINGCACHE_ENOTFOUND (-1) /* miss, or NOT_FOUND from the node */
 /* add on a present key; replace/append/prepend on a missing one */
 #define RINGCACHE_ENOTSTORED (-2)
-#define RINGCACHE_EEXISTS    (-3)   /* cas: the item changed since it was read */
-#define RINGCACHE_EINVAL     (-4)   /* bad argument (NULL, bad options, ...) */
-#define RINGCACHE_EKEY       (-5)   /* key empty, over 250 bytes, or with a space or control char */
+#define RINGCACHE_EEXISTS    (-3) /* cas: the item changed since it was read */
+#define RINGCACHE_EINVAL     (-4) /* bad argument (NULL, bad options, ...) */
+#define RINGCACHE_EKEY       (-5) /* key empty, over 250 bytes, or with a space or control char */
 /* value above max_value_bytes, or refused as too large by the node */
-#define RINGCACHE_ETOOBIG    (-6)
-#define RINGCACHE_ENOMEM     (-7)   /* out of memory in this process */
-#define RINGCACHE_EDOWN      (-8)   /* write: every owner of the key is marked down */
-#define RINGCACHE_ETIMEDOUT  (-9)   /* the node did not answer within the timeout */
-#define RINGCACHE_EIO        (-10)  /* connection refused, reset or closed */
-#define RINGCACHE_EPROTO     (-11)  /* the node's reply is not the memcached protocol */
-#define RINGCACHE_ECLIENT    (-12)  /* CLIENT_ERROR or ERROR: the node rejected the request */
-#define RINGCACHE_ESERVER    (-13)  /* SERVER_ERROR: the node could not do it */
+#define RINGCACHE_ETOOBIG     (-6)
+#define RINGCACHE_ENOMEM      (-7)  /* out of memory in this process */
+#define RINGCACHE_EDOWN       (-8)  /* write: every owner of the key is marked down */
+#define RINGCACHE_ETIMEDOUT   (-9)  /* the node did not answer within the timeout */
+#define RINGCACHE_EIO         (-10) /* connection refused, reset or closed */
+#define RINGCACHE_EPROTO      (-11) /* the node's reply is not the memcached protocol */
+#define RINGCACHE_ECLIENT     (-12) /* CLIENT_ERROR or ERROR: the node rejected the request */
+#define RINGCACHE_ESERVER     (-13) /* SERVER_ERROR: the node could not do it */
 #define RINGCACHE_ENONNUMERIC (-14) /* incr/decr on a value that is not a decimal number */
-#define RINGCACHE_EMEMBERS   (-15)  /* bad membership file or seed list */
-#define RINGCACHE_EMOVED     (-16)  /* write: still redirected (MOVED) after 3 hops */
+#define RINGCACHE_EMEMBERS    (-15) /* bad membership file or seed list */
+#define RINGCACHE_EMOVED      (-16) /* write: still redirected (MOVED) after 3 hops */
 /* write: the key's range stayed fenced (TRYAGAIN) for the op timeout */
-#define RINGCACHE_ETRYAGAIN  (-17)
-#define RINGCACHE_ERRNO_MIN  (-17)  /* the lowest code, for iterating */
+#define RINGCACHE_ETRYAGAIN (-17)
+#define RINGCACHE_ERRNO_MIN (-17) /* the lowest code, for iterating */
 
-#define RINGCACHE_KEY_MAX    250    /* bytes in a key */
+#define RINGCACHE_KEY_MAX 250 /* bytes in a key */
 
 /* A handle on a cluster. Opaque. */
 struct ringcache;
 
 /* Tunables; fill with ringcache_options_init, then change what you need. */
 struct ringcache_options {
-    int      connect_timeout_ms;  /* TCP connect, default 200 */
-    int      op_timeout_ms;       /* one request and its reply (a whole multi-get), default 1000 */
-    int      retry_interval_ms;   /* a failed node is left alone this long, default 1000 */
-    int      retry_max_ms;        /* cap of the doubling back-off, default 8000 */
-    size_t   max_value_bytes;     /* largest value sent, default 1 MiB (1048576) */
-    unsigned pool_size;           /* idle connections kept per node, default 4 */
+    int      connect_timeout_ms; /* TCP connect, default 200 */
+    int      op_timeout_ms;      /* one request and its reply (a whole multi-get), default 1000 */
+    int      retry_interval_ms;  /* a failed node is left alone this long, default 1000 */
+    int      retry_max_ms;       /* cap of the doubling back-off, default 8000 */
+    size_t   max_value_bytes;    /* largest value sent, default 1 MiB (1048576) */
+    unsigned pool_size;          /* idle connections kept per node, default 4 */
 };
 
 /* A value read from the cluster. data is NUL-terminated (not counted in
@@ -110,7 +110,7 @@ struct ringcache_value {
     char    *data;
     size_t   len;
     uint32_t flags;
-    uint64_t cas;                 /* filled by gets, 0 otherwise */
+    uint64_t cas; /* filled by gets, 0 otherwise */
 };
 
 /**
@@ -129,18 +129,16 @@ void ringcache_options_init(struct ringcache_options *opt);
  *         RINGCACHE_EINVAL or RINGCACHE_ENOMEM
  */
 int ringcache_new_members_file(struct ringcache **out, const char *path,
-                               const struct ringcache_options *opt,
-                               char *err, size_t errlen);
+                               const struct ringcache_options *opt, char *err, size_t errlen);
 
 /**
  * Create a handle from membership text already in memory.
  * @param name  used in error messages ("name:line: reason")
  * Other parameters and returns as ringcache_new_members_file.
  */
-int ringcache_new_members_text(struct ringcache **out, const char *text,
-                               size_t len, const char *name,
-                               const struct ringcache_options *opt,
-                               char *err, size_t errlen);
+int ringcache_new_members_text(struct ringcache **out, const char *text, size_t len,
+                               const char *name, const struct ringcache_options *opt, char *err,
+                               size_t errlen);
 
 /**
  * Create a handle from seed addresses ("host:port" or "[v6]:port"). The
@@ -148,13 +146,12 @@ int ringcache_new_members_text(struct ringcache **out, const char *text,
  * returns one with a non-zero epoch gives the ring. When none has one
  * (plain nodes, epoch 0, or seeds that do not answer), the seeds are the
  * membership: each node's id is its address (brackets dropped), weight 1,
- * the default vnodes (320, docs/vnodes.md), R = 1, epoch 0; a membership published later is learned by
- * the poll. Creation waits at most connect + op timeout per seed asked.
- * Returns as ringcache_new_members_file.
+ * the default vnodes (320, docs/vnodes.md), R = 1, epoch 0; a membership published later is learned
+ * by the poll. Creation waits at most connect + op timeout per seed asked. Returns as
+ * ringcache_new_members_file.
  */
-int ringcache_new_seeds(struct ringcache **out, const char *const *addrs,
-                        size_t n_addrs, const struct ringcache_options *opt,
-                        char *err, size_t errlen);
+int ringcache_new_seeds(struct ringcache **out, const char *const *addrs, size_t n_addrs,
+                        const struct ringcache_options *opt, char *err, size_t errlen);
 
 /**
  * The epoch of the membership the handle routes with now (0: seeds used
@@ -223,47 +220,43 @@ int ringcache_gets(struct ringcache *rc, const char *key, size_t key_len,
  *         RINGCACHE_EIO, RINGCACHE_ETIMEDOUT, RINGCACHE_EPROTO,
  *         RINGCACHE_ECLIENT or RINGCACHE_ESERVER
  */
-int ringcache_set(struct ringcache *rc, const char *key, size_t key_len,
-                  const void *value, size_t value_len, uint32_t flags,
-                  int32_t ttl);
+int ringcache_set(struct ringcache *rc, const char *key, size_t key_len, const void *value,
+                  size_t value_len, uint32_t flags, int32_t ttl);
 
 /**
  * Store only if the key is absent; RINGCACHE_ENOTSTORED when present.
  * Other returns as ringcache_set.
  */
-int ringcache_add(struct ringcache *rc, const char *key, size_t key_len,
-                  const void *value, size_t value_len, uint32_t flags,
-                  int32_t ttl);
+int ringcache_add(struct ringcache *rc, const char *key, size_t key_len, const void *value,
+                  size_t value_len, uint32_t flags, int32_t ttl);
 
 /**
  * Store only if the key is present; RINGCACHE_ENOTSTORED when absent.
  * Other returns as ringcache_set.
  */
-int ringcache_replace(struct ringcache *rc, const char *key, size_t key_len,
-                      const void *value, size_t value_len, uint32_t flags,
-                      int32_t ttl);
+int ringcache_replace(struct ringcache *rc, const char *key, size_t key_len, const void *value,
+                      size_t value_len, uint32_t flags, int32_t ttl);
 
 /**
  * Append bytes to a present value (flags and ttl are ignored by the node
  * but sent); RINGCACHE_ENOTSTORED when absent.
  */
-int ringcache_append(struct ringcache *rc, const char *key, size_t key_len,
-                     const void *value, size_t value_len);
+int ringcache_append(struct ringcache *rc, const char *key, size_t key_len, const void *value,
+                     size_t value_len);
 
 /**
  * Prepend bytes to a present value; RINGCACHE_ENOTSTORED when absent.
  */
-int ringcache_prepend(struct ringcache *rc, const char *key, size_t key_len,
-                      const void *value, size_t value_len);
+int ringcache_prepend(struct ringcache *rc, const char *key, size_t key_len, const void *value,
+                      size_t value_len);
 
 /**
  * Store only if the item's CAS unique is still `cas` (from ringcache_gets).
  * @return 0, RINGCACHE_EEXISTS when it changed, RINGCACHE_ENOTFOUND when
  *         the key is gone; other returns as ringcache_set
  */
-int ringcache_cas(struct ringcache *rc, const char *key, size_t key_len,
-                  const void *value, size_t value_len, uint32_t flags,
-                  int32_t ttl, uint64_t cas);
+int ringcache_cas(struct ringcache *rc, const char *key, size_t key_len, const void *value,
+                  size_t value_len, uint32_t flags, int32_t ttl, uint64_t cas);
 
 /**
  * Delete a key. @return 0, RINGCACHE_ENOTFOUND, or a write error
@@ -276,21 +269,20 @@ int ringcache_delete(struct ringcache *rc, const char *key, size_t key_len);
  * @param result receives the new value (may be NULL)
  * @return 0, RINGCACHE_ENOTFOUND, RINGCACHE_ENONNUMERIC, or a write error
  */
-int ringcache_incr(struct ringcache *rc, const char *key, size_t key_len,
-                   uint64_t delta, uint64_t *result);
+int ringcache_incr(struct ringcache *rc, const char *key, size_t key_len, uint64_t delta,
+                   uint64_t *result);
 
 /**
  * Subtract delta from a decimal value (stops at 0). Returns as ringcache_incr.
  */
-int ringcache_decr(struct ringcache *rc, const char *key, size_t key_len,
-                   uint64_t delta, uint64_t *result);
+int ringcache_decr(struct ringcache *rc, const char *key, size_t key_len, uint64_t delta,
+                   uint64_t *result);
 
 /**
  * Give a present key a new ttl (same rules as ringcache_set).
  * @return 0, RINGCACHE_ENOTFOUND, or a write error
  */
-int ringcache_touch(struct ringcache *rc, const char *key, size_t key_len,
-                    int32_t ttl);
+int ringcache_touch(struct ringcache *rc, const char *key, size_t key_len, int32_t ttl);
 
 /**
  * Called once per key of a multi-get, in no particular order.
@@ -301,8 +293,8 @@ int ringcache_touch(struct ringcache *rc, const char *key, size_t key_len,
  * @param v       the value on a hit; it belongs to the library and is only
  *                valid during the call (copy what you keep); NULL on a miss
  */
-typedef void (*ringcache_mget_fn)(void *arg, size_t index, int node,
-                                  int status, const struct ringcache_value *v);
+typedef void (*ringcache_mget_fn)(void *arg, size_t index, int node, int status,
+                                  const struct ringcache_value *v);
 
 /**
  * Read many keys in one round trip: keys are grouped by owner and each node
@@ -315,17 +307,15 @@ typedef void (*ringcache_mget_fn)(void *arg, size_t index, int node,
  *         RINGCACHE_EKEY (nothing sent) when a key is invalid,
  *         RINGCACHE_EINVAL or RINGCACHE_ENOMEM
  */
-int ringcache_mget_cb(struct ringcache *rc, const char *const *keys,
-                      const size_t *key_lens, size_t n, int with_cas,
-                      ringcache_mget_fn fn, void *arg);
+int ringcache_mget_cb(struct ringcache *rc, const char *const *keys, const size_t *key_lens,
+                      size_t n, int with_cas, ringcache_mget_fn fn, void *arg);
 
 /**
  * Multi-get into arrays: for each i, status[i] is 0 (values[i] filled; the
  * caller clears it) or RINGCACHE_ENOTFOUND (values[i] zeroed). Returns as
  * ringcache_mget_cb.
  */
-int ringcache_mget(struct ringcache *rc, const char *const *keys,
-                   const size_t *key_lens, size_t n,
+int ringcache_mget(struct ringcache *rc, const char *const *keys, const size_t *key_lens, size_t n,
                    struct ringcache_value *values, int *status);
 
 /**
@@ -354,22 +344,20 @@ int ringcache_node_is_down(struct ringcache *rc, size_t i);
  * indexes written into out[]; returns how many (at most want and R), or
  * RINGCACHE_EKEY for an invalid key.
  */
-int ringcache_locate(const struct ringcache *rc, const char *key,
-                     size_t key_len, size_t *out, size_t want);
+int ringcache_locate(const struct ringcache *rc, const char *key, size_t key_len, size_t *out,
+                     size_t want);
 
 /**
  * Called once per `STAT name value` line of a node's stats.
  */
-typedef void (*ringcache_stat_fn)(void *arg, const char *name,
-                                  const char *value);
+typedef void (*ringcache_stat_fn)(void *arg, const char *name, const char *value);
 
 /**
  * Ask node i for its `stats` and hand every line to fn. A node marked down
  * is still asked (this is how an operator checks it).
  * @return 0, RINGCACHE_EINVAL (bad index), or an I/O or protocol error
  */
-int ringcache_stats(struct ringcache *rc, size_t i, ringcache_stat_fn fn,
-                    void *arg);
+int ringcache_stats(struct ringcache *rc, size_t i, ringcache_stat_fn fn, void *arg);
 
 #ifdef __cplusplus
 }

@@ -15,44 +15,43 @@
 struct ctl_command {
     const char *name;
     int (*fn)(struct ctl_globals *g, int argc, char **argv);
-    const char *synopsis;           /* after "ringctl [GLOBAL OPTIONS] " */
-    const char *what;               /* one line; NULL: synopsis only */
-    const char *section;            /* non-NULL starts a group in the usage */
+    const char *synopsis; /* after "ringctl [GLOBAL OPTIONS] " */
+    const char *what;     /* one line; NULL: synopsis only */
+    const char *section;  /* non-NULL starts a group in the usage */
 };
 
 static const struct ctl_command commands[] = {
     { "locate", ctl_locate, "locate --members FILE [--replicas R] [KEY...]",
       "preference list per key (keys from stdin when none given)",
       "placement, computed from membership files (no node contacted):" },
-    { "ring",   ctl_ring,   "ring --members FILE", "points and keyspace share per node", NULL },
-    { "plan",   ctl_admin_plan, "plan --from A.members --to B.members",
+    { "ring", ctl_ring, "ring --members FILE", "points and keyspace share per node", NULL },
+    { "plan", ctl_admin_plan, "plan --from A.members --to B.members",
       "what changes owner between two memberships", NULL },
-    { "get",    ctl_get,    "get KEY...", "read keys",
+    { "get", ctl_get, "get KEY...", "read keys",
       "data (--members FILE or --seeds H:P,... before the command):" },
-    { "set",    ctl_set,    "set KEY VALUE [--ttl S] [--flags F]", "write a key; prints its owner",
+    { "set", ctl_set, "set KEY VALUE [--ttl S] [--flags F]", "write a key; prints its owner",
       NULL },
     { "delete", ctl_delete, "delete KEY...", "delete keys", NULL },
-    { "mget",   ctl_mget,   "mget < KEYS", "read keys from stdin (one a line), one request per node",
+    { "mget", ctl_mget, "mget < KEYS", "read keys from stdin (one a line), one request per node",
       NULL },
-    { "stats",  ctl_stats,  "stats", "every node's stats side by side", NULL },
-    { "init",   ctl_init,   "init --members FILE",
-      "store FILE as epoch 1 and send it to the nodes",
+    { "stats", ctl_stats, "stats", "every node's stats side by side", NULL },
+    { "init", ctl_init, "init --members FILE", "store FILE as epoch 1 and send it to the nodes",
       "cluster (--store DIR --token-file FILE before the command):" },
     { "status", ctl_status, "status", "store epoch, pending transition, every node's state", NULL },
-    { "plan ",  NULL,       "plan join ID ADDR [--weight W] [--zone Z] | plan leave ID",
+    { "plan ", NULL, "plan join ID ADDR [--weight W] [--zone Z] | plan leave ID",
       "dry run of a join or leave: shares and what would move", NULL },
-    { "join",   ctl_join,   "join ID ADDR [--weight W] [--zone Z] [--rate MIB_PER_S]",
+    { "join", ctl_join, "join ID ADDR [--weight W] [--zone Z] [--rate MIB_PER_S]",
       "add a node: copy its ranges, fence, commit epoch N+1", NULL },
-    { "leave",  ctl_leave,  "leave ID [--rate MIB_PER_S]",
+    { "leave", ctl_leave, "leave ID [--rate MIB_PER_S]",
       "remove a live node: copy its ranges away, fence, commit", NULL },
-    { "abort",  ctl_abort,  "abort", "abort the pending (uncommitted) transition", NULL },
+    { "abort", ctl_abort, "abort", "abort the pending (uncommitted) transition", NULL },
     { "resume", ctl_resume, "resume", "finish the pending transition, or re-send the active epoch",
       NULL },
     { "remove", ctl_remove, "remove --failed ID [--force] [--rate MIB_PER_S]",
       "drop a dead node; its ranges are copied from the other replicas", NULL },
     { "repair", ctl_repair, "repair ID [ADDR] [--force] [--rate MIB_PER_S]",
       "remove --failed a dead or restarted node, then join it again (empty)", NULL },
-    { "watch",  ctl_watch,  "watch [--down-after S] [--interval S] [--force] [--once]",
+    { "watch", ctl_watch, "watch [--down-after S] [--interval S] [--force] [--once]",
       "remove (repair) members down (restarted empty) for S seconds", NULL },
 };
 
@@ -70,48 +69,53 @@ usage(FILE *out)
         fprintf(out, "  %s\n      %s\n", commands[i].synopsis, commands[i].what);
     }
     fprintf(out, "\nglobal options (before COMMAND):\n"
-            "  --members FILE     membership file (*.members)\n"
-            "  --seeds H:P,...    data commands: ask these nodes for the membership\n"
-            "  --store DIR        membership store (a directory on the admin host)\n"
-            "  --token-file FILE  admin token (its first line) for the nodes' cluster port\n"
-            "  --cluster NAME     cluster name (default ringcache); must match the nodes'\n"
-            "  --human            aligned output for people (default: TSV)\n"
-            "  --timeout MS       per-operation timeout (default 1000)\n"
-            "  -h, --help         this text\n"
-            "  -V, --version      print the version\n"
-            "\nexit status: 0 ok, 1 an operation failed or a key was missing, 2 bad usage or\n"
-            "input, 3 another transition is pending. See ringctl(1).\n");
+                 "  --members FILE     membership file (*.members)\n"
+                 "  --seeds H:P,...    data commands: ask these nodes for the membership\n"
+                 "  --store DIR        membership store (a directory on the admin host)\n"
+                 "  --token-file FILE  admin token (its first line) for the nodes' cluster port\n"
+                 "  --cluster NAME     cluster name (default ringcache); must match the nodes'\n"
+                 "  --human            aligned output for people (default: TSV)\n"
+                 "  --timeout MS       per-operation timeout (default 1000)\n"
+                 "  -h, --help         this text\n"
+                 "  -V, --version      print the version\n"
+                 "\nexit status: 0 ok, 1 an operation failed or a key was missing, 2 bad usage or\n"
+                 "input, 3 another transition is pending. See ringctl(1).\n");
 }
 
 int
 main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        { "members",    required_argument, NULL, 'm' },
-        { "token-file", required_argument, NULL, 'k' },
-        { "store",      required_argument, NULL, 's' },
-        { "human",      no_argument,       NULL, 'H' },
-        { "timeout",    required_argument, NULL, 't' },
-        { "cluster",    required_argument, NULL, 'c' },
-        { "seeds",      required_argument, NULL, 'S' },
-        { "help",       no_argument,       NULL, 'h' },
-        { "version",    no_argument,       NULL, 'V' },
-        { NULL, 0, NULL, 0 }
+        { "members", required_argument, NULL, 'm' }, { "token-file", required_argument, NULL, 'k' },
+        { "store", required_argument, NULL, 's' },   { "human", no_argument, NULL, 'H' },
+        { "timeout", required_argument, NULL, 't' }, { "cluster", required_argument, NULL, 'c' },
+        { "seeds", required_argument, NULL, 'S' },   { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' },       { NULL, 0, NULL, 0 }
     };
     struct ctl_globals g = { .timeout_ms = 1000, .cluster = "ringcache" };
-    size_t i;
-    long timeout;
-    char *end;
-    int c;
+    size_t             i;
+    long               timeout;
+    char              *end;
+    int                c;
 
     /* '+': stop at the subcommand; it parses its own options. */
     while ((c = getopt_long(argc, argv, "+hV", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': g.members = optarg; break;
-        case 'k': g.token_file = optarg; break;
-        case 's': g.store = optarg; break;
-        case 'H': g.human = true; break;
-        case 'S': g.seeds = optarg; break;
+        case 'm':
+            g.members = optarg;
+            break;
+        case 'k':
+            g.token_file = optarg;
+            break;
+        case 's':
+            g.store = optarg;
+            break;
+        case 'H':
+            g.human = true;
+            break;
+        case 'S':
+            g.seeds = optarg;
+            break;
         case 'c':
             if (optarg[0] == '\0') {
                 ctl_error("--cluster: expected a name");
@@ -122,16 +126,21 @@ main(int argc, char **argv)
         case 't':
             errno = 0;
             timeout = strtol(optarg, &end, 10);
-            if (errno != 0 || end == optarg || *end != '\0' || timeout <= 0
-                || timeout > 3600000) {
+            if (errno != 0 || end == optarg || *end != '\0' || timeout <= 0 || timeout > 3600000) {
                 ctl_error("--timeout: expected milliseconds 1..3600000, got '%s'", optarg);
                 return 2;
             }
             g.timeout_ms = (int)timeout;
             break;
-        case 'h': usage(stdout); return 0;
-        case 'V': printf("ringctl %s\n", PACKAGE_VERSION); return 0;
-        default: usage(stderr); return 2;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'V':
+            printf("ringctl %s\n", PACKAGE_VERSION);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (optind >= argc) {

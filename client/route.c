@@ -9,8 +9,7 @@
 #include "client/route.h"
 
 uint32_t
-route_owners(const struct ring *r, uint32_t replicas, const char *key,
-             size_t len, uint32_t *owners)
+route_owners(const struct ring *r, uint32_t replicas, const char *key, size_t len, uint32_t *owners)
 {
     if (replicas > ROUTE_R_MAX) {
         replicas = ROUTE_R_MAX;
@@ -19,13 +18,13 @@ route_owners(const struct ring *r, uint32_t replicas, const char *key,
 }
 
 int
-route_plan_build(struct route_plan *p, size_t n_nodes, struct route_key *keys,
-                 size_t n, route_usable_fn usable, void *arg)
+route_plan_build(struct route_plan *p, size_t n_nodes, struct route_key *keys, size_t n,
+                 route_usable_fn usable, void *arg)
 {
-    int32_t *slot = NULL;   /* node -> group, -1 not asked, -2 unusable */
+    int32_t  *slot = NULL;  /* node -> group, -1 not asked, -2 unusable */
     uint32_t *group = NULL; /* key -> group, UINT32_MAX none */
-    size_t *fill = NULL, i;
-    int ret = RINGCACHE_ENOMEM;
+    size_t   *fill = NULL, i;
+    int       ret = RINGCACHE_ENOMEM;
 
     memset(p, 0, sizeof(*p));
     slot = malloc(n_nodes * sizeof(*slot));
@@ -34,8 +33,8 @@ route_plan_build(struct route_plan *p, size_t n_nodes, struct route_key *keys,
     p->start = calloc(n_nodes + 1, sizeof(*p->start));
     p->idx = malloc((n > 0 ? n : 1) * sizeof(*p->idx));
     fill = calloc(n_nodes + 1, sizeof(*fill));
-    if (slot == NULL || group == NULL || p->node == NULL || p->start == NULL ||
-        p->idx == NULL || fill == NULL) {
+    if (slot == NULL || group == NULL || p->node == NULL || p->start == NULL || p->idx == NULL ||
+        fill == NULL) {
         goto out;
     }
     for (i = 0; i < n_nodes; i++) {

@@ -72,11 +72,10 @@ view_saw_epoch(struct ringcache *rc, uint64_t e)
  * id of the membership that names it (it is in no view before). Caller
  * holds refresh_lock (or is creating the handle). NULL with err set. */
 static struct rc_node *
-node_lookup(struct ringcache *rc, const char *id, const char *addr, char *err,
-            size_t errlen)
+node_lookup(struct ringcache *rc, const char *id, const char *addr, char *err, size_t errlen)
 {
     struct rc_node *n;
-    size_t i;
+    size_t          i;
 
     if (id == NULL) {
         id = "";
@@ -99,7 +98,7 @@ node_lookup(struct ringcache *rc, const char *id, const char *addr, char *err,
         return NULL;
     }
     if (rc->n_all == rc->cap_all) {
-        size_t ncap = rc->cap_all == 0 ? 8 : rc->cap_all * 2;
+        size_t           ncap = rc->cap_all == 0 ? 8 : rc->cap_all * 2;
         struct rc_node **na = realloc(rc->all, ncap * sizeof(*na));
 
         if (na == NULL) {
@@ -127,13 +126,13 @@ node_lookup(struct ringcache *rc, const char *id, const char *addr, char *err,
 /* Build a view of membership m (borrowed). Caller holds refresh_lock.
  * RINGCACHE_EMEMBERS or RINGCACHE_ENOMEM with err set. */
 static int
-view_build(struct ringcache *rc, const struct ring_members *m,
-           struct rc_view **out, char *err, size_t errlen)
+view_build(struct ringcache *rc, const struct ring_members *m, struct rc_view **out, char *err,
+           size_t errlen)
 {
     const struct ring_members *rm;
-    struct rc_view *v;
-    size_t i;
-    int ret;
+    struct rc_view            *v;
+    size_t                     i;
+    int                        ret;
 
     if (m->n_nodes == 0) {
         rc_set_err(err, errlen, "%s", "the membership has no nodes");
@@ -147,7 +146,8 @@ view_build(struct ringcache *rc, const struct ring_members *m,
     v->epoch = m->epoch;
     v->ring = ring_build(m);
     if (v->ring == NULL) {
-        rc_set_err(err, errlen, "%s", "cannot build the ring (invalid membership or out of memory)");
+        rc_set_err(err, errlen, "%s",
+                   "cannot build the ring (invalid membership or out of memory)");
         ret = RINGCACHE_EMEMBERS;
         goto fail;
     }
@@ -185,8 +185,8 @@ int
 view_adopt(struct ringcache *rc, const struct ring_members *m, char *err, size_t errlen)
 {
     struct rc_view *v = NULL, *old;
-    size_t i, j;
-    int ret;
+    size_t          i, j;
+    int             ret;
 
     if (rc->view != NULL && m->epoch <= rc->view->epoch) {
         return 0;
@@ -218,7 +218,7 @@ size_t
 ringcache_node_count(const struct ringcache *rc)
 {
     struct rc_view *v;
-    size_t n;
+    size_t          n;
 
     if (rc == NULL) {
         return 0;
@@ -275,12 +275,12 @@ ringcache_node_is_down(struct ringcache *rc, size_t i)
 }
 
 int
-ringcache_locate(const struct ringcache *rc, const char *key, size_t key_len,
-                 size_t *out, size_t want)
+ringcache_locate(const struct ringcache *rc, const char *key, size_t key_len, size_t *out,
+                 size_t want)
 {
-    uint32_t owners[ROUTE_R_MAX];
+    uint32_t        owners[ROUTE_R_MAX];
     struct rc_view *v;
-    uint32_t n, i;
+    uint32_t        n, i;
 
     if (rc == NULL || out == NULL) {
         return RINGCACHE_EINVAL;
@@ -304,7 +304,7 @@ uint64_t
 ringcache_epoch(struct ringcache *rc)
 {
     struct rc_view *v;
-    uint64_t e;
+    uint64_t        e;
 
     if (rc == NULL) {
         return 0;
@@ -331,8 +331,8 @@ ringcache_set_poll_interval(struct ringcache *rc, int ms)
  */
 
 struct config_ctx {
-    struct ring_members *m;        /* the membership (NULL: the node has none) */
-    const char          *name;     /* for parse errors */
+    struct ring_members *m;    /* the membership (NULL: the node has none) */
+    const char          *name; /* for parse errors */
     char                *err;
     size_t               errlen;
     struct rc_node      *node;
@@ -357,8 +357,8 @@ static int
 config_reply(void *arg, const struct mcr_reply *r)
 {
     struct config_ctx *g = arg;
-    char why[512] = "";
-    int ret;
+    char               why[512] = "";
+    int                ret;
 
     switch (r->kind) {
     case MCR_CONFIG:
@@ -366,7 +366,7 @@ config_reply(void *arg, const struct mcr_reply *r)
             return RINGCACHE_EPROTO;
         }
         if (r->epoch == 0) {
-            return STEP_MORE;      /* no membership: END follows */
+            return STEP_MORE; /* no membership: END follows */
         }
         ret = ring_members_parse(r->data, r->data_len, g->name, &g->m, why, sizeof(why));
         if (ret != RING_OK) {
@@ -391,17 +391,17 @@ config_reply(void *arg, const struct mcr_reply *r)
 /* Ask node for `config`. 0 with *out the membership (NULL when the node
  * has none; the caller frees it), or an error. */
 static int
-fetch_config(struct ringcache *rc, struct rc_node *node, struct ring_members **out,
-             char *err, size_t errlen)
+fetch_config(struct ringcache *rc, struct rc_node *node, struct ring_members **out, char *err,
+             size_t errlen)
 {
     struct config_ctx g = { .node = node, .err = err, .errlen = errlen };
-    struct op op = { config_reply, config_reset, &g, &g.result };
-    char line[16];
-    struct iovec iov = { .iov_base = line, .iov_len = mcp_format_config(line) };
-    struct redirect rd;
-    char name[RING_ADDR_MAX + 32];
-    bool sent;
-    int ret;
+    struct op         op = { config_reply, config_reset, &g, &g.result };
+    char              line[16];
+    struct iovec      iov = { .iov_base = line, .iov_len = mcp_format_config(line) };
+    struct redirect   rd;
+    char              name[RING_ADDR_MAX + 32];
+    bool              sent;
+    int               ret;
 
     snprintf(name, sizeof(name), "config from %s", node->addr);
     g.name = name;
@@ -424,7 +424,7 @@ int
 view_refresh_from(struct ringcache *rc, struct rc_node *node, char *err, size_t errlen)
 {
     struct ring_members *m = NULL;
-    int ret;
+    int                  ret;
 
     ret = fetch_config(rc, node, &m, err, errlen);
     if (ret != 0 || m == NULL) {
@@ -446,7 +446,7 @@ view_learn(struct ringcache *rc, uint64_t had, uint64_t want, struct rc_node *fr
            const char *addr)
 {
     struct rc_node *to;
-    uint64_t now;
+    uint64_t        now;
 
     pthread_mutex_lock(&rc->refresh_lock);
     now = rc->view->epoch;
@@ -469,8 +469,8 @@ int
 ringcache_refresh(struct ringcache *rc)
 {
     struct rc_view *v;
-    size_t i;
-    int ret = RINGCACHE_EDOWN;
+    size_t          i;
+    int             ret = RINGCACHE_EDOWN;
 
     if (rc == NULL) {
         return RINGCACHE_EINVAL;
@@ -524,18 +524,18 @@ epoch_reply(void *arg, const struct mcr_reply *r)
 void
 view_maybe_poll(struct ringcache *rc)
 {
-    int ms = __atomic_load_n(&rc->poll_ms, __ATOMIC_ACQUIRE);
-    int64_t now, due;
-    struct rc_view *v;
-    struct rc_node *node = NULL;
+    int              ms = __atomic_load_n(&rc->poll_ms, __ATOMIC_ACQUIRE);
+    int64_t          now, due;
+    struct rc_view  *v;
+    struct rc_node  *node = NULL;
     struct epoch_ctx e = { 0 };
-    struct op op = { epoch_reply, NULL, &e, &e.result };
-    char line[16];
-    struct iovec iov = { .iov_base = line, .iov_len = mcp_format_epoch_poll(line) };
-    struct redirect rd;
-    unsigned start;
-    size_t k;
-    bool sent;
+    struct op        op = { epoch_reply, NULL, &e, &e.result };
+    char             line[16];
+    struct iovec     iov = { .iov_base = line, .iov_len = mcp_format_epoch_poll(line) };
+    struct redirect  rd;
+    unsigned         start;
+    size_t           k;
+    bool             sent;
 
     if (ms <= 0) {
         return;
@@ -551,8 +551,7 @@ view_maybe_poll(struct ringcache *rc)
     for (k = 0; k < v->n_nodes; k++) {
         struct rc_node *n = v->nodes[(start + k) % v->n_nodes];
 
-        if (!__atomic_load_n(&n->no_ext, __ATOMIC_RELAXED) &&
-            pool_node_usable(&n->pool, now)) {
+        if (!__atomic_load_n(&n->no_ext, __ATOMIC_RELAXED) && pool_node_usable(&n->pool, now)) {
             node = n;
             break;
         }

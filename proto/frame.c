@@ -29,7 +29,7 @@ static uint64_t
 get_be(const uint8_t *p, int n)
 {
     uint64_t v = 0;
-    int i;
+    int      i;
 
     for (i = 0; i < n; i++) {
         v = (v << 8) | p[i];
@@ -38,8 +38,8 @@ get_be(const uint8_t *p, int n)
 }
 
 void
-frame_header_write(uint8_t out[FRAME_HEADER_SIZE], enum frame_type type,
-                   uint64_t cluster_id, uint32_t length)
+frame_header_write(uint8_t out[FRAME_HEADER_SIZE], enum frame_type type, uint64_t cluster_id,
+                   uint32_t length)
 {
     out[0] = FRAME_MAGIC0;
     out[1] = FRAME_MAGIC1;
@@ -53,8 +53,8 @@ frame_header_write(uint8_t out[FRAME_HEADER_SIZE], enum frame_type type,
 }
 
 int
-frame_decode(const uint8_t *buf, size_t len, uint64_t want_cluster,
-             uint32_t max_payload, struct frame *f, size_t *consumed)
+frame_decode(const uint8_t *buf, size_t len, uint64_t want_cluster, uint32_t max_payload,
+             struct frame *f, size_t *consumed)
 {
     uint32_t length;
 
@@ -96,13 +96,21 @@ const char *
 frame_strerror(int err)
 {
     switch (err) {
-    case FRAME_OK:       return "ok";
-    case FRAME_EAGAIN:   return "truncated frame";
-    case FRAME_EMAGIC:   return "bad frame magic (not a ringcache cluster peer)";
-    case FRAME_EVERSION: return "unsupported frame version";
-    case FRAME_ETYPE:    return "unknown frame type";
-    case FRAME_ECLUSTER: return "frame from another cluster";
-    case FRAME_ETOOBIG:  return "frame payload too large";
-    default:             return "unknown frame error";
+    case FRAME_OK:
+        return "ok";
+    case FRAME_EAGAIN:
+        return "truncated frame";
+    case FRAME_EMAGIC:
+        return "bad frame magic (not a ringcache cluster peer)";
+    case FRAME_EVERSION:
+        return "unsupported frame version";
+    case FRAME_ETYPE:
+        return "unknown frame type";
+    case FRAME_ECLUSTER:
+        return "frame from another cluster";
+    case FRAME_ETOOBIG:
+        return "frame payload too large";
+    default:
+        return "unknown frame error";
     }
 }

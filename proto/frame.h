@@ -14,28 +14,28 @@
 
 #include "ring/ring.h"
 
-#define FRAME_HEADER_SIZE   16
-#define FRAME_MAGIC0        'R'
-#define FRAME_MAGIC1        'C'
-#define FRAME_VERSION       1
-#define FRAME_PAYLOAD_MAX   (8u << 20)  /* hard ceiling; callers may pass less */
+#define FRAME_HEADER_SIZE 16
+#define FRAME_MAGIC0      'R'
+#define FRAME_MAGIC1      'C'
+#define FRAME_VERSION     1
+#define FRAME_PAYLOAD_MAX (8u << 20) /* hard ceiling; callers may pass less */
 
 /* Frame types. The payload of each is named beside it. */
 enum frame_type {
-    FRAME_HELLO = 1,        /* ringcache.Hello: cluster name, token, node id */
-    FRAME_MEMBERSHIP,       /* ringcache.Membership */
-    FRAME_ADMIN_REQUEST,    /* admin request (cluster issue) */
-    FRAME_ADMIN_REPLY,      /* admin reply */
-    FRAME_HANDOFF_BATCH,    /* post-images and tombstones */
-    FRAME_HANDOFF_ACK,      /* ringcache.HandoffAck */
-    FRAME_ERROR,            /* ringcache.Error, then the sender closes */
-    FRAME_PING,             /* ringcache.Ping: heartbeat, peer -> peer */
-    FRAME_PONG,             /* ringcache.Pong: its answer */
-    FRAME_TYPE_END          /* first unknown type */
+    FRAME_HELLO = 1,     /* ringcache.Hello: cluster name, token, node id */
+    FRAME_MEMBERSHIP,    /* ringcache.Membership */
+    FRAME_ADMIN_REQUEST, /* admin request (cluster issue) */
+    FRAME_ADMIN_REPLY,   /* admin reply */
+    FRAME_HANDOFF_BATCH, /* post-images and tombstones */
+    FRAME_HANDOFF_ACK,   /* ringcache.HandoffAck */
+    FRAME_ERROR,         /* ringcache.Error, then the sender closes */
+    FRAME_PING,          /* ringcache.Ping: heartbeat, peer -> peer */
+    FRAME_PONG,          /* ringcache.Pong: its answer */
+    FRAME_TYPE_END       /* first unknown type */
 };
 
 /* Decoder results (FRAME_OK = a whole frame; FRAME_EAGAIN = read more). */
-#define FRAME_OK        0
+#define FRAME_OK       0
 #define FRAME_EAGAIN   (-1)
 #define FRAME_EMAGIC   (-2)
 #define FRAME_EVERSION (-3)
@@ -44,10 +44,10 @@ enum frame_type {
 #define FRAME_ETOOBIG  (-6)
 
 struct frame {
-    uint8_t        type;        /* enum frame_type */
-    uint64_t       cluster_id;  /* frame_cluster_id of the cluster name */
-    uint32_t       length;      /* payload bytes */
-    const uint8_t *payload;     /* points into the decoded buffer */
+    uint8_t        type;       /* enum frame_type */
+    uint64_t       cluster_id; /* frame_cluster_id of the cluster name */
+    uint32_t       length;     /* payload bytes */
+    const uint8_t *payload;    /* points into the decoded buffer */
 };
 
 /* The cluster id of a cluster name, as every frame header carries it:
@@ -56,8 +56,8 @@ struct frame {
 uint64_t frame_cluster_id(const char *name);
 
 /* Write a header for a payload of `length` bytes into out[16]. */
-void frame_header_write(uint8_t out[FRAME_HEADER_SIZE], enum frame_type type,
-                        uint64_t cluster_id, uint32_t length);
+void frame_header_write(uint8_t out[FRAME_HEADER_SIZE], enum frame_type type, uint64_t cluster_id,
+                        uint32_t length);
 
 /*
  * Decode one frame from the start of buf[0..len). On FRAME_OK, *f describes
@@ -67,8 +67,8 @@ void frame_header_write(uint8_t out[FRAME_HEADER_SIZE], enum frame_type type,
  * so a bad frame is rejected as soon as its header is in, never after
  * buffering a huge payload. FRAME_EAGAIN when more bytes are needed.
  */
-int frame_decode(const uint8_t *buf, size_t len, uint64_t want_cluster,
-                 uint32_t max_payload, struct frame *f, size_t *consumed);
+int frame_decode(const uint8_t *buf, size_t len, uint64_t want_cluster, uint32_t max_payload,
+                 struct frame *f, size_t *consumed);
 
 /* A short description of a decoder result, for logs. */
 const char *frame_strerror(int err);

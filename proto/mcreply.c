@@ -15,7 +15,7 @@ static int
 parse_u64(const char *s, size_t len, uint64_t max, uint64_t *out)
 {
     uint64_t v = 0;
-    size_t i;
+    size_t   i;
 
     if (len == 0 || len > 20) {
         return -1;
@@ -46,7 +46,7 @@ static int
 split(const char *line, size_t len, const char **tok, size_t *tlen, int max)
 {
     size_t start = 0, i;
-    int n = 0;
+    int    n = 0;
 
     for (i = 0; i <= len; i++) {
         if (i == len || line[i] == ' ') {
@@ -79,8 +79,7 @@ is_word(const char *line, size_t len, const char *word, size_t n)
 /* True when line[0..len) is the n bytes of word alone or followed by a
  * space; the message after it goes into r->data. */
 static bool
-word_msg(const char *line, size_t len, const char *word, size_t n,
-         struct mcr_reply *r)
+word_msg(const char *line, size_t len, const char *word, size_t n, struct mcr_reply *r)
 {
     if (!starts(line, len, word, n) || (len > n && line[n] != ' ')) {
         return false;
@@ -94,8 +93,7 @@ word_msg(const char *line, size_t len, const char *word, size_t n,
  * buf (r->line_len bytes plus "\r\n"), avail bytes in all; see mcr_parse
  * for the return convention. r already describes the head. */
 static long
-data_block(const char *buf, size_t avail, enum mcr_kind kind,
-           struct mcr_reply *r, size_t *need)
+data_block(const char *buf, size_t avail, enum mcr_kind kind, struct mcr_reply *r, size_t *need)
 {
     size_t head = r->line_len + 2, bytes = r->data_len;
 
@@ -130,12 +128,11 @@ field_u64(const char *line, size_t len, size_t *at, uint64_t max, uint64_t *out)
  * spaces, the key any bytes but spaces) and its data block. One pass: the
  * node's forwarding reads every VALUE it relays. */
 static long
-parse_value(const char *buf, size_t avail, size_t max_value,
-            struct mcr_reply *r, size_t *need)
+parse_value(const char *buf, size_t avail, size_t max_value, struct mcr_reply *r, size_t *need)
 {
-    size_t len = r->line_len, at = 6;
+    size_t      len = r->line_len, at = 6;
     const char *sp;
-    uint64_t v;
+    uint64_t    v;
 
     sp = memchr(buf + at, ' ', len - at);
     if (sp == NULL || sp == buf + at) {
@@ -165,12 +162,11 @@ parse_value(const char *buf, size_t avail, size_t max_value,
 
 /* "CONFIG <epoch> <bytes>" and its data block, like a VALUE. */
 static long
-parse_config(const char *buf, size_t avail, size_t max_value,
-             struct mcr_reply *r, size_t *need)
+parse_config(const char *buf, size_t avail, size_t max_value, struct mcr_reply *r, size_t *need)
 {
     const char *tok[4];
-    size_t tlen[4];
-    uint64_t bytes;
+    size_t      tlen[4];
+    uint64_t    bytes;
 
     if (split(buf, r->line_len, tok, tlen, 4) != 3 ||
         parse_u64(tok[1], tlen[1], UINT64_MAX, &r->epoch) != 0 ||
@@ -187,14 +183,13 @@ static void
 parse_redirect(struct mcr_reply *r)
 {
     const char *tok[4];
-    size_t tlen[4];
-    uint64_t epoch;
-    int n;
+    size_t      tlen[4];
+    uint64_t    epoch;
+    int         n;
 
     n = split(r->data, r->data_len, tok, tlen, 4);
     if (n == 3 && is_word(tok[0], tlen[0], "MOVED", 5) &&
-        parse_u64(tok[1], tlen[1], UINT64_MAX, &epoch) == 0 &&
-        tlen[2] <= MCR_ADDR_MAX) {
+        parse_u64(tok[1], tlen[1], UINT64_MAX, &epoch) == 0 && tlen[2] <= MCR_ADDR_MAX) {
         r->kind = MCR_MOVED;
         r->epoch = epoch;
         r->key = tok[2];
@@ -211,7 +206,7 @@ static enum mcr_kind
 parse_stat(const char *line, size_t len, struct mcr_reply *r)
 {
     const char *name = line + 5, *sp;
-    size_t rest = len - 5;
+    size_t      rest = len - 5;
 
     sp = memchr(name, ' ', rest);
     if (sp == NULL || sp == name) {
@@ -229,7 +224,7 @@ static enum mcr_kind
 parse_epoch(const char *line, size_t len, struct mcr_reply *r)
 {
     const char *tok[4];
-    size_t tlen[4];
+    size_t      tlen[4];
 
     if (split(line, len, tok, tlen, 4) != 3 ||
         parse_u64(tok[1], tlen[1], UINT64_MAX, &r->epoch) != 0 ||
@@ -304,8 +299,16 @@ classify(const char *line, size_t len, struct mcr_reply *r)
             return MCR_TOUCHED;
         }
         break;
-    case '0': case '1': case '2': case '3': case '4':
-    case '5': case '6': case '7': case '8': case '9':
+    case '0':
+    case '1':
+    case '2':
+    case '3':
+    case '4':
+    case '5':
+    case '6':
+    case '7':
+    case '8':
+    case '9':
         if (parse_u64(line, len, UINT64_MAX, &r->number) == 0) {
             return MCR_NUMBER;
         }
@@ -343,8 +346,7 @@ mcr_line(const char *buf, size_t len, size_t *need)
 }
 
 long
-mcr_parse(const char *buf, size_t len, size_t max_value, struct mcr_reply *r,
-          size_t *need)
+mcr_parse(const char *buf, size_t len, size_t max_value, struct mcr_reply *r, size_t *need)
 {
     long n;
 
@@ -354,7 +356,7 @@ mcr_parse(const char *buf, size_t len, size_t max_value, struct mcr_reply *r,
         return n;
     }
     if (max_value > SIZE_MAX / 2) {
-        max_value = SIZE_MAX / 2;      /* head + block + 2 never wraps */
+        max_value = SIZE_MAX / 2; /* head + block + 2 never wraps */
     }
     r->line_len = (size_t)n - 2;
     if (starts(buf, r->line_len, "VALUE ", 6)) {

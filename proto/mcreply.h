@@ -16,11 +16,11 @@
  * for its end in the first MCR_LINE_MAX bytes only, so that many bytes
  * without a "\n" are never a reply (a reader stops buffering there). */
 #define MCR_LINE_MAX 2048
-#define MCR_ADDR_MAX 255           /* longest address in a MOVED reply (RING_ADDR_MAX) */
-#define MCR_EPROTO   (-1)          /* not a reply: the reader is out of step */
+#define MCR_ADDR_MAX 255  /* longest address in a MOVED reply (RING_ADDR_MAX) */
+#define MCR_EPROTO   (-1) /* not a reply: the reader is out of step */
 
 enum mcr_kind {
-    MCR_VALUE = 1,       /* VALUE <key> <flags> <bytes>[ <cas>] + data */
+    MCR_VALUE = 1, /* VALUE <key> <flags> <bytes>[ <cas>] + data */
     MCR_END,
     MCR_STORED,
     MCR_NOT_STORED,
@@ -28,36 +28,36 @@ enum mcr_kind {
     MCR_NOT_FOUND,
     MCR_DELETED,
     MCR_TOUCHED,
-    MCR_NUMBER,          /* incr/decr result */
-    MCR_STAT,            /* STAT <name> <value> */
+    MCR_NUMBER, /* incr/decr result */
+    MCR_STAT,   /* STAT <name> <value> */
     MCR_OK,
-    MCR_ERROR,           /* ERROR[ <msg>] */
-    MCR_CLIENT_ERROR,    /* CLIENT_ERROR[ <msg>] */
-    MCR_SERVER_ERROR,    /* SERVER_ERROR[ <msg>] */
-    MCR_MOVED,           /* SERVER_ERROR MOVED <epoch> <addr>: key = addr */
-    MCR_TRYAGAIN,        /* SERVER_ERROR TRYAGAIN <epoch> */
-    MCR_CONFIG,          /* CONFIG <epoch> <bytes> + data (membership text); END follows */
-    MCR_EPOCH,           /* EPOCH <active> <pending> */
-    MCR_OTHER,           /* a line of none of these shapes ("12a", "STAT x",
-                          * "FOO"): a relay passes it on, a client rejects it */
+    MCR_ERROR,        /* ERROR[ <msg>] */
+    MCR_CLIENT_ERROR, /* CLIENT_ERROR[ <msg>] */
+    MCR_SERVER_ERROR, /* SERVER_ERROR[ <msg>] */
+    MCR_MOVED,        /* SERVER_ERROR MOVED <epoch> <addr>: key = addr */
+    MCR_TRYAGAIN,     /* SERVER_ERROR TRYAGAIN <epoch> */
+    MCR_CONFIG,       /* CONFIG <epoch> <bytes> + data (membership text); END follows */
+    MCR_EPOCH,        /* EPOCH <active> <pending> */
+    MCR_OTHER,        /* a line of none of these shapes ("12a", "STAT x",
+                       * "FOO"): a relay passes it on, a client rejects it */
 };
 
 /* One reply unit. Pointers point into the parsed buffer. */
 struct mcr_reply {
-    enum mcr_kind kind;       /* 0: the line is not all there yet */
-    size_t        line_len;   /* the (head) line without its "\r\n" */
-    const char   *key;        /* VALUE: the key; STAT: the name; MOVED: the address */
+    enum mcr_kind kind;     /* 0: the line is not all there yet */
+    size_t        line_len; /* the (head) line without its "\r\n" */
+    const char   *key;      /* VALUE: the key; STAT: the name; MOVED: the address */
     size_t        key_len;
-    const char   *data;       /* VALUE, CONFIG: the data block (NULL until it is all
-                               * there); STAT: the value; ERROR, CLIENT_ERROR,
-                               * SERVER_ERROR, MOVED, TRYAGAIN: the message */
-    size_t        data_len;   /* VALUE, CONFIG: the block's size, even before it is there */
-    uint32_t      flags;
-    bool          has_cas;
-    uint64_t      cas;
-    uint64_t      number;     /* MCR_NUMBER */
-    uint64_t      epoch;      /* MOVED, TRYAGAIN, CONFIG; EPOCH: the active one */
-    uint64_t      pending;    /* EPOCH: the pending epoch (0: none) */
+    const char   *data; /* VALUE, CONFIG: the data block (NULL until it is all
+                         * there); STAT: the value; ERROR, CLIENT_ERROR,
+                         * SERVER_ERROR, MOVED, TRYAGAIN: the message */
+    size_t   data_len;  /* VALUE, CONFIG: the block's size, even before it is there */
+    uint32_t flags;
+    bool     has_cas;
+    uint64_t cas;
+    uint64_t number;  /* MCR_NUMBER */
+    uint64_t epoch;   /* MOVED, TRYAGAIN, CONFIG; EPOCH: the active one */
+    uint64_t pending; /* EPOCH: the pending epoch (0: none) */
 };
 
 /*
@@ -79,8 +79,7 @@ struct mcr_reply {
  * and a VALUE key is any run of bytes but spaces. What a client accepts
  * on top of this is client/mcproto.h's business.
  */
-long mcr_parse(const char *buf, size_t len, size_t max_value,
-               struct mcr_reply *r, size_t *need);
+long mcr_parse(const char *buf, size_t len, size_t max_value, struct mcr_reply *r, size_t *need);
 
 /*
  * Where the reply line at the start of buf[0..len) ends: its length with

@@ -12,10 +12,10 @@ uint8_t *
 members_pb_pack(const struct ring_members *m, size_t *len)
 {
     Ringcache__Membership pb = RINGCACHE__MEMBERSHIP__INIT;
-    Ringcache__Node *nodes = NULL;
-    Ringcache__Node **ptrs = NULL;
-    uint8_t *buf = NULL;
-    uint32_t i;
+    Ringcache__Node      *nodes = NULL;
+    Ringcache__Node     **ptrs = NULL;
+    uint8_t              *buf = NULL;
+    uint32_t              i;
 
     if (m->n_nodes > 0) {
         nodes = calloc(m->n_nodes, sizeof(*nodes));
@@ -52,13 +52,13 @@ out:
 }
 
 int
-members_pb_unpack(const uint8_t *buf, size_t len, struct ring_members **out,
-                  char *err, size_t errlen)
+members_pb_unpack(const uint8_t *buf, size_t len, struct ring_members **out, char *err,
+                  size_t errlen)
 {
     Ringcache__Membership *pb;
-    struct ring_members *m = NULL;
-    size_t i;
-    int rc;
+    struct ring_members   *m = NULL;
+    size_t                 i;
+    int                    rc;
 
     pb = ringcache__membership__unpack(NULL, len, buf);
     if (pb == NULL) {

@@ -20,7 +20,7 @@ uint8_t *members_pb_pack(const struct ring_members *m, size_t *len);
  * *out (free with ring_members_free); RING_EPARSE with a reason in err for
  * bytes that are not a Membership or whose content is invalid (the same
  * rules as the text form); RING_ENOMEM. */
-int members_pb_unpack(const uint8_t *buf, size_t len, struct ring_members **out,
-                      char *err, size_t errlen);
+int members_pb_unpack(const uint8_t *buf, size_t len, struct ring_members **out, char *err,
+                      size_t errlen);
 
 #endif

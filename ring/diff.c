@@ -12,7 +12,6 @@
 #include "ring/ring.h"
 #include "ring/ring_internal.h"
 
-
 /*
  * map[i] = index in `to` of node i of `from` (by id), or UINT32_MAX when it
  * is not there. Both by_id arrays are sorted by id, so one merge does it.
@@ -28,7 +27,7 @@ map_nodes(const struct ring *from, const struct ring *to, uint32_t *map)
     i = 0;
     while (i < na && j < nb) {
         uint16_t x = from->by_id[i], y = to->by_id[j];
-        int c = strcmp(from->m->nodes[x].id, to->m->nodes[y].id);
+        int      c = strcmp(from->m->nodes[x].id, to->m->nodes[y].id);
 
         if (c == 0) {
             map[x] = y;
@@ -45,9 +44,8 @@ map_nodes(const struct ring *from, const struct ring *to, uint32_t *map)
 /* Append an arc (lo, hi] or extend the last one when it ends at lo with
  * the same lists. Returns RING_OK or RING_ENOMEM. */
 static int
-add_arc(struct ring_diff *d, uint32_t *cap, uint64_t lo, uint64_t hi,
-        const uint32_t *lo_nodes, uint32_t n_old,
-        const uint32_t *hi_nodes, uint32_t n_new, bool changed)
+add_arc(struct ring_diff *d, uint32_t *cap, uint64_t lo, uint64_t hi, const uint32_t *lo_nodes,
+        uint32_t n_old, const uint32_t *hi_nodes, uint32_t n_new, bool changed)
 {
     struct ring_arc *a;
 
@@ -61,7 +59,7 @@ add_arc(struct ring_diff *d, uint32_t *cap, uint64_t lo, uint64_t hi,
         }
     }
     if (d->n_arcs == *cap) {
-        uint32_t ncap = *cap == 0 ? 64 : *cap * 2;
+        uint32_t         ncap = *cap == 0 ? 64 : *cap * 2;
         struct ring_arc *na = realloc(d->arcs, (size_t)ncap * sizeof(*na));
 
         if (na == NULL) {
@@ -91,14 +89,14 @@ static struct ring_diff *
 diff(const struct ring *from, const struct ring *to, bool all)
 {
     struct ring_diff *d;
-    uint32_t *map = NULL, cap = 0;
-    uint32_t ra = UINT32_MAX, rb = UINT32_MAX, ia = 0, ib = 0;
-    uint32_t na = from->n_points, nb = to->n_points, n_old = 0, n_new = 0;
-    uint32_t want_a, want_b, lold[RING_R_MAX], lnew[RING_R_MAX], k;
-    uint64_t prev, x;
+    uint32_t         *map = NULL, cap = 0;
+    uint32_t          ra = UINT32_MAX, rb = UINT32_MAX, ia = 0, ib = 0;
+    uint32_t          na = from->n_points, nb = to->n_points, n_old = 0, n_new = 0;
+    uint32_t          want_a, want_b, lold[RING_R_MAX], lnew[RING_R_MAX], k;
+    uint64_t          prev, x;
     unsigned __int128 moved_primary = 0, moved_list = 0;
-    const double scale = 1.0 / 18446744073709551616.0;
-    bool first = true;
+    const double      scale = 1.0 / 18446744073709551616.0;
+    bool              first = true;
 
     d = calloc(1, sizeof(*d));
     map = malloc((size_t)from->m->n_nodes * sizeof(*map));
@@ -109,12 +107,11 @@ diff(const struct ring *from, const struct ring *to, bool all)
     want_a = from->m->replicas < RING_R_MAX ? from->m->replicas : RING_R_MAX;
     want_b = to->m->replicas < RING_R_MAX ? to->m->replicas : RING_R_MAX;
     /* The first elementary arc wraps: it starts at the largest position. */
-    prev = from->pos[na - 1] > to->pos[nb - 1] ? from->pos[na - 1]
-                                               : to->pos[nb - 1];
+    prev = from->pos[na - 1] > to->pos[nb - 1] ? from->pos[na - 1] : to->pos[nb - 1];
     while (ia < na || ib < nb) {
-        uint32_t rank_a, rank_b;
+        uint32_t          rank_a, rank_b;
         unsigned __int128 len;
-        bool same_primary, same_list;
+        bool              same_primary, same_list;
 
         if (ib >= nb || (ia < na && from->pos[ia] <= to->pos[ib])) {
             x = from->pos[ia];
@@ -166,7 +163,8 @@ diff(const struct ring *from, const struct ring *to, bool all)
         struct ring_arc *f = &d->arcs[0], *l = &d->arcs[d->n_arcs - 1];
 
         if (l->hi == f->lo && l->n_old == f->n_old && l->n_new == f->n_new &&
-            l->changed == f->changed && memcmp(l->old_nodes, f->old_nodes, sizeof(f->old_nodes)) == 0 &&
+            l->changed == f->changed &&
+            memcmp(l->old_nodes, f->old_nodes, sizeof(f->old_nodes)) == 0 &&
             memcmp(l->new_nodes, f->new_nodes, sizeof(f->new_nodes)) == 0) {
             f->lo = l->lo;
             d->n_arcs--;

@@ -17,16 +17,15 @@
 #include "ring/util.h"
 
 #define MEMBERS_INITIAL_CAP 8
-#define RING_STR_(x) #x
-#define RING_STR(x)  RING_STR_(x)   /* a limit in an error message */
+#define RING_STR_(x)        #x
+#define RING_STR(x)         RING_STR_(x) /* a limit in an error message */
 
 /* True when c may appear in a node id or a zone name. */
 static bool
 id_char(unsigned char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == ':' ||
-           c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == ':' || c == '-';
 }
 
 /* Check an id or zone of len bytes; NULL when fine, else the reason. */
@@ -55,7 +54,7 @@ static int
 parse_port(const char *s, size_t len)
 {
     size_t i;
-    int port = 0;
+    int    port = 0;
 
     if (len == 0 || len > 5) {
         return -1;
@@ -73,10 +72,10 @@ parse_port(const char *s, size_t len)
 static const char *
 check_addr(const char *s, size_t len)
 {
-    const char *colon;
-    char v6[INET6_ADDRSTRLEN + 1];
+    const char     *colon;
+    char            v6[INET6_ADDRSTRLEN + 1];
     struct in6_addr a6;
-    size_t i, hlen;
+    size_t          i, hlen;
 
     if (len == 0) {
         return "empty address";
@@ -119,9 +118,8 @@ check_addr(const char *s, size_t len)
         for (i = 0; i < hlen; i++) {
             unsigned char c = (unsigned char)s[i];
 
-            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                  (c >= '0' && c <= '9') || c == '.' || c == '-' ||
-                  c == '_')) {
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '-' || c == '_')) {
                 return "bad address: bad character in host";
             }
         }
@@ -213,7 +211,7 @@ static int
 grow(struct ring_members *m)
 {
     struct ring_node *nn;
-    uint32_t cap;
+    uint32_t          cap;
 
     if (m->n_nodes >= RING_NODES_MAX) {
         return RING_EINVAL;
@@ -250,11 +248,11 @@ ring_members_find(const struct ring_members *m, const char *id)
 
 /* ring_members_add: see ring.h. zone may be NULL or "" for none. */
 int
-ring_members_add(struct ring_members *m, const char *id, const char *addr,
-                 uint32_t weight, const char *zone)
+ring_members_add(struct ring_members *m, const char *id, const char *addr, uint32_t weight,
+                 const char *zone)
 {
     struct ring_node n;
-    int rc;
+    int              rc;
 
     if (id == NULL || addr == NULL) {
         return RING_EINVAL;
@@ -262,8 +260,7 @@ ring_members_add(struct ring_members *m, const char *id, const char *addr,
     if (zone == NULL) {
         zone = "";
     }
-    if (strlen(id) > RING_ID_MAX || strlen(addr) > RING_ADDR_MAX ||
-        strlen(zone) > RING_ZONE_MAX) {
+    if (strlen(id) > RING_ID_MAX || strlen(addr) > RING_ADDR_MAX || strlen(zone) > RING_ZONE_MAX) {
         return RING_EINVAL;
     }
     memset(&n, 0, sizeof(n));
@@ -302,8 +299,8 @@ static int
 cmp_idx_by_id(const void *a, const void *b, void *arg)
 {
     const struct ring_node *nodes = arg;
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    int c = strcmp(nodes[x].id, nodes[y].id);
+    uint32_t                x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    int                     c = strcmp(nodes[x].id, nodes[y].id);
 
     if (c != 0) {
         return c;
@@ -320,7 +317,7 @@ static int
 find_duplicate(const struct ring_members *m)
 {
     uint32_t *idx, i;
-    int dup = -1;
+    int       dup = -1;
 
     if (m->n_nodes < 2) {
         return -1;
@@ -348,11 +345,10 @@ find_duplicate(const struct ring_members *m)
 
 /* ring_members_check_fields: see ring_internal.h. */
 int
-ring_members_check_fields(const struct ring_members *m, char *err,
-                          size_t errlen)
+ring_members_check_fields(const struct ring_members *m, char *err, size_t errlen)
 {
     const char *why;
-    uint32_t i;
+    uint32_t    i;
 
     if (m->vnodes == 0 || m->vnodes > RING_VNODES_MAX) {
         util_set_err(err, errlen, "vnodes must be 1..65535");
@@ -418,7 +414,7 @@ static bool
 parse_u64(const struct token *t, uint64_t *v)
 {
     uint64_t x = 0;
-    size_t i;
+    size_t   i;
 
     if (t->len == 0 || t->len > 20) {
         return false;
@@ -454,24 +450,24 @@ struct parse_state {
     char                *err;
     size_t               errlen;
     struct ring_members *m;
-    uint32_t            *node_line;   /* line of each node, n_nodes used */
+    uint32_t            *node_line; /* line of each node, n_nodes used */
     uint32_t             cap_lines;
     uint32_t             epoch_line, vnodes_line, replicas_line;
 };
 
-#define PERR(st, ...) do { \
-        char why_[160]; \
-        snprintf(why_, sizeof(why_), __VA_ARGS__); \
-        util_set_err((st)->err, (st)->errlen, "%s:%u: %s", (st)->name, \
-                (st)->line, why_); \
+#define PERR(st, ...)                                                                     \
+    do {                                                                                  \
+        char why_[160];                                                                   \
+        snprintf(why_, sizeof(why_), __VA_ARGS__);                                        \
+        util_set_err((st)->err, (st)->errlen, "%s:%u: %s", (st)->name, (st)->line, why_); \
     } while (0)
 
 /* Handle "epoch N", "vnodes V" or "replicas R". */
 static int
 parse_header(struct parse_state *st, const struct token *tok, int ntok)
 {
-    uint64_t v;
-    uint32_t *seen;
+    uint64_t    v;
+    uint32_t   *seen;
     const char *what;
 
     if (tok_is(&tok[0], "epoch")) {
@@ -524,9 +520,9 @@ static int
 parse_node(struct parse_state *st, const struct token *tok, int ntok)
 {
     struct ring_node n;
-    const char *why;
-    bool have_weight = false, have_zone = false;
-    int i, rc;
+    const char      *why;
+    bool             have_weight = false, have_zone = false;
+    int              i, rc;
 
     if (ntok < 3) {
         PERR(st, "node: expected 'node ID ADDR [weight=W] [zone=Z]'");
@@ -555,7 +551,7 @@ parse_node(struct parse_state *st, const struct token *tok, int ntok)
 
         if (t->len >= 7 && memcmp(t->p, "weight=", 7) == 0) {
             struct token num = { t->p + 7, t->len - 7 };
-            uint64_t w;
+            uint64_t     w;
 
             if (have_weight) {
                 PERR(st, "node: weight given twice");
@@ -599,7 +595,7 @@ parse_node(struct parse_state *st, const struct token *tok, int ntok)
         return rc;
     }
     if (st->m->n_nodes >= st->cap_lines) {
-        uint32_t cap = st->cap_lines == 0 ? 64 : st->cap_lines * 2;
+        uint32_t  cap = st->cap_lines == 0 ? 64 : st->cap_lines * 2;
         uint32_t *nl = realloc(st->node_line, (size_t)cap * sizeof(*nl));
 
         if (nl == NULL) {
@@ -619,9 +615,9 @@ static int
 parse_line(struct parse_state *st, const char *p, size_t len)
 {
     struct token tok[MAX_TOKENS + 1];
-    const char *hash;
-    size_t i = 0;
-    int ntok = 0;
+    const char  *hash;
+    size_t       i = 0;
+    int          ntok = 0;
 
     if (memchr(p, '\0', len) != NULL) {
         PERR(st, "NUL byte in line");
@@ -670,8 +666,7 @@ parse_line(struct parse_state *st, const char *p, size_t len)
     if (tok_is(&tok[0], "node")) {
         return parse_node(st, tok, ntok);
     }
-    if (tok_is(&tok[0], "epoch") || tok_is(&tok[0], "vnodes") ||
-        tok_is(&tok[0], "replicas")) {
+    if (tok_is(&tok[0], "epoch") || tok_is(&tok[0], "vnodes") || tok_is(&tok[0], "replicas")) {
         return parse_header(st, tok, ntok);
     }
     PERR(st, "unknown keyword '%.*s' (epoch, vnodes, replicas, node)",
@@ -682,12 +677,12 @@ parse_line(struct parse_state *st, const char *p, size_t len)
 /* ring_members_parse: see ring.h. Required: epoch, vnodes, replicas and at
  * least one node; a missing one is reported on the last line. */
 int
-ring_members_parse(const char *text, size_t len, const char *name,
-                   struct ring_members **out, char *err, size_t errlen)
+ring_members_parse(const char *text, size_t len, const char *name, struct ring_members **out,
+                   char *err, size_t errlen)
 {
     struct parse_state st;
-    size_t off = 0;
-    int rc = RING_EPARSE, dup;
+    size_t             off = 0;
+    int                rc = RING_EPARSE, dup;
 
     memset(&st, 0, sizeof(st));
     st.name = name != NULL ? name : "members";
@@ -707,8 +702,8 @@ ring_members_parse(const char *text, size_t len, const char *name,
     }
     while (off < len) {
         const char *nl = memchr(text + off, '\n', len - off);
-        size_t llen = nl != NULL ? (size_t)(nl - (text + off)) : len - off;
-        size_t body = llen;
+        size_t      llen = nl != NULL ? (size_t)(nl - (text + off)) : len - off;
+        size_t      body = llen;
 
         st.line++;
         if (body > 0 && text[off + body - 1] == '\r') {
@@ -770,11 +765,10 @@ static void __attribute__((format(printf, 4, 5)))
 append(char *buf, size_t size, size_t *used, const char *fmt, ...)
 {
     va_list ap;
-    int n;
+    int     n;
 
     va_start(ap, fmt);
-    n = vsnprintf(*used < size ? buf + *used : NULL,
-                  *used < size ? size - *used : 0, fmt, ap);
+    n = vsnprintf(*used < size ? buf + *used : NULL, *used < size ? size - *used : 0, fmt, ap);
     va_end(ap);
     if (n > 0) {
         *used += (size_t)n;
@@ -785,14 +779,14 @@ append(char *buf, size_t size, size_t *used, const char *fmt, ...)
 size_t
 ring_members_format(const struct ring_members *m, char *buf, size_t size)
 {
-    size_t used = 0;
+    size_t   used = 0;
     uint32_t i;
 
     if (size > 0) {
         buf[0] = '\0';
     }
-    append(buf, size, &used, "epoch %llu\nvnodes %u\nreplicas %u\n",
-           (unsigned long long)m->epoch, m->vnodes, m->replicas);
+    append(buf, size, &used, "epoch %llu\nvnodes %u\nreplicas %u\n", (unsigned long long)m->epoch,
+           m->vnodes, m->replicas);
     for (i = 0; i < m->n_nodes; i++) {
         const struct ring_node *n = &m->nodes[i];
 

@@ -103,8 +103,7 @@ block_alloc(size_t size, bool scratch, size_t *mapped)
 
     if (size >= HUGE_PAGE / 2 && (scratch || len - size <= size / 8)) {
         size_t map = len + HUGE_PAGE, head;
-        char *p = mmap(NULL, map, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        char  *p = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
         if (p != MAP_FAILED) {
             /* Keep the 2 MiB aligned part: huge pages need the alignment. */
@@ -155,8 +154,7 @@ struct id_key {
 
 /* Compare two id keys: <0, 0 (same id), >0, like strcmp of the ids. */
 static int
-id_key_cmp(const struct id_key *a, const struct id_key *b,
-           const struct ring_node *nodes)
+id_key_cmp(const struct id_key *a, const struct id_key *b, const struct ring_node *nodes)
 {
     if (a->hi != b->hi) {
         return a->hi < b->hi ? -1 : 1;
@@ -174,8 +172,7 @@ id_key_cmp(const struct id_key *a, const struct id_key *b,
 /* Stable merge sort of n id keys; tmp has room for n / 2 + 1. Runs that are
  * already in order cost one comparison (memberships are often sorted). */
 static void
-sort_id_keys(struct id_key *a, struct id_key *tmp, uint32_t n,
-             const struct ring_node *nodes)
+sort_id_keys(struct id_key *a, struct id_key *tmp, uint32_t n, const struct ring_node *nodes)
 {
     uint32_t h, i, j, k;
 
@@ -211,8 +208,8 @@ static uint64_t
 be_prefix(const char *s, size_t len)
 {
     unsigned char b[8] = { 0 };
-    uint64_t v = 0;
-    size_t i;
+    uint64_t      v = 0;
+    size_t        i;
 
     memcpy(b, s, len < 8 ? len : 8);
     for (i = 0; i < 8; i++) {
@@ -228,16 +225,16 @@ be_prefix(const char *s, size_t len)
 static int
 sort_by_id(const struct ring_members *m, uint16_t *by_id)
 {
-    uint32_t i, n = m->n_nodes;
+    uint32_t       i, n = m->n_nodes;
     struct id_key *key = malloc(((size_t)n + n / 2 + 1) * sizeof(*key));
-    int rc = RING_OK;
+    int            rc = RING_OK;
 
     if (key == NULL) {
         return RING_ENOMEM;
     }
     for (i = 0; i < n; i++) {
         const char *id = m->nodes[i].id;
-        size_t len = strnlen(id, RING_ID_MAX);
+        size_t      len = strnlen(id, RING_ID_MAX);
 
         key[i].hi = be_prefix(id, len);
         key[i].lo = len > 8 ? be_prefix(id + 8, len - 8) : 0;
@@ -260,8 +257,8 @@ static int
 cmp_by_zone(const void *a, const void *b, void *arg)
 {
     const struct ring_node *nodes = arg;
-    uint16_t x = *(const uint16_t *)a, y = *(const uint16_t *)b;
-    int c = strcmp(nodes[x].zone, nodes[y].zone);
+    uint16_t                x = *(const uint16_t *)a, y = *(const uint16_t *)b;
+    int                     c = strcmp(nodes[x].zone, nodes[y].zone);
 
     if (c != 0) {
         return c;
@@ -277,15 +274,15 @@ cmp_by_zone(const void *a, const void *b, void *arg)
 static uint32_t
 assign_zones(const struct ring_members *m, uint16_t *zone)
 {
-    uint32_t i, n = m->n_nodes, nz = 0;
+    uint32_t    i, n = m->n_nodes, nz = 0;
     const char *prev = NULL;
-    uint16_t *tmp;
+    uint16_t   *tmp;
 
     for (i = 0; i < n && m->nodes[i].zone[0] == '\0'; i++) {
         zone[i] = (uint16_t)i;
     }
     if (i == n) {
-        return n;  /* no zones: every node is a zone of its own */
+        return n; /* no zones: every node is a zone of its own */
     }
     tmp = malloc((size_t)n * sizeof(*tmp));
     if (tmp == NULL) {
@@ -395,16 +392,15 @@ index_bits(uint64_t n)
  * SUFFIX_TABLE vnode indexes are converted once, not once per node.
  */
 static void
-hash_points(const struct ring *r, ring_hash_fn hash, uint32_t cbits,
-            uint32_t *ccount)
+hash_points(const struct ring *r, ring_hash_fn hash, uint32_t cbits, uint32_t *ccount)
 {
-    char buf[HASH_BATCH][POINT_KEY_MAX];
-    size_t len[HASH_BATCH];
-    uint64_t sfx[SUFFIX_TABLE];
-    uint8_t sfx_len[SUFFIX_TABLE];
-    const bool xxh3 = hash == ring_hash;
+    char           buf[HASH_BATCH][POINT_KEY_MAX];
+    size_t         len[HASH_BATCH];
+    uint64_t       sfx[SUFFIX_TABLE];
+    uint8_t        sfx_len[SUFFIX_TABLE];
+    const bool     xxh3 = hash == ring_hash;
     const uint32_t cshift = 64 - cbits;
-    uint32_t i, k, g = 0, nt = 0;
+    uint32_t       i, k, g = 0, nt = 0;
 
     for (i = 0; i < r->m->n_nodes; i++) {
         uint32_t nv = r->m->nodes[i].weight * r->m->vnodes;
@@ -417,8 +413,8 @@ hash_points(const struct ring *r, ring_hash_fn hash, uint32_t cbits,
     }
     for (i = 0; i < r->m->n_nodes; i++) {
         const struct ring_node *n = &r->m->nodes[r->by_id[i]];
-        size_t idlen = strlen(n->id);
-        uint32_t v, nv = n->weight * r->m->vnodes;
+        size_t                  idlen = strlen(n->id);
+        uint32_t                v, nv = n->weight * r->m->vnodes;
 
         for (k = 0; k < HASH_BATCH && k < nv; k++) {
             memcpy(buf[k], n->id, idlen);
@@ -440,8 +436,7 @@ hash_points(const struct ring *r, ring_hash_fn hash, uint32_t cbits,
             }
             for (k = 0; k < kn; k++) {
                 /* The production hash inlined: no indirect call a point. */
-                uint64_t h = xxh3 ? XXH3_64bits(buf[k], len[k])
-                                  : hash(buf[k], len[k]);
+                uint64_t h = xxh3 ? XXH3_64bits(buf[k], len[k]) : hash(buf[k], len[k]);
 
                 r->pos[g++] = h;
                 ccount[cbits > 0 ? h >> cshift : 0]++;
@@ -456,8 +451,7 @@ hash_points(const struct ring *r, ring_hash_fn hash, uint32_t cbits,
  * many points, which only a degenerate hash produces.
  */
 static void
-sort_points(uint64_t *pos, uint16_t *node, uint64_t *spos, uint16_t *snode,
-            uint32_t n)
+sort_points(uint64_t *pos, uint16_t *node, uint64_t *spos, uint16_t *snode, uint32_t n)
 {
     uint32_t h, i, j, k;
 
@@ -506,17 +500,17 @@ sort_points(uint64_t *pos, uint16_t *node, uint64_t *spos, uint16_t *snode,
  * in tie order. cur[] has 2^(fbits + SUB_BITS) entries.
  */
 static void
-sort_coarse(struct ring *r, uint32_t c, uint32_t fbits, uint32_t a,
-            uint32_t e, uint64_t *tpos, uint16_t *tnode, uint32_t *cur)
+sort_coarse(struct ring *r, uint32_t c, uint32_t fbits, uint32_t a, uint32_t e, uint64_t *tpos,
+            uint16_t *tnode, uint32_t *cur)
 {
     const uint32_t shift = 64 - r->idx_bits - SUB_BITS;
     const uint32_t nf = 1u << fbits, ns = nf << SUB_BITS;
     const uint64_t smask = ns - 1;
-    uint32_t *idx = r->idx + ((size_t)c << fbits);
-    uint64_t *pos = r->pos;
-    uint16_t *node = r->node;
-    uint32_t i, f, s;
-    bool big = false;
+    uint32_t      *idx = r->idx + ((size_t)c << fbits);
+    uint64_t      *pos = r->pos;
+    uint16_t      *node = r->node;
+    uint32_t       i, f, s;
+    bool           big = false;
 
     memset(cur, 0, ns * sizeof(*cur));
     for (i = a; i < e; i++) {
@@ -546,8 +540,7 @@ sort_coarse(struct ring *r, uint32_t c, uint32_t fbits, uint32_t a,
         uint32_t end = f + 1 < nf ? idx[f + 1] : e;
 
         if (end - idx[f] > SORT_SMALL) {
-            sort_points(pos + idx[f], node + idx[f], tpos + a, tnode + a,
-                        end - idx[f]);
+            sort_points(pos + idx[f], node + idx[f], tpos + a, tnode + a, end - idx[f]);
         }
     }
     for (i = a + 1; i < e; i++) {
@@ -582,15 +575,14 @@ struct ring *
 ring_build_hashed(const struct ring_members *m, ring_hash_fn hash)
 {
     struct ring *r = NULL;
-    uint64_t total = 0, *tpos = NULL;
-    uint16_t *tnode;
-    uint32_t *cur, i, g, nb, cbits, fbits;
-    uint32_t ccount[(1u << COARSE_BITS_MAX) + 1];
-    size_t n, scratch_len = 0;
-    char *b;
+    uint64_t     total = 0, *tpos = NULL;
+    uint16_t    *tnode;
+    uint32_t    *cur, i, g, nb, cbits, fbits;
+    uint32_t     ccount[(1u << COARSE_BITS_MAX) + 1];
+    size_t       n, scratch_len = 0;
+    char        *b;
 
-    if (m == NULL || hash == NULL ||
-        ring_members_check_fields(m, NULL, 0) != RING_OK) {
+    if (m == NULL || hash == NULL || ring_members_check_fields(m, NULL, 0) != RING_OK) {
         return NULL;
     }
     for (i = 0; i < m->n_nodes; i++) {
@@ -622,21 +614,19 @@ ring_build_hashed(const struct ring_members *m, ring_hash_fn hash)
     }
     r->n_zones = assign_zones(r->m, r->zone);
     /* One block: pos (8-aligned first), idx, node. */
-    r->block_size = n * sizeof(*r->pos) + ((size_t)nb + 1) * sizeof(*r->idx) +
-                    n * sizeof(*r->node);
+    r->block_size = n * sizeof(*r->pos) + ((size_t)nb + 1) * sizeof(*r->idx) + n * sizeof(*r->node);
     r->block = block_alloc(r->block_size, false, &r->block_len);
     /* Scratch: a position and an owner a point, and the fine cursors. */
-    tpos = block_alloc(n * sizeof(*tpos) +
-                       ((size_t)1 << (fbits + SUB_BITS)) * sizeof(*cur) +
-                       n * sizeof(*tnode), true, &scratch_len);
+    tpos = block_alloc(n * sizeof(*tpos) + ((size_t)1 << (fbits + SUB_BITS)) * sizeof(*cur) +
+                           n * sizeof(*tnode),
+                       true, &scratch_len);
     if (r->n_zones == 0 || r->block == NULL || tpos == NULL) {
         goto fail;
     }
     b = r->block;
     r->pos = (uint64_t *)(void *)b;
     r->idx = (uint32_t *)(void *)(b + n * sizeof(*r->pos));
-    r->node = (uint16_t *)(void *)(b + n * sizeof(*r->pos) +
-                                   ((size_t)nb + 1) * sizeof(*r->idx));
+    r->node = (uint16_t *)(void *)(b + n * sizeof(*r->pos) + ((size_t)nb + 1) * sizeof(*r->idx));
     cur = (uint32_t *)(void *)(tpos + n);
     tnode = (uint16_t *)(void *)(cur + ((size_t)1 << (fbits + SUB_BITS)));
 
@@ -756,8 +746,7 @@ ring_primary(const struct ring *r, uint64_t hash)
  * scanning out[].
  */
 static uint32_t
-locate_bitmap(const struct ring *r, uint32_t start, uint32_t want,
-              uint32_t *out)
+locate_bitmap(const struct ring *r, uint32_t start, uint32_t want, uint32_t *out)
 {
     uint64_t chosen[(RING_NODES_MAX + 64) / 64];
     uint64_t used[(RING_NODES_MAX + 64) / 64];
@@ -805,8 +794,7 @@ locate_bitmap(const struct ring *r, uint32_t start, uint32_t want,
  * reached within one turn.
  */
 uint32_t
-ring_locate_rank(const struct ring *r, uint32_t start, uint32_t want,
-                 uint32_t *out)
+ring_locate_rank(const struct ring *r, uint32_t start, uint32_t want, uint32_t *out)
 {
     uint16_t zused[RANK_SCAN_MAX];
     uint32_t np = r->n_points, cnt = 0, s, p, j;
@@ -873,14 +861,13 @@ ring_locate(const struct ring *r, uint64_t hash, uint32_t want, uint32_t *out)
  * costs weight*vnodes hashes. For tests and tools, not the data path.
  */
 void
-ring_point(const struct ring *r, uint32_t rank, uint64_t *pos, uint32_t *node,
-           uint32_t *vnode)
+ring_point(const struct ring *r, uint32_t rank, uint64_t *pos, uint32_t *node, uint32_t *vnode)
 {
     const struct ring_node *n;
-    uint32_t k = 0, j, v, nv;
-    uint64_t p;
-    char buf[POINT_KEY_MAX];
-    size_t idlen;
+    uint32_t                k = 0, j, v, nv;
+    uint64_t                p;
+    char                    buf[POINT_KEY_MAX];
+    size_t                  idlen;
 
     if (rank >= r->n_points) {
         rank = r->n_points - 1;
@@ -928,8 +915,8 @@ void
 ring_shares(const struct ring *r, double *share)
 {
     const double scale = 1.0 / 18446744073709551616.0;
-    uint32_t i, np = r->n_points;
-    uint64_t prev;
+    uint32_t     i, np = r->n_points;
+    uint64_t     prev;
 
     memset(share, 0, (size_t)r->m->n_nodes * sizeof(*share));
     if (r->pos[0] == r->pos[np - 1]) {
@@ -971,8 +958,7 @@ list_holds(const struct ring *r, uint32_t rank, uint32_t want, uint32_t node)
  */
 uint32_t
 ring_owned_arcs(const struct ring *r, uint32_t node, uint32_t replicas,
-                void (*fn)(uint64_t lo, uint64_t hi, void *arg),
-                void *arg)
+                void (*fn)(uint64_t lo, uint64_t hi, void *arg), void *arg)
 {
     uint32_t np = r->n_points, i, n = 0;
     uint32_t want = replicas < OWNED_LIST_MAX ? replicas : OWNED_LIST_MAX;
@@ -1003,8 +989,7 @@ ring_owned_arcs(const struct ring *r, uint32_t node, uint32_t replicas,
 size_t
 ring_bytes(const struct ring *r)
 {
-    return sizeof(*r) + sizeof(*r->m) +
-           (size_t)r->m->cap_nodes * sizeof(struct ring_node) +
+    return sizeof(*r) + sizeof(*r->m) + (size_t)r->m->cap_nodes * sizeof(struct ring_node) +
            (r->block_len > 0 ? r->block_len : r->block_size) +
            (size_t)r->m->n_nodes * (sizeof(*r->zone) + sizeof(*r->by_id));
 }

@@ -11,7 +11,6 @@
 /* ring_build with a substitute point hash (e.g. XXH3 truncated to 8 bits,
  * to force collisions). Keys are still looked up by their hash as given.
  * NULL on ENOMEM or an invalid membership; free with ring_free. */
-struct ring *ring_build_with_hash(const struct ring_members *m,
-                                  ring_hash_fn point_hash);
+struct ring *ring_build_with_hash(const struct ring_members *m, ring_hash_fn point_hash);
 
 #endif /* RING_RING_TESTING_H */

@@ -35,7 +35,7 @@ char *
 util_fmt_u64(char *p, uint64_t v)
 {
     char tmp[20];
-    int n = 0;
+    int  n = 0;
 
     do {
         tmp[n++] = (char)('0' + v % 10);
@@ -52,7 +52,7 @@ bool
 util_parse_u64n(const char *p, size_t len, uint64_t *out)
 {
     uint64_t v = 0;
-    size_t i = 0;
+    size_t   i = 0;
 
     if (len > 1 && p[0] == '+') {
         i = 1;
@@ -83,9 +83,9 @@ util_parse_u64(const char *s, uint64_t *out)
 int
 util_read_file(const char *path, size_t max, char **buf, size_t *len, char *err, size_t errlen)
 {
-    bool in = strcmp(path, "-") == 0;
-    FILE *f = in ? stdin : fopen(path, "rb");
-    char *b = NULL;
+    bool   in = strcmp(path, "-") == 0;
+    FILE  *f = in ? stdin : fopen(path, "rb");
+    char  *b = NULL;
     size_t n = 0, cap = 0;
 
     if (f == NULL) {

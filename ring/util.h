@@ -35,8 +35,7 @@ bool util_parse_u64(const char *s, uint64_t *out);
  * bytes: a larger file is an error "path:1: file too large". 0, 1 when
  * the file does not exist (nothing set), or -1 with "path: reason" in err.
  */
-int util_read_file(const char *path, size_t max, char **buf, size_t *len, char *err,
-                   size_t errlen);
+int util_read_file(const char *path, size_t max, char **buf, size_t *len, char *err, size_t errlen);
 
 /* printf into err (nothing when err is NULL or errlen 0). */
 void util_set_err(char *err, size_t errlen, const char *fmt, ...)

@@ -14,11 +14,12 @@ static int
 arcset_push(struct arcset *a, uint64_t start, uint64_t end)
 {
     if (a->n == a->cap) {
-        uint32_t ncap = a->cap == 0 ? 16 : a->cap * 2;
+        uint32_t          ncap = a->cap == 0 ? 16 : a->cap * 2;
         struct arc_range *nr = realloc(a->r, (size_t)ncap * sizeof(*nr));
 
-        if (nr == NULL)
+        if (nr == NULL) {
             return -1;
+        }
         a->r = nr;
         a->cap = ncap;
     }
@@ -32,12 +33,15 @@ arcset_push(struct arcset *a, uint64_t start, uint64_t end)
 int
 arcset_add_arc(struct arcset *a, uint64_t lo, uint64_t hi)
 {
-    if (lo == hi)
+    if (lo == hi) {
         return arcset_push(a, 0, UINT64_MAX);
-    if (lo < hi)
+    }
+    if (lo < hi) {
         return arcset_push(a, lo + 1, hi);
-    if (lo != UINT64_MAX && arcset_push(a, lo + 1, UINT64_MAX) < 0)
+    }
+    if (lo != UINT64_MAX && arcset_push(a, lo + 1, UINT64_MAX) < 0) {
         return -1;
+    }
     return arcset_push(a, 0, hi);
 }
 
@@ -55,15 +59,17 @@ arcset_finish(struct arcset *a)
 {
     uint32_t i, o = 0;
 
-    if (a->n == 0)
+    if (a->n == 0) {
         return;
+    }
     qsort(a->r, a->n, sizeof(*a->r), range_cmp);
     for (i = 1; i < a->n; i++) {
         struct arc_range *last = &a->r[o];
 
         if (last->end == UINT64_MAX || a->r[i].start <= last->end + 1) {
-            if (a->r[i].end > last->end)
+            if (a->r[i].end > last->end) {
                 last->end = a->r[i].end;
+            }
         } else {
             a->r[++o] = a->r[i];
         }
@@ -80,10 +86,11 @@ arcset_has(const struct arcset *a, uint64_t h)
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
 
-        if (a->r[mid].start <= h)
+        if (a->r[mid].start <= h) {
             lo = mid + 1;
-        else
+        } else {
             hi = mid;
+        }
     }
     return lo > 0 && h <= a->r[lo - 1].end;
 }
@@ -109,10 +116,11 @@ double
 arcset_share(const struct arcset *a)
 {
     long double sum = 0;
-    uint32_t i;
+    uint32_t    i;
 
-    for (i = 0; i < a->n; i++)
+    for (i = 0; i < a->n; i++) {
         sum += (long double)(a->r[i].end - a->r[i].start) + 1.0L;
+    }
     return (double)(sum / 18446744073709551616.0L);
 }
 
@@ -121,11 +129,13 @@ int
 arcset_copy(struct arcset *dst, const struct arcset *src)
 {
     memset(dst, 0, sizeof(*dst));
-    if (src->n == 0)
+    if (src->n == 0) {
         return 0;
+    }
     dst->r = malloc((size_t)src->n * sizeof(*dst->r));
-    if (dst->r == NULL)
+    if (dst->r == NULL) {
         return -1;
+    }
     memcpy(dst->r, src->r, (size_t)src->n * sizeof(*dst->r));
     dst->n = dst->cap = src->n;
     return 0;
@@ -137,9 +147,11 @@ arcset_append(struct arcset *dst, const struct arcset *src)
 {
     uint32_t i;
 
-    for (i = 0; i < src->n; i++)
-        if (arcset_push(dst, src->r[i].start, src->r[i].end) < 0)
+    for (i = 0; i < src->n; i++) {
+        if (arcset_push(dst, src->r[i].start, src->r[i].end) < 0) {
             return -1;
+        }
+    }
     return 0;
 }
 
@@ -154,8 +166,9 @@ owned_add(uint64_t lo, uint64_t hi, void *arg)
 {
     struct owned_ctx *ctx = arg;
 
-    if (ctx->rc == 0 && arcset_add_arc(ctx->a, lo, hi) < 0)
+    if (ctx->rc == 0 && arcset_add_arc(ctx->a, lo, hi) < 0) {
         ctx->rc = -1;
+    }
 }
 
 /* Arcs of r whose preference list holds self (ring_owned_arcs walks the

@@ -12,7 +12,6 @@
 
 #include "ring/ring.h"
 
-
 /* Sorted, disjoint, inclusive ranges of key hashes. */
 struct arc_range {
     uint64_t start, end;
@@ -59,9 +58,11 @@ list_has(const uint32_t *list, uint32_t n, int32_t idx)
 {
     uint32_t k;
 
-    for (k = 0; k < n; k++)
-        if ((int32_t)list[k] == idx)
+    for (k = 0; k < n; k++) {
+        if ((int32_t)list[k] == idx) {
             return true;
+        }
+    }
     return false;
 }
 

@@ -19,7 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 #include "proto/frame.h"
 #include "server/log.h"
 #include "server/statedir.h"
@@ -71,8 +70,7 @@ cluster_count(struct cluster *cl, enum cluster_counter k)
 void
 cluster_peer_auth(const struct cluster *cl, char out[CLUSTER_PEER_AUTH_LEN + 1])
 {
-    uint64_t h = ring_hash_seeded(cl->token, cl->token_len,
-                                  cl->cluster_id ^ 0x72635f7065657221ull);
+    uint64_t h = ring_hash_seeded(cl->token, cl->token_len, cl->cluster_id ^ 0x72635f7065657221ull);
 
     snprintf(out, CLUSTER_PEER_AUTH_LEN + 1, "%016" PRIx64, h);
 }
@@ -97,10 +95,12 @@ cluster_owned_active(const struct cluster *cl, uint64_t hash)
 {
     uint32_t list[RING_R_MAX], n;
 
-    if (cl->active_ring == NULL)
+    if (cl->active_ring == NULL) {
         return true;
-    if (cl->self_old < 0)
+    }
+    if (cl->self_old < 0) {
         return false;
+    }
     n = ring_locate(cl->active_ring, hash, list_len(cl->active->replicas), list);
     return list_has(list, n, cl->self_old);
 }
@@ -252,10 +252,12 @@ cluster_live(struct cluster *cl)
 static void
 view_free(struct cluster_view *v, const struct ring *keep)
 {
-    if (v == NULL)
+    if (v == NULL) {
         return;
-    if (v->ring != NULL && v->ring != keep)
+    }
+    if (v->ring != NULL && v->ring != keep) {
         ring_free(v->ring);
+    }
     arcset_clear(&v->fence);
     arcset_clear(&v->importing);
     free(v->config);
@@ -267,16 +269,18 @@ static int
 format_config(const struct ring_members *m, char **out, size_t *outlen)
 {
     size_t tlen = m != NULL ? ring_members_format(m, NULL, 0) : 0;
-    char head[64];
-    int hl = snprintf(head, sizeof(head), "CONFIG %" PRIu64 " %zu\r\n",
-                      m != NULL ? m->epoch : 0, tlen);
+    char   head[64];
+    int    hl =
+        snprintf(head, sizeof(head), "CONFIG %" PRIu64 " %zu\r\n", m != NULL ? m->epoch : 0, tlen);
     char *buf = malloc((size_t)hl + tlen + 1 + 7);
 
-    if (buf == NULL)
+    if (buf == NULL) {
         return -1;
+    }
     memcpy(buf, head, (size_t)hl);
-    if (m != NULL)
+    if (m != NULL) {
         ring_members_format(m, buf + hl, tlen + 1);
+    }
     memcpy(buf + hl + tlen, "\r\nEND\r\n", 7);
     *out = buf;
     *outlen = (size_t)hl + tlen + 7;
@@ -290,8 +294,9 @@ cluster_publish(struct cluster *cl)
 {
     struct cluster_view *v = calloc(1, sizeof(*v)), *old;
 
-    if (v == NULL)
+    if (v == NULL) {
         return -1;
+    }
     v->epoch = cl->active != NULL ? cl->active->epoch : 0;
     v->pending_epoch = cl->pending != NULL ? cl->pending->epoch : 0;
     v->ring = cl->active_ring;
@@ -342,12 +347,15 @@ _Static_assert(STATEDIR_TOKEN_MAX >= CLUSTER_TOKEN_MAX, "a transition token fits
 static int
 phase_of(const char *name)
 {
-    if (strcmp(name, "prepared") == 0)
+    if (strcmp(name, "prepared") == 0) {
         return CLUSTER_PHASE_PREPARED;
-    if (strcmp(name, "copying") == 0)
+    }
+    if (strcmp(name, "copying") == 0) {
         return CLUSTER_PHASE_COPYING;
-    if (strcmp(name, "fenced") == 0)
+    }
+    if (strcmp(name, "fenced") == 0) {
         return CLUSTER_PHASE_FENCED;
+    }
     return -1;
 }
 
@@ -376,22 +384,24 @@ clear_pending(struct cluster *cl)
     arcset_clear(&cl->sourcing);
     arcset_clear(&cl->losing);
     arcset_clear(&cl->fence_arcs);
-    for (i = 0; i < cl->n_dests; i++)
+    for (i = 0; i < cl->n_dests; i++) {
         arcset_clear(&cl->dests[i].arcs);
+    }
     free(cl->dests);
     cl->dests = NULL;
     cl->n_dests = 0;
 }
 
 static bool
-list_has_id(const struct ring_members *m, const uint32_t *list, uint32_t n,
-            const char *id)
+list_has_id(const struct ring_members *m, const uint32_t *list, uint32_t n, const char *id)
 {
     uint32_t k;
 
-    for (k = 0; k < n; k++)
-        if (strcmp(m->nodes[list[k]].id, id) == 0)
+    for (k = 0; k < n; k++) {
+        if (strcmp(m->nodes[list[k]].id, id) == 0) {
             return true;
+        }
+    }
     return false;
 }
 
@@ -400,14 +410,17 @@ static struct cluster_dest *
 dest_for(struct cluster *cl, uint32_t idx)
 {
     struct cluster_dest *d;
-    uint32_t i;
+    uint32_t             i;
 
-    for (i = 0; i < cl->n_dests; i++)
-        if (cl->dests[i].new_idx == idx)
+    for (i = 0; i < cl->n_dests; i++) {
+        if (cl->dests[i].new_idx == idx) {
             return &cl->dests[i];
+        }
+    }
     d = realloc(cl->dests, (size_t)(cl->n_dests + 1) * sizeof(*d));
-    if (d == NULL)
+    if (d == NULL) {
         return NULL;
+    }
     cl->dests = d;
     d = &cl->dests[cl->n_dests++];
     memset(d, 0, sizeof(*d));
@@ -423,9 +436,11 @@ is_failed(const struct cluster *cl, const char *id)
 {
     uint32_t i;
 
-    for (i = 0; i < cl->n_failed; i++)
-        if (strcmp(cl->failed[i], id) == 0)
+    for (i = 0; i < cl->n_failed; i++) {
+        if (strcmp(cl->failed[i], id) == 0) {
             return true;
+        }
+    }
     return false;
 }
 
@@ -444,26 +459,29 @@ static int
 compute_arcs(struct cluster *cl)
 {
     const struct ring_members *om = cl->active, *nm = cl->pending;
-    struct ring_diff *d;
-    uint32_t i, k;
-    int rc = -1;
+    struct ring_diff          *d;
+    uint32_t                   i, k;
+    int                        rc = -1;
 
     if (cl->fresh || cl->active_ring == NULL || cl->self_old < 0) {
         if (cl->self_new >= 0 &&
-            arcset_owned(&cl->importing, cl->pending_ring, (uint32_t)cl->self_new) < 0)
+            arcset_owned(&cl->importing, cl->pending_ring, (uint32_t)cl->self_new) < 0) {
             return -1;
-        if (cl->fresh || cl->active_ring == NULL)
+        }
+        if (cl->fresh || cl->active_ring == NULL) {
             return 0;
+        }
     }
     /* With failed or stale nodes the unchanged arcs count too: a stale
      * owner keeps its place but holds nothing, and is refilled. */
     d = cl->n_failed > 0 ? ring_diff_all(cl->active_ring, cl->pending_ring)
                          : ring_diff(cl->active_ring, cl->pending_ring);
-    if (d == NULL)
+    if (d == NULL) {
         return -1;
+    }
     for (i = 0; i < d->n_arcs; i++) {
         const struct ring_arc *a = &d->arcs[i];
-        const char *me = cl->id;
+        const char            *me = cl->id;
         /* Who holds the arc's data in epoch N: its old owners once writes
          * are replicated, minus failed ones (remove --failed). When the old
          * primary survives it alone is trusted and every other new owner is
@@ -471,61 +489,75 @@ compute_arcs(struct cluster *cl)
          * not after a write whose replica failed ("replica unavailable"). */
         uint32_t n_had = CLUSTER_REPLICATED ? a->n_old : (a->n_old > 0 ? 1 : 0);
         uint32_t hold[RING_R_MAX], nh = 0;
-        bool in_old, in_new;
+        bool     in_old, in_new;
 
-        for (k = 0; k < n_had && k < RING_R_MAX; k++)
-            if (!is_failed(cl, om->nodes[a->old_nodes[k]].id))
+        for (k = 0; k < n_had && k < RING_R_MAX; k++) {
+            if (!is_failed(cl, om->nodes[a->old_nodes[k]].id)) {
                 hold[nh++] = a->old_nodes[k];
-        if (nh > 1 && hold[0] == a->old_nodes[0])
+            }
+        }
+        if (nh > 1 && hold[0] == a->old_nodes[0]) {
             nh = 1;
+        }
         if (!a->changed) {
             /* The owners stay: only a stale one (it is in cl->failed but
              * still a member) is refilled, from the arc's first holder. */
-            if (nh == 0 || (int32_t)hold[0] != cl->self_old)
+            if (nh == 0 || (int32_t)hold[0] != cl->self_old) {
                 continue;
+            }
             for (k = 0; k < a->n_new; k++) {
                 struct cluster_dest *dst;
 
-                if (!is_failed(cl, nm->nodes[a->new_nodes[k]].id))
+                if (!is_failed(cl, nm->nodes[a->new_nodes[k]].id)) {
                     continue;
+                }
                 dst = dest_for(cl, a->new_nodes[k]);
                 if (dst == NULL || arcset_add_arc(&dst->arcs, a->lo, a->hi) < 0 ||
-                    arcset_add_arc(&cl->sourcing, a->lo, a->hi) < 0)
+                    arcset_add_arc(&cl->sourcing, a->lo, a->hi) < 0) {
                     goto out;
+                }
             }
             continue;
         }
         in_old = list_has_id(om, hold, nh, me);
         in_new = list_has_id(nm, a->new_nodes, a->n_new, me);
         if (cl->self_old >= 0 && in_new && !in_old &&
-            arcset_add_arc(&cl->importing, a->lo, a->hi) < 0)
+            arcset_add_arc(&cl->importing, a->lo, a->hi) < 0) {
             goto out;
+        }
         if (list_has_id(om, a->old_nodes, a->n_old, me) && !in_new &&
-            arcset_add_arc(&cl->losing, a->lo, a->hi) < 0)
+            arcset_add_arc(&cl->losing, a->lo, a->hi) < 0) {
             goto out;
-        if (nh == 0 || (int32_t)hold[0] != cl->self_old)
+        }
+        if (nh == 0 || (int32_t)hold[0] != cl->self_old) {
             continue;
+        }
         for (k = 0; k < a->n_new; k++) {
-            const char *gid = nm->nodes[a->new_nodes[k]].id;
+            const char          *gid = nm->nodes[a->new_nodes[k]].id;
             struct cluster_dest *dst;
 
-            if (list_has_id(om, hold, nh, gid))
+            if (list_has_id(om, hold, nh, gid)) {
                 continue;
+            }
             dst = dest_for(cl, a->new_nodes[k]);
             if (dst == NULL || arcset_add_arc(&dst->arcs, a->lo, a->hi) < 0 ||
-                arcset_add_arc(&cl->sourcing, a->lo, a->hi) < 0)
+                arcset_add_arc(&cl->sourcing, a->lo, a->hi) < 0) {
                 goto out;
+            }
         }
     }
-    if (cl->self_old >= 0)
+    if (cl->self_old >= 0) {
         arcset_finish(&cl->importing);
+    }
     arcset_finish(&cl->losing);
     arcset_finish(&cl->sourcing);
-    for (i = 0; i < cl->n_dests; i++)
+    for (i = 0; i < cl->n_dests; i++) {
         arcset_finish(&cl->dests[i].arcs);
+    }
     if (arcset_append(&cl->fence_arcs, &cl->sourcing) < 0 ||
-        arcset_append(&cl->fence_arcs, &cl->losing) < 0)
+        arcset_append(&cl->fence_arcs, &cl->losing) < 0) {
         goto out;
+    }
     arcset_finish(&cl->fence_arcs);
     rc = 0;
 out:
@@ -535,8 +567,8 @@ out:
 
 /* Install `next` as pending in memory (a copy) and compute the arcs. */
 static int
-install_pending(struct cluster *cl, const struct ring_members *next,
-                const uint8_t *token, size_t token_len, char *err, size_t errlen)
+install_pending(struct cluster *cl, const struct ring_members *next, const uint8_t *token,
+                size_t token_len, char *err, size_t errlen)
 {
     cl->pending = ring_members_dup(next);
     cl->pending_ring = cl->pending != NULL ? ring_build(cl->pending) : NULL;
@@ -567,9 +599,8 @@ cluster_token_ok(const struct cluster *cl, const uint8_t *token, size_t len)
 
 /* PREPARE; see cluster.h and docs/cluster.md. */
 int
-cluster_prepare(struct cluster *cl, const struct ring_members *next,
-                const uint8_t *token, size_t token_len, uint64_t from_epoch,
-                bool *again, char *err, size_t errlen)
+cluster_prepare(struct cluster *cl, const struct ring_members *next, const uint8_t *token,
+                size_t token_len, uint64_t from_epoch, bool *again, char *err, size_t errlen)
 {
     return cluster_prepare_failed(cl, next, token, token_len, from_epoch, NULL, 0, NULL, 0, again,
                                   err, errlen);
@@ -580,16 +611,15 @@ cluster_prepare(struct cluster *cl, const struct ring_members *next,
  * owns: like a node without a membership it accepts any from_epoch and
  * imports everything it owns in N+1. */
 int
-cluster_prepare_failed(struct cluster *cl, const struct ring_members *next,
-                       const uint8_t *token, size_t token_len, uint64_t from_epoch,
-                       const char *const *failed, uint32_t n_failed,
-                       const char *const *stale, uint32_t n_stale, bool *again,
+cluster_prepare_failed(struct cluster *cl, const struct ring_members *next, const uint8_t *token,
+                       size_t token_len, uint64_t from_epoch, const char *const *failed,
+                       uint32_t n_failed, const char *const *stale, uint32_t n_stale, bool *again,
                        char *err, size_t errlen)
 {
     uint64_t active = cl->active != NULL ? cl->active->epoch : 0;
-    bool fresh = cl->active != NULL &&
-                 (__atomic_load_n(&cl->live.recovering, __ATOMIC_RELAXED) ||
-                  __atomic_load_n(&cl->live.behind_epoch, __ATOMIC_RELAXED) != 0);
+    bool     fresh =
+        cl->active != NULL && (__atomic_load_n(&cl->live.recovering, __ATOMIC_RELAXED) ||
+                               __atomic_load_n(&cl->live.behind_epoch, __ATOMIC_RELAXED) != 0);
     uint32_t i;
 
     *again = false;
@@ -607,15 +637,15 @@ cluster_prepare_failed(struct cluster *cl, const struct ring_members *next,
         return -1;
     }
     if (next->epoch != from_epoch + 1) {
-        snprintf(err, errlen, "prepare: epoch %" PRIu64 " does not follow %" PRIu64,
-                 next->epoch, from_epoch);
+        snprintf(err, errlen, "prepare: epoch %" PRIu64 " does not follow %" PRIu64, next->epoch,
+                 from_epoch);
         return -1;
     }
     /* A node without a membership holds nothing anyone owns: it may join
      * any epoch. Otherwise the transition must start from our epoch. */
     if (fresh && ring_members_find(next, cl->id) < 0) {
-        snprintf(err, errlen, "prepare: node %s is %s and not in epoch %" PRIu64,
-                 cl->id, cl->live.recovering ? "recovering" : "behind", next->epoch);
+        snprintf(err, errlen, "prepare: node %s is %s and not in epoch %" PRIu64, cl->id,
+                 cl->live.recovering ? "recovering" : "behind", next->epoch);
         return -1;
     }
     for (i = 0; i < n_failed; i++) {
@@ -624,14 +654,14 @@ cluster_prepare_failed(struct cluster *cl, const struct ring_members *next,
             return -1;
         }
         if (ring_members_find(next, failed[i]) >= 0) {
-            snprintf(err, errlen, "prepare: failed node %.64s is in epoch %" PRIu64,
-                     failed[i], next->epoch);
+            snprintf(err, errlen, "prepare: failed node %.64s is in epoch %" PRIu64, failed[i],
+                     next->epoch);
             return -1;
         }
     }
     if (!fresh && active != 0 && active != from_epoch) {
-        snprintf(err, errlen, "prepare: active epoch is %" PRIu64 ", not %" PRIu64,
-                 active, from_epoch);
+        snprintf(err, errlen, "prepare: active epoch is %" PRIu64 ", not %" PRIu64, active,
+                 from_epoch);
         return -1;
     }
     if (cl->self_old < 0 && ring_members_find(next, cl->id) < 0) {
@@ -645,15 +675,18 @@ cluster_prepare_failed(struct cluster *cl, const struct ring_members *next,
             snprintf(err, errlen, "out of memory");
             return -1;
         }
-        for (i = 0; i < n_failed; i++)
+        for (i = 0; i < n_failed; i++) {
             snprintf(cl->failed[i], sizeof(cl->failed[i]), "%s", failed[i]);
-        for (i = 0; i < n_stale; i++)
+        }
+        for (i = 0; i < n_stale; i++) {
             snprintf(cl->failed[n_failed + i], sizeof(cl->failed[0]), "%s", stale[i]);
+        }
         cl->n_failed = n_failed + n_stale;
     }
     cl->fresh = fresh;
-    if (install_pending(cl, next, token, token_len, err, errlen) < 0)
+    if (install_pending(cl, next, token, token_len, err, errlen) < 0) {
         return -1;
+    }
     cl->phase = CLUSTER_PHASE_PREPARED;
     if (statedir_save_members(cl->state_dir, STATEDIR_PENDING, cl->pending, err, errlen) < 0 ||
         save_phase(cl, err, errlen) < 0) {
@@ -668,9 +701,11 @@ cluster_prepare_failed(struct cluster *cl, const struct ring_members *next,
         snprintf(err, errlen, "out of memory publishing the view");
         return -1;
     }
-    log_msg(LOG_INFO, "prepared epoch %" PRIu64 ": importing %.4f, sourcing %.4f to %u, "
-            "losing %.4f", next->epoch, arcset_share(&cl->importing),
-            arcset_share(&cl->sourcing), cl->n_dests, arcset_share(&cl->losing));
+    log_msg(LOG_INFO,
+            "prepared epoch %" PRIu64 ": importing %.4f, sourcing %.4f to %u, "
+            "losing %.4f",
+            next->epoch, arcset_share(&cl->importing), arcset_share(&cl->sourcing), cl->n_dests,
+            arcset_share(&cl->losing));
     return 0;
 }
 
@@ -682,11 +717,13 @@ cluster_set_phase(struct cluster *cl, enum cluster_phase ph, char *err, size_t e
         snprintf(err, errlen, "no pending transition");
         return -1;
     }
-    if (cl->phase == ph)
+    if (cl->phase == ph) {
         return 0;
+    }
     cl->phase = ph;
-    if (save_phase(cl, err, errlen) < 0)
+    if (save_phase(cl, err, errlen) < 0) {
         return -1;
+    }
     if (cluster_publish(cl) < 0) {
         snprintf(err, errlen, "out of memory publishing the view");
         return -1;
@@ -715,12 +752,11 @@ activate(struct cluster *cl, struct ring_members *m, char *err, size_t errlen)
 
 /* COMMIT; see cluster.h. */
 int
-cluster_commit(struct cluster *cl, const struct ring_members *next,
-               const uint8_t *token, size_t token_len, bool *again,
-               char *err, size_t errlen)
+cluster_commit(struct cluster *cl, const struct ring_members *next, const uint8_t *token,
+               size_t token_len, bool *again, char *err, size_t errlen)
 {
     struct ring_members *m;
-    uint64_t active = cl->active != NULL ? cl->active->epoch : 0;
+    uint64_t             active = cl->active != NULL ? cl->active->epoch : 0;
 
     *again = false;
     if (cl->pending == NULL) {
@@ -733,8 +769,9 @@ cluster_commit(struct cluster *cl, const struct ring_members *next,
             return 0;
         }
         if (active != 0) {
-            snprintf(err, errlen, "commit: no pending transition for epoch %" PRIu64
-                     " (active %" PRIu64 ")", next->epoch, active);
+            snprintf(err, errlen,
+                     "commit: no pending transition for epoch %" PRIu64 " (active %" PRIu64 ")",
+                     next->epoch, active);
             return -1;
         }
         m = ring_members_dup(next);
@@ -770,20 +807,25 @@ cluster_commit(struct cluster *cl, const struct ring_members *next,
         ring_members_free(m);
         return -1;
     }
-    if (activate(cl, m, err, errlen) < 0)
+    if (activate(cl, m, err, errlen) < 0) {
         return -1;
+    }
     /* A fresh transition imported everything this node owns: it serves
      * again. A higher epoch a peer told us about is reached or passed. */
-    if (cl->fresh)
+    if (cl->fresh) {
         __atomic_store_n(&cl->live.recovering, 0, __ATOMIC_RELEASE);
-    if (cl->barrier != NULL)
+    }
+    if (cl->barrier != NULL) {
         mark_served(cl);
-    if (__atomic_load_n(&cl->live.behind_epoch, __ATOMIC_RELAXED) <= cl->active->epoch)
+    }
+    if (__atomic_load_n(&cl->live.behind_epoch, __ATOMIC_RELAXED) <= cl->active->epoch) {
         __atomic_store_n(&cl->live.behind_epoch, 0, __ATOMIC_RELEASE);
+    }
     clear_pending(cl);
     if (statedir_remove_phase(cl->state_dir, err, errlen) < 0 ||
-        statedir_remove(cl->state_dir, STATEDIR_PENDING, err, errlen) < 0)
+        statedir_remove(cl->state_dir, STATEDIR_PENDING, err, errlen) < 0) {
         log_msg(LOG_ERR, "%s", err);
+    }
     if (cluster_publish(cl) < 0) {
         snprintf(err, errlen, "out of memory publishing the view");
         return -1;
@@ -794,18 +836,19 @@ cluster_commit(struct cluster *cl, const struct ring_members *next,
 
 /* ABORT; see cluster.h. Without a pending transition it is a no-op. */
 int
-cluster_abort(struct cluster *cl, const uint8_t *token, size_t token_len,
-              char *err, size_t errlen)
+cluster_abort(struct cluster *cl, const uint8_t *token, size_t token_len, char *err, size_t errlen)
 {
-    if (cl->pending == NULL)
+    if (cl->pending == NULL) {
         return 0;
+    }
     if (!cluster_token_ok(cl, token, token_len)) {
         snprintf(err, errlen, "abort: token does not match the pending transition");
         return -1;
     }
     if (statedir_remove_phase(cl->state_dir, err, errlen) < 0 ||
-        statedir_remove(cl->state_dir, STATEDIR_PENDING, err, errlen) < 0)
+        statedir_remove(cl->state_dir, STATEDIR_PENDING, err, errlen) < 0) {
         return -1;
+    }
     log_msg(LOG_INFO, "aborted epoch %" PRIu64, cl->pending->epoch);
     clear_pending(cl);
     if (cluster_publish(cl) < 0) {
@@ -820,18 +863,22 @@ static int
 load_state(struct cluster *cl, char *err, size_t errlen)
 {
     struct ring_members *m = NULL, *p = NULL;
-    int rc, phase = 0;
+    int                  rc, phase = 0;
 
     rc = statedir_load_members(cl->state_dir, STATEDIR_ACTIVE, &m, err, errlen);
-    if (rc < 0)
+    if (rc < 0) {
         return -1;
-    if (rc == 0 && activate(cl, m, err, errlen) < 0)
+    }
+    if (rc == 0 && activate(cl, m, err, errlen) < 0) {
         return -1;
+    }
     rc = statedir_load_members(cl->state_dir, STATEDIR_PENDING, &p, err, errlen);
-    if (rc < 0)
+    if (rc < 0) {
         return -1;
-    if (rc == 1)
+    }
+    if (rc == 1) {
         return 0;
+    }
     if (statedir_load_phase(cl->state_dir, cl->ptoken, sizeof(cl->ptoken), &cl->ptoken_len,
                             phase_of, &phase, err, errlen) < 0) {
         ring_members_free(p);
@@ -849,14 +896,15 @@ load_state(struct cluster *cl, char *err, size_t errlen)
     }
     {
         enum cluster_phase ph = cl->phase;
-        uint8_t tok[CLUSTER_TOKEN_MAX];
-        size_t tl = cl->ptoken_len;
+        uint8_t            tok[CLUSTER_TOKEN_MAX];
+        size_t             tl = cl->ptoken_len;
 
         memcpy(tok, cl->ptoken, tl);
         rc = install_pending(cl, p, tok, tl, err, errlen);
         ring_members_free(p);
-        if (rc < 0)
+        if (rc < 0) {
             return -1;
+        }
         cl->phase = ph;
     }
     return 0;
@@ -869,12 +917,14 @@ mark_served(struct cluster *cl)
 {
     char err[1300];
 
-    if (cl->served || cl->active == NULL || cl->self_old < 0)
+    if (cl->served || cl->active == NULL || cl->self_old < 0) {
         return;
-    if (statedir_mark_served(cl->state_dir, err, sizeof(err)) < 0)
+    }
+    if (statedir_mark_served(cl->state_dir, err, sizeof(err)) < 0) {
         log_msg(LOG_ERR, "%s", err);
-    else
+    } else {
         cl->served = true;
+    }
 }
 
 /* See cluster.h. */
@@ -890,7 +940,8 @@ cluster_started(struct cluster *cl)
      * from, it serves empty. */
     if (cl->served && cl->active != NULL && cl->self_old >= 0 && cl->active->n_nodes > 1) {
         __atomic_store_n(&cl->live.recovering, 1, __ATOMIC_RELEASE);
-        log_msg(LOG_INFO, "restarted as a member of epoch %" PRIu64 ": recovering (its keys "
+        log_msg(LOG_INFO,
+                "restarted as a member of epoch %" PRIu64 ": recovering (its keys "
                 "answer TRYAGAIN until `ringctl repair %s` or remove --failed + join)",
                 cl->active->epoch, cl->id);
     }
@@ -899,12 +950,12 @@ cluster_started(struct cluster *cl)
 
 /* See cluster.h. */
 int
-cluster_new(cluster_barrier_fn barrier, void *barrier_arg, const char *id,
-            const char *state_dir, const char *name, const uint8_t *token,
-            size_t token_len, struct cluster **out, char *err, size_t errlen)
+cluster_new(cluster_barrier_fn barrier, void *barrier_arg, const char *id, const char *state_dir,
+            const char *name, const uint8_t *token, size_t token_len, struct cluster **out,
+            char *err, size_t errlen)
 {
     struct cluster *cl = calloc(1, sizeof(*cl));
-    struct stat st;
+    struct stat     st;
 
     *out = NULL;
     if (cl == NULL) {
@@ -916,13 +967,12 @@ cluster_new(cluster_barrier_fn barrier, void *barrier_arg, const char *id,
     cl->self_old = cl->self_new = -1;
     if (id == NULL || strlen(id) == 0 || strlen(id) > RING_ID_MAX ||
         strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-") !=
-        strlen(id)) {
+            strlen(id)) {
         snprintf(err, errlen, "--id: a node id is 1-64 bytes of [A-Za-z0-9._:-]");
         goto fail;
     }
     strcpy(cl->id, id);
-    if (strlen(state_dir) >= sizeof(cl->state_dir) ||
-        strlen(name) >= sizeof(cl->name)) {
+    if (strlen(state_dir) >= sizeof(cl->state_dir) || strlen(name) >= sizeof(cl->name)) {
         snprintf(err, errlen, "--state-dir or --cluster too long");
         goto fail;
     }
@@ -946,10 +996,12 @@ cluster_new(cluster_barrier_fn barrier, void *barrier_arg, const char *id,
         snprintf(err, errlen, "--state-dir %s: not a directory", state_dir);
         goto fail;
     }
-    if (getrandom(&cl->boot_id, sizeof(cl->boot_id), 0) != (ssize_t)sizeof(cl->boot_id))
+    if (getrandom(&cl->boot_id, sizeof(cl->boot_id), 0) != (ssize_t)sizeof(cl->boot_id)) {
         cl->boot_id = (uint64_t)getpid() ^ ((uint64_t)time(NULL) << 20);
-    if (load_state(cl, err, errlen) < 0)
+    }
+    if (load_state(cl, err, errlen) < 0) {
         goto fail;
+    }
     if (cluster_publish(cl) < 0) {
         snprintf(err, errlen, "out of memory");
         goto fail;
@@ -965,12 +1017,14 @@ fail:
 void
 cluster_free(struct cluster *cl)
 {
-    if (cl == NULL)
+    if (cl == NULL) {
         return;
+    }
     clear_pending(cl);
     /* A ring not yet published (failed start) is in no view. */
-    if (cl->view == NULL || cl->view->ring != cl->active_ring)
+    if (cl->view == NULL || cl->view->ring != cl->active_ring) {
         ring_free(cl->active_ring);
+    }
     view_free(cl->view, NULL);
     ring_members_free(cl->active);
     free(cl);

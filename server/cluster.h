@@ -42,12 +42,12 @@ enum cluster_phase {
 #define CLUSTER_MASK_WORDS 4    /* node indexes 0..255 for write failover */
 #define CLUSTER_STALL_MS   3000 /* the ticker this late: the process was paused */
 struct cluster_live {
-    uint64_t tick_ms;       /* the ticker's last beat (monotonic ms), 0 = no ticker */
-    uint32_t suspect;       /* 1: this process stalled; TRYAGAIN until a heartbeat round */
-    uint32_t recovering;    /* 1: restarted empty (or taken over): owned keys TRYAGAIN */
-    uint64_t behind_epoch;  /* a peer runs this higher epoch: everything TRYAGAIN */
-    uint64_t down[CLUSTER_MASK_WORDS];     /* active indexes seen down */
-    uint64_t skipped[CLUSTER_MASK_WORDS];  /* active indexes whose writes we took over */
+    uint64_t tick_ms;      /* the ticker's last beat (monotonic ms), 0 = no ticker */
+    uint32_t suspect;      /* 1: this process stalled; TRYAGAIN until a heartbeat round */
+    uint32_t recovering;   /* 1: restarted empty (or taken over): owned keys TRYAGAIN */
+    uint64_t behind_epoch; /* a peer runs this higher epoch: everything TRYAGAIN */
+    uint64_t down[CLUSTER_MASK_WORDS];    /* active indexes seen down */
+    uint64_t skipped[CLUSTER_MASK_WORDS]; /* active indexes whose writes we took over */
 };
 
 /*
@@ -58,18 +58,18 @@ struct cluster_live {
  * callbacks.
  */
 struct cluster_view {
-    uint64_t      epoch;          /* active; 0 = no membership (plain cache) */
-    uint64_t      pending_epoch;  /* 0 = none */
-    struct ring  *ring;           /* active ring, NULL at epoch 0; freed
-                                   * with the last view that uses it */
-    int32_t       self;           /* this node's index in the ring, -1 */
-    uint32_t      replicas;
-    struct arcset fence;          /* ranges answering TRYAGAIN (empty unless fenced) */
-    struct arcset importing;      /* ranges this node is being refilled with */
-    char         *config;         /* the whole `config` reply */
-    size_t        config_len;
-    struct cluster_live *live;    /* the cluster's, NULL in unit tests */
-    uint64_t      gen;            /* 1, 2, ...: one more for every view published */
+    uint64_t     epoch;         /* active; 0 = no membership (plain cache) */
+    uint64_t     pending_epoch; /* 0 = none */
+    struct ring *ring;          /* active ring, NULL at epoch 0; freed
+                                 * with the last view that uses it */
+    int32_t              self;  /* this node's index in the ring, -1 */
+    uint32_t             replicas;
+    struct arcset        fence;     /* ranges answering TRYAGAIN (empty unless fenced) */
+    struct arcset        importing; /* ranges this node is being refilled with */
+    char                *config;    /* the whole `config` reply */
+    size_t               config_len;
+    struct cluster_live *live; /* the cluster's, NULL in unit tests */
+    uint64_t             gen;  /* 1, 2, ...: one more for every view published */
 };
 
 /* Is bit idx of a live mask set? */
@@ -84,8 +84,9 @@ cluster_mask_has(const uint64_t *mask, uint32_t idx)
 static inline void
 cluster_mask_set(uint64_t *mask, uint32_t idx)
 {
-    if (idx < 64 * CLUSTER_MASK_WORDS)
+    if (idx < 64 * CLUSTER_MASK_WORDS) {
         __atomic_or_fetch(&mask[idx / 64], (uint64_t)1 << (idx % 64), __ATOMIC_RELAXED);
+    }
 }
 
 /* Does this node's health table see node idx of the view down? */
@@ -100,8 +101,9 @@ cluster_view_down(const struct cluster_view *v, uint32_t idx)
 static inline void
 cluster_view_skip(const struct cluster_view *v, uint32_t idx)
 {
-    if (v->live != NULL)
+    if (v->live != NULL) {
         cluster_mask_set(v->live->skipped, idx);
+    }
 }
 
 /* Address of node idx of the view's membership ("" past the end). */
@@ -116,16 +118,16 @@ cluster_view_addr(const struct cluster_view *v, uint32_t idx)
 /* Counters (atomics), exposed in `stats` and Status. */
 struct cluster_counters {
     uint64_t moved, tryagain, forwarded, misrouted;
-    uint64_t items_imported, bytes_imported;   /* handoff, since the last PREPARE */
-    uint64_t replicated;        /* post-images acknowledged by a replica */
-    uint64_t replica_failures;  /* post-images a replica did not acknowledge */
-    uint64_t replica_skipped;   /* post-images not sent: the replica was seen down */
+    uint64_t items_imported, bytes_imported; /* handoff, since the last PREPARE */
+    uint64_t replicated;                     /* post-images acknowledged by a replica */
+    uint64_t replica_failures;               /* post-images a replica did not acknowledge */
+    uint64_t replica_skipped;                /* post-images not sent: the replica was seen down */
 };
 
 /* One outgoing transfer of a source: destination and the arcs it gains
  * whose old primary is this node. */
 struct cluster_dest {
-    uint32_t      new_idx;        /* index in the pending membership */
+    uint32_t      new_idx; /* index in the pending membership */
     char          id[RING_ID_MAX + 1];
     char          addr[RING_ADDR_MAX + 1];
     struct arcset arcs;
@@ -148,9 +150,9 @@ struct cluster;
  * cluster_publish waits for before it frees an old view; NULL in unit tests
  * (no workers, no health state). 0, or -1 with err set.
  */
-int cluster_new(cluster_barrier_fn barrier, void *barrier_arg, const char *id,
-                const char *state_dir, const char *name, const uint8_t *token,
-                size_t token_len, struct cluster **out, char *err, size_t errlen);
+int  cluster_new(cluster_barrier_fn barrier, void *barrier_arg, const char *id,
+                 const char *state_dir, const char *name, const uint8_t *token, size_t token_len,
+                 struct cluster **out, char *err, size_t errlen);
 void cluster_free(struct cluster *cl);
 
 /* The node process starts serving with this state (cport_start, not unit
@@ -173,10 +175,10 @@ enum cluster_counter {
     CLUSTER_CTR_MOVED = 0,
     CLUSTER_CTR_TRYAGAIN,
     CLUSTER_CTR_FORWARDED,
-    CLUSTER_CTR_MISROUTED,        /* a write acknowledged by a node that no longer owns it */
-    CLUSTER_CTR_REPLICATED,       /* a post-image a replica acknowledged */
-    CLUSTER_CTR_REPLICA_FAILED,   /* one a replica did not acknowledge */
-    CLUSTER_CTR_REPLICA_SKIPPED,  /* one not sent: the replica was seen down */
+    CLUSTER_CTR_MISROUTED,       /* a write acknowledged by a node that no longer owns it */
+    CLUSTER_CTR_REPLICATED,      /* a post-image a replica acknowledged */
+    CLUSTER_CTR_REPLICA_FAILED,  /* one a replica did not acknowledge */
+    CLUSTER_CTR_REPLICA_SKIPPED, /* one not sent: the replica was seen down */
 };
 void cluster_count(struct cluster *cl, enum cluster_counter k);
 void cluster_counters_get(const struct cluster *cl, struct cluster_counters *out);
@@ -189,9 +191,8 @@ void cluster_counters_get(const struct cluster *cl, struct cluster_counters *out
 
 /* Accept a pending epoch (docs/cluster.md PREPARE rules); *again is set
  * when it is a repeat of the same transition (same token and epoch). */
-int cluster_prepare(struct cluster *cl, const struct ring_members *next,
-                    const uint8_t *token, size_t token_len, uint64_t from_epoch,
-                    bool *again, char *err, size_t errlen);
+int cluster_prepare(struct cluster *cl, const struct ring_members *next, const uint8_t *token,
+                    size_t token_len, uint64_t from_epoch, bool *again, char *err, size_t errlen);
 /* The same with the nodes of the active epoch that hold nothing current:
  * failed[n_failed] are dead (`ringctl remove --failed`: none may be in
  * next), stale[n_stale] answer but are recovering or behind (the admin saw
@@ -200,9 +201,8 @@ int cluster_prepare(struct cluster *cl, const struct ring_members *next,
  * a stale owner of next imports its arcs like any new owner. */
 int cluster_prepare_failed(struct cluster *cl, const struct ring_members *next,
                            const uint8_t *token, size_t token_len, uint64_t from_epoch,
-                           const char *const *failed, uint32_t n_failed,
-                           const char *const *stale, uint32_t n_stale, bool *again,
-                           char *err, size_t errlen);
+                           const char *const *failed, uint32_t n_failed, const char *const *stale,
+                           uint32_t n_stale, bool *again, char *err, size_t errlen);
 /* Check a token against the pending transition. */
 bool cluster_token_ok(const struct cluster *cl, const uint8_t *token, size_t len);
 /* Record a phase (persisted); FENCED publishes the fence. */
@@ -213,12 +213,11 @@ int cluster_set_phase(struct cluster *cl, enum cluster_phase ph, char *err, size
  * and without a pending one accepts any epoch (ringctl init). *again is set
  * when that epoch is already active.
  */
-int cluster_commit(struct cluster *cl, const struct ring_members *next,
-                   const uint8_t *token, size_t token_len, bool *again,
-                   char *err, size_t errlen);
+int cluster_commit(struct cluster *cl, const struct ring_members *next, const uint8_t *token,
+                   size_t token_len, bool *again, char *err, size_t errlen);
 /* Drop the pending transition (persisted), unfence. */
-int cluster_abort(struct cluster *cl, const uint8_t *token, size_t token_len,
-                  char *err, size_t errlen);
+int cluster_abort(struct cluster *cl, const uint8_t *token, size_t token_len, char *err,
+                  size_t errlen);
 
 /* Is a key hash owned (in any position of R) in the active epoch? True
  * without a membership. */
@@ -242,30 +241,30 @@ void cluster_imported_reset(struct cluster *cl);
  * carries (frame_cluster_id of the name). */
 const char *cluster_node_id(const struct cluster *cl);
 const char *cluster_name(const struct cluster *cl);
-uint64_t cluster_frame_id(const struct cluster *cl);
+uint64_t    cluster_frame_id(const struct cluster *cl);
 /* This process's random boot id (a restart changes it). */
 uint64_t cluster_boot_id(const struct cluster *cl);
 /* Whether the node has an admin token (--token-file); the token itself
  * (*len 0 without one). */
-bool cluster_has_token(const struct cluster *cl);
+bool           cluster_has_token(const struct cluster *cl);
 const uint8_t *cluster_token(const struct cluster *cl, size_t *len);
 
 /* The active membership (NULL: none) and its epoch (0: none). */
 const struct ring_members *cluster_active(const struct cluster *cl);
-uint64_t cluster_active_epoch(const struct cluster *cl);
+uint64_t                   cluster_active_epoch(const struct cluster *cl);
 /* The pending transition's epoch (0: none), phase and token. */
-uint64_t cluster_pending_epoch(const struct cluster *cl);
+uint64_t           cluster_pending_epoch(const struct cluster *cl);
 enum cluster_phase cluster_pending_phase(const struct cluster *cl);
-const uint8_t *cluster_pending_token(const struct cluster *cl, size_t *len);
+const uint8_t     *cluster_pending_token(const struct cluster *cl, size_t *len);
 /* This node's arcs in the pending transition: what it imports, what it
  * sources (the union of the transfers), and one transfer per destination
  * (*n of them). All empty without one. */
-const struct arcset *cluster_importing(const struct cluster *cl);
-const struct arcset *cluster_sourcing(const struct cluster *cl);
+const struct arcset       *cluster_importing(const struct cluster *cl);
+const struct arcset       *cluster_sourcing(const struct cluster *cl);
 const struct cluster_dest *cluster_dests(const struct cluster *cl, uint32_t *n);
 /* How long the last fence waited for its drain (Status); the handoff sets it. */
 uint64_t cluster_fence_held_ms(const struct cluster *cl);
-void cluster_set_fence_held_ms(struct cluster *cl, uint64_t ms);
+void     cluster_set_fence_held_ms(struct cluster *cl, uint64_t ms);
 
 /* What failure detection shares with the workers (atomics; any thread). */
 struct cluster_live *cluster_live(struct cluster *cl);

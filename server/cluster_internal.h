@@ -16,44 +16,44 @@
  * server/cluster.h.
  */
 struct cluster {
-    cluster_barrier_fn   barrier;      /* NULL in unit tests */
-    void                *barrier_arg;
-    char                 id[RING_ID_MAX + 1];
-    char                 state_dir[1024];
-    char                 name[128];
-    uint64_t             cluster_id;   /* frame_cluster_id(name) */
-    uint8_t              token[CLUSTER_TOKEN_MAX];
-    size_t               token_len;
-    bool                 has_token;
-    uint64_t             boot_id;
+    cluster_barrier_fn barrier; /* NULL in unit tests */
+    void              *barrier_arg;
+    char               id[RING_ID_MAX + 1];
+    char               state_dir[1024];
+    char               name[128];
+    uint64_t           cluster_id; /* frame_cluster_id(name) */
+    uint8_t            token[CLUSTER_TOKEN_MAX];
+    size_t             token_len;
+    bool               has_token;
+    uint64_t           boot_id;
 
-    struct ring_members *active;       /* NULL = no membership */
-    struct ring         *active_ring;  /* shared with the current view */
-    int32_t              self_old;     /* index in active, -1 */
+    struct ring_members *active;      /* NULL = no membership */
+    struct ring         *active_ring; /* shared with the current view */
+    int32_t              self_old;    /* index in active, -1 */
 
     /* The pending transition (pending == NULL: none). */
     struct ring_members *pending;
     struct ring         *pending_ring;
-    int32_t              self_new;     /* index in pending, -1 */
+    int32_t              self_new; /* index in pending, -1 */
     uint8_t              ptoken[CLUSTER_TOKEN_MAX];
     size_t               ptoken_len;
     enum cluster_phase   phase;
-    struct arcset        importing;    /* this node gains these */
-    struct arcset        sourcing;     /* union of dests[].arcs */
-    struct arcset        losing;       /* this node stops owning these */
-    struct arcset        fence_arcs;   /* sourcing + losing */
+    struct arcset        importing;  /* this node gains these */
+    struct arcset        sourcing;   /* union of dests[].arcs */
+    struct arcset        losing;     /* this node stops owning these */
+    struct arcset        fence_arcs; /* sourcing + losing */
     struct cluster_dest *dests;
     uint32_t             n_dests;
     uint64_t             fence_held_ms;
 
-    bool                 fresh;        /* the pending transition was accepted while
-                                        * recovering or behind: import everything */
-    char               (*failed)[RING_ID_MAX + 1];  /* failed ids of the pending */
-    uint32_t             n_failed;
-    struct cluster_live  live;
-    bool                 served;       /* the state dir says we served as a member */
+    bool fresh;                      /* the pending transition was accepted while
+                                      * recovering or behind: import everything */
+    char (*failed)[RING_ID_MAX + 1]; /* failed ids of the pending */
+    uint32_t            n_failed;
+    struct cluster_live live;
+    bool                served; /* the state dir says we served as a member */
 
-    struct cluster_view *view;         /* published (atomic pointer) */
+    struct cluster_view    *view; /* published (atomic pointer) */
     struct cluster_counters ctr;
 };
 

@@ -22,10 +22,10 @@
 #include "server/stats.h"
 #include "server/thread.h"
 
-#define CONN_IOV_MAX      64
-#define CHUNK_POOL_MAX    64
-#define ICHUNK_POOL_MAX   256
-#define CONN_MAX_ROUNDS   16    /* read/parse rounds per event, for fairness */
+#define CONN_IOV_MAX    64
+#define CHUNK_POOL_MAX  64
+#define ICHUNK_POOL_MAX 256
+#define CONN_MAX_ROUNDS 16 /* read/parse rounds per event, for fairness */
 
 /* Create a connection; see conn.h. */
 struct conn *
@@ -33,13 +33,15 @@ conn_new(struct worker *w, int fd)
 {
     struct conn *c = calloc(1, sizeof(*c));
 
-    if (c == NULL)
+    if (c == NULL) {
         return NULL;
+    }
     c->w = w;
     c->fd = fd;
     c->next = w->conns;
-    if (w->conns != NULL)
+    if (w->conns != NULL) {
         w->conns->prev = c;
+    }
     w->conns = c;
     w->nconns++;
     return c;
@@ -50,17 +52,20 @@ conn_new(struct worker *w, int fd)
 static int
 conn_set_events(struct conn *c, short flags)
 {
-    if (c->ev == NULL || c->ev_flags == flags)
+    if (c->ev == NULL || c->ev_flags == flags) {
         return 0;
+    }
     event_del(c->ev);
     if (flags == 0) {
         c->ev_flags = 0;
         return 0;
     }
-    if (event_assign(c->ev, c->w->base, c->fd, flags | EV_PERSIST, conn_event_cb, c) < 0)
+    if (event_assign(c->ev, c->w->base, c->fd, flags | EV_PERSIST, conn_event_cb, c) < 0) {
         return -1;
-    if (event_add(c->ev, NULL) < 0)
+    }
+    if (event_add(c->ev, NULL) < 0) {
         return -1;
+    }
     c->ev_flags = flags;
     return 0;
 }
@@ -70,10 +75,12 @@ int
 conn_start(struct conn *c)
 {
     c->ev = event_new(c->w->base, c->fd, EV_READ | EV_PERSIST, conn_event_cb, c);
-    if (c->ev == NULL)
+    if (c->ev == NULL) {
         return -1;
-    if (event_add(c->ev, NULL) < 0)
+    }
+    if (event_add(c->ev, NULL) < 0) {
         return -1;
+    }
     c->ev_flags = EV_READ;
     return 0;
 }
@@ -91,8 +98,9 @@ chunk_free(struct conn *c, struct out_chunk *ch)
 
         ch->owner = NULL;
         c->nholds--;
-        if (ch->gone != NULL)
+        if (ch->gone != NULL) {
             ch->gone(owner);
+        }
     }
     if (ch->it != NULL) {
         store_release(w->srv->store, ch->it);
@@ -132,10 +140,11 @@ static void
 chunk_link(struct conn *c, struct out_chunk *ch)
 {
     ch->next = NULL;
-    if (c->out_tail != NULL)
+    if (c->out_tail != NULL) {
         c->out_tail->next = ch;
-    else
+    } else {
         c->out_head = ch;
+    }
     c->out_tail = ch;
 }
 
@@ -144,7 +153,7 @@ chunk_link(struct conn *c, struct out_chunk *ch)
 static struct out_chunk *
 chunk_take_text(struct conn *c)
 {
-    struct worker *w = c->w;
+    struct worker    *w = c->w;
     struct out_chunk *ch = w->chunk_pool;
 
     if (ch != NULL) {
@@ -185,8 +194,9 @@ conn_out_reserve(struct conn *c, size_t n)
 {
     struct out_chunk *ch = c->out_tail;
 
-    if (ch == NULL || ch->it != NULL || ch->sealed || ch->cap - ch->len < n)
+    if (ch == NULL || ch->it != NULL || ch->sealed || ch->cap - ch->len < n) {
         ch = chunk_new_text(c);
+    }
     return ch->buf + ch->len;
 }
 
@@ -206,10 +216,11 @@ conn_out_add(struct conn *c, const void *data, size_t len)
 
     while (len > 0) {
         struct out_chunk *ch = c->out_tail;
-        size_t room, n;
+        size_t            room, n;
 
-        if (ch == NULL || ch->it != NULL || ch->sealed || ch->len == ch->cap)
+        if (ch == NULL || ch->it != NULL || ch->sealed || ch->len == ch->cap) {
             ch = chunk_new_text(c);
+        }
         room = ch->cap - ch->len;
         n = len < room ? len : room;
         memcpy(ch->buf + ch->len, p, n);
@@ -224,7 +235,7 @@ conn_out_add(struct conn *c, const void *data, size_t len)
 void
 conn_out_item(struct conn *c, struct store_item *it, const char *p, size_t len)
 {
-    struct worker *w = c->w;
+    struct worker    *w = c->w;
     struct out_chunk *ch = w->ichunk_pool;
 
     if (ch != NULL) {
@@ -281,13 +292,15 @@ conn_hold_reserve(struct conn *c, struct out_chunk *h, size_t n)
 {
     struct out_chunk *at = h->ins, *ch;
 
-    if (at->it == NULL && at->cap - at->len >= n)
+    if (at->it == NULL && at->cap - at->len >= n) {
         return at->buf + at->len;
+    }
     ch = chunk_take_text(c);
     ch->next = at->next;
     at->next = ch;
-    if (c->out_tail == at)
+    if (c->out_tail == at) {
         c->out_tail = ch;
+    }
     ch->sealed = true;
     h->ins = ch;
     return ch->buf;
@@ -308,12 +321,13 @@ conn_hold_add(struct conn *c, struct out_chunk *h, const void *data, size_t len)
     const char *p = data;
 
     while (len > 0) {
-        size_t n = len < CONN_OUT_CHUNK ? len : CONN_OUT_CHUNK;
-        char *dst = conn_hold_reserve(c, h, 1);
+        size_t            n = len < CONN_OUT_CHUNK ? len : CONN_OUT_CHUNK;
+        char             *dst = conn_hold_reserve(c, h, 1);
         struct out_chunk *at = h->ins;
 
-        if (n > at->cap - at->len)
+        if (n > at->cap - at->len) {
             n = at->cap - at->len;
+        }
         memcpy(dst, p, n);
         conn_hold_commit(c, h, n);
         p += n;
@@ -336,8 +350,9 @@ conn_hold_drop_until(struct conn *c, struct out_chunk *h, struct out_chunk *e)
     }
     h->next = ch;
     h->ins = h;
-    if (ch == NULL)
+    if (ch == NULL) {
         c->out_tail = h;
+    }
 }
 
 /* A hold is complete: let writes pass it and wake the connection. */
@@ -347,8 +362,9 @@ conn_hold_done(struct conn *c, struct out_chunk *h)
     h->owner = NULL;
     h->gone = NULL;
     c->nholds--;
-    if (c->ev != NULL)
+    if (c->ev != NULL) {
         event_active(c->ev, EV_WRITE, 0);
+    }
 }
 
 /* Flatten the queue (tests). */
@@ -356,8 +372,8 @@ char *
 conn_out_take(struct conn *c, size_t *len)
 {
     struct out_chunk *ch;
-    char *buf;
-    size_t n = 0;
+    char             *buf;
+    size_t            n = 0;
 
     *len = 0;
     if (c->out_bytes == 0) {
@@ -365,8 +381,9 @@ conn_out_take(struct conn *c, size_t *len)
         return NULL;
     }
     buf = malloc(c->out_bytes + 1);
-    if (buf == NULL)
+    if (buf == NULL) {
         return NULL;
+    }
     for (ch = c->out_head; ch != NULL; ch = ch->next) {
         memcpy(buf + n, ch->data + ch->off, ch->len - ch->off);
         n += ch->len - ch->off;
@@ -390,16 +407,19 @@ rbuf_make_room(struct conn *c)
             c->rbuf = w->rbuf_pool[--w->nrbuf_pool];
         } else {
             c->rbuf = malloc(CONN_RBUF_SIZE);
-            if (c->rbuf == NULL)
+            if (c->rbuf == NULL) {
                 return -1;
+            }
         }
         c->rsize = CONN_RBUF_SIZE;
         c->rpos = c->rend = 0;
     }
-    if (c->rpos == c->rend && c->pstate != CONN_PS_GET)
+    if (c->rpos == c->rend && c->pstate != CONN_PS_GET) {
         c->rpos = c->rend = 0;
-    if (c->rend < c->rsize)
+    }
+    if (c->rend < c->rsize) {
         return 0;
+    }
     /* A paused get keeps offsets into rbuf, so nothing may move then. */
     if (c->rpos > 0 && c->pstate != CONN_PS_GET) {
         memmove(c->rbuf, c->rbuf + c->rpos, c->rend - c->rpos);
@@ -407,12 +427,14 @@ rbuf_make_room(struct conn *c)
         c->rpos = 0;
         return 0;
     }
-    if (c->rsize >= CONN_LINE_MAX)
+    if (c->rsize >= CONN_LINE_MAX) {
         return -1;
+    }
     {
         char *nb = realloc(c->rbuf, (size_t)c->rsize * 2);
-        if (nb == NULL)
+        if (nb == NULL) {
             return -1;
+        }
         c->rbuf = nb;
         c->rsize *= 2;
     }
@@ -425,12 +447,14 @@ conn_rbuf_release(struct conn *c)
 {
     struct worker *w = c->w;
 
-    if (c->rbuf == NULL || c->rpos != c->rend || c->pstate == CONN_PS_GET)
+    if (c->rbuf == NULL || c->rpos != c->rend || c->pstate == CONN_PS_GET) {
         return;
-    if (c->rsize == CONN_RBUF_SIZE && w->nrbuf_pool < WORKER_RBUF_POOL)
+    }
+    if (c->rsize == CONN_RBUF_SIZE && w->nrbuf_pool < WORKER_RBUF_POOL) {
         w->rbuf_pool[w->nrbuf_pool++] = c->rbuf;
-    else
+    } else {
         free(c->rbuf);
+    }
     c->rbuf = NULL;
     c->rsize = c->rpos = c->rend = 0;
 }
@@ -444,8 +468,9 @@ conn_feed(struct conn *c, const void *data, size_t len)
     while (len > 0) {
         size_t room, n;
 
-        if (rbuf_make_room(c) < 0)
+        if (rbuf_make_room(c) < 0) {
             return -1;
+        }
         room = c->rsize - c->rend;
         n = len < room ? len : room;
         memcpy(c->rbuf + c->rend, p, n);
@@ -466,29 +491,35 @@ conn_close(struct conn *c)
         event_del(c->ev);
         event_free(c->ev);
     }
-    if (c->stall_ev != NULL)
+    if (c->stall_ev != NULL) {
         event_free(c->stall_ev);
-    if (c->fd >= 0)
+    }
+    if (c->fd >= 0) {
         close(c->fd);
-    if (c->nread_it != NULL)
+    }
+    if (c->nread_it != NULL) {
         store_release(w->srv->store, c->nread_it);
+    }
     free(c->fwd_buf);
     c->fwd_buf = NULL;
     conn_out_clear(c);
     c->pstate = CONN_PS_CMD;
     c->rpos = c->rend;
     conn_rbuf_release(c);
-    if (c->prev != NULL)
+    if (c->prev != NULL) {
         c->prev->next = c->next;
-    else
+    } else {
         w->conns = c->next;
-    if (c->next != NULL)
+    }
+    if (c->next != NULL) {
         c->next->prev = c->prev;
+    }
     w->nconns--;
     log_msg(LOG_DEBUG, "connection %d closed", c->fd);
     free(c);
-    if (w->srv != NULL)
+    if (w->srv != NULL) {
         worker_conn_closed(w);
+    }
 }
 
 /*
@@ -502,24 +533,28 @@ conn_flush(struct conn *c)
 
     while (c->out_head != NULL) {
         struct out_chunk *ch;
-        struct msghdr msg;
-        ssize_t n;
-        int niov = 0;
+        struct msghdr     msg;
+        ssize_t           n;
+        int               niov = 0;
 
         /* Finished holds and empty chunks at the head go first. */
         while ((ch = c->out_head) != NULL && ch->owner == NULL && ch->len == ch->off) {
             c->out_head = ch->next;
-            if (c->out_head == NULL)
+            if (c->out_head == NULL) {
                 c->out_tail = NULL;
+            }
             chunk_free(c, ch);
         }
-        if (ch == NULL)
+        if (ch == NULL) {
             break;
-        if (ch->owner != NULL)
+        }
+        if (ch->owner != NULL) {
             return 2;
+        }
         for (; ch != NULL && ch->owner == NULL && niov < CONN_IOV_MAX; ch = ch->next) {
-            if (ch->len == ch->off)
+            if (ch->len == ch->off) {
                 continue;
+            }
             iov[niov].iov_base = (void *)(ch->data + ch->off);
             iov[niov].iov_len = ch->len - ch->off;
             niov++;
@@ -529,15 +564,18 @@ conn_flush(struct conn *c)
         msg.msg_iovlen = (size_t)niov;
         n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
         if (n < 0) {
-            if (errno == EINTR)
+            if (errno == EINTR) {
                 continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
+            }
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 return 1;
+            }
             return -1;
         }
         STATS_ADD(&c->w->stats, bytes_written, n);
-        if (n > 0 && c->stall_ev != NULL)
+        if (n > 0 && c->stall_ev != NULL) {
             evtimer_del(c->stall_ev);
+        }
         c->out_bytes -= (size_t)n;
         while ((ch = c->out_head) != NULL && ch->owner == NULL) {
             size_t left = ch->len - ch->off;
@@ -547,8 +585,9 @@ conn_flush(struct conn *c)
             }
             n -= (ssize_t)left;
             c->out_head = ch->next;
-            if (c->out_head == NULL)
+            if (c->out_head == NULL) {
                 c->out_tail = NULL;
+            }
             chunk_free(c, ch);
         }
     }
@@ -565,7 +604,7 @@ static ssize_t
 conn_read(struct conn *c, bool *filled)
 {
     ssize_t n;
-    size_t room;
+    size_t  room;
 
     if (c->pstate == CONN_PS_NREAD && c->rpos == c->rend && c->nread_left >= 4096) {
         room = c->nread_left;
@@ -575,17 +614,21 @@ conn_read(struct conn *c, bool *filled)
             c->nread_left -= (size_t)n;
         }
     } else {
-        if (rbuf_make_room(c) < 0)
+        if (rbuf_make_room(c) < 0) {
             return -1;
+        }
         room = c->rsize - c->rend;
         n = read(c->fd, c->rbuf + c->rend, room);
-        if (n > 0)
+        if (n > 0) {
             c->rend += (uint32_t)n;
+        }
     }
-    if (n < 0)
+    if (n < 0) {
         return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? -2 : -1;
-    if (n > 0)
+    }
+    if (n > 0) {
         STATS_ADD(&c->w->stats, bytes_read, n);
+    }
     *filled = (size_t)n == room;
     return n;
 }
@@ -604,15 +647,18 @@ conn_stall_read(struct conn *c)
     while (!c->eof) {
         ssize_t n;
 
-        if (c->rend - c->rpos >= CONN_STALL_IN_CAP)
+        if (c->rend - c->rpos >= CONN_STALL_IN_CAP) {
             return 1;
+        }
         n = conn_read(c, &filled);
-        if (n == -2)
+        if (n == -2) {
             return 0;
-        if (n == 0)
-            c->eof = true;   /* half-closed: still owed its replies */
-        else if (n < 0)
+        }
+        if (n == 0) {
+            c->eof = true; /* half-closed: still owed its replies */
+        } else if (n < 0) {
             return -1;
+        }
     }
     return 0;
 }
@@ -626,8 +672,7 @@ conn_stall_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    log_msg(LOG_INFO, "connection %d: sends but does not read its replies, closing",
-            c->fd);
+    log_msg(LOG_INFO, "connection %d: sends but does not read its replies, closing", c->fd);
     conn_close(c);
 }
 
@@ -635,16 +680,18 @@ conn_stall_cb(evutil_socket_t fd, short what, void *arg)
 static int
 conn_stall_arm(struct conn *c)
 {
-    int ms = c->w->srv->stall_timeout_ms;
+    int            ms = c->w->srv->stall_timeout_ms;
     struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
 
     if (c->stall_ev == NULL) {
         c->stall_ev = evtimer_new(c->w->base, conn_stall_cb, c);
-        if (c->stall_ev == NULL)
+        if (c->stall_ev == NULL) {
             return -1;
+        }
     }
-    if (evtimer_pending(c->stall_ev, NULL))
+    if (evtimer_pending(c->stall_ev, NULL)) {
         return 0;
+    }
     return evtimer_add(c->stall_ev, &tv);
 }
 
@@ -657,8 +704,9 @@ conn_shutdown(struct conn *c)
         conn_close(c);
         return;
     }
-    if (conn_set_events(c, EV_WRITE) < 0)
+    if (conn_set_events(c, EV_WRITE) < 0) {
         conn_close(c);
+    }
 }
 
 /* The state machine; see the file comment. */
@@ -670,20 +718,22 @@ conn_event_cb(int fd, short what, void *arg)
      * nothing says input is waiting, so do not try a read first; epoll
      * reports it once EV_READ is registered again. */
     bool filled = (what & EV_READ) != 0 || what == 0;
-    int rounds = 0;
+    int  rounds = 0;
 
     (void)fd;
     for (;;) {
         enum proto_status st = PROTO_MORE;
-        ssize_t n;
-        int r = 0;
+        ssize_t           n;
+        int               r = 0;
 
         if (!c->close_after_write) {
             st = proto_text_process(c);
-            if (st == PROTO_CLOSE)
+            if (st == PROTO_CLOSE) {
                 goto close;
-            if (st == PROTO_QUIT)
+            }
+            if (st == PROTO_QUIT) {
                 c->close_after_write = true;
+            }
         } else {
             /* Shutting down: finish a multi-get in flight, nothing new. */
             st = proto_text_drain(c);
@@ -692,13 +742,14 @@ conn_event_cb(int fd, short what, void *arg)
             /* Input stops at the soft cap, so only a bug or a huge -I gets
              * here; never hold more than this for one client. */
             if (c->out_bytes > CONN_OUT_HARD_CAP + c->w->srv->settings.item_size_max) {
-                log_msg(LOG_INFO, "connection %d: %zu bytes of replies queued, closing",
-                        c->fd, c->out_bytes);
+                log_msg(LOG_INFO, "connection %d: %zu bytes of replies queued, closing", c->fd,
+                        c->out_bytes);
                 goto close;
             }
             r = conn_flush(c);
-            if (r < 0)
+            if (r < 0) {
                 goto close;
+            }
             if (r == 1) {
                 /* Blocked on the client: parse nothing more until it takes
                  * its replies, but keep taking its input (unparsed, up to
@@ -707,14 +758,18 @@ conn_event_cb(int fd, short what, void *arg)
 
                 if (!c->close_after_write) {
                     full = conn_stall_read(c);
-                    if (full < 0)
+                    if (full < 0) {
                         goto close;
-                    if (full > 0 && conn_stall_arm(c) < 0)
+                    }
+                    if (full > 0 && conn_stall_arm(c) < 0) {
                         goto close;
+                    }
                 }
                 if (conn_set_events(c, c->close_after_write || c->eof || full > 0
-                                           ? EV_WRITE : EV_WRITE | EV_READ) < 0)
+                                           ? EV_WRITE
+                                           : EV_WRITE | EV_READ) < 0) {
                     goto close;
+                }
                 return;
             }
         }
@@ -722,41 +777,50 @@ conn_event_cb(int fd, short what, void *arg)
             /* Everything writable is out and the rest waits for another
              * node's reply (or too many are outstanding): sleep until a
              * hold is done (conn_hold_done wakes us). */
-            if (conn_set_events(c, 0) < 0)
+            if (conn_set_events(c, 0) < 0) {
                 goto close;
+            }
             return;
         }
-        if (st == PROTO_PAUSE)
+        if (st == PROTO_PAUSE) {
             continue;
-        if (c->close_after_write)
+        }
+        if (c->close_after_write) {
             goto close;
+        }
         if (!filled || ++rounds > CONN_MAX_ROUNDS) {
             /* Drained (or had our share): wait for epoll to say more came. */
-            if (rounds > CONN_MAX_ROUNDS)
+            if (rounds > CONN_MAX_ROUNDS) {
                 STATS_ADD(&c->w->stats, conn_yields, 1);
+            }
             conn_rbuf_release(c);
-            if (conn_set_events(c, EV_READ) < 0)
+            if (conn_set_events(c, EV_READ) < 0) {
                 goto close;
+            }
             return;
         }
         if (c->eof) {
             /* Everything it sent is parsed; close once it is answered,
              * forwarded replies included. */
-            if (c->nholds == 0)
+            if (c->nholds == 0) {
                 goto close;
-            if (conn_set_events(c, 0) < 0)
+            }
+            if (conn_set_events(c, 0) < 0) {
                 goto close;
+            }
             return;
         }
         n = conn_read(c, &filled);
         if (n == -2) {
             conn_rbuf_release(c);
-            if (conn_set_events(c, EV_READ) < 0)
+            if (conn_set_events(c, EV_READ) < 0) {
                 goto close;
+            }
             return;
         }
-        if (n <= 0)
+        if (n <= 0) {
             goto close;
+        }
     }
 close:
     conn_close(c);

@@ -26,15 +26,15 @@ struct worker;
 struct event;
 struct repl_op;
 
-#define CONN_RBUF_SIZE     16384u            /* default read buffer */
-#define CONN_LINE_MAX      (4u << 20)        /* longest get line we buffer */
-#define CONN_OUT_CHUNK     16384u            /* output buffer chunk */
-#define CONN_OUT_SOFT_CAP  (1u << 20)        /* stop processing input above this */
-#define CONN_OUT_HARD_CAP  (64u << 20)       /* close above this plus -I */
-#define CONN_COPY_MAX      2048u             /* values up to this are copied, not referenced */
-#define CONN_HOLD_INLINE   48u               /* a hold's own room for a short reply */
-#define CONN_STALL_IN_CAP  (1u << 20)        /* unparsed input while its replies are stuck */
-#define CONN_STALL_TIMEOUT_MS 5000           /* capped and nothing written: close */
+#define CONN_RBUF_SIZE        16384u      /* default read buffer */
+#define CONN_LINE_MAX         (4u << 20)  /* longest get line we buffer */
+#define CONN_OUT_CHUNK        16384u      /* output buffer chunk */
+#define CONN_OUT_SOFT_CAP     (1u << 20)  /* stop processing input above this */
+#define CONN_OUT_HARD_CAP     (64u << 20) /* close above this plus -I */
+#define CONN_COPY_MAX         2048u       /* values up to this are copied, not referenced */
+#define CONN_HOLD_INLINE      48u         /* a hold's own room for a short reply */
+#define CONN_STALL_IN_CAP     (1u << 20)  /* unparsed input while its replies are stuck */
+#define CONN_STALL_TIMEOUT_MS 5000        /* capped and nothing written: close */
 
 /* Told that a hold's connection closed before the hold was done. */
 typedef void (*conn_hold_gone_fn)(void *owner);
@@ -42,77 +42,77 @@ typedef void (*conn_hold_gone_fn)(void *owner);
 /* One piece of queued output. */
 struct out_chunk {
     struct out_chunk  *next;
-    struct store_item *it;      /* reference held for a value chunk, else NULL */
-    const char        *data;    /* buf for a text chunk, the item's bytes otherwise */
-    uint32_t           len;     /* valid bytes at data */
-    uint32_t           off;     /* bytes already written */
-    uint32_t           cap;     /* capacity of buf (text chunks) */
-    bool               sealed;  /* never append to it (a hold, or filled by one) */
-    void              *owner;   /* an unfilled hold: who fills it; else NULL */
-    conn_hold_gone_fn  gone;    /* called with owner if the chunk is dropped */
-    struct out_chunk  *ins;     /* a hold: last chunk inserted after it */
+    struct store_item *it;     /* reference held for a value chunk, else NULL */
+    const char        *data;   /* buf for a text chunk, the item's bytes otherwise */
+    uint32_t           len;    /* valid bytes at data */
+    uint32_t           off;    /* bytes already written */
+    uint32_t           cap;    /* capacity of buf (text chunks) */
+    bool               sealed; /* never append to it (a hold, or filled by one) */
+    void              *owner;  /* an unfilled hold: who fills it; else NULL */
+    conn_hold_gone_fn  gone;   /* called with owner if the chunk is dropped */
+    struct out_chunk  *ins;    /* a hold: last chunk inserted after it */
     char               buf[];
 };
 
 /* Where the text protocol is within the byte stream. */
 enum conn_pstate {
-    CONN_PS_CMD = 0,     /* expecting a command line */
-    CONN_PS_NREAD,       /* reading a data block into nread_it */
-    CONN_PS_SWALLOW,     /* discarding a rejected data block */
-    CONN_PS_GET,         /* a multi-get paused on a full output queue */
+    CONN_PS_CMD = 0, /* expecting a command line */
+    CONN_PS_NREAD,   /* reading a data block into nread_it */
+    CONN_PS_SWALLOW, /* discarding a rejected data block */
+    CONN_PS_GET,     /* a multi-get paused on a full output queue */
 };
 
 struct conn {
-    struct worker     *w;
-    int                fd;              /* -1 for an in-memory test connection */
-    struct event      *ev;
-    struct event      *stall_ev;        /* deadline while blocked and capped */
-    short              ev_flags;        /* events currently registered */
-    struct conn       *prev, *next;     /* worker's list */
-    bool               started;         /* some input has been seen */
-    bool               close_after_write;
-    bool               eof;             /* the client shut down its side */
-    bool               closed;
+    struct worker *w;
+    int            fd; /* -1 for an in-memory test connection */
+    struct event  *ev;
+    struct event  *stall_ev;    /* deadline while blocked and capped */
+    short          ev_flags;    /* events currently registered */
+    struct conn   *prev, *next; /* worker's list */
+    bool           started;     /* some input has been seen */
+    bool           close_after_write;
+    bool           eof; /* the client shut down its side */
+    bool           closed;
 
     /* Input: bytes [rpos, rend) of rbuf are unparsed. */
-    char              *rbuf;
-    uint32_t           rsize, rpos, rend;
+    char    *rbuf;
+    uint32_t rsize, rpos, rend;
 
     /* Protocol state (proto_text.c). */
-    enum conn_pstate   pstate;
-    bool               noreply;
-    int                nread_op;        /* enum store_op */
-    void             (*nread_done)(struct conn *c);  /* the data block is in */
+    enum conn_pstate pstate;
+    bool             noreply;
+    int              nread_op;          /* enum store_op */
+    void (*nread_done)(struct conn *c); /* the data block is in */
     uint64_t           nread_cas;
     struct store_item *nread_it;
-    char              *nread_dst;       /* next byte of the item to fill */
-    size_t             nread_left;      /* value bytes + 2 still to come */
+    char              *nread_dst;  /* next byte of the item to fill */
+    size_t             nread_left; /* value bytes + 2 still to come */
     size_t             swallow_left;
-    uint32_t           get_pos;         /* next key, offset in rbuf */
-    uint32_t           get_end;         /* end of the key list, offset in rbuf */
-    uint32_t           get_next;        /* offset just past the line's '\n' */
+    uint32_t           get_pos;  /* next key, offset in rbuf */
+    uint32_t           get_end;  /* end of the key list, offset in rbuf */
+    uint32_t           get_next; /* offset just past the line's '\n' */
     bool               get_cas, get_touch;
-    bool               get_decided;     /* route.c: every key of this get is served here */
-    bool               get_ordered;     /* route.c: its keys are read at their acting primary */
+    bool               get_decided; /* route.c: every key of this get is served here */
+    bool               get_ordered; /* route.c: its keys are read at their acting primary */
     int64_t            get_exptime;
-    uint64_t           declared_epoch;  /* `epoch <n>`: MOVED instead of forwarding */
-    bool               peer;            /* `rc_peer <auth>`: a cluster peer (replicate.c) */
+    uint64_t           declared_epoch; /* `epoch <n>`: MOVED instead of forwarding */
+    bool               peer;           /* `rc_peer <auth>`: a cluster peer (replicate.c) */
 
-    struct route       route;           /* the decision for the data block coming in */
+    struct route route; /* the decision for the data block coming in */
 
     /* A storage command being forwarded (route.c): its line, then
      * its data block read in place (nread_dst points into it). */
-    char              *fwd_buf;
-    size_t             fwd_len;
-    bool               fwd_noreply;
-    uint64_t           fwd_epoch;
-    char               fwd_addr[256];
-    uint32_t           nholds;          /* holds not yet done */
-    struct repl_op    *repl_gat;        /* a replicated gat being served (replicate.c) */
+    char           *fwd_buf;
+    size_t          fwd_len;
+    bool            fwd_noreply;
+    uint64_t        fwd_epoch;
+    char            fwd_addr[256];
+    uint32_t        nholds;   /* holds not yet done */
+    struct repl_op *repl_gat; /* a replicated gat being served (replicate.c) */
 
     /* Output. */
-    struct out_chunk  *out_head, *out_tail;
-    size_t             out_bytes;       /* queued, not yet written */
+    struct out_chunk *out_head, *out_tail;
+    size_t            out_bytes; /* queued, not yet written */
 };
 
 /* Create a connection for fd on worker w (fd < 0: in-memory, for tests:
@@ -140,7 +140,7 @@ void conn_out_add(struct conn *c, const void *data, size_t len);
 /* Contiguous room for n <= CONN_OUT_CHUNK bytes at the tail of the queue;
  * write into it, then conn_out_commit the bytes used. */
 char *conn_out_reserve(struct conn *c, size_t n);
-void conn_out_commit(struct conn *c, size_t n);
+void  conn_out_commit(struct conn *c, size_t n);
 
 /* Queue len bytes at p inside item it; takes over the caller's reference
  * (released once written, or when the connection closes). */
@@ -160,7 +160,7 @@ void conn_hold_add(struct conn *c, struct out_chunk *h, const void *data, size_t
 /* Contiguous room for n <= CONN_OUT_CHUNK bytes after hold h's
  * insertions; conn_hold_commit the bytes used. */
 char *conn_hold_reserve(struct conn *c, struct out_chunk *h, size_t n);
-void conn_hold_commit(struct conn *c, struct out_chunk *h, size_t n);
+void  conn_hold_commit(struct conn *c, struct out_chunk *h, size_t n);
 
 /* Drop every chunk queued after hold h (and its insertions) up to, not
  * including, chunk e: a reply held whole and replaced (a replicated gat

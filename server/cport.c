@@ -44,8 +44,8 @@
 #include "server/thread.h"
 #include "server/transition.h"
 
-#define XFERS_MAX         64
-#define PEERS_MAX         256       /* peers reported in Status */
+#define XFERS_MAX 64
+#define PEERS_MAX 256 /* peers reported in Status */
 
 /*
  * Admission before authentication (docs/cluster.md, "Cluster port
@@ -67,20 +67,20 @@
  * Authenticated connections never count toward the pre-auth table; the
  * overall cap only bounds descriptors, and pre-auth ones go first.
  */
-#define CPORT_CONNS_MAX         1024    /* every cluster-port connection */
-#define CPORT_PREAUTH_MAX       128     /* connections still waiting for their Hello */
-#define CPORT_PREAUTH_PER_SRC   16      /* of them, from one address (IPv6: one /64) */
-#define CPORT_HELLO_MS          3000    /* the Hello must be accepted within this */
-#define CPORT_SWEEP_MS          250     /* overdue Hellos are looked for this often */
+#define CPORT_CONNS_MAX       1024 /* every cluster-port connection */
+#define CPORT_PREAUTH_MAX     128  /* connections still waiting for their Hello */
+#define CPORT_PREAUTH_PER_SRC 16   /* of them, from one address (IPv6: one /64) */
+#define CPORT_HELLO_MS        3000 /* the Hello must be accepted within this */
+#define CPORT_SWEEP_MS        250  /* overdue Hellos are looked for this often */
 /* Frame payload limit before the Hello (a Hello is < 1 KiB: token <= 256
  * bytes), and at most one line about dropped pre-auth connections this
  * often (ms). */
-#define CPORT_PREAUTH_PAYLOAD   4096
-#define CPORT_DROP_LOG_MS       1000
-#define CPORT_SRC_LEN           9       /* family + 8 address bytes (see source_key) */
+#define CPORT_PREAUTH_PAYLOAD 4096
+#define CPORT_DROP_LOG_MS     1000
+#define CPORT_SRC_LEN         9 /* family + 8 address bytes (see source_key) */
 
 enum cpc_state {
-    CPC_HELLO = 0,   /* waiting for Hello */
+    CPC_HELLO = 0, /* waiting for Hello */
     CPC_ADMIN,
     CPC_PEER,
 };
@@ -89,40 +89,40 @@ struct cp_conn {
     struct cport       *cp;
     struct bufferevent *bev;
     enum cpc_state      state;
-    bool                closing;    /* close once the output is written */
-    bool                waiting;    /* a reply is pending (Fence): input paused */
-    struct handoff_in  *in;         /* peer: import state */
+    bool                closing; /* close once the output is written */
+    bool                waiting; /* a reply is pending (Fence): input paused */
+    struct handoff_in  *in;      /* peer: import state */
     struct cp_conn     *prev, *next;
-    bool                preauth;    /* in the pre-auth table (no Hello accepted yet) */
-    uint64_t            accepted_ms;    /* monotonic; the Hello deadline runs from here */
+    bool                preauth;            /* in the pre-auth table (no Hello accepted yet) */
+    uint64_t            accepted_ms;        /* monotonic; the Hello deadline runs from here */
     uint8_t             src[CPORT_SRC_LEN]; /* source address (per-source share) */
     struct cp_conn     *pa_prev, *pa_next;  /* pre-auth table, oldest first */
 };
 
 struct cport {
-    struct server      *srv;
-    struct cluster     *cl;
-    struct store       *store;
-    char                addr[64];
-    int                 port;
-    int                 listen_fd;
-    int                 stop_fd[2];
-    pthread_t           tid;
-    bool                started;
-    struct event_base  *base;
-    struct event       *listen_ev, *stop_ev;
-    struct cp_conn     *conns;
-    int                 nconns;
-    struct cp_conn     *pa_head, *pa_tail;  /* pre-auth connections, oldest first */
-    int                 npreauth;
-    struct event       *sweep_ev;       /* CPORT_SWEEP_MS: Hello deadlines */
-    bool                listen_paused;  /* out of descriptors: the sweep resumes */
-    uint64_t            drop_log_ms;    /* when the last drop line was logged */
-    uint64_t            n_timed_out, n_evicted, n_refused;  /* since that line */
-    struct handoff     *ho;
-    struct transition  *tr;
-    struct health      *health;
-    struct cp_conn     *fence_waiter;   /* its Fence waits for the drain */
+    struct server     *srv;
+    struct cluster    *cl;
+    struct store      *store;
+    char               addr[64];
+    int                port;
+    int                listen_fd;
+    int                stop_fd[2];
+    pthread_t          tid;
+    bool               started;
+    struct event_base *base;
+    struct event      *listen_ev, *stop_ev;
+    struct cp_conn    *conns;
+    int                nconns;
+    struct cp_conn    *pa_head, *pa_tail; /* pre-auth connections, oldest first */
+    int                npreauth;
+    struct event      *sweep_ev;      /* CPORT_SWEEP_MS: Hello deadlines */
+    bool               listen_paused; /* out of descriptors: the sweep resumes */
+    uint64_t           drop_log_ms;   /* when the last drop line was logged */
+    uint64_t           n_timed_out, n_evicted, n_refused; /* since that line */
+    struct handoff    *ho;
+    struct transition *tr;
+    struct health     *health;
+    struct cp_conn    *fence_waiter; /* its Fence waits for the drain */
 };
 
 static void conn_read_cb(struct bufferevent *bev, void *arg);
@@ -143,16 +143,19 @@ preauth_remove(struct cp_conn *c)
 {
     struct cport *cp = c->cp;
 
-    if (!c->preauth)
+    if (!c->preauth) {
         return;
-    if (c->pa_prev != NULL)
+    }
+    if (c->pa_prev != NULL) {
         c->pa_prev->pa_next = c->pa_next;
-    else
+    } else {
         cp->pa_head = c->pa_next;
-    if (c->pa_next != NULL)
+    }
+    if (c->pa_next != NULL) {
         c->pa_next->pa_prev = c->pa_prev;
-    else
+    } else {
         cp->pa_tail = c->pa_prev;
+    }
     c->pa_prev = c->pa_next = NULL;
     c->preauth = false;
     cp->npreauth--;
@@ -168,12 +171,14 @@ cpc_free(struct cp_conn *c)
         transition_fence_cancel(cp->tr);
         cp->fence_waiter = NULL;
     }
-    if (c->prev != NULL)
+    if (c->prev != NULL) {
         c->prev->next = c->next;
-    else
+    } else {
         cp->conns = c->next;
-    if (c->next != NULL)
+    }
+    if (c->next != NULL) {
         c->next->prev = c->prev;
+    }
     cp->nconns--;
     preauth_remove(c);
     handoff_in_free(c->in);
@@ -187,8 +192,9 @@ cpc_close_after_write(struct cp_conn *c)
 {
     c->closing = true;
     bufferevent_disable(c->bev, EV_READ);
-    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
         cpc_free(c);
+    }
 }
 
 /* Output drained: a connection closing after its last frame goes now. */
@@ -198,8 +204,9 @@ conn_write_cb(struct bufferevent *bev, void *arg)
     struct cp_conn *c = arg;
 
     (void)bev;
-    if (c->closing)
+    if (c->closing) {
         cpc_free(c);
+    }
 }
 
 /* EOF or a socket error: free the connection (a Fence waiter is cancelled). */
@@ -207,28 +214,30 @@ static void
 conn_event_cb(struct bufferevent *bev, short what, void *arg)
 {
     (void)bev;
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
         cpc_free(arg);
+    }
 }
 
 /* Queue one frame; out of memory closes the connection after the write. */
 static void
 send_msg(struct cp_conn *c, enum frame_type type, const void *msg)
 {
-    if (peer_send(c->bev, type, cluster_frame_id(c->cp->cl), msg) < 0)
+    if (peer_send(c->bev, type, cluster_frame_id(c->cp->cl), msg) < 0) {
         c->closing = true;
+    }
 }
 
 /* Error frame, then close (docs/cluster.md). */
-static void
-send_error(struct cp_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void send_error(struct cp_conn *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void
 send_error(struct cp_conn *c, const char *fmt, ...)
 {
-    Ringcache__Error e = RINGCACHE__ERROR__INIT;
+    Ringcache__Error           e = RINGCACHE__ERROR__INIT;
     const struct cluster_view *v = cluster_view(c->cp->cl);
-    char msg[512];
-    va_list ap;
+    char                       msg[512];
+    va_list                    ap;
 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -248,18 +257,19 @@ send_error(struct cp_conn *c, const char *fmt, ...)
 /* Add the peers' health to st and send the reply (the peer arrays live
  * on the heap: up to PEERS_MAX of them). */
 static void
-send_status_reply(struct cp_conn *c, Ringcache__AdminReply *r, Ringcache__NodeStatus *st,
-                  bool ok, const char *err)
+send_status_reply(struct cp_conn *c, Ringcache__AdminReply *r, Ringcache__NodeStatus *st, bool ok,
+                  const char *err)
 {
-    struct health_peer *hp = calloc(PEERS_MAX, sizeof(*hp));
-    Ringcache__PeerState *ps = calloc(PEERS_MAX, sizeof(*ps));
+    struct health_peer    *hp = calloc(PEERS_MAX, sizeof(*hp));
+    Ringcache__PeerState  *ps = calloc(PEERS_MAX, sizeof(*ps));
     Ringcache__PeerState **psp = calloc(PEERS_MAX, sizeof(*psp));
-    size_t n = 0, i;
+    size_t                 n = 0, i;
 
     if (hp != NULL && ps != NULL && psp != NULL) {
         n = health_status(c->cp->health, hp, PEERS_MAX);
-        if (n > PEERS_MAX)
+        if (n > PEERS_MAX) {
             n = PEERS_MAX;
+        }
     }
     for (i = 0; i < n; i++) {
         ringcache__peer_state__init(&ps[i]);
@@ -286,16 +296,16 @@ send_status_reply(struct cp_conn *c, Ringcache__AdminReply *r, Ringcache__NodeSt
 static void
 send_reply(struct cp_conn *c, bool ok, const char *err)
 {
-    struct cport *cp = c->cp;
-    struct cluster *cl = cp->cl;
+    struct cport              *cp = c->cp;
+    struct cluster            *cl = cp->cl;
     const struct cluster_live *live = cluster_live(cl);
-    Ringcache__AdminReply r = RINGCACHE__ADMIN_REPLY__INIT;
-    Ringcache__NodeStatus st = RINGCACHE__NODE_STATUS__INIT;
-    Ringcache__TransferStatus ts[XFERS_MAX], *tsp[XFERS_MAX];
-    struct transfer_status xs[XFERS_MAX];
-    struct store_stats ss;
-    struct cluster_counters cc;
-    size_t n, i;
+    Ringcache__AdminReply      r = RINGCACHE__ADMIN_REPLY__INIT;
+    Ringcache__NodeStatus      st = RINGCACHE__NODE_STATUS__INIT;
+    Ringcache__TransferStatus  ts[XFERS_MAX], *tsp[XFERS_MAX];
+    struct transfer_status     xs[XFERS_MAX];
+    struct store_stats         ss;
+    struct cluster_counters    cc;
+    size_t                     n, i;
 
     store_get_stats(cp->store, &ss);
     cluster_counters_get(cl, &cc);
@@ -309,8 +319,9 @@ send_reply(struct cp_conn *c, bool ok, const char *err)
     st.limit_maxbytes = ss.limit_maxbytes;
     st.evictions = ss.evictions;
     n = handoff_status(cp->ho, xs, XFERS_MAX);
-    if (n > XFERS_MAX)
+    if (n > XFERS_MAX) {
         n = XFERS_MAX;
+    }
     for (i = 0; i < n; i++) {
         ringcache__transfer_status__init(&ts[i]);
         ts[i].dest = xs[i].dest;
@@ -345,16 +356,17 @@ static struct ring_members *
 unpack_members(const Ringcache__Membership *pm, char *err, size_t errlen)
 {
     struct ring_members *m = NULL;
-    size_t n = ringcache__membership__get_packed_size(pm);
-    uint8_t *buf = malloc(n > 0 ? n : 1);
+    size_t               n = ringcache__membership__get_packed_size(pm);
+    uint8_t             *buf = malloc(n > 0 ? n : 1);
 
     if (buf == NULL) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     ringcache__membership__pack(pm, buf);
-    if (members_pb_unpack(buf, n, &m, err, errlen) != RING_OK)
+    if (members_pb_unpack(buf, n, &m, err, errlen) != RING_OK) {
         m = NULL;
+    }
     free(buf);
     return m;
 }
@@ -363,10 +375,10 @@ unpack_members(const Ringcache__Membership *pm, char *err, size_t errlen)
 static void
 do_prepare(struct cp_conn *c, const Ringcache__Prepare *p)
 {
-    struct cport *cp = c->cp;
+    struct cport        *cp = c->cp;
     struct ring_members *m;
-    char err[512];
-    int rc;
+    char                 err[512];
+    int                  rc;
 
     if (p->membership == NULL) {
         send_reply(c, false, "prepare: no membership");
@@ -379,8 +391,8 @@ do_prepare(struct cp_conn *c, const Ringcache__Prepare *p)
     }
     rc = transition_prepare(cp->tr, m, p->token.data, p->token.len, p->from_epoch,
                             (const char *const *)p->failed_ids, (uint32_t)p->n_failed_ids,
-                            (const char *const *)p->stale_ids, (uint32_t)p->n_stale_ids,
-                            err, sizeof(err));
+                            (const char *const *)p->stale_ids, (uint32_t)p->n_stale_ids, err,
+                            sizeof(err));
     ring_members_free(m);
     send_reply(c, rc == 0, rc == 0 ? NULL : err);
 }
@@ -391,8 +403,8 @@ do_start_copy(struct cp_conn *c, const Ringcache__StartCopy *p)
 {
     char err[256];
 
-    if (transition_start_copy(c->cp->tr, p->token.data, p->token.len, p->rate_bytes_per_s,
-                              err, sizeof(err)) < 0) {
+    if (transition_start_copy(c->cp->tr, p->token.data, p->token.len, p->rate_bytes_per_s, err,
+                              sizeof(err)) < 0) {
         send_reply(c, false, err);
         return;
     }
@@ -403,12 +415,13 @@ do_start_copy(struct cp_conn *c, const Ringcache__StartCopy *p)
 static void
 fence_done(void *arg, const char *err)
 {
-    struct cport *cp = arg;
+    struct cport   *cp = arg;
     struct cp_conn *c = cp->fence_waiter;
 
     cp->fence_waiter = NULL;
-    if (c == NULL)
+    if (c == NULL) {
         return;
+    }
     c->waiting = false;
     send_reply(c, err == NULL, err);
     if (!c->closing) {
@@ -424,7 +437,7 @@ static void
 do_fence(struct cp_conn *c, const Ringcache__Fence *p)
 {
     struct cport *cp = c->cp;
-    char err[256];
+    char          err[256];
 
     if (transition_fence(cp->tr, p->token.data, p->token.len, err, sizeof(err)) < 0) {
         send_reply(c, false, err);
@@ -440,10 +453,10 @@ do_fence(struct cp_conn *c, const Ringcache__Fence *p)
 static void
 do_commit(struct cp_conn *c, const Ringcache__Commit *p)
 {
-    struct cport *cp = c->cp;
+    struct cport        *cp = c->cp;
     struct ring_members *m = NULL;
-    char err[512];
-    int rc;
+    char                 err[512];
+    int                  rc;
 
     if (p->membership != NULL) {
         m = unpack_members(p->membership, err, sizeof(err));
@@ -463,7 +476,7 @@ static void
 abort_streams(void *arg)
 {
     struct cp_conn *c = arg;
-    struct cport *cp = c->cp;
+    struct cport   *cp = c->cp;
     struct cp_conn *o, *next;
 
     if (cp->fence_waiter != NULL && cp->fence_waiter != c) {
@@ -477,8 +490,9 @@ abort_streams(void *arg)
     /* Incoming streams of this transition end here. */
     for (o = cp->conns; o != NULL; o = next) {
         next = o->next;
-        if (o->state == CPC_PEER && !o->closing)
+        if (o->state == CPC_PEER && !o->closing) {
             send_error(o, "transition aborted");
+        }
     }
 }
 
@@ -488,8 +502,8 @@ do_abort(struct cp_conn *c, const Ringcache__Abort *p)
 {
     char err[256];
 
-    if (transition_abort(c->cp->tr, p->token.data, p->token.len, p->epoch, abort_streams, c,
-                         err, sizeof(err)) < 0) {
+    if (transition_abort(c->cp->tr, p->token.data, p->token.len, p->epoch, abort_streams, c, err,
+                         sizeof(err)) < 0) {
         send_reply(c, false, err);
         return;
     }
@@ -500,8 +514,7 @@ do_abort(struct cp_conn *c, const Ringcache__Abort *p)
 static void
 admin_request(struct cp_conn *c, const struct frame *f)
 {
-    Ringcache__AdminRequest *rq = ringcache__admin_request__unpack(NULL, f->length,
-                                                                   f->payload);
+    Ringcache__AdminRequest *rq = ringcache__admin_request__unpack(NULL, f->length, f->payload);
 
     if (rq == NULL) {
         send_error(c, "bad AdminRequest");
@@ -542,11 +555,11 @@ admin_request(struct cp_conn *c, const struct frame *f)
 static void
 hello(struct cp_conn *c, const struct frame *f)
 {
-    struct cluster *cl = c->cp->cl;
+    struct cluster   *cl = c->cp->cl;
     Ringcache__Hello *m = ringcache__hello__unpack(NULL, f->length, f->payload);
-    Ringcache__Hello r = RINGCACHE__HELLO__INIT;
-    size_t token_len;
-    const uint8_t *token = cluster_token(cl, &token_len);
+    Ringcache__Hello  r = RINGCACHE__HELLO__INIT;
+    size_t            token_len;
+    const uint8_t    *token = cluster_token(cl, &token_len);
 
     if (m == NULL) {
         send_error(c, "bad Hello");
@@ -592,9 +605,9 @@ static void
 peer_batch(struct cp_conn *c, const struct frame *f)
 {
     Ringcache__HandoffAck a = RINGCACHE__HANDOFF_ACK__INIT;
-    char err[512];
-    uint64_t seq = 0;
-    int rc;
+    char                  err[512];
+    uint64_t              seq = 0;
+    int                   rc;
 
     err[0] = '\0';
     rc = handoff_in_batch(c->in, f->payload, f->length, &seq, err, sizeof(err));
@@ -614,25 +627,29 @@ dispatch(struct cp_conn *c, const struct frame *f)
 {
     switch (c->state) {
     case CPC_HELLO:
-        if (f->type != FRAME_HELLO)
+        if (f->type != FRAME_HELLO) {
             send_error(c, "the first frame must be Hello");
-        else
+        } else {
             hello(c, f);
+        }
         return;
     case CPC_ADMIN:
-        if (f->type == FRAME_ADMIN_REQUEST)
+        if (f->type == FRAME_ADMIN_REQUEST) {
             admin_request(c, f);
-        else
+        } else {
             send_error(c, "unexpected frame type %u on an admin connection", f->type);
+        }
         return;
     case CPC_PEER:
-        if (f->type == FRAME_HANDOFF_BATCH)
+        if (f->type == FRAME_HANDOFF_BATCH) {
             peer_batch(c, f);
-        else if (f->type == FRAME_PING) {
-            if (health_on_ping(c->cp->health, c->bev, f) < 0)
+        } else if (f->type == FRAME_PING) {
+            if (health_on_ping(c->cp->health, c->bev, f) < 0) {
                 send_error(c, "bad Ping");
-        } else
+            }
+        } else {
             send_error(c, "unexpected frame type %u on a peer connection", f->type);
+        }
         return;
     }
 }
@@ -642,15 +659,15 @@ dispatch(struct cp_conn *c, const struct frame *f)
 static void
 conn_read_cb(struct bufferevent *bev, void *arg)
 {
-    struct cp_conn *c = arg;
+    struct cp_conn  *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
 
     while (!c->closing && !c->waiting) {
         struct frame f;
-        size_t used;
+        size_t       used;
         /* Before the Hello, nobody gets to make us buffer megabytes. */
         uint32_t max = c->state == CPC_HELLO ? CPORT_PREAUTH_PAYLOAD : HANDOFF_PAYLOAD_MAX;
-        int rc = peer_read_frame(in, cluster_frame_id(c->cp->cl), max, &f, &used);
+        int      rc = peer_read_frame(in, cluster_frame_id(c->cp->cl), max, &f, &used);
 
         if (rc == FRAME_EAGAIN) {
             /* Wake up once the whole frame is in, not per segment. */
@@ -703,12 +720,14 @@ static void
 drop_log(struct cport *cp, uint64_t now)
 {
     if (cp->n_timed_out + cp->n_evicted + cp->n_refused == 0 ||
-        now - cp->drop_log_ms < CPORT_DROP_LOG_MS)
+        now - cp->drop_log_ms < CPORT_DROP_LOG_MS) {
         return;
-    log_msg(LOG_INFO, "cluster port: closed %" PRIu64 " connections without a Hello after "
+    }
+    log_msg(LOG_INFO,
+            "cluster port: closed %" PRIu64 " connections without a Hello after "
             "%d ms, evicted %" PRIu64 " waiting ones for newer (pre-auth table: %d of %d, "
-            "%d per source), refused %" PRIu64 " (%d connections open)", cp->n_timed_out,
-            CPORT_HELLO_MS, cp->n_evicted, cp->npreauth, CPORT_PREAUTH_MAX,
+            "%d per source), refused %" PRIu64 " (%d connections open)",
+            cp->n_timed_out, CPORT_HELLO_MS, cp->n_evicted, cp->npreauth, CPORT_PREAUTH_MAX,
             CPORT_PREAUTH_PER_SRC, cp->n_refused, cp->nconns);
     cp->n_timed_out = cp->n_evicted = cp->n_refused = 0;
     cp->drop_log_ms = now;
@@ -723,10 +742,12 @@ preauth_idle(struct cp_conn *c)
 {
     int n = 0;
 
-    if (c->closing)
+    if (c->closing) {
         return true;
-    if (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
+    }
+    if (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) {
         return false;
+    }
     return ioctl(bufferevent_getfd(c->bev), FIONREAD, &n) == 0 && n == 0;
 }
 
@@ -739,20 +760,24 @@ static void
 preauth_make_room(struct cport *cp, const uint8_t *src)
 {
     struct cp_conn *o, *victim = NULL;
-    bool one_src;
-    int same = 0;
+    bool            one_src;
+    int             same = 0;
 
     /* At most CPORT_PREAUTH_MAX entries: a walk is cheaper than a map. */
-    for (o = cp->pa_head; o != NULL; o = o->pa_next)
-        same += memcmp(o->src, src, CPORT_SRC_LEN) == 0;
-    one_src = same >= CPORT_PREAUTH_PER_SRC;
-    if (!one_src && cp->npreauth < CPORT_PREAUTH_MAX && cp->nconns < CPORT_CONNS_MAX)
-        return;
     for (o = cp->pa_head; o != NULL; o = o->pa_next) {
-        if (one_src && memcmp(o->src, src, CPORT_SRC_LEN) != 0)
+        same += memcmp(o->src, src, CPORT_SRC_LEN) == 0;
+    }
+    one_src = same >= CPORT_PREAUTH_PER_SRC;
+    if (!one_src && cp->npreauth < CPORT_PREAUTH_MAX && cp->nconns < CPORT_CONNS_MAX) {
+        return;
+    }
+    for (o = cp->pa_head; o != NULL; o = o->pa_next) {
+        if (one_src && memcmp(o->src, src, CPORT_SRC_LEN) != 0) {
             continue;
-        if (victim == NULL)
-            victim = o;     /* the oldest, should none be idle */
+        }
+        if (victim == NULL) {
+            victim = o; /* the oldest, should none be idle */
+        }
         if (preauth_idle(o)) {
             victim = o;
             break;
@@ -774,18 +799,19 @@ static void
 accept_cb(evutil_socket_t lfd, short what, void *arg)
 {
     struct cport *cp = arg;
-    int one = 1;
+    int           one = 1;
 
     (void)what;
     for (;;) {
         struct sockaddr_storage ss;
-        socklen_t sl = sizeof(ss);
+        socklen_t               sl = sizeof(ss);
         int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         struct cp_conn *c;
 
         if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
+            if (errno == EINTR || errno == ECONNABORTED) {
                 continue;
+            }
             if (errno == EMFILE || errno == ENFILE) {
                 if (cp->pa_head != NULL) {
                     cpc_free(cp->pa_head);
@@ -819,17 +845,19 @@ accept_cb(evutil_socket_t lfd, short what, void *arg)
             continue;
         }
         c->next = cp->conns;
-        if (cp->conns != NULL)
+        if (cp->conns != NULL) {
             cp->conns->prev = c;
+        }
         cp->conns = c;
         cp->nconns++;
         c->preauth = true;
         c->accepted_ms = mono_ms();
         c->pa_prev = cp->pa_tail;
-        if (cp->pa_tail != NULL)
+        if (cp->pa_tail != NULL) {
             cp->pa_tail->pa_next = c;
-        else
+        } else {
             cp->pa_head = c;
+        }
         cp->pa_tail = c;
         cp->npreauth++;
         bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
@@ -846,7 +874,7 @@ static void
 sweep_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct cport *cp = arg;
-    uint64_t now = mono_ms();
+    uint64_t      now = mono_ms();
 
     (void)fd;
     (void)what;
@@ -854,8 +882,9 @@ sweep_cb(evutil_socket_t fd, short what, void *arg)
         cpc_free(cp->pa_head);
         cp->n_timed_out++;
     }
-    if (cp->listen_paused && event_add(cp->listen_ev, NULL) == 0)
+    if (cp->listen_paused && event_add(cp->listen_ev, NULL) == 0) {
         cp->listen_paused = false;
+    }
     drop_log(cp, now);
 }
 
@@ -886,8 +915,9 @@ cport_new(struct server *srv, struct cluster *cl, const char *listen_addr, int p
 {
     struct cport *cp = calloc(1, sizeof(*cp));
 
-    if (cp == NULL)
+    if (cp == NULL) {
         return NULL;
+    }
     cp->srv = srv;
     cp->cl = cl;
     cp->store = srv->store;
@@ -896,16 +926,18 @@ cport_new(struct server *srv, struct cluster *cl, const char *listen_addr, int p
     cp->stop_fd[0] = cp->stop_fd[1] = -1;
     snprintf(cp->addr, sizeof(cp->addr), "%s", listen_addr);
     cp->base = event_base_new();
-    if (cp->base == NULL || pipe2(cp->stop_fd, O_NONBLOCK | O_CLOEXEC) < 0)
+    if (cp->base == NULL || pipe2(cp->stop_fd, O_NONBLOCK | O_CLOEXEC) < 0) {
         goto fail;
+    }
     cp->ho = handoff_new(cl, srv->store, cp->base);
     cp->tr = cp->ho != NULL ? transition_new(cl, srv->store, cp->ho, cp->base) : NULL;
     cp->health = health_new(cl, cp->base);
     cp->stop_ev = event_new(cp->base, cp->stop_fd[0], EV_READ, stop_cb, cp);
     cp->sweep_ev = event_new(cp->base, -1, EV_PERSIST, sweep_cb, cp);
     if (cp->ho == NULL || cp->tr == NULL || cp->health == NULL || cp->stop_ev == NULL ||
-        cp->sweep_ev == NULL)
+        cp->sweep_ev == NULL) {
         goto fail;
+    }
     return cp;
 fail:
     cport_free(cp);
@@ -919,8 +951,9 @@ cport_listen(struct cport *cp)
 {
     int fd = listen_tcp(cp->addr, cp->port, 128, "cluster port");
 
-    if (fd < 0)
+    if (fd < 0) {
         return -1;
+    }
     cp->listen_fd = fd;
     return 0;
 }
@@ -930,18 +963,21 @@ int
 cport_start(struct cport *cp)
 {
     struct timeval sweep = { CPORT_SWEEP_MS / 1000, (CPORT_SWEEP_MS % 1000) * 1000 };
-    sigset_t block, old;
-    int rc;
+    sigset_t       block, old;
+    int            rc;
 
-    if (cport_listen(cp) < 0)
+    if (cport_listen(cp) < 0) {
         return -1;
+    }
     cp->listen_ev = event_new(cp->base, cp->listen_fd, EV_READ | EV_PERSIST, accept_cb, cp);
     if (cp->listen_ev == NULL || event_add(cp->listen_ev, NULL) < 0 ||
-        event_add(cp->stop_ev, NULL) < 0 || event_add(cp->sweep_ev, &sweep) < 0)
+        event_add(cp->stop_ev, NULL) < 0 || event_add(cp->sweep_ev, &sweep) < 0) {
         return -1;
+    }
     cluster_started(cp->cl);
-    if (health_start(cp->health) < 0)
+    if (health_start(cp->health) < 0) {
         return -1;
+    }
     /* A pending transition that survived a restart: track again. */
     transition_resume(cp->tr);
     sigemptyset(&block);
@@ -963,31 +999,41 @@ cport_start(struct cport *cp)
 void
 cport_free(struct cport *cp)
 {
-    if (cp == NULL)
+    if (cp == NULL) {
         return;
+    }
     if (cp->started) {
-        if (write(cp->stop_fd[1], "s", 1) < 0)
+        if (write(cp->stop_fd[1], "s", 1) < 0) {
             log_msg(LOG_ERR, "cluster port wake-up: %s", strerror(errno));
+        }
         pthread_join(cp->tid, NULL);
     }
-    while (cp->conns != NULL)
+    while (cp->conns != NULL) {
         cpc_free(cp->conns);
+    }
     health_free(cp->health);
     transition_free(cp->tr);
     handoff_free(cp->ho);
-    if (cp->listen_ev != NULL)
+    if (cp->listen_ev != NULL) {
         event_free(cp->listen_ev);
-    if (cp->stop_ev != NULL)
+    }
+    if (cp->stop_ev != NULL) {
         event_free(cp->stop_ev);
-    if (cp->sweep_ev != NULL)
+    }
+    if (cp->sweep_ev != NULL) {
         event_free(cp->sweep_ev);
-    if (cp->base != NULL)
+    }
+    if (cp->base != NULL) {
         event_base_free(cp->base);
-    if (cp->listen_fd >= 0)
+    }
+    if (cp->listen_fd >= 0) {
         close(cp->listen_fd);
-    if (cp->stop_fd[0] >= 0)
+    }
+    if (cp->stop_fd[0] >= 0) {
         close(cp->stop_fd[0]);
-    if (cp->stop_fd[1] >= 0)
+    }
+    if (cp->stop_fd[1] >= 0) {
         close(cp->stop_fd[1]);
+    }
     free(cp);
 }

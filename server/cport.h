@@ -14,8 +14,7 @@ struct cport;
 
 /* Create the cluster port of srv for listen_addr:port (not yet bound).
  * NULL on ENOMEM. */
-struct cport *cport_new(struct server *srv, struct cluster *cl, const char *listen_addr,
-                        int port);
+struct cport *cport_new(struct server *srv, struct cluster *cl, const char *listen_addr, int port);
 
 /* Bind, listen and start the thread. 0, or -1 (logged). */
 int cport_start(struct cport *cp);

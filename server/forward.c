@@ -33,29 +33,29 @@
 #include "server/log.h"
 #include "server/thread.h"
 
-#define FWD_VALUE_MAX   (1u << 30)    /* a VALUE larger than this is a protocol error */
+#define FWD_VALUE_MAX (1u << 30) /* a VALUE larger than this is a protocol error */
 
 struct fwd_up;
 
 /* One request in flight on an upstream (pooled per worker). */
 struct fwd_req {
-    struct fwd_req   *next;
+    struct fwd_req    *next;
     struct fwd_worker *fw;
-    enum fwd_kind     kind;
-    struct conn      *c;          /* the client (NULL: none, or it closed) */
-    struct out_chunk *hold;       /* its hold on c, NULL with c */
-    fwd_call_fn       fn;         /* FWD_CALL */
-    void             *fn_arg;
-    struct evbuffer  *again;      /* the request bytes, for retries */
-    uint64_t          epoch;      /* declared by a new upstream */
-    int64_t           deadline;   /* monotonic ms: this send's reply is due */
-    int64_t           give_up;    /* monotonic ms: no TRYAGAIN retry after it */
-    bool              moved;      /* retried once after MOVED already */
-    uint32_t          tries;      /* TRYAGAIN retries so far */
-    struct fwd_up    *retry_up;   /* waiting to be re-sent there */
-    struct event     *retry_ev;
-    bool              relayed;    /* some of its reply is in the hold */
-    char              alt[RING_ADDR_MAX + 1];  /* a get: the next owner to try when
+    enum fwd_kind      kind;
+    struct conn       *c;    /* the client (NULL: none, or it closed) */
+    struct out_chunk  *hold; /* its hold on c, NULL with c */
+    fwd_call_fn        fn;   /* FWD_CALL */
+    void              *fn_arg;
+    struct evbuffer   *again;    /* the request bytes, for retries */
+    uint64_t           epoch;    /* declared by a new upstream */
+    int64_t            deadline; /* monotonic ms: this send's reply is due */
+    int64_t            give_up;  /* monotonic ms: no TRYAGAIN retry after it */
+    bool               moved;    /* retried once after MOVED already */
+    uint32_t           tries;    /* TRYAGAIN retries so far */
+    struct fwd_up     *retry_up; /* waiting to be re-sent there */
+    struct event      *retry_ev;
+    bool               relayed;                /* some of its reply is in the hold */
+    char               alt[RING_ADDR_MAX + 1]; /* a get: the next owner to try when
                                                 * this one refuses or resets ("") */
 };
 
@@ -63,9 +63,9 @@ struct fwd_req {
 struct fwd_up {
     struct fwd_worker  *fw;
     char                addr[RING_ADDR_MAX + 1];
-    struct bufferevent *bev;      /* NULL: not connected */
+    struct bufferevent *bev; /* NULL: not connected */
     bool                connected;
-    bool                dirty;    /* has output the flush has not seen */
+    bool                dirty; /* has output the flush has not seen */
     struct event       *timer;
     struct fwd_req     *head, *tail;
 };
@@ -75,11 +75,11 @@ struct fwd_worker {
     struct worker  *w;
     struct fwd_up **ups;
     uint32_t        n, cap;
-    struct fwd_req *waiting;      /* requests backing off after TRYAGAIN */
-    struct event   *flush_ev;     /* made active by a send: runs after the
-                                   * loop iteration's other callbacks */
+    struct fwd_req *waiting;  /* requests backing off after TRYAGAIN */
+    struct event   *flush_ev; /* made active by a send: runs after the
+                               * loop iteration's other callbacks */
     bool            flush_armed;
-    struct fwd_req *req_pool;     /* free requests */
+    struct fwd_req *req_pool; /* free requests */
     uint32_t        nreq_pool;
 };
 
@@ -94,8 +94,9 @@ fw_get(struct worker *w)
     if (w->fwd == NULL) {
         struct fwd_worker *fw = calloc(1, sizeof(*fw));
 
-        if (fw == NULL)
+        if (fw == NULL) {
             return NULL;
+        }
         fw->w = w;
         fw->flush_ev = event_new(w->base, -1, 0, flush_cb, fw);
         if (fw->flush_ev == NULL) {
@@ -112,8 +113,8 @@ timeout_ms(const struct fwd_worker *fw)
 {
     const struct server *srv = fw->w->srv;
 
-    return srv != NULL && srv->settings.forward_timeout_ms > 0
-               ? srv->settings.forward_timeout_ms : FWD_TIMEOUT_MS_DEFAULT;
+    return srv != NULL && srv->settings.forward_timeout_ms > 0 ? srv->settings.forward_timeout_ms
+                                                               : FWD_TIMEOUT_MS_DEFAULT;
 }
 
 /* A zeroed request from fw's pool (or the heap); NULL on ENOMEM. */
@@ -128,8 +129,9 @@ req_new(struct fwd_worker *fw)
         memset(r, 0, sizeof(*r));
     } else {
         r = calloc(1, sizeof(*r));
-        if (r == NULL)
+        if (r == NULL) {
             return NULL;
+        }
     }
     r->fw = fw;
     return r;
@@ -142,10 +144,12 @@ req_free(struct fwd_req *r)
 {
     struct fwd_worker *fw = r->fw;
 
-    if (r->again != NULL)
+    if (r->again != NULL) {
         evbuffer_free(r->again);
-    if (r->retry_ev != NULL)
+    }
+    if (r->retry_ev != NULL) {
         event_free(r->retry_ev);
+    }
     if (fw->nreq_pool < FWD_REQ_POOL_MAX) {
         r->next = fw->req_pool;
         fw->req_pool = r;
@@ -180,12 +184,13 @@ req_done(struct fwd_req *r)
 static void
 req_reply(struct fwd_req *r, const char *s, size_t n)
 {
-    if (r->hold != NULL)
+    if (r->hold != NULL) {
         conn_hold_add(r->c, r->hold, s, n);
+    }
     req_done(r);
 }
 
-static void up_resend(struct fwd_up *up, struct fwd_req *r);
+static void           up_resend(struct fwd_up *up, struct fwd_req *r);
 static struct fwd_up *up_find(struct fwd_worker *fw, const char *addr);
 
 /* A get whose owner refused or reset the connection before any of its
@@ -197,12 +202,14 @@ req_fallback(struct fwd_req *r, enum fwd_err err)
     struct fwd_up *to;
 
     if (err != FWD_ECONN || r->alt[0] == '\0' || r->relayed || r->again == NULL ||
-        (r->kind != FWD_GET_WHOLE && r->kind != FWD_GET_SPLICE))
+        (r->kind != FWD_GET_WHOLE && r->kind != FWD_GET_SPLICE)) {
         return false;
+    }
     to = up_find(r->fw, r->alt);
     r->alt[0] = '\0';
-    if (to == NULL)
+    if (to == NULL) {
         return false;
+    }
     log_msg(LOG_DEBUG, "forward: a get goes to the next owner %s", to->addr);
     up_resend(to, r);
     return true;
@@ -215,10 +222,11 @@ static void
 req_fail(struct fwd_req *r, const char *why, enum fwd_err err)
 {
     char buf[128];
-    int n;
+    int  n;
 
-    if (req_fallback(r, err))
+    if (req_fallback(r, err)) {
         return;
+    }
 
     switch (r->kind) {
     case FWD_LINE:
@@ -242,15 +250,16 @@ static void
 up_arm(struct fwd_up *up)
 {
     struct timeval tv;
-    int64_t left;
+    int64_t        left;
 
     if (up->head == NULL) {
         evtimer_del(up->timer);
         return;
     }
     left = up->head->deadline - util_now_ms();
-    if (left < 0)
+    if (left < 0) {
         left = 0;
+    }
     tv.tv_sec = (time_t)(left / 1000);
     tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
     evtimer_add(up->timer, &tv);
@@ -283,8 +292,9 @@ up_pop(struct fwd_up *up)
     struct fwd_req *r = up->head;
 
     up->head = r->next;
-    if (up->head == NULL)
+    if (up->head == NULL) {
         up->tail = NULL;
+    }
     r->next = NULL;
     return r;
 }
@@ -295,13 +305,15 @@ up_push(struct fwd_up *up, struct fwd_req *r)
 {
     r->next = NULL;
     r->deadline = util_now_ms() + timeout_ms(up->fw);
-    if (up->tail != NULL)
+    if (up->tail != NULL) {
         up->tail->next = r;
-    else
+    } else {
         up->head = r;
+    }
     up->tail = r;
-    if (up->head == r)
+    if (up->head == r) {
         up_arm(up);
+    }
 }
 
 /* Timer: the head request is overdue. */
@@ -312,14 +324,14 @@ up_timer_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (up->head == NULL)
+    if (up->head == NULL) {
         return;
+    }
     if (up->head->deadline > util_now_ms()) {
         up_arm(up);
         return;
     }
-    log_msg(LOG_INFO, "forward to %s: no reply in %d ms, closing", up->addr,
-            timeout_ms(up->fw));
+    log_msg(LOG_INFO, "forward to %s: no reply in %d ms, closing", up->addr, timeout_ms(up->fw));
     up_fail(up, "forward timeout", FWD_ETIMEOUT);
 }
 
@@ -334,13 +346,14 @@ move_to_hold(struct fwd_req *r, struct evbuffer *in, size_t n)
     }
     while (n > 0) {
         struct out_chunk *at;
-        size_t k;
+        size_t            k;
 
         conn_hold_reserve(r->c, r->hold, 1);
         at = r->hold->ins;
         k = at->cap - at->len;
-        if (k > n)
+        if (k > n) {
             k = n;
+        }
         if (evbuffer_remove(in, at->buf + at->len, k) != (int)k) {
             /* Cannot happen: the caller checked the length. */
             evbuffer_drain(in, n);
@@ -351,8 +364,7 @@ move_to_hold(struct fwd_req *r, struct evbuffer *in, size_t n)
     }
 }
 
-static int up_send(struct fwd_up *up, struct fwd_req *r, const struct iovec *iov,
-                   int iovcnt);
+static int  up_send(struct fwd_up *up, struct fwd_req *r, const struct iovec *iov, int iovcnt);
 static void up_flush(struct fwd_up *up);
 
 /* Send a request again from its kept bytes. */
@@ -390,7 +402,7 @@ static void
 retry_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct fwd_req *r = arg;
-    struct fwd_up *up = r->retry_up;
+    struct fwd_up  *up = r->retry_up;
 
     (void)fd;
     (void)what;
@@ -410,19 +422,22 @@ static bool
 req_tryagain(struct fwd_up *up, struct fwd_req *r)
 {
     struct timeval tv;
-    int64_t wait = (int64_t)5 << (r->tries < 3 ? r->tries : 3);
+    int64_t        wait = (int64_t)5 << (r->tries < 3 ? r->tries : 3);
 
-    if (r->again == NULL || util_now_ms() + wait >= r->give_up)
+    if (r->again == NULL || util_now_ms() + wait >= r->give_up) {
         return false;
+    }
     if (r->retry_ev == NULL) {
         r->retry_ev = evtimer_new(up->fw->w->base, retry_cb, r);
-        if (r->retry_ev == NULL)
+        if (r->retry_ev == NULL) {
             return false;
+        }
     }
     tv.tv_sec = 0;
     tv.tv_usec = (suseconds_t)wait * 1000;
-    if (evtimer_add(r->retry_ev, &tv) < 0)
+    if (evtimer_add(r->retry_ev, &tv) < 0) {
         return false;
+    }
     r->tries++;
     r->retry_up = up;
     r->next = up->fw->waiting;
@@ -438,12 +453,11 @@ req_tryagain(struct fwd_up *up, struct fwd_req *r)
  * then answer SERVER_ERROR TRYAGAIN. Consumes r (requeued or finished).
  */
 static void
-req_moved(struct fwd_up *from, struct fwd_req *r, const char *line,
-          const struct mcr_reply *rep)
+req_moved(struct fwd_up *from, struct fwd_req *r, const char *line, const struct mcr_reply *rep)
 {
     /* The line is "SERVER_ERROR MOVED <epoch> <addr>" (mcr_parse). */
-    const char *ep = line + strlen("SERVER_ERROR MOVED ");
-    char addr[MCR_ADDR_MAX + 1];
+    const char    *ep = line + strlen("SERVER_ERROR MOVED ");
+    char           addr[MCR_ADDR_MAX + 1];
     struct fwd_up *to;
 
     _Static_assert(MCR_ADDR_MAX <= RING_ADDR_MAX, "a MOVED address fits an upstream");
@@ -455,16 +469,17 @@ req_moved(struct fwd_up *from, struct fwd_req *r, const char *line,
             up_resend(to, r);
             return;
         }
-        if (req_tryagain(to, r))
+        if (req_tryagain(to, r)) {
             return;
+        }
     }
     if (r->kind == FWD_GET_SPLICE) {
         /* Inside a multi-get: those keys are misses. */
         req_done(r);
     } else {
         char msg[64];
-        int n = snprintf(msg, sizeof(msg), "SERVER_ERROR TRYAGAIN %.*s\r\n",
-                         (int)(rep->key - 1 - ep), ep);
+        int  n = snprintf(msg, sizeof(msg), "SERVER_ERROR TRYAGAIN %.*s\r\n",
+                          (int)(rep->key - 1 - ep), ep);
 
         req_reply(r, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
     }
@@ -480,36 +495,42 @@ req_moved(struct fwd_up *from, struct fwd_req *r, const char *line,
 static int
 up_parse_one(struct fwd_up *up)
 {
-    struct evbuffer *in;
-    struct fwd_req *r = up->head;
+    struct evbuffer    *in;
+    struct fwd_req     *r = up->head;
     struct evbuffer_ptr e;
-    struct mcr_reply rep;
-    size_t llen, have, need;
-    char line[MCR_LINE_MAX];
-    long got;
+    struct mcr_reply    rep;
+    size_t              llen, have, need;
+    char                line[MCR_LINE_MAX];
+    long                got;
 
-    if (up->bev == NULL)
+    if (up->bev == NULL) {
         return 0;
+    }
     in = bufferevent_get_input(up->bev);
     have = evbuffer_get_length(in);
-    if (have == 0)
+    if (have == 0) {
         return 0;
+    }
     if (r == NULL) {
         log_msg(LOG_INFO, "forward to %s: reply without a request", up->addr);
         return -1;
     }
     e = evbuffer_search_eol(in, NULL, NULL, EVBUFFER_EOL_LF);
-    if (e.pos < 0)
+    if (e.pos < 0) {
         return have >= MCR_LINE_MAX ? -1 : 0;
+    }
     /* A line end past MCR_LINE_MAX is mcr_parse's to refuse. */
     llen = (size_t)e.pos + 1 < MCR_LINE_MAX ? (size_t)e.pos + 1 : MCR_LINE_MAX;
-    if (evbuffer_copyout(in, line, llen) != (ev_ssize_t)llen)
+    if (evbuffer_copyout(in, line, llen) != (ev_ssize_t)llen) {
         return -1;
+    }
     got = mcr_parse(line, llen, FWD_VALUE_MAX, &rep, &need);
-    if (got < 0 || rep.kind == 0)
+    if (got < 0 || rep.kind == 0) {
         return -1;
-    if (got > 0)
-        need = (size_t)got;       /* need: the whole unit's length */
+    }
+    if (got > 0) {
+        need = (size_t)got; /* need: the whole unit's length */
+    }
     llen = rep.line_len;
 
     switch (r->kind) {
@@ -535,8 +556,9 @@ up_parse_one(struct fwd_up *up)
             req_moved(up, r, line, &rep);
             return 1;
         }
-        if (rep.kind == MCR_TRYAGAIN && req_tryagain(up, r))
+        if (rep.kind == MCR_TRYAGAIN && req_tryagain(up, r)) {
             return 1;
+        }
         req_reply(r, line, llen + 2);
         req_free(r);
         return 1;
@@ -544,24 +566,27 @@ up_parse_one(struct fwd_up *up)
     case FWD_GET_SPLICE:
         if (rep.kind == MCR_VALUE) {
             /* The line, the data block, its "\r\n". */
-            if (have < need)
+            if (have < need) {
                 return 0;
+            }
             {
                 struct evbuffer_ptr at;
-                char crlf[2];
+                char                crlf[2];
 
                 if (evbuffer_ptr_set(in, &at, need - 2, EVBUFFER_PTR_SET) < 0 ||
-                    evbuffer_copyout_from(in, &at, crlf, 2) != 2 ||
-                    crlf[0] != '\r' || crlf[1] != '\n')
+                    evbuffer_copyout_from(in, &at, crlf, 2) != 2 || crlf[0] != '\r' ||
+                    crlf[1] != '\n') {
                     return -1;
+                }
             }
             move_to_hold(r, in, need);
             return 1;
         }
         evbuffer_drain(in, llen + 2);
         up_pop(up);
-        if (rep.kind == MCR_TRYAGAIN && req_tryagain(up, r))
+        if (rep.kind == MCR_TRYAGAIN && req_tryagain(up, r)) {
             return 1;
+        }
         if (rep.kind == MCR_MOVED) {
             req_moved(up, r, line, &rep);
             return 1;
@@ -589,15 +614,16 @@ up_parse_one(struct fwd_up *up)
 static int
 up_read_calls(struct fwd_up *up)
 {
-    struct evbuffer *in = bufferevent_get_input(up->bev);
+    struct evbuffer      *in = bufferevent_get_input(up->bev);
     struct evbuffer_iovec v;
-    const char *p, *end;
-    size_t need;
-    long n;
-    int done = 0;
+    const char           *p, *end;
+    size_t                need;
+    long                  n;
+    int                   done = 0;
 
-    if (evbuffer_peek(in, -1, NULL, &v, 1) < 1 || v.iov_len == 0)
+    if (evbuffer_peek(in, -1, NULL, &v, 1) < 1 || v.iov_len == 0) {
         return 0;
+    }
     p = v.iov_base;
     end = p + v.iov_len;
     while (up->head != NULL && up->head->kind == FWD_CALL && p < end &&
@@ -609,8 +635,9 @@ up_read_calls(struct fwd_up *up)
         p += n;
         done++;
     }
-    if (done > 0)
+    if (done > 0) {
         evbuffer_drain(in, (size_t)(p - (const char *)v.iov_base));
+    }
     return done;
 }
 
@@ -619,16 +646,18 @@ static void
 up_read_cb(struct bufferevent *bev, void *arg)
 {
     struct fwd_up *up = arg;
-    int r;
+    int            r;
 
     (void)bev;
     for (;;) {
         if (up->bev != NULL && up->head != NULL && up->head->kind == FWD_CALL &&
-            up_read_calls(up) > 0)
+            up_read_calls(up) > 0) {
             continue;
+        }
         r = up_parse_one(up);
-        if (r <= 0)
+        if (r <= 0) {
             break;
+        }
     }
     if (r < 0) {
         log_msg(LOG_INFO, "forward to %s: bad reply, closing", up->addr);
@@ -650,8 +679,9 @@ up_flush(struct fwd_up *up)
 {
     struct evbuffer *out;
 
-    if (up->bev == NULL || !up->connected)
+    if (up->bev == NULL || !up->connected) {
         return;
+    }
     out = bufferevent_get_output(up->bev);
     /* A socket bufferevent keeps its output's front frozen (only it may
      * drain it): evbuffer_write on it fails at once without a syscall,
@@ -663,24 +693,26 @@ up_flush(struct fwd_up *up)
 
         errno = 0;
         n = evbuffer_write(out, bufferevent_getfd(up->bev));
-        if (n > 0)
+        if (n > 0) {
             continue;
-        if (n < 0 && errno == EINTR)
+        }
+        if (n < 0 && errno == EINTR) {
             continue;
+        }
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
             int e = errno;
 
             evbuffer_freeze(out, 1);
-            log_msg(LOG_INFO, "forward to %s: %s", up->addr,
-                    e != 0 ? strerror(e) : "write failed");
+            log_msg(LOG_INFO, "forward to %s: %s", up->addr, e != 0 ? strerror(e) : "write failed");
             up_fail(up, "forward failed", FWD_ECONN);
             return;
         }
         break;
     }
     evbuffer_freeze(out, 1);
-    if (evbuffer_get_length(out) > 0)
+    if (evbuffer_get_length(out) > 0) {
         bufferevent_enable(up->bev, EV_WRITE);
+    }
 }
 
 /* The bufferevent wrote out what up_flush could not: stop watching for
@@ -689,8 +721,9 @@ static void
 up_write_cb(struct bufferevent *bev, void *arg)
 {
     (void)arg;
-    if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+    if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
         bufferevent_disable(bev, EV_WRITE);
+    }
 }
 
 /* Once per loop iteration with sends: flush every upstream written to. */
@@ -698,7 +731,7 @@ static void
 flush_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct fwd_worker *fw = arg;
-    uint32_t i;
+    uint32_t           i;
 
     (void)fd;
     (void)what;
@@ -729,8 +762,8 @@ up_event_cb(struct bufferevent *bev, short what, void *arg)
     }
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
         log_msg(LOG_INFO, "forward to %s: %s", up->addr,
-                (what & BEV_EVENT_EOF) ? "connection closed" :
-                evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+                (what & BEV_EVENT_EOF) ? "connection closed"
+                                       : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
         up_fail(up, "forward failed", FWD_ECONN);
     }
 }
@@ -740,24 +773,27 @@ static int
 resolve(const char *addr, struct sockaddr_storage *ss, int *len)
 {
     struct addrinfo hints, *res = NULL;
-    char host[RING_ADDR_MAX + 1];
-    const char *colon;
-    int rc;
+    char            host[RING_ADDR_MAX + 1];
+    const char     *colon;
+    int             rc;
 
     *len = (int)sizeof(*ss);
-    if (evutil_parse_sockaddr_port(addr, (struct sockaddr *)ss, len) == 0)
+    if (evutil_parse_sockaddr_port(addr, (struct sockaddr *)ss, len) == 0) {
         return 0;
+    }
     colon = strrchr(addr, ':');
-    if (colon == NULL || (size_t)(colon - addr) >= sizeof(host))
+    if (colon == NULL || (size_t)(colon - addr) >= sizeof(host)) {
         return -1;
+    }
     memcpy(host, addr, (size_t)(colon - addr));
     host[colon - addr] = '\0';
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     rc = getaddrinfo(host, colon + 1, &hints, &res);
-    if (rc != 0 || res == NULL)
+    if (rc != 0 || res == NULL) {
         return -1;
+    }
     memcpy(ss, res->ai_addr, res->ai_addrlen);
     *len = (int)res->ai_addrlen;
     freeaddrinfo(res);
@@ -770,8 +806,9 @@ up_hello(struct fwd_up *up, const char *text)
 {
     struct fwd_req *r = req_new(up->fw);
 
-    if (r == NULL)
+    if (r == NULL) {
         return -1;
+    }
     r->kind = FWD_HELLO;
     if (bufferevent_write(up->bev, text, strlen(text)) < 0) {
         req_free(r);
@@ -789,19 +826,20 @@ up_hello(struct fwd_up *up, const char *text)
 static int
 up_connect(struct fwd_up *up, uint64_t epoch)
 {
-    struct worker *w = up->fw->w;
-    struct cluster *cl = w->srv != NULL ? w->srv->cluster : NULL;
+    struct worker          *w = up->fw->w;
+    struct cluster         *cl = w->srv != NULL ? w->srv->cluster : NULL;
     struct sockaddr_storage ss;
-    char line[96];
-    int len;
+    char                    line[96];
+    int                     len;
 
     if (resolve(up->addr, &ss, &len) < 0) {
         log_msg(LOG_ERR, "forward: cannot resolve %s", up->addr);
         return -1;
     }
     up->bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
-    if (up->bev == NULL)
+    if (up->bev == NULL) {
         return -1;
+    }
     bufferevent_setcb(up->bev, up_read_cb, up_write_cb, up_event_cb, up);
     /* EV_WRITE stays off: up_flush writes (the connect completes anyway). */
     if (bufferevent_enable(up->bev, EV_READ) < 0 ||
@@ -811,15 +849,17 @@ up_connect(struct fwd_up *up, uint64_t epoch)
         return -1;
     }
     snprintf(line, sizeof(line), "epoch %" PRIu64 "\r\n", epoch);
-    if (up_hello(up, line) < 0)
+    if (up_hello(up, line) < 0) {
         goto fail;
+    }
     if (cl != NULL && cluster_has_token(cl)) {
         char auth[CLUSTER_PEER_AUTH_LEN + 1];
 
         cluster_peer_auth(cl, auth);
         snprintf(line, sizeof(line), "rc_peer %s\r\n", auth);
-        if (up_hello(up, line) < 0)
+        if (up_hello(up, line) < 0) {
             goto fail;
+        }
     }
     return 0;
 fail:
@@ -832,25 +872,30 @@ static struct fwd_up *
 up_find(struct fwd_worker *fw, const char *addr)
 {
     struct fwd_up *up;
-    uint32_t i;
+    uint32_t       i;
 
-    for (i = 0; i < fw->n; i++)
-        if (strcmp(fw->ups[i]->addr, addr) == 0)
+    for (i = 0; i < fw->n; i++) {
+        if (strcmp(fw->ups[i]->addr, addr) == 0) {
             return fw->ups[i];
-    if (strlen(addr) > RING_ADDR_MAX)
+        }
+    }
+    if (strlen(addr) > RING_ADDR_MAX) {
         return NULL;
+    }
     if (fw->n == fw->cap) {
-        uint32_t cap = fw->cap ? fw->cap * 2 : 8;
+        uint32_t        cap = fw->cap ? fw->cap * 2 : 8;
         struct fwd_up **nu = realloc(fw->ups, cap * sizeof(*nu));
 
-        if (nu == NULL)
+        if (nu == NULL) {
             return NULL;
+        }
         fw->ups = nu;
         fw->cap = cap;
     }
     up = calloc(1, sizeof(*up));
-    if (up == NULL)
+    if (up == NULL) {
         return NULL;
+    }
     up->fw = fw;
     snprintf(up->addr, sizeof(up->addr), "%s", addr);
     up->timer = evtimer_new(fw->w->base, up_timer_cb, up);
@@ -903,29 +948,32 @@ forward_request(struct conn *c, const char *addr, uint64_t epoch, enum fwd_kind 
 
 /* The same with a next owner for a get; see forward.h. */
 int
-forward_read(struct conn *c, const char *addr, const char *alt, uint64_t epoch,
-             enum fwd_kind kind, const struct iovec *iov, int iovcnt, bool want_reply)
+forward_read(struct conn *c, const char *addr, const char *alt, uint64_t epoch, enum fwd_kind kind,
+             const struct iovec *iov, int iovcnt, bool want_reply)
 {
     struct fwd_worker *fw = fw_get(c->w);
-    struct fwd_up *up = fw != NULL ? up_find(fw, addr) : NULL;
-    struct fwd_req *r = up != NULL ? req_new(fw) : NULL;
-    int i;
+    struct fwd_up     *up = fw != NULL ? up_find(fw, addr) : NULL;
+    struct fwd_req    *r = up != NULL ? req_new(fw) : NULL;
+    int                i;
 
     if (r == NULL) {
-        if (want_reply)
+        if (want_reply) {
             conn_out_add(c, "SERVER_ERROR out of memory\r\n", 28);
+        }
         return -1;
     }
     r->kind = kind;
     r->epoch = epoch;
-    if (alt != NULL && strcmp(alt, addr) != 0)
+    if (alt != NULL && strcmp(alt, addr) != 0) {
         snprintf(r->alt, sizeof(r->alt), "%s", alt);
+    }
     r->give_up = util_now_ms() + (int64_t)timeout_ms(fw) * FWD_RETRY_TIMEOUTS;
     {
         /* Kept for retries (MOVED once, TRYAGAIN with backoff). */
         r->again = evbuffer_new();
-        for (i = 0; r->again != NULL && i < iovcnt; i++)
+        for (i = 0; r->again != NULL && i < iovcnt; i++) {
             evbuffer_add(r->again, iov[i].iov_base, iov[i].iov_len);
+        }
     }
     if (want_reply) {
         r->c = c;
@@ -936,12 +984,12 @@ forward_read(struct conn *c, const char *addr, const char *alt, uint64_t epoch,
 
 /* A request whose reply goes to a callback; see forward.h. */
 void
-forward_call(struct worker *w, const char *addr, uint64_t epoch,
-             const struct iovec *iov, int iovcnt, fwd_call_fn fn, void *arg)
+forward_call(struct worker *w, const char *addr, uint64_t epoch, const struct iovec *iov,
+             int iovcnt, fwd_call_fn fn, void *arg)
 {
     struct fwd_worker *fw = fw_get(w);
-    struct fwd_up *up = fw != NULL ? up_find(fw, addr) : NULL;
-    struct fwd_req *r = up != NULL ? req_new(fw) : NULL;
+    struct fwd_up     *up = fw != NULL ? up_find(fw, addr) : NULL;
+    struct fwd_req    *r = up != NULL ? req_new(fw) : NULL;
 
     if (r == NULL) {
         fn(arg, NULL, 0, FWD_EOTHER);
@@ -959,10 +1007,11 @@ void
 forward_worker_free(struct worker *w)
 {
     struct fwd_worker *fw = w->fwd;
-    uint32_t i;
+    uint32_t           i;
 
-    if (fw == NULL)
+    if (fw == NULL) {
         return;
+    }
     while (fw->waiting != NULL) {
         struct fwd_req *r = fw->waiting;
 

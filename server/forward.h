@@ -22,20 +22,20 @@ struct fwd_req;
 
 /* How a forwarded request's reply is read and relayed. */
 enum fwd_kind {
-    FWD_LINE = 0,      /* one reply line (storage, delete, incr/decr, touch) */
-    FWD_GET_WHOLE,     /* a whole get: VALUEs, END (or one error line), relayed as is */
-    FWD_GET_SPLICE,    /* part of a multi-get: VALUEs relayed, END dropped;
-                        * an error line or a failure relays nothing (misses) */
-    FWD_CALL,          /* one reply line handed to a callback (replication) */
-    FWD_HELLO,         /* internal: the `epoch`/`rc_peer` lines of a new upstream */
+    FWD_LINE = 0,   /* one reply line (storage, delete, incr/decr, touch) */
+    FWD_GET_WHOLE,  /* a whole get: VALUEs, END (or one error line), relayed as is */
+    FWD_GET_SPLICE, /* part of a multi-get: VALUEs relayed, END dropped;
+                     * an error line or a failure relays nothing (misses) */
+    FWD_CALL,       /* one reply line handed to a callback (replication) */
+    FWD_HELLO,      /* internal: the `epoch`/`rc_peer` lines of a new upstream */
 };
 
 /* Why a FWD_CALL request got no reply line. */
 enum fwd_err {
     FWD_OK = 0,
-    FWD_ETIMEOUT,      /* no reply within the timeout (the peer may be hung) */
-    FWD_ECONN,         /* connection refused, reset or closed by the peer */
-    FWD_EOTHER,        /* no memory, a bad reply, shutting down */
+    FWD_ETIMEOUT, /* no reply within the timeout (the peer may be hung) */
+    FWD_ECONN,    /* connection refused, reset or closed by the peer */
+    FWD_EOTHER,   /* no memory, a bad reply, shutting down */
 };
 
 /*
@@ -83,8 +83,8 @@ int forward_read(struct conn *c, const char *addr, const char *alt, uint64_t epo
  * to fn(arg, ...). fn is called exactly once, possibly before this returns
  * (immediate failure). The request bytes are copied.
  */
-void forward_call(struct worker *w, const char *addr, uint64_t epoch,
-                  const struct iovec *iov, int iovcnt, fwd_call_fn fn, void *arg);
+void forward_call(struct worker *w, const char *addr, uint64_t epoch, const struct iovec *iov,
+                  int iovcnt, fwd_call_fn fn, void *arg);
 
 /* Close every upstream of worker w, failing what is in flight; frees the
  * worker's forwarding state. On w's thread, or after it stopped. */

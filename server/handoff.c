@@ -31,36 +31,36 @@
 #include "server/peer.h"
 #include "server/store.h"
 
-#define CHUNK_BYTES      (HANDOFF_BATCH_BYTES - 1024)  /* value bytes per chunk */
-#define PUMP_BATCHES     32       /* batches per pump call, then yield */
-#define POLL_MS          5        /* dirty polling while streaming */
-#define BURST_MS         20       /* token bucket depth, in ms of the rate */
-#define COPY_NICE        10       /* nice of the cluster thread while copying */
-#define RECORD_TAG       0x22     /* field 4 (records), wire type 2 */
-#define ACK_PAYLOAD_MAX  (1u << 20) /* frame payload ceiling from a destination */
+#define CHUNK_BYTES     (HANDOFF_BATCH_BYTES - 1024) /* value bytes per chunk */
+#define PUMP_BATCHES    32                           /* batches per pump call, then yield */
+#define POLL_MS         5                            /* dirty polling while streaming */
+#define BURST_MS        20                           /* token bucket depth, in ms of the rate */
+#define COPY_NICE       10                           /* nice of the cluster thread while copying */
+#define RECORD_TAG      0x22                         /* field 4 (records), wire type 2 */
+#define ACK_PAYLOAD_MAX (1u << 20)                   /* frame payload ceiling from a destination */
 
 enum xfer_state {
     XS_IDLE = 0,
-    XS_CONNECTING,      /* TCP connect, then Hello sent */
-    XS_STREAMING,       /* HelloReply received */
+    XS_CONNECTING, /* TCP connect, then Hello sent */
+    XS_STREAMING,  /* HelloReply received */
     XS_FAILED,
 };
 
 /* One outgoing transfer. */
 struct xfer {
-    struct handoff     *h;
-    char                id[RING_ID_MAX + 1];
-    char                addr[RING_ADDR_MAX + 1];
-    struct arcset       arcs;         /* our copy of the arcs it gains from us */
-    enum xfer_state     state;
-    struct bufferevent *bev;
-    struct store_cursor cur;
-    bool                walk_done;
-    uint64_t            next_seq, unacked;
-    uint8_t            *buf;          /* packed records of the batch being built */
-    size_t              len, cap;
-    uint32_t            nrec;
-    size_t              kv_bytes;     /* key+value bytes in the batch */
+    struct handoff        *h;
+    char                   id[RING_ID_MAX + 1];
+    char                   addr[RING_ADDR_MAX + 1];
+    struct arcset          arcs; /* our copy of the arcs it gains from us */
+    enum xfer_state        state;
+    struct bufferevent    *bev;
+    struct store_cursor    cur;
+    bool                   walk_done;
+    uint64_t               next_seq, unacked;
+    uint8_t               *buf; /* packed records of the batch being built */
+    size_t                 len, cap;
+    uint32_t               nrec;
+    size_t                 kv_bytes; /* key+value bytes in the batch */
     struct transfer_status st;
 };
 
@@ -70,10 +70,10 @@ struct handoff {
     struct event_base *base;
     struct xfer       *x;
     uint32_t           nx;
-    struct arcset      track_arcs;    /* predicate of the dirty tracking */
+    struct arcset      track_arcs; /* predicate of the dirty tracking */
     bool               tracking;
     bool               copying;
-    uint64_t           rate;          /* bytes/s, 0 = unlimited */
+    uint64_t           rate; /* bytes/s, 0 = unlimited */
     double             tokens;
     uint64_t           refill_ms;
     struct event      *pump_ev;
@@ -81,9 +81,9 @@ struct handoff {
     handoff_done_fn    fence_fn;
     void              *fence_arg;
     uint64_t           fence_start_ms;
-    int                base_nice;     /* the thread's nice before the copy */
-    bool               niced;         /* running at COPY_NICE now */
-    bool               nice_broken;   /* cannot come back: never nice again */
+    int                base_nice;   /* the thread's nice before the copy */
+    bool               niced;       /* running at COPY_NICE now */
+    bool               nice_broken; /* cannot come back: never nice again */
 };
 
 static void pump_schedule(struct handoff *h, uint64_t ms);
@@ -105,24 +105,30 @@ set_background(struct handoff *h, bool bg)
 {
     pid_t tid = (pid_t)syscall(SYS_gettid);
 
-    if (bg == h->niced || h->nice_broken)
+    if (bg == h->niced || h->nice_broken) {
         return;
+    }
     if (bg) {
         errno = 0;
         h->base_nice = getpriority(PRIO_PROCESS, (id_t)tid);
-        if (errno != 0 || h->base_nice >= COPY_NICE)
+        if (errno != 0 || h->base_nice >= COPY_NICE) {
             return;
+        }
         /* Probe that the way back is allowed before going. */
-        if (setpriority(PRIO_PROCESS, (id_t)tid, h->base_nice + 1) < 0)
+        if (setpriority(PRIO_PROCESS, (id_t)tid, h->base_nice + 1) < 0) {
             return;
+        }
         if (setpriority(PRIO_PROCESS, (id_t)tid, h->base_nice) < 0) {
-            log_msg(LOG_INFO, "handoff: the copy runs at normal priority (cannot renice back: "
-                    "%s)", strerror(errno));
+            log_msg(LOG_INFO,
+                    "handoff: the copy runs at normal priority (cannot renice back: "
+                    "%s)",
+                    strerror(errno));
             h->nice_broken = true;
             return;
         }
-        if (setpriority(PRIO_PROCESS, (id_t)tid, COPY_NICE) == 0)
+        if (setpriority(PRIO_PROCESS, (id_t)tid, COPY_NICE) == 0) {
             h->niced = true;
+        }
         return;
     }
     if (setpriority(PRIO_PROCESS, (id_t)tid, h->base_nice) < 0) {
@@ -143,8 +149,9 @@ set_background(struct handoff *h, bool bg)
 static void
 xfer_fail(struct xfer *x, const char *why)
 {
-    if (x->state == XS_FAILED)
+    if (x->state == XS_FAILED) {
         return;
+    }
     log_msg(LOG_ERR, "handoff to %s failed: %s", x->id, why);
     snprintf(x->st.error, sizeof(x->st.error), "%s", why);
     x->state = XS_FAILED;
@@ -159,17 +166,20 @@ xfer_fail(struct xfer *x, const char *why)
 static int
 batch_room(struct xfer *x, size_t n)
 {
-    if (x->cap - x->len >= n)
+    if (x->cap - x->len >= n) {
         return 0;
+    }
     {
-        size_t ncap = x->cap == 0 ? HANDOFF_BATCH_BYTES + 4096 : x->cap;
+        size_t   ncap = x->cap == 0 ? HANDOFF_BATCH_BYTES + 4096 : x->cap;
         uint8_t *nb;
 
-        while (ncap - x->len < n)
+        while (ncap - x->len < n) {
             ncap *= 2;
+        }
         nb = realloc(x->buf, ncap);
-        if (nb == NULL)
+        if (nb == NULL) {
             return -1;
+        }
         x->buf = nb;
         x->cap = ncap;
     }
@@ -180,30 +190,31 @@ batch_room(struct xfer *x, size_t n)
 static void
 batch_flush(struct xfer *x)
 {
-    struct handoff *h = x->h;
-    struct cluster *cl = h->cl;
+    struct handoff         *h = x->h;
+    struct cluster         *cl = h->cl;
     Ringcache__HandoffBatch b = RINGCACHE__HANDOFF_BATCH__INIT;
-    uint8_t hdr[FRAME_HEADER_SIZE], head[64 + CLUSTER_TOKEN_MAX];
-    size_t hl;
+    uint8_t                 hdr[FRAME_HEADER_SIZE], head[64 + CLUSTER_TOKEN_MAX];
+    size_t                  hl;
 
-    if (x->nrec == 0 || x->state != XS_STREAMING)
+    if (x->nrec == 0 || x->state != XS_STREAMING) {
         return;
+    }
     b.token.data = (uint8_t *)cluster_pending_token(cl, &b.token.len);
     b.epoch = cluster_pending_epoch(cl);
     b.seq = ++x->next_seq;
     hl = ringcache__handoff_batch__pack(&b, head);
     frame_header_write(hdr, FRAME_HANDOFF_BATCH, cluster_frame_id(cl), (uint32_t)(hl + x->len));
     if (bufferevent_write(x->bev, hdr, sizeof(hdr)) < 0 ||
-        bufferevent_write(x->bev, head, hl) < 0 ||
-        bufferevent_write(x->bev, x->buf, x->len) < 0) {
+        bufferevent_write(x->bev, head, hl) < 0 || bufferevent_write(x->bev, x->buf, x->len) < 0) {
         xfer_fail(x, "out of memory queueing a batch");
         return;
     }
     x->unacked++;
     x->st.items_sent += x->nrec;
     x->st.bytes_sent += x->kv_bytes;
-    if (h->rate > 0)
+    if (h->rate > 0) {
         h->tokens -= (double)(hl + x->len);
+    }
     x->len = 0;
     x->nrec = 0;
     x->kv_bytes = 0;
@@ -216,11 +227,13 @@ batch_add(struct xfer *x, const Ringcache__HandoffRecord *r)
     size_t n = ringcache__handoff_record__get_packed_size(r);
     size_t kv = r->key.len + r->value.len;
 
-    if (x->state != XS_STREAMING)
+    if (x->state != XS_STREAMING) {
         return;
+    }
     if (x->nrec >= HANDOFF_BATCH_RECORDS ||
-        (x->nrec > 0 && x->kv_bytes + kv > HANDOFF_BATCH_BYTES))
+        (x->nrec > 0 && x->kv_bytes + kv > HANDOFF_BATCH_BYTES)) {
         batch_flush(x);
+    }
     if (batch_room(x, n + 11) < 0) {
         xfer_fail(x, "out of memory building a batch");
         return;
@@ -246,7 +259,7 @@ static void
 add_item(struct xfer *x, struct store_item *it, int64_t ttl)
 {
     Ringcache__HandoffRecord r = RINGCACHE__HANDOFF_RECORD__INIT;
-    size_t off = 0;
+    size_t                   off = 0;
 
     r.key.data = (uint8_t *)store_item_key(it);
     r.key.len = it->nkey;
@@ -290,10 +303,11 @@ static void
 walk_cb(struct store_item *it, void *arg)
 {
     struct xfer *x = arg;
-    int64_t ttl = store_item_ttl_remaining(x->h->s, it);
+    int64_t      ttl = store_item_ttl_remaining(x->h->s, it);
 
-    if (ttl >= 0)
+    if (ttl >= 0) {
         add_item(x, it, ttl);
+    }
 }
 
 /* store_track_drain callback: a changed key goes to every stream whose
@@ -302,18 +316,20 @@ static void
 drain_cb(const char *key, size_t nkey, uint64_t hash, struct store_item *it, void *arg)
 {
     struct handoff *h = arg;
-    int64_t ttl = it != NULL ? store_item_ttl_remaining(h->s, it) : -1;
-    uint32_t i;
+    int64_t         ttl = it != NULL ? store_item_ttl_remaining(h->s, it) : -1;
+    uint32_t        i;
 
     for (i = 0; i < h->nx; i++) {
         struct xfer *x = &h->x[i];
 
-        if (x->state != XS_STREAMING || !arcset_has(&x->arcs, hash))
+        if (x->state != XS_STREAMING || !arcset_has(&x->arcs, hash)) {
             continue;
-        if (ttl >= 0)
+        }
+        if (ttl >= 0) {
             add_item(x, it, ttl);
-        else
+        } else {
             add_tombstone(x, key, nkey);
+        }
     }
 }
 
@@ -326,17 +342,20 @@ static void
 refill(struct handoff *h)
 {
     uint64_t t = util_now_ms();
-    double burst;
+    double   burst;
 
-    if (h->rate == 0)
+    if (h->rate == 0) {
         return;
+    }
     /* A shallow bucket: the copy's CPU and network use stay smooth at the
      * scale of a foreground request instead of coming in long bursts. */
     burst = (double)h->rate * BURST_MS / 1000 > (double)(HANDOFF_BATCH_BYTES * 2)
-                ? (double)h->rate * BURST_MS / 1000 : HANDOFF_BATCH_BYTES * 2;
+                ? (double)h->rate * BURST_MS / 1000
+                : HANDOFF_BATCH_BYTES * 2;
     h->tokens += (double)(t - h->refill_ms) * (double)h->rate / 1000.0;
-    if (h->tokens > burst)
+    if (h->tokens > burst) {
         h->tokens = burst;
+    }
     h->refill_ms = t;
 }
 
@@ -355,10 +374,11 @@ walks_done(const struct handoff *h)
 {
     uint32_t i;
 
-    for (i = 0; i < h->nx; i++)
-        if (h->x[i].state != XS_FAILED &&
-            (h->x[i].state != XS_STREAMING || !h->x[i].walk_done))
+    for (i = 0; i < h->nx; i++) {
+        if (h->x[i].state != XS_FAILED && (h->x[i].state != XS_STREAMING || !h->x[i].walk_done)) {
             return false;
+        }
+    }
     return true;
 }
 
@@ -368,11 +388,12 @@ static void
 fence_check(struct handoff *h)
 {
     handoff_done_fn fn = h->fence_fn;
-    const char *why = NULL;
-    uint32_t i;
+    const char     *why = NULL;
+    uint32_t        i;
 
-    if (fn == NULL)
+    if (fn == NULL) {
         return;
+    }
     for (i = 0; i < h->nx; i++) {
         struct xfer *x = &h->x[i];
 
@@ -380,13 +401,16 @@ fence_check(struct handoff *h)
             why = x->st.error;
             break;
         }
-        if (!x->walk_done || x->nrec > 0 || x->unacked > 0)
+        if (!x->walk_done || x->nrec > 0 || x->unacked > 0) {
             return;
+        }
     }
-    if (why == NULL && h->tracking && store_track_lost(h->s))
+    if (why == NULL && h->tracking && store_track_lost(h->s)) {
         why = "dirty tracking lost a key (out of memory)";
-    if (why == NULL && h->tracking && store_track_pending(h->s) > 0)
+    }
+    if (why == NULL && h->tracking && store_track_pending(h->s) > 0) {
         return;
+    }
     h->fence_fn = NULL;
     cluster_set_fence_held_ms(h->cl, util_now_ms() - h->fence_start_ms);
     fn(h->fence_arg, why);
@@ -399,15 +423,16 @@ static void
 pump_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct handoff *h = arg;
-    int budget = PUMP_BATCHES;
-    uint32_t i;
-    bool more = false;
+    int             budget = PUMP_BATCHES;
+    uint32_t        i;
+    bool            more = false;
 
     (void)fd;
     (void)what;
     h->pump_armed = false;
-    if (!h->copying)
+    if (!h->copying) {
         return;
+    }
     refill(h);
     for (i = 0; i < h->nx; i++) {
         struct xfer *x = &h->x[i];
@@ -421,39 +446,47 @@ pump_cb(evutil_socket_t fd, short what, void *arg)
             batch_flush(x);
             budget--;
         }
-        if (!x->walk_done && x->state == XS_STREAMING && x->unacked < HANDOFF_WINDOW)
+        if (!x->walk_done && x->state == XS_STREAMING && x->unacked < HANDOFF_WINDOW) {
             more = true;
+        }
     }
     /* Dirty keys only once every stream is up and walked: a key popped now
      * must reach every stream it belongs to. */
     if (h->tracking && walks_done(h)) {
         while (budget > 0) {
-            bool room = true;
+            bool   room = true;
             size_t n;
 
-            for (i = 0; i < h->nx; i++)
-                if (h->x[i].state == XS_STREAMING && !can_send(h, &h->x[i]))
+            for (i = 0; i < h->nx; i++) {
+                if (h->x[i].state == XS_STREAMING && !can_send(h, &h->x[i])) {
                     room = false;
-            if (!room)
+                }
+            }
+            if (!room) {
                 break;
+            }
             n = store_track_drain(h->s, drain_cb, h, HANDOFF_BATCH_RECORDS);
-            for (i = 0; i < h->nx; i++)
+            for (i = 0; i < h->nx; i++) {
                 batch_flush(&h->x[i]);
+            }
             budget--;
-            if (n == 0)
+            if (n == 0) {
                 break;
+            }
             more = true;
         }
     }
-    for (i = 0; i < h->nx; i++)
+    for (i = 0; i < h->nx; i++) {
         h->x[i].st.dirty_backlog = h->tracking ? store_track_pending(h->s) : 0;
+    }
     fence_check(h);
-    if (h->rate > 0 && h->tokens <= 0 && h->fence_fn == NULL)
+    if (h->rate > 0 && h->tokens <= 0 && h->fence_fn == NULL) {
         pump_schedule(h, (uint64_t)(-h->tokens * 1000.0 / (double)h->rate) + 1);
-    else if (more && budget == 0)
+    } else if (more && budget == 0) {
         pump_schedule(h, 0);
-    else
+    } else {
         pump_schedule(h, h->fence_fn != NULL ? 1 : POLL_MS);
+    }
 }
 
 /* Run the pump in ms (0: as soon as possible, replacing a later run). */
@@ -462,10 +495,12 @@ pump_schedule(struct handoff *h, uint64_t ms)
 {
     struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
 
-    if (!h->copying || h->pump_ev == NULL)
+    if (!h->copying || h->pump_ev == NULL) {
         return;
-    if (h->pump_armed && ms > 0)
+    }
+    if (h->pump_armed && ms > 0) {
         return;
+    }
     event_del(h->pump_ev);
     event_add(h->pump_ev, &tv);
     h->pump_armed = true;
@@ -501,8 +536,9 @@ xfer_frame(struct xfer *x, const struct frame *f)
             return;
         }
         ringcache__handoff_ack__free_unpacked(a, NULL);
-        if (x->unacked > 0)
+        if (x->unacked > 0) {
             x->unacked--;
+        }
         pump_schedule(x->h, 0);
     } else if (f->type == FRAME_ERROR) {
         char why[160];
@@ -518,23 +554,25 @@ xfer_frame(struct xfer *x, const struct frame *f)
 static void
 xfer_read_cb(struct bufferevent *bev, void *arg)
 {
-    struct xfer *x = arg;
+    struct xfer     *x = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
 
     while (x->state != XS_FAILED) {
         struct frame f;
-        size_t used;
+        size_t       used;
         int rc = peer_read_frame(in, cluster_frame_id(x->h->cl), ACK_PAYLOAD_MAX, &f, &used);
 
-        if (rc == FRAME_EAGAIN)
+        if (rc == FRAME_EAGAIN) {
             return;
+        }
         if (rc != FRAME_OK) {
             xfer_fail(x, frame_strerror(rc));
             return;
         }
         xfer_frame(x, &f);
-        if (x->state == XS_FAILED)
+        if (x->state == XS_FAILED) {
             return;
+        }
         evbuffer_drain(in, used);
     }
 }
@@ -547,8 +585,9 @@ xfer_event_cb(struct bufferevent *bev, short what, void *arg)
 
     (void)bev;
     if (what & BEV_EVENT_CONNECTED) {
-        if (peer_send_hello(x->bev, x->h->cl) < 0)
+        if (peer_send_hello(x->bev, x->h->cl) < 0) {
             xfer_fail(x, "out of memory");
+        }
         return;
     }
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
@@ -578,9 +617,10 @@ xfer_open(struct xfer *x)
     x->state = XS_CONNECTING;
     rc = peer_connect(x->bev, x->addr);
     /* xfer_event_cb may already have failed it. */
-    if (rc < 0 && x->state != XS_FAILED)
+    if (rc < 0 && x->state != XS_FAILED) {
         xfer_fail(x, rc == PEER_EADDR ? "bad destination address"
-                     : "cannot connect to the destination");
+                                      : "cannot connect to the destination");
+    }
 }
 
 /*
@@ -593,8 +633,9 @@ handoff_new(struct cluster *cl, struct store *s, struct event_base *base)
 {
     struct handoff *h = calloc(1, sizeof(*h));
 
-    if (h == NULL)
+    if (h == NULL) {
         return NULL;
+    }
     h->cl = cl;
     h->s = s;
     h->base = base;
@@ -615,8 +656,9 @@ xfers_clear(struct handoff *h)
     for (i = 0; i < h->nx; i++) {
         struct xfer *x = &h->x[i];
 
-        if (x->bev != NULL)
+        if (x->bev != NULL) {
             bufferevent_free(x->bev);
+        }
         arcset_clear(&x->arcs);
         free(x->buf);
     }
@@ -646,9 +688,10 @@ handoff_stop(struct handoff *h)
 void
 handoff_free(struct handoff *h)
 {
-    if (h == NULL)
+    if (h == NULL) {
         return;
-    h->niced = false;   /* called after the cluster thread ended: no renice */
+    }
+    h->niced = false; /* called after the cluster thread ended: no renice */
     handoff_stop(h);
     event_free(h->pump_ev);
     free(h);
@@ -659,10 +702,11 @@ int
 handoff_prepare(struct handoff *h, char *err, size_t errlen)
 {
     const struct arcset *sourcing = cluster_sourcing(h->cl);
-    int rc;
+    int                  rc;
 
-    if (h->tracking || sourcing->n == 0)
+    if (h->tracking || sourcing->n == 0) {
         return 0;
+    }
     if (arcset_copy(&h->track_arcs, sourcing) < 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -684,17 +728,19 @@ int
 handoff_start_copy(struct handoff *h, uint64_t rate, char *err, size_t errlen)
 {
     const struct cluster_dest *dests;
-    uint32_t i, n_dests;
+    uint32_t                   i, n_dests;
 
-    if (handoff_prepare(h, err, errlen) < 0)
+    if (handoff_prepare(h, err, errlen) < 0) {
         return -1;
+    }
     if (h->rate != rate) {
         h->rate = rate;
         h->tokens = 0;
         h->refill_ms = util_now_ms();
     }
-    if (h->copying)
+    if (h->copying) {
         return 0;
+    }
     dests = cluster_dests(h->cl, &n_dests);
     h->x = calloc(n_dests > 0 ? n_dests : 1, sizeof(*h->x));
     if (h->x == NULL) {
@@ -705,7 +751,7 @@ handoff_start_copy(struct handoff *h, uint64_t rate, char *err, size_t errlen)
     h->copying = true;
     set_background(h, true);
     for (i = 0; i < h->nx; i++) {
-        struct xfer *x = &h->x[i];
+        struct xfer               *x = &h->x[i];
         const struct cluster_dest *d = &dests[i];
 
         x->h = h;
@@ -727,7 +773,7 @@ handoff_start_copy(struct handoff *h, uint64_t rate, char *err, size_t errlen)
 void
 handoff_fence(struct handoff *h, handoff_done_fn fn, void *arg)
 {
-    char err[160];
+    char     err[160];
     uint32_t n_dests;
 
     cluster_dests(h->cl, &n_dests);
@@ -735,8 +781,7 @@ handoff_fence(struct handoff *h, handoff_done_fn fn, void *arg)
     h->fence_fn = fn;
     h->fence_arg = arg;
     h->fence_start_ms = util_now_ms();
-    if (!h->copying && n_dests > 0 &&
-        handoff_start_copy(h, h->rate, err, sizeof(err)) < 0) {
+    if (!h->copying && n_dests > 0 && handoff_start_copy(h, h->rate, err, sizeof(err)) < 0) {
         h->fence_fn = NULL;
         fn(arg, err);
         return;

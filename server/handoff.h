@@ -23,17 +23,16 @@ struct store;
 struct handoff;
 
 #define HANDOFF_BATCH_RECORDS 256
-#define HANDOFF_BATCH_BYTES   (256u << 10)   /* key + value bytes a batch */
-#define HANDOFF_WINDOW        8              /* unacknowledged batches */
-#define HANDOFF_PAYLOAD_MAX   (4u << 20)     /* frame payload ceiling (docs) */
-
+#define HANDOFF_BATCH_BYTES   (256u << 10) /* key + value bytes a batch */
+#define HANDOFF_WINDOW        8            /* unacknowledged batches */
+#define HANDOFF_PAYLOAD_MAX   (4u << 20)   /* frame payload ceiling (docs) */
 
 /* Called once when a fence finished (err NULL) or failed. */
 typedef void (*handoff_done_fn)(void *arg, const char *err);
 
 /* Create / free the handoff of a node. base is the cluster thread's. */
 struct handoff *handoff_new(struct cluster *cl, struct store *s, struct event_base *base);
-void handoff_free(struct handoff *h);
+void            handoff_free(struct handoff *h);
 
 /* PREPARE, as a source: start dirty tracking of the arcs it sources (a
  * copy of them, so the cluster may drop its own). Idempotent. 0 or -1. */
@@ -41,8 +40,7 @@ int handoff_prepare(struct handoff *h, char *err, size_t errlen);
 
 /* COPY: open one stream per destination and start (or re-rate) them;
  * rate 0 = unlimited. Idempotent. 0 or -1. */
-int handoff_start_copy(struct handoff *h, uint64_t rate_bytes_per_s, char *err,
-                       size_t errlen);
+int handoff_start_copy(struct handoff *h, uint64_t rate_bytes_per_s, char *err, size_t errlen);
 
 /* FENCE, after the fence view is published: drain the dirty set to zero
  * and wait for the last ack of every stream, then call fn (maybe at once).

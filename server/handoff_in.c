@@ -20,7 +20,7 @@
 struct handoff_in {
     struct cluster    *cl;
     struct store      *s;
-    struct store_item *it;            /* allocated, being filled */
+    struct store_item *it; /* allocated, being filled */
     uint64_t           cas;
     size_t             got;
 };
@@ -53,8 +53,9 @@ in_drop_chunk(struct handoff_in *in)
 void
 handoff_in_free(struct handoff_in *in)
 {
-    if (in == NULL)
+    if (in == NULL) {
         return;
+    }
     in_drop_chunk(in);
     free(in);
 }
@@ -71,9 +72,9 @@ static int
 in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, size_t errlen)
 {
     struct store *s = in->s;
-    const char *key = (const char *)r->key.data;
-    uint64_t hash;
-    int rc = 0;
+    const char   *key = (const char *)r->key.data;
+    uint64_t      hash;
+    int           rc = 0;
 
     if (r->key.len == 0 || r->key.len > STORE_KEY_MAX) {
         snprintf(err, errlen, "record with a key of %zu bytes", r->key.len);
@@ -87,9 +88,8 @@ in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, s
     }
     if (in->it != NULL || r->offset != 0) {
         /* A continuation chunk: same key, next offset. */
-        if (in->it == NULL || r->tombstone || r->total_bytes != 0 ||
-            r->offset != in->got || r->key.len != in->it->nkey ||
-            memcmp(key, store_item_key(in->it), r->key.len) != 0 ||
+        if (in->it == NULL || r->tombstone || r->total_bytes != 0 || r->offset != in->got ||
+            r->key.len != in->it->nkey || memcmp(key, store_item_key(in->it), r->key.len) != 0 ||
             r->value.len > in->it->nbytes - in->got) {
             snprintf(err, errlen, "broken chunk sequence for key %.*s",
                      (int)(r->key.len > 64 ? 64 : r->key.len), key);
@@ -113,8 +113,7 @@ in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, s
             snprintf(err, errlen, "first chunk longer than its value");
             return -1;
         }
-        in->it = store_import_alloc(s, key, r->key.len, hash, r->flags, r->ttl,
-                                    r->total_bytes, &e);
+        in->it = store_import_alloc(s, key, r->key.len, hash, r->flags, r->ttl, r->total_bytes, &e);
         if (in->it == NULL) {
             rc = e;
         } else {
@@ -134,8 +133,8 @@ in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, s
         imported_add(in, 1, r->key.len + r->value.len);
     }
     if (rc == STORE_TOO_LARGE || rc == STORE_NO_MEMORY) {
-        snprintf(err, errlen, "import of %.*s: %s", (int)(r->key.len > 64 ? 64 : r->key.len),
-                 key, rc == STORE_TOO_LARGE ? "too large" : "out of memory");
+        snprintf(err, errlen, "import of %.*s: %s", (int)(r->key.len > 64 ? 64 : r->key.len), key,
+                 rc == STORE_TOO_LARGE ? "too large" : "out of memory");
         return 1;
     }
     return 0;
@@ -144,14 +143,14 @@ in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, s
 /* See handoff.h. Evictions caused by the imports fail the batch: the
  * destination would otherwise lose live keys to make room silently. */
 int
-handoff_in_batch(struct handoff_in *in, const uint8_t *payload, size_t len,
-                 uint64_t *seq, char *err, size_t errlen)
+handoff_in_batch(struct handoff_in *in, const uint8_t *payload, size_t len, uint64_t *seq,
+                 char *err, size_t errlen)
 {
-    struct cluster *cl = in->cl;
+    struct cluster          *cl = in->cl;
     Ringcache__HandoffBatch *b = ringcache__handoff_batch__unpack(NULL, len, payload);
-    struct store_stats before, after;
-    size_t i;
-    int rc = 0;
+    struct store_stats       before, after;
+    size_t                   i;
+    int                      rc = 0;
 
     if (b == NULL) {
         snprintf(err, errlen, "bad HandoffBatch");
@@ -160,14 +159,17 @@ handoff_in_batch(struct handoff_in *in, const uint8_t *payload, size_t len,
     *seq = b->seq;
     if (cluster_pending_epoch(cl) == 0 || b->epoch != cluster_pending_epoch(cl) ||
         !cluster_token_ok(cl, b->token.data, b->token.len)) {
-        snprintf(err, errlen, "batch for epoch %" PRIu64 " does not match the pending "
-                 "transition (epoch %" PRIu64 ")", b->epoch, cluster_pending_epoch(cl));
+        snprintf(err, errlen,
+                 "batch for epoch %" PRIu64 " does not match the pending "
+                 "transition (epoch %" PRIu64 ")",
+                 b->epoch, cluster_pending_epoch(cl));
         rc = -1;
         goto out;
     }
     store_get_stats(in->s, &before);
-    for (i = 0; i < b->n_records && rc == 0; i++)
+    for (i = 0; i < b->n_records && rc == 0; i++) {
         rc = in_record(in, b->records[i], err, errlen);
+    }
     store_get_stats(in->s, &after);
     if (rc == 0 && after.import_evictions > before.import_evictions) {
         snprintf(err, errlen, "imports evicted %" PRIu64 " live items: not enough memory",

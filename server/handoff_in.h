@@ -29,7 +29,7 @@ void handoff_in_free(struct handoff_in *in);
  * outside the arcs this node imports, a broken chunk sequence): Error and
  * close.
  */
-int handoff_in_batch(struct handoff_in *in, const uint8_t *payload, size_t len,
-                     uint64_t *seq, char *err, size_t errlen);
+int handoff_in_batch(struct handoff_in *in, const uint8_t *payload, size_t len, uint64_t *seq,
+                     char *err, size_t errlen);
 
 #endif /* SERVER_HANDOFF_IN_H */

@@ -31,15 +31,15 @@
 #include "server/log.h"
 #include "server/peer.h"
 
-#define TIMER_MS        50       /* the heartbeat timer's period */
-#define TICKER_MS       100      /* the ticker thread's beat */
-#define CONNECT_MS      1000     /* a connect + Hello taking longer fails */
-#define PONG_MAX        4096     /* frame payload ceiling on heartbeat links */
+#define TIMER_MS   50   /* the heartbeat timer's period */
+#define TICKER_MS  100  /* the ticker thread's beat */
+#define CONNECT_MS 1000 /* a connect + Hello taking longer fails */
+#define PONG_MAX   4096 /* frame payload ceiling on heartbeat links */
 
 enum pconn {
     PC_NONE = 0,
-    PC_CONNECTING,      /* TCP connect, then Hello sent */
-    PC_READY,           /* HelloReply received: pinging */
+    PC_CONNECTING, /* TCP connect, then Hello sent */
+    PC_READY,      /* HelloReply received: pinging */
 };
 
 /* One other member of the active epoch. */
@@ -47,17 +47,17 @@ struct peer {
     struct health      *h;
     char                id[RING_ID_MAX + 1];
     char                addr[RING_ADDR_MAX + 1];
-    int32_t             idx;            /* in the active membership */
+    int32_t             idx; /* in the active membership */
     struct bufferevent *bev;
     enum pconn          cstate;
-    uint64_t            attempt_ms;     /* last connect attempt */
-    uint64_t            last_pong_ms;   /* 0 = never */
+    uint64_t            attempt_ms;   /* last connect attempt */
+    uint64_t            last_pong_ms; /* 0 = never */
     uint64_t            last_ping_ms;
-    uint64_t            fail_ms;        /* last connection failure, 0 = none since a Pong */
-    uint64_t            born_ms;        /* entered the table: silence counts from here */
+    uint64_t            fail_ms; /* last connection failure, 0 = none since a Pong */
+    uint64_t            born_ms; /* entered the table: silence counts from here */
     uint64_t            seq, round_seq, epoch;
-    bool                refused;        /* the last attempt failed outright */
-    bool                settled;        /* answered (or failed) in the current round */
+    bool                refused; /* the last attempt failed outright */
+    bool                settled; /* answered (or failed) in the current round */
     enum peer_health    state;
     char                error[128];
 };
@@ -68,13 +68,13 @@ struct health {
     struct event      *timer;
     struct peer       *peers;
     uint32_t           n;
-    uint64_t           table_epoch;     /* the active epoch the table was built for */
+    uint64_t           table_epoch; /* the active epoch the table was built for */
     uint64_t           start_ms;
-    bool               round;           /* a post-stall round runs */
+    bool               round; /* a post-stall round runs */
     uint64_t           round_start;
     pthread_t          tid;
     bool               ticker_started;
-    int                stop;            /* atomic: the ticker exits */
+    int                stop; /* atomic: the ticker exits */
 };
 
 /* See health.h. */
@@ -102,15 +102,16 @@ health_state_name(enum peer_health s)
 static void *
 ticker_main(void *arg)
 {
-    struct health *h = arg;
+    struct health       *h = arg;
     struct cluster_live *l = cluster_live(h->cl);
-    struct timespec ts = { 0, TICKER_MS * 1000000L };
+    struct timespec      ts = { 0, TICKER_MS * 1000000L };
 
     while (!__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE)) {
         uint64_t now = util_coarse_ms(), prev = __atomic_load_n(&l->tick_ms, __ATOMIC_RELAXED);
 
-        if (prev != 0 && now > prev + CLUSTER_STALL_MS)
+        if (prev != 0 && now > prev + CLUSTER_STALL_MS) {
             __atomic_store_n(&l->suspect, 1, __ATOMIC_RELEASE);
+        }
         __atomic_store_n(&l->tick_ms, now, __ATOMIC_RELEASE);
         nanosleep(&ts, NULL);
     }
@@ -127,8 +128,9 @@ static void
 sigcont_handler(int sig)
 {
     (void)sig;
-    if (sigcont_live != NULL)
+    if (sigcont_live != NULL) {
         __atomic_store_n(&sigcont_live->suspect, 1, __ATOMIC_RELEASE);
+    }
 }
 
 /* A peer tells us an epoch: above both of ours, we are behind (removed,
@@ -137,17 +139,20 @@ sigcont_handler(int sig)
 static void
 learn_epoch(struct health *h, const char *from, uint64_t e)
 {
-    struct cluster *cl = h->cl;
+    struct cluster      *cl = h->cl;
     struct cluster_live *live = cluster_live(cl);
-    uint64_t active = cluster_active_epoch(cl);
-    uint64_t pending = cluster_pending_epoch(cl);
-    uint64_t was = __atomic_load_n(&live->behind_epoch, __ATOMIC_RELAXED);
+    uint64_t             active = cluster_active_epoch(cl);
+    uint64_t             pending = cluster_pending_epoch(cl);
+    uint64_t             was = __atomic_load_n(&live->behind_epoch, __ATOMIC_RELAXED);
 
-    if (active == 0 || e <= active || e <= pending || e <= was)
+    if (active == 0 || e <= active || e <= pending || e <= was) {
         return;
+    }
     __atomic_store_n(&live->behind_epoch, e, __ATOMIC_RELEASE);
-    log_msg(LOG_ERR, "peer %.64s runs epoch %" PRIu64 ", this node %" PRIu64 ": behind, "
-            "answering TRYAGAIN until a transition includes it", from, e, active);
+    log_msg(LOG_ERR,
+            "peer %.64s runs epoch %" PRIu64 ", this node %" PRIu64 ": behind, "
+            "answering TRYAGAIN until a transition includes it",
+            from, e, active);
 }
 
 /*
@@ -158,8 +163,9 @@ learn_epoch(struct health *h, const char *from, uint64_t e)
 static void
 peer_close(struct peer *p)
 {
-    if (p->bev != NULL)
+    if (p->bev != NULL) {
         bufferevent_free(p->bev);
+    }
     p->bev = NULL;
     p->cstate = PC_NONE;
 }
@@ -174,8 +180,9 @@ peer_fail(struct peer *p, const char *why, bool outright)
     peer_close(p);
     p->fail_ms = now;
     p->refused = outright;
-    if (p->h->round && now >= p->h->round_start)
+    if (p->h->round && now >= p->h->round_start) {
         p->settled = true;
+    }
 }
 
 /* Send a Ping with our active epoch and the next sequence number. */
@@ -189,8 +196,9 @@ peer_ping(struct peer *p)
     m.active_epoch = cluster_active_epoch(cl);
     m.seq = ++p->seq;
     p->last_ping_ms = util_coarse_ms();
-    if (peer_send(p->bev, FRAME_PING, cluster_frame_id(cl), &m) < 0)
+    if (peer_send(p->bev, FRAME_PING, cluster_frame_id(cl), &m) < 0) {
         peer_fail(p, "out of memory", false);
+    }
 }
 
 /* A frame on a heartbeat connection: the HelloReply (then ping), a
@@ -212,8 +220,8 @@ peer_frame(struct peer *p, const struct frame *f)
         p->error[0] = '\0';
         peer_ping(p);
     } else if (f->type == FRAME_PONG && p->cstate == PC_READY) {
-        Ringcache__Pong *m = ringcache__pong__unpack(NULL, f->length, f->payload);
-        struct cluster *cl = p->h->cl;
+        Ringcache__Pong     *m = ringcache__pong__unpack(NULL, f->length, f->payload);
+        struct cluster      *cl = p->h->cl;
         struct cluster_live *live = cluster_live(cl);
 
         if (m == NULL) {
@@ -224,16 +232,19 @@ peer_frame(struct peer *p, const struct frame *f)
         p->fail_ms = 0;
         p->refused = false;
         p->epoch = m->active_epoch;
-        if (p->h->round && m->seq > p->round_seq)
+        if (p->h->round && m->seq > p->round_seq) {
             p->settled = true;
+        }
         learn_epoch(p->h, p->id, m->active_epoch);
         if (m->saw_you_down && cluster_active(cl) != NULL &&
             !__atomic_load_n(&live->recovering, __ATOMIC_RELAXED)) {
             /* Writes for our keys went elsewhere while we were away:
              * what we hold may be stale. */
             __atomic_store_n(&live->recovering, 1, __ATOMIC_RELEASE);
-            log_msg(LOG_ERR, "peer %.64s took over this node's writes while it was down: "
-                    "recovering", p->id);
+            log_msg(LOG_ERR,
+                    "peer %.64s took over this node's writes while it was down: "
+                    "recovering",
+                    p->id);
         }
         ringcache__pong__free_unpacked(m, NULL);
     } else if (f->type == FRAME_ERROR) {
@@ -250,23 +261,25 @@ peer_frame(struct peer *p, const struct frame *f)
 static void
 peer_read_cb(struct bufferevent *bev, void *arg)
 {
-    struct peer *p = arg;
+    struct peer     *p = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
 
     while (p->cstate != PC_NONE) {
         struct frame f;
-        size_t used;
-        int rc = peer_read_frame(in, cluster_frame_id(p->h->cl), PONG_MAX, &f, &used);
+        size_t       used;
+        int          rc = peer_read_frame(in, cluster_frame_id(p->h->cl), PONG_MAX, &f, &used);
 
-        if (rc == FRAME_EAGAIN)
+        if (rc == FRAME_EAGAIN) {
             return;
+        }
         if (rc != FRAME_OK) {
             peer_fail(p, frame_strerror(rc), false);
             return;
         }
         peer_frame(p, &f);
-        if (p->cstate == PC_NONE)
+        if (p->cstate == PC_NONE) {
             return;
+        }
         evbuffer_drain(in, used);
     }
 }
@@ -279,8 +292,9 @@ peer_event_cb(struct bufferevent *bev, short what, void *arg)
 
     (void)bev;
     if (what & BEV_EVENT_CONNECTED) {
-        if (peer_send_hello(p->bev, p->h->cl) < 0)
+        if (peer_send_hello(p->bev, p->h->cl) < 0) {
             peer_fail(p, "out of memory", false);
+        }
         return;
     }
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
@@ -315,9 +329,13 @@ peer_connect_to(struct peer *p)
     p->cstate = PC_CONNECTING;
     rc = peer_connect(p->bev, p->addr);
     /* peer_event_cb may already have failed it. */
-    if (rc < 0 && p->cstate != PC_NONE)
-        peer_fail(p, rc == PEER_EADDR ? "bad address" : rc == PEER_ECONNECT ? "connect failed"
-                     : "cannot resolve", rc == PEER_ECONNECT);
+    if (rc < 0 && p->cstate != PC_NONE) {
+        peer_fail(p,
+                  rc == PEER_EADDR      ? "bad address"
+                  : rc == PEER_ECONNECT ? "connect failed"
+                                        : "cannot resolve",
+                  rc == PEER_ECONNECT);
+    }
 }
 
 /*
@@ -330,8 +348,9 @@ table_free(struct health *h)
 {
     uint32_t i;
 
-    for (i = 0; i < h->n; i++)
+    for (i = 0; i < h->n; i++) {
         peer_close(&h->peers[i]);
+    }
     free(h->peers);
     h->peers = NULL;
     h->n = 0;
@@ -344,28 +363,31 @@ static void
 table_build(struct health *h)
 {
     const struct ring_members *m = cluster_active(h->cl);
-    struct peer *old = h->peers;
-    uint32_t i, k, nold = h->n;
-    uint64_t now = util_coarse_ms();
+    struct peer               *old = h->peers;
+    uint32_t                   i, k, nold = h->n;
+    uint64_t                   now = util_coarse_ms();
 
     h->peers = NULL;
     h->n = 0;
     h->table_epoch = m != NULL ? m->epoch : 0;
-    if (m != NULL && m->n_nodes > 1)
+    if (m != NULL && m->n_nodes > 1) {
         h->peers = calloc(m->n_nodes, sizeof(*h->peers));
+    }
     for (i = 0; h->peers != NULL && i < m->n_nodes; i++) {
         struct peer *p;
 
-        if (strcmp(m->nodes[i].id, cluster_node_id(h->cl)) == 0)
+        if (strcmp(m->nodes[i].id, cluster_node_id(h->cl)) == 0) {
             continue;
+        }
         p = &h->peers[h->n++];
         for (k = 0; k < nold; k++) {
             if (strcmp(old[k].id, m->nodes[i].id) == 0 &&
                 strcmp(old[k].addr, m->nodes[i].addr) == 0) {
                 *p = old[k];
                 old[k].bev = NULL;
-                if (p->bev != NULL)
+                if (p->bev != NULL) {
                     bufferevent_setcb(p->bev, peer_read_cb, NULL, peer_event_cb, p);
+                }
                 break;
             }
         }
@@ -377,8 +399,9 @@ table_build(struct health *h)
         }
         p->idx = (int32_t)i;
     }
-    for (k = 0; k < nold; k++)
+    for (k = 0; k < nold; k++) {
         peer_close(&old[k]);
+    }
     free(old);
 }
 
@@ -389,12 +412,15 @@ peer_state(const struct peer *p, uint64_t now)
 {
     uint64_t since = p->last_pong_ms != 0 ? p->last_pong_ms : p->born_ms;
 
-    if (p->refused)
+    if (p->refused) {
         return PEER_DOWN;
-    if (now < since + HEALTH_SUSPECT_MS)
+    }
+    if (now < since + HEALTH_SUSPECT_MS) {
         return p->last_pong_ms != 0 ? PEER_UP : PEER_UNKNOWN;
-    if (now < since + HEALTH_DOWN_MS)
+    }
+    if (now < since + HEALTH_DOWN_MS) {
         return PEER_SUSPECT;
+    }
     return PEER_DOWN;
 }
 
@@ -404,56 +430,64 @@ peer_state(const struct peer *p, uint64_t now)
 static void
 timer_cb(evutil_socket_t fd, short what, void *arg)
 {
-    struct health *h = arg;
+    struct health       *h = arg;
     struct cluster_live *live = cluster_live(h->cl);
-    struct timeval tv = { 0, TIMER_MS * 1000 };
-    uint64_t now = util_coarse_ms(), mask[CLUSTER_MASK_WORDS] = { 0 };
-    uint64_t epoch = cluster_active_epoch(h->cl);
-    bool all_settled = true;
-    uint32_t i;
+    struct timeval       tv = { 0, TIMER_MS * 1000 };
+    uint64_t             now = util_coarse_ms(), mask[CLUSTER_MASK_WORDS] = { 0 };
+    uint64_t             epoch = cluster_active_epoch(h->cl);
+    bool                 all_settled = true;
+    uint32_t             i;
 
     (void)fd;
     (void)what;
-    if (epoch != h->table_epoch)
+    if (epoch != h->table_epoch) {
         table_build(h);
+    }
     if (!h->round && __atomic_load_n(&live->suspect, __ATOMIC_ACQUIRE)) {
         /* We were paused: ask everybody before serving again. */
         h->round = true;
         h->round_start = now;
-        log_msg(LOG_ERR, "this process stalled for over %d ms: serving nothing until %u "
-                "peers answered", CLUSTER_STALL_MS, h->n);
+        log_msg(LOG_ERR,
+                "this process stalled for over %d ms: serving nothing until %u "
+                "peers answered",
+                CLUSTER_STALL_MS, h->n);
         for (i = 0; i < h->n; i++) {
             struct peer *p = &h->peers[i];
 
             p->settled = false;
             p->round_seq = p->seq;
             p->attempt_ms = 0;
-            if (p->cstate == PC_READY)
+            if (p->cstate == PC_READY) {
                 peer_ping(p);
+            }
         }
     }
     for (i = 0; i < h->n; i++) {
         struct peer *p = &h->peers[i];
 
-        if (p->cstate == PC_NONE && now >= p->attempt_ms + HEALTH_PING_MS)
+        if (p->cstate == PC_NONE && now >= p->attempt_ms + HEALTH_PING_MS) {
             peer_connect_to(p);
-        else if (p->cstate == PC_CONNECTING && now >= p->attempt_ms + CONNECT_MS)
+        } else if (p->cstate == PC_CONNECTING && now >= p->attempt_ms + CONNECT_MS) {
             peer_fail(p, "no answer to connect/Hello", false);
-        else if (p->cstate == PC_READY && now >= p->last_ping_ms + HEALTH_PING_MS)
+        } else if (p->cstate == PC_READY && now >= p->last_ping_ms + HEALTH_PING_MS) {
             peer_ping(p);
+        }
         p->state = peer_state(p, now);
-        if (p->state == PEER_DOWN && p->idx < 64 * CLUSTER_MASK_WORDS)
+        if (p->state == PEER_DOWN && p->idx < 64 * CLUSTER_MASK_WORDS) {
             mask[p->idx / 64] |= (uint64_t)1 << (p->idx % 64);
+        }
         all_settled = all_settled && p->settled;
     }
-    for (i = 0; i < CLUSTER_MASK_WORDS; i++)
+    for (i = 0; i < CLUSTER_MASK_WORDS; i++) {
         __atomic_store_n(&live->down[i], mask[i], __ATOMIC_RELEASE);
+    }
     if (h->round && (all_settled || now >= h->round_start + HEALTH_ROUND_MS)) {
         h->round = false;
         __atomic_store_n(&live->suspect, 0, __ATOMIC_RELEASE);
-        log_msg(LOG_INFO, "heartbeat round after the stall done in %" PRIu64 " ms%s", now -
-                h->round_start, __atomic_load_n(&live->behind_epoch, __ATOMIC_RELAXED)
-                ? ": behind a higher epoch" : "");
+        log_msg(LOG_INFO, "heartbeat round after the stall done in %" PRIu64 " ms%s",
+                now - h->round_start,
+                __atomic_load_n(&live->behind_epoch, __ATOMIC_RELAXED) ? ": behind a higher epoch"
+                                                                       : "");
     }
     evtimer_add(h->timer, &tv);
 }
@@ -468,8 +502,9 @@ health_new(struct cluster *cl, struct event_base *base)
 {
     struct health *h = calloc(1, sizeof(*h));
 
-    if (h == NULL)
+    if (h == NULL) {
         return NULL;
+    }
     h->cl = cl;
     h->base = base;
     h->timer = evtimer_new(base, timer_cb, h);
@@ -486,8 +521,8 @@ int
 health_start(struct health *h)
 {
     struct timeval tv = { 0, 0 };
-    sigset_t block, old;
-    int rc;
+    sigset_t       block, old;
+    int            rc;
 
     struct sigaction sa;
 
@@ -499,8 +534,9 @@ health_start(struct health *h)
     sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGCONT, &sa, NULL);
-    if (evtimer_add(h->timer, &tv) < 0)
+    if (evtimer_add(h->timer, &tv) < 0) {
         return -1;
+    }
     sigfillset(&block);
     pthread_sigmask(SIG_BLOCK, &block, &old);
     rc = pthread_create(&h->tid, NULL, ticker_main, h);
@@ -518,8 +554,9 @@ health_start(struct health *h)
 void
 health_free(struct health *h)
 {
-    if (h == NULL)
+    if (h == NULL) {
         return;
+    }
     if (sigcont_live == cluster_live(h->cl)) {
         signal(SIGCONT, SIG_DFL);
         sigcont_live = NULL;
@@ -540,16 +577,17 @@ health_free(struct health *h)
 int
 health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
 {
-    struct cluster *cl = h->cl;
+    struct cluster            *cl = h->cl;
     const struct ring_members *active = cluster_active(cl);
     const struct cluster_live *live = cluster_live(cl);
-    Ringcache__Ping *m = ringcache__ping__unpack(NULL, f->length, f->payload);
-    Ringcache__Pong r = RINGCACHE__PONG__INIT;
-    int32_t idx;
-    int rc;
+    Ringcache__Ping           *m = ringcache__ping__unpack(NULL, f->length, f->payload);
+    Ringcache__Pong            r = RINGCACHE__PONG__INIT;
+    int32_t                    idx;
+    int                        rc;
 
-    if (m == NULL)
+    if (m == NULL) {
         return -1;
+    }
     learn_epoch(h, m->node_id != NULL ? m->node_id : "?", m->active_epoch);
     r.node_id = (char *)cluster_node_id(cl);
     r.active_epoch = cluster_active_epoch(cl);
@@ -557,9 +595,10 @@ health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
     r.seq = m->seq;
     r.boot_id = cluster_boot_id(cl);
     idx = active != NULL && m->node_id != NULL ? ring_members_find(active, m->node_id) : -1;
-    if (idx >= 0 && idx < 64 * CLUSTER_MASK_WORDS && m->active_epoch == r.active_epoch)
-        r.saw_you_down = (__atomic_load_n(&live->skipped[idx / 64], __ATOMIC_RELAXED) >>
-                          (idx % 64) & 1) != 0;
+    if (idx >= 0 && idx < 64 * CLUSTER_MASK_WORDS && m->active_epoch == r.active_epoch) {
+        r.saw_you_down =
+            (__atomic_load_n(&live->skipped[idx / 64], __ATOMIC_RELAXED) >> (idx % 64) & 1) != 0;
+    }
     ringcache__ping__free_unpacked(m, NULL);
     rc = peer_send(bev, FRAME_PONG, cluster_frame_id(cl), &r);
     return rc < 0 ? -1 : 0;
@@ -570,7 +609,7 @@ size_t
 health_status(struct health *h, struct health_peer *out, size_t max)
 {
     uint64_t now = util_coarse_ms();
-    size_t i;
+    size_t   i;
 
     for (i = 0; i < h->n && i < max; i++) {
         const struct peer *p = &h->peers[i];
@@ -579,8 +618,7 @@ health_status(struct health *h, struct health_peer *out, size_t max)
         out[i].state = peer_state(p, now);
         out[i].last_seen_ms = p->last_pong_ms != 0 ? now - p->last_pong_ms + 1 : 0;
         out[i].epoch = p->epoch;
-        snprintf(out[i].error, sizeof(out[i].error), "%s", p->cstate == PC_READY ? ""
-                 : p->error);
+        snprintf(out[i].error, sizeof(out[i].error), "%s", p->cstate == PC_READY ? "" : p->error);
     }
     return h->n;
 }

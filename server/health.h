@@ -21,10 +21,10 @@ struct event_base;
 struct frame;
 struct health;
 
-#define HEALTH_PING_MS      250   /* a Ping to every peer this often */
-#define HEALTH_SUSPECT_MS   1000  /* no Pong for this long: suspect */
-#define HEALTH_DOWN_MS      2000  /* no Pong for this long (or refused): down */
-#define HEALTH_ROUND_MS     1500  /* a post-stall round gives up on silent peers */
+#define HEALTH_PING_MS    250  /* a Ping to every peer this often */
+#define HEALTH_SUSPECT_MS 1000 /* no Pong for this long: suspect */
+#define HEALTH_DOWN_MS    2000 /* no Pong for this long (or refused): down */
+#define HEALTH_ROUND_MS   1500 /* a post-stall round gives up on silent peers */
 
 /* Values of ringcache.PeerHealth. */
 enum peer_health {
@@ -38,7 +38,7 @@ enum peer_health {
 struct health_peer {
     char             id[RING_ID_MAX + 1];
     enum peer_health state;
-    uint64_t         last_seen_ms;   /* ms since the last Pong, 0 = never */
+    uint64_t         last_seen_ms; /* ms since the last Pong, 0 = never */
     uint64_t         epoch;
     char             error[128];
 };

@@ -14,8 +14,9 @@ static int log_level = LOG_ERR;
 void
 log_set_level(int level)
 {
-    if (level < LOG_ERR)
+    if (level < LOG_ERR) {
         level = LOG_ERR;
+    }
     __atomic_store_n(&log_level, level, __ATOMIC_RELAXED);
 }
 
@@ -31,14 +32,14 @@ void
 log_msg(int level, const char *fmt, ...)
 {
     static const char *const names[] = { "error", "info", "debug" };
-    char buf[1024];
-    va_list ap;
+    char                     buf[1024];
+    va_list                  ap;
 
-    if (level > log_get_level())
+    if (level > log_get_level()) {
         return;
+    }
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "ringcached: %s: %s\n",
-            names[level > LOG_DEBUG ? LOG_DEBUG : level], buf);
+    fprintf(stderr, "ringcached: %s: %s\n", names[level > LOG_DEBUG ? LOG_DEBUG : level], buf);
 }

@@ -22,16 +22,17 @@
 static int
 read_token(const char *path, uint8_t *tok, size_t *len)
 {
-    char line[CLUSTER_TOKEN_MAX + 3];
-    FILE *f = fopen(path, "r");
+    char   line[CLUSTER_TOKEN_MAX + 3];
+    FILE  *f = fopen(path, "r");
     size_t n;
 
     if (f == NULL) {
         log_msg(LOG_ERR, "--token-file %s: %s", path, strerror(errno));
         return -1;
     }
-    if (fgets(line, sizeof(line), f) == NULL)
+    if (fgets(line, sizeof(line), f) == NULL) {
         line[0] = '\0';
+    }
     fclose(f);
     n = strcspn(line, "\r\n");
     if (n == 0 || n > CLUSTER_TOKEN_MAX) {
@@ -57,27 +58,31 @@ static int
 start_cluster(struct server *srv, const struct settings *st, struct cport **cp)
 {
     uint8_t tok[CLUSTER_TOKEN_MAX];
-    size_t tok_len = 0;
-    char err[1400];
-    int port;
+    size_t  tok_len = 0;
+    char    err[1400];
+    int     port;
 
-    if (st->token_file[0] != '\0' && read_token(st->token_file, tok, &tok_len) < 0)
+    if (st->token_file[0] != '\0' && read_token(st->token_file, tok, &tok_len) < 0) {
         return -1;
+    }
     if (cluster_new(worker_barrier, srv, st->node_id, st->state_dir, st->cluster_name,
-                    st->token_file[0] != '\0' ? tok : NULL, tok_len, &srv->cluster,
-                    err, sizeof(err)) < 0) {
+                    st->token_file[0] != '\0' ? tok : NULL, tok_len, &srv->cluster, err,
+                    sizeof(err)) < 0) {
         log_msg(LOG_ERR, "%s", err);
         return -1;
     }
     port = st->cluster_port != 0 ? st->cluster_port : srv->bound_port + CLUSTER_PORT_OFFSET;
     if (port > 65535) {
-        log_msg(LOG_ERR, "cluster port %d (client port + %d) is over 65535: give "
-                "--cluster-port", port, CLUSTER_PORT_OFFSET);
+        log_msg(LOG_ERR,
+                "cluster port %d (client port + %d) is over 65535: give "
+                "--cluster-port",
+                port, CLUSTER_PORT_OFFSET);
         return -1;
     }
     *cp = cport_new(srv, srv->cluster, st->listen_addr, port);
-    if (*cp == NULL || cport_start(*cp) < 0)
+    if (*cp == NULL || cport_start(*cp) < 0) {
         return -1;
+    }
     return 0;
 }
 
@@ -85,21 +90,23 @@ int
 main(int argc, char **argv)
 {
     struct settings settings;
-    struct server *srv;
-    struct cport *cp = NULL;
-    int rc;
+    struct server  *srv;
+    struct cport   *cp = NULL;
+    int             rc;
 
     settings_init(&settings);
     rc = settings_parse(&settings, argc, argv, stdout, stderr);
-    if (rc != 0)
+    if (rc != 0) {
         return rc > 0 ? 0 : 2;
+    }
     log_set_level(settings.verbose);
     /* A client that hangs up mid-reply must not kill the node. */
     signal(SIGPIPE, SIG_IGN);
 
     srv = server_new(&settings);
-    if (srv == NULL)
+    if (srv == NULL) {
         return 1;
+    }
     if (server_listen(srv) < 0) {
         server_free(srv);
         return 1;

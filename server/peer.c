@@ -25,17 +25,18 @@ int
 peer_send(struct bufferevent *bev, enum frame_type type, uint64_t cluster_id, const void *msg)
 {
     const ProtobufCMessage *m = msg;
-    size_t n = protobuf_c_message_get_packed_size(m);
-    uint8_t hdr[FRAME_HEADER_SIZE];
-    uint8_t *buf = malloc(n > 0 ? n : 1);
-    int rc;
+    size_t                  n = protobuf_c_message_get_packed_size(m);
+    uint8_t                 hdr[FRAME_HEADER_SIZE];
+    uint8_t                *buf = malloc(n > 0 ? n : 1);
+    int                     rc;
 
-    if (buf == NULL)
+    if (buf == NULL) {
         return -1;
+    }
     protobuf_c_message_pack(m, buf);
     frame_header_write(hdr, type, cluster_id, (uint32_t)n);
-    rc = bufferevent_write(bev, hdr, sizeof(hdr)) == 0 &&
-         bufferevent_write(bev, buf, n) == 0 ? 0 : -1;
+    rc = bufferevent_write(bev, hdr, sizeof(hdr)) == 0 && bufferevent_write(bev, buf, n) == 0 ? 0
+                                                                                              : -1;
     free(buf);
     return rc;
 }
@@ -69,27 +70,31 @@ header_payload_len(const uint8_t *hdr)
  * whole input.
  */
 int
-peer_read_frame(struct evbuffer *in, uint64_t cluster_id, uint32_t max_payload,
-                struct frame *f, size_t *size)
+peer_read_frame(struct evbuffer *in, uint64_t cluster_id, uint32_t max_payload, struct frame *f,
+                size_t *size)
 {
-    size_t len = evbuffer_get_length(in);
-    size_t hl = len < FRAME_HEADER_SIZE ? len : FRAME_HEADER_SIZE, total;
+    size_t   len = evbuffer_get_length(in);
+    size_t   hl = len < FRAME_HEADER_SIZE ? len : FRAME_HEADER_SIZE, total;
     uint8_t *p;
-    int rc;
+    int      rc;
 
     *size = 0;
-    if (len == 0)
+    if (len == 0) {
         return FRAME_EAGAIN;
+    }
     p = evbuffer_pullup(in, (ssize_t)hl);
     rc = frame_decode(p, hl, cluster_id, max_payload, f, size);
-    if (rc != FRAME_OK && rc != FRAME_EAGAIN)
+    if (rc != FRAME_OK && rc != FRAME_EAGAIN) {
         return rc;
-    if (hl < FRAME_HEADER_SIZE)
+    }
+    if (hl < FRAME_HEADER_SIZE) {
         return FRAME_EAGAIN;
+    }
     total = FRAME_HEADER_SIZE + header_payload_len(p);
     *size = total;
-    if (len < total)
+    if (len < total) {
         return FRAME_EAGAIN;
+    }
     p = evbuffer_pullup(in, (ssize_t)total);
     return frame_decode(p, total, cluster_id, max_payload, f, size);
 }
@@ -101,8 +106,9 @@ peer_error_text(const struct frame *f, const char *prefix, char *buf, size_t len
     Ringcache__Error *e = ringcache__error__unpack(NULL, f->length, f->payload);
 
     snprintf(buf, len, "%s: %s", prefix, e != NULL && e->message != NULL ? e->message : "?");
-    if (e != NULL)
+    if (e != NULL) {
         ringcache__error__free_unpacked(e, NULL);
+    }
 }
 
 /* host:port or [v6]:port -> host (brackets removed) and the cluster port
@@ -112,23 +118,26 @@ cluster_addr(const char *addr, char *host, size_t hostlen, int *port)
 {
     const char *colon = strrchr(addr, ':');
     const char *h = addr;
-    size_t n;
-    long p;
+    size_t      n;
+    long        p;
 
-    if (colon == NULL)
+    if (colon == NULL) {
         return -1;
+    }
     n = (size_t)(colon - addr);
     if (addr[0] == '[' && n >= 2 && addr[n - 1] == ']') {
         h = addr + 1;
         n -= 2;
     }
-    if (n == 0 || n >= hostlen)
+    if (n == 0 || n >= hostlen) {
         return -1;
+    }
     memcpy(host, h, n);
     host[n] = '\0';
     p = strtol(colon + 1, NULL, 10);
-    if (p <= 0 || p + CLUSTER_PORT_OFFSET > PORT_MAX)
+    if (p <= 0 || p + CLUSTER_PORT_OFFSET > PORT_MAX) {
         return -1;
+    }
     *port = (int)p + CLUSTER_PORT_OFFSET;
     return 0;
 }
@@ -137,18 +146,20 @@ cluster_addr(const char *addr, char *host, size_t hostlen, int *port)
 int
 peer_connect(struct bufferevent *bev, const char *addr)
 {
-    char host[RING_ADDR_MAX + 1], target[RING_ADDR_MAX + 16];
+    char                    host[RING_ADDR_MAX + 1], target[RING_ADDR_MAX + 16];
     struct sockaddr_storage ss;
-    int sslen = sizeof(ss), port;
+    int                     sslen = sizeof(ss), port;
 
-    if (cluster_addr(addr, host, sizeof(host), &port) < 0)
+    if (cluster_addr(addr, host, sizeof(host), &port) < 0) {
         return PEER_EADDR;
-    snprintf(target, sizeof(target), strchr(host, ':') != NULL ? "[%s]:%d" : "%s:%d", host,
-             port);
-    if (evutil_parse_sockaddr_port(target, (struct sockaddr *)&ss, &sslen) == 0)
-        return bufferevent_socket_connect(bev, (struct sockaddr *)&ss, sslen) < 0
-                   ? PEER_ECONNECT : 0;
-    if (bufferevent_socket_connect_hostname(bev, NULL, AF_UNSPEC, host, port) < 0)
+    }
+    snprintf(target, sizeof(target), strchr(host, ':') != NULL ? "[%s]:%d" : "%s:%d", host, port);
+    if (evutil_parse_sockaddr_port(target, (struct sockaddr *)&ss, &sslen) == 0) {
+        return bufferevent_socket_connect(bev, (struct sockaddr *)&ss, sslen) < 0 ? PEER_ECONNECT
+                                                                                  : 0;
+    }
+    if (bufferevent_socket_connect_hostname(bev, NULL, AF_UNSPEC, host, port) < 0) {
         return PEER_ERESOLVE;
+    }
     return 0;
 }

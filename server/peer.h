@@ -18,14 +18,13 @@ struct cluster;
 struct evbuffer;
 
 /* peer_connect results (0 = connecting). */
-#define PEER_EADDR     (-1)   /* not host:port, or no cluster port for that port */
-#define PEER_ECONNECT  (-2)   /* a numeric address that refused at once */
-#define PEER_ERESOLVE  (-3)   /* a host name that did not resolve or connect */
+#define PEER_EADDR    (-1) /* not host:port, or no cluster port for that port */
+#define PEER_ECONNECT (-2) /* a numeric address that refused at once */
+#define PEER_ERESOLVE (-3) /* a host name that did not resolve or connect */
 
 /* Frame and send a protobuf message (a ProtobufCMessage *) on bev. 0, or
  * -1 when the output buffer cannot take it (out of memory). */
-int peer_send(struct bufferevent *bev, enum frame_type type, uint64_t cluster_id,
-              const void *msg);
+int peer_send(struct bufferevent *bev, enum frame_type type, uint64_t cluster_id, const void *msg);
 
 /* Send this node's Hello with the PEER role (cluster name, admin token,
  * node id, boot id, active epoch) on bev. 0 or -1 (out of memory). */
@@ -39,8 +38,8 @@ int peer_send_hello(struct bufferevent *bev, const struct cluster *cl);
  * (0 before), for a read watermark. Any other result is a bad frame
  * (frame_strerror): the caller closes the connection.
  */
-int peer_read_frame(struct evbuffer *in, uint64_t cluster_id, uint32_t max_payload,
-                    struct frame *f, size_t *size);
+int peer_read_frame(struct evbuffer *in, uint64_t cluster_id, uint32_t max_payload, struct frame *f,
+                    size_t *size);
 
 /* "prefix: <message of the Error frame f>" into buf[len] ("?" for a
  * message that does not decode). */

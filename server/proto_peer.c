@@ -36,7 +36,7 @@ conn_store(struct conn *c)
 void
 proto_peer_config(struct conn *c)
 {
-    struct cluster *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
+    struct cluster            *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
     const struct cluster_view *v;
 
     if (cl == NULL) {
@@ -53,13 +53,13 @@ proto_peer_config(struct conn *c)
 void
 proto_peer_epoch(struct conn *c, const struct token *t, int ntok)
 {
-    struct cluster *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
+    struct cluster            *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
     const struct cluster_view *v = cl != NULL ? cluster_view(cl) : NULL;
-    uint64_t n;
+    uint64_t                   n;
 
     if (ntok == 1) {
         proto_reply_printf(c, "EPOCH %" PRIu64 " %" PRIu64 "\r\n", v != NULL ? v->epoch : 0,
-                     v != NULL ? v->pending_epoch : 0);
+                           v != NULL ? v->pending_epoch : 0);
         return;
     }
     if (ntok != 2 || !proto_parse_u64(&t[1], &n)) {
@@ -74,19 +74,21 @@ proto_peer_epoch(struct conn *c, const struct token *t, int ntok)
 static void
 rc_set_block_done(struct conn *c)
 {
-    struct store *s = conn_store(c);
+    struct store      *s = conn_store(c);
     struct store_item *it = c->nread_it;
-    int r;
+    int                r;
 
     c->nread_it = NULL;
-    if (!proto_block_ok(c, it))
+    if (!proto_block_ok(c, it)) {
         return;
+    }
     r = replicate_apply_put(s, it, c->nread_cas);
     store_release(s, it);
-    if (r < 0)
+    if (r < 0) {
         REPLY(c, "SERVER_ERROR out of memory storing object");
-    else
+    } else {
         REPLY(c, "OK");
+    }
 }
 
 /*
@@ -98,13 +100,13 @@ rc_set_block_done(struct conn *c)
 void
 proto_peer_rc_set(struct conn *c, const struct token *t, int ntok)
 {
-    struct store *s = conn_store(c);
+    struct store      *s = conn_store(c);
     struct store_item *it;
-    uint32_t flags;
-    int32_t vlen;
-    uint64_t cas, hash, ttl;
-    int64_t exptime = 0;
-    int err = 0;
+    uint32_t           flags;
+    int32_t            vlen;
+    uint64_t           cas, hash, ttl;
+    int64_t            exptime = 0;
+    int                err = 0;
 
     if (ntok != 6 || !proto_parse_i32(&t[5], &vlen) || vlen < 0 || vlen > INT_MAX - 2) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
@@ -134,8 +136,9 @@ proto_peer_rc_set(struct conn *c, const struct token *t, int ntok)
         REPLY(c, "OK");
         return;
     }
-    if (ttl > 0)
+    if (ttl > 0) {
         exptime = store_now(s) + (int64_t)ttl;
+    }
     it = store_alloc(s, t[1].p, t[1].len, hash, flags, exptime, (size_t)vlen, &err);
     if (it == NULL) {
         REPLY(c, "SERVER_ERROR out of memory storing object");
@@ -166,8 +169,9 @@ proto_peer_rc_del(struct conn *c, const struct token *t, int ntok)
         REPLY(c, NO_MEMBERSHIP);
         return;
     }
-    if (route_owned_here(c, hash))
+    if (route_owned_here(c, hash)) {
         replicate_apply_del(conn_store(c), t[1].p, t[1].len, hash, cas);
+    }
     REPLY(c, "OK");
 }
 
@@ -189,7 +193,7 @@ void
 proto_peer_rc_peer(struct conn *c, const struct token *t, int ntok)
 {
     struct cluster *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
-    char auth[CLUSTER_PEER_AUTH_LEN + 1];
+    char            auth[CLUSTER_PEER_AUTH_LEN + 1];
 
     if (ntok != 2) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
@@ -212,4 +216,3 @@ proto_peer_rc_peer(struct conn *c, const struct token *t, int ntok)
     replicate_tomb_init(conn_store(c), tomb_ttl(c->w->srv->settings.forward_timeout_ms));
     conn_out_add(c, "OK\r\n", 4);
 }
-

@@ -25,20 +25,21 @@
 static void
 stats_general(struct conn *c)
 {
-    struct server *srv = c->w->srv;
+    struct server      *srv = c->w->srv;
     struct thread_stats ts;
-    struct store_stats ss;
-    struct rusage ru;
-    uint64_t total_conns, rejected, buckets;
-    int64_t now = store_now(srv->store);
-    unsigned hashpower = 0;
+    struct store_stats  ss;
+    struct rusage       ru;
+    uint64_t            total_conns, rejected, buckets;
+    int64_t             now = store_now(srv->store);
+    unsigned            hashpower = 0;
 
     server_thread_stats(srv, &ts);
     server_store_stats(srv, &ss);
     server_conn_totals(srv, &total_conns, &rejected);
     getrusage(RUSAGE_SELF, &ru);
-    for (buckets = ss.hash_buckets; buckets > 1; buckets >>= 1)
+    for (buckets = ss.hash_buckets; buckets > 1; buckets >>= 1) {
         hashpower++;
+    }
 
     proto_reply_printf(c, "STAT pid %ld\r\n", (long)getpid());
     proto_reply_printf(c, "STAT uptime %" PRId64 "\r\n", now - srv->started);
@@ -47,16 +48,16 @@ stats_general(struct conn *c)
     proto_reply_printf(c, "STAT libevent %s\r\n", event_get_version());
     proto_reply_printf(c, "STAT pointer_size %d\r\n", (int)(8 * sizeof(void *)));
     proto_reply_printf(c, "STAT rusage_user %ld.%06ld\r\n", (long)ru.ru_utime.tv_sec,
-                 (long)ru.ru_utime.tv_usec);
+                       (long)ru.ru_utime.tv_usec);
     proto_reply_printf(c, "STAT rusage_system %ld.%06ld\r\n", (long)ru.ru_stime.tv_sec,
-                 (long)ru.ru_stime.tv_usec);
+                       (long)ru.ru_stime.tv_usec);
     proto_reply_printf(c, "STAT max_connections %d\r\n", srv->settings.maxconns);
     proto_reply_printf(c, "STAT curr_connections %d\r\n",
-                 __atomic_load_n(&srv->curr_conns, __ATOMIC_RELAXED));
+                       __atomic_load_n(&srv->curr_conns, __ATOMIC_RELAXED));
     proto_reply_printf(c, "STAT total_connections %" PRIu64 "\r\n", total_conns);
     proto_reply_printf(c, "STAT rejected_connections %" PRIu64 "\r\n", rejected);
     proto_reply_printf(c, "STAT connection_structures %d\r\n",
-                 __atomic_load_n(&srv->curr_conns, __ATOMIC_RELAXED));
+                       __atomic_load_n(&srv->curr_conns, __ATOMIC_RELAXED));
     proto_reply_printf(c, "STAT cmd_get %" PRIu64 "\r\n", ts.cmd_get);
     proto_reply_printf(c, "STAT cmd_set %" PRIu64 "\r\n", ts.cmd_set);
     proto_reply_printf(c, "STAT cmd_flush %" PRIu64 "\r\n", ts.cmd_flush);
@@ -95,14 +96,15 @@ stats_general(struct conn *c)
     proto_reply_printf(c, "STAT reclaimed %" PRIu64 "\r\n", ss.reclaimed);
     {
         const struct cluster_view *v = srv->cluster != NULL ? cluster_view(srv->cluster) : NULL;
-        struct cluster_counters cc;
+        struct cluster_counters    cc;
 
         memset(&cc, 0, sizeof(cc));
-        if (srv->cluster != NULL)
+        if (srv->cluster != NULL) {
             cluster_counters_get(srv->cluster, &cc);
+        }
         proto_reply_printf(c, "STAT cluster_epoch %" PRIu64 "\r\n", v != NULL ? v->epoch : 0);
         proto_reply_printf(c, "STAT cluster_pending_epoch %" PRIu64 "\r\n",
-                     v != NULL ? v->pending_epoch : 0);
+                           v != NULL ? v->pending_epoch : 0);
         proto_reply_printf(c, "STAT moved %" PRIu64 "\r\n", cc.moved);
         proto_reply_printf(c, "STAT tryagain %" PRIu64 "\r\n", cc.tryagain);
         proto_reply_printf(c, "STAT forwarded %" PRIu64 "\r\n", cc.forwarded);
@@ -125,8 +127,8 @@ stats_settings(struct conn *c)
 
     proto_reply_printf(c, "STAT maxbytes %zu\r\n", st->maxbytes);
     proto_reply_printf(c, "STAT maxconns %d\r\n", st->maxconns);
-    proto_reply_printf(c, "STAT tcpport %d\r\n", c->w->srv->bound_port ? c->w->srv->bound_port
-                                                                 : st->port);
+    proto_reply_printf(c, "STAT tcpport %d\r\n",
+                       c->w->srv->bound_port ? c->w->srv->bound_port : st->port);
     proto_reply_printf(c, "STAT udpport 0\r\n");
     proto_reply_printf(c, "STAT inter %s\r\n", st->listen_addr);
     proto_reply_printf(c, "STAT verbosity %d\r\n", log_get_level());
@@ -171,4 +173,3 @@ proto_stats(struct conn *c, const struct token *t, int ntok)
         conn_out_add(c, "ERROR\r\n", 7);
     }
 }
-

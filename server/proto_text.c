@@ -30,10 +30,10 @@
 #include "server/store.h"
 #include "server/thread.h"
 
-#define LINE_MAX_NONGET  2048   /* bytes without '\n' before we hang up */
-#define GET_PREFIX_MAX   100    /* leading spaces allowed before a long get */
-#define MAX_TOKENS       8
-#define VALUE_HDR_MAX    (6 + KEY_MAX + 1 + 10 + 1 + 10 + 1 + 20 + 2)
+#define LINE_MAX_NONGET 2048 /* bytes without '\n' before we hang up */
+#define GET_PREFIX_MAX  100  /* leading spaces allowed before a long get */
+#define MAX_TOKENS      8
+#define VALUE_HDR_MAX   (6 + KEY_MAX + 1 + 10 + 1 + 10 + 1 + 20 + 2)
 
 /* Split [p, end) at runs of spaces into at most max tokens; returns the
  * count, or max + 1 when there are more. */
@@ -45,16 +45,20 @@ tokenize(const char *p, const char *end, struct token *t, int max)
     for (;;) {
         const char *s;
 
-        while (p < end && *p == ' ')
+        while (p < end && *p == ' ') {
             p++;
-        if (p == end)
+        }
+        if (p == end) {
             return n;
-        if (n == max)
+        }
+        if (n == max) {
             return max + 1;
+        }
         s = p;
         p = memchr(p, ' ', (size_t)(end - p));
-        if (p == NULL)
+        if (p == NULL) {
             p = end;
+        }
         t[n].p = s;
         t[n].len = (size_t)(p - s);
         n++;
@@ -66,13 +70,15 @@ static struct token
 last_token(const char *p, const char *end)
 {
     struct token t = { end, 0 };
-    const char *e = end;
+    const char  *e = end;
 
-    while (e > p && e[-1] == ' ')
+    while (e > p && e[-1] == ' ') {
         e--;
+    }
     t.p = e;
-    while (t.p > p && t.p[-1] != ' ')
+    while (t.p > p && t.p[-1] != ' ') {
         t.p--;
+    }
     t.len = (size_t)(e - t.p);
     return t;
 }
@@ -90,14 +96,15 @@ is_get_prefix(const char *p, size_t len)
 {
     size_t i = 0;
 
-    while (i < len && i <= GET_PREFIX_MAX && p[i] == ' ')
+    while (i < len && i <= GET_PREFIX_MAX && p[i] == ' ') {
         i++;
-    if (i > GET_PREFIX_MAX)
+    }
+    if (i > GET_PREFIX_MAX) {
         return false;
+    }
     p += i;
     len -= i;
-    return (len >= 4 && memcmp(p, "get ", 4) == 0) ||
-           (len >= 5 && memcmp(p, "gets ", 5) == 0);
+    return (len >= 4 && memcmp(p, "get ", 4) == 0) || (len >= 5 && memcmp(p, "gets ", 5) == 0);
 }
 
 /* Queue one hit: the VALUE line, then the value (copied when small, else
@@ -106,9 +113,9 @@ static void
 emit_value(struct conn *c, struct store_item *it, bool with_cas)
 {
     size_t vlen = (size_t)it->nbytes + 2;
-    bool copy = vlen <= CONN_COPY_MAX;
-    char *o = conn_out_reserve(c, VALUE_HDR_MAX + (copy ? vlen : 0));
-    char *p = o;
+    bool   copy = vlen <= CONN_COPY_MAX;
+    char  *o = conn_out_reserve(c, VALUE_HDR_MAX + (copy ? vlen : 0));
+    char  *p = o;
 
     memcpy(p, "VALUE ", 6);
     p += 6;
@@ -141,18 +148,19 @@ static enum proto_status
 get_continue(struct conn *c)
 {
     struct thread_stats *ts = &c->w->stats;
-    struct store *s = conn_store(c);
-    const char *p = c->rbuf + c->get_pos;
-    const char *end = c->rbuf + c->get_end;
+    struct store        *s = conn_store(c);
+    const char          *p = c->rbuf + c->get_pos;
+    const char          *end = c->rbuf + c->get_end;
 
     for (;;) {
         struct store_item *it;
-        struct token k;
-        struct route rt;
-        uint64_t hash;
+        struct token       k;
+        struct route       rt;
+        uint64_t           hash;
 
-        if (!proto_next_key(&p, end, &k))
+        if (!proto_next_key(&p, end, &k)) {
             break;
+        }
         if (c->out_bytes >= CONN_OUT_SOFT_CAP && c->repl_gat == NULL) {
             c->get_pos = (uint32_t)(k.p - c->rbuf);
             route_get_paused(c);
@@ -174,19 +182,22 @@ get_continue(struct conn *c)
             route_write_begin(&rt);
             it = store_get_touch(s, k.p, k.len, hash, c->get_exptime);
             route_gat_key(c, &rt, it);
-            if (it != NULL)
+            if (it != NULL) {
                 STATS_ADD(ts, touch_hits, 1);
-            else
+            } else {
                 STATS_ADD(ts, touch_misses, 1);
+            }
         } else {
             it = store_get(s, k.p, k.len, hash);
-            if (it != NULL)
+            if (it != NULL) {
                 STATS_ADD(ts, get_hits, 1);
-            else
+            } else {
                 STATS_ADD(ts, get_misses, 1);
+            }
         }
-        if (it != NULL)
+        if (it != NULL) {
             emit_value(c, it, c->get_cas);
+        }
     }
     conn_out_add(c, "END\r\n", 5);
     route_gat_end(c);
@@ -199,12 +210,12 @@ get_continue(struct conn *c)
  * the cluster decision for the keys (route_get: a plain client's keys
  * owned elsewhere are relayed), then the local ones are served. */
 static enum proto_status
-process_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
-            const char *p, const char *end, bool with_cas, bool touch, int64_t exptime)
+process_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp, const char *p,
+            const char *end, bool with_cas, bool touch, int64_t exptime)
 {
-    const char *q = p;
+    const char  *q = p;
     struct token k;
-    size_t nkeys = 0;
+    size_t       nkeys = 0;
 
     while (proto_next_key(&q, end, &k)) {
         if (k.len > KEY_MAX) {
@@ -217,8 +228,9 @@ process_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *ex
         proto_reply_line(c, PROTO_ERR_FORMAT);
         return PROTO_MORE;
     }
-    if (!route_get(c, cmd, ncmd, exp, p, end, touch))
+    if (!route_get(c, cmd, ncmd, exp, p, end, touch)) {
         return PROTO_MORE;
+    }
     c->get_pos = (uint32_t)(p - c->rbuf);
     c->get_end = (uint32_t)(end - c->rbuf);
     c->get_cas = with_cas;
@@ -235,14 +247,14 @@ static void update_block_done(struct conn *c);
 static void
 process_update(struct conn *c, struct token *t, int ntok, enum store_op op)
 {
-    struct store *s = conn_store(c);
+    struct store        *s = conn_store(c);
     struct thread_stats *ts = &c->w->stats;
-    int base = op == STORE_OP_CAS ? 6 : 5;
-    struct store_item *it;
-    uint32_t flags;
-    int32_t exptime, vlen;
-    uint64_t cas = 0, hash;
-    int err = 0;
+    int                  base = op == STORE_OP_CAS ? 6 : 5;
+    struct store_item   *it;
+    uint32_t             flags;
+    int32_t              exptime, vlen;
+    uint64_t             cas = 0, hash;
+    int                  err = 0;
 
     if (ntok != base && ntok != base + 1) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
@@ -254,7 +266,8 @@ process_update(struct conn *c, struct token *t, int ntok, enum store_op op)
         return;
     }
     if (t[1].len > KEY_MAX || !proto_parse_u32(&t[2], &flags) ||
-        !proto_parse_i32(&t[3], &exptime) || (op == STORE_OP_CAS && !proto_parse_u64(&t[5], &cas))) {
+        !proto_parse_i32(&t[3], &exptime) ||
+        (op == STORE_OP_CAS && !proto_parse_u64(&t[5], &cas))) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
         proto_swallow(c, (size_t)vlen + 2);
         return;
@@ -273,8 +286,8 @@ process_update(struct conn *c, struct token *t, int ntok, enum store_op op)
         return;
     }
     STATS_ADD(ts, cmd_set, 1);
-    it = store_alloc(s, t[1].p, t[1].len, hash, flags, store_exptime(s, exptime),
-                     (size_t)vlen, &err);
+    it = store_alloc(s, t[1].p, t[1].len, hash, flags, store_exptime(s, exptime), (size_t)vlen,
+                     &err);
     if (it == NULL) {
         if (err == STORE_TOO_LARGE) {
             STATS_ADD(ts, store_too_large, 1);
@@ -284,8 +297,9 @@ process_update(struct conn *c, struct token *t, int ntok, enum store_op op)
             REPLY(c, "SERVER_ERROR out of memory storing object");
         }
         /* Stale data must not outlive a failed set. */
-        if (op == STORE_OP_SET)
+        if (op == STORE_OP_SET) {
             store_delete(s, t[1].p, t[1].len, hash);
+        }
         proto_swallow(c, (size_t)vlen + 2);
         return;
     }
@@ -300,14 +314,15 @@ process_update(struct conn *c, struct token *t, int ntok, enum store_op op)
 static void
 update_block_done(struct conn *c)
 {
-    struct store *s = conn_store(c);
+    struct store        *s = conn_store(c);
     struct thread_stats *ts = &c->w->stats;
-    struct store_item *it = c->nread_it;
-    int r;
+    struct store_item   *it = c->nread_it;
+    int                  r;
 
     c->nread_it = NULL;
-    if (!proto_block_ok(c, it))
+    if (!proto_block_ok(c, it)) {
         return;
+    }
     if (!route_update_ready(c)) {
         store_release(s, it);
         return;
@@ -315,12 +330,13 @@ update_block_done(struct conn *c)
     route_write_begin(&c->route);
     r = store_put(s, it, (enum store_op)c->nread_op, c->nread_cas, NULL);
     if (c->nread_op == STORE_OP_CAS) {
-        if (r == STORE_STORED)
+        if (r == STORE_STORED) {
             STATS_ADD(ts, cas_hits, 1);
-        else if (r == STORE_EXISTS)
+        } else if (r == STORE_EXISTS) {
             STATS_ADD(ts, cas_badval, 1);
-        else if (r == STORE_NOT_FOUND)
+        } else if (r == STORE_NOT_FOUND) {
             STATS_ADD(ts, cas_misses, 1);
+        }
     }
     if (r == STORE_STORED) {
         route_write_end(c, &c->route, store_item_key(it), it->nkey, 0, "STORED\r\n", 8);
@@ -355,10 +371,10 @@ static void
 process_delete(struct conn *c, struct token *t, int ntok)
 {
     struct thread_stats *ts = &c->w->stats;
-    struct store *s = conn_store(c);
-    struct route rt;
-    uint64_t hash, tomb = 0;
-    int r;
+    struct store        *s = conn_store(c);
+    struct route         rt;
+    uint64_t             hash, tomb = 0;
+    int                  r;
 
     if (ntok < 2 || ntok > 4) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
@@ -379,8 +395,9 @@ process_delete(struct conn *c, struct token *t, int ntok)
         return;
     }
     hash = ring_hash(t[1].p, t[1].len);
-    if (!route_line(c, hash, t, 2, &rt))
+    if (!route_line(c, hash, t, 2, &rt)) {
         return;
+    }
     route_write_begin(&rt);
     /* The tombstone carries the CAS of what it deletes, so a replica
      * never drops a newer value (replicate_apply_del). */
@@ -418,27 +435,30 @@ static void
 process_arith(struct conn *c, struct token *t, int ntok, bool incr)
 {
     struct thread_stats *ts = &c->w->stats;
-    uint64_t delta, value = 0, hash;
-    struct route rt;
-    char buf[24], *p;
-    int r;
+    uint64_t             delta, value = 0, hash;
+    struct route         rt;
+    char                 buf[24], *p;
+    int                  r;
 
-    if (!key_arg_line(c, t, ntok))
+    if (!key_arg_line(c, t, ntok)) {
         return;
+    }
     if (!proto_parse_u64(&t[2], &delta)) {
         REPLY(c, "CLIENT_ERROR invalid numeric delta argument");
         return;
     }
     hash = ring_hash(t[1].p, t[1].len);
-    if (!route_line(c, hash, t, 3, &rt))
+    if (!route_line(c, hash, t, 3, &rt)) {
         return;
+    }
     route_write_begin(&rt);
     r = store_arith(conn_store(c), t[1].p, t[1].len, hash, incr, delta, &value, NULL);
     if (r == STORE_STORED) {
-        if (incr)
+        if (incr) {
             STATS_ADD(ts, incr_hits, 1);
-        else
+        } else {
             STATS_ADD(ts, decr_hits, 1);
+        }
         p = util_fmt_u64(buf, value);
         *p++ = '\r';
         *p++ = '\n';
@@ -448,10 +468,11 @@ process_arith(struct conn *c, struct token *t, int ntok, bool incr)
     route_write_end(c, &rt, t[1].p, t[1].len, 0, NULL, 0);
     switch (r) {
     case STORE_NOT_FOUND:
-        if (incr)
+        if (incr) {
             STATS_ADD(ts, incr_misses, 1);
-        else
+        } else {
             STATS_ADD(ts, decr_misses, 1);
+        }
         REPLY(c, "NOT_FOUND");
         break;
     case STORE_NON_NUMERIC:
@@ -469,20 +490,22 @@ static void
 process_touch(struct conn *c, struct token *t, int ntok)
 {
     struct thread_stats *ts = &c->w->stats;
-    struct store *s = conn_store(c);
-    struct route rt;
-    int32_t exptime;
-    uint64_t hash;
+    struct store        *s = conn_store(c);
+    struct route         rt;
+    int32_t              exptime;
+    uint64_t             hash;
 
-    if (!key_arg_line(c, t, ntok))
+    if (!key_arg_line(c, t, ntok)) {
         return;
+    }
     if (!proto_parse_i32(&t[2], &exptime)) {
         REPLY(c, "CLIENT_ERROR invalid exptime argument");
         return;
     }
     hash = ring_hash(t[1].p, t[1].len);
-    if (!route_line(c, hash, t, 3, &rt))
+    if (!route_line(c, hash, t, 3, &rt)) {
         return;
+    }
     STATS_ADD(ts, cmd_touch, 1);
     route_write_begin(&rt);
     if (store_touch(s, t[1].p, t[1].len, hash, store_exptime(s, exptime)) == STORE_TOUCHED) {
@@ -500,9 +523,9 @@ static void
 process_flush(struct conn *c, struct token *t, int ntok)
 {
     struct store *s = conn_store(c);
-    int32_t delay = 0;
-    char line[48];
-    int nargs, n;
+    int32_t       delay = 0;
+    char          line[48];
+    int           nargs, n;
 
     if (ntok > 3) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
@@ -517,8 +540,9 @@ process_flush(struct conn *c, struct token *t, int ntok)
     STATS_ADD(&c->w->stats, cmd_flush, 1);
     store_flush(s, delay > 0 ? store_exptime(s, delay) : store_now(s));
     n = snprintf(line, sizeof(line), "flush_all %" PRId32 "\r\n", delay);
-    if (!route_flush(c, line, (size_t)n))
+    if (!route_flush(c, line, (size_t)n)) {
         REPLY(c, "OK");
+    }
 }
 
 /* verbosity <level> [noreply]; extra tokens are ignored. */
@@ -541,28 +565,31 @@ static enum proto_status
 process_command(struct conn *c, const char *line, const char *end)
 {
     struct token t[MAX_TOKENS];
-    const char *p = line;
-    const char *cmd;
-    size_t ncmd;
-    int ntok;
+    const char  *p = line;
+    const char  *cmd;
+    size_t       ncmd;
+    int          ntok;
 
     c->noreply = false;
-    while (p < end && *p == ' ')
+    while (p < end && *p == ' ') {
         p++;
+    }
     cmd = p;
-    while (p < end && *p != ' ')
+    while (p < end && *p != ' ') {
         p++;
+    }
     ncmd = (size_t)(p - cmd);
 
     /* The get family reads its own keys: no token limit. */
-    if (ncmd == 3 && memcmp(cmd, "get", 3) == 0)
+    if (ncmd == 3 && memcmp(cmd, "get", 3) == 0) {
         return process_get(c, cmd, ncmd, NULL, p, end, false, false, 0);
-    if (ncmd == 4 && memcmp(cmd, "gets", 4) == 0)
+    }
+    if (ncmd == 4 && memcmp(cmd, "gets", 4) == 0) {
         return process_get(c, cmd, ncmd, NULL, p, end, true, false, 0);
-    if ((ncmd == 3 && memcmp(cmd, "gat", 3) == 0) ||
-        (ncmd == 4 && memcmp(cmd, "gats", 4) == 0)) {
+    }
+    if ((ncmd == 3 && memcmp(cmd, "gat", 3) == 0) || (ncmd == 4 && memcmp(cmd, "gats", 4) == 0)) {
         struct token e;
-        int32_t exptime;
+        int32_t      exptime;
 
         ntok = tokenize(p, end, &e, 1);
         if (ntok == 0) {
@@ -606,8 +633,9 @@ process_command(struct conn *c, const char *line, const char *end)
             process_arith(c, t, ntok, false);
             return PROTO_MORE;
         }
-        if (TOK_IS(&t[0], "quit"))
+        if (TOK_IS(&t[0], "quit")) {
             return PROTO_QUIT;
+        }
         break;
     case 5:
         if (TOK_IS(&t[0], "touch")) {
@@ -682,8 +710,9 @@ process_command(struct conn *c, const char *line, const char *end)
          * cross-protocol attack: hang up without a word. */
         struct token last = last_token(line, end);
 
-        if (last.len >= 5 && memcmp(last.p, "HTTP/", 5) == 0)
+        if (last.len >= 5 && memcmp(last.p, "HTTP/", 5) == 0) {
             return PROTO_CLOSE;
+        }
     }
     conn_out_add(c, "ERROR\r\n", 7);
     return PROTO_MORE;
@@ -693,10 +722,12 @@ process_command(struct conn *c, const char *line, const char *end)
 enum proto_status
 proto_text_drain(struct conn *c)
 {
-    if (c->pstate != CONN_PS_GET)
+    if (c->pstate != CONN_PS_GET) {
         return PROTO_MORE;
-    if (c->out_bytes >= CONN_OUT_SOFT_CAP)
+    }
+    if (c->out_bytes >= CONN_OUT_SOFT_CAP) {
         return PROTO_PAUSE;
+    }
     return get_continue(c);
 }
 
@@ -706,18 +737,20 @@ proto_text_process(struct conn *c)
 {
     for (;;) {
         enum proto_status st;
-        char *start, *nl;
-        const char *end;
-        size_t avail, n;
+        char             *start, *nl;
+        const char       *end;
+        size_t            avail, n;
 
-        if (c->out_bytes >= CONN_OUT_SOFT_CAP)
+        if (c->out_bytes >= CONN_OUT_SOFT_CAP) {
             return PROTO_PAUSE;
+        }
         avail = c->rend - c->rpos;
         switch (c->pstate) {
         case CONN_PS_GET:
             st = get_continue(c);
-            if (st != PROTO_MORE)
+            if (st != PROTO_MORE) {
                 return st;
+            }
             continue;
         case CONN_PS_NREAD:
             n = avail < c->nread_left ? avail : c->nread_left;
@@ -727,8 +760,9 @@ proto_text_process(struct conn *c)
                 c->nread_left -= n;
                 c->rpos += (uint32_t)n;
             }
-            if (c->nread_left > 0)
+            if (c->nread_left > 0) {
                 return PROTO_MORE;
+            }
             c->pstate = CONN_PS_CMD;
             c->nread_done(c);
             continue;
@@ -736,34 +770,40 @@ proto_text_process(struct conn *c)
             n = avail < c->swallow_left ? avail : c->swallow_left;
             c->swallow_left -= n;
             c->rpos += (uint32_t)n;
-            if (c->swallow_left > 0)
+            if (c->swallow_left > 0) {
                 return PROTO_MORE;
+            }
             c->pstate = CONN_PS_CMD;
             continue;
         case CONN_PS_CMD:
             break;
         }
-        if (avail == 0)
+        if (avail == 0) {
             return PROTO_MORE;
+        }
         start = c->rbuf + c->rpos;
         if (!c->started) {
             c->started = true;
             /* The binary protocol's magic byte: we do not speak it. */
-            if ((unsigned char)start[0] == 0x80)
+            if ((unsigned char)start[0] == 0x80) {
                 return PROTO_CLOSE;
+            }
         }
         nl = memchr(start, '\n', avail);
         if (nl == NULL) {
-            if (avail >= LINE_MAX_NONGET && !is_get_prefix(start, avail))
+            if (avail >= LINE_MAX_NONGET && !is_get_prefix(start, avail)) {
                 return PROTO_CLOSE;
+            }
             return PROTO_MORE;
         }
         end = nl;
-        if (end > start && end[-1] == '\r')
+        if (end > start && end[-1] == '\r') {
             end--;
+        }
         c->rpos += (uint32_t)(nl + 1 - start);
         st = process_command(c, start, end);
-        if (st != PROTO_MORE)
+        if (st != PROTO_MORE) {
             return st;
+        }
     }
 }

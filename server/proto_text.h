@@ -9,10 +9,10 @@
 struct conn;
 
 enum proto_status {
-    PROTO_MORE = 0,  /* everything complete was handled; need more input */
-    PROTO_PAUSE,     /* output queue is full; write, then call again */
-    PROTO_QUIT,      /* `quit`: write what is queued, then close */
-    PROTO_CLOSE,     /* close now without a reply (bad framing) */
+    PROTO_MORE = 0, /* everything complete was handled; need more input */
+    PROTO_PAUSE,    /* output queue is full; write, then call again */
+    PROTO_QUIT,     /* `quit`: write what is queued, then close */
+    PROTO_CLOSE,    /* close now without a reply (bad framing) */
 };
 
 /* The version string `version` and `stats` report. */

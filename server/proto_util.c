@@ -17,8 +17,9 @@ const char PROTO_ERR_FORMAT[] = "CLIENT_ERROR bad command line format";
 void
 proto_reply_line(struct conn *c, const char *msg)
 {
-    if (c->noreply)
+    if (c->noreply) {
         return;
+    }
     conn_out_add(c, msg, strlen(msg));
     conn_out_add(c, "\r\n", 2);
 }
@@ -27,17 +28,19 @@ proto_reply_line(struct conn *c, const char *msg)
 void
 proto_reply_printf(struct conn *c, const char *fmt, ...)
 {
-    char buf[512];
+    char    buf[512];
     va_list ap;
-    int n;
+    int     n;
 
     va_start(ap, fmt);
     n = vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    if (n < 0)
+    if (n < 0) {
         return;
-    if ((size_t)n >= sizeof(buf))
+    }
+    if ((size_t)n >= sizeof(buf)) {
         n = sizeof(buf) - 1;
+    }
     conn_out_add(c, buf, (size_t)n);
 }
 
@@ -54,8 +57,9 @@ proto_parse_u32(const struct token *t, uint32_t *out)
 {
     uint64_t v;
 
-    if (!proto_parse_u64(t, &v) || v > UINT32_MAX)
+    if (!proto_parse_u64(t, &v) || v > UINT32_MAX) {
         return false;
+    }
     *out = (uint32_t)v;
     return true;
 }
@@ -65,16 +69,17 @@ bool
 proto_parse_i32(const struct token *t, int32_t *out)
 {
     struct token digits = *t;
-    bool neg = false;
-    uint64_t v;
+    bool         neg = false;
+    uint64_t     v;
 
     if (digits.len > 0 && digits.p[0] == '-') {
         neg = true;
         digits.p++;
         digits.len--;
     }
-    if (!proto_parse_u64(&digits, &v) || v > (uint64_t)INT32_MAX + (neg ? 1 : 0))
+    if (!proto_parse_u64(&digits, &v) || v > (uint64_t)INT32_MAX + (neg ? 1 : 0)) {
         return false;
+    }
     *out = neg ? (int32_t)(-(int64_t)v) : (int32_t)v;
     return true;
 }
@@ -85,8 +90,9 @@ proto_block_ok(struct conn *c, struct store_item *it)
 {
     const char *v = store_item_value(it);
 
-    if (v[it->nbytes] == '\r' && v[it->nbytes + 1] == '\n')
+    if (v[it->nbytes] == '\r' && v[it->nbytes + 1] == '\n') {
         return true;
+    }
     REPLY(c, "CLIENT_ERROR bad data chunk");
     store_release(c->w->srv->store, it);
     return false;

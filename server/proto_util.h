@@ -15,7 +15,7 @@
 
 #include "server/conn.h"
 
-#define KEY_MAX 250   /* memcached's longest key */
+#define KEY_MAX 250 /* memcached's longest key */
 
 /* A token of a command line: bytes in the connection's read buffer. */
 struct token {
@@ -35,16 +35,16 @@ extern const char PROTO_ERR_FORMAT[];
 static inline void
 proto_reply(struct conn *c, const char *s, size_t n)
 {
-    if (!c->noreply)
+    if (!c->noreply) {
         conn_out_add(c, s, n);
+    }
 }
 
 /* Queue "<msg>\r\n" unless noreply. */
 void proto_reply_line(struct conn *c, const char *msg);
 
 /* Queue formatted text, always (stats and other multi-line replies). */
-void proto_reply_printf(struct conn *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void proto_reply_printf(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* An unsigned decimal that fits in 64 bits: digits, with an optional
  * leading '+' (memcached parses with strtoull, so clients send it). */
@@ -61,16 +61,18 @@ proto_next_key(const char **p, const char *end, struct token *k)
 {
     const char *q = *p;
 
-    while (q < end && *q == ' ')
+    while (q < end && *q == ' ') {
         q++;
+    }
     if (q == end) {
         *p = q;
         return false;
     }
     k->p = q;
     q = memchr(q, ' ', (size_t)(end - q));
-    if (q == NULL)
+    if (q == NULL) {
         q = end;
+    }
     k->len = (size_t)(q - k->p);
     *p = q;
     return true;

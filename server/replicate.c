@@ -25,11 +25,9 @@
 #include "server/store.h"
 #include "server/thread.h"
 
-#define KEY_LOCKS 1024   /* key lock stripes (power of two) */
+#define KEY_LOCKS 1024 /* key lock stripes (power of two) */
 
-static pthread_mutex_t key_locks[KEY_LOCKS] = {
-    [0 ... KEY_LOCKS - 1] = PTHREAD_MUTEX_INITIALIZER
-};
+static pthread_mutex_t key_locks[KEY_LOCKS] = { [0 ... KEY_LOCKS - 1] = PTHREAD_MUTEX_INITIALIZER };
 
 /*
  * Replica tombstones (see replicate.h for the bound). A bucket is one cache
@@ -39,7 +37,7 @@ static pthread_mutex_t key_locks[KEY_LOCKS] = {
  * cannot guard the table; nothing is called while it is held.
  */
 #define TOMB_LOCKS 1024
-#define TOMB_SHIFT 16      /* bucket = hash bits 16..30 (stripes and key locks use others) */
+#define TOMB_SHIFT 16 /* bucket = hash bits 16..30 (stripes and key locks use others) */
 
 _Static_assert((REPLICATE_TOMB_BUCKETS & (REPLICATE_TOMB_BUCKETS - 1)) == 0,
                "tombstone buckets are a power of two");
@@ -47,45 +45,44 @@ _Static_assert((REPLICATE_TOMB_BUCKETS & (REPLICATE_TOMB_BUCKETS - 1)) == 0,
 struct tomb_bucket {
     uint64_t hash[REPLICATE_TOMB_WAYS];
     uint64_t cas[REPLICATE_TOMB_WAYS];
-    uint32_t stamp[REPLICATE_TOMB_WAYS];   /* store clock when recorded; 0 empty */
+    uint32_t stamp[REPLICATE_TOMB_WAYS]; /* store clock when recorded; 0 empty */
 } __attribute__((aligned(64)));
 
 static struct tomb_bucket tombs[REPLICATE_TOMB_BUCKETS];
-static pthread_mutex_t tomb_locks[TOMB_LOCKS] = {
-    [0 ... TOMB_LOCKS - 1] = PTHREAD_MUTEX_INITIALIZER
-};
-static uint32_t tomb_ttl = REPLICATE_TOMB_TTL_S;   /* atomic */
+static pthread_mutex_t    tomb_locks[TOMB_LOCKS] = { [0 ... TOMB_LOCKS - 1] =
+                                                         PTHREAD_MUTEX_INITIALIZER };
+static uint32_t           tomb_ttl = REPLICATE_TOMB_TTL_S; /* atomic */
 
-#define OP_REPLY_MAX 48    /* longest held reply (an incr value is 22) */
-#define OP_POOL_MAX  256   /* free ops a worker keeps */
+#define OP_REPLY_MAX 48  /* longest held reply (an incr value is 22) */
+#define OP_POOL_MAX  256 /* free ops a worker keeps */
 
 struct repl_op;
 
 /* One replica's share of an op. */
 struct repl_call {
     struct repl_op *op;
-    uint32_t        idx;       /* the replica's index in epoch `epoch` */
+    uint32_t        idx; /* the replica's index in epoch `epoch` */
     uint64_t        epoch;
 };
 
 /* One write waiting for its replicas (pooled per worker: ops are made and
  * finished on the worker that sent them). */
 struct repl_op {
-    struct repl_op   *next;      /* the worker's free list */
+    struct repl_op   *next; /* the worker's free list */
     struct worker    *w;
-    struct conn      *c;         /* NULL: noreply, or the client closed */
-    struct out_chunk *hold;      /* the reply goes here */
-    struct out_chunk *end;       /* gat: closes the reply held whole */
-    struct repl_op   *parent;    /* gat: one key's op reports to the command's */
+    struct conn      *c;      /* NULL: noreply, or the client closed */
+    struct out_chunk *hold;   /* the reply goes here */
+    struct out_chunk *end;    /* gat: closes the reply held whole */
+    struct repl_op   *parent; /* gat: one key's op reports to the command's */
     struct cluster   *cl;
-    uint32_t          pending;   /* acks (or keys) still to come */
+    uint32_t          pending; /* acks (or keys) still to come */
     uint32_t          failed;
-    bool              open;      /* gat: keys may still be added */
+    bool              open; /* gat: keys may still be added */
     uint32_t          ncalls, capcalls;
-    struct repl_call *calls;     /* calls_in unless more were needed */
+    struct repl_call *calls; /* calls_in unless more were needed */
     struct repl_call  calls_in[RING_R_MAX];
     uint32_t          len;
-    char              reply[OP_REPLY_MAX];   /* the reply once every replica acked */
+    char              reply[OP_REPLY_MAX]; /* the reply once every replica acked */
 };
 
 /* Lock stripe of a hash (its high bits: the low ones pick store stripes). */
@@ -139,29 +136,32 @@ tomb_live(const struct tomb_bucket *b, int i, uint32_t now, uint32_t ttl)
 static void
 tomb_record(uint64_t hash, uint64_t cas, int64_t now)
 {
-    uint32_t bi = tomb_index(hash), t = tomb_stamp(now);
-    uint32_t ttl = __atomic_load_n(&tomb_ttl, __ATOMIC_RELAXED);
+    uint32_t            bi = tomb_index(hash), t = tomb_stamp(now);
+    uint32_t            ttl = __atomic_load_n(&tomb_ttl, __ATOMIC_RELAXED);
     struct tomb_bucket *b = &tombs[bi];
-    int i, pick = -1;
+    int                 i, pick = -1;
 
     pthread_mutex_lock(&tomb_locks[bi & (TOMB_LOCKS - 1)]);
     for (i = 0; i < REPLICATE_TOMB_WAYS && pick < 0; i++) {
         if (b->hash[i] == hash && tomb_live(b, i, t, ttl)) {
-            if (b->cas[i] > cas)
+            if (b->cas[i] > cas) {
                 cas = b->cas[i];
+            }
             pick = i;
         }
     }
     for (i = 0; i < REPLICATE_TOMB_WAYS && pick < 0; i++) {
-        if (!tomb_live(b, i, t, ttl))
+        if (!tomb_live(b, i, t, ttl)) {
             pick = i;
+        }
     }
     if (pick < 0) {
         /* Full: the oldest goes (the bound in replicate.h). */
         pick = 0;
         for (i = 1; i < REPLICATE_TOMB_WAYS; i++) {
-            if (t - b->stamp[i] > t - b->stamp[pick])
+            if (t - b->stamp[i] > t - b->stamp[pick]) {
                 pick = i;
+            }
         }
     }
     b->hash[pick] = hash;
@@ -176,20 +176,22 @@ tomb_record(uint64_t hash, uint64_t cas, int64_t now)
 static bool
 tomb_covers(uint64_t hash, uint64_t cas, int64_t now)
 {
-    uint32_t bi = tomb_index(hash), t = tomb_stamp(now);
-    uint32_t ttl = __atomic_load_n(&tomb_ttl, __ATOMIC_RELAXED);
+    uint32_t            bi = tomb_index(hash), t = tomb_stamp(now);
+    uint32_t            ttl = __atomic_load_n(&tomb_ttl, __ATOMIC_RELAXED);
     struct tomb_bucket *b = &tombs[bi];
-    bool covered = false;
-    int i;
+    bool                covered = false;
+    int                 i;
 
     pthread_mutex_lock(&tomb_locks[bi & (TOMB_LOCKS - 1)]);
     for (i = 0; i < REPLICATE_TOMB_WAYS; i++) {
-        if (b->hash[i] != hash || !tomb_live(b, i, t, ttl))
+        if (b->hash[i] != hash || !tomb_live(b, i, t, ttl)) {
             continue;
-        if (cas <= b->cas[i])
+        }
+        if (cas <= b->cas[i]) {
             covered = true;
-        else
+        } else {
             b->stamp[i] = 0;
+        }
         break;
     }
     pthread_mutex_unlock(&tomb_locks[bi & (TOMB_LOCKS - 1)]);
@@ -224,8 +226,9 @@ op_take(struct worker *w)
         w->nrepl_pool--;
     } else {
         op = malloc(sizeof(*op));
-        if (op == NULL)
+        if (op == NULL) {
             return NULL;
+        }
     }
     memset(op, 0, offsetof(struct repl_op, calls_in));
     op->w = w;
@@ -241,8 +244,9 @@ op_put(struct repl_op *op)
 {
     struct worker *w = op->w;
 
-    if (op->calls != op->calls_in)
+    if (op->calls != op->calls_in) {
         free(op->calls);
+    }
     if (w->nrepl_pool < OP_POOL_MAX) {
         op->next = w->repl_pool;
         w->repl_pool = op;
@@ -272,8 +276,9 @@ static void op_finish(struct repl_op *op);
 static void
 op_release(struct repl_op *op)
 {
-    if (--op->pending == 0)
+    if (--op->pending == 0) {
         op_finish(op);
+    }
 }
 
 /* The client's connection closed: the op finishes without a reply (a gat
@@ -312,16 +317,18 @@ op_finish(struct repl_op *op)
             /* A gat's VALUEs (queued between its two holds) give way to
              * the error: the client is not told of expiries that did not
              * reach every owner. */
-            if (op->end != NULL)
+            if (op->end != NULL) {
                 conn_hold_drop_until(c, op->hold, op->end);
+            }
             conn_hold_add(c, op->hold, REPLICA_UNAVAILABLE "\r\n",
                           sizeof(REPLICA_UNAVAILABLE "\r\n") - 1);
         } else if (op->len > 0) {
             conn_hold_add(c, op->hold, op->reply, op->len);
         }
         conn_hold_done(c, op->hold);
-        if (op->end != NULL)
+        if (op->end != NULL) {
             conn_hold_done(c, op->end);
+        }
     }
     op_put(op);
 }
@@ -337,23 +344,26 @@ static void
 op_ack(void *arg, const char *line, size_t len, enum fwd_err err)
 {
     struct repl_call *rc = arg;
-    struct repl_op *op = rc->op;
-    bool ok = line != NULL && len == 2 && line[0] == 'O' && line[1] == 'K';
+    struct repl_op   *op = rc->op;
+    bool              ok = line != NULL && len == 2 && line[0] == 'O' && line[1] == 'K';
 
     if (line == NULL && err == FWD_ECONN && op->cl != NULL) {
         const struct cluster_view *v = cluster_view(op->cl);
 
-        if (v->epoch == rc->epoch)
+        if (v->epoch == rc->epoch) {
             cluster_view_skip(v, rc->idx);
+        }
         cluster_count(op->cl, CLUSTER_CTR_REPLICA_SKIPPED);
     } else {
         if (!ok) {
             op->failed++;
-            if (line != NULL)
+            if (line != NULL) {
                 log_msg(LOG_INFO, "replica refused a post-image: %.*s", (int)len, line);
+            }
         }
-        if (op->cl != NULL)
+        if (op->cl != NULL) {
             cluster_count(op->cl, ok ? CLUSTER_CTR_REPLICATED : CLUSTER_CTR_REPLICA_FAILED);
+        }
     }
     op_release(op);
 }
@@ -385,11 +395,13 @@ op_reserve(struct repl_op *op, uint32_t n)
 {
     struct repl_call *nc;
 
-    if (n <= op->capcalls)
+    if (n <= op->capcalls) {
         return 0;
+    }
     nc = malloc(n * sizeof(*nc));
-    if (nc == NULL)
+    if (nc == NULL) {
         return -1;
+    }
     op->calls = nc;
     op->capcalls = n;
     return 0;
@@ -407,8 +419,9 @@ op_new(struct conn *c, const char *reply, size_t len, bool noreply)
         return NULL;
     }
     op = op_take(c->w);
-    if (op == NULL)
+    if (op == NULL) {
         return NULL;
+    }
     op->pending = 1;
     op->len = (uint32_t)len;
     memcpy(op->reply, reply, len);
@@ -425,16 +438,16 @@ op_new(struct conn *c, const char *reply, size_t len, bool noreply)
  * tombstone carrying tomb_cas when it is NULL or expired.
  */
 static void
-send_image(struct conn *c, struct repl_op *op, const struct route *rt, const char *key,
-           size_t nkey, struct store_item *it, uint64_t tomb_cas)
+send_image(struct conn *c, struct repl_op *op, const struct route *rt, const char *key, size_t nkey,
+           struct store_item *it, uint64_t tomb_cas)
 {
-    struct store *s = c->w->srv->store;
+    struct store              *s = c->w->srv->store;
     const struct cluster_view *v = rt->view;
-    uint32_t i;
-    struct iovec iov[2];
-    char head[96 + STORE_KEY_MAX], *p = head;
-    int64_t ttl = 0;
-    int niov = 1;
+    uint32_t                   i;
+    struct iovec               iov[2];
+    char                       head[96 + STORE_KEY_MAX], *p = head;
+    int64_t                    ttl = 0;
+    int                        niov = 1;
 
     if (it != NULL) {
         ttl = store_item_ttl_remaining(s, it);
@@ -445,8 +458,9 @@ send_image(struct conn *c, struct repl_op *op, const struct route *rt, const cha
             it = NULL;
         }
     }
-    if (nkey > STORE_KEY_MAX)
-        nkey = STORE_KEY_MAX;   /* cannot happen: keys were checked */
+    if (nkey > STORE_KEY_MAX) {
+        nkey = STORE_KEY_MAX; /* cannot happen: keys were checked */
+    }
     if (it != NULL) {
         memcpy(p, "rc_set ", 7);
         p += 7;
@@ -478,8 +492,9 @@ send_image(struct conn *c, struct repl_op *op, const struct route *rt, const cha
     for (i = 0; i < rt->n_owners; i++) {
         uint32_t o = rt->owners[i];
 
-        if ((int32_t)o == v->self)
+        if ((int32_t)o == v->self) {
             continue;
+        }
         if (cluster_view_down(v, o)) {
             /* Seen down by the heartbeats (server/health.c): not waited
              * for; recorded so that node comes back recovering. */
@@ -496,21 +511,24 @@ void
 replicate_write(struct conn *c, const struct route *rt, const char *key, size_t nkey,
                 uint64_t tomb_cas, const char *reply, size_t len, bool noreply)
 {
-    struct store *s = c->w->srv->store;
+    struct store      *s = c->w->srv->store;
     struct store_item *it;
-    struct repl_op *op = op_new(c, reply, len, noreply);
+    struct repl_op    *op = op_new(c, reply, len, noreply);
 
     if (op == NULL) {
-        if (!noreply)
+        if (!noreply) {
             conn_out_add(c, REPLICA_UNAVAILABLE "\r\n", sizeof(REPLICA_UNAVAILABLE "\r\n") - 1);
+        }
         return;
     }
     it = store_get(s, key, nkey, rt->hash);
-    if (it != NULL)
+    if (it != NULL) {
         tomb_cas = 0;
+    }
     send_image(c, op, rt, key, nkey, it, tomb_cas);
-    if (it != NULL)
+    if (it != NULL) {
         store_release(s, it);
+    }
     op_release(op);
 }
 
@@ -520,8 +538,9 @@ replicate_gat_begin(struct conn *c)
 {
     struct repl_op *op = op_new(c, "", 0, false);
 
-    if (op == NULL)
+    if (op == NULL) {
         return -1;
+    }
     op->open = true;
     c->repl_gat = op;
     return 0;
@@ -552,8 +571,9 @@ replicate_gat_end(struct conn *c)
     struct repl_op *op = c->repl_gat;
 
     c->repl_gat = NULL;
-    if (op->hold != NULL)
+    if (op->hold != NULL) {
         op->end = conn_out_hold(c, op, op_gone);
+    }
     op->open = false;
     op_release(op);
 }
@@ -564,22 +584,25 @@ replicate_flush(struct conn *c, const char *line, size_t len, bool noreply)
 {
     const struct cluster_view *v = cluster_view(c->w->srv->cluster);
     const struct ring_members *m = ring_members(v->ring);
-    struct repl_op *op = op_new(c, "OK\r\n", 4, noreply);
-    struct iovec iov;
-    uint32_t i;
+    struct repl_op            *op = op_new(c, "OK\r\n", 4, noreply);
+    struct iovec               iov;
+    uint32_t                   i;
 
     if (op == NULL) {
-        if (!noreply)
+        if (!noreply) {
             conn_out_add(c, REPLICA_UNAVAILABLE "\r\n", sizeof(REPLICA_UNAVAILABLE "\r\n") - 1);
+        }
         return;
     }
-    if (op_reserve(op, m->n_nodes) < 0)
+    if (op_reserve(op, m->n_nodes) < 0) {
         op->failed++;
+    }
     iov.iov_base = (void *)line;
     iov.iov_len = len;
     for (i = 0; i < m->n_nodes && op->failed == 0; i++) {
-        if ((int32_t)i == v->self)
+        if ((int32_t)i == v->self) {
             continue;
+        }
         op_send(c->w, op, v, i, m->nodes[i].addr, &iov, 1);
     }
     op_release(op);
@@ -590,8 +613,8 @@ int
 replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas)
 {
     struct store_item *old;
-    bool apply;
-    int rc = 0;
+    bool               apply;
+    int                rc = 0;
 
     replicate_lock(it->hash);
     old = store_get(s, store_item_key(it), it->nkey, it->hash);
@@ -602,24 +625,25 @@ replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas)
      * OK: the primary applied this write and a later one, and the replica
      * holds the state after the later one, so it is not behind. A present
      * key is ordered by its own CAS (only an absent one probes the table). */
-    if (old != NULL)
+    if (old != NULL) {
         apply = old->cas <= cas;
-    else
+    } else {
         apply = !tomb_covers(it->hash, cas, store_now(s));
+    }
     if (apply) {
         rc = store_put_import(s, it, cas);
         rc = rc < 0 ? rc : 0;
     }
-    if (old != NULL)
+    if (old != NULL) {
         store_release(s, old);
+    }
     replicate_unlock(it->hash);
     return rc;
 }
 
 /* Replica: apply a tombstone unless the key holds a newer CAS. */
 void
-replicate_apply_del(struct store *s, const char *key, size_t nkey, uint64_t hash,
-                    uint64_t cas)
+replicate_apply_del(struct store *s, const char *key, size_t nkey, uint64_t hash, uint64_t cas)
 {
     struct store_item *old;
 
@@ -629,11 +653,13 @@ replicate_apply_del(struct store *s, const char *key, size_t nkey, uint64_t hash
         /* Remembered even when the key is already absent: the image this
          * tombstone follows may still be on its way (another worker's
          * connection) and must not re-create the key. */
-        if (old != NULL)
+        if (old != NULL) {
             store_delete(s, key, nkey, hash);
+        }
         tomb_record(hash, cas, store_now(s));
     }
-    if (old != NULL)
+    if (old != NULL) {
         store_release(s, old);
+    }
     replicate_unlock(hash);
 }

@@ -36,11 +36,11 @@ void replicate_unlock(uint64_t hash);
  * After a local write that changed key, served under route rt (server/
  * route.h: the key's hash, its owners and the view they were found in):
  * read its current state (a post-image, or a tombstone carrying tomb_cas
- * when it is gone) and send it to every other owner of rt. The client's reply (reply, len bytes with "\r\n")
- * is queued as a hold on c, filled with it once every replica acknowledged,
- * or with REPLICA_UNAVAILABLE if one did not within --forward-timeout (the
- * write stays applied on the primary). noreply: nothing is queued, but
- * failures are still counted. Call with replicate_lock(hash) held.
+ * when it is gone) and send it to every other owner of rt. The client's reply (reply, len bytes
+ * with "\r\n") is queued as a hold on c, filled with it once every replica acknowledged, or with
+ * REPLICA_UNAVAILABLE if one did not within --forward-timeout (the write stays applied on the
+ * primary). noreply: nothing is queued, but failures are still counted. Call with
+ * replicate_lock(hash) held.
  */
 void replicate_write(struct conn *c, const struct route *rt, const char *key, size_t nkey,
                      uint64_t tomb_cas, const char *reply, size_t len, bool noreply);
@@ -58,7 +58,7 @@ void replicate_write(struct conn *c, const struct route *rt, const char *key, si
  * the primary, as with touch. A replicated gat does not pause at the
  * output soft cap (its reply cannot be written before the acks anyway).
  */
-int replicate_gat_begin(struct conn *c);
+int  replicate_gat_begin(struct conn *c);
 void replicate_gat_key(struct conn *c, const struct route *rt, struct store_item *it);
 void replicate_gat_end(struct conn *c);
 
@@ -89,7 +89,7 @@ void replicate_flush(struct conn *c, const char *line, size_t len, bool noreply)
  * bound a replaced tombstone no longer guards its key: the replica behaves
  * as it did without tombstones (a late image re-creates the key).
  */
-#define REPLICATE_TOMB_TTL_S   10      /* > FWD_RETRY_TIMEOUTS x the default 1 s forward timeout */
+#define REPLICATE_TOMB_TTL_S   10 /* > FWD_RETRY_TIMEOUTS x the default 1 s forward timeout */
 #define REPLICATE_TOMB_BUCKETS 32768
 #define REPLICATE_TOMB_WAYS    3
 

@@ -24,9 +24,10 @@
 #include "server/thread.h"
 
 /* A keyed request at a cluster node with no active membership. */
-#define NO_MEMBERSHIP_REPLY "SERVER_ERROR no membership (this node is not serving: not joined, " \
-                            "or its state was lost; see ringctl status)"
-#define LINE_FWD_MAX   2048   /* a relayed command line (proto_text's line limit) */
+#define NO_MEMBERSHIP_REPLY                                              \
+    "SERVER_ERROR no membership (this node is not serving: not joined, " \
+    "or its state was lost; see ringctl status)"
+#define LINE_FWD_MAX 2048 /* a relayed command line (proto_text's line limit) */
 /* Parts (owner, next owner) a plain client's multi-get is split over, at
  * most; keys of further ones are answered as misses. */
 #define GET_OWNERS_MAX 64
@@ -44,8 +45,9 @@ live_unsafe(const struct cluster_live *l)
     uint64_t tick = __atomic_load_n(&l->tick_ms, __ATOMIC_ACQUIRE);
 
     if (__atomic_load_n(&l->suspect, __ATOMIC_ACQUIRE) ||
-        __atomic_load_n(&l->behind_epoch, __ATOMIC_RELAXED) != 0)
+        __atomic_load_n(&l->behind_epoch, __ATOMIC_RELAXED) != 0) {
         return true;
+    }
     return tick != 0 && (uint64_t)util_coarse_ms() > tick + CLUSTER_STALL_MS;
 }
 
@@ -55,9 +57,11 @@ first_live(const struct cluster_view *v, const uint32_t *list, uint32_t n)
 {
     uint32_t k;
 
-    for (k = 0; v->live != NULL && k < n; k++)
-        if (!cluster_mask_has(v->live->down, list[k]))
+    for (k = 0; v->live != NULL && k < n; k++) {
+        if (!cluster_mask_has(v->live->down, list[k])) {
             return list[k];
+        }
+    }
     return list[0];
 }
 
@@ -66,9 +70,11 @@ owners_have(const struct route *rt, int32_t idx)
 {
     uint32_t k;
 
-    for (k = 0; k < rt->n_owners; k++)
-        if ((int32_t)rt->owners[k] == idx)
+    for (k = 0; k < rt->n_owners; k++) {
+        if ((int32_t)rt->owners[k] == idx) {
             return true;
+        }
+    }
     return false;
 }
 
@@ -80,9 +86,9 @@ static void
 decide(const struct cluster_view *v, struct route *rt, bool declared, bool ordered)
 {
     const uint32_t *list = rt->owners;
-    enum route_do away = declared ? ROUTE_MOVED : ROUTE_FORWARD;
-    bool failover = rt->n_owners > 1 && v->live != NULL;
-    uint32_t n, k;
+    enum route_do   away = declared ? ROUTE_MOVED : ROUTE_FORWARD;
+    bool            failover = rt->n_owners > 1 && v->live != NULL;
+    uint32_t        n, k;
 
     rt->replicate = false;
     rt->target = list[0];
@@ -101,9 +107,11 @@ decide(const struct cluster_view *v, struct route *rt, bool declared, bool order
         owners_have(rt, v->self)) {
         /* Ours, and we hold nothing: a read may go to a replica. */
         if (!rt->write && failover) {
-            for (k = 0; k < n; k++)
-                if ((int32_t)list[k] != v->self && !cluster_mask_has(v->live->down, list[k]))
+            for (k = 0; k < n; k++) {
+                if ((int32_t)list[k] != v->self && !cluster_mask_has(v->live->down, list[k])) {
                     break;
+                }
+            }
             if (k < n) {
                 rt->target = list[k];
                 rt->action = away;
@@ -129,8 +137,9 @@ decide(const struct cluster_view *v, struct route *rt, bool declared, bool order
         uint32_t acting = first_live(v, list, n);
 
         if ((int32_t)acting == v->self) {
-            for (k = 0; k < n && list[k] != acting; k++)
+            for (k = 0; k < n && list[k] != acting; k++) {
                 cluster_mask_set(v->live->skipped, list[k]);
+            }
             rt->action = ROUTE_SERVE;
             rt->replicate = true;
             return;
@@ -142,13 +151,14 @@ decide(const struct cluster_view *v, struct route *rt, bool declared, bool order
     /* Reads: any owner (the primary only without failover state), except
      * an owner importing the arc in a transition: it purged the arc and is
      * being refilled, so it would answer misses. */
-    for (k = 0; k < n; k++)
+    for (k = 0; k < n; k++) {
         if ((int32_t)list[k] == v->self &&
             (k == 0 || v->importing.n == 0 || !arcset_has(&v->importing, rt->hash))) {
             rt->action = ROUTE_SERVE;
             rt->replicate = rt->write && rt->n_owners > 1;
             return;
         }
+    }
     rt->target = failover ? first_live(v, list, n) : list[0];
     rt->action = away;
 }
@@ -164,10 +174,10 @@ locate(const struct cluster_view *v, uint64_t hash, bool write, struct route *rt
     rt->replicate = false;
     rt->action = ROUTE_SERVE;
     rt->n_owners = 0;
-    if (v->ring != NULL)
+    if (v->ring != NULL) {
         rt->n_owners = ring_locate(v->ring, hash,
-                                   v->replicas < RING_R_MAX ? v->replicas : RING_R_MAX,
-                                   rt->owners);
+                                   v->replicas < RING_R_MAX ? v->replicas : RING_R_MAX, rt->owners);
+    }
 }
 
 /* See route.h. */
@@ -176,8 +186,9 @@ route_decide(const struct cluster_view *v, uint64_t hash, bool write, bool decla
              struct route *rt)
 {
     locate(v, hash, write, rt);
-    if (rt->n_owners > 0)
+    if (rt->n_owners > 0) {
         decide(v, rt, declared, false);
+    }
 }
 
 /* Does this connection route by epoch (MOVED) rather than being
@@ -196,8 +207,8 @@ conn_cluster(const struct conn *c)
 
 /* The decision for c's request on view v (ordered: see decide). */
 static void
-decide_for(struct conn *c, const struct cluster_view *v, uint64_t hash, bool write,
-           bool ordered, struct route *rt)
+decide_for(struct conn *c, const struct cluster_view *v, uint64_t hash, bool write, bool ordered,
+           struct route *rt)
 {
     locate(v, hash, write, rt);
     if (rt->n_owners > 0) {
@@ -222,8 +233,9 @@ route_conn(struct conn *c, uint64_t hash, bool write, struct route *rt)
         return;
     }
     decide_for(c, cluster_view(cl), hash, write, !write && c->get_ordered, rt);
-    if (rt->view->ring == NULL)
+    if (rt->view->ring == NULL) {
         rt->action = ROUTE_REFUSE;
+    }
 }
 
 /*
@@ -247,23 +259,24 @@ static void
 reply_route(struct conn *c, const struct route *rt)
 {
     const struct cluster_view *v = rt->view;
-    char buf[64 + RING_ADDR_MAX];
-    int n;
+    char                       buf[64 + RING_ADDR_MAX];
+    int                        n;
 
     if (rt->action == ROUTE_REFUSE) {
         REPLY(c, NO_MEMBERSHIP_REPLY);
         return;
     }
-    if (rt->action == ROUTE_TRYAGAIN)
-        n = snprintf(buf, sizeof(buf), "SERVER_ERROR TRYAGAIN %" PRIu64 "\r\n",
-                     reply_epoch(v));
-    else
+    if (rt->action == ROUTE_TRYAGAIN) {
+        n = snprintf(buf, sizeof(buf), "SERVER_ERROR TRYAGAIN %" PRIu64 "\r\n", reply_epoch(v));
+    } else {
         n = snprintf(buf, sizeof(buf), "SERVER_ERROR MOVED %" PRIu64 " %s\r\n", v->epoch,
                      cluster_view_addr(v, rt->target));
+    }
     cluster_count(conn_cluster(c),
                   rt->action == ROUTE_TRYAGAIN ? CLUSTER_CTR_TRYAGAIN : CLUSTER_CTR_MOVED);
-    if (n > 0 && (size_t)n < sizeof(buf))
+    if (n > 0 && (size_t)n < sizeof(buf)) {
         proto_reply(c, buf, (size_t)n);
+    }
 }
 
 /* A plain client cannot retry a fenced key: its request goes to the
@@ -272,8 +285,9 @@ reply_route(struct conn *c, const struct route *rt)
 static void
 plain_tryagain_forwards(const struct conn *c, struct route *rt)
 {
-    if (rt->action == ROUTE_TRYAGAIN && !conn_declared(c))
+    if (rt->action == ROUTE_TRYAGAIN && !conn_declared(c)) {
         rt->action = ROUTE_FORWARD;
+    }
 }
 
 /* Relay the command line made of tokens t[0..n-1] (noreply dropped: the
@@ -281,18 +295,19 @@ plain_tryagain_forwards(const struct conn *c, struct route *rt)
 static void
 forward_tokens(struct conn *c, const struct route *rt, const struct token *t, int n)
 {
-    char buf[LINE_FWD_MAX + 8];
+    char         buf[LINE_FWD_MAX + 8];
     struct iovec iov;
-    size_t len = 0;
-    int i;
+    size_t       len = 0;
+    int          i;
 
     for (i = 0; i < n; i++) {
         if (len + t[i].len + 3 > sizeof(buf)) {
             proto_reply_line(c, PROTO_ERR_FORMAT);
             return;
         }
-        if (i > 0)
+        if (i > 0) {
             buf[len++] = ' ';
+        }
         memcpy(buf + len, t[i].p, t[i].len);
         len += t[i].len;
     }
@@ -300,8 +315,8 @@ forward_tokens(struct conn *c, const struct route *rt, const struct token *t, in
     buf[len++] = '\n';
     iov.iov_base = buf;
     iov.iov_len = len;
-    forward_request(c, cluster_view_addr(rt->view, rt->target), rt->view->epoch, FWD_LINE,
-                    &iov, 1, !c->noreply);
+    forward_request(c, cluster_view_addr(rt->view, rt->target), rt->view->epoch, FWD_LINE, &iov, 1,
+                    !c->noreply);
 }
 
 /* See route.h. */
@@ -309,8 +324,9 @@ bool
 route_line(struct conn *c, uint64_t hash, const struct token *t, int nfwd, struct route *rt)
 {
     route_conn(c, hash, true, rt);
-    if (rt->action == ROUTE_SERVE)
+    if (rt->action == ROUTE_SERVE) {
         return true;
+    }
     plain_tryagain_forwards(c, rt);
     if (rt->action == ROUTE_FORWARD) {
         cluster_count(conn_cluster(c), CLUSTER_CTR_FORWARDED);
@@ -345,11 +361,10 @@ forward_block_done(struct conn *c)
  * data block in after it; forward_block_done sends both.
  */
 static void
-forward_update(struct conn *c, const struct route *rt, const struct token *t, int n,
-               size_t vlen)
+forward_update(struct conn *c, const struct route *rt, const struct token *t, int n, size_t vlen)
 {
     size_t line = 0;
-    int i;
+    int    i;
 
     if (vlen > c->w->srv->settings.item_size_max) {
         STATS_ADD(&c->w->stats, store_too_large, 1);
@@ -357,8 +372,9 @@ forward_update(struct conn *c, const struct route *rt, const struct token *t, in
         proto_swallow(c, vlen + 2);
         return;
     }
-    for (i = 0; i < n; i++)
+    for (i = 0; i < n; i++) {
         line += t[i].len + 1;
+    }
     c->fwd_buf = malloc(line + 1 + vlen + 2);
     if (c->fwd_buf == NULL) {
         REPLY(c, "SERVER_ERROR out of memory storing object");
@@ -367,8 +383,9 @@ forward_update(struct conn *c, const struct route *rt, const struct token *t, in
     }
     line = 0;
     for (i = 0; i < n; i++) {
-        if (i > 0)
+        if (i > 0) {
             c->fwd_buf[line++] = ' ';
+        }
         memcpy(c->fwd_buf + line, t[i].p, t[i].len);
         line += t[i].len;
     }
@@ -389,8 +406,9 @@ route_update(struct conn *c, uint64_t hash, const struct token *t, int nfwd, siz
     struct route *rt = &c->route;
 
     route_conn(c, hash, true, rt);
-    if (rt->action == ROUTE_SERVE)
+    if (rt->action == ROUTE_SERVE) {
         return ROUTE_SERVE;
+    }
     plain_tryagain_forwards(c, rt);
     if (rt->action == ROUTE_FORWARD) {
         cluster_count(conn_cluster(c), CLUSTER_CTR_FORWARDED);
@@ -405,12 +423,13 @@ route_update(struct conn *c, uint64_t hash, const struct token *t, int nfwd, siz
 bool
 route_update_ready(struct conn *c)
 {
-    struct route *rt = &c->route;
-    struct cluster *cl = conn_cluster(c);
+    struct route              *rt = &c->route;
+    struct cluster            *cl = conn_cluster(c);
     const struct cluster_view *v;
 
-    if (cl == NULL)
+    if (cl == NULL) {
         return true;
+    }
     /* Checked again: the data may have arrived in a later callback, after
      * a fence or a commit. The owners still hold unless a new view was
      * published since. */
@@ -419,15 +438,18 @@ route_update_ready(struct conn *c)
         decide_for(c, v, rt->hash, true, false, rt);
     } else {
         rt->view = v;
-        if (rt->n_owners > 0)
+        if (rt->n_owners > 0) {
             decide(v, rt, conn_declared(c), false);
+        }
     }
-    if (rt->action == ROUTE_SERVE)
+    if (rt->action == ROUTE_SERVE) {
         return true;
+    }
     /* Cannot forward here (the data block is already in a local item,
      * after a commit moved the key): retrying is right. */
-    if (rt->action == ROUTE_FORWARD)
+    if (rt->action == ROUTE_FORWARD) {
         rt->action = ROUTE_TRYAGAIN;
+    }
     reply_route(c, rt);
     return false;
 }
@@ -450,7 +472,7 @@ route_update_ready(struct conn *c)
  * the next owner to read from if that one refuses the connection. */
 struct relay {
     uint32_t target;
-    uint32_t alt;      /* NO_ALT: none */
+    uint32_t alt; /* NO_ALT: none */
 };
 #define NO_ALT UINT32_MAX
 
@@ -464,24 +486,26 @@ fallback(const struct route *rt)
 {
     uint32_t k;
 
-    if (rt->write)
+    if (rt->write) {
         return NO_ALT;
+    }
     for (k = 0; k < rt->n_owners; k++) {
         uint32_t o = rt->owners[k];
 
-        if (o != rt->target && (int32_t)o != rt->view->self)
+        if (o != rt->target && (int32_t)o != rt->view->self) {
             return o;
+        }
     }
     return NO_ALT;
 }
 
 static void
 forward_get(struct conn *c, const struct cluster_view *v, const char *cmd, size_t ncmd,
-            const struct token *exp, const char *p, const char *end,
-            const struct relay *parts, uint32_t nparts, bool touch, bool whole)
+            const struct token *exp, const char *p, const char *end, const struct relay *parts,
+            uint32_t nparts, bool touch, bool whole)
 {
-    size_t cap = ncmd + (exp != NULL ? exp->len + 1 : 0) + (size_t)(end - p) + 4;
-    char *buf = malloc(cap);
+    size_t   cap = ncmd + (exp != NULL ? exp->len + 1 : 0) + (size_t)(end - p) + 4;
+    char    *buf = malloc(cap);
     uint32_t i;
 
     if (buf == NULL) {
@@ -489,8 +513,8 @@ forward_get(struct conn *c, const struct cluster_view *v, const char *cmd, size_
         return;
     }
     for (i = 0; i < nparts; i++) {
-        const char *q = p;
-        size_t len = ncmd;
+        const char  *q = p;
+        size_t       len = ncmd;
         struct iovec iov;
         struct token k;
 
@@ -505,8 +529,9 @@ forward_get(struct conn *c, const struct cluster_view *v, const char *cmd, size_
 
             decide_for(c, v, ring_hash(k.p, k.len), touch, c->get_ordered, &rt);
             if ((rt.action != ROUTE_FORWARD && rt.action != ROUTE_TRYAGAIN) ||
-                rt.target != parts[i].target || fallback(&rt) != parts[i].alt)
+                rt.target != parts[i].target || fallback(&rt) != parts[i].alt) {
                 continue;
+            }
             buf[len++] = ' ';
             memcpy(buf + len, k.p, k.len);
             len += k.len;
@@ -517,25 +542,25 @@ forward_get(struct conn *c, const struct cluster_view *v, const char *cmd, size_
         iov.iov_len = len;
         cluster_count(conn_cluster(c), CLUSTER_CTR_FORWARDED);
         forward_read(c, cluster_view_addr(v, parts[i].target),
-                     parts[i].alt != NO_ALT ? cluster_view_addr(v, parts[i].alt) : NULL,
-                     v->epoch, whole ? FWD_GET_WHOLE : FWD_GET_SPLICE, &iov, 1, true);
+                     parts[i].alt != NO_ALT ? cluster_view_addr(v, parts[i].alt) : NULL, v->epoch,
+                     whole ? FWD_GET_WHOLE : FWD_GET_SPLICE, &iov, 1, true);
     }
     free(buf);
 }
 
 /* See route.h. */
 bool
-route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
-          const char *p, const char *end, bool touch)
+route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp, const char *p,
+          const char *end, bool touch)
 {
-    struct cluster *cl = conn_cluster(c);
+    struct cluster            *cl = conn_cluster(c);
     const struct cluster_view *v = cl != NULL ? cluster_view(cl) : NULL;
-    struct route worst = { .action = ROUTE_SERVE };
-    struct relay parts[GET_OWNERS_MAX];
-    uint32_t nparts = 0;
-    size_t nlocal = 0;
-    const char *q = p;
-    struct token k;
+    struct route               worst = { .action = ROUTE_SERVE };
+    struct relay               parts[GET_OWNERS_MAX];
+    uint32_t                   nparts = 0;
+    size_t                     nlocal = 0;
+    const char                *q = p;
+    struct token               k;
 
     c->get_decided = false;
     /* A plain client's writes at a node that is not the key's primary are
@@ -544,15 +569,16 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
      * acting primary (on the same upstream, so after them). Fixed for the
      * whole get, as it pauses and resumes. */
     c->get_ordered = !touch && c->nholds > 0 && !conn_declared(c);
-    if (v == NULL)
+    if (v == NULL) {
         return true;
+    }
     if (v->ring == NULL) {
         REPLY(c, NO_MEMBERSHIP_REPLY);
         return false;
     }
     while (proto_next_key(&q, end, &k)) {
         struct route rt;
-        uint32_t i;
+        uint32_t     i;
 
         route_conn(c, ring_hash(k.p, k.len), touch, &rt);
         if (rt.action == ROUTE_SERVE) {
@@ -563,8 +589,9 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
         if (rt.action == ROUTE_FORWARD) {
             uint32_t alt = fallback(&rt);
 
-            for (i = 0; i < nparts && (parts[i].target != rt.target || parts[i].alt != alt); i++)
+            for (i = 0; i < nparts && (parts[i].target != rt.target || parts[i].alt != alt); i++) {
                 continue;
+            }
             if (i == nparts && nparts < GET_OWNERS_MAX) {
                 parts[nparts].target = rt.target;
                 parts[nparts].alt = alt;
@@ -572,8 +599,9 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
             }
         } else if (worst.action == ROUTE_SERVE || rt.action == ROUTE_TRYAGAIN) {
             worst = rt;
-            if (rt.action == ROUTE_TRYAGAIN)
+            if (rt.action == ROUTE_TRYAGAIN) {
                 break;
+            }
         }
     }
     /* One key not served here answers the whole get (docs/cluster.md):
@@ -585,8 +613,7 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
     /* gat/gats at the key's primary with replicas: the new expiries are
      * replicated and the whole reply is held for the acks (replicate.h);
      * its first hold goes before any forwarded part. */
-    if (touch && nlocal > 0 && v->replicas >= 2 && v->self >= 0 &&
-        replicate_gat_begin(c) < 0) {
+    if (touch && nlocal > 0 && v->replicas >= 2 && v->self >= 0 && replicate_gat_begin(c) < 0) {
         REPLY(c, "SERVER_ERROR out of memory");
         return false;
     }
@@ -594,8 +621,9 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
         bool whole = nlocal == 0 && nparts == 1;
 
         forward_get(c, v, cmd, ncmd, exp, p, end, parts, nparts, touch, whole);
-        if (whole)
+        if (whole) {
             return false;
+        }
     }
     /* Every key of a plain get is served here: the decision just made
      * stands for them while the get runs on in this callback (it is made
@@ -609,17 +637,19 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
 enum route_key
 route_get_key(struct conn *c, uint64_t hash, bool touch, struct route *rt)
 {
-    if (c->get_decided)
+    if (c->get_decided) {
         return ROUTE_KEY_SERVE;
+    }
     route_conn(c, hash, touch, rt);
-    if (rt->action == ROUTE_SERVE)
+    if (rt->action == ROUTE_SERVE) {
         return ROUTE_KEY_SERVE;
+    }
     /* A plain client's remote keys were relayed (route_get). Otherwise
      * ownership may have moved since the line was checked (a paused get
      * resumes later): a miss, never a stale hit. */
-    if (rt->action == ROUTE_FORWARD ||
-        (rt->action == ROUTE_TRYAGAIN && !conn_declared(c)))
+    if (rt->action == ROUTE_FORWARD || (rt->action == ROUTE_TRYAGAIN && !conn_declared(c))) {
         return ROUTE_KEY_RELAYED;
+    }
     return ROUTE_KEY_MISS;
 }
 
@@ -634,10 +664,12 @@ route_get_paused(struct conn *c)
 void
 route_gat_key(struct conn *c, const struct route *rt, struct store_item *it)
 {
-    if (!rt->replicate)
+    if (!rt->replicate) {
         return;
-    if (it != NULL && c->repl_gat != NULL)
+    }
+    if (it != NULL && c->repl_gat != NULL) {
         replicate_gat_key(c, rt, it);
+    }
     replicate_unlock(rt->hash);
 }
 
@@ -645,8 +677,9 @@ route_gat_key(struct conn *c, const struct route *rt, struct store_item *it)
 void
 route_gat_end(struct conn *c)
 {
-    if (c->repl_gat != NULL)
+    if (c->repl_gat != NULL) {
         replicate_gat_end(c);
+    }
 }
 
 /*
@@ -657,8 +690,9 @@ route_gat_end(struct conn *c)
 void
 route_write_begin(const struct route *rt)
 {
-    if (rt->replicate)
+    if (rt->replicate) {
         replicate_lock(rt->hash);
+    }
 }
 
 /* After a local write the view may have changed under it. A write that is
@@ -667,18 +701,21 @@ route_write_begin(const struct route *rt)
 static void
 check_misrouted(struct conn *c, const struct route *rt)
 {
-    struct cluster *cl = conn_cluster(c);
+    struct cluster            *cl = conn_cluster(c);
     const struct cluster_view *v;
-    struct route now;
+    struct route               now;
 
-    if (cl == NULL)
+    if (cl == NULL) {
         return;
+    }
     v = cluster_view(cl);
-    if (v->gen == rt->view_gen)
+    if (v->gen == rt->view_gen) {
         return;
+    }
     route_decide(v, rt->hash, true, true, &now);
-    if (now.action == ROUTE_MOVED)
+    if (now.action == ROUTE_MOVED) {
         cluster_count(cl, CLUSTER_CTR_MISROUTED);
+    }
 }
 
 /* See route.h. */
@@ -688,12 +725,14 @@ route_write_end(struct conn *c, const struct route *rt, const char *key, size_t 
 {
     check_misrouted(c, rt);
     if (!rt->replicate) {
-        if (reply != NULL)
+        if (reply != NULL) {
             proto_reply(c, reply, len);
+        }
         return;
     }
-    if (reply != NULL)
+    if (reply != NULL) {
         replicate_write(c, rt, key, nkey, tomb_cas, reply, len, c->noreply);
+    }
     replicate_unlock(rt->hash);
 }
 
@@ -705,8 +744,9 @@ route_flush(struct conn *c, const char *line, size_t len)
 
     /* In a cluster flush_all is cluster-wide (docs/cluster.md): every
      * other member flushes too, so replicas stay identical. */
-    if (cl == NULL || c->peer || cluster_view(cl)->ring == NULL)
+    if (cl == NULL || c->peer || cluster_view(cl)->ring == NULL) {
         return false;
+    }
     replicate_flush(c, line, len, c->noreply);
     return true;
 }
@@ -726,16 +766,19 @@ bool
 route_owned_here(const struct conn *c, uint64_t hash)
 {
     const struct cluster_view *v = cluster_view(c->w->srv->cluster);
-    uint32_t owners[RING_R_MAX], n, i;
+    uint32_t                   owners[RING_R_MAX], n, i;
 
-    if (v->importing.n > 0 && arcset_has(&v->importing, hash))
+    if (v->importing.n > 0 && arcset_has(&v->importing, hash)) {
         return true;
-    if (v->ring == NULL)
+    }
+    if (v->ring == NULL) {
         return false;
-    n = ring_locate(v->ring, hash, v->replicas < RING_R_MAX ? v->replicas : RING_R_MAX,
-                    owners);
-    for (i = 0; i < n; i++)
-        if ((int32_t)owners[i] == v->self)
+    }
+    n = ring_locate(v->ring, hash, v->replicas < RING_R_MAX ? v->replicas : RING_R_MAX, owners);
+    for (i = 0; i < n; i++) {
+        if ((int32_t)owners[i] == v->self) {
             return true;
+        }
+    }
     return false;
 }

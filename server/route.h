@@ -23,13 +23,13 @@ struct token;
 
 /* What to do with a keyed request. */
 enum route_do {
-    ROUTE_SERVE = 0,   /* serve it here */
-    ROUTE_FORWARD,     /* a plain client: relay it to `target` (see docs/cluster.md) */
-    ROUTE_TRYAGAIN,    /* fenced, stalled or recovering: SERVER_ERROR TRYAGAIN <epoch> */
-    ROUTE_MOVED,       /* a declared client: SERVER_ERROR MOVED <epoch> <addr of target> */
-    ROUTE_REFUSE,      /* a cluster node with no active membership (not joined yet, or
-                        * its state directory was lost): it cannot know what it owns,
-                        * so it serves nothing (SERVER_ERROR no membership) */
+    ROUTE_SERVE = 0, /* serve it here */
+    ROUTE_FORWARD,   /* a plain client: relay it to `target` (see docs/cluster.md) */
+    ROUTE_TRYAGAIN,  /* fenced, stalled or recovering: SERVER_ERROR TRYAGAIN <epoch> */
+    ROUTE_MOVED,     /* a declared client: SERVER_ERROR MOVED <epoch> <addr of target> */
+    ROUTE_REFUSE,    /* a cluster node with no active membership (not joined yet, or
+                      * its state directory was lost): it cannot know what it owns,
+                      * so it serves nothing (SERVER_ERROR no membership) */
 };
 
 /*
@@ -41,19 +41,19 @@ enum route_do {
  * published in between (route_update_ready).
  */
 struct route {
-    enum route_do              action;
-    bool                       write;
-    bool                       replicate;  /* SERVE of a write with R >= 2: this node is
-                                            * the key's acting primary and sends post-images
-                                            * to the other owners before it replies */
-    uint32_t                   target;     /* FORWARD, MOVED, TRYAGAIN: a node index of view */
-    uint32_t                   n_owners;   /* owners[]: the preference list, primary first;
-                                            * 0 without a membership */
+    enum route_do action;
+    bool          write;
+    bool          replicate; /* SERVE of a write with R >= 2: this node is
+                              * the key's acting primary and sends post-images
+                              * to the other owners before it replies */
+    uint32_t target;         /* FORWARD, MOVED, TRYAGAIN: a node index of view */
+    uint32_t n_owners;       /* owners[]: the preference list, primary first;
+                              * 0 without a membership */
     uint32_t                   owners[RING_R_MAX];
     uint64_t                   hash;
-    uint64_t                   view_gen;   /* generation of view */
-    const struct cluster_view *view;       /* NULL: not in a cluster; valid until the
-                                            * event callback that decided returns */
+    uint64_t                   view_gen; /* generation of view */
+    const struct cluster_view *view;     /* NULL: not in a cluster; valid until the
+                                          * event callback that decided returns */
 };
 
 /*
@@ -76,8 +76,7 @@ void route_decide(const struct cluster_view *v, uint64_t hash, bool write, bool 
  * filled), else it was answered (MOVED, TRYAGAIN) or relayed to the owner
  * with a hold on c.
  */
-bool route_line(struct conn *c, uint64_t hash, const struct token *t, int nfwd,
-                struct route *rt);
+bool route_line(struct conn *c, uint64_t hash, const struct token *t, int nfwd, struct route *rt);
 
 /*
  * Route a storage command (tokens t[0..nfwd), data block of vlen bytes
@@ -104,15 +103,15 @@ bool route_update_ready(struct conn *c);
  * line); a replicated gat holds its reply. True when the caller serves
  * the local keys (route_get_key for each), false when the reply is whole.
  */
-bool route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
-               const char *p, const char *end, bool touch);
+bool route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp, const char *p,
+               const char *end, bool touch);
 
 /* One key of a get being served (it may have paused since route_get). */
 enum route_key {
-    ROUTE_KEY_SERVE = 0,   /* serve it (rt filled for gat; a plain get whose keys
-                            * route_get found all local keeps that decision) */
-    ROUTE_KEY_RELAYED,     /* an owner answers it (route_get relayed it): skip */
-    ROUTE_KEY_MISS,        /* not served here any more: a miss, never a stale hit */
+    ROUTE_KEY_SERVE = 0, /* serve it (rt filled for gat; a plain get whose keys
+                          * route_get found all local keeps that decision) */
+    ROUTE_KEY_RELAYED,   /* an owner answers it (route_get relayed it): skip */
+    ROUTE_KEY_MISS,      /* not served here any more: a miss, never a stale hit */
 };
 enum route_key route_get_key(struct conn *c, uint64_t hash, bool touch, struct route *rt);
 /* The get paused on a full output queue: its remaining keys are decided

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ITEM_SIZE_MIN  1024u
+#define ITEM_SIZE_MIN   1024u
 #define ITEM_SIZE_LIMIT (1024u * 1024u * 1024u)
 
 /* Defaults as memcached's, except the listen address (loopback, safer). */
@@ -35,25 +35,24 @@ settings_init(struct settings *s)
 void
 settings_usage(FILE *f)
 {
-    fprintf(f,
-        "Usage: ringcached [options]\n"
-        "A memcached-compatible cache node.\n"
-        "  -p, --port=<num>           TCP port to listen on (default: 11211)\n"
-        "  -l, --listen=<addr>        interface to listen on (default: 127.0.0.1)\n"
-        "  -t, --threads=<num>        number of worker threads (default: 4)\n"
-        "  -m, --memory-limit=<num>   item memory in megabytes (default: 64)\n"
-        "  -c, --conn-limit=<num>     max simultaneous connections (default: 1024)\n"
-        "  -I, --max-item-size=<num>  largest item, k/m suffix allowed (default: 1m)\n"
-        "  -v, --verbose              print the listening address; -vv: per connection\n"
-        "      --id=<id>              this node's id in memberships (cluster mode)\n"
-        "      --state-dir=<dir>      cluster state directory; enables cluster mode\n"
-        "      --token-file=<file>    admin token (first line) for the cluster port\n"
-        "      --cluster=<name>       cluster name (default: ringcache)\n"
-        "      --cluster-port=<num>   cluster port (default: client port + 10000)\n"
-        "      --forward-timeout=<ms> how long a forwarded request or a replica\n"
-        "                             acknowledgement may take (default: 1000)\n"
-        "  -h, --help                 print this help and exit\n"
-        "  -V, --version              print the version and exit\n");
+    fprintf(f, "Usage: ringcached [options]\n"
+               "A memcached-compatible cache node.\n"
+               "  -p, --port=<num>           TCP port to listen on (default: 11211)\n"
+               "  -l, --listen=<addr>        interface to listen on (default: 127.0.0.1)\n"
+               "  -t, --threads=<num>        number of worker threads (default: 4)\n"
+               "  -m, --memory-limit=<num>   item memory in megabytes (default: 64)\n"
+               "  -c, --conn-limit=<num>     max simultaneous connections (default: 1024)\n"
+               "  -I, --max-item-size=<num>  largest item, k/m suffix allowed (default: 1m)\n"
+               "  -v, --verbose              print the listening address; -vv: per connection\n"
+               "      --id=<id>              this node's id in memberships (cluster mode)\n"
+               "      --state-dir=<dir>      cluster state directory; enables cluster mode\n"
+               "      --token-file=<file>    admin token (first line) for the cluster port\n"
+               "      --cluster=<name>       cluster name (default: ringcache)\n"
+               "      --cluster-port=<num>   cluster port (default: client port + 10000)\n"
+               "      --forward-timeout=<ms> how long a forwarded request or a replica\n"
+               "                             acknowledgement may take (default: 1000)\n"
+               "  -h, --help                 print this help and exit\n"
+               "  -V, --version              print the version and exit\n");
 }
 
 /* A decimal integer in [min, max]; 0 or -1. */
@@ -61,12 +60,13 @@ static int
 parse_int(const char *str, long min, long max, long *out)
 {
     char *end;
-    long v;
+    long  v;
 
     errno = 0;
     v = strtol(str, &end, 10);
-    if (errno != 0 || end == str || *end != '\0' || v < min || v > max)
+    if (errno != 0 || end == str || *end != '\0' || v < min || v > max) {
         return -1;
+    }
     *out = v;
     return 0;
 }
@@ -77,14 +77,16 @@ settings_parse_size(const char *str, size_t *out)
 {
     unsigned long long v;
     unsigned long long mult = 1;
-    char *end;
+    char              *end;
 
-    if (str[0] < '0' || str[0] > '9')
+    if (str[0] < '0' || str[0] > '9') {
         return -1;
+    }
     errno = 0;
     v = strtoull(str, &end, 10);
-    if (errno != 0 || end == str)
+    if (errno != 0 || end == str) {
         return -1;
+    }
     if (*end == 'k' || *end == 'K') {
         mult = 1024;
         end++;
@@ -92,8 +94,9 @@ settings_parse_size(const char *str, size_t *out)
         mult = 1024 * 1024;
         end++;
     }
-    if (*end != '\0' || v > SIZE_MAX / mult)
+    if (*end != '\0' || v > SIZE_MAX / mult) {
         return -1;
+    }
     *out = (size_t)(v * mult);
     return 0;
 }
@@ -153,61 +156,70 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         { NULL, 0, NULL, 0 },
     };
     long v;
-    int c;
+    int  c;
 
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":p:l:t:m:c:I:vhV", longopts, NULL)) != -1) {
         switch (c) {
         case 'p':
-            if (parse_int(optarg, 0, 65535, &v) < 0)
+            if (parse_int(optarg, 0, 65535, &v) < 0) {
                 return bad_value(err, 'p', optarg, "not a port number (0-65535)");
+            }
             s->port = (int)v;
             break;
         case 'l':
-            if (strlen(optarg) == 0 || strlen(optarg) >= sizeof(s->listen_addr))
+            if (strlen(optarg) == 0 || strlen(optarg) >= sizeof(s->listen_addr)) {
                 return bad_value(err, 'l', optarg, "not a listen address");
+            }
             strcpy(s->listen_addr, optarg);
             break;
         case 't':
-            if (parse_int(optarg, 1, 256, &v) < 0)
+            if (parse_int(optarg, 1, 256, &v) < 0) {
                 return bad_value(err, 't', optarg, "threads must be 1-256");
+            }
             s->num_threads = (int)v;
             break;
         case 'm':
-            if (parse_int(optarg, 1, 1024L * 1024, &v) < 0)
+            if (parse_int(optarg, 1, 1024L * 1024, &v) < 0) {
                 return bad_value(err, 'm', optarg, "memory limit must be 1-1048576 MiB");
+            }
             s->maxbytes = (size_t)v * 1024 * 1024;
             break;
         case 'c':
-            if (parse_int(optarg, 1, 1000000, &v) < 0)
+            if (parse_int(optarg, 1, 1000000, &v) < 0) {
                 return bad_value(err, 'c', optarg, "connection limit must be 1-1000000");
+            }
             s->maxconns = (int)v;
             break;
         case 'I':
             if (settings_parse_size(optarg, &s->item_size_max) < 0 ||
-                s->item_size_max < ITEM_SIZE_MIN || s->item_size_max > ITEM_SIZE_LIMIT)
+                s->item_size_max < ITEM_SIZE_MIN || s->item_size_max > ITEM_SIZE_LIMIT) {
                 return bad_value(err, 'I', optarg, "item size must be 1k-1024m");
+            }
             break;
         case 'v':
             s->verbose++;
             break;
         case OPT_ID:
-            if (copy_opt(err, "id", optarg, s->node_id, sizeof(s->node_id)) < 0)
+            if (copy_opt(err, "id", optarg, s->node_id, sizeof(s->node_id)) < 0) {
                 return -1;
+            }
             break;
         case OPT_STATE_DIR:
-            if (copy_opt(err, "state-dir", optarg, s->state_dir, sizeof(s->state_dir)) < 0)
+            if (copy_opt(err, "state-dir", optarg, s->state_dir, sizeof(s->state_dir)) < 0) {
                 return -1;
+            }
             break;
         case OPT_TOKEN_FILE:
-            if (copy_opt(err, "token-file", optarg, s->token_file, sizeof(s->token_file)) < 0)
+            if (copy_opt(err, "token-file", optarg, s->token_file, sizeof(s->token_file)) < 0) {
                 return -1;
+            }
             break;
         case OPT_CLUSTER:
-            if (copy_opt(err, "cluster", optarg, s->cluster_name,
-                         sizeof(s->cluster_name)) < 0)
+            if (copy_opt(err, "cluster", optarg, s->cluster_name, sizeof(s->cluster_name)) < 0) {
                 return -1;
+            }
             break;
         case OPT_CLUSTER_PORT:
             if (parse_int(optarg, 1, 65535, &v) < 0) {
@@ -220,8 +232,7 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
             break;
         case OPT_FORWARD_TIMEOUT:
             if (parse_int(optarg, 10, 600000, &v) < 0) {
-                fprintf(err, "ringcached: --forward-timeout %s: must be 10-600000 ms\n",
-                        optarg);
+                fprintf(err, "ringcached: --forward-timeout %s: must be 10-600000 ms\n", optarg);
                 settings_usage(err);
                 return -1;
             }
@@ -235,18 +246,19 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
             return 1;
         case ':':
             /* Name a long option as typed (a long-only one has no letter). */
-            if (strncmp(argv[optind - 1], "--", 2) == 0)
-                fprintf(err, "ringcached: option %s requires an argument\n",
-                        argv[optind - 1]);
-            else
+            if (strncmp(argv[optind - 1], "--", 2) == 0) {
+                fprintf(err, "ringcached: option %s requires an argument\n", argv[optind - 1]);
+            } else {
                 fprintf(err, "ringcached: option -%c requires an argument\n", optopt);
+            }
             settings_usage(err);
             return -1;
         default:
-            if (optopt != 0)
+            if (optopt != 0) {
                 fprintf(err, "ringcached: unknown option: -%c\n", optopt);
-            else
+            } else {
                 fprintf(err, "ringcached: unknown option: %s\n", argv[optind - 1]);
+            }
             settings_usage(err);
             return -1;
         }
@@ -261,8 +273,8 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         settings_usage(err);
         return -1;
     }
-    if (s->state_dir[0] == '\0' && (s->node_id[0] != '\0' || s->token_file[0] != '\0' ||
-                                    s->cluster_port != 0)) {
+    if (s->state_dir[0] == '\0' &&
+        (s->node_id[0] != '\0' || s->token_file[0] != '\0' || s->cluster_port != 0)) {
         fprintf(err, "ringcached: --id, --token-file and --cluster-port need --state-dir\n");
         settings_usage(err);
         return -1;

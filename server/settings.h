@@ -17,12 +17,12 @@ struct settings {
     size_t item_size_max;   /* -I, bytes; the flag accepts k/m suffixes */
     int    verbose;         /* -v count */
     /* Cluster mode (docs/cluster.md); state_dir "" = plain single-node cache. */
-    char   node_id[65];     /* --id */
-    char   state_dir[1024]; /* --state-dir */
-    char   token_file[1024];/* --token-file */
-    char   cluster_name[128]; /* --cluster (default "ringcache") */
-    int    cluster_port;    /* --cluster-port; 0 = client port + 10000 */
-    int    forward_timeout_ms; /* --forward-timeout: forwards and replica acks */
+    char node_id[65];        /* --id */
+    char state_dir[1024];    /* --state-dir */
+    char token_file[1024];   /* --token-file */
+    char cluster_name[128];  /* --cluster (default "ringcache") */
+    int  cluster_port;       /* --cluster-port; 0 = client port + 10000 */
+    int  forward_timeout_ms; /* --forward-timeout: forwards and replica acks */
 };
 
 /* Fill in the defaults (port 11211, 127.0.0.1, 4 threads, 64 MiB, 1024

@@ -17,41 +17,46 @@
 
 #include "ring/util.h"
 
-#define LEGACY_PHASE_FILE  "pending.meta"    /* its older name: read and removed, not written */
-#define STATE_FILE_MAX     (16u << 20)       /* largest state file we read */
+#define LEGACY_PHASE_FILE "pending.meta" /* its older name: read and removed, not written */
+#define STATE_FILE_MAX    (16u << 20)    /* largest state file we read */
 
 /* Write a state file atomically; see statedir.h. */
 int
-statedir_write_file(const char *dir, const char *name, const char *data, size_t len,
-                   char *err, size_t errlen)
+statedir_write_file(const char *dir, const char *name, const char *data, size_t len, char *err,
+                    size_t errlen)
 {
-    char tmp[1200], path[1200];
-    int fd, dfd;
+    char   tmp[1200], path[1200];
+    int    fd, dfd;
     size_t off = 0;
 
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     snprintf(tmp, sizeof(tmp), "%s/%s.tmp", dir, name);
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
+    if (fd < 0) {
         goto fail;
+    }
     while (off < len) {
         ssize_t n = write(fd, data + off, len - off);
 
         if (n < 0) {
-            if (errno == EINTR)
+            if (errno == EINTR) {
                 continue;
+            }
             close(fd);
             goto fail;
         }
         off += (size_t)n;
     }
-    if (fsync(fd) < 0 || close(fd) < 0)
+    if (fsync(fd) < 0 || close(fd) < 0) {
         goto fail;
-    if (rename(tmp, path) < 0)
+    }
+    if (rename(tmp, path) < 0) {
         goto fail;
+    }
     dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
+    if (dfd < 0) {
         goto fail;
+    }
     if (fsync(dfd) < 0) {
         close(dfd);
         goto fail;
@@ -68,7 +73,7 @@ int
 statedir_remove(const char *dir, const char *name, char *err, size_t errlen)
 {
     char path[1200];
-    int dfd;
+    int  dfd;
 
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     if (unlink(path) < 0 && errno != ENOENT) {
@@ -85,18 +90,19 @@ statedir_remove(const char *dir, const char *name, char *err, size_t errlen)
 
 /* Load a membership file; 1 if absent. */
 int
-statedir_load_members(const char *dir, const char *name, struct ring_members **out,
-             char *err, size_t errlen)
+statedir_load_members(const char *dir, const char *name, struct ring_members **out, char *err,
+                      size_t errlen)
 {
-    char path[1200];
-    char *buf = NULL;
+    char   path[1200];
+    char  *buf = NULL;
     size_t len = 0;
-    int rc;
+    int    rc;
 
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     rc = util_read_file(path, STATE_FILE_MAX, &buf, &len, err, errlen);
-    if (rc != 0)
+    if (rc != 0) {
         return rc;
+    }
     rc = ring_members_parse(buf, len, path, out, err, errlen) == RING_OK ? 0 : -1;
     free(buf);
     return rc;
@@ -105,12 +111,15 @@ statedir_load_members(const char *dir, const char *name, struct ring_members **o
 static int
 hexval(char c)
 {
-    if (c >= '0' && c <= '9')
+    if (c >= '0' && c <= '9') {
         return c - '0';
-    if (c >= 'a' && c <= 'f')
+    }
+    if (c >= 'a' && c <= 'f') {
         return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
+    }
+    if (c >= 'A' && c <= 'F') {
         return c - 'A' + 10;
+    }
     return -1;
 }
 
@@ -118,19 +127,20 @@ hexval(char c)
  * lines, '#' comments. 1 if absent. */
 static int
 load_phase_file(const char *dir, const char *name, uint8_t *token, size_t token_max,
-                size_t *token_len, int (*phase_of)(const char *name), int *phase,
-                char *err, size_t errlen)
+                size_t *token_len, int (*phase_of)(const char *name), int *phase, char *err,
+                size_t errlen)
 {
-    char path[1200];
-    char *buf = NULL, *line;
+    char   path[1200];
+    char  *buf = NULL, *line;
     size_t len;
-    int rc, lineno = 0;
-    bool have_token = false, have_phase = false;
+    int    rc, lineno = 0;
+    bool   have_token = false, have_phase = false;
 
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     rc = util_read_file(path, STATE_FILE_MAX, &buf, &len, err, errlen);
-    if (rc != 0)
+    if (rc != 0) {
         return rc;
+    }
     if (strlen(buf) != len) {
         snprintf(err, errlen, "%s:1: NUL byte in file", path);
         goto fail;
@@ -140,10 +150,12 @@ load_phase_file(const char *dir, const char *name, uint8_t *token, size_t token_
         char *nl = strchr(line, '\n'), *val;
 
         lineno++;
-        if (nl != NULL)
+        if (nl != NULL) {
             *nl = '\0';
-        if (nl != NULL && nl > line && nl[-1] == '\r')
+        }
+        if (nl != NULL && nl > line && nl[-1] == '\r') {
             nl[-1] = '\0';
+        }
         val = strchr(line, ' ');
         if (line[0] == '\0' || line[0] == '#') {
             /* blank or comment */
@@ -180,8 +192,7 @@ load_phase_file(const char *dir, const char *name, uint8_t *token, size_t token_
             }
             have_phase = true;
         } else {
-            snprintf(err, errlen, "%s:%d: expected 'token <hex>' or 'phase <name>'",
-                     path, lineno);
+            snprintf(err, errlen, "%s:%d: expected 'token <hex>' or 'phase <name>'", path, lineno);
             goto fail;
         }
         line = nl != NULL ? nl + 1 : NULL;
@@ -200,10 +211,10 @@ fail:
 
 /* Write the phase record; see statedir.h. */
 int
-statedir_save_phase(const char *dir, const uint8_t *token, size_t token_len,
-                    const char *phase, char *err, size_t errlen)
+statedir_save_phase(const char *dir, const uint8_t *token, size_t token_len, const char *phase,
+                    char *err, size_t errlen)
 {
-    char buf[2 * STATEDIR_TOKEN_MAX + 64];
+    char   buf[2 * STATEDIR_TOKEN_MAX + 64];
     size_t n = 0, i;
 
     if (token_len > STATEDIR_TOKEN_MAX || strlen(phase) > 32) {
@@ -211,20 +222,21 @@ statedir_save_phase(const char *dir, const uint8_t *token, size_t token_len,
         return -1;
     }
     n += (size_t)snprintf(buf, sizeof(buf), "token ");
-    for (i = 0; i < token_len; i++)
+    for (i = 0; i < token_len; i++) {
         n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%02x", token[i]);
+    }
     n += (size_t)snprintf(buf + n, sizeof(buf) - n, "\nphase %s\n", phase);
     return statedir_write_file(dir, STATEDIR_PHASE, buf, n, err, errlen);
 }
 
 /* Write a membership file in text form. */
 int
-statedir_save_members(const char *dir, const char *name, const struct ring_members *m,
-             char *err, size_t errlen)
+statedir_save_members(const char *dir, const char *name, const struct ring_members *m, char *err,
+                      size_t errlen)
 {
     size_t len = ring_members_format(m, NULL, 0);
-    char *buf = malloc(len + 1);
-    int rc;
+    char  *buf = malloc(len + 1);
+    int    rc;
 
     if (buf == NULL) {
         snprintf(err, errlen, "out of memory");
@@ -242,12 +254,13 @@ int
 statedir_load_phase(const char *dir, uint8_t *token, size_t token_max, size_t *token_len,
                     int (*phase_of)(const char *name), int *phase, char *err, size_t errlen)
 {
-    int rc = load_phase_file(dir, STATEDIR_PHASE, token, token_max, token_len, phase_of, phase,
-                             err, errlen);
+    int rc = load_phase_file(dir, STATEDIR_PHASE, token, token_max, token_len, phase_of, phase, err,
+                             errlen);
 
-    if (rc == 1)
-        rc = load_phase_file(dir, LEGACY_PHASE_FILE, token, token_max, token_len, phase_of,
-                             phase, err, errlen);
+    if (rc == 1) {
+        rc = load_phase_file(dir, LEGACY_PHASE_FILE, token, token_max, token_len, phase_of, phase,
+                             err, errlen);
+    }
     if (rc == 1) {
         snprintf(err, errlen, "%s/%s:1: missing (%s exists)", dir, STATEDIR_PHASE,
                  STATEDIR_PENDING);
@@ -260,8 +273,9 @@ statedir_load_phase(const char *dir, uint8_t *token, size_t token_max, size_t *t
 int
 statedir_remove_phase(const char *dir, char *err, size_t errlen)
 {
-    if (statedir_remove(dir, STATEDIR_PHASE, err, errlen) < 0)
+    if (statedir_remove(dir, STATEDIR_PHASE, err, errlen) < 0) {
         return -1;
+    }
     return statedir_remove(dir, LEGACY_PHASE_FILE, err, errlen);
 }
 

@@ -13,24 +13,24 @@
 
 #include "ring/ring.h"
 
-#define STATEDIR_ACTIVE   "active.members"   /* the active membership */
-#define STATEDIR_PENDING  "pending.members"  /* the pending membership, if any */
-#define STATEDIR_PHASE    "pending.phase"    /* its token and phase (with pending.members) */
-#define STATEDIR_SERVED   "served"           /* present once the node served as a member */
+#define STATEDIR_ACTIVE    "active.members"  /* the active membership */
+#define STATEDIR_PENDING   "pending.members" /* the pending membership, if any */
+#define STATEDIR_PHASE     "pending.phase"   /* its token and phase (with pending.members) */
+#define STATEDIR_SERVED    "served"          /* present once the node served as a member */
 #define STATEDIR_TOKEN_MAX 256               /* bytes of a phase record's token */
 
 /* Write dir/name.tmp, fsync, rename over dir/name, fsync the directory.
  * 0 or -1 with err set. */
-int statedir_write_file(const char *dir, const char *name, const char *data, size_t len,
-                        char *err, size_t errlen);
+int statedir_write_file(const char *dir, const char *name, const char *data, size_t len, char *err,
+                        size_t errlen);
 
 /* Remove dir/name (absent is fine) and sync the directory. 0 or -1. */
 int statedir_remove(const char *dir, const char *name, char *err, size_t errlen);
 
 /* Load the membership file dir/name into *out (the caller frees it).
  * 0, 1 if the file is absent, -1 with err set. */
-int statedir_load_members(const char *dir, const char *name, struct ring_members **out,
-                          char *err, size_t errlen);
+int statedir_load_members(const char *dir, const char *name, struct ring_members **out, char *err,
+                          size_t errlen);
 
 /* Write m to dir/name in text form. 0 or -1 with err set. */
 int statedir_save_members(const char *dir, const char *name, const struct ring_members *m,
@@ -46,13 +46,12 @@ int statedir_save_members(const char *dir, const char *name, const struct ring_m
  * with err set.
  */
 int statedir_load_phase(const char *dir, uint8_t *token, size_t token_max, size_t *token_len,
-                        int (*phase_of)(const char *name), int *phase, char *err,
-                        size_t errlen);
+                        int (*phase_of)(const char *name), int *phase, char *err, size_t errlen);
 
 /* Write the phase record (pending.phase): the token and the phase's name.
  * 0 or -1 with err set. */
-int statedir_save_phase(const char *dir, const uint8_t *token, size_t token_len,
-                        const char *phase, char *err, size_t errlen);
+int statedir_save_phase(const char *dir, const uint8_t *token, size_t token_len, const char *phase,
+                        char *err, size_t errlen);
 
 /* Remove the phase record, and a legacy pending.meta if there is one.
  * 0 or -1 with err set. */

@@ -17,8 +17,7 @@ stats_accumulate(struct thread_stats *out, const struct thread_stats *in)
 
 /* out = a - b; a counter below its baseline (cannot happen) reads 0. */
 void
-stats_subtract(struct thread_stats *out, const struct thread_stats *a,
-               const struct thread_stats *b)
+stats_subtract(struct thread_stats *out, const struct thread_stats *a, const struct thread_stats *b)
 {
 #define STATS_SUB_(name) out->name = a->name >= b->name ? a->name - b->name : 0;
     STATS_THREAD_FIELDS(STATS_SUB_)

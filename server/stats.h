@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 /* X-macro of the per-worker counters, in `stats` output order. */
+/* clang-format off */
 #define STATS_THREAD_FIELDS(X) \
     X(cmd_get) X(cmd_set) X(cmd_flush) X(cmd_touch) \
     X(get_hits) X(get_misses) \
@@ -17,6 +18,7 @@
     X(decr_misses) X(decr_hits) X(cas_misses) X(cas_hits) X(cas_badval) \
     X(touch_hits) X(touch_misses) X(store_too_large) X(store_no_memory) \
     X(bytes_read) X(bytes_written) X(conn_yields) X(route_lookups)
+/* clang-format on */
 
 struct thread_stats {
 #define STATS_DECL_(name) uint64_t name;
@@ -25,8 +27,8 @@ struct thread_stats {
 };
 
 /* Add n to a counter of the calling worker's own stats (single writer). */
-#define STATS_ADD(ts, field, n) \
-    __atomic_store_n(&(ts)->field, \
+#define STATS_ADD(ts, field, n)                                                       \
+    __atomic_store_n(&(ts)->field,                                                    \
                      __atomic_load_n(&(ts)->field, __ATOMIC_RELAXED) + (uint64_t)(n), \
                      __ATOMIC_RELAXED)
 

@@ -23,15 +23,19 @@
 
 /* Eviction compares the LRU tails of this many non-empty stripes and
  * evicts the oldest: an approximate global LRU without a global list. */
-#define EVICT_SAMPLE     16u
+#define EVICT_SAMPLE 16u
 
-#define TAIL_EMPTY       UINT32_MAX     /* tail_bump of an empty stripe */
+#define TAIL_EMPTY UINT32_MAX /* tail_bump of an empty stripe */
 /* The flush generation is 14 bits; a full walk every 2^13 flushes removes
  * stale items before their generation number can come round again. */
-#define GEN_WALK_MASK    0x1fffu
+#define GEN_WALK_MASK 0x1fffu
 
 /* What evict_one did. */
-enum evicted { EV_NONE = 0, EV_RECLAIMED, EV_EVICTED };
+enum evicted {
+    EV_NONE = 0,
+    EV_RECLAIMED,
+    EV_EVICTED
+};
 
 _Static_assert(offsetof(struct store_item, data) == 60, "item header is 60 bytes");
 _Static_assert(STRIPES == STORE_STRIPES, "store.h names the stripe count");
@@ -55,12 +59,15 @@ store32(uint32_t *p, uint32_t v)
 static uint32_t
 time32(int64_t t)
 {
-    if (t == 0)
+    if (t == 0) {
         return 0;
-    if (t < 0)
+    }
+    if (t < 0) {
         return 1;
-    if (t > (int64_t)UINT32_MAX - 1)
+    }
+    if (t > (int64_t)UINT32_MAX - 1) {
         return UINT32_MAX - 1;
+    }
     return (uint32_t)t;
 }
 
@@ -75,8 +82,9 @@ store_item_size(size_t nkey, size_t nbytes)
 {
     size_t raw = offsetof(struct store_item, data) + nkey + nbytes + 2;
 
-    if (raw >= 128 * 1024)
+    if (raw >= 128 * 1024) {
         return (raw + 16 + 4095) & ~(size_t)4095;
+    }
     raw = (raw + 8 + 15) & ~(size_t)15;
     return raw < 32 ? 32 : raw;
 }
@@ -122,13 +130,16 @@ store_exptime(const struct store *s, int64_t exptime)
 {
     int64_t now;
 
-    if (exptime == 0)
+    if (exptime == 0) {
         return 0;
+    }
     now = store_now(s);
-    if (exptime < 0)
+    if (exptime < 0) {
         return now > 1 ? now - 1 : 1;
-    if (exptime <= 2592000)
+    }
+    if (exptime <= 2592000) {
         return now + exptime;
+    }
     return exptime;
 }
 
@@ -139,8 +150,9 @@ store_exptime(const struct store *s, int64_t exptime)
 static inline void
 do_track(struct store *s, struct stripe *st, const struct store_item *it)
 {
-    if (__builtin_expect(st->tracking, 0))
+    if (__builtin_expect(st->tracking, 0)) {
         do_track_key(s, st, it->data, it->nkey, it->hash);
+    }
 }
 
 static inline void
@@ -152,14 +164,16 @@ do_publish_tail(struct stripe *st)
 static void
 do_lru_remove(struct stripe *st, struct store_item *it)
 {
-    if (it->lru_prev != NULL)
+    if (it->lru_prev != NULL) {
         it->lru_prev->lru_next = it->lru_next;
-    else
+    } else {
         st->lru_head = it->lru_next;
-    if (it->lru_next != NULL)
+    }
+    if (it->lru_next != NULL) {
         it->lru_next->lru_prev = it->lru_prev;
-    else
+    } else {
         st->lru_tail = it->lru_prev;
+    }
     it->lru_prev = it->lru_next = NULL;
 }
 
@@ -168,10 +182,11 @@ do_lru_push(struct stripe *st, struct store_item *it)
 {
     it->lru_prev = NULL;
     it->lru_next = st->lru_head;
-    if (st->lru_head != NULL)
+    if (st->lru_head != NULL) {
         st->lru_head->lru_prev = it;
-    else
+    } else {
         st->lru_tail = it;
+    }
     st->lru_head = it;
 }
 
@@ -188,19 +203,21 @@ do_lru_push(struct stripe *st, struct store_item *it)
 void **
 store_chains_double(void **buckets, uint32_t n, size_t link_off, size_t hash_off)
 {
-    void **nb;
+    void   **nb;
     uint32_t i;
 
-    if (n >= MAX_BUCKETS)
+    if (n >= MAX_BUCKETS) {
         return NULL;
+    }
     nb = calloc((size_t)n * 2, sizeof(*nb));
-    if (nb == NULL)
+    if (nb == NULL) {
         return NULL;
+    }
     for (i = 0; i < n; i++) {
         void *p = buckets[i], *next;
 
         for (; p != NULL; p = next) {
-            void **link = (void **)((char *)p + link_off);
+            void   **link = (void **)((char *)p + link_off);
             uint64_t hash = *(const uint64_t *)((const char *)p + hash_off);
             uint32_t b = (uint32_t)(hash >> STRIPE_BITS) & (n * 2 - 1);
 
@@ -223,14 +240,16 @@ static void
 do_maybe_grow(struct store *s, struct stripe *st)
 {
     uint32_t n = st->mask + 1;
-    void **nb;
+    void   **nb;
 
-    if ((uint64_t)st->count <= (uint64_t)n * 2)
+    if ((uint64_t)st->count <= (uint64_t)n * 2) {
         return;
+    }
     nb = store_chains_double((void **)st->buckets, n, offsetof(struct store_item, h_next),
                              offsetof(struct store_item, hash));
-    if (nb == NULL)
+    if (nb == NULL) {
         return;
+    }
     st->buckets = (struct store_item **)nb;
     st->mask = n * 2 - 1;
     __atomic_fetch_add(&s->nbuckets_total, n, __ATOMIC_RELAXED);
@@ -249,8 +268,9 @@ do_link(struct store *s, struct stripe *st, struct store_item *it)
     it->h_next = st->buckets[b];
     st->buckets[b] = it;
     do_lru_push(st, it);
-    if (st->lru_tail == it)
+    if (st->lru_tail == it) {
         do_publish_tail(st);
+    }
     st->count++;
     st->bytes += item_charge(it);
     st->total_items++;
@@ -260,22 +280,23 @@ do_link(struct store *s, struct stripe *st, struct store_item *it)
 /* Unlink an item and drop the table's reference; frees it when that was
  * the last one. prevp is its chain link if known, else NULL. */
 void
-do_unlink(struct store *s, struct stripe *st, struct store_item *it,
-          struct store_item **prevp)
+do_unlink(struct store *s, struct stripe *st, struct store_item *it, struct store_item **prevp)
 {
     bool was_tail = st->lru_tail == it;
 
     do_track(s, st, it);
     if (prevp == NULL) {
         prevp = &st->buckets[bucket_of(st, it->hash)];
-        while (*prevp != it)
+        while (*prevp != it) {
             prevp = &(*prevp)->h_next;
+        }
     }
     *prevp = it->h_next;
     it->h_next = NULL;
     do_lru_remove(st, it);
-    if (was_tail)
+    if (was_tail) {
         do_publish_tail(st);
+    }
     it->gen &= (uint16_t)~IF_LINKED;
     st->count--;
     st->bytes -= item_charge(it);
@@ -288,26 +309,30 @@ do_unlink(struct store *s, struct stripe *st, struct store_item *it,
  * borrowed pointer, valid while the lock is held.
  */
 struct store_item *
-do_find(struct store *s, struct stripe *st, const char *key, size_t nkey,
-        uint64_t hash, int64_t now, bool is_get)
+do_find(struct store *s, struct stripe *st, const char *key, size_t nkey, uint64_t hash,
+        int64_t now, bool is_get)
 {
     struct store_item **pp = &st->buckets[bucket_of(st, hash)], *it;
-    enum dead why;
+    enum dead           why;
 
     for (; (it = *pp) != NULL; pp = &it->h_next) {
-        if (it->hash == hash && it->nkey == nkey && memcmp(it->data, key, nkey) == 0)
+        if (it->hash == hash && it->nkey == nkey && memcmp(it->data, key, nkey) == 0) {
             break;
+        }
     }
-    if (it == NULL)
+    if (it == NULL) {
         return NULL;
+    }
     why = item_dead(it, now, do_gen(s));
-    if (why == LIVE)
+    if (why == LIVE) {
         return it;
+    }
     if (is_get) {
-        if (why == DEAD_EXPIRED)
+        if (why == DEAD_EXPIRED) {
             st->get_expired++;
-        else
+        } else {
             st->get_flushed++;
+        }
     }
     do_reclaim(s, st, it, why, pp);
     return NULL;
@@ -320,8 +345,9 @@ do_bump(struct stripe *st, struct store_item *it, int64_t now)
 {
     uint8_t m = minute8(now);
 
-    if ((it->gen & IF_FETCHED) && it->bump == m)
+    if ((it->gen & IF_FETCHED) && it->bump == m) {
         return;
+    }
     it->gen |= IF_FETCHED;
     it->bump = m;
     if (st->lru_head != it) {
@@ -348,10 +374,11 @@ walk_remove_stale(struct store *s, uint32_t gen)
             struct store_item **pp = &st->buckets[b], *it;
 
             while ((it = *pp) != NULL) {
-                if ((it->gen & GEN_MASK) != gen)
+                if ((it->gen & GEN_MASK) != gen) {
                     do_reclaim(s, st, it, DEAD_FLUSHED, pp);
-                else
+                } else {
                     pp = &it->h_next;
+                }
             }
         }
         pthread_mutex_unlock(&st->lock);
@@ -376,8 +403,9 @@ store_bump_gen(struct store *s)
     pthread_mutex_lock(&s->track_lock);
     tracking = s->track_on;
     pthread_mutex_unlock(&s->track_lock);
-    if ((g & GEN_WALK_MASK) == 0 || tracking)
+    if ((g & GEN_WALK_MASK) == 0 || tracking) {
         walk_remove_stale(s, g);
+    }
 }
 
 void
@@ -407,20 +435,21 @@ store_flush(struct store *s, int64_t when)
 static enum evicted
 evict_one(struct store *s, int64_t now)
 {
-    uint32_t start, i, found = 0, best_age = 0;
-    uint8_t m = minute8(now);
-    struct stripe *best = NULL;
+    uint32_t           start, i, found = 0, best_age = 0;
+    uint8_t            m = minute8(now);
+    struct stripe     *best = NULL;
     struct store_item *it;
-    enum dead why;
-    enum evicted rc = EV_RECLAIMED;
+    enum dead          why;
+    enum evicted       rc = EV_RECLAIMED;
 
     start = __atomic_fetch_add(&s->evict_cursor, EVICT_SAMPLE, __ATOMIC_RELAXED);
     for (i = 0; i < STRIPES && found < EVICT_SAMPLE; i++) {
         struct stripe *st = &s->stripes[(start + i) & STRIPE_MASK];
-        uint32_t a = load32(&st->tail_bump), age;
+        uint32_t       a = load32(&st->tail_bump), age;
 
-        if (a == TAIL_EMPTY)
+        if (a == TAIL_EMPTY) {
             continue;
+        }
         found++;
         age = (uint8_t)(m - (uint8_t)a);
         if (best == NULL || age > best_age) {
@@ -428,8 +457,9 @@ evict_one(struct store *s, int64_t now)
             best_age = age;
         }
     }
-    if (best == NULL)
+    if (best == NULL) {
         return EV_NONE;
+    }
     pthread_mutex_lock(&best->lock);
     it = best->lru_tail;
     if (it != NULL) {
@@ -452,37 +482,39 @@ evict_one(struct store *s, int64_t now)
 static int
 mem_reserve(struct store *s, size_t size, int64_t now, uint64_t *evicted)
 {
-    unsigned empty = 0;
+    unsigned     empty = 0;
     enum evicted ev;
-    uint64_t cur = __atomic_load_n(&s->mem_used, __ATOMIC_RELAXED);
+    uint64_t     cur = __atomic_load_n(&s->mem_used, __ATOMIC_RELAXED);
 
     for (;;) {
         if (cur + size <= s->mem_limit) {
-            if (__atomic_compare_exchange_n(&s->mem_used, &cur, cur + size, true,
-                                            __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            if (__atomic_compare_exchange_n(&s->mem_used, &cur, cur + size, true, __ATOMIC_RELAXED,
+                                            __ATOMIC_RELAXED)) {
                 return 0;
+            }
             continue;
         }
         /* Every stripe empty: what is left is held by readers or being
          * built by other threads; give it a few tries, then give up. */
         ev = evict_one(s, now);
-        if (ev == EV_EVICTED)
+        if (ev == EV_EVICTED) {
             (*evicted)++;
-        if (ev == EV_NONE && ++empty > 3)
+        }
+        if (ev == EV_NONE && ++empty > 3) {
             return STORE_NO_MEMORY;
+        }
         cur = __atomic_load_n(&s->mem_used, __ATOMIC_RELAXED);
     }
 }
 
 /* store_alloc, counting the live items it evicted in *evicted. */
 struct store_item *
-store_alloc_counted(struct store *s, const char *key, size_t nkey, uint64_t hash,
-                    uint32_t flags, int64_t exptime, size_t nbytes, int *err,
-                    uint64_t *evicted)
+store_alloc_counted(struct store *s, const char *key, size_t nkey, uint64_t hash, uint32_t flags,
+                    int64_t exptime, size_t nbytes, int *err, uint64_t *evicted)
 {
     struct store_item *it;
-    size_t size;
-    int rc;
+    size_t             size;
+    int                rc;
 
     if (nkey == 0 || nkey > STORE_KEY_MAX || nbytes > UINT32_MAX - 2 ||
         (size = store_item_size(nkey, nbytes)) > s->item_size_max) {
@@ -521,8 +553,8 @@ store_alloc_counted(struct store *s, const char *key, size_t nkey, uint64_t hash
 }
 
 struct store_item *
-store_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash,
-            uint32_t flags, int64_t exptime, size_t nbytes, int *err)
+store_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash, uint32_t flags,
+            int64_t exptime, size_t nbytes, int *err)
 {
     uint64_t evicted = 0;
 
@@ -532,20 +564,22 @@ store_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash,
 void
 store_release(struct store *s, struct store_item *it)
 {
-    if (__atomic_sub_fetch(&it->refcount, 1, __ATOMIC_ACQ_REL) == 0)
+    if (__atomic_sub_fetch(&it->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
         item_free(s, it);
+    }
 }
 
 /* Stamp and link a new item in place of old (NULL if none). */
 static void
-do_replace(struct store *s, struct stripe *st, struct store_item *old,
-           struct store_item *it, int64_t now)
+do_replace(struct store *s, struct stripe *st, struct store_item *old, struct store_item *it,
+           int64_t now)
 {
     it->cas = cas_mint(s);
     it->gen = (uint16_t)(do_gen(s) | (it->gen & IF_FETCHED));
     it->bump = minute8(now);
-    if (old != NULL)
+    if (old != NULL) {
         do_unlink(s, st, old, NULL);
+    }
     do_link(s, st, it);
 }
 
@@ -556,12 +590,11 @@ do_replace(struct store *s, struct stripe *st, struct store_item *old,
  * references to both. True when n was linked; else the caller retries.
  */
 static inline bool
-replace_if_live(struct store *s, struct stripe *st, const char *key, size_t nkey,
-                uint64_t hash, struct store_item *old, struct store_item *n,
-                uint16_t inherit, uint64_t *cas_out)
+replace_if_live(struct store *s, struct stripe *st, const char *key, size_t nkey, uint64_t hash,
+                struct store_item *old, struct store_item *n, uint16_t inherit, uint64_t *cas_out)
 {
     struct store_item *cur;
-    int64_t now = clock_begin(s);
+    int64_t            now = clock_begin(s);
 
     pthread_mutex_lock(&st->lock);
     cur = do_find(s, st, key, nkey, hash, now, false);
@@ -569,8 +602,9 @@ replace_if_live(struct store *s, struct stripe *st, const char *key, size_t nkey
         n->exptime = old->exptime;
         n->gen |= old->gen & inherit;
         do_replace(s, st, old, n, now);
-        if (cas_out != NULL)
+        if (cas_out != NULL) {
             *cas_out = n->cas;
+        }
     }
     pthread_mutex_unlock(&st->lock);
     store_release(s, old);
@@ -587,13 +621,13 @@ static int
 put_concat(struct store *s, struct store_item *it, bool append, uint64_t *cas_out)
 {
     struct stripe *st = stripe_of(s, it->hash);
-    const char *key = store_item_key(it);
+    const char    *key = store_item_key(it);
 
     for (;;) {
         struct store_item *old, *n;
-        int64_t now = clock_begin(s);
-        int err;
-        size_t nb;
+        int64_t            now = clock_begin(s);
+        int                err;
+        size_t             nb;
 
         pthread_mutex_lock(&st->lock);
         old = do_find(s, st, key, it->nkey, it->hash, now, false);
@@ -617,50 +651,57 @@ put_concat(struct store *s, struct store_item *it, bool append, uint64_t *cas_ou
             memcpy(store_item_value_mut(n), store_item_value(it), it->nbytes);
             memcpy(store_item_value_mut(n) + it->nbytes, store_item_value(old), old->nbytes);
         }
-        if (replace_if_live(s, st, key, it->nkey, it->hash, old, n, 0, cas_out))
+        if (replace_if_live(s, st, key, it->nkey, it->hash, old, n, 0, cas_out)) {
             return STORE_STORED;
+        }
     }
 }
 
 int
-store_put(struct store *s, struct store_item *it, enum store_op op,
-          uint64_t cas_in, uint64_t *cas_out)
+store_put(struct store *s, struct store_item *it, enum store_op op, uint64_t cas_in,
+          uint64_t *cas_out)
 {
-    struct stripe *st = stripe_of(s, it->hash);
+    struct stripe     *st = stripe_of(s, it->hash);
     struct store_item *old;
-    int64_t now;
-    int rc = STORE_STORED;
+    int64_t            now;
+    int                rc = STORE_STORED;
 
-    if (it->gen & IF_LINKED)
-        return STORE_NOT_STORED;   /* an item is stored once */
-    if (op == STORE_OP_APPEND || op == STORE_OP_PREPEND)
+    if (it->gen & IF_LINKED) {
+        return STORE_NOT_STORED; /* an item is stored once */
+    }
+    if (op == STORE_OP_APPEND || op == STORE_OP_PREPEND) {
         return put_concat(s, it, op == STORE_OP_APPEND, cas_out);
+    }
 
     now = clock_begin(s);
     pthread_mutex_lock(&st->lock);
     old = do_find(s, st, store_item_key(it), it->nkey, it->hash, now, false);
     switch (op) {
     case STORE_OP_ADD:
-        if (old != NULL)
+        if (old != NULL) {
             rc = STORE_NOT_STORED;
+        }
         break;
     case STORE_OP_REPLACE:
-        if (old == NULL)
+        if (old == NULL) {
             rc = STORE_NOT_STORED;
+        }
         break;
     case STORE_OP_CAS:
-        if (old == NULL)
+        if (old == NULL) {
             rc = STORE_NOT_FOUND;
-        else if (old->cas != cas_in)
+        } else if (old->cas != cas_in) {
             rc = STORE_EXISTS;
+        }
         break;
     default:
         break;
     }
     if (rc == STORE_STORED) {
         do_replace(s, st, old, it, now);
-        if (cas_out != NULL)
+        if (cas_out != NULL) {
             *cas_out = it->cas;
+        }
     }
     pthread_mutex_unlock(&st->lock);
     return rc;
@@ -669,12 +710,12 @@ store_put(struct store *s, struct store_item *it, enum store_op op,
 /* ---- lookups ------------------------------------------------------------ */
 
 static struct store_item *
-get_common(struct store *s, const char *key, size_t nkey, uint64_t hash,
-           bool touch, int64_t exptime)
+get_common(struct store *s, const char *key, size_t nkey, uint64_t hash, bool touch,
+           int64_t exptime)
 {
-    struct stripe *st = stripe_of(s, hash);
+    struct stripe     *st = stripe_of(s, hash);
     struct store_item *it;
-    int64_t now = clock_begin(s);
+    int64_t            now = clock_begin(s);
 
     pthread_mutex_lock(&st->lock);
     it = do_find(s, st, key, nkey, hash, now, true);
@@ -697,8 +738,7 @@ store_get(struct store *s, const char *key, size_t nkey, uint64_t hash)
 }
 
 struct store_item *
-store_get_touch(struct store *s, const char *key, size_t nkey, uint64_t hash,
-                int64_t exptime)
+store_get_touch(struct store *s, const char *key, size_t nkey, uint64_t hash, int64_t exptime)
 {
     return get_common(s, key, nkey, hash, true, exptime);
 }
@@ -712,15 +752,16 @@ store_delete(struct store *s, const char *key, size_t nkey, uint64_t hash)
 int
 store_delete_cas(struct store *s, const char *key, size_t nkey, uint64_t hash, uint64_t *cas)
 {
-    struct stripe *st = stripe_of(s, hash);
+    struct stripe     *st = stripe_of(s, hash);
     struct store_item *it;
-    int64_t now = clock_begin(s);
+    int64_t            now = clock_begin(s);
 
     pthread_mutex_lock(&st->lock);
     it = do_find(s, st, key, nkey, hash, now, false);
     if (it != NULL) {
-        if (cas != NULL)
+        if (cas != NULL) {
             *cas = it->cas;
+        }
         do_unlink(s, st, it, NULL);
     }
     pthread_mutex_unlock(&st->lock);
@@ -728,12 +769,11 @@ store_delete_cas(struct store *s, const char *key, size_t nkey, uint64_t hash, u
 }
 
 int
-store_touch(struct store *s, const char *key, size_t nkey, uint64_t hash,
-            int64_t exptime)
+store_touch(struct store *s, const char *key, size_t nkey, uint64_t hash, int64_t exptime)
 {
-    struct stripe *st = stripe_of(s, hash);
+    struct stripe     *st = stripe_of(s, hash);
     struct store_item *it;
-    int64_t now = clock_begin(s);
+    int64_t            now = clock_begin(s);
 
     pthread_mutex_lock(&st->lock);
     it = do_find(s, st, key, nkey, hash, now, false);
@@ -754,20 +794,23 @@ static bool
 parse_u64(const char *p, size_t n, uint64_t *out)
 {
     uint64_t v = 0;
-    size_t i = 0;
+    size_t   i = 0;
 
     for (; i < n && p[i] >= '0' && p[i] <= '9'; i++) {
         unsigned d = (unsigned)(p[i] - '0');
 
-        if (i >= 20 || v > (UINT64_MAX - d) / 10)
+        if (i >= 20 || v > (UINT64_MAX - d) / 10) {
             return false;
+        }
         v = v * 10 + d;
     }
-    if (i == 0)
+    if (i == 0) {
         return false;
+    }
     for (; i < n; i++) {
-        if (p[i] != ' ')
+        if (p[i] != ' ') {
             return false;
+        }
     }
     *out = v;
     return true;
@@ -776,15 +819,16 @@ parse_u64(const char *p, size_t n, uint64_t *out)
 static size_t
 format_u64(char *buf, uint64_t v)
 {
-    char tmp[20];
+    char   tmp[20];
     size_t n = 0, i;
 
     do {
         tmp[n++] = (char)('0' + v % 10);
         v /= 10;
     } while (v != 0);
-    for (i = 0; i < n; i++)
+    for (i = 0; i < n; i++) {
         buf[i] = tmp[n - 1 - i];
+    }
     return n;
 }
 
@@ -795,18 +839,18 @@ format_u64(char *buf, uint64_t v)
  * and linked only if the item we read is still the live one.
  */
 int
-store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash,
-            bool incr, uint64_t delta, uint64_t *value, uint64_t *cas_out)
+store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash, bool incr, uint64_t delta,
+            uint64_t *value, uint64_t *cas_out)
 {
     struct stripe *st = stripe_of(s, hash);
 
     for (;;) {
         struct store_item *old, *n;
-        char buf[20];
-        uint64_t v;
-        size_t len;
-        int64_t now = clock_begin(s);
-        int err;
+        char               buf[20];
+        uint64_t           v;
+        size_t             len;
+        int64_t            now = clock_begin(s);
+        int                err;
 
         pthread_mutex_lock(&st->lock);
         old = do_find(s, st, key, nkey, hash, now, false);
@@ -818,20 +862,21 @@ store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash,
             pthread_mutex_unlock(&st->lock);
             return STORE_NON_NUMERIC;
         }
-        if (incr)
-            v += delta;                 /* wraps modulo 2^64 */
-        else
+        if (incr) {
+            v += delta; /* wraps modulo 2^64 */
+        } else {
             v = v > delta ? v - delta : 0;
+        }
         len = format_u64(buf, v);
-        if (len == old->nbytes &&
-            __atomic_load_n(&old->refcount, __ATOMIC_ACQUIRE) == 1) {
+        if (len == old->nbytes && __atomic_load_n(&old->refcount, __ATOMIC_ACQUIRE) == 1) {
             memcpy(store_item_value_mut(old), buf, len);
             old->cas = cas_mint(s);
             do_track(s, st, old);
             do_bump(st, old, now);
             *value = v;
-            if (cas_out != NULL)
+            if (cas_out != NULL) {
                 *cas_out = old->cas;
+            }
             pthread_mutex_unlock(&st->lock);
             return STORE_STORED;
         }
@@ -902,12 +947,13 @@ store_reset_stats(struct store *s)
 struct store *
 store_new(const struct store_config *cfg)
 {
-    struct store *s = NULL;
+    struct store      *s = NULL;
     pthread_condattr_t ca;
-    uint32_t i, inited = 0;
+    uint32_t           i, inited = 0;
 
-    if (posix_memalign((void **)&s, 64, sizeof(*s)) != 0)
+    if (posix_memalign((void **)&s, 64, sizeof(*s)) != 0) {
         return NULL;
+    }
     memset(s, 0, sizeof(*s));
     s->mem_limit = cfg->mem_limit;
     s->item_size_max = cfg->item_size_max;
@@ -917,8 +963,9 @@ store_new(const struct store_config *cfg)
         struct stripe *st = &s->stripes[i];
 
         st->buckets = calloc(INIT_BUCKETS, sizeof(*st->buckets));
-        if (st->buckets == NULL)
+        if (st->buckets == NULL) {
             goto fail;
+        }
         pthread_mutex_init(&st->lock, NULL);
         st->mask = INIT_BUCKETS - 1;
         st->tail_bump = TAIL_EMPTY;
@@ -957,8 +1004,9 @@ store_free(struct store *s)
 {
     uint32_t i, b;
 
-    if (s == NULL)
+    if (s == NULL) {
         return;
+    }
     if (s->sweeper_on) {
         pthread_mutex_lock(&s->sweeper_mu);
         s->sweeper_stop = true;
@@ -971,8 +1019,9 @@ store_free(struct store *s)
         struct stripe *st = &s->stripes[i];
 
         for (b = 0; b <= st->mask; b++) {
-            while (st->buckets[b] != NULL)
+            while (st->buckets[b] != NULL) {
                 do_unlink(s, st, st->buckets[b], &st->buckets[b]);
+            }
         }
         free(st->buckets);
         pthread_mutex_destroy(&st->lock);

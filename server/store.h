@@ -14,14 +14,14 @@
 #include <stdint.h>
 
 #define STORE_KEY_MAX 250
-#define STORE_STRIPES 1024   /* lock stripes (store_cursor.stripe < this) */
+#define STORE_STRIPES 1024 /* lock stripes (store_cursor.stripe < this) */
 
 /* Results of store operations (>= 0) and errors (< 0). */
 enum store_result {
     STORE_STORED = 0,
-    STORE_NOT_STORED,       /* add on a live key; replace/append/prepend on a missing one */
-    STORE_EXISTS,           /* cas mismatch */
-    STORE_NOT_FOUND,        /* cas/delete/touch/incr on a missing key */
+    STORE_NOT_STORED, /* add on a live key; replace/append/prepend on a missing one */
+    STORE_EXISTS,     /* cas mismatch */
+    STORE_NOT_FOUND,  /* cas/delete/touch/incr on a missing key */
     STORE_DELETED,
     STORE_TOUCHED,
     STORE_NON_NUMERIC = -1, /* incr/decr on a value that is not a decimal u64 */
@@ -45,10 +45,10 @@ enum store_op {
 };
 
 struct store_config {
-    size_t   mem_limit;      /* bytes of items (header+key+value) before eviction; -m */
-    size_t   item_size_max;  /* largest item, header+key+value; -I (default 1 MiB) */
-    uint16_t node_seed;      /* high 16 bits of every CAS this node mints */
-    bool     sweeper;        /* start a background expiry sweep thread */
+    size_t   mem_limit;     /* bytes of items (header+key+value) before eviction; -m */
+    size_t   item_size_max; /* largest item, header+key+value; -I (default 1 MiB) */
+    uint16_t node_seed;     /* high 16 bits of every CAS this node mints */
+    bool     sweeper;       /* start a background expiry sweep thread */
 };
 
 /*
@@ -62,21 +62,21 @@ struct store_config {
  * uses a flush generation (see store_flush).
  */
 struct store_item {
-    uint64_t hash;       /* XXH3_64bits(key): table bucket, lock stripe, ring position */
-    uint64_t cas;        /* unique, non-zero once stored */
+    uint64_t hash; /* XXH3_64bits(key): table bucket, lock stripe, ring position */
+    uint64_t cas;  /* unique, non-zero once stored */
     /* private to the store */
-    struct store_item *h_next;           /* hash chain */
+    struct store_item *h_next; /* hash chain */
     struct store_item *lru_prev, *lru_next;
     /* public again */
-    uint32_t exptime;    /* absolute unix time, 0 = never */
-    uint32_t flags;      /* opaque client flags */
-    uint32_t nbytes;     /* value length, without the trailing "\r\n" */
+    uint32_t exptime; /* absolute unix time, 0 = never */
+    uint32_t flags;   /* opaque client flags */
+    uint32_t nbytes;  /* value length, without the trailing "\r\n" */
     /* private to the store */
-    uint32_t refcount;   /* atomic: one for the table while linked, one per holder */
-    uint8_t  nkey;       /* public: key length, 1..250 */
-    uint8_t  bump;       /* minute (unix time / 60, mod 256) of the last LRU bump */
-    uint16_t gen;        /* flush generation when stored (14 bits), linked, fetched */
-    char     data[];     /* key bytes, then value bytes, then "\r\n" */
+    uint32_t refcount; /* atomic: one for the table while linked, one per holder */
+    uint8_t  nkey;     /* public: key length, 1..250 */
+    uint8_t  bump;     /* minute (unix time / 60, mod 256) of the last LRU bump */
+    uint16_t gen;      /* flush generation when stored (14 bits), linked, fetched */
+    char     data[];   /* key bytes, then value bytes, then "\r\n" */
 };
 
 static inline const char *
@@ -93,19 +93,19 @@ store_item_value(const struct store_item *it)
 }
 
 struct store_stats {
-    uint64_t curr_items, total_items, bytes, evictions, expired_unfetched,
-             reclaimed, get_expired, get_flushed;
+    uint64_t curr_items, total_items, bytes, evictions, expired_unfetched, reclaimed, get_expired,
+        get_flushed;
     uint64_t limit_maxbytes;
-    uint64_t mem_used;   /* bytes charged now: linked items plus unlinked
-                          * ones still referenced or not yet stored */
+    uint64_t mem_used; /* bytes charged now: linked items plus unlinked
+                        * ones still referenced or not yet stored */
     uint64_t hash_buckets;
     /* The handoff (see "Ranges" below). Not zeroed by store_reset_stats:
      * the handoff reads them, a client's "stats reset" must not hide an
      * import eviction. */
-    uint64_t imported;          /* post-images linked by store_import/store_put_import */
-    uint64_t import_evictions;  /* live items evicted to make room for an import */
-    uint64_t purged;            /* items removed by store_purge */
-    uint64_t track_pending;     /* keys in the dirty set now (0 when not tracking) */
+    uint64_t imported;         /* post-images linked by store_import/store_put_import */
+    uint64_t import_evictions; /* live items evicted to make room for an import */
+    uint64_t purged;           /* items removed by store_purge */
+    uint64_t track_pending;    /* keys in the dirty set now (0 when not tracking) */
 };
 
 struct store;
@@ -120,7 +120,7 @@ void store_free(struct store *s);
 /* Current unix time in seconds, as the store sees it (tests may shift it
  * with store_clock_shift). */
 int64_t store_now(const struct store *s);
-void store_clock_shift(struct store *s, int64_t seconds);
+void    store_clock_shift(struct store *s, int64_t seconds);
 
 /* Protocol exptime (0 never, <= 30 days relative, above absolute unix time,
  * negative expired) to an absolute time: 0 = never, otherwise unix seconds
@@ -133,9 +133,8 @@ int64_t store_exptime(const struct store *s, int64_t exptime);
  * trailing "\r\n" is written by the allocator. Returns NULL and sets *err
  * to STORE_TOO_LARGE or STORE_NO_MEMORY. May evict to make room.
  */
-struct store_item *store_alloc(struct store *s, const char *key, size_t nkey,
-                               uint64_t hash, uint32_t flags, int64_t exptime,
-                               size_t nbytes, int *err);
+struct store_item *store_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash,
+                               uint32_t flags, int64_t exptime, size_t nbytes, int *err);
 
 /* Writable value of an item from store_alloc (not yet stored). */
 static inline char *
@@ -151,18 +150,17 @@ store_item_value_mut(struct store_item *it)
  * STORE_STORED, STORE_NOT_STORED, STORE_EXISTS, STORE_NOT_FOUND, or a
  * negative error. The caller keeps its reference and must release it.
  */
-int store_put(struct store *s, struct store_item *it, enum store_op op,
-              uint64_t cas_in, uint64_t *cas_out);
+int store_put(struct store *s, struct store_item *it, enum store_op op, uint64_t cas_in,
+              uint64_t *cas_out);
 
 /*
  * Look a key up. Returns a new reference (release with store_release) or
  * NULL on a miss (expired and flushed items are misses, and are unlinked).
  * With touch, sets the exptime (already converted by store_exptime) first.
  */
-struct store_item *store_get(struct store *s, const char *key, size_t nkey,
-                             uint64_t hash);
-struct store_item *store_get_touch(struct store *s, const char *key, size_t nkey,
-                                   uint64_t hash, int64_t exptime);
+struct store_item *store_get(struct store *s, const char *key, size_t nkey, uint64_t hash);
+struct store_item *store_get_touch(struct store *s, const char *key, size_t nkey, uint64_t hash,
+                                   int64_t exptime);
 
 /* Drop a reference; frees the item when it was unlinked and this was the
  * last reference. Any thread. */
@@ -172,12 +170,10 @@ void store_release(struct store *s, struct store_item *it);
 int store_delete(struct store *s, const char *key, size_t nkey, uint64_t hash);
 /* The same; *cas (when not NULL) gets the CAS of the item it deleted, for
  * the tombstone a replicated delete sends. */
-int store_delete_cas(struct store *s, const char *key, size_t nkey, uint64_t hash,
-                     uint64_t *cas);
+int store_delete_cas(struct store *s, const char *key, size_t nkey, uint64_t hash, uint64_t *cas);
 
 /* STORE_TOUCHED or STORE_NOT_FOUND; exptime already converted. */
-int store_touch(struct store *s, const char *key, size_t nkey, uint64_t hash,
-                int64_t exptime);
+int store_touch(struct store *s, const char *key, size_t nkey, uint64_t hash, int64_t exptime);
 
 /*
  * incr (incr = true) or decr by delta. incr wraps modulo 2^64, decr stops
@@ -185,8 +181,8 @@ int store_touch(struct store *s, const char *key, size_t nkey, uint64_t hash,
  * the new value in *value, STORE_NOT_FOUND, STORE_NON_NUMERIC or
  * STORE_NO_MEMORY.
  */
-int store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash,
-                bool incr, uint64_t delta, uint64_t *value, uint64_t *cas_out);
+int store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash, bool incr,
+                uint64_t delta, uint64_t *value, uint64_t *cas_out);
 
 /*
  * flush_all: every item stored before `when` (absolute unix time, from
@@ -272,8 +268,8 @@ typedef void (*store_walk_fn)(struct store_item *it, void *arg);
  * NULL (a tombstone: the key is gone, deleted, expired, evicted, flushed or
  * purged). key is valid during the callback only. No stripe lock held.
  */
-typedef void (*store_dirty_fn)(const char *key, size_t nkey, uint64_t hash,
-                               struct store_item *it, void *arg);
+typedef void (*store_dirty_fn)(const char *key, size_t nkey, uint64_t hash, struct store_item *it,
+                               void *arg);
 
 /*
  * Position of an incremental walk or purge. Zero it (or store_cursor_init)
@@ -286,8 +282,8 @@ typedef void (*store_dirty_fn)(const char *key, size_t nkey, uint64_t hash,
  * read under one lock hold.
  */
 struct store_cursor {
-    uint32_t stripe;     /* next stripe, STORE_STRIPES when done */
-    uint32_t bucket;     /* reverse-binary cursor in that stripe */
+    uint32_t stripe; /* next stripe, STORE_STRIPES when done */
+    uint32_t bucket; /* reverse-binary cursor in that stripe */
 };
 
 static inline void
@@ -309,14 +305,14 @@ store_cursor_init(struct store_cursor *cur)
  * visited at least once; items added, changed or removed meanwhile may or
  * may not be (dirty tracking covers them). Takes the copy lock.
  */
-int store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred,
-               void *arg, store_walk_fn fn, void *fn_arg, size_t max_items);
+int store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred, void *arg,
+               store_walk_fn fn, void *fn_arg, size_t max_items);
 
 /* Count the live items whose hash satisfies pred (NULL: all) and their
  * charged bytes (as the bytes stat: store_item_size). Takes each stripe
  * lock in turn; a consistent total only on a quiet store. */
-void store_count(struct store *s, store_hash_pred pred, void *arg,
-                 uint64_t *items, uint64_t *bytes);
+void store_count(struct store *s, store_hash_pred pred, void *arg, uint64_t *items,
+                 uint64_t *bytes);
 
 /*
  * Start dirty tracking: from the return of this call on, every change to a
@@ -369,9 +365,8 @@ void store_track_stop(struct store *s);
  * make room for an import is counted in the import_evictions stat, which
  * the handoff must treat as a failed (lossy) transfer.
  */
-int store_import(struct store *s, const char *key, size_t nkey, uint64_t hash,
-                 uint32_t flags, int64_t ttl_remaining, uint64_t cas,
-                 const char *value, size_t nbytes);
+int store_import(struct store *s, const char *key, size_t nkey, uint64_t hash, uint32_t flags,
+                 int64_t ttl_remaining, uint64_t cas, const char *value, size_t nbytes);
 
 /*
  * The two halves of store_import, for values that arrive in chunks:
@@ -382,10 +377,10 @@ int store_import(struct store *s, const char *key, size_t nkey, uint64_t hash,
  * key instead of being linked). The caller keeps its reference and
  * releases it.
  */
-struct store_item *store_import_alloc(struct store *s, const char *key, size_t nkey,
-                                      uint64_t hash, uint32_t flags,
-                                      int64_t ttl_remaining, size_t nbytes, int *err);
-int store_put_import(struct store *s, struct store_item *it, uint64_t cas);
+struct store_item *store_import_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash,
+                                      uint32_t flags, int64_t ttl_remaining, size_t nbytes,
+                                      int *err);
+int                store_put_import(struct store *s, struct store_item *it, uint64_t cas);
 
 /* A tombstone from the source: delete the key. STORE_DELETED or
  * STORE_NOT_FOUND. */
@@ -398,8 +393,8 @@ int store_import_delete(struct store *s, const char *key, size_t nkey, uint64_t 
  * while there is more, 0 when done. Items stored into the range during the
  * purge may survive: purge a range nobody writes to.
  */
-int store_purge(struct store *s, store_hash_pred pred, void *arg,
-                size_t max_items, struct store_cursor *cur);
+int store_purge(struct store *s, store_hash_pred pred, void *arg, size_t max_items,
+                struct store_cursor *cur);
 
 /* An item's remaining lifetime for export: 0 = never expires, > 0 seconds
  * left, -1 = already expired or flushed (do not send it as a post-image). */

@@ -29,27 +29,31 @@
  * 1/1024 of the items, so the pause of one rehash is small (about 1000 items
  * at 1M items, 1 ms at 100M) and touches only that stripe.
  */
-#define STRIPE_BITS      10
-#define STRIPES          (1u << STRIPE_BITS)
-#define STRIPE_MASK      (STRIPES - 1)
-#define INIT_BUCKETS     8u             /* per stripe; 8192 in all */
-#define MAX_BUCKETS      (1u << 30)     /* per stripe */
+#define STRIPE_BITS  10
+#define STRIPES      (1u << STRIPE_BITS)
+#define STRIPE_MASK  (STRIPES - 1)
+#define INIT_BUCKETS 8u         /* per stripe; 8192 in all */
+#define MAX_BUCKETS  (1u << 30) /* per stripe */
 
 /* A get moves an item to its LRU head on its first fetch, then at most
  * once per minute (memcached: once per 60 s), so hot keys do not write to
  * their LRU neighbours on every read. The item keeps the minute of its last
  * bump in 8 bits; eviction compares those minutes (modulo 256, 4.2 hours)
  * across stripes, while within a stripe the list order is exact. */
-#define BUMP_SECONDS     60
+#define BUMP_SECONDS 60
 
 /* it->gen: the flush generation in the low 14 bits, then two flags. */
-#define GEN_MASK         0x3fffu
-#define IF_LINKED        0x4000u
-#define IF_FETCHED       0x8000u
+#define GEN_MASK   0x3fffu
+#define IF_LINKED  0x4000u
+#define IF_FETCHED 0x8000u
 
-#define CAS_LOW_MASK     ((UINT64_C(1) << 48) - 1)
+#define CAS_LOW_MASK ((UINT64_C(1) << 48) - 1)
 
-enum dead { LIVE = 0, DEAD_EXPIRED, DEAD_FLUSHED };
+enum dead {
+    LIVE = 0,
+    DEAD_EXPIRED,
+    DEAD_FLUSHED
+};
 
 /*
  * A key recorded by dirty tracking: a copy of the key (so a delete or an
@@ -58,72 +62,71 @@ enum dead { LIVE = 0, DEAD_EXPIRED, DEAD_FLUSHED };
  * stripe and its lock, so recording costs no other lock.
  */
 struct dirty_key {
-    struct dirty_key *h_next;        /* set chain */
-    struct dirty_key *q_next;        /* drain queue */
-    uint64_t hash;
-    uint8_t nkey;
-    char key[];
+    struct dirty_key *h_next; /* set chain */
+    struct dirty_key *q_next; /* drain queue */
+    uint64_t          hash;
+    uint8_t           nkey;
+    char              key[];
 };
 
 struct stripe {
-    pthread_mutex_t lock;
+    pthread_mutex_t     lock;
     struct store_item **buckets;
-    uint32_t mask;                    /* buckets - 1 */
-    uint32_t count;                   /* linked items */
-    struct store_item *lru_head, *lru_tail;
-    uint32_t tail_bump;               /* atomic: lru_tail->bump or TAIL_EMPTY */
-    uint64_t bytes;                   /* charged bytes of linked items */
-    uint64_t total_items, evictions, reclaimed, expired_unfetched,
-             get_expired, get_flushed, purged;
+    uint32_t            mask;  /* buckets - 1 */
+    uint32_t            count; /* linked items */
+    struct store_item  *lru_head, *lru_tail;
+    uint32_t            tail_bump; /* atomic: lru_tail->bump or TAIL_EMPTY */
+    uint64_t            bytes;     /* charged bytes of linked items */
+    uint64_t total_items, evictions, reclaimed, expired_unfetched, get_expired, get_flushed, purged;
     /* Dirty tracking; all empty while tracking is false, which is the only
      * thing a mutation reads when no session is active. */
-    bool tracking;
-    uint32_t d_mask, d_count;
+    bool               tracking;
+    uint32_t           d_mask, d_count;
     struct dirty_key **d_buckets;
-    struct dirty_key *d_head, *d_tail;
+    struct dirty_key  *d_head, *d_tail;
 } __attribute__((aligned(64)));
 
 struct store {
     struct stripe stripes[STRIPES];
-    size_t mem_limit;
-    size_t item_size_max;
-    uint64_t seed_bits;               /* node_seed << 48 */
+    size_t        mem_limit;
+    size_t        item_size_max;
+    uint64_t      seed_bits; /* node_seed << 48 */
 
     /* Written by every store and free: its own cache line. */
     uint64_t mem_used __attribute__((aligned(64)));
     /* Written by every mutation. */
     uint64_t cas_next __attribute__((aligned(64)));
     /* Read-mostly. */
-    uint32_t gen __attribute__((aligned(64)));  /* current flush generation */
-    int64_t flush_when;               /* pending delayed flush, 0 = none */
-    int64_t clock_shift;
-    uint64_t nbuckets_total;
-    store_drop_fn drop_fn;            /* atomic; see store_set_drop_hook */
-    void *drop_arg;                   /* written before drop_fn */
+    uint32_t      gen __attribute__((aligned(64))); /* current flush generation */
+    int64_t       flush_when;                       /* pending delayed flush, 0 = none */
+    int64_t       clock_shift;
+    uint64_t      nbuckets_total;
+    store_drop_fn drop_fn;  /* atomic; see store_set_drop_hook */
+    void         *drop_arg; /* written before drop_fn */
     /* Written by evictions only. */
     uint32_t evict_cursor __attribute__((aligned(64)));
 
-    pthread_mutex_t flush_lock;       /* serializes generation bumps */
-    pthread_mutex_t sweep_lock;       /* guards the sweep cursor */
-    uint32_t sweep_stripe, sweep_bucket;
+    pthread_mutex_t flush_lock; /* serializes generation bumps */
+    pthread_mutex_t sweep_lock; /* guards the sweep cursor */
+    uint32_t        sweep_stripe, sweep_bucket;
 
     /* The handoff: cold except while a transition runs. Lock order:
      * copy_lock, flush_lock, track_lock, a stripe lock. */
-    pthread_mutex_t copy_lock;        /* walks and drains: callback order */
-    pthread_mutex_t track_lock;       /* session start/stop; track_on */
-    bool track_on;                    /* written under track_lock */
-    bool track_lost;                  /* atomic */
-    store_hash_pred track_pred;       /* set before any stripe tracks */
-    void *track_arg;
-    uint64_t track_pending;           /* atomic: keys in the dirty sets */
-    uint32_t drain_stripe;            /* under copy_lock */
-    uint64_t imported, import_evictions;   /* atomic */
+    pthread_mutex_t copy_lock;  /* walks and drains: callback order */
+    pthread_mutex_t track_lock; /* session start/stop; track_on */
+    bool            track_on;   /* written under track_lock */
+    bool            track_lost; /* atomic */
+    store_hash_pred track_pred; /* set before any stripe tracks */
+    void           *track_arg;
+    uint64_t        track_pending;              /* atomic: keys in the dirty sets */
+    uint32_t        drain_stripe;               /* under copy_lock */
+    uint64_t        imported, import_evictions; /* atomic */
 
-    bool sweeper_on;
-    bool sweeper_stop;
-    pthread_t sweeper;
+    bool            sweeper_on;
+    bool            sweeper_stop;
+    pthread_t       sweeper;
     pthread_mutex_t sweeper_mu;
-    pthread_cond_t sweeper_cv;
+    pthread_cond_t  sweeper_cv;
 };
 
 /* ---- store.c ------------------------------------------------------------ */
@@ -131,9 +134,8 @@ struct store {
 /* Find the live item of a key; a dead one is unlinked on the way (and
  * counted as get_expired/get_flushed when is_get). Borrowed pointer, valid
  * while the lock is held. */
-STORE_INTERNAL struct store_item *do_find(struct store *s, struct stripe *st,
-                                          const char *key, size_t nkey,
-                                          uint64_t hash, int64_t now, bool is_get);
+STORE_INTERNAL struct store_item *do_find(struct store *s, struct stripe *st, const char *key,
+                                          size_t nkey, uint64_t hash, int64_t now, bool is_get);
 
 /* Link an item (caller's reference stays the caller's; the table takes
  * its own). */
@@ -149,10 +151,9 @@ STORE_INTERNAL void do_unlink(struct store *s, struct stripe *st, struct store_i
 STORE_INTERNAL void store_bump_gen(struct store *s);
 
 /* store_alloc, counting the live items it evicted in *evicted. */
-STORE_INTERNAL struct store_item *store_alloc_counted(struct store *s, const char *key,
-                                                      size_t nkey, uint64_t hash,
-                                                      uint32_t flags, int64_t exptime,
-                                                      size_t nbytes, int *err,
+STORE_INTERNAL struct store_item *store_alloc_counted(struct store *s, const char *key, size_t nkey,
+                                                      uint64_t hash, uint32_t flags,
+                                                      int64_t exptime, size_t nbytes, int *err,
                                                       uint64_t *evicted);
 
 /* Rehash a chained table of n buckets into 2n; the item table and the
@@ -168,8 +169,8 @@ STORE_INTERNAL void *store_sweeper_main(void *arg);
 /* ---- store_track.c ------------------------------------------------------ */
 
 /* Record a changed key of a tracking stripe (do_track calls it). */
-STORE_INTERNAL void do_track_key(struct store *s, struct stripe *st, const char *key,
-                                 size_t nkey, uint64_t hash) __attribute__((cold));
+STORE_INTERNAL void do_track_key(struct store *s, struct stripe *st, const char *key, size_t nkey,
+                                 uint64_t hash) __attribute__((cold));
 
 /* Detach and free every stripe's dirty set. With lock, each stripe is
  * detached under its lock; without (store_free), nobody else runs. */
@@ -207,9 +208,9 @@ cas_mint(struct store *s)
 {
     uint64_t n;
 
-    do
+    do {
         n = __atomic_fetch_add(&s->cas_next, 1, __ATOMIC_RELAXED) & CAS_LOW_MASK;
-    while (n == 0);
+    } while (n == 0);
     return s->seed_bits | n;
 }
 
@@ -222,10 +223,12 @@ minute8(int64_t now)
 static inline enum dead
 item_dead(const struct store_item *it, int64_t now, uint32_t gen)
 {
-    if ((it->gen & GEN_MASK) != gen)
+    if ((it->gen & GEN_MASK) != gen) {
         return DEAD_FLUSHED;
-    if (it->exptime != 0 && (int64_t)it->exptime <= now)
+    }
+    if (it->exptime != 0 && (int64_t)it->exptime <= now) {
         return DEAD_EXPIRED;
+    }
     return LIVE;
 }
 
@@ -236,21 +239,23 @@ do_report_drop(struct store *s, const struct store_item *it)
 {
     store_drop_fn fn = __atomic_load_n(&s->drop_fn, __ATOMIC_ACQUIRE);
 
-    if (fn != NULL)
+    if (fn != NULL) {
         fn(it->hash, it->cas, store_now(s), __atomic_load_n(&s->drop_arg, __ATOMIC_RELAXED));
+    }
 }
 
 /* Unlink a dead item, counting it as reclaimed. An expired one is reported
  * to the drop hook; a flushed one is not (a flush removes everything at
  * once and travels to every node itself). */
 static inline void
-do_reclaim(struct store *s, struct stripe *st, struct store_item *it,
-           enum dead why, struct store_item **prevp)
+do_reclaim(struct store *s, struct stripe *st, struct store_item *it, enum dead why,
+           struct store_item **prevp)
 {
     st->reclaimed++;
     if (why == DEAD_EXPIRED) {
-        if (!(it->gen & IF_FETCHED))
+        if (!(it->gen & IF_FETCHED)) {
             st->expired_unfetched++;
+        }
         do_report_drop(s, it);
     }
     do_unlink(s, st, it, prevp);

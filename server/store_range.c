@@ -16,15 +16,15 @@
 #include "server/store_internal.h"
 
 /* Bounded lock hold of the sweep, in buckets. */
-#define SWEEP_SLICE      256u
-#define SWEEP_TICK_MS    200
-#define SWEEP_MIN        1024u
-#define SWEEP_MAX        65536u
+#define SWEEP_SLICE   256u
+#define SWEEP_TICK_MS 200
+#define SWEEP_MIN     1024u
+#define SWEEP_MAX     65536u
 
 /* A walk or purge call reads at most this many buckets beyond
  * WALK_BUCKETS_PER_ITEM per requested item, so a range that matches little
  * still costs a bounded time per call. */
-#define WALK_BUCKETS     4096u
+#define WALK_BUCKETS          4096u
 #define WALK_BUCKETS_PER_ITEM 4u
 
 /* ---- sweep -------------------------------------------------------------- */
@@ -32,18 +32,19 @@
 size_t
 store_sweep(struct store *s, size_t max_buckets)
 {
-    size_t reclaimed = 0;
+    size_t  reclaimed = 0;
     int64_t now = clock_begin(s);
 
     pthread_mutex_lock(&s->sweep_lock);
     while (max_buckets > 0) {
         struct stripe *st = &s->stripes[s->sweep_stripe];
-        uint32_t slice = SWEEP_SLICE, gen;
+        uint32_t       slice = SWEEP_SLICE, gen;
 
         pthread_mutex_lock(&st->lock);
         gen = do_gen(s);
-        if (s->sweep_bucket > st->mask)
+        if (s->sweep_bucket > st->mask) {
             s->sweep_bucket = 0;
+        }
         while (max_buckets > 0 && slice > 0 && s->sweep_bucket <= st->mask) {
             struct store_item **pp = &st->buckets[s->sweep_bucket], *it;
 
@@ -76,23 +77,26 @@ store_sweep(struct store *s, size_t max_buckets)
 void *
 store_sweeper_main(void *arg)
 {
-    struct store *s = arg;
+    struct store   *s = arg;
     struct timespec ts;
 
     pthread_mutex_lock(&s->sweeper_mu);
     while (!s->sweeper_stop) {
         uint64_t total = __atomic_load_n(&s->nbuckets_total, __ATOMIC_RELAXED);
-        size_t slice = (size_t)(total / 50);
+        size_t   slice = (size_t)(total / 50);
 
-        if (slice < SWEEP_MIN)
+        if (slice < SWEEP_MIN) {
             slice = SWEEP_MIN;
-        if (slice > SWEEP_MAX)
+        }
+        if (slice > SWEEP_MAX) {
             slice = SWEEP_MAX;
+        }
         pthread_mutex_unlock(&s->sweeper_mu);
         store_sweep(s, slice);
         pthread_mutex_lock(&s->sweeper_mu);
-        if (s->sweeper_stop)
+        if (s->sweeper_stop) {
             break;
+        }
         clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_nsec += SWEEP_TICK_MS * 1000000L;
         if (ts.tv_nsec >= 1000000000L) {
@@ -140,22 +144,25 @@ cursor_step(uint32_t *v, uint32_t mask, size_t *budget)
 /* A growable array of item references collected under a stripe lock. */
 struct refs {
     struct store_item **v;
-    size_t n, cap;
+    size_t              n, cap;
 };
 
 static bool
 refs_reserve(struct refs *r, size_t more)
 {
-    size_t cap = r->cap != 0 ? r->cap : 64;
+    size_t              cap = r->cap != 0 ? r->cap : 64;
     struct store_item **nv;
 
-    if (r->n + more <= r->cap)
+    if (r->n + more <= r->cap) {
         return true;
-    while (cap < r->n + more)
+    }
+    while (cap < r->n + more) {
         cap *= 2;
+    }
     nv = realloc(r->v, cap * sizeof(*nv));
-    if (nv == NULL)
+    if (nv == NULL) {
         return false;
+    }
     r->v = nv;
     r->cap = cap;
     return true;
@@ -166,8 +173,9 @@ refs_reserve(struct refs *r, size_t more)
 static size_t
 walk_budget(size_t max_items)
 {
-    return WALK_BUCKETS + (max_items < SIZE_MAX / WALK_BUCKETS_PER_ITEM ?
-                           max_items * WALK_BUCKETS_PER_ITEM : SIZE_MAX / 2);
+    return WALK_BUCKETS + (max_items < SIZE_MAX / WALK_BUCKETS_PER_ITEM
+                               ? max_items * WALK_BUCKETS_PER_ITEM
+                               : SIZE_MAX / 2);
 }
 
 /* Where the next call resumes: the next stripe from its start, or bucket
@@ -186,51 +194,52 @@ cursor_save(struct store_cursor *cur, uint32_t v, bool stripe_done)
 /* A live item the predicate (NULL: every item) selects; caller holds the
  * stripe lock. */
 static inline bool
-do_selected(const struct store_item *it, store_hash_pred pred, void *arg, int64_t now,
-            uint32_t gen)
+do_selected(const struct store_item *it, store_hash_pred pred, void *arg, int64_t now, uint32_t gen)
 {
     return item_dead(it, now, gen) == LIVE && (pred == NULL || pred(it->hash, arg));
 }
 
 /* Matching live items of one bucket. */
 static size_t
-do_bucket_matches(struct stripe *st, uint32_t b, store_hash_pred pred, void *arg,
-                  int64_t now, uint32_t gen)
+do_bucket_matches(struct stripe *st, uint32_t b, store_hash_pred pred, void *arg, int64_t now,
+                  uint32_t gen)
 {
     struct store_item *it;
-    size_t n = 0;
+    size_t             n = 0;
 
     for (it = st->buckets[b]; it != NULL; it = it->h_next) {
-        if (do_selected(it, pred, arg, now, gen))
+        if (do_selected(it, pred, arg, now, gen)) {
             n++;
+        }
     }
     return n;
 }
 
 int
-store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred,
-           void *arg, store_walk_fn fn, void *fn_arg, size_t max_items)
+store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred, void *arg,
+           store_walk_fn fn, void *fn_arg, size_t max_items)
 {
     struct refs r = { NULL, 0, 0 };
-    size_t visited = 0, budget, i;
-    int rc = 0;
+    size_t      visited = 0, budget, i;
+    int         rc = 0;
 
-    if (max_items == 0)
+    if (max_items == 0) {
         max_items = 1;
+    }
     budget = walk_budget(max_items);
     pthread_mutex_lock(&s->copy_lock);
     while (cur->stripe < STRIPES && visited < max_items && budget > 0) {
         struct stripe *st = &s->stripes[cur->stripe];
-        int64_t now = clock_begin(s);
-        uint32_t v = cur->bucket, gen;
-        bool stripe_done = false, full = false;
+        int64_t        now = clock_begin(s);
+        uint32_t       v = cur->bucket, gen;
+        bool           stripe_done = false, full = false;
 
         r.n = 0;
         pthread_mutex_lock(&st->lock);
         gen = do_gen(s);
         while (budget > 0 && visited + r.n < max_items) {
-            uint32_t b = v & st->mask;
-            size_t m = do_bucket_matches(st, b, pred, arg, now, gen);
+            uint32_t           b = v & st->mask;
+            size_t             m = do_bucket_matches(st, b, pred, arg, now, gen);
             struct store_item *it;
 
             /* Whole buckets only: a bucket read in part could not be
@@ -250,8 +259,9 @@ store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred,
                 }
             }
             stripe_done = cursor_step(&v, st->mask, &budget);
-            if (stripe_done)
+            if (stripe_done) {
                 break;
+            }
         }
         pthread_mutex_unlock(&st->lock);
         cursor_save(cur, v, stripe_done);
@@ -260,27 +270,28 @@ store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred,
             store_release(s, r.v[i]);
         }
         visited += r.n;
-        if (rc < 0 || full)
+        if (rc < 0 || full) {
             break;
+        }
     }
     pthread_mutex_unlock(&s->copy_lock);
     free(r.v);
-    if (rc < 0)
+    if (rc < 0) {
         return rc;
+    }
     return cur->stripe < STRIPES ? 1 : 0;
 }
 
 void
-store_count(struct store *s, store_hash_pred pred, void *arg,
-            uint64_t *items, uint64_t *bytes)
+store_count(struct store *s, store_hash_pred pred, void *arg, uint64_t *items, uint64_t *bytes)
 {
     uint64_t n = 0, nb = 0;
     uint32_t i, b;
 
     for (i = 0; i < STRIPES; i++) {
         struct stripe *st = &s->stripes[i];
-        int64_t now = clock_begin(s);
-        uint32_t gen;
+        int64_t        now = clock_begin(s);
+        uint32_t       gen;
 
         pthread_mutex_lock(&st->lock);
         gen = do_gen(s);
@@ -306,13 +317,14 @@ store_purge(struct store *s, store_hash_pred pred, void *arg, size_t max_items,
 {
     size_t purged = 0, budget;
 
-    if (max_items == 0)
+    if (max_items == 0) {
         max_items = 1;
+    }
     budget = walk_budget(max_items);
     while (cur->stripe < STRIPES && purged < max_items && budget > 0) {
         struct stripe *st = &s->stripes[cur->stripe];
-        uint32_t v = cur->bucket;
-        bool stripe_done = false;
+        uint32_t       v = cur->bucket;
+        bool           stripe_done = false;
 
         clock_begin(s);
         pthread_mutex_lock(&st->lock);
@@ -330,11 +342,13 @@ store_purge(struct store *s, store_hash_pred pred, void *arg, size_t max_items,
                     pp = &it->h_next;
                 }
             }
-            if (it != NULL)
+            if (it != NULL) {
                 break;
+            }
             stripe_done = cursor_step(&v, st->mask, &budget);
-            if (stripe_done)
+            if (stripe_done) {
                 break;
+            }
         }
         pthread_mutex_unlock(&st->lock);
         cursor_save(cur, v, stripe_done);

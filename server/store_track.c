@@ -17,8 +17,8 @@
 #include "server/store_internal.h"
 
 /* Keys a drain pops under one stripe lock hold. */
-#define DRAIN_BATCH      64u
-#define DIRTY_INIT       4u             /* dirty-set buckets per stripe */
+#define DRAIN_BATCH 64u
+#define DIRTY_INIT  4u /* dirty-set buckets per stripe */
 
 /* ---- dirty tracking (do_: caller holds the stripe lock) ---------------- */
 
@@ -34,14 +34,16 @@ static void
 do_dirty_grow(struct stripe *st)
 {
     uint32_t n = st->d_mask + 1;
-    void **nb;
+    void   **nb;
 
-    if (st->d_count <= n * 2)
+    if (st->d_count <= n * 2) {
         return;
+    }
     nb = store_chains_double((void **)st->d_buckets, n, offsetof(struct dirty_key, h_next),
                              offsetof(struct dirty_key, hash));
-    if (nb == NULL)
+    if (nb == NULL) {
         return;
+    }
     st->d_buckets = (struct dirty_key **)nb;
     st->d_mask = n * 2 - 1;
 }
@@ -50,17 +52,18 @@ do_dirty_grow(struct stripe *st)
  * wants it and it is not recorded yet. Out of line and cold, so the
  * mutation paths that test st->tracking stay as small as without it. */
 void __attribute__((noinline, cold))
-do_track_key(struct store *s, struct stripe *st, const char *key, size_t nkey,
-             uint64_t hash)
+do_track_key(struct store *s, struct stripe *st, const char *key, size_t nkey, uint64_t hash)
 {
     struct dirty_key **pp, *d;
 
-    if (!s->track_pred(hash, s->track_arg))
+    if (!s->track_pred(hash, s->track_arg)) {
         return;
+    }
     pp = &st->d_buckets[dirty_bucket(st, hash)];
     for (d = *pp; d != NULL; d = d->h_next) {
-        if (d->hash == hash && d->nkey == nkey && memcmp(d->key, key, nkey) == 0)
+        if (d->hash == hash && d->nkey == nkey && memcmp(d->key, key, nkey) == 0) {
             return;
+        }
     }
     d = malloc(offsetof(struct dirty_key, key) + nkey);
     if (d == NULL) {
@@ -75,10 +78,11 @@ do_track_key(struct store *s, struct stripe *st, const char *key, size_t nkey,
     d->h_next = *pp;
     *pp = d;
     d->q_next = NULL;
-    if (st->d_tail != NULL)
+    if (st->d_tail != NULL) {
         st->d_tail->q_next = d;
-    else
+    } else {
         st->d_head = d;
+    }
     st->d_tail = d;
     st->d_count++;
     __atomic_fetch_add(&s->track_pending, 1, __ATOMIC_RELAXED);
@@ -91,11 +95,13 @@ do_dirty_pop(struct stripe *st)
 {
     struct dirty_key *d = st->d_head, **pp;
 
-    if (d == NULL)
+    if (d == NULL) {
         return NULL;
+    }
     st->d_head = d->q_next;
-    if (st->d_head == NULL)
+    if (st->d_head == NULL) {
         st->d_tail = NULL;
+    }
     for (pp = &st->d_buckets[dirty_bucket(st, d->hash)]; *pp != d; pp = &(*pp)->h_next)
         ;
     *pp = d->h_next;
@@ -113,11 +119,12 @@ store_track_clear(struct store *s, bool lock)
     uint32_t i;
 
     for (i = 0; i < STRIPES; i++) {
-        struct stripe *st = &s->stripes[i];
+        struct stripe    *st = &s->stripes[i];
         struct dirty_key *d, *next, **buckets;
 
-        if (lock)
+        if (lock) {
             pthread_mutex_lock(&st->lock);
+        }
         st->tracking = false;
         d = st->d_head;
         buckets = st->d_buckets;
@@ -125,8 +132,9 @@ store_track_clear(struct store *s, bool lock)
         st->d_buckets = NULL;
         st->d_count = 0;
         st->d_mask = 0;
-        if (lock)
+        if (lock) {
             pthread_mutex_unlock(&st->lock);
+        }
         for (; d != NULL; d = next) {
             next = d->q_next;
             free(d);
@@ -140,8 +148,8 @@ int
 store_track_start(struct store *s, store_hash_pred pred, void *arg)
 {
     struct dirty_key ***sets;
-    uint32_t i;
-    int rc = 0;
+    uint32_t            i;
+    int                 rc = 0;
 
     pthread_mutex_lock(&s->track_lock);
     if (s->track_on) {
@@ -157,8 +165,9 @@ store_track_start(struct store *s, store_hash_pred pred, void *arg)
     for (i = 0; i < STRIPES; i++) {
         sets[i] = calloc(DIRTY_INIT, sizeof(**sets));
         if (sets[i] == NULL) {
-            while (i > 0)
+            while (i > 0) {
                 free(sets[--i]);
+            }
             free(sets);
             rc = STORE_NO_MEMORY;
             goto out;
@@ -193,14 +202,15 @@ out:
 /* Look a key up for a drain without side effects (a dead item is left to
  * the sweep, so reading it does not record the key again). Borrowed. */
 static struct store_item *
-do_find_live(struct store *s, struct stripe *st, const char *key, size_t nkey,
-             uint64_t hash, int64_t now)
+do_find_live(struct store *s, struct stripe *st, const char *key, size_t nkey, uint64_t hash,
+             int64_t now)
 {
     struct store_item *it;
 
     for (it = st->buckets[bucket_of(st, hash)]; it != NULL; it = it->h_next) {
-        if (it->hash == hash && it->nkey == nkey && memcmp(it->data, key, nkey) == 0)
+        if (it->hash == hash && it->nkey == nkey && memcmp(it->data, key, nkey) == 0) {
             return item_dead(it, now, do_gen(s)) == LIVE ? it : NULL;
+        }
     }
     return NULL;
 }
@@ -208,17 +218,17 @@ do_find_live(struct store *s, struct stripe *st, const char *key, size_t nkey,
 size_t
 store_track_drain(struct store *s, store_dirty_fn fn, void *arg, size_t max)
 {
-    struct dirty_key *keys[DRAIN_BATCH];
+    struct dirty_key  *keys[DRAIN_BATCH];
     struct store_item *items[DRAIN_BATCH];
-    size_t done = 0;
-    uint32_t idle = 0, n, i;
+    size_t             done = 0;
+    uint32_t           idle = 0, n, i;
 
     pthread_mutex_lock(&s->copy_lock);
     while (done < max && idle < STRIPES &&
            __atomic_load_n(&s->track_pending, __ATOMIC_RELAXED) > 0) {
         struct stripe *st = &s->stripes[s->drain_stripe];
-        int64_t now = clock_begin(s);
-        bool more;
+        int64_t        now = clock_begin(s);
+        bool           more;
 
         n = 0;
         pthread_mutex_lock(&st->lock);
@@ -227,28 +237,32 @@ store_track_drain(struct store *s, store_dirty_fn fn, void *arg, size_t max)
             break;
         }
         while (n < DRAIN_BATCH && done + n < max && st->d_head != NULL) {
-            struct dirty_key *d = do_dirty_pop(st);
+            struct dirty_key  *d = do_dirty_pop(st);
             struct store_item *it = do_find_live(s, st, d->key, d->nkey, d->hash, now);
 
-            if (it != NULL)
+            if (it != NULL) {
                 item_ref(it);
+            }
             keys[n] = d;
             items[n++] = it;
         }
         more = st->d_head != NULL;
         pthread_mutex_unlock(&st->lock);
-        if (n > 0)
+        if (n > 0) {
             __atomic_fetch_sub(&s->track_pending, n, __ATOMIC_RELAXED);
+        }
         for (i = 0; i < n; i++) {
             fn(keys[i]->key, keys[i]->nkey, keys[i]->hash, items[i], arg);
-            if (items[i] != NULL)
+            if (items[i] != NULL) {
                 store_release(s, items[i]);
+            }
             free(keys[i]);
         }
         done += n;
         idle = n > 0 ? 0 : idle + 1;
-        if (!more)
+        if (!more) {
             s->drain_stripe = (s->drain_stripe + 1) & STRIPE_MASK;
+        }
     }
     pthread_mutex_unlock(&s->copy_lock);
     return done;
@@ -291,79 +305,86 @@ cas_raise(struct store *s, uint64_t cas)
     uint64_t want = (cas & CAS_LOW_MASK) + 1;
     uint64_t cur = __atomic_load_n(&s->cas_next, __ATOMIC_RELAXED);
 
-    while (cur < want &&
-           !__atomic_compare_exchange_n(&s->cas_next, &cur, want, true,
-                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    while (cur < want && !__atomic_compare_exchange_n(&s->cas_next, &cur, want, true,
+                                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         ;
 }
 
 struct store_item *
-store_import_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash,
-                   uint32_t flags, int64_t ttl_remaining, size_t nbytes, int *err)
+store_import_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash, uint32_t flags,
+                   int64_t ttl_remaining, size_t nbytes, int *err)
 {
-    uint64_t evicted = 0;
-    int64_t exptime = 0;
+    uint64_t           evicted = 0;
+    int64_t            exptime = 0;
     struct store_item *it;
 
-    if (ttl_remaining < 0)
-        exptime = 1;                    /* long expired */
-    else if (ttl_remaining > 0)
-        exptime = store_now(s) + (ttl_remaining > (int64_t)UINT32_MAX ?
-                                  (int64_t)UINT32_MAX : ttl_remaining);
+    if (ttl_remaining < 0) {
+        exptime = 1; /* long expired */
+    } else if (ttl_remaining > 0) {
+        exptime = store_now(s) +
+                  (ttl_remaining > (int64_t)UINT32_MAX ? (int64_t)UINT32_MAX : ttl_remaining);
+    }
     it = store_alloc_counted(s, key, nkey, hash, flags, exptime, nbytes, err, &evicted);
-    if (evicted > 0)
+    if (evicted > 0) {
         __atomic_fetch_add(&s->import_evictions, evicted, __ATOMIC_RELAXED);
+    }
     return it;
 }
 
 int
 store_put_import(struct store *s, struct store_item *it, uint64_t cas)
 {
-    struct stripe *st = stripe_of(s, it->hash);
+    struct stripe     *st = stripe_of(s, it->hash);
     struct store_item *old;
-    int64_t now;
-    int rc;
+    int64_t            now;
+    int                rc;
 
-    if (it->gen & IF_LINKED)
-        return STORE_NOT_STORED;   /* an item is stored once */
+    if (it->gen & IF_LINKED) {
+        return STORE_NOT_STORED; /* an item is stored once */
+    }
     now = clock_begin(s);
-    if (cas != 0)
+    if (cas != 0) {
         cas_raise(s, cas);
+    }
     pthread_mutex_lock(&st->lock);
     old = do_find(s, st, store_item_key(it), it->nkey, it->hash, now, false);
     if (it->exptime != 0 && (int64_t)it->exptime <= now) {
         /* An expired post-image is a tombstone. */
-        if (old != NULL)
+        if (old != NULL) {
             do_unlink(s, st, old, NULL);
+        }
         rc = old != NULL ? STORE_DELETED : STORE_NOT_FOUND;
     } else {
         it->cas = cas != 0 ? cas : cas_mint(s);
         it->gen = (uint16_t)do_gen(s);
         it->bump = minute8(now);
-        if (old != NULL)
+        if (old != NULL) {
             do_unlink(s, st, old, NULL);
+        }
         do_link(s, st, it);
         rc = STORE_STORED;
     }
     pthread_mutex_unlock(&st->lock);
-    if (rc == STORE_STORED)
+    if (rc == STORE_STORED) {
         __atomic_fetch_add(&s->imported, 1, __ATOMIC_RELAXED);
+    }
     return rc;
 }
 
 int
-store_import(struct store *s, const char *key, size_t nkey, uint64_t hash,
-             uint32_t flags, int64_t ttl_remaining, uint64_t cas,
-             const char *value, size_t nbytes)
+store_import(struct store *s, const char *key, size_t nkey, uint64_t hash, uint32_t flags,
+             int64_t ttl_remaining, uint64_t cas, const char *value, size_t nbytes)
 {
     struct store_item *it;
-    int err = 0, rc;
+    int                err = 0, rc;
 
-    if (ttl_remaining < 0)
+    if (ttl_remaining < 0) {
         return store_import_delete(s, key, nkey, hash);
+    }
     it = store_import_alloc(s, key, nkey, hash, flags, ttl_remaining, nbytes, &err);
-    if (it == NULL)
+    if (it == NULL) {
         return err;
+    }
     memcpy(store_item_value_mut(it), value, nbytes);
     rc = store_put_import(s, it, cas);
     store_release(s, it);
@@ -380,10 +401,11 @@ int64_t
 store_item_ttl_remaining(const struct store *s, const struct store_item *it)
 {
     uint32_t e = __atomic_load_n(&it->exptime, __ATOMIC_RELAXED);
-    int64_t now;
+    int64_t  now;
 
-    if (e == 0)
+    if (e == 0) {
         return 0;
+    }
     now = store_now(s);
     return (int64_t)e > now ? (int64_t)e - now : -1;
 }

@@ -28,7 +28,7 @@
 #include "server/replicate.h"
 #include "server/log.h"
 
-#define SHUTDOWN_FLUSH_SECS 5   /* bound on flushing replies at exit */
+#define SHUTDOWN_FLUSH_SECS 5 /* bound on flushing replies at exit */
 static const char TOO_MANY[] = "ERROR Too many open connections\r\n";
 
 /* Create the store and the workers' bases; see thread.h. */
@@ -36,11 +36,12 @@ struct server *
 server_new(const struct settings *settings)
 {
     struct store_config cfg;
-    struct server *srv = calloc(1, sizeof(*srv));
-    int i;
+    struct server      *srv = calloc(1, sizeof(*srv));
+    int                 i;
 
-    if (srv == NULL)
+    if (srv == NULL) {
         return NULL;
+    }
     srv->settings = *settings;
     srv->listen_fd = -1;
     srv->stall_timeout_ms = CONN_STALL_TIMEOUT_MS;
@@ -59,8 +60,9 @@ server_new(const struct settings *settings)
     }
     srv->started = store_now(srv->store);
     srv->workers = calloc((size_t)settings->num_threads, sizeof(*srv->workers));
-    if (srv->workers == NULL)
+    if (srv->workers == NULL) {
         goto fail;
+    }
     for (i = 0; i < settings->num_threads; i++) {
         struct worker *w = &srv->workers[i];
 
@@ -90,15 +92,19 @@ fail:
 static void
 raise_fd_limit(const struct server *srv)
 {
-    rlim_t want = (rlim_t)srv->settings.maxconns + 64 + 4 * (rlim_t)srv->nworkers;
+    rlim_t        want = (rlim_t)srv->settings.maxconns + 64 + 4 * (rlim_t)srv->nworkers;
     struct rlimit rl;
 
-    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want) {
         return;
+    }
     rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur < want)
-        log_msg(LOG_INFO, "open files limited to %lu: fewer than -c %d connections "
-                "may be accepted", (unsigned long)rl.rlim_cur, srv->settings.maxconns);
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur < want) {
+        log_msg(LOG_INFO,
+                "open files limited to %lu: fewer than -c %d connections "
+                "may be accepted",
+                (unsigned long)rl.rlim_cur, srv->settings.maxconns);
+    }
 }
 
 /* See thread.h. */
@@ -106,8 +112,8 @@ int
 listen_tcp(const char *addr, int port, int backlog, const char *what)
 {
     struct addrinfo hints, *res = NULL, *ai;
-    char portstr[16];
-    int fd = -1, one = 1, rc;
+    char            portstr[16];
+    int             fd = -1, one = 1, rc;
 
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
@@ -120,21 +126,23 @@ listen_tcp(const char *addr, int port, int backlog, const char *what)
         return -1;
     }
     for (ai = res; ai != NULL; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    ai->ai_protocol);
-        if (fd < 0)
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
             continue;
+        }
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, backlog) == 0)
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, backlog) == 0) {
             break;
+        }
         rc = errno;
         close(fd);
         fd = -1;
         errno = rc;
     }
     freeaddrinfo(res);
-    if (fd < 0)
+    if (fd < 0) {
         log_msg(LOG_ERR, "cannot listen on %s %s:%d: %s", what, addr, port, strerror(errno));
+    }
     return fd;
 }
 
@@ -143,20 +151,22 @@ int
 server_listen(struct server *srv)
 {
     struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    int fd;
+    socklen_t               sl = sizeof(ss);
+    int                     fd;
 
     raise_fd_limit(srv);
     fd = listen_tcp(srv->settings.listen_addr, srv->settings.port, 1024, "client port");
-    if (fd < 0)
+    if (fd < 0) {
         return -1;
+    }
     srv->listen_fd = fd;
     srv->bound_port = srv->settings.port;
     if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
-        if (ss.ss_family == AF_INET)
+        if (ss.ss_family == AF_INET) {
             srv->bound_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        else if (ss.ss_family == AF_INET6)
+        } else if (ss.ss_family == AF_INET6) {
             srv->bound_port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        }
     }
     return 0;
 }
@@ -166,8 +176,9 @@ void
 worker_conn_closed(struct worker *w)
 {
     __atomic_sub_fetch(&w->srv->curr_conns, 1, __ATOMIC_RELAXED);
-    if (w->shutting_down && w->nconns == 0)
+    if (w->shutting_down && w->nconns == 0) {
         event_base_loopexit(w->base, NULL);
+    }
 }
 
 /* Shutdown deadline for a worker: stop flushing, leave the loop. */
@@ -187,10 +198,11 @@ static void
 worker_begin_shutdown(struct worker *w)
 {
     struct timeval tv = { SHUTDOWN_FLUSH_SECS, 0 };
-    struct conn *c, *next;
+    struct conn   *c, *next;
 
-    if (w->shutting_down)
+    if (w->shutting_down) {
         return;
+    }
     w->shutting_down = true;
     for (c = w->conns; c != NULL; c = next) {
         next = c->next;
@@ -201,22 +213,24 @@ worker_begin_shutdown(struct worker *w)
         return;
     }
     w->stop_timer = evtimer_new(w->base, worker_stop_timer_cb, w);
-    if (w->stop_timer == NULL || evtimer_add(w->stop_timer, &tv) < 0)
+    if (w->stop_timer == NULL || evtimer_add(w->stop_timer, &tv) < 0) {
         event_base_loopexit(w->base, NULL);
+    }
 }
 
 /* Wake-up from the accept thread: adopt queued sockets, or shut down. */
 static void
 worker_notify_cb(evutil_socket_t fd, short what, void *arg)
 {
-    struct worker *w = arg;
+    struct worker          *w = arg;
     struct conn_queue_item *q, *next;
-    char buf[64];
-    bool stop;
+    char                    buf[64];
+    bool                    stop;
 
     (void)what;
-    while (read(fd, buf, sizeof(buf)) > 0)
+    while (read(fd, buf, sizeof(buf)) > 0) {
         continue;
+    }
     pthread_mutex_lock(&w->q_lock);
     q = w->q_head;
     w->q_head = w->q_tail = NULL;
@@ -239,8 +253,9 @@ worker_notify_cb(evutil_socket_t fd, short what, void *arg)
         }
         free(q);
     }
-    if (stop)
+    if (stop) {
         worker_begin_shutdown(w);
+    }
     /* Between callbacks: this worker holds no cluster view. */
     pthread_mutex_lock(&w->srv->barrier_lock);
     w->barrier_seen = w->srv->barrier_gen;
@@ -264,8 +279,9 @@ worker_main(void *arg)
     pthread_cond_broadcast(&w->srv->barrier_cond);
     pthread_mutex_unlock(&w->srv->barrier_lock);
     w->shutting_down = true;
-    while (w->conns != NULL)
+    while (w->conns != NULL) {
         conn_close(w->conns);
+    }
     forward_worker_free(w);
     replicate_worker_free(w);
     return NULL;
@@ -276,8 +292,8 @@ int
 server_barrier(struct server *srv)
 {
     struct timespec deadline;
-    uint64_t gen;
-    int i, rc = 0;
+    uint64_t        gen;
+    int             i, rc = 0;
 
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += 10;
@@ -285,9 +301,10 @@ server_barrier(struct server *srv)
     gen = ++srv->barrier_gen;
     pthread_mutex_unlock(&srv->barrier_lock);
     for (i = 0; i < srv->nworkers; i++) {
-        if (srv->workers[i].notify_fd[1] >= 0 &&
-            write(srv->workers[i].notify_fd[1], "b", 1) < 0 && errno != EAGAIN)
+        if (srv->workers[i].notify_fd[1] >= 0 && write(srv->workers[i].notify_fd[1], "b", 1) < 0 &&
+            errno != EAGAIN) {
             log_msg(LOG_ERR, "worker wake-up: %s", strerror(errno));
+        }
     }
     pthread_mutex_lock(&srv->barrier_lock);
     for (;;) {
@@ -296,13 +313,15 @@ server_barrier(struct server *srv)
         for (i = 0; i < srv->nworkers; i++) {
             struct worker *w = &srv->workers[i];
 
-            if (w->barrier_live && w->barrier_seen < gen)
+            if (w->barrier_live && w->barrier_seen < gen) {
                 waiting = true;
+            }
         }
-        if (!waiting)
+        if (!waiting) {
             break;
-        if (pthread_cond_timedwait(&srv->barrier_cond, &srv->barrier_lock,
-                                   &deadline) == ETIMEDOUT) {
+        }
+        if (pthread_cond_timedwait(&srv->barrier_cond, &srv->barrier_lock, &deadline) ==
+            ETIMEDOUT) {
             log_msg(LOG_ERR, "worker barrier: no answer in 10 s");
             rc = -1;
             break;
@@ -316,7 +335,7 @@ server_barrier(struct server *srv)
 static void
 dispatch_conn(struct server *srv, int fd)
 {
-    struct worker *w = &srv->workers[srv->next_worker];
+    struct worker          *w = &srv->workers[srv->next_worker];
     struct conn_queue_item *q = malloc(sizeof(*q));
 
     srv->next_worker = (srv->next_worker + 1) % srv->nworkers;
@@ -328,15 +347,17 @@ dispatch_conn(struct server *srv, int fd)
     q->fd = fd;
     q->next = NULL;
     pthread_mutex_lock(&w->q_lock);
-    if (w->q_tail != NULL)
+    if (w->q_tail != NULL) {
         w->q_tail->next = q;
-    else
+    } else {
         w->q_head = q;
+    }
     w->q_tail = q;
     pthread_mutex_unlock(&w->q_lock);
     /* A full pipe already holds a pending wake-up, so EAGAIN is fine. */
-    if (write(w->notify_fd[1], "c", 1) < 0 && errno != EAGAIN)
+    if (write(w->notify_fd[1], "c", 1) < 0 && errno != EAGAIN) {
         log_msg(LOG_ERR, "worker wake-up: %s", strerror(errno));
+    }
 }
 
 /* Re-enable accepting after running out of file descriptors. */
@@ -355,15 +376,16 @@ static void
 accept_cb(evutil_socket_t lfd, short what, void *arg)
 {
     struct server *srv = arg;
-    int one = 1;
+    int            one = 1;
 
     (void)what;
     for (;;) {
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
         if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
+            if (errno == EINTR || errno == ECONNABORTED) {
                 continue;
+            }
             if (errno == EMFILE || errno == ENFILE) {
                 struct timeval tv = { 0, 100000 };
 
@@ -376,8 +398,9 @@ accept_cb(evutil_socket_t lfd, short what, void *arg)
             return;
         }
         if (__atomic_load_n(&srv->curr_conns, __ATOMIC_RELAXED) >= srv->settings.maxconns) {
-            if (send(fd, TOO_MANY, sizeof(TOO_MANY) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+            if (send(fd, TOO_MANY, sizeof(TOO_MANY) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
                 log_msg(LOG_DEBUG, "reject: %s", strerror(errno));
+            }
             close(fd);
             __atomic_add_fetch(&srv->rejected_conns, 1, __ATOMIC_RELAXED);
             continue;
@@ -405,20 +428,22 @@ int
 server_run(struct server *srv)
 {
     sigset_t block, old;
-    int i, rc = 0;
+    int      i, rc = 0;
 
     srv->main_base = event_base_new();
-    if (srv->main_base == NULL)
+    if (srv->main_base == NULL) {
         return -1;
-    srv->listen_ev = event_new(srv->main_base, srv->listen_fd, EV_READ | EV_PERSIST,
-                               accept_cb, srv);
+    }
+    srv->listen_ev =
+        event_new(srv->main_base, srv->listen_fd, EV_READ | EV_PERSIST, accept_cb, srv);
     srv->accept_retry_ev = evtimer_new(srv->main_base, accept_retry_cb, srv);
     srv->sigterm_ev = evsignal_new(srv->main_base, SIGTERM, signal_cb, srv);
     srv->sigint_ev = evsignal_new(srv->main_base, SIGINT, signal_cb, srv);
     if (srv->listen_ev == NULL || srv->accept_retry_ev == NULL || srv->sigterm_ev == NULL ||
         srv->sigint_ev == NULL || event_add(srv->sigterm_ev, NULL) < 0 ||
-        event_add(srv->sigint_ev, NULL) < 0)
+        event_add(srv->sigint_ev, NULL) < 0) {
         return -1;
+    }
 
     /* Workers never take the signals; the main thread's base does. */
     sigemptyset(&block);
@@ -428,8 +453,8 @@ server_run(struct server *srv)
     for (i = 0; i < srv->nworkers; i++) {
         struct worker *w = &srv->workers[i];
 
-        w->notify_ev = event_new(w->base, w->notify_fd[0], EV_READ | EV_PERSIST,
-                                 worker_notify_cb, w);
+        w->notify_ev =
+            event_new(w->base, w->notify_fd[0], EV_READ | EV_PERSIST, worker_notify_cb, w);
         if (w->notify_ev == NULL || event_add(w->notify_ev, NULL) < 0 ||
             pthread_create(&w->tid, NULL, worker_main, w) != 0) {
             log_msg(LOG_ERR, "cannot start worker %d", i);
@@ -453,13 +478,15 @@ server_run(struct server *srv)
     for (i = 0; i < srv->nworkers; i++) {
         struct worker *w = &srv->workers[i];
 
-        if (!w->started)
+        if (!w->started) {
             continue;
+        }
         pthread_mutex_lock(&w->q_lock);
         w->stop = true;
         pthread_mutex_unlock(&w->q_lock);
-        if (write(w->notify_fd[1], "s", 1) < 0 && errno != EAGAIN)
+        if (write(w->notify_fd[1], "s", 1) < 0 && errno != EAGAIN) {
             log_msg(LOG_ERR, "worker wake-up: %s", strerror(errno));
+        }
     }
     for (i = 0; i < srv->nworkers; i++) {
         if (srv->workers[i].started) {
@@ -476,8 +503,9 @@ worker_free_pools(struct worker *w)
 {
     struct out_chunk *ch;
 
-    while (w->nrbuf_pool > 0)
+    while (w->nrbuf_pool > 0) {
         free(w->rbuf_pool[--w->nrbuf_pool]);
+    }
     while ((ch = w->chunk_pool) != NULL) {
         w->chunk_pool = ch->next;
         free(ch);
@@ -495,15 +523,17 @@ server_free(struct server *srv)
 {
     int i;
 
-    if (srv == NULL)
+    if (srv == NULL) {
         return;
+    }
     for (i = 0; i < srv->nworkers; i++) {
-        struct worker *w = &srv->workers[i];
+        struct worker          *w = &srv->workers[i];
         struct conn_queue_item *q;
 
         w->shutting_down = true;
-        while (w->conns != NULL)
+        while (w->conns != NULL) {
             conn_close(w->conns);
+        }
         forward_worker_free(w);
         replicate_worker_free(w);
         while ((q = w->q_head) != NULL) {
@@ -511,34 +541,46 @@ server_free(struct server *srv)
             close(q->fd);
             free(q);
         }
-        if (w->notify_ev != NULL)
+        if (w->notify_ev != NULL) {
             event_free(w->notify_ev);
-        if (w->stop_timer != NULL)
+        }
+        if (w->stop_timer != NULL) {
             event_free(w->stop_timer);
-        if (w->base != NULL)
+        }
+        if (w->base != NULL) {
             event_base_free(w->base);
-        if (w->notify_fd[0] >= 0)
+        }
+        if (w->notify_fd[0] >= 0) {
             close(w->notify_fd[0]);
-        if (w->notify_fd[1] >= 0)
+        }
+        if (w->notify_fd[1] >= 0) {
             close(w->notify_fd[1]);
+        }
         worker_free_pools(w);
         pthread_mutex_destroy(&w->q_lock);
     }
     free(srv->workers);
-    if (srv->listen_ev != NULL)
+    if (srv->listen_ev != NULL) {
         event_free(srv->listen_ev);
-    if (srv->accept_retry_ev != NULL)
+    }
+    if (srv->accept_retry_ev != NULL) {
         event_free(srv->accept_retry_ev);
-    if (srv->sigterm_ev != NULL)
+    }
+    if (srv->sigterm_ev != NULL) {
         event_free(srv->sigterm_ev);
-    if (srv->sigint_ev != NULL)
+    }
+    if (srv->sigint_ev != NULL) {
         event_free(srv->sigint_ev);
-    if (srv->main_base != NULL)
+    }
+    if (srv->main_base != NULL) {
         event_base_free(srv->main_base);
-    if (srv->listen_fd >= 0)
+    }
+    if (srv->listen_fd >= 0) {
         close(srv->listen_fd);
-    if (srv->store != NULL)
+    }
+    if (srv->store != NULL) {
         store_free(srv->store);
+    }
     pthread_mutex_destroy(&srv->stats_lock);
     pthread_mutex_destroy(&srv->barrier_lock);
     pthread_cond_destroy(&srv->barrier_cond);
@@ -552,8 +594,9 @@ sum_workers(struct server *srv, struct thread_stats *out)
     int i;
 
     memset(out, 0, sizeof(*out));
-    for (i = 0; i < srv->nworkers; i++)
+    for (i = 0; i < srv->nworkers; i++) {
         stats_accumulate(out, &srv->workers[i].stats);
+    }
 }
 
 /* Counters since the last reset. */

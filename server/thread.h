@@ -29,7 +29,7 @@ struct server;
 /* A new socket on its way from the accept loop to a worker. */
 struct conn_queue_item {
     struct conn_queue_item *next;
-    int fd;
+    int                     fd;
 };
 
 #define WORKER_RBUF_POOL 64
@@ -37,48 +37,48 @@ struct conn_queue_item {
 /* One worker thread. Everything but the queue is touched only by the
  * worker itself (or by anyone before the threads start). */
 struct worker {
-    struct server     *srv;
-    int                id;
-    pthread_t          tid;
-    bool               started;
-    struct event_base *base;
-    struct event      *notify_ev;
-    int                notify_fd[2];   /* pipe: [0] read by the worker */
-    pthread_mutex_t    q_lock;         /* protects q_head/q_tail/stop */
+    struct server          *srv;
+    int                     id;
+    pthread_t               tid;
+    bool                    started;
+    struct event_base      *base;
+    struct event           *notify_ev;
+    int                     notify_fd[2]; /* pipe: [0] read by the worker */
+    pthread_mutex_t         q_lock;       /* protects q_head/q_tail/stop */
     struct conn_queue_item *q_head, *q_tail;
-    bool               stop;           /* shutdown requested (under q_lock) */
-    bool               shutting_down;  /* worker's own copy of stop */
-    struct event      *stop_timer;     /* bounds the final flush */
-    struct conn       *conns;          /* every open connection of this worker */
-    int                nconns;
-    struct thread_stats stats;
+    bool                    stop;          /* shutdown requested (under q_lock) */
+    bool                    shutting_down; /* worker's own copy of stop */
+    struct event           *stop_timer;    /* bounds the final flush */
+    struct conn            *conns;         /* every open connection of this worker */
+    int                     nconns;
+    struct thread_stats     stats;
     /* Buffer pools, so idle connections hold no buffers (conn.c). */
-    char              *rbuf_pool[WORKER_RBUF_POOL];
-    int                nrbuf_pool;
-    struct out_chunk  *chunk_pool;     /* free output chunks with a buffer */
-    int                nchunk_pool;
-    struct out_chunk  *ichunk_pool;    /* free item-reference chunks */
-    int                nichunk_pool;
+    char             *rbuf_pool[WORKER_RBUF_POOL];
+    int               nrbuf_pool;
+    struct out_chunk *chunk_pool; /* free output chunks with a buffer */
+    int               nchunk_pool;
+    struct out_chunk *ichunk_pool; /* free item-reference chunks */
+    int               nichunk_pool;
     /* Upstream connections to peers (server/forward.c), created lazily. */
     struct fwd_worker *fwd;
     /* Finished replication ops for reuse (server/replicate.c). */
-    struct repl_op    *repl_pool;
-    int                nrepl_pool;
+    struct repl_op *repl_pool;
+    int             nrepl_pool;
     /* server_barrier (under srv->barrier_lock). */
-    bool               barrier_live;   /* the thread runs its loop */
-    uint64_t           barrier_seen;   /* last barrier generation passed */
+    bool     barrier_live; /* the thread runs its loop */
+    uint64_t barrier_seen; /* last barrier generation passed */
 };
 
 /* The whole node. */
 struct server {
     struct settings    settings;
     struct store      *store;
-    int64_t            started;        /* unix time at start, for uptime */
+    int64_t            started; /* unix time at start, for uptime */
     int                nworkers;
     struct worker     *workers;
-    int                next_worker;    /* round robin, accept thread only */
+    int                next_worker; /* round robin, accept thread only */
     int                listen_fd;
-    int                bound_port;     /* actual port after server_listen */
+    int                bound_port;       /* actual port after server_listen */
     int                stall_timeout_ms; /* see CONN_STALL_TIMEOUT_MS; tests shorten it */
     struct event_base *main_base;
     struct event      *listen_ev, *sigterm_ev, *sigint_ev, *accept_retry_ev;
@@ -86,14 +86,14 @@ struct server {
     uint64_t           total_conns;    /* atomic */
     uint64_t           rejected_conns; /* atomic */
     /* `stats reset` baseline, under stats_lock. */
-    pthread_mutex_t    stats_lock;
+    pthread_mutex_t     stats_lock;
     struct thread_stats base_thread;
-    uint64_t           base_total_conns, base_rejected_conns;
+    uint64_t            base_total_conns, base_rejected_conns;
     /* Cluster mode (server/cluster.h); NULL: a plain single-node cache. */
-    struct cluster    *cluster;
-    pthread_mutex_t    barrier_lock;
-    pthread_cond_t     barrier_cond;
-    uint64_t           barrier_gen;
+    struct cluster *cluster;
+    pthread_mutex_t barrier_lock;
+    pthread_cond_t  barrier_cond;
+    uint64_t        barrier_gen;
 };
 
 /*

@@ -22,9 +22,9 @@
 #include "server/log.h"
 #include "server/store.h"
 
-#define CLEANUP_ITEMS     2000      /* purged per cleanup tick */
-#define CLEANUP_TICK_MS   10        /* so cleanup stays under ~200k items/s */
-#define ORPHANS_TTL_MS    2000      /* orphan recount interval during a transition */
+#define CLEANUP_ITEMS   2000 /* purged per cleanup tick */
+#define CLEANUP_TICK_MS 10   /* so cleanup stays under ~200k items/s */
+#define ORPHANS_TTL_MS  2000 /* orphan recount interval during a transition */
 
 struct transition {
     struct cluster     *cl;
@@ -33,8 +33,8 @@ struct transition {
     struct event       *cleanup_ev;
     struct store_cursor cleanup_cur;
     bool                cleaning;
-    uint64_t            orphans, orphans_ms;   /* last count and when (0: none) */
-    transition_done_fn  fence_fn;              /* a fence waits for its drain */
+    uint64_t            orphans, orphans_ms; /* last count and when (0: none) */
+    transition_done_fn  fence_fn;            /* a fence waits for its drain */
     void               *fence_arg;
 };
 
@@ -85,11 +85,13 @@ purge_importing(struct transition *t)
 {
     struct store_cursor cur;
 
-    if (t->cl->importing.n == 0)
+    if (t->cl->importing.n == 0) {
         return;
+    }
     store_cursor_init(&cur);
-    while (store_purge(t->store, arcset_pred, &t->cl->importing, 1u << 16, &cur) != 0)
+    while (store_purge(t->store, arcset_pred, &t->cl->importing, 1u << 16, &cur) != 0) {
         continue;
+    }
 }
 
 /* CLEANUP: what the active epoch does not give this node, in the
@@ -98,12 +100,13 @@ static void
 cleanup_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct transition *t = arg;
-    struct timeval tv = { 0, CLEANUP_TICK_MS * 1000 };
+    struct timeval     tv = { 0, CLEANUP_TICK_MS * 1000 };
 
     (void)fd;
     (void)what;
-    if (!t->cleaning)
+    if (!t->cleaning) {
         return;
+    }
     if (store_purge(t->store, orphan_pred, t->cl, CLEANUP_ITEMS, &t->cleanup_cur) == 0) {
         t->cleaning = false;
         log_msg(LOG_INFO, "cleanup done");
@@ -129,20 +132,21 @@ cleanup_start(struct transition *t)
 
 /* See transition.h. */
 int
-transition_prepare(struct transition *t, const struct ring_members *next,
-                   const uint8_t *token, size_t token_len, uint64_t from_epoch,
-                   const char *const *failed, uint32_t n_failed, const char *const *stale,
-                   uint32_t n_stale, char *err, size_t errlen)
+transition_prepare(struct transition *t, const struct ring_members *next, const uint8_t *token,
+                   size_t token_len, uint64_t from_epoch, const char *const *failed,
+                   uint32_t n_failed, const char *const *stale, uint32_t n_stale, char *err,
+                   size_t errlen)
 {
     bool again;
 
-    if (cluster_prepare_failed(t->cl, next, token, token_len, from_epoch, failed, n_failed,
-                               stale, n_stale, &again, err, errlen) < 0)
+    if (cluster_prepare_failed(t->cl, next, token, token_len, from_epoch, failed, n_failed, stale,
+                               n_stale, &again, err, errlen) < 0) {
         return -1;
+    }
     if (!again) {
         /* Cleanup of an older epoch must not touch what we will import. */
         purge_importing(t);
-        t->orphans_ms = 0;     /* the importing arcs changed: recount */
+        t->orphans_ms = 0; /* the importing arcs changed: recount */
         cluster_imported_reset(t->cl);
     }
     /* Sources track changes before they acknowledge. */
@@ -151,8 +155,7 @@ transition_prepare(struct transition *t, const struct ring_members *next,
 
 /* A pending transition with this token; else the error and -1. */
 static int
-token_check(struct transition *t, const uint8_t *token, size_t token_len, char *err,
-            size_t errlen)
+token_check(struct transition *t, const uint8_t *token, size_t token_len, char *err, size_t errlen)
 {
     struct cluster *cl = t->cl;
 
@@ -172,11 +175,13 @@ int
 transition_start_copy(struct transition *t, const uint8_t *token, size_t token_len,
                       uint64_t rate_bytes_per_s, char *err, size_t errlen)
 {
-    if (token_check(t, token, token_len, err, errlen) < 0)
+    if (token_check(t, token, token_len, err, errlen) < 0) {
         return -1;
+    }
     if (t->cl->phase == CLUSTER_PHASE_PREPARED &&
-        cluster_set_phase(t->cl, CLUSTER_PHASE_COPYING, err, errlen) < 0)
+        cluster_set_phase(t->cl, CLUSTER_PHASE_COPYING, err, errlen) < 0) {
         return -1;
+    }
     return handoff_start_copy(t->ho, rate_bytes_per_s, err, errlen);
 }
 
@@ -188,8 +193,9 @@ fence_done(void *arg, const char *err)
     transition_done_fn fn = t->fence_fn;
 
     t->fence_fn = NULL;
-    if (fn == NULL)
+    if (fn == NULL) {
         return;
+    }
     log_msg(LOG_INFO, "fence %s after %" PRIu64 " ms", err == NULL ? "done" : "failed",
             t->cl->fence_held_ms);
     fn(t->fence_arg, err);
@@ -202,16 +208,18 @@ transition_fence(struct transition *t, const uint8_t *token, size_t token_len, c
 {
     uint64_t t0 = util_now_ms();
 
-    if (token_check(t, token, token_len, err, errlen) < 0)
+    if (token_check(t, token, token_len, err, errlen) < 0) {
         return -1;
+    }
     if (t->fence_fn != NULL) {
         snprintf(err, errlen, "a fence is already in progress");
         return -1;
     }
     /* Publishing the fence view waits for every worker to finish the
      * request it is in: after it, no write to a fenced arc is in flight. */
-    if (cluster_set_phase(t->cl, CLUSTER_PHASE_FENCED, err, errlen) < 0)
+    if (cluster_set_phase(t->cl, CLUSTER_PHASE_FENCED, err, errlen) < 0) {
         return -1;
+    }
     log_msg(LOG_INFO, "fence: persisted and published in %" PRIu64 " ms", util_now_ms() - t0);
     return 0;
 }
@@ -235,13 +243,14 @@ transition_fence_cancel(struct transition *t)
 
 /* See transition.h. */
 int
-transition_commit(struct transition *t, const struct ring_members *next,
-                  const uint8_t *token, size_t token_len, char *err, size_t errlen)
+transition_commit(struct transition *t, const struct ring_members *next, const uint8_t *token,
+                  size_t token_len, char *err, size_t errlen)
 {
     bool again;
 
-    if (cluster_commit(t->cl, next, token, token_len, &again, err, errlen) < 0)
+    if (cluster_commit(t->cl, next, token, token_len, &again, err, errlen) < 0) {
         return -1;
+    }
     if (!again) {
         handoff_stop(t->ho);
         cleanup_start(t);
@@ -251,14 +260,14 @@ transition_commit(struct transition *t, const struct ring_members *next,
 
 /* See transition.h. */
 int
-transition_abort(struct transition *t, const uint8_t *token, size_t token_len,
-                 uint64_t epoch, void (*end_streams)(void *arg), void *arg, char *err,
-                 size_t errlen)
+transition_abort(struct transition *t, const uint8_t *token, size_t token_len, uint64_t epoch,
+                 void (*end_streams)(void *arg), void *arg, char *err, size_t errlen)
 {
     struct cluster *cl = t->cl;
 
-    if (cl->pending == NULL)
+    if (cl->pending == NULL) {
         return 0;
+    }
     if (!cluster_token_ok(cl, token, token_len)) {
         snprintf(err, errlen, "token does not match the pending transition");
         return -1;
@@ -282,8 +291,9 @@ transition_resume(struct transition *t)
     char err[256];
 
     /* The store is empty, but the rules stay the same. */
-    if (t->cl->pending != NULL && handoff_prepare(t->ho, err, sizeof(err)) < 0)
+    if (t->cl->pending != NULL && handoff_prepare(t->ho, err, sizeof(err)) < 0) {
         log_msg(LOG_ERR, "%s", err);
+    }
 }
 
 /*
@@ -292,13 +302,13 @@ transition_resume(struct transition *t)
 
 /* See transition.h. */
 struct transition *
-transition_new(struct cluster *cl, struct store *s, struct handoff *ho,
-               struct event_base *base)
+transition_new(struct cluster *cl, struct store *s, struct handoff *ho, struct event_base *base)
 {
     struct transition *t = calloc(1, sizeof(*t));
 
-    if (t == NULL)
+    if (t == NULL) {
         return NULL;
+    }
     t->cl = cl;
     t->store = s;
     t->ho = ho;
@@ -314,8 +324,9 @@ transition_new(struct cluster *cl, struct store *s, struct handoff *ho,
 void
 transition_free(struct transition *t)
 {
-    if (t == NULL)
+    if (t == NULL) {
         return;
+    }
     event_free(t->cleanup_ev);
     free(t);
 }

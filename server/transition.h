@@ -38,10 +38,10 @@ void transition_resume(struct transition *t);
 /* PREPARE: accept next (cluster_prepare_failed; the caller keeps next),
  * purge leftovers of the arcs to import, start dirty tracking as a source.
  * A repeat of the same PREPARE only checks the tracking. */
-int transition_prepare(struct transition *t, const struct ring_members *next,
-                       const uint8_t *token, size_t token_len, uint64_t from_epoch,
-                       const char *const *failed, uint32_t n_failed,
-                       const char *const *stale, uint32_t n_stale, char *err, size_t errlen);
+int transition_prepare(struct transition *t, const struct ring_members *next, const uint8_t *token,
+                       size_t token_len, uint64_t from_epoch, const char *const *failed,
+                       uint32_t n_failed, const char *const *stale, uint32_t n_stale, char *err,
+                       size_t errlen);
 
 /* COPY: enter the copying phase and start (or re-rate) the streams;
  * rate 0 = unlimited. */
@@ -55,8 +55,8 @@ int transition_start_copy(struct transition *t, const uint8_t *token, size_t tok
  * admin's connection and calls transition_fence_wait, which calls done
  * once the handoff drained (maybe at once, from inside the call).
  */
-int transition_fence(struct transition *t, const uint8_t *token, size_t token_len, char *err,
-                     size_t errlen);
+int  transition_fence(struct transition *t, const uint8_t *token, size_t token_len, char *err,
+                      size_t errlen);
 void transition_fence_wait(struct transition *t, transition_done_fn done, void *arg);
 /* The fence's waiter went away: done is never called. */
 void transition_fence_cancel(struct transition *t);
@@ -64,8 +64,8 @@ void transition_fence_cancel(struct transition *t);
 /* COMMIT: activate next (or the pending membership when NULL; the caller
  * keeps next), close the streams, start CLEANUP. A repeated commit only
  * succeeds. */
-int transition_commit(struct transition *t, const struct ring_members *next,
-                      const uint8_t *token, size_t token_len, char *err, size_t errlen);
+int transition_commit(struct transition *t, const struct ring_members *next, const uint8_t *token,
+                      size_t token_len, char *err, size_t errlen);
 
 /*
  * ABORT of the pending transition (epoch 0: whichever it is); without one
@@ -74,9 +74,8 @@ int transition_commit(struct transition *t, const struct ring_members *next,
  * incoming streams, then drops what was imported and forgets the pending
  * epoch.
  */
-int transition_abort(struct transition *t, const uint8_t *token, size_t token_len,
-                     uint64_t epoch, void (*end_streams)(void *arg), void *arg, char *err,
-                     size_t errlen);
+int transition_abort(struct transition *t, const uint8_t *token, size_t token_len, uint64_t epoch,
+                     void (*end_streams)(void *arg), void *arg, char *err, size_t errlen);
 
 /* Items this node holds that it neither owns in the active epoch nor
  * imports (Status). Exact without a pending transition; during one,

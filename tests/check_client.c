@@ -20,11 +20,10 @@
 #include "ring/ring.h"
 #include "tests/suites.h"
 
-static const char three_members[] =
-    "epoch 1\nvnodes 160\nreplicas 1\n"
-    "node cache-a 127.0.0.1:11311\n"
-    "node cache-b 127.0.0.1:11312\n"
-    "node cache-c 127.0.0.1:11313\n";
+static const char three_members[] = "epoch 1\nvnodes 160\nreplicas 1\n"
+                                    "node cache-a 127.0.0.1:11311\n"
+                                    "node cache-b 127.0.0.1:11312\n"
+                                    "node cache-c 127.0.0.1:11313\n";
 
 /*
  * Keys
@@ -39,7 +38,7 @@ START_TEST(test_key_check)
     } cases[] = {
         { "a", 1, 0 },
         { "user:42", 7, 0 },
-        { "caf\xc3\xa9", 5, 0 },          /* UTF-8 bytes are fine */
+        { "caf\xc3\xa9", 5, 0 }, /* UTF-8 bytes are fine */
         { "", 0, RINGCACHE_EKEY },
         { "a b", 3, RINGCACHE_EKEY },
         { "a\tb", 3, RINGCACHE_EKEY },
@@ -49,12 +48,11 @@ START_TEST(test_key_check)
         { "a\x7f", 2, RINGCACHE_EKEY },
         { "\x01", 1, RINGCACHE_EKEY },
     };
-    char longkey[300];
+    char   longkey[300];
     size_t i;
 
     for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        ck_assert_msg(mcp_check_key(cases[i].key, cases[i].len) == cases[i].want,
-                      "case %zu", i);
+        ck_assert_msg(mcp_check_key(cases[i].key, cases[i].len) == cases[i].want, "case %zu", i);
     }
     memset(longkey, 'k', sizeof(longkey));
     ck_assert_int_eq(mcp_check_key(longkey, 250), 0);
@@ -69,10 +67,10 @@ END_TEST
 
 struct parse_case {
     const char   *bytes;
-    long          want;       /* bytes consumed, 0 = need more, < 0 error */
+    long          want; /* bytes consumed, 0 = need more, < 0 error */
     enum mcr_kind kind;
-    const char   *key;        /* VALUE key / STAT name */
-    const char   *data;       /* VALUE data / STAT value / error message */
+    const char   *key;  /* VALUE key / STAT name */
+    const char   *data; /* VALUE data / STAT value / error message */
     uint32_t      flags;
     int           has_cas;
     uint64_t      cas;
@@ -92,7 +90,8 @@ static const struct parse_case parse_cases[] = {
     { "18446744073709551615\r\n", 22, MCR_NUMBER, NULL, NULL, 0, 0, 0, UINT64_MAX },
     { "VALUE k 5 3\r\nabc\r\n", 18, MCR_VALUE, "k", "abc", 5, 0, 0, 0 },
     { "VALUE k 0 0\r\n\r\n", 15, MCR_VALUE, "k", "", 0, 0, 0, 0 },
-    { "VALUE key 4294967295 2 77\r\nhi\r\nEND\r\n", 31, MCR_VALUE, "key", "hi", UINT32_MAX, 1, 77, 0 },
+    { "VALUE key 4294967295 2 77\r\nhi\r\nEND\r\n", 31, MCR_VALUE, "key", "hi", UINT32_MAX, 1, 77,
+      0 },
     { "VALUE k 0 4\r\na\r\nb\r\n", 19, MCR_VALUE, "k", "a\r\nb", 0, 0, 0, 0 },
     { "STAT pid 123\r\n", 14, MCR_STAT, "pid", "123", 0, 0, 0, 0 },
     { "STAT version 1.6.18 x\r\n", 23, MCR_STAT, "version", "1.6.18 x", 0, 0, 0, 0 },
@@ -122,14 +121,15 @@ static const struct parse_case parse_cases[] = {
     { "VALUE k 4294967296 1\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
     { "VALUE k 0 x\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
     { "VALUE k 0 1 c\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
-    { "VALUE k 0 2000000\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },  /* over max_value */
+    { "VALUE k 0 2000000\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 }, /* over max_value */
     { "VALUE k\x01 0 1\r\nx\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
     { "STAT\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
     { "STAT x\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
     { "ERRORS\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
     { "EN\rD\r\n", RINGCACHE_EPROTO, 0, NULL, NULL, 0, 0, 0, 0 },
     /* the cluster extensions (docs/cluster.md) */
-    { "SERVER_ERROR MOVED 7 127.0.0.1:11312\r\n", 38, MCR_MOVED, "127.0.0.1:11312", NULL, 0, 0, 0, 0 },
+    { "SERVER_ERROR MOVED 7 127.0.0.1:11312\r\n", 38, MCR_MOVED, "127.0.0.1:11312", NULL, 0, 0, 0,
+      0 },
     { "SERVER_ERROR TRYAGAIN 7\r\n", 25, MCR_TRYAGAIN, NULL, NULL, 0, 0, 0, 0 },
     { "SERVER_ERROR MOVED 7\r\n", 22, MCR_SERVER_ERROR, NULL, "MOVED 7", 0, 0, 0, 0 },
     { "SERVER_ERROR MOVED x 127.0.0.1:1\r\n", 34, MCR_SERVER_ERROR, NULL, NULL, 0, 0, 0, 0 },
@@ -148,17 +148,17 @@ static const struct parse_case parse_cases[] = {
 START_TEST(test_parse_table)
 {
     const struct parse_case *pc = &parse_cases[_i];
-    struct mcr_reply r;
-    size_t len = strlen(pc->bytes), need = 0;
-    char *buf;
-    long got;
+    struct mcr_reply         r;
+    size_t                   len = strlen(pc->bytes), need = 0;
+    char                    *buf;
+    long                     got;
 
     /* A private copy so a read past the end shows up under ASan. */
     buf = malloc(len + 1);
     memcpy(buf, pc->bytes, len);
     got = mcp_parse(buf, len, 1048576, &r, &need);
-    ck_assert_msg(got == pc->want, "case %d \"%s\": got %ld want %ld", _i,
-                  pc->bytes, got, pc->want);
+    ck_assert_msg(got == pc->want, "case %d \"%s\": got %ld want %ld", _i, pc->bytes, got,
+                  pc->want);
     if (got == 0) {
         ck_assert_msg(need > len, "case %d: need %zu <= len %zu", _i, need, len);
     }
@@ -183,9 +183,9 @@ END_TEST
 
 START_TEST(test_parse_long_line)
 {
-    char buf[MCR_LINE_MAX + 10];
+    char             buf[MCR_LINE_MAX + 10];
     struct mcr_reply r;
-    size_t need;
+    size_t           need;
 
     /* A reply line that never ends is garbage, not a reason to buffer
      * forever. */
@@ -198,12 +198,11 @@ END_TEST
 START_TEST(test_parse_stream)
 {
     /* A multi-get reply consumed unit by unit, fed one byte at a time. */
-    static const char stream[] =
-        "VALUE a 1 1\r\nx\r\nVALUE bb 2 3 9\r\nyyy\r\nEND\r\n";
+    static const char          stream[] = "VALUE a 1 1\r\nx\r\nVALUE bb 2 3 9\r\nyyy\r\nEND\r\n";
     static const enum mcr_kind kinds[] = { MCR_VALUE, MCR_VALUE, MCR_END };
-    size_t have, off = 0, k = 0, need;
-    struct mcr_reply r;
-    long got;
+    size_t                     have, off = 0, k = 0, need;
+    struct mcr_reply           r;
+    long                       got;
 
     for (have = 0; have <= sizeof(stream) - 1; have++) {
         while (off < have) {
@@ -231,7 +230,8 @@ START_TEST(test_error_codes)
     } cases[] = {
         { "ERROR\r\n", RINGCACHE_ECLIENT },
         { "CLIENT_ERROR bad command line format\r\n", RINGCACHE_ECLIENT },
-        { "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n", RINGCACHE_ENONNUMERIC },
+        { "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+          RINGCACHE_ENONNUMERIC },
         { "SERVER_ERROR object too large for cache\r\n", RINGCACHE_ETOOBIG },
         { "SERVER_ERROR out of memory storing object\r\n", RINGCACHE_ESERVER },
         { "SERVER_ERROR MOVED 4 127.0.0.1:1\r\n", RINGCACHE_EMOVED },
@@ -240,7 +240,7 @@ START_TEST(test_error_codes)
         { "STORED\r\n", 0 },
     };
     struct mcr_reply r;
-    size_t i, need;
+    size_t           i, need;
 
     for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         ck_assert(mcp_parse(cases[i].line, strlen(cases[i].line), 10, &r, &need) > 0);
@@ -251,7 +251,7 @@ END_TEST
 
 START_TEST(test_format_storage)
 {
-    char buf[MCP_LINE_MAX];
+    char   buf[MCP_LINE_MAX];
     size_t n;
 
     n = mcp_format_storage(buf, "set", "key", 3, 7, -1, 5, false, 0);
@@ -276,13 +276,13 @@ array_key(void *arg, size_t i, size_t *len)
 START_TEST(test_request_lines)
 {
     static const char *const keys[] = { "a", "bb", "user:42" };
-    char buf[MCP_LINE_MAX], big[300];
-    size_t n;
+    char                     buf[MCP_LINE_MAX], big[300];
+    size_t                   n;
 
-#define LINE_IS(call, want) \
-    do { \
-        n = (call); \
-        ck_assert_uint_eq(n, strlen(want)); \
+#define LINE_IS(call, want)                   \
+    do {                                      \
+        n = (call);                           \
+        ck_assert_uint_eq(n, strlen(want));   \
         ck_assert(memcmp(buf, want, n) == 0); \
     } while (0)
     LINE_IS(mcp_format_get(buf, false, "k", 1), "get k\r\n");
@@ -319,7 +319,7 @@ END_TEST
 START_TEST(test_strerror_every_code)
 {
     const char *unknown = ringcache_strerror(-1000);
-    int a, b;
+    int         a, b;
 
     ck_assert_ptr_nonnull(unknown);
     ck_assert_str_eq(ringcache_strerror(1), unknown);
@@ -330,8 +330,8 @@ START_TEST(test_strerror_every_code)
         ck_assert_ptr_nonnull(s);
         ck_assert_msg(strcmp(s, unknown) != 0, "code %d has no message", a);
         for (b = a + 1; b <= 0; b++) {
-            ck_assert_msg(strcmp(s, ringcache_strerror(b)) != 0,
-                          "codes %d and %d share a message", a, b);
+            ck_assert_msg(strcmp(s, ringcache_strerror(b)) != 0, "codes %d and %d share a message",
+                          a, b);
         }
     }
 }
@@ -345,8 +345,8 @@ static struct ring *
 build_ring(const char *text)
 {
     struct ring_members *m = NULL;
-    struct ring *r;
-    char err[256];
+    struct ring         *r;
+    char                 err[256];
 
     ck_assert_int_eq(ring_members_parse(text, strlen(text), "test", &m, err, sizeof(err)), RING_OK);
     r = ring_build(m);
@@ -373,8 +373,7 @@ mask_usable(void *arg, uint32_t node)
 #define N_GROUP_KEYS 500
 
 static void
-make_keys(struct route_key *keys, char (*names)[32], const struct ring *r,
-          uint32_t replicas)
+make_keys(struct route_key *keys, char (*names)[32], const struct ring *r, uint32_t replicas)
 {
     size_t i;
 
@@ -383,17 +382,16 @@ make_keys(struct route_key *keys, char (*names)[32], const struct ring *r,
         memset(&keys[i], 0, sizeof(keys[i]));
         keys[i].key = names[i];
         keys[i].len = strlen(names[i]);
-        keys[i].n_owners = route_owners(r, replicas, keys[i].key, keys[i].len,
-                                        keys[i].owners);
+        keys[i].n_owners = route_owners(r, replicas, keys[i].key, keys[i].len, keys[i].owners);
     }
 }
 
 START_TEST(test_route_owners_is_ring_locate)
 {
     struct ring *r = build_ring(three_members);
-    uint32_t mine[ROUTE_R_MAX], theirs[8], n;
-    char key[32];
-    int i;
+    uint32_t     mine[ROUTE_R_MAX], theirs[8], n;
+    char         key[32];
+    int          i;
 
     for (i = 0; i < 2000; i++) {
         snprintf(key, sizeof(key), "k%d", i);
@@ -409,17 +407,17 @@ END_TEST
 
 START_TEST(test_group_by_owner)
 {
-    struct ring *r = build_ring(three_members);
+    struct ring            *r = build_ring(three_members);
     static struct route_key keys[N_GROUP_KEYS];
-    static char names[N_GROUP_KEYS][32];
-    struct usable_mask u = { .mask = 7 };
-    struct route_plan p;
-    uint32_t g, primary[1];
-    size_t j, seen = 0, prev;
-    int per_node[3] = { 0, 0, 0 };
+    static char             names[N_GROUP_KEYS][32];
+    struct usable_mask      u = { .mask = 7 };
+    struct route_plan       p;
+    uint32_t                g, primary[1];
+    size_t                  j, seen = 0, prev;
+    int                     per_node[3] = { 0, 0, 0 };
 
     make_keys(keys, names, r, 1);
-    keys[7].done = true;                 /* answered keys are skipped */
+    keys[7].done = true; /* answered keys are skipped */
     ck_assert_int_eq(route_plan_build(&p, 3, keys, N_GROUP_KEYS, mask_usable, &u), 0);
     ck_assert_uint_eq(p.n_groups, 3);
     ck_assert_uint_eq(p.n_orphans, 0);
@@ -451,16 +449,15 @@ END_TEST
 
 START_TEST(test_group_failover)
 {
-    static const char r2[] =
-        "epoch 1\nvnodes 160\nreplicas 2\n"
-        "node a 127.0.0.1:1\nnode b 127.0.0.1:2\nnode c 127.0.0.1:3\n";
-    struct ring *r = build_ring(r2);
+    static const char       r2[] = "epoch 1\nvnodes 160\nreplicas 2\n"
+                                   "node a 127.0.0.1:1\nnode b 127.0.0.1:2\nnode c 127.0.0.1:3\n";
+    struct ring            *r = build_ring(r2);
     static struct route_key keys[N_GROUP_KEYS];
-    static char names[N_GROUP_KEYS][32];
-    struct usable_mask u = { .mask = 5 };      /* node 1 (b) is down */
-    struct route_plan p;
-    uint32_t g;
-    size_t j;
+    static char             names[N_GROUP_KEYS][32];
+    struct usable_mask      u = { .mask = 5 }; /* node 1 (b) is down */
+    struct route_plan       p;
+    uint32_t                g;
+    size_t                  j;
 
     make_keys(keys, names, r, 2);
     ck_assert_int_eq(route_plan_build(&p, 3, keys, N_GROUP_KEYS, mask_usable, &u), 0);
@@ -512,26 +509,26 @@ END_TEST
 
 START_TEST(test_create_errors)
 {
-    struct ringcache *rc = NULL;
+    struct ringcache        *rc = NULL;
     struct ringcache_options o;
-    char err[256] = "";
-    const char *bad_seed[] = { "no-port-here" };
+    char                     err[256] = "";
+    const char              *bad_seed[] = { "no-port-here" };
 
-    ck_assert_int_eq(ringcache_new_members_text(&rc, "node x\n", 7, "bad.members",
-                                                NULL, err, sizeof(err)),
-                     RINGCACHE_EMEMBERS);
+    ck_assert_int_eq(
+        ringcache_new_members_text(&rc, "node x\n", 7, "bad.members", NULL, err, sizeof(err)),
+        RINGCACHE_EMEMBERS);
     ck_assert_ptr_null(rc);
     ck_assert_msg(strstr(err, "bad.members") != NULL, "err: %s", err);
-    ck_assert_int_eq(ringcache_new_members_file(&rc, "/nonexistent/x.members", NULL,
-                                                err, sizeof(err)),
-                     RINGCACHE_EMEMBERS);
+    ck_assert_int_eq(
+        ringcache_new_members_file(&rc, "/nonexistent/x.members", NULL, err, sizeof(err)),
+        RINGCACHE_EMEMBERS);
     ck_assert_msg(strstr(err, "/nonexistent/x.members") != NULL, "err: %s", err);
     ck_assert_int_eq(ringcache_new_seeds(&rc, bad_seed, 1, NULL, err, sizeof(err)),
                      RINGCACHE_EMEMBERS);
     ringcache_options_init(&o);
     o.op_timeout_ms = 0;
-    ck_assert_int_eq(ringcache_new_members_text(&rc, three_members, strlen(three_members),
-                                                "t", &o, err, sizeof(err)),
+    ck_assert_int_eq(ringcache_new_members_text(&rc, three_members, strlen(three_members), "t", &o,
+                                                err, sizeof(err)),
                      RINGCACHE_EINVAL);
     ck_assert_ptr_null(rc);
 }
@@ -548,8 +545,8 @@ static int
 refusing_port(int family, uint16_t *port)
 {
     struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    int fd;
+    socklen_t               len = sizeof(ss);
+    int                     fd;
 
     memset(&ss, 0, sizeof(ss));
     ss.ss_family = (sa_family_t)family;
@@ -563,9 +560,9 @@ refusing_port(int family, uint16_t *port)
     if (fd < 0) {
         return -1;
     }
-    if (bind(fd, (struct sockaddr *)&ss, family == AF_INET ? sizeof(struct sockaddr_in)
-                                                         : sizeof(struct sockaddr_in6)) != 0
-        || getsockname(fd, (struct sockaddr *)&ss, &len) != 0) {
+    if (bind(fd, (struct sockaddr *)&ss,
+             family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&ss, &len) != 0) {
         close(fd);
         return -1;
     }
@@ -578,15 +575,15 @@ START_TEST(test_seeds_are_the_membership)
 {
     /* Seeds nobody answers on (not fixed ports, where a local cluster may
      * run and answer `config`): the seeds themselves are the membership. */
-    char seed4[64], seed6[64], id4[64], id6[64];
-    const char *seeds[] = { seed4, seed6 };
-    struct ringcache *rc = NULL;
+    char                 seed4[64], seed6[64], id4[64], id6[64];
+    const char          *seeds[] = { seed4, seed6 };
+    struct ringcache    *rc = NULL;
     struct ring_members *m;
-    struct ring *r;
-    size_t owner;
-    char err[256];
-    uint16_t p4, p6;
-    int i, fd4, fd6;
+    struct ring         *r;
+    size_t               owner;
+    char                 err[256];
+    uint16_t             p4, p6;
+    int                  i, fd4, fd6;
 
     fd4 = refusing_port(AF_INET, &p4);
     ck_assert_int_ge(fd4, 0);
@@ -626,10 +623,13 @@ END_TEST
 static int mget_calls;
 
 static void
-count_mget(void *arg, size_t index, int node, int status,
-           const struct ringcache_value *v)
+count_mget(void *arg, size_t index, int node, int status, const struct ringcache_value *v)
 {
-    (void)arg; (void)index; (void)node; (void)status; (void)v;
+    (void)arg;
+    (void)index;
+    (void)node;
+    (void)status;
+    (void)v;
     mget_calls++;
 }
 
@@ -637,19 +637,19 @@ START_TEST(test_validation_before_sending)
 {
     /* Port 1 on loopback: were anything sent, the call would fail with an
      * I/O or down error instead of the validation errors asserted here. */
-    const char *members = "epoch 1\nvnodes 160\nreplicas 1\nnode a 127.0.0.1:1\n";
-    const char *keys[] = { "good", "bad key" };
+    const char              *members = "epoch 1\nvnodes 160\nreplicas 1\nnode a 127.0.0.1:1\n";
+    const char              *keys[] = { "good", "bad key" };
     struct ringcache_options o;
-    struct ringcache *rc = NULL;
-    struct ringcache_value v;
-    char big[64];
-    uint64_t n;
+    struct ringcache        *rc = NULL;
+    struct ringcache_value   v;
+    char                     big[64];
+    uint64_t                 n;
 
     ringcache_options_init(&o);
     o.max_value_bytes = 32;
     /* From a membership (a seeds handle asks the seed for config). */
-    ck_assert_int_eq(ringcache_new_members_text(&rc, members, strlen(members), "t", &o,
-                                                NULL, 0), 0);
+    ck_assert_int_eq(ringcache_new_members_text(&rc, members, strlen(members), "t", &o, NULL, 0),
+                     0);
     memset(big, 'v', sizeof(big));
     ck_assert_int_eq(ringcache_set(rc, "k", 1, big, 33, 0, 0), RINGCACHE_ETOOBIG);
     ck_assert_int_eq(ringcache_set(rc, "", 0, "v", 1, 0, 0), RINGCACHE_EKEY);
@@ -672,7 +672,7 @@ END_TEST
 START_TEST(test_parse_cluster_fields)
 {
     struct mcr_reply r;
-    size_t need;
+    size_t           need;
     const char *e = "EPOCH 12 13\r\n", *m = "SERVER_ERROR MOVED 18446744073709551615 [::1]:5\r\n";
     const char *t = "SERVER_ERROR TRYAGAIN 9\r\n", *c = "CONFIG 5 3\r\nxyz\r\nEND\r\n";
 

@@ -25,30 +25,30 @@
  */
 
 enum fake_mode {
-    FAKE_SERVE,        /* keyed requests served: get -> END, set -> STORED */
-    FAKE_MOVED,        /* keyed requests -> SERVER_ERROR MOVED <moved_epoch> <self> */
-    FAKE_MOVED_ONCE,   /* the first keyed request MOVED, then serve */
-    FAKE_TRYAGAIN,     /* keyed requests -> SERVER_ERROR TRYAGAIN <moved_epoch> */
-    FAKE_CHURN,        /* every 50th keyed request: MOVED with a new epoch, else serve */
+    FAKE_SERVE,      /* keyed requests served: get -> END, set -> STORED */
+    FAKE_MOVED,      /* keyed requests -> SERVER_ERROR MOVED <moved_epoch> <self> */
+    FAKE_MOVED_ONCE, /* the first keyed request MOVED, then serve */
+    FAKE_TRYAGAIN,   /* keyed requests -> SERVER_ERROR TRYAGAIN <moved_epoch> */
+    FAKE_CHURN,      /* every 50th keyed request: MOVED with a new epoch, else serve */
 };
 
 struct fake {
-    int            lfd;
-    int            port;
-    pthread_t      th;
-    int            stop;           /* atomic */
+    int       lfd;
+    int       port;
+    pthread_t th;
+    int       stop; /* atomic */
     /* the script (set before the handle is made, or atomically) */
-    int            mode;
-    uint64_t       epoch;          /* what EPOCH and CONFIG report (0: no membership) */
-    uint64_t       moved_epoch;    /* what MOVED / TRYAGAIN carry */
-    int            bump;           /* each MOVED raises epoch and moved_epoch by one */
-    int            plain;          /* answer ERROR to epoch and config (plain memcached) */
+    int      mode;
+    uint64_t epoch;       /* what EPOCH and CONFIG report (0: no membership) */
+    uint64_t moved_epoch; /* what MOVED / TRYAGAIN carry */
+    int      bump;        /* each MOVED raises epoch and moved_epoch by one */
+    int      plain;       /* answer ERROR to epoch and config (plain memcached) */
     /* what it saw (atomic) */
-    int            n_keyed;
-    int            n_config;
-    int            n_poll;
-    int            n_declare;
-    uint64_t       declared;       /* last declared epoch */
+    int      n_keyed;
+    int      n_config;
+    int      n_poll;
+    int      n_declare;
+    uint64_t declared; /* last declared epoch */
 };
 
 /* Write all of buf to fd (blocking socket). */
@@ -72,8 +72,8 @@ static void
 fake_keyed(struct fake *f, int fd, const char *ok)
 {
     char out[128];
-    int mode = __atomic_load_n(&f->mode, __ATOMIC_ACQUIRE);
-    int n;
+    int  mode = __atomic_load_n(&f->mode, __ATOMIC_ACQUIRE);
+    int  n;
 
     __atomic_add_fetch(&f->n_keyed, 1, __ATOMIC_RELAXED);
     if (mode == FAKE_MOVED_ONCE) {
@@ -107,16 +107,15 @@ fake_keyed(struct fake *f, int fd, const char *ok)
 static void
 fake_line(struct fake *f, int fd, const char *line, size_t len, size_t *skip)
 {
-    char buf[512], text[256];
+    char               buf[512], text[256];
     unsigned long long e = __atomic_load_n(&f->epoch, __ATOMIC_ACQUIRE);
-    unsigned flags;
-    long ttl;
-    size_t bytes;
-    int n, t;
+    unsigned           flags;
+    long               ttl;
+    size_t             bytes;
+    int                n, t;
 
     snprintf(buf, sizeof(buf), "%.*s", (int)len, line);
-    if (strcmp(buf, "epoch") == 0 || strncmp(buf, "epoch ", 6) == 0 ||
-        strcmp(buf, "config") == 0) {
+    if (strcmp(buf, "epoch") == 0 || strncmp(buf, "epoch ", 6) == 0 || strcmp(buf, "config") == 0) {
         if (f->plain) {
             fake_write(fd, "ERROR\r\n", 7);
         } else if (strcmp(buf, "epoch") == 0) {
@@ -129,9 +128,11 @@ fake_line(struct fake *f, int fd, const char *line, size_t len, size_t *skip)
             fake_write(fd, "OK\r\n", 4);
         } else {
             __atomic_add_fetch(&f->n_config, 1, __ATOMIC_RELAXED);
-            t = e == 0 ? 0 : snprintf(text, sizeof(text),
-                                      "epoch %llu\nvnodes 160\nreplicas 1\n"
-                                      "node fake 127.0.0.1:%d\n", e, f->port);
+            t = e == 0 ? 0
+                       : snprintf(text, sizeof(text),
+                                  "epoch %llu\nvnodes 160\nreplicas 1\n"
+                                  "node fake 127.0.0.1:%d\n",
+                                  e, f->port);
             n = snprintf(buf, sizeof(buf), "CONFIG %llu %d\r\n%s\r\nEND\r\n", e, t,
                          e == 0 ? "" : text);
             fake_write(fd, buf, (size_t)n);
@@ -152,11 +153,11 @@ fake_line(struct fake *f, int fd, const char *line, size_t len, size_t *skip)
 static void *
 fake_run(void *arg)
 {
-    struct fake *f = arg;
+    struct fake  *f = arg;
     struct pollfd p[17];
-    char buf[16][4096];
-    size_t have[16] = { 0 }, skip[16] = { 0 };
-    int n = 1, i;
+    char          buf[16][4096];
+    size_t        have[16] = { 0 }, skip[16] = { 0 };
+    int           n = 1, i;
 
     p[0].fd = f->lfd;
     p[0].events = POLLIN;
@@ -176,9 +177,9 @@ fake_run(void *arg)
             }
         }
         for (i = 1; i < n; i++) {
-            size_t k = (size_t)(i - 1);
+            size_t  k = (size_t)(i - 1);
             ssize_t got;
-            char *nl;
+            char   *nl;
 
             if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) {
                 continue;
@@ -186,7 +187,7 @@ fake_run(void *arg)
             got = recv(p[i].fd, buf[k] + have[k], sizeof(buf[k]) - have[k], 0);
             if (got <= 0) {
                 close(p[i].fd);
-                p[i].fd = -1;     /* poll ignores negative fds */
+                p[i].fd = -1; /* poll ignores negative fds */
                 continue;
             }
             have[k] += (size_t)got;
@@ -225,8 +226,8 @@ static void
 fake_start(struct fake *f, int mode, uint64_t epoch, uint64_t moved_epoch)
 {
     struct sockaddr_in a;
-    socklen_t al = sizeof(a);
-    int one = 1;
+    socklen_t          al = sizeof(a);
+    int                one = 1;
 
     memset(f, 0, sizeof(*f));
     f->mode = mode;
@@ -259,15 +260,16 @@ static struct ringcache *
 fake_handle(struct fake *f, uint64_t epoch, int op_timeout_ms)
 {
     struct ringcache_options o;
-    struct ringcache *rc = NULL;
-    char text[256], err[256] = "";
+    struct ringcache        *rc = NULL;
+    char                     text[256], err[256] = "";
 
     ringcache_options_init(&o);
     o.op_timeout_ms = op_timeout_ms;
     snprintf(text, sizeof(text), "epoch %llu\nvnodes 160\nreplicas 1\nnode fake 127.0.0.1:%d\n",
              (unsigned long long)epoch, f->port);
-    ck_assert_msg(ringcache_new_members_text(&rc, text, strlen(text), "fake", &o, err,
-                                             sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(
+        ringcache_new_members_text(&rc, text, strlen(text), "fake", &o, err, sizeof(err)) == 0,
+        "%s", err);
     return rc;
 }
 
@@ -282,8 +284,8 @@ mono_ms(void)
 
 START_TEST(test_epoch_higher_adopted)
 {
-    struct fake f;
-    struct ringcache *rc;
+    struct fake            f;
+    struct ringcache      *rc;
     struct ringcache_value v;
 
     /* The fake moved on to epoch 7 and says MOVED once. */
@@ -306,9 +308,9 @@ END_TEST
 START_TEST(test_epoch_lower_or_equal_ignored)
 {
     /* _i = 0: the node reports a lower epoch (3 < 5), 1: the same (5). */
-    uint64_t theirs = _i == 0 ? 3 : 5;
-    struct fake f;
-    struct ringcache *rc;
+    uint64_t               theirs = _i == 0 ? 3 : 5;
+    struct fake            f;
+    struct ringcache      *rc;
     struct ringcache_value v;
 
     fake_start(&f, FAKE_MOVED, theirs, theirs);
@@ -331,11 +333,11 @@ END_TEST
 
 START_TEST(test_epoch_hop_cap)
 {
-    struct fake f;
-    struct ringcache *rc;
+    struct fake            f;
+    struct ringcache      *rc;
     struct ringcache_value v;
-    const char *keys[] = { "a", "b", "c" };
-    int status[3];
+    const char            *keys[] = { "a", "b", "c" };
+    int                    status[3];
     struct ringcache_value vals[3];
 
     /* Every MOVED carries a newer epoch and config has it: a client that
@@ -362,11 +364,11 @@ END_TEST
 
 START_TEST(test_tryagain_budget)
 {
-    struct fake f;
-    struct ringcache *rc;
+    struct fake            f;
+    struct ringcache      *rc;
     struct ringcache_value v;
-    double t0, dt;
-    int tries;
+    double                 t0, dt;
+    int                    tries;
 
     fake_start(&f, FAKE_TRYAGAIN, 1, 1);
     rc = fake_handle(&f, 1, 400);
@@ -395,9 +397,9 @@ END_TEST
 
 START_TEST(test_epoch_declared_once_per_connection)
 {
-    struct fake f;
+    struct fake       f;
     struct ringcache *rc;
-    int i;
+    int               i;
 
     fake_start(&f, FAKE_SERVE, 5, 5);
     rc = fake_handle(&f, 5, 1000);
@@ -417,9 +419,9 @@ END_TEST
 START_TEST(test_epoch_never_declared_to_plain_nodes)
 {
     /* _i = 0: a plain memcached (ERROR to epoch), 1: a node at epoch 0. */
-    struct fake f;
+    struct fake       f;
     struct ringcache *rc;
-    int i;
+    int               i;
 
     fake_start(&f, FAKE_SERVE, 0, 0);
     f.plain = _i == 0;
@@ -436,9 +438,9 @@ END_TEST
 
 START_TEST(test_poll_learns_higher_epoch)
 {
-    struct fake f;
+    struct fake       f;
     struct ringcache *rc;
-    double deadline;
+    double            deadline;
 
     fake_start(&f, FAKE_SERVE, 3, 3);
     rc = fake_handle(&f, 3, 1000);
@@ -470,30 +472,30 @@ struct churn_arg {
 static void *
 churn_thread(void *arg)
 {
-    struct churn_arg *a = arg;
+    struct churn_arg      *a = arg;
     struct ringcache_value v;
-    const char *keys[] = { "m1", "m2" };
+    const char            *keys[] = { "m1", "m2" };
     struct ringcache_value vals[2];
-    int status[2], i, ret;
+    int                    status[2], i, ret;
 
     for (i = 0; i < 150; i++) {
         a->errors += ringcache_set(a->rc, "k", 1, "v", 1, 0, 0) != 0;
         ret = ringcache_get(a->rc, "k", 1, &v);
         a->errors += ret != RINGCACHE_ENOTFOUND;
         a->errors += ringcache_mget(a->rc, keys, NULL, 2, vals, status) != 0;
-        a->errors += ringcache_node_id(a->rc, 0) == NULL ||
-                     strcmp(ringcache_node_id(a->rc, 0), "fake") != 0;
+        a->errors +=
+            ringcache_node_id(a->rc, 0) == NULL || strcmp(ringcache_node_id(a->rc, 0), "fake") != 0;
     }
     return NULL;
 }
 
 START_TEST(test_ring_swap_under_threads)
 {
-    struct fake f;
+    struct fake       f;
     struct ringcache *rc;
-    struct churn_arg a[6];
-    pthread_t th[6];
-    int i, errors = 0;
+    struct churn_arg  a[6];
+    pthread_t         th[6];
+    int               i, errors = 0;
 
     /* Every 50th request is MOVED with a newer epoch: the ring is swapped
      * dozens of times under six threads; no call may fail (4 MOVED in a
@@ -521,10 +523,10 @@ END_TEST
 
 START_TEST(test_seeds_fetch_config)
 {
-    struct fake f;
+    struct fake       f;
     struct ringcache *rc = NULL;
-    char seed[32], err[256] = "";
-    const char *seeds[2];
+    char              seed[32], err[256] = "";
+    const char       *seeds[2];
 
     /* The first seed is dead; the second has epoch 9. */
     fake_start(&f, FAKE_SERVE, 9, 9);
@@ -545,10 +547,10 @@ END_TEST
 
 START_TEST(test_seeds_without_membership)
 {
-    struct fake f;
+    struct fake       f;
     struct ringcache *rc = NULL;
-    char seed[32];
-    const char *seeds[1];
+    char              seed[32];
+    const char       *seeds[1];
 
     fake_start(&f, FAKE_SERVE, 0, 0);
     snprintf(seed, sizeof(seed), "127.0.0.1:%d", f.port);

@@ -55,8 +55,7 @@ members(const char *text)
 {
     struct ring_members *m = NULL;
 
-    ck_assert_int_eq(ring_members_parse(text, strlen(text), "t", &m, err, sizeof(err)),
-                     RING_OK);
+    ck_assert_int_eq(ring_members_parse(text, strlen(text), "t", &m, err, sizeof(err)), RING_OK);
     return m;
 }
 
@@ -64,8 +63,8 @@ static struct cluster *
 open_node(const char *id)
 {
     struct cluster *cl = NULL;
-    int rc = cluster_new(NULL, NULL, id, dir, "ringcache", (const uint8_t *)"admin", 5,
-                         &cl, err, sizeof(err));
+    int rc = cluster_new(NULL, NULL, id, dir, "ringcache", (const uint8_t *)"admin", 5, &cl, err,
+                         sizeof(err));
 
     ck_assert_msg(rc == 0, "cluster_new: %s", err);
     return cl;
@@ -87,10 +86,10 @@ START_TEST(test_arcset_wrap_and_merge)
     struct arcset a = { 0 };
 
     ck_assert_int_eq(arcset_add_arc(&a, 100, 200), 0);
-    ck_assert_int_eq(arcset_add_arc(&a, UINT64_MAX - 10, 5), 0);   /* wraps */
-    ck_assert_int_eq(arcset_add_arc(&a, 200, 300), 0);              /* touches */
+    ck_assert_int_eq(arcset_add_arc(&a, UINT64_MAX - 10, 5), 0); /* wraps */
+    ck_assert_int_eq(arcset_add_arc(&a, 200, 300), 0);           /* touches */
     arcset_finish(&a);
-    ck_assert_uint_eq(a.n, 3);   /* [0,5] [101,300] [max-9,max] */
+    ck_assert_uint_eq(a.n, 3); /* [0,5] [101,300] [max-9,max] */
     ck_assert(!arcset_has(&a, 100));
     ck_assert(arcset_has(&a, 101));
     ck_assert(arcset_has(&a, 250));
@@ -102,7 +101,7 @@ START_TEST(test_arcset_wrap_and_merge)
     ck_assert(arcset_has(&a, UINT64_MAX));
     ck_assert(!arcset_has(&a, UINT64_MAX - 10));
     arcset_clear(&a);
-    ck_assert_int_eq(arcset_add_arc(&a, 7, 7), 0);                  /* whole circle */
+    ck_assert_int_eq(arcset_add_arc(&a, 7, 7), 0); /* whole circle */
     arcset_finish(&a);
     ck_assert(arcset_has(&a, 0) && arcset_has(&a, UINT64_MAX) && arcset_has(&a, 7));
     ck_assert(arcset_share(&a) > 0.999);
@@ -113,16 +112,16 @@ END_TEST
 START_TEST(test_state_round_trip)
 {
     struct ring_members *four = members(FOUR);
-    struct cluster *cl;
-    bool again;
+    struct cluster      *cl;
+    bool                 again;
 
     mkstate();
     put("active.members", THREE);
     cl = open_node("a");
     ck_assert_uint_eq(cluster_view(cl)->epoch, 3);
     ck_assert_int_eq(cl->self_old, 0);
-    ck_assert_int_eq(cluster_prepare(cl, four, (const uint8_t *)"t0k", 3, 3, &again, err,
-                                     sizeof(err)), 0);
+    ck_assert_int_eq(
+        cluster_prepare(cl, four, (const uint8_t *)"t0k", 3, 3, &again, err, sizeof(err)), 0);
     ck_assert(!again);
     ck_assert_uint_eq(cluster_view(cl)->pending_epoch, 4);
     cluster_free(cl);
@@ -142,9 +141,9 @@ START_TEST(test_state_round_trip)
 
     cl = open_node("a");
     ck_assert_int_eq(cl->phase, CLUSTER_PHASE_FENCED);
-    ck_assert_uint_gt(cluster_view(cl)->fence.n, 0);   /* a fence survives a restart */
-    ck_assert_int_eq(cluster_commit(cl, NULL, (const uint8_t *)"t0k", 3, &again, err,
-                                    sizeof(err)), 0);
+    ck_assert_uint_gt(cluster_view(cl)->fence.n, 0); /* a fence survives a restart */
+    ck_assert_int_eq(cluster_commit(cl, NULL, (const uint8_t *)"t0k", 3, &again, err, sizeof(err)),
+                     0);
     ck_assert_uint_eq(cluster_view(cl)->epoch, 4);
     ck_assert_uint_eq(cluster_view(cl)->pending_epoch, 0);
     ck_assert_uint_eq(cluster_view(cl)->fence.n, 0);
@@ -170,15 +169,16 @@ static void
 expect_load_error(const char *file, const char *text, const char *want)
 {
     struct cluster *cl = NULL;
-    char path[128];
+    char            path[128];
 
     mkstate();
     put("active.members", THREE);
-    if (strcmp(file, "pending.phase") == 0)
+    if (strcmp(file, "pending.phase") == 0) {
         put("pending.members", FOUR);
+    }
     put(file, text);
-    ck_assert_int_eq(cluster_new(NULL, NULL, "a", dir, "ringcache", NULL, 0, &cl, err,
-                                 sizeof(err)), -1);
+    ck_assert_int_eq(cluster_new(NULL, NULL, "a", dir, "ringcache", NULL, 0, &cl, err, sizeof(err)),
+                     -1);
     ck_assert_ptr_null(cl);
     snprintf(path, sizeof(path), "%s/%s", dir, want);
     ck_assert_msg(strstr(err, path) != NULL, "error '%s' does not name '%s'", err, path);
@@ -201,7 +201,7 @@ END_TEST
 START_TEST(test_state_legacy_phase_name)
 {
     struct cluster *cl;
-    char path[128];
+    char            path[128];
 
     mkstate();
     put("active.members", THREE);
@@ -227,8 +227,8 @@ START_TEST(test_state_legacy_phase_name)
     put("pending.members", FOUR);
     put("pending.meta", "token 0g\nphase fenced\n");
     cl = NULL;
-    ck_assert_int_eq(cluster_new(NULL, NULL, "a", dir, "ringcache", NULL, 0, &cl, err,
-                                 sizeof(err)), -1);
+    ck_assert_int_eq(cluster_new(NULL, NULL, "a", dir, "ringcache", NULL, 0, &cl, err, sizeof(err)),
+                     -1);
     snprintf(path, sizeof(path), "%s/pending.meta:1:", dir);
     ck_assert_msg(strstr(err, path) != NULL, "error '%s' does not name '%s'", err, path);
     rmstate();
@@ -239,46 +239,47 @@ START_TEST(test_state_dir_missing)
 {
     struct cluster *cl = NULL;
 
-    ck_assert_int_eq(cluster_new(NULL, NULL, "a", "/nonexistent/state", "x", NULL, 0, &cl,
-                                 err, sizeof(err)), -1);
+    ck_assert_int_eq(
+        cluster_new(NULL, NULL, "a", "/nonexistent/state", "x", NULL, 0, &cl, err, sizeof(err)),
+        -1);
     ck_assert(strstr(err, "/nonexistent/state") != NULL);
-    ck_assert_int_eq(cluster_new(NULL, NULL, "bad id!", "/tmp", "x", NULL, 0, &cl, err,
-                                 sizeof(err)), -1);
+    ck_assert_int_eq(
+        cluster_new(NULL, NULL, "bad id!", "/tmp", "x", NULL, 0, &cl, err, sizeof(err)), -1);
 }
 END_TEST
 
 START_TEST(test_prepare_rules)
 {
     struct ring_members *four = members(FOUR), *five = members(FOUR);
-    struct cluster *cl;
-    bool again;
+    struct cluster      *cl;
+    bool                 again;
 
     five->epoch = 5;
     mkstate();
     put("active.members", THREE);
     cl = open_node("b");
     /* from_epoch must be ours, epoch must follow it, token non-empty. */
-    ck_assert_int_eq(cluster_prepare(cl, five, (const uint8_t *)"t", 1, 4, &again, err,
-                                     sizeof(err)), -1);
+    ck_assert_int_eq(
+        cluster_prepare(cl, five, (const uint8_t *)"t", 1, 4, &again, err, sizeof(err)), -1);
     ck_assert(strstr(err, "active epoch is 3") != NULL);
-    ck_assert_int_eq(cluster_prepare(cl, five, (const uint8_t *)"t", 1, 3, &again, err,
-                                     sizeof(err)), -1);
-    ck_assert_int_eq(cluster_prepare(cl, four, (const uint8_t *)"t", 0, 3, &again, err,
-                                     sizeof(err)), -1);
-    ck_assert_int_eq(cluster_prepare(cl, four, (const uint8_t *)"t1", 2, 3, &again, err,
-                                     sizeof(err)), 0);
+    ck_assert_int_eq(
+        cluster_prepare(cl, five, (const uint8_t *)"t", 1, 3, &again, err, sizeof(err)), -1);
+    ck_assert_int_eq(
+        cluster_prepare(cl, four, (const uint8_t *)"t", 0, 3, &again, err, sizeof(err)), -1);
+    ck_assert_int_eq(
+        cluster_prepare(cl, four, (const uint8_t *)"t1", 2, 3, &again, err, sizeof(err)), 0);
     /* Same token: idempotent. Another token: refused with our state. */
-    ck_assert_int_eq(cluster_prepare(cl, four, (const uint8_t *)"t1", 2, 3, &again, err,
-                                     sizeof(err)), 0);
+    ck_assert_int_eq(
+        cluster_prepare(cl, four, (const uint8_t *)"t1", 2, 3, &again, err, sizeof(err)), 0);
     ck_assert(again);
-    ck_assert_int_eq(cluster_prepare(cl, four, (const uint8_t *)"t2", 2, 3, &again, err,
-                                     sizeof(err)), -1);
+    ck_assert_int_eq(
+        cluster_prepare(cl, four, (const uint8_t *)"t2", 2, 3, &again, err, sizeof(err)), -1);
     ck_assert(strstr(err, "another transition is pending (epoch 4") != NULL);
     /* A source may not commit before it was fenced; a wrong token never. */
-    ck_assert_int_eq(cluster_commit(cl, NULL, (const uint8_t *)"t2", 2, &again, err,
-                                    sizeof(err)), -1);
-    ck_assert_int_eq(cluster_commit(cl, NULL, (const uint8_t *)"t1", 2, &again, err,
-                                    sizeof(err)), -1);
+    ck_assert_int_eq(cluster_commit(cl, NULL, (const uint8_t *)"t2", 2, &again, err, sizeof(err)),
+                     -1);
+    ck_assert_int_eq(cluster_commit(cl, NULL, (const uint8_t *)"t1", 2, &again, err, sizeof(err)),
+                     -1);
     ck_assert(strstr(err, "not fenced") != NULL);
     /* Abort: wrong token refused, right token clears; repeating is fine. */
     ck_assert_int_eq(cluster_abort(cl, (const uint8_t *)"t2", 2, err, sizeof(err)), -1);
@@ -287,8 +288,8 @@ START_TEST(test_prepare_rules)
     ck_assert_uint_eq(cluster_view(cl)->pending_epoch, 0);
     ck_assert_int_eq(cluster_abort(cl, (const uint8_t *)"t1", 2, err, sizeof(err)), 0);
     /* With an active epoch and no pending, a commit of another epoch is refused. */
-    ck_assert_int_eq(cluster_commit(cl, four, (const uint8_t *)"", 0, &again, err,
-                                    sizeof(err)), -1);
+    ck_assert_int_eq(cluster_commit(cl, four, (const uint8_t *)"", 0, &again, err, sizeof(err)),
+                     -1);
     cluster_free(cl);
     cl = open_node("b");
     ck_assert_ptr_null(cl->pending);
@@ -303,20 +304,20 @@ END_TEST
 START_TEST(test_commit_init)
 {
     struct ring_members *three = members(THREE);
-    struct cluster *cl;
-    bool again;
+    struct cluster      *cl;
+    bool                 again;
 
     mkstate();
     cl = open_node("c");
     ck_assert_uint_eq(cluster_view(cl)->epoch, 0);
     ck_assert_uint_eq(cluster_view(cl)->config_len, 19);
     ck_assert_mem_eq(cluster_view(cl)->config, "CONFIG 0 0\r\n\r\nEND\r\n", 19);
-    ck_assert_int_eq(cluster_commit(cl, three, (const uint8_t *)"", 0, &again, err,
-                                    sizeof(err)), 0);
+    ck_assert_int_eq(cluster_commit(cl, three, (const uint8_t *)"", 0, &again, err, sizeof(err)),
+                     0);
     ck_assert(!again);
     ck_assert_uint_eq(cluster_view(cl)->epoch, 3);
-    ck_assert_int_eq(cluster_commit(cl, three, (const uint8_t *)"", 0, &again, err,
-                                    sizeof(err)), 0);
+    ck_assert_int_eq(cluster_commit(cl, three, (const uint8_t *)"", 0, &again, err, sizeof(err)),
+                     0);
     ck_assert(again);
     ck_assert(strncmp(cluster_view(cl)->config, "CONFIG 3 ", 9) == 0);
     ck_assert(strstr(cluster_view(cl)->config, "node c 127.0.0.1:21003\n\r\nEND\r\n") != NULL);
@@ -342,12 +343,12 @@ route_of(const struct cluster_view *v, uint64_t h, bool write, bool declared, ui
 
 START_TEST(test_route_three_nodes)
 {
-    struct ring_members *four = members(FOUR);
-    struct ring *r;
-    struct cluster *cl;
+    struct ring_members       *four = members(FOUR);
+    struct ring               *r;
+    struct cluster            *cl;
     const struct cluster_view *v;
-    uint32_t i, owner, local = 0, fenced = 0;
-    bool again;
+    uint32_t                   i, owner, local = 0, fenced = 0;
+    bool                       again;
 
     mkstate();
     put("active.members", THREE);
@@ -355,8 +356,8 @@ START_TEST(test_route_three_nodes)
     v = cluster_view(cl);
     r = v->ring;
     for (i = 0; i < 20000; i++) {
-        uint64_t h = sample(i);
-        uint32_t p = ring_primary(r, h);
+        uint64_t      h = sample(i);
+        uint32_t      p = ring_primary(r, h);
         enum route_do rt = route_of(v, h, true, true, &owner);
 
         if (p == 1) {
@@ -374,16 +375,16 @@ START_TEST(test_route_three_nodes)
     ck_assert_uint_lt(local, 20000 / 3 * 12 / 10);
 
     /* Join d, fence: the keys b hands to d answer TRYAGAIN, the rest as before. */
-    ck_assert_int_eq(cluster_prepare(cl, four, (const uint8_t *)"tk", 2, 3, &again, err,
-                                     sizeof(err)), 0);
+    ck_assert_int_eq(
+        cluster_prepare(cl, four, (const uint8_t *)"tk", 2, 3, &again, err, sizeof(err)), 0);
     ck_assert_int_eq(cluster_set_phase(cl, CLUSTER_PHASE_FENCED, err, sizeof(err)), 0);
     v = cluster_view(cl);
     {
         struct ring *nr = ring_build(four);
 
         for (i = 0; i < 20000; i++) {
-            uint64_t h = sample(i);
-            uint32_t p = ring_primary(v->ring, h), np = ring_primary(nr, h);
+            uint64_t      h = sample(i);
+            uint32_t      p = ring_primary(v->ring, h), np = ring_primary(nr, h);
             enum route_do rt = route_of(v, h, true, true, &owner);
 
             if (p == 1 && np == 3) {
@@ -411,10 +412,10 @@ START_TEST(test_route_replicas)
     static const char THREE_R2[] =
         "epoch 3\nvnodes 160\nreplicas 2\n"
         "node a 127.0.0.1:21001\nnode b 127.0.0.1:21002\nnode c 127.0.0.1:21003\n";
-    struct cluster *cl;
+    struct cluster            *cl;
     const struct cluster_view *v;
-    uint32_t i, owner, list[2];
-    struct route rt;
+    uint32_t                   i, owner, list[2];
+    struct route               rt;
 
     mkstate();
     put("active.members", THREE_R2);
@@ -425,10 +426,8 @@ START_TEST(test_route_replicas)
 
         ring_locate(v->ring, h, 2, list);
         ck_assert_int_eq(route_of(v, h, false, true, &owner) == ROUTE_SERVE,
-                         list[0] == 2 ||
-                         (CLUSTER_REPLICATED && list[1] == 2));
-        ck_assert_int_eq(route_of(v, h, true, true, &owner) == ROUTE_SERVE,
-                         list[0] == 2);
+                         list[0] == 2 || (CLUSTER_REPLICATED && list[1] == 2));
+        ck_assert_int_eq(route_of(v, h, true, true, &owner) == ROUTE_SERVE, list[0] == 2);
         /* One look-up: the decision carries the preference list, and a
          * write served here replicates to it. */
         route_decide(v, h, true, true, &rt);
@@ -449,23 +448,24 @@ END_TEST
 START_TEST(test_join_arcs)
 {
     struct ring_members *four = members(FOUR), *three = members(THREE);
-    struct ring *r3 = ring_build(three), *r4 = ring_build(four);
-    struct cluster *cl[4];
-    static const char *ids[4] = { "a", "b", "c", "d" };
-    char dirs[4][64];
-    uint32_t i, k, moved = 0;
-    bool again;
+    struct ring         *r3 = ring_build(three), *r4 = ring_build(four);
+    struct cluster      *cl[4];
+    static const char   *ids[4] = { "a", "b", "c", "d" };
+    char                 dirs[4][64];
+    uint32_t             i, k, moved = 0;
+    bool                 again;
 
     /* One state directory per node; d has no membership yet, so it accepts
      * the join from any epoch. */
     for (k = 0; k < 4; k++) {
         mkstate();
         strcpy(dirs[k], dir);
-        if (k < 3)
+        if (k < 3) {
             put("active.members", THREE);
+        }
         cl[k] = open_node(ids[k]);
-        ck_assert_int_eq(cluster_prepare(cl[k], four, (const uint8_t *)"j", 1, 3, &again,
-                                         err, sizeof(err)), 0);
+        ck_assert_int_eq(
+            cluster_prepare(cl[k], four, (const uint8_t *)"j", 1, 3, &again, err, sizeof(err)), 0);
         ck_assert(!again);
         ck_assert_uint_eq(cl[k]->n_dests, k < 3 ? 1 : 0);
         if (k < 3) {

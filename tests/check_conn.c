@@ -28,8 +28,8 @@ struct cfix {
     struct server *srv;
     struct worker *w;
     struct conn   *c;
-    int            cfd;      /* the client's end */
-    char          *buf;      /* what the client received */
+    int            cfd; /* the client's end */
+    char          *buf; /* what the client received */
     size_t         len, cap;
     bool           eof;
 };
@@ -38,7 +38,7 @@ static void
 cfix_open(struct cfix *f)
 {
     struct settings st;
-    int sv[2];
+    int             sv[2];
 
     memset(f, 0, sizeof(*f));
     settings_init(&st);
@@ -106,23 +106,25 @@ pump_until(struct cfix *f, size_t want)
 {
     double deadline = now_s() + 5.0;
 
-    while (f->len < want && !f->eof && now_s() < deadline)
+    while (f->len < want && !f->eof && now_s() < deadline) {
         pump_once(f, true);
+    }
 }
 
 /* Pump a fixed number of rounds (to show that nothing more arrives). */
 static void
 pump_rounds(struct cfix *f, int rounds, bool read_client)
 {
-    while (rounds-- > 0)
+    while (rounds-- > 0) {
         pump_once(f, read_client);
+    }
 }
 
 static void
 send_all(struct cfix *f, const void *data, size_t len)
 {
     const char *p = data;
-    double deadline = now_s() + 5.0;
+    double      deadline = now_s() + 5.0;
 
     while (len > 0) {
         ssize_t n = send(f->cfd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -133,7 +135,7 @@ send_all(struct cfix *f, const void *data, size_t len)
         } else {
             ck_assert(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
             ck_assert_msg(now_s() < deadline, "send stuck");
-            pump_once(f, true);   /* let the server drain the socket */
+            pump_once(f, true); /* let the server drain the socket */
         }
     }
 }
@@ -150,8 +152,8 @@ expect(struct cfix *f, const char *want)
 {
     pump_until(f, strlen(want));
     pump_rounds(f, 3, true);
-    ck_assert_msg(f->len == strlen(want) && memcmp(f->buf, want, f->len) == 0,
-                  "got '%s' want '%s'", f->buf, want);
+    ck_assert_msg(f->len == strlen(want) && memcmp(f->buf, want, f->len) == 0, "got '%s' want '%s'",
+                  f->buf, want);
     f->len = 0;
 }
 
@@ -194,17 +196,19 @@ END_TEST
 START_TEST(test_big_block)
 {
     struct cfix f;
-    size_t vlen = 700000, hl;
-    char *v = malloc(vlen), hdr[64];
+    size_t      vlen = 700000, hl;
+    char       *v = malloc(vlen), hdr[64];
 
     ck_assert_ptr_nonnull(v);
-    for (size_t i = 0; i < vlen; i++)
+    for (size_t i = 0; i < vlen; i++) {
         v[i] = (char)('a' + i % 26);
+    }
     cfix_open(&f);
     snprintf(hdr, sizeof(hdr), "set big 3 0 %zu\r\n", vlen);
     send_str(&f, hdr);
-    for (size_t off = 0; off < vlen; off += 10000)
+    for (size_t off = 0; off < vlen; off += 10000) {
         send_all(&f, v + off, vlen - off < 10000 ? vlen - off : 10000);
+    }
     send_str(&f, "\r\n");
     expect(&f, "STORED\r\n");
     send_str(&f, "get big\r\n");
@@ -223,14 +227,15 @@ END_TEST
 START_TEST(test_pipeline)
 {
     struct cfix f;
-    char *in = malloc(300 * 64), *want = malloc(300 * 64);
-    size_t il = 0, wl = 0;
-    int i;
+    char       *in = malloc(300 * 64), *want = malloc(300 * 64);
+    size_t      il = 0, wl = 0;
+    int         i;
 
     ck_assert_ptr_nonnull(in);
     ck_assert_ptr_nonnull(want);
     for (i = 0; i < 150; i++) {
-        il += (size_t)sprintf(in + il, "set k%d %d 0 %d\r\n%d\r\n", i, i, i < 10 ? 1 : (i < 100 ? 2 : 3), i);
+        il += (size_t)sprintf(in + il, "set k%d %d 0 %d\r\n%d\r\n", i, i,
+                              i < 10 ? 1 : (i < 100 ? 2 : 3), i);
         wl += (size_t)sprintf(want + wl, "STORED\r\n");
     }
     for (i = 0; i < 150; i++) {
@@ -256,9 +261,9 @@ END_TEST
 START_TEST(test_output_cap)
 {
     struct cfix f;
-    size_t vlen = 512 * 1024, hl, total;
-    char *in = malloc(vlen + 64), hdr[64];
-    int i, ngets = 40;
+    size_t      vlen = 512 * 1024, hl, total;
+    char       *in = malloc(vlen + 64), hdr[64];
+    int         i, ngets = 40;
 
     ck_assert_ptr_nonnull(in);
     cfix_open(&f);
@@ -268,8 +273,9 @@ START_TEST(test_output_cap)
     memcpy(in + hl + vlen, "\r\n", 2);
     send_all(&f, in, hl + vlen + 2);
     expect(&f, "STORED\r\n");
-    for (i = 0; i < ngets; i++)
+    for (i = 0; i < ngets; i++) {
         send_str(&f, "get big\r\n");
+    }
     pump_rounds(&f, 200, false);
     ck_assert_int_eq(f.w->nconns, 1);
     ck_assert_uint_le(f.c->out_bytes, CONN_OUT_SOFT_CAP + vlen + 64);
@@ -294,9 +300,9 @@ END_TEST
 START_TEST(test_never_reads_closed)
 {
     struct cfix f;
-    size_t vlen = 256 * 1024, hl, sent = 0;
-    char *in = malloc(vlen + 64), req[4096];
-    double deadline;
+    size_t      vlen = 256 * 1024, hl, sent = 0;
+    char       *in = malloc(vlen + 64), req[4096];
+    double      deadline;
 
     ck_assert_ptr_nonnull(in);
     cfix_open(&f);
@@ -306,14 +312,16 @@ START_TEST(test_never_reads_closed)
     memcpy(in + hl + vlen, "\r\n", 2);
     send_all(&f, in, hl + vlen + 2);
     expect(&f, "STORED\r\n");
-    for (size_t i = 0; i + 9 <= sizeof(req); i += 9)
+    for (size_t i = 0; i + 9 <= sizeof(req); i += 9) {
         memcpy(req + i, "get big\r\n", 9);
+    }
     deadline = now_s() + 10.0;
     while (f.w->nconns > 0 && now_s() < deadline) {
         ssize_t n = send(f.cfd, req, sizeof(req) / 9 * 9, MSG_DONTWAIT | MSG_NOSIGNAL);
 
-        if (n > 0)
+        if (n > 0) {
             sent += (size_t)n;
+        }
         if (f.w->nconns > 0) {
             ck_assert_uint_le(f.c->out_bytes, CONN_OUT_SOFT_CAP + vlen + 64);
             ck_assert_uint_le(f.c->rend - f.c->rpos, 2 * CONN_STALL_IN_CAP);
@@ -336,9 +344,9 @@ START_TEST(test_slow_reader_kept)
     const char *rep = "VALUE v 0 100\r\n"
                       "vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv"
                       "vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv\r\nEND\r\n";
-    char req[7 * 512];
-    size_t sent = 0, want, i;
-    int idle = 0;
+    char        req[7 * 512];
+    size_t      sent = 0, want, i;
+    int         idle = 0;
 
     cfix_open(&f);
     f.srv->stall_timeout_ms = 2000;
@@ -346,8 +354,9 @@ START_TEST(test_slow_reader_kept)
                  "vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv"
                  "vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv\r\n");
     expect(&f, "STORED\r\n");
-    for (i = 0; i < sizeof(req); i += 7)
+    for (i = 0; i < sizeof(req); i += 7) {
         memcpy(req + i, get, 7);
+    }
     /* Send without reading until the node stops taking input. */
     while (idle < 50) {
         ssize_t n = send(f.cfd, req, sizeof(req), MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -364,8 +373,9 @@ START_TEST(test_slow_reader_kept)
     ck_assert_int_eq(f.w->nconns, 1);
     /* A partial last request may be outstanding: complete it. */
     want = sent / 7 + (sent % 7 != 0);
-    if (sent % 7 != 0)
+    if (sent % 7 != 0) {
         send_all(&f, get + sent % 7, 7 - sent % 7);
+    }
     pump_until(&f, want * strlen(rep));
     ck_assert_uint_eq(f.len, want * strlen(rep));
     ck_assert_int_eq(memcmp(f.buf + f.len - strlen(rep), rep, strlen(rep)), 0);
@@ -379,9 +389,9 @@ END_TEST
 START_TEST(test_half_close_gets_replies)
 {
     struct cfix f;
-    size_t vlen = 256 * 1024, hl, total;
-    char *in = malloc(vlen + 64), hdr[64];
-    int i, ngets = 20;
+    size_t      vlen = 256 * 1024, hl, total;
+    char       *in = malloc(vlen + 64), hdr[64];
+    int         i, ngets = 20;
 
     ck_assert_ptr_nonnull(in);
     cfix_open(&f);
@@ -390,8 +400,9 @@ START_TEST(test_half_close_gets_replies)
     memcpy(in + hl + vlen, "\r\n", 2);
     send_all(&f, in, hl + vlen + 2);
     expect(&f, "STORED\r\n");
-    for (i = 0; i < ngets; i++)
+    for (i = 0; i < ngets; i++) {
         send_str(&f, "get big\r\n");
+    }
     pump_rounds(&f, 20, false);
     shutdown(f.cfd, SHUT_WR);
     pump_rounds(&f, 20, false);
@@ -423,7 +434,7 @@ END_TEST
 START_TEST(test_long_line_closes)
 {
     struct cfix f;
-    char line[3000];
+    char        line[3000];
 
     memset(line, 'x', sizeof(line));
     cfix_open(&f);
@@ -453,7 +464,7 @@ END_TEST
 START_TEST(test_eof_mid_block)
 {
     struct cfix f;
-    double deadline;
+    double      deadline;
 
     cfix_open(&f);
     send_str(&f, "set a 0 0 100\r\nabc");
@@ -461,8 +472,9 @@ START_TEST(test_eof_mid_block)
     ck_assert_int_eq(f.w->nconns, 1);
     shutdown(f.cfd, SHUT_WR);
     deadline = now_s() + 5.0;
-    while (f.w->nconns > 0 && now_s() < deadline)
+    while (f.w->nconns > 0 && now_s() < deadline) {
         pump_once(&f, true);
+    }
     ck_assert_int_eq(f.w->nconns, 0);
     cfix_close(&f);
 }

@@ -40,7 +40,7 @@ static struct server *
 new_server(int timeout_ms)
 {
     struct settings st;
-    struct server *srv;
+    struct server  *srv;
 
     settings_init(&st);
     st.num_threads = 1;
@@ -54,7 +54,7 @@ static char *
 take(struct conn *c)
 {
     size_t n;
-    char *s = conn_out_take(c, &n);
+    char  *s = conn_out_take(c, &n);
 
     return s != NULL ? s : strdup("");
 }
@@ -67,11 +67,11 @@ gone_flag(void *owner)
 
 START_TEST(test_hold_order)
 {
-    struct server *srv = new_server(1000);
-    struct conn *c = conn_new(&srv->workers[0], -1);
+    struct server    *srv = new_server(1000);
+    struct conn      *c = conn_new(&srv->workers[0], -1);
     struct out_chunk *h1, *h2;
-    int o1 = 0, o2 = 0;
-    char *s;
+    int               o1 = 0, o2 = 0;
+    char             *s;
 
     conn_out_add(c, "A", 1);
     h1 = conn_out_hold(c, &o1, gone_flag);
@@ -98,12 +98,12 @@ END_TEST
 
 START_TEST(test_hold_large)
 {
-    struct server *srv = new_server(1000);
-    struct conn *c = conn_new(&srv->workers[0], -1);
-    size_t big = 3 * CONN_OUT_CHUNK + 123, n;
-    char *data = malloc(big), *s;
+    struct server    *srv = new_server(1000);
+    struct conn      *c = conn_new(&srv->workers[0], -1);
+    size_t            big = 3 * CONN_OUT_CHUNK + 123, n;
+    char             *data = malloc(big), *s;
     struct out_chunk *h;
-    int o = 0;
+    int               o = 0;
 
     ck_assert_ptr_nonnull(data);
     memset(data, 'v', big);
@@ -126,9 +126,9 @@ END_TEST
 
 START_TEST(test_hold_gone)
 {
-    struct server *srv = new_server(1000);
-    struct conn *c = conn_new(&srv->workers[0], -1);
-    int o1 = 0, o2 = 0;
+    struct server    *srv = new_server(1000);
+    struct conn      *c = conn_new(&srv->workers[0], -1);
+    int               o1 = 0, o2 = 0;
     struct out_chunk *h2;
 
     conn_out_hold(c, &o1, gone_flag);
@@ -148,8 +148,8 @@ static int
 fake_owner(char *addr, size_t len)
 {
     struct sockaddr_in sa;
-    socklen_t sl = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    socklen_t          sl = sizeof(sa);
+    int                fd = socket(AF_INET, SOCK_STREAM, 0);
 
     ck_assert_int_ge(fd, 0);
     memset(&sa, 0, sizeof(sa));
@@ -172,8 +172,9 @@ accept_pumping(struct worker *w, int lfd)
     for (;;) {
         int fd = accept(lfd, NULL, NULL);
 
-        if (fd >= 0)
+        if (fd >= 0) {
             return fd;
+        }
         ck_assert_msg(now_s() < deadline, "no upstream connection");
         event_base_loop(w->base, EVLOOP_NONBLOCK);
     }
@@ -183,7 +184,7 @@ accept_pumping(struct worker *w, int lfd)
 static void
 peer_expect(struct worker *w, int fd, const char *want)
 {
-    char buf[4096];
+    char   buf[4096];
     size_t len = 0;
     double deadline = now_s() + 5.0;
 
@@ -208,8 +209,9 @@ reply_pumping(struct worker *w, struct conn *c, double secs)
 {
     double deadline = now_s() + secs;
 
-    while (c->nholds > 0 && now_s() < deadline)
+    while (c->nholds > 0 && now_s() < deadline) {
         event_base_loop(w->base, EVLOOP_NONBLOCK);
+    }
     return take(c);
 }
 
@@ -223,10 +225,10 @@ START_TEST(test_forward_relay)
 {
     struct server *srv = new_server(2000);
     struct worker *w = &srv->workers[0];
-    struct conn *c = conn_new(w, -1);
-    char addr[64], *s;
-    struct iovec iov = { "get k\r\n", 7 };
-    int lfd = fake_owner(addr, sizeof(addr)), pfd;
+    struct conn   *c = conn_new(w, -1);
+    char           addr[64], *s;
+    struct iovec   iov = { "get k\r\n", 7 };
+    int            lfd = fake_owner(addr, sizeof(addr)), pfd;
 
     conn_out_add(c, "before\r\n", 8);
     ck_assert_int_eq(forward_request(c, addr, 7, FWD_GET_WHOLE, &iov, 1, true), 0);
@@ -248,10 +250,10 @@ START_TEST(test_forward_moved)
 {
     struct server *srv = new_server(2000);
     struct worker *w = &srv->workers[0];
-    struct conn *c = conn_new(w, -1);
-    char a1[64], a2[64], moved[128], *s;
-    struct iovec iov = { "incr n 1\r\n", 10 };
-    int l1 = fake_owner(a1, sizeof(a1)), l2 = fake_owner(a2, sizeof(a2)), p1, p2;
+    struct conn   *c = conn_new(w, -1);
+    char           a1[64], a2[64], moved[128], *s;
+    struct iovec   iov = { "incr n 1\r\n", 10 };
+    int            l1 = fake_owner(a1, sizeof(a1)), l2 = fake_owner(a2, sizeof(a2)), p1, p2;
 
     ck_assert_int_eq(forward_request(c, a1, 3, FWD_LINE, &iov, 1, true), 0);
     p1 = accept_pumping(w, l1);
@@ -277,11 +279,11 @@ START_TEST(test_forward_timeout)
 {
     struct server *srv = new_server(200);
     struct worker *w = &srv->workers[0];
-    struct conn *c = conn_new(w, -1);
-    char addr[64], *s;
-    struct iovec iov = { "delete k\r\n", 10 };
-    int lfd = fake_owner(addr, sizeof(addr)), pfd;
-    double t0 = now_s();
+    struct conn   *c = conn_new(w, -1);
+    char           addr[64], *s;
+    struct iovec   iov = { "delete k\r\n", 10 };
+    int            lfd = fake_owner(addr, sizeof(addr)), pfd;
+    double         t0 = now_s();
 
     ck_assert_int_eq(forward_request(c, addr, 1, FWD_LINE, &iov, 1, true), 0);
     ck_assert_int_eq(forward_request(c, addr, 1, FWD_LINE, &iov, 1, true), 0);
@@ -302,12 +304,12 @@ START_TEST(test_forward_refused)
 {
     struct server *srv = new_server(1000);
     struct worker *w = &srv->workers[0];
-    struct conn *c = conn_new(w, -1);
-    char addr[64], *s;
-    struct iovec iov = { "touch k 10\r\n", 12 };
-    int lfd = fake_owner(addr, sizeof(addr));
+    struct conn   *c = conn_new(w, -1);
+    char           addr[64], *s;
+    struct iovec   iov = { "touch k 10\r\n", 12 };
+    int            lfd = fake_owner(addr, sizeof(addr));
 
-    close(lfd);   /* nobody listens there now */
+    close(lfd); /* nobody listens there now */
     ck_assert_int_eq(forward_request(c, addr, 1, FWD_LINE, &iov, 1, true), 0);
     s = reply_pumping(w, c, 5.0);
     ck_assert_str_eq(s, "SERVER_ERROR forward failed\r\n");
@@ -321,15 +323,15 @@ START_TEST(test_forward_client_gone)
 {
     struct server *srv = new_server(2000);
     struct worker *w = &srv->workers[0];
-    struct conn *c = conn_new(w, -1), *c2;
-    char addr[64], *s;
-    struct iovec iov = { "get k\r\n", 7 };
-    int lfd = fake_owner(addr, sizeof(addr)), pfd;
+    struct conn   *c = conn_new(w, -1), *c2;
+    char           addr[64], *s;
+    struct iovec   iov = { "get k\r\n", 7 };
+    int            lfd = fake_owner(addr, sizeof(addr)), pfd;
 
     ck_assert_int_eq(forward_request(c, addr, 1, FWD_GET_SPLICE, &iov, 1, true), 0);
     pfd = accept_pumping(w, lfd);
     peer_expect(w, pfd, "get k\r\n");
-    conn_close(c);   /* the reply must be read and dropped */
+    conn_close(c); /* the reply must be read and dropped */
     c2 = conn_new(w, -1);
     ck_assert_int_eq(forward_request(c2, addr, 1, FWD_LINE, &iov, 1, true), 0);
     send_str(pfd, "OK\r\nVALUE k 0 1\r\nx\r\nEND\r\nSTORED\r\n");

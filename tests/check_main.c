@@ -11,7 +11,7 @@ int
 main(void)
 {
     SRunner *sr;
-    int failed;
+    int      failed;
 
     sr = srunner_create(ring_suite());
     srunner_add_suite(sr, members_suite());

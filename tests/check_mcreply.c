@@ -13,15 +13,15 @@
 
 struct reply_case {
     const char   *bytes;
-    size_t        len;         /* 0: strlen(bytes) */
-    size_t        max_value;   /* 0: 1 MiB */
-    long          want;        /* bytes consumed, 0 = need more, < 0 error */
-    enum mcr_kind kind;        /* also checked when want is 0 (0: line incomplete) */
+    size_t        len;       /* 0: strlen(bytes) */
+    size_t        max_value; /* 0: 1 MiB */
+    long          want;      /* bytes consumed, 0 = need more, < 0 error */
+    enum mcr_kind kind;      /* also checked when want is 0 (0: line incomplete) */
     size_t        line_len;
-    const char   *key;         /* NULL: not checked */
+    const char   *key; /* NULL: not checked */
     size_t        key_len;
-    const char   *data;        /* NULL: not checked */
-    size_t        need;        /* want 0: what it asks for */
+    const char   *data; /* NULL: not checked */
+    size_t        need; /* want 0: what it asks for */
 };
 
 static const struct reply_case reply_cases[] = {
@@ -38,7 +38,12 @@ static const struct reply_case reply_cases[] = {
     { "EN\rD\r\n", 0, 0, 6, MCR_OTHER, 4, NULL, 0, NULL, 0 },
     { "END\0\r\n", 6, 0, 6, MCR_OTHER, 4, NULL, 0, NULL, 0 },
     /* keys the node stores: any bytes but spaces */
-    { "VALUE a\x01" "b 0 1\r\nx\r\n", 0, 0, 18, MCR_VALUE, 13, "a\x01" "b", 3, "x", 0 },
+    { "VALUE a\x01"
+      "b 0 1\r\nx\r\n",
+      0, 0, 18, MCR_VALUE, 13,
+      "a\x01"
+      "b",
+      3, "x", 0 },
     { "VALUE a\rb 0 1\r\nx\r\n", 0, 0, 18, MCR_VALUE, 13, "a\rb", 3, "x", 0 },
     { "VALUE a\0b 0 1\r\nx\r\n", 18, 0, 18, MCR_VALUE, 13, "a\0b", 3, "x", 0 },
     { "VALUE k 7 2 9\r\nhi\r\n", 0, 0, 19, MCR_VALUE, 13, "k", 1, "hi", 0 },
@@ -73,16 +78,16 @@ static const struct reply_case reply_cases[] = {
 START_TEST(test_reply_table)
 {
     const struct reply_case *rc = &reply_cases[_i];
-    size_t len = rc->len != 0 ? rc->len : strlen(rc->bytes), need = 0;
-    struct mcr_reply r;
-    char *buf;
-    long got;
+    size_t                   len = rc->len != 0 ? rc->len : strlen(rc->bytes), need = 0;
+    struct mcr_reply         r;
+    char                    *buf;
+    long                     got;
 
     /* A private copy so a read past the end shows up under ASan. */
     buf = malloc(len + 1);
     memcpy(buf, rc->bytes, len);
-    got = mcr_parse(len > 0 ? buf : NULL, len, rc->max_value != 0 ? rc->max_value : 1048576,
-                    &r, &need);
+    got = mcr_parse(len > 0 ? buf : NULL, len, rc->max_value != 0 ? rc->max_value : 1048576, &r,
+                    &need);
     ck_assert_msg(got == rc->want, "case %d: got %ld want %ld", _i, got, rc->want);
     if (got >= 0) {
         ck_assert_msg(r.kind == rc->kind, "case %d: kind %d want %d", _i, r.kind, rc->kind);
@@ -111,9 +116,9 @@ END_TEST
 
 START_TEST(test_line_limit)
 {
-    char buf[MCR_LINE_MAX + 8];
+    char             buf[MCR_LINE_MAX + 8];
     struct mcr_reply r;
-    size_t need;
+    size_t           need;
 
     /* The longest line, "\r\n" included, is MCR_LINE_MAX bytes. */
     memset(buf, 'A', sizeof(buf));
@@ -138,9 +143,9 @@ START_TEST(test_units_back_to_back)
         "VALUE a 1 1\r\nx\r\nVALUE b\tc 2 3 9\r\ny\r\n\r\nEND\r\nSERVER_ERROR TRYAGAIN 4\r\n42\r\n";
     static const enum mcr_kind kinds[] = { MCR_VALUE, MCR_VALUE, MCR_END, MCR_TRYAGAIN,
                                            MCR_NUMBER };
-    size_t off = 0, k = 0, need, len = sizeof(stream) - 1;
-    struct mcr_reply r;
-    long got;
+    size_t                     off = 0, k = 0, need, len = sizeof(stream) - 1;
+    struct mcr_reply           r;
+    long                       got;
 
     while (off < len) {
         got = mcr_parse(stream + off, len - off, 100, &r, &need);

@@ -11,14 +11,14 @@
 #include "ring/ring.h"
 #include "tests/suites.h"
 
-#define HDR "epoch 1\nvnodes 10\nreplicas 2\n"
+#define HDR  "epoch 1\nvnodes 10\nreplicas 2\n"
 #define NODE "node a 127.0.0.1:1\n"
 
 struct bad_case {
     const char *text;
-    size_t      len;     /* 0: strlen(text) */
+    size_t      len; /* 0: strlen(text) */
     unsigned    line;
-    const char *reason;  /* a substring of the message */
+    const char *reason; /* a substring of the message */
 };
 
 static const struct bad_case bad_cases[] = {
@@ -26,8 +26,8 @@ static const struct bad_case bad_cases[] = {
     { HDR "node b h:1\n" NODE "node b h:3\n", 0, 6, "duplicate node id 'b'" },
     { HDR "node a/b h:1\n", 0, 4, "bad character in node id" },
     { HDR "node caf\xc3\xa9 h:1\n", 0, 4, "bad character in node id" },
-    { HDR "node aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa h:1\n",
-      0, 4, "node id longer than 64 bytes" },
+    { HDR "node aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa h:1\n", 0, 4,
+      "node id longer than 64 bytes" },
     { HDR "node a h:1 weight=0\n", 0, 4, "weight must be 1..1000" },
     { HDR "node a h:1 weight=1001\n", 0, 4, "weight must be 1..1000" },
     { HDR "node a h:1 weight=-1\n", 0, 4, "weight: not an unsigned" },
@@ -88,7 +88,7 @@ static const struct bad_case bad_cases[] = {
 static char *
 long_line_text(size_t body, unsigned *line)
 {
-    char *t = malloc(body + 200);
+    char  *t = malloc(body + 200);
     size_t n;
 
     ck_assert_ptr_nonnull(t);
@@ -103,19 +103,18 @@ long_line_text(size_t body, unsigned *line)
 START_TEST(parse_bad_table)
 {
     const struct bad_case *c = &bad_cases[_i];
-    struct ring_members *m = (struct ring_members *)1;
-    char err[256], want[64];
-    size_t len = c->len != 0 ? c->len : strlen(c->text);
-    int rc;
+    struct ring_members   *m = (struct ring_members *)1;
+    char                   err[256], want[64];
+    size_t                 len = c->len != 0 ? c->len : strlen(c->text);
+    int                    rc;
 
     rc = ring_members_parse(c->text, len, "t", &m, err, sizeof(err));
     ck_assert_int_eq(rc, RING_EPARSE);
     ck_assert_ptr_null(m);
     snprintf(want, sizeof(want), "t:%u: ", c->line);
-    ck_assert_msg(strncmp(err, want, strlen(want)) == 0,
-                  "case %d: '%s' does not start with '%s'", _i, err, want);
-    ck_assert_msg(strstr(err, c->reason) != NULL,
-                  "case %d: '%s' lacks '%s'", _i, err, c->reason);
+    ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "case %d: '%s' does not start with '%s'",
+                  _i, err, want);
+    ck_assert_msg(strstr(err, c->reason) != NULL, "case %d: '%s' lacks '%s'", _i, err, c->reason);
     ck_assert_ptr_null(strchr(err, '\n'));
 }
 END_TEST
@@ -123,17 +122,16 @@ END_TEST
 START_TEST(parse_long_line)
 {
     struct ring_members *m = NULL;
-    char err[256];
-    unsigned line;
-    char *t;
+    char                 err[256];
+    unsigned             line;
+    char                *t;
 
     t = long_line_text(RING_LINE_MAX, &line);
     ck_assert_int_eq(ring_members_parse(t, strlen(t), "t", &m, err, sizeof(err)), RING_OK);
     ring_members_free(m);
     free(t);
     t = long_line_text(RING_LINE_MAX + 1, &line);
-    ck_assert_int_eq(ring_members_parse(t, strlen(t), "t", &m, err, sizeof(err)),
-                     RING_EPARSE);
+    ck_assert_int_eq(ring_members_parse(t, strlen(t), "t", &m, err, sizeof(err)), RING_EPARSE);
     ck_assert_str_eq(err, "t:5: line longer than 1024 bytes");
     free(t);
 }
@@ -151,12 +149,13 @@ START_TEST(parse_good)
         "node cache-b 127.0.0.1:11312 weight=2 zone=east\n"
         "node cache-c [::1]:11313 zone=west weight=1000\r\n"
         "node Z.9_x:y-1 host-name.example:65535\n"
-        "node aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa h:1"; /* no final newline */
+        "node aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa h:1"; /* no final
+                                                                                        newline */
     struct ring_members *m = NULL;
-    char err[256];
+    char                 err[256];
 
-    ck_assert_int_eq(ring_members_parse(text, sizeof(text) - 1, "g", &m, err,
-                                        sizeof(err)), RING_OK);
+    ck_assert_int_eq(ring_members_parse(text, sizeof(text) - 1, "g", &m, err, sizeof(err)),
+                     RING_OK);
     ck_assert_uint_eq(m->epoch, UINT64_MAX);
     ck_assert_uint_eq(m->vnodes, 65535);
     ck_assert_uint_eq(m->replicas, 8);
@@ -183,9 +182,9 @@ static void
 assert_round_trip(const struct ring_members *m)
 {
     struct ring_members *back = NULL;
-    char err[256], *a, *b;
-    size_t need = ring_members_format(m, NULL, 0), need2;
-    uint32_t i;
+    char                 err[256], *a, *b;
+    size_t               need = ring_members_format(m, NULL, 0), need2;
+    uint32_t             i;
 
     a = malloc(need + 1);
     ck_assert_ptr_nonnull(a);
@@ -214,20 +213,18 @@ assert_round_trip(const struct ring_members *m)
 
 START_TEST(format_round_trip)
 {
-    static const char *vectors[] = { "one", "three", "weighted", "zones",
-                                     "twozones", "hundred" };
-    uint64_t s = 12345;
-    size_t i;
-    int t;
+    static const char *vectors[] = { "one", "three", "weighted", "zones", "twozones", "hundred" };
+    uint64_t           s = 12345;
+    size_t             i;
+    int                t;
 
     for (i = 0; i < sizeof(vectors) / sizeof(vectors[0]); i++) {
-        char path[512], err[256], *text;
+        char                 path[512], err[256], *text;
         struct ring_members *m = NULL;
-        FILE *f;
-        long n;
+        FILE                *f;
+        long                 n;
 
-        snprintf(path, sizeof(path), "%s/tests/vectors/ring-v1/%s.members",
-                 RC_SRCDIR, vectors[i]);
+        snprintf(path, sizeof(path), "%s/tests/vectors/ring-v1/%s.members", RC_SRCDIR, vectors[i]);
         f = fopen(path, "rb");
         ck_assert_ptr_nonnull(f);
         fseek(f, 0, SEEK_END);
@@ -236,8 +233,7 @@ START_TEST(format_round_trip)
         text = malloc((size_t)n + 1);
         ck_assert_uint_eq(fread(text, 1, (size_t)n, f), (size_t)n);
         fclose(f);
-        ck_assert_int_eq(ring_members_parse(text, (size_t)n, path, &m, err,
-                                            sizeof(err)), RING_OK);
+        ck_assert_int_eq(ring_members_parse(text, (size_t)n, path, &m, err, sizeof(err)), RING_OK);
         assert_round_trip(m);
         ring_members_free(m);
         free(text);
@@ -245,7 +241,7 @@ START_TEST(format_round_trip)
     /* Random memberships (seeded): every field combination. */
     for (t = 0; t < 200; t++) {
         struct ring_members *m = ring_members_new();
-        uint32_t n, j;
+        uint32_t             n, j;
 
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         m->epoch = 1 + (s >> 11);
@@ -258,17 +254,15 @@ START_TEST(format_round_trip)
             s = s * 6364136223846793005ull + 1442695040888963407ull;
             snprintf(id, sizeof(id), "n-%u.%u", t, j);
             if ((s >> 60) & 1) {
-                snprintf(addr, sizeof(addr), "[fd00::%x]:%u",
-                         (unsigned)(s >> 16) & 0xffff, 1 + (unsigned)((s >> 8) % 65535));
+                snprintf(addr, sizeof(addr), "[fd00::%x]:%u", (unsigned)(s >> 16) & 0xffff,
+                         1 + (unsigned)((s >> 8) % 65535));
             } else {
-                snprintf(addr, sizeof(addr), "host%u.example:%u",
-                         (unsigned)(s >> 30) % 100, 1 + (unsigned)((s >> 8) % 65535));
+                snprintf(addr, sizeof(addr), "host%u.example:%u", (unsigned)(s >> 30) % 100,
+                         1 + (unsigned)((s >> 8) % 65535));
             }
-            snprintf(zone, sizeof(zone), (s >> 59) & 1 ? "z%u" : "",
-                     (unsigned)(s >> 50) % 4);
-            ck_assert_int_eq(ring_members_add(m, id, addr,
-                                              1 + (uint32_t)((s >> 40) % 1000),
-                                              zone), RING_OK);
+            snprintf(zone, sizeof(zone), (s >> 59) & 1 ? "z%u" : "", (unsigned)(s >> 50) % 4);
+            ck_assert_int_eq(ring_members_add(m, id, addr, 1 + (uint32_t)((s >> 40) % 1000), zone),
+                             RING_OK);
         }
         assert_round_trip(m);
         ring_members_free(m);
@@ -279,14 +273,15 @@ END_TEST
 START_TEST(format_truncates_like_snprintf)
 {
     struct ring_members *m = ring_members_new();
-    char small[10];
-    size_t need;
+    char                 small[10];
+    size_t               need;
 
     m->epoch = 7;
     ck_assert_int_eq(ring_members_add(m, "a", "h:1", 3, "z"), RING_OK);
     need = ring_members_format(m, small, sizeof(small));
     ck_assert_str_eq(small, "epoch 7\nv");
-    ck_assert_uint_eq(need, strlen("epoch 7\nvnodes 160\nreplicas 1\nnode a h:1 weight=3 zone=z\n"));
+    ck_assert_uint_eq(need,
+                      strlen("epoch 7\nvnodes 160\nreplicas 1\nnode a h:1 weight=3 zone=z\n"));
     ring_members_free(m);
 }
 END_TEST
@@ -294,7 +289,7 @@ END_TEST
 START_TEST(edit_api_validates)
 {
     struct ring_members *m = ring_members_new(), *d;
-    char err[256];
+    char                 err[256];
 
     ck_assert_uint_eq(m->vnodes, RING_VNODES_DEFAULT);
     ck_assert_uint_eq(m->replicas, 1);
@@ -342,8 +337,7 @@ members_suite(void)
     Suite *s = suite_create("members");
     TCase *tc = tcase_create("parse");
 
-    tcase_add_loop_test(tc, parse_bad_table, 0,
-                        (int)(sizeof(bad_cases) / sizeof(bad_cases[0])));
+    tcase_add_loop_test(tc, parse_bad_table, 0, (int)(sizeof(bad_cases) / sizeof(bad_cases[0])));
     tcase_add_test(tc, parse_long_line);
     tcase_add_test(tc, parse_good);
     suite_add_tcase(s, tc);

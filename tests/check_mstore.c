@@ -20,14 +20,16 @@
 
 #define RACERS 12
 
-static char tdir[256];
+static char           tdir[256];
 static struct mstore *st;
-static char err[1024];
+static char           err[1024];
 
 static int
 rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
-    (void)sb; (void)flag; (void)ftw;
+    (void)sb;
+    (void)flag;
+    (void)ftw;
     return remove(path);
 }
 
@@ -52,7 +54,7 @@ teardown(void)
 static void
 plant(const char *name, const char *text)
 {
-    char path[512];
+    char  path[512];
     FILE *f;
 
     snprintf(path, sizeof(path), "%s/%s", tdir, name);
@@ -65,14 +67,16 @@ plant(const char *name, const char *text)
 START_TEST(test_create_twice)
 {
     struct mstore_record rec;
-    uint64_t r1 = 0, r2 = 0;
+    uint64_t             r1 = 0, r2 = 0;
 
     ck_assert_int_eq(mstore_get(st, "pending.meta", &rec, err, sizeof(err)), MSTORE_ENOENT);
-    ck_assert_int_eq(mstore_create_if_absent(st, "pending.meta", "token a\n", 8, &r1, err,
-                                             sizeof(err)), MSTORE_OK);
+    ck_assert_int_eq(
+        mstore_create_if_absent(st, "pending.meta", "token a\n", 8, &r1, err, sizeof(err)),
+        MSTORE_OK);
     ck_assert_uint_gt(r1, 0);
-    ck_assert_int_eq(mstore_create_if_absent(st, "pending.meta", "token b\n", 8, &r2, err,
-                                             sizeof(err)), MSTORE_ECONFLICT);
+    ck_assert_int_eq(
+        mstore_create_if_absent(st, "pending.meta", "token b\n", 8, &r2, err, sizeof(err)),
+        MSTORE_ECONFLICT);
     ck_assert_int_eq(mstore_get(st, "pending.meta", &rec, err, sizeof(err)), MSTORE_OK);
     ck_assert_uint_eq(rec.rev, r1);
     ck_assert_ptr_nonnull(strstr(rec.text, "token a\n"));
@@ -86,16 +90,17 @@ END_TEST
 START_TEST(test_cas_stale)
 {
     struct mstore_record rec;
-    uint64_t r1 = 0, r2 = 0, r3 = 0;
+    uint64_t             r1 = 0, r2 = 0, r3 = 0;
 
-    ck_assert_int_eq(mstore_create_if_absent(st, "active.members", "epoch 1\n", 8, &r1, err,
-                                             sizeof(err)), MSTORE_OK);
-    ck_assert_int_eq(mstore_cas(st, "active.members", r1, "epoch 2\n", 8, &r2, err,
-                                sizeof(err)), MSTORE_OK);
+    ck_assert_int_eq(
+        mstore_create_if_absent(st, "active.members", "epoch 1\n", 8, &r1, err, sizeof(err)),
+        MSTORE_OK);
+    ck_assert_int_eq(mstore_cas(st, "active.members", r1, "epoch 2\n", 8, &r2, err, sizeof(err)),
+                     MSTORE_OK);
     ck_assert_uint_gt(r2, r1);
     /* The stale revision loses and changes nothing. */
-    ck_assert_int_eq(mstore_cas(st, "active.members", r1, "epoch 9\n", 8, &r3, err,
-                                sizeof(err)), MSTORE_ECONFLICT);
+    ck_assert_int_eq(mstore_cas(st, "active.members", r1, "epoch 9\n", 8, &r3, err, sizeof(err)),
+                     MSTORE_ECONFLICT);
     ck_assert_int_eq(mstore_get(st, "active.members", &rec, err, sizeof(err)), MSTORE_OK);
     ck_assert_uint_eq(rec.rev, r2);
     ck_assert_ptr_nonnull(strstr(rec.text, "epoch 2\n"));
@@ -110,29 +115,27 @@ END_TEST
 START_TEST(test_delete_and_no_aba)
 {
     struct mstore_record rec;
-    uint64_t r1 = 0, r2 = 0;
+    uint64_t             r1 = 0, r2 = 0;
 
-    ck_assert_int_eq(mstore_create_if_absent(st, "pending.meta", "a", 1, &r1, err,
-                                             sizeof(err)), MSTORE_OK);
-    ck_assert_int_eq(mstore_delete(st, "pending.meta", r1 + 1, err, sizeof(err)),
-                     MSTORE_ECONFLICT);
+    ck_assert_int_eq(mstore_create_if_absent(st, "pending.meta", "a", 1, &r1, err, sizeof(err)),
+                     MSTORE_OK);
+    ck_assert_int_eq(mstore_delete(st, "pending.meta", r1 + 1, err, sizeof(err)), MSTORE_ECONFLICT);
     ck_assert_int_eq(mstore_delete(st, "pending.meta", r1, err, sizeof(err)), MSTORE_OK);
     ck_assert_int_eq(mstore_get(st, "pending.meta", &rec, err, sizeof(err)), MSTORE_ENOENT);
     /* Deleting again with the old revision conflicts; with ANY it is a no-op. */
-    ck_assert_int_eq(mstore_delete(st, "pending.meta", r1, err, sizeof(err)),
-                     MSTORE_ECONFLICT);
+    ck_assert_int_eq(mstore_delete(st, "pending.meta", r1, err, sizeof(err)), MSTORE_ECONFLICT);
     ck_assert_int_eq(mstore_delete(st, "pending.meta", MSTORE_ANY_REV, err, sizeof(err)),
                      MSTORE_OK);
     /* Re-created: a new revision, so a holder of r1 cannot act on it. */
-    ck_assert_int_eq(mstore_create_if_absent(st, "pending.meta", "b", 1, &r2, err,
-                                             sizeof(err)), MSTORE_OK);
+    ck_assert_int_eq(mstore_create_if_absent(st, "pending.meta", "b", 1, &r2, err, sizeof(err)),
+                     MSTORE_OK);
     ck_assert_uint_gt(r2, r1);
     ck_assert_int_eq(mstore_cas(st, "pending.meta", r1, "c", 1, NULL, err, sizeof(err)),
                      MSTORE_ECONFLICT);
     /* Even with the counter file lost, revisions do not go back. */
     ck_assert_int_eq(mstore_delete(st, "pending.meta", r2, err, sizeof(err)), MSTORE_OK);
-    ck_assert_int_eq(mstore_create_if_absent(st, "active.members", "x", 1, &r1, err,
-                                             sizeof(err)), MSTORE_OK);
+    ck_assert_int_eq(mstore_create_if_absent(st, "active.members", "x", 1, &r1, err, sizeof(err)),
+                     MSTORE_OK);
     {
         char path[512];
 
@@ -148,14 +151,16 @@ END_TEST
 START_TEST(test_txn_all_or_nothing)
 {
     struct mstore_record rec;
-    struct mstore_op ops[3];
-    uint64_t ra = 0, rp = 0, rn = 0;
-    size_t failed = 99;
+    struct mstore_op     ops[3];
+    uint64_t             ra = 0, rp = 0, rn = 0;
+    size_t               failed = 99;
 
-    ck_assert_int_eq(mstore_create_if_absent(st, "active.members", "epoch 1\n", 8, &ra, err,
-                                             sizeof(err)), MSTORE_OK);
-    ck_assert_int_eq(mstore_create_if_absent(st, "pending.members", "epoch 2\n", 8, &rp, err,
-                                             sizeof(err)), MSTORE_OK);
+    ck_assert_int_eq(
+        mstore_create_if_absent(st, "active.members", "epoch 1\n", 8, &ra, err, sizeof(err)),
+        MSTORE_OK);
+    ck_assert_int_eq(
+        mstore_create_if_absent(st, "pending.members", "epoch 2\n", 8, &rp, err, sizeof(err)),
+        MSTORE_OK);
     /* Commit shape: put active, put history, delete pending; a stale
      * pending revision fails the whole thing. */
     ops[0] = (struct mstore_op){ MSTORE_PUT, "active.members", ra, "epoch 2\n", 8 };
@@ -170,8 +175,7 @@ START_TEST(test_txn_all_or_nothing)
                      MSTORE_ENOENT);
     ops[2].rev = rp;
     ck_assert_int_eq(mstore_txn(st, ops, 3, &failed, &rn, err, sizeof(err)), MSTORE_OK);
-    ck_assert_int_eq(mstore_get(st, "history/epoch-2.members", &rec, err, sizeof(err)),
-                     MSTORE_OK);
+    ck_assert_int_eq(mstore_get(st, "history/epoch-2.members", &rec, err, sizeof(err)), MSTORE_OK);
     ck_assert_uint_eq(rec.rev, rn);
     mstore_record_clear(&rec);
     ck_assert_int_eq(mstore_get(st, "pending.members", &rec, err, sizeof(err)), MSTORE_ENOENT);
@@ -183,16 +187,18 @@ END_TEST
 
 START_TEST(test_bad_names)
 {
-    static const char *bad[] = { "", "../x", "/abs", "a//b", "a/../b", "a/.", "sp ace",
-                                 "a/", "x\n" };
+    static const char *bad[] = {
+        "", "../x", "/abs", "a//b", "a/../b", "a/.", "sp ace", "a/", "x\n"
+    };
     struct mstore_record rec;
-    size_t i;
+    size_t               i;
 
     for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         ck_assert_msg(mstore_get(st, bad[i], &rec, err, sizeof(err)) == MSTORE_EINVAL, "%s",
                       bad[i]);
-        ck_assert_msg(mstore_create_if_absent(st, bad[i], "x", 1, NULL, err, sizeof(err))
-                      == MSTORE_EINVAL, "%s", bad[i]);
+        ck_assert_msg(mstore_create_if_absent(st, bad[i], "x", 1, NULL, err, sizeof(err)) ==
+                          MSTORE_EINVAL,
+                      "%s", bad[i]);
     }
 }
 END_TEST
@@ -200,7 +206,7 @@ END_TEST
 START_TEST(test_corrupt)
 {
     struct mstore_record rec;
-    char want[512];
+    char                 want[512];
 
     plant("active.members", "epoch 1\nnode a 1.2.3.4:5\n");
     ck_assert_int_eq(mstore_get(st, "active.members", &rec, err, sizeof(err)), MSTORE_ECORRUPT);
@@ -237,8 +243,8 @@ START_TEST(test_leftover_tmp)
     /* A crash between writing the temp file and linking it leaves NAME.tmp;
      * it must not block or leak into the next create. */
     plant("pending.meta.tmp", "# rev 3\ngarbage");
-    ck_assert_int_eq(mstore_create_if_absent(st, "pending.meta", "ok\n", 3, &r, err,
-                                             sizeof(err)), MSTORE_OK);
+    ck_assert_int_eq(mstore_create_if_absent(st, "pending.meta", "ok\n", 3, &r, err, sizeof(err)),
+                     MSTORE_OK);
     {
         char path[512];
 
@@ -260,7 +266,7 @@ static int
 race(int n, int (*fn)(int))
 {
     pid_t pids[RACERS * 2];
-    int i, status, wins = 0;
+    int   i, status, wins = 0;
 
     ck_assert_int_le(n, RACERS * 2);
     for (i = 0; i < n; i++) {
@@ -284,8 +290,8 @@ static int
 racer_create(int i)
 {
     struct mstore *s = mstore_open(tdir, NULL, 0);
-    char body[64];
-    int rc, n;
+    char           body[64];
+    int            rc, n;
 
     if (s == NULL) {
         return 2;
@@ -299,17 +305,15 @@ racer_create(int i)
 START_TEST(test_race_create)
 {
     struct mstore_record rec;
-    int round, wins, who = -1;
+    int                  round, wins, who = -1;
 
     for (round = 0; round < 5; round++) {
         wins = race(RACERS, racer_create);
         ck_assert_int_eq(wins, 1);
         ck_assert_int_eq(mstore_get(st, "pending.meta", &rec, err, sizeof(err)), MSTORE_OK);
-        ck_assert_msg(sscanf(strchr(rec.text, '\n') + 1, "winner %d", &who) == 1, "%s",
-                      rec.text);
+        ck_assert_msg(sscanf(strchr(rec.text, '\n') + 1, "winner %d", &who) == 1, "%s", rec.text);
         ck_assert(who >= 0 && who < RACERS);
-        ck_assert_int_eq(mstore_delete(st, "pending.meta", rec.rev, err, sizeof(err)),
-                         MSTORE_OK);
+        ck_assert_int_eq(mstore_delete(st, "pending.meta", rec.rev, err, sizeof(err)), MSTORE_OK);
         mstore_record_clear(&rec);
     }
 }
@@ -323,12 +327,12 @@ END_TEST
 static int
 racer_cas(int i)
 {
-    struct mstore *s = mstore_open(tdir, NULL, 0);
+    struct mstore       *s = mstore_open(tdir, NULL, 0);
     struct mstore_record rec;
-    char body[64], path[512];
-    int k, n, won = 0;
-    long v;
-    FILE *log;
+    char                 body[64], path[512];
+    int                  k, n, won = 0;
+    long                 v;
+    FILE                *log;
 
     (void)i;
     if (s == NULL) {
@@ -359,11 +363,11 @@ racer_cas(int i)
 START_TEST(test_race_cas)
 {
     struct mstore_record rec;
-    char path[512];
-    uint64_t revs[RACERS * CAS_ROUNDS], r;
-    size_t n = 0, i, j;
-    long final;
-    FILE *log;
+    char                 path[512];
+    uint64_t             revs[RACERS * CAS_ROUNDS], r;
+    size_t               n = 0, i, j;
+    long                 final;
+    FILE                *log;
 
     ck_assert_int_eq(mstore_create_if_absent(st, "counter", "0\n", 2, NULL, err, sizeof(err)),
                      MSTORE_OK);
@@ -386,7 +390,7 @@ START_TEST(test_race_cas)
     final = strtol(strchr(rec.text, '\n') + 1, NULL, 10);
     mstore_record_clear(&rec);
     ck_assert_int_eq(final, (long)n);
-    ck_assert_int_ge(n, CAS_ROUNDS);   /* progress: at least one win per round */
+    ck_assert_int_ge(n, CAS_ROUNDS); /* progress: at least one win per round */
 }
 END_TEST
 

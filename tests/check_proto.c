@@ -15,8 +15,7 @@
 #define CLUSTER 0x0123456789abcdefULL
 
 static size_t
-make_frame(uint8_t *buf, enum frame_type type, uint64_t cluster,
-           const char *payload)
+make_frame(uint8_t *buf, enum frame_type type, uint64_t cluster, const char *payload)
 {
     size_t n = strlen(payload);
 
@@ -27,9 +26,9 @@ make_frame(uint8_t *buf, enum frame_type type, uint64_t cluster,
 
 START_TEST(test_frame_roundtrip)
 {
-    uint8_t buf[128];
+    uint8_t      buf[128];
     struct frame f;
-    size_t n, used = 0;
+    size_t       n, used = 0;
 
     n = make_frame(buf, FRAME_MEMBERSHIP, CLUSTER, "hello");
     ck_assert_int_eq(frame_decode(buf, n, CLUSTER, 1024, &f, &used), FRAME_OK);
@@ -42,9 +41,9 @@ END_TEST
 
 START_TEST(test_frame_truncated_everywhere)
 {
-    uint8_t buf[128];
+    uint8_t      buf[128];
     struct frame f;
-    size_t n, cut, used;
+    size_t       n, cut, used;
 
     n = make_frame(buf, FRAME_HANDOFF_BATCH, CLUSTER, "0123456789");
     for (cut = 0; cut < n; cut++) {
@@ -55,9 +54,9 @@ END_TEST
 
 START_TEST(test_frame_back_to_back)
 {
-    uint8_t buf[256];
+    uint8_t      buf[256];
     struct frame f;
-    size_t n, used;
+    size_t       n, used;
 
     n = make_frame(buf, FRAME_HELLO, CLUSTER, "a");
     n += make_frame(buf + n, FRAME_ADMIN_REQUEST, CLUSTER, "bcd");
@@ -71,12 +70,12 @@ END_TEST
 
 START_TEST(test_frame_rejections)
 {
-    uint8_t buf[128];
+    uint8_t      buf[128];
     struct frame f;
-    size_t n, used;
+    size_t       n, used;
 
     n = make_frame(buf, FRAME_HELLO, CLUSTER, "x");
-    buf[0] = 'G';   /* e.g. an HTTP or memcached client on the wrong port */
+    buf[0] = 'G'; /* e.g. an HTTP or memcached client on the wrong port */
     ck_assert_int_eq(frame_decode(buf, 1, CLUSTER, 1024, &f, &used), FRAME_EMAGIC);
     n = make_frame(buf, FRAME_HELLO, CLUSTER, "x");
     buf[2] = 2;
@@ -90,8 +89,7 @@ START_TEST(test_frame_rejections)
     ck_assert_int_eq(frame_decode(buf, n, CLUSTER, 1024, &f, &used), FRAME_ECLUSTER);
     /* Too big is known from the header alone: no payload is waited for. */
     frame_header_write(buf, FRAME_HANDOFF_BATCH, CLUSTER, 1025);
-    ck_assert_int_eq(frame_decode(buf, FRAME_HEADER_SIZE, CLUSTER, 1024, &f, &used),
-                     FRAME_ETOOBIG);
+    ck_assert_int_eq(frame_decode(buf, FRAME_HEADER_SIZE, CLUSTER, 1024, &f, &used), FRAME_ETOOBIG);
     frame_header_write(buf, FRAME_HANDOFF_BATCH, CLUSTER, 0xffffffffu);
     ck_assert_int_eq(frame_decode(buf, FRAME_HEADER_SIZE, CLUSTER, 0xffffffffu, &f, &used),
                      FRAME_ETOOBIG);
@@ -102,11 +100,11 @@ END_TEST
 static struct ring_members *
 load_members(const char *name)
 {
-    char path[512], err[256];
+    char                 path[512], err[256];
     struct ring_members *m = NULL;
-    char *text;
-    long len;
-    FILE *f;
+    char                *text;
+    long                 len;
+    FILE                *f;
 
     snprintf(path, sizeof(path), "%s/tests/vectors/ring-v1/%s.members", RC_SRCDIR, name);
     f = fopen(path, "rb");
@@ -131,9 +129,9 @@ static const char *const vector_members[] = {
 START_TEST(test_members_wire_roundtrip)
 {
     struct ring_members *m, *back = NULL;
-    char err[256], *t1, *t2;
-    size_t len, n1, n2;
-    uint8_t *buf;
+    char                 err[256], *t1, *t2;
+    size_t               len, n1, n2;
+    uint8_t             *buf;
 
     m = load_members(vector_members[_i]);
     buf = members_pb_pack(m, &len);
@@ -160,9 +158,9 @@ START_TEST(test_members_wire_rejects)
 {
     static const uint8_t garbage[] = { 0xff, 0xff, 0xff, 0xff, 0x0f };
     struct ring_members *m, *back = NULL;
-    char err[256];
-    size_t len;
-    uint8_t *buf;
+    char                 err[256];
+    size_t               len;
+    uint8_t             *buf;
 
     ck_assert_int_eq(members_pb_unpack(garbage, sizeof(garbage), &back, err, sizeof(err)),
                      RING_EPARSE);

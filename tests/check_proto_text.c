@@ -42,7 +42,7 @@ fixture_open(struct fixture *f, size_t item_size_max)
 static void
 fixture_close(struct fixture *f)
 {
-    server_free(f->srv);   /* closes the connection too */
+    server_free(f->srv); /* closes the connection too */
 }
 
 /*
@@ -54,16 +54,17 @@ static char *
 run(struct fixture *f, const char *in, size_t len, size_t step, enum proto_status *st,
     size_t *outlen)
 {
-    char *out = malloc(1);
+    char  *out = malloc(1);
     size_t n = 0, off = 0;
 
     ck_assert_ptr_nonnull(out);
     *st = PROTO_MORE;
-    if (step == 0)
+    if (step == 0) {
         step = len > 0 ? len : 1;
+    }
     while (off < len) {
         size_t k = len - off < step ? len - off : step;
-        char *chunk;
+        char  *chunk;
         size_t clen;
 
         ck_assert_int_eq(conn_feed(f->c, in + off, k), 0);
@@ -78,8 +79,9 @@ run(struct fixture *f, const char *in, size_t len, size_t step, enum proto_statu
                 free(chunk);
             }
         } while (*st == PROTO_PAUSE);
-        if (*st == PROTO_CLOSE || *st == PROTO_QUIT)
+        if (*st == PROTO_CLOSE || *st == PROTO_QUIT) {
             break;
+        }
     }
     out[n] = '\0';
     *outlen = n;
@@ -91,7 +93,7 @@ static char *
 run_fresh(const char *in, size_t len, size_t step, enum proto_status *st, size_t *outlen)
 {
     struct fixture f;
-    char *out;
+    char          *out;
 
     fixture_open(&f, 1024 * 1024);
     out = run(&f, in, len, step, st, outlen);
@@ -100,27 +102,27 @@ run_fresh(const char *in, size_t len, size_t step, enum proto_status *st, size_t
 }
 
 #define E_FMT "CLIENT_ERROR bad command line format\r\n"
-#define K50 "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"
-#define K250 K50 K50 K50 K50 K50
+#define K50   "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"
+#define K250  K50 K50 K50 K50 K50
 
 struct pcase {
-    const char *name;
-    const char *in;
-    const char *out;
+    const char       *name;
+    const char       *in;
+    const char       *out;
     enum proto_status st;
 };
 
 static const struct pcase cases[] = {
     /* storage */
     { "set", "set a 0 0 1\r\na\r\n", "STORED\r\n", PROTO_MORE },
-    { "set get", "set a 5 0 3\r\nabc\r\nget a\r\n",
-      "STORED\r\nVALUE a 5 3\r\nabc\r\nEND\r\n", PROTO_MORE },
-    { "bare newlines", "set a 0 0 1\na\r\nget a\n",
-      "STORED\r\nVALUE a 0 1\r\na\r\nEND\r\n", PROTO_MORE },
+    { "set get", "set a 5 0 3\r\nabc\r\nget a\r\n", "STORED\r\nVALUE a 5 3\r\nabc\r\nEND\r\n",
+      PROTO_MORE },
+    { "bare newlines", "set a 0 0 1\na\r\nget a\n", "STORED\r\nVALUE a 0 1\r\na\r\nEND\r\n",
+      PROTO_MORE },
     { "runs of spaces", "  set   a  1  0  1 \r\nb\r\nget  a \r\n",
       "STORED\r\nVALUE a 1 1\r\nb\r\nEND\r\n", PROTO_MORE },
-    { "empty value", "set a 0 0 0\r\n\r\nget a\r\n",
-      "STORED\r\nVALUE a 0 0\r\n\r\nEND\r\n", PROTO_MORE },
+    { "empty value", "set a 0 0 0\r\n\r\nget a\r\n", "STORED\r\nVALUE a 0 0\r\n\r\nEND\r\n",
+      PROTO_MORE },
     { "value with crlf inside", "set a 0 0 4\r\n\r\n\r\n\r\nget a\r\n",
       "STORED\r\nVALUE a 0 4\r\n\r\n\r\n\r\nEND\r\n", PROTO_MORE },
     { "flags max", "set a 4294967295 0 1\r\na\r\nget a\r\n",
@@ -143,30 +145,31 @@ static const struct pcase cases[] = {
     { "bad data chunk", "set a 0 0 1\r\nab\r\nget a\r\n",
       "CLIENT_ERROR bad data chunk\r\nERROR\r\nEND\r\n", PROTO_MORE },
     { "bad data chunk keeps old", "set a 0 0 1\r\nx\r\nset a 0 0 1\r\nyzw\r\nget a\r\n",
-      "STORED\r\nCLIENT_ERROR bad data chunk\r\nERROR\r\nVALUE a 0 1\r\nx\r\nEND\r\n",
+      "STORED\r\nCLIENT_ERROR bad data chunk\r\nERROR\r\nVALUE a 0 1\r\nx\r\nEND\r\n", PROTO_MORE },
+    { "noreply set", "set a 0 0 1 noreply\r\na\r\nget a\r\n", "VALUE a 0 1\r\na\r\nEND\r\n",
       PROTO_MORE },
-    { "noreply set", "set a 0 0 1 noreply\r\na\r\nget a\r\n",
-      "VALUE a 0 1\r\na\r\nEND\r\n", PROTO_MORE },
     { "noreply hides bad chunk", "set a 0 0 1 noreply\r\nab\r\nversion\r\n",
       "ERROR\r\nVERSION " PROTO_VERSION_STRING "\r\n", PROTO_MORE },
     { "noreply hides format error", "set a x 0 1 noreply\r\na\r\nversion\r\n",
       "VERSION " PROTO_VERSION_STRING "\r\n", PROTO_MORE },
-    { "negative exptime stores then expires", "set a 0 -1 1\r\na\r\nget a\r\n",
-      "STORED\r\nEND\r\n", PROTO_MORE },
-    { "absolute exptime in the past", "set a 0 2592001 1\r\na\r\nget a\r\n",
-      "STORED\r\nEND\r\n", PROTO_MORE },
+    { "negative exptime stores then expires", "set a 0 -1 1\r\na\r\nget a\r\n", "STORED\r\nEND\r\n",
+      PROTO_MORE },
+    { "absolute exptime in the past", "set a 0 2592001 1\r\na\r\nget a\r\n", "STORED\r\nEND\r\n",
+      PROTO_MORE },
     { "relative exptime", "set a 0 100 1\r\na\r\nget a\r\n",
       "STORED\r\nVALUE a 0 1\r\na\r\nEND\r\n", PROTO_MORE },
     { "add", "add a 0 0 1\r\na\r\nadd a 0 0 1\r\nb\r\nget a\r\n",
       "STORED\r\nNOT_STORED\r\nVALUE a 0 1\r\na\r\nEND\r\n", PROTO_MORE },
     { "replace", "replace a 0 0 1\r\na\r\nset a 0 0 1\r\na\r\nreplace a 3 0 1\r\nb\r\nget a\r\n",
       "NOT_STORED\r\nSTORED\r\nSTORED\r\nVALUE a 3 1\r\nb\r\nEND\r\n", PROTO_MORE },
-    { "append prepend", "append a 0 0 1\r\nx\r\nprepend a 0 0 1\r\nx\r\n"
+    { "append prepend",
+      "append a 0 0 1\r\nx\r\nprepend a 0 0 1\r\nx\r\n"
       "set a 7 0 2\r\nbc\r\nappend a 0 0 1\r\nd\r\nprepend a 0 0 1\r\na\r\nget a\r\n",
       "NOT_STORED\r\nNOT_STORED\r\nSTORED\r\nSTORED\r\nSTORED\r\nVALUE a 7 4\r\nabcd\r\nEND\r\n",
       PROTO_MORE },
     { "cas missing", "cas a 0 0 1 1\r\na\r\n", "NOT_FOUND\r\n", PROTO_MORE },
-    { "cas mismatch and zero", "set a 0 0 1\r\na\r\ncas a 0 0 1 0\r\nb\r\n"
+    { "cas mismatch and zero",
+      "set a 0 0 1\r\na\r\ncas a 0 0 1 0\r\nb\r\n"
       "cas a 0 0 1 999999\r\nb\r\nget a\r\n",
       "STORED\r\nEXISTS\r\nEXISTS\r\nVALUE a 0 1\r\na\r\nEND\r\n", PROTO_MORE },
     { "cas bad unique swallowed", "cas a 0 0 1 x\r\na\r\nversion\r\n",
@@ -185,8 +188,8 @@ static const struct pcase cases[] = {
       "STORED\r\n" E_FMT, PROTO_MORE },
     { "tab is part of the key", "set a\tb 0 0 1\r\n1\r\nget a\tb\r\nget a\r\n",
       "STORED\r\nVALUE a\tb 0 1\r\n1\r\nEND\r\nEND\r\n", PROTO_MORE },
-    { "gat", "set a 0 0 1\r\n1\r\ngat 100 a b\r\n",
-      "STORED\r\nVALUE a 0 1\r\n1\r\nEND\r\n", PROTO_MORE },
+    { "gat", "set a 0 0 1\r\n1\r\ngat 100 a b\r\n", "STORED\r\nVALUE a 0 1\r\n1\r\nEND\r\n",
+      PROTO_MORE },
     { "gat expires", "set a 0 0 1\r\n1\r\ngat -1 a\r\nget a\r\n",
       "STORED\r\nVALUE a 0 1\r\n1\r\nEND\r\nEND\r\n", PROTO_MORE },
     { "gat bad exptime", "gat x a\r\n", "CLIENT_ERROR invalid exptime argument\r\n", PROTO_MORE },
@@ -201,8 +204,8 @@ static const struct pcase cases[] = {
     { "touch bad exptime", "touch a x\r\n", "CLIENT_ERROR invalid exptime argument\r\n",
       PROTO_MORE },
     { "touch missing exptime", "touch a\r\n", E_FMT, PROTO_MORE },
-    { "touch noreply", "touch a 1 noreply\r\nversion\r\n",
-      "VERSION " PROTO_VERSION_STRING "\r\n", PROTO_MORE },
+    { "touch noreply", "touch a 1 noreply\r\nversion\r\n", "VERSION " PROTO_VERSION_STRING "\r\n",
+      PROTO_MORE },
     /* delete */
     { "delete", "delete a\r\nset a 0 0 1\r\n1\r\ndelete a\r\nget a\r\n",
       "NOT_FOUND\r\nSTORED\r\nDELETED\r\nEND\r\n", PROTO_MORE },
@@ -217,8 +220,8 @@ static const struct pcase cases[] = {
     /* incr/decr */
     { "incr decr", "set n 0 0 2\r\n10\r\nincr n 5\r\ndecr n 3\r\ndecr n 100\r\nget n\r\n",
       "STORED\r\n15\r\n12\r\n0\r\nVALUE n 0 1\r\n0\r\nEND\r\n", PROTO_MORE },
-    { "incr wraps", "set n 0 0 20\r\n18446744073709551615\r\nincr n 1\r\n",
-      "STORED\r\n0\r\n", PROTO_MORE },
+    { "incr wraps", "set n 0 0 20\r\n18446744073709551615\r\nincr n 1\r\n", "STORED\r\n0\r\n",
+      PROTO_MORE },
     { "incr keeps flags", "set n 9 0 1\r\n1\r\nincr n 99\r\nget n\r\n",
       "STORED\r\n100\r\nVALUE n 9 3\r\n100\r\nEND\r\n", PROTO_MORE },
     { "incr miss", "incr n 1\r\ndecr n 1\r\n", "NOT_FOUND\r\nNOT_FOUND\r\n", PROTO_MORE },
@@ -236,16 +239,18 @@ static const struct pcase cases[] = {
     { "incr noreply hides error", "set n 0 0 1\r\nx\r\nincr n 1 noreply\r\n", "STORED\r\n",
       PROTO_MORE },
     /* flush_all */
-    { "flush_all", "set a 0 0 1\r\n1\r\nflush_all\r\nget a\r\n",
-      "STORED\r\nOK\r\nEND\r\n", PROTO_MORE },
+    { "flush_all", "set a 0 0 1\r\n1\r\nflush_all\r\nget a\r\n", "STORED\r\nOK\r\nEND\r\n",
+      PROTO_MORE },
     { "flush_all then set survives", "flush_all\r\nset a 0 0 1\r\n1\r\nget a\r\n",
       "OK\r\nSTORED\r\nVALUE a 0 1\r\n1\r\nEND\r\n", PROTO_MORE },
-    { "flush_all 0 and negative", "set a 0 0 1\r\n1\r\nflush_all 0\r\nget a\r\n"
+    { "flush_all 0 and negative",
+      "set a 0 0 1\r\n1\r\nflush_all 0\r\nget a\r\n"
       "set a 0 0 1\r\n1\r\nflush_all -1\r\nget a\r\n",
       "STORED\r\nOK\r\nEND\r\nSTORED\r\nOK\r\nEND\r\n", PROTO_MORE },
     { "flush_all delayed", "set a 0 0 1\r\n1\r\nflush_all 86400\r\nget a\r\n",
       "STORED\r\nOK\r\nVALUE a 0 1\r\n1\r\nEND\r\n", PROTO_MORE },
-    { "flush_all noreply", "set a 0 0 1\r\n1\r\nflush_all noreply\r\nflush_all 0 noreply\r\nget a\r\n",
+    { "flush_all noreply",
+      "set a 0 0 1\r\n1\r\nflush_all noreply\r\nflush_all 0 noreply\r\nget a\r\n",
       "STORED\r\nEND\r\n", PROTO_MORE },
     { "flush_all bad delay", "flush_all x\r\n", "CLIENT_ERROR invalid exptime argument\r\n",
       PROTO_MORE },
@@ -255,8 +260,8 @@ static const struct pcase cases[] = {
       "VERSION " PROTO_VERSION_STRING "\r\nVERSION " PROTO_VERSION_STRING "\r\n", PROTO_MORE },
     { "verbosity", "verbosity 1\r\nverbosity 0 noreply\r\nverbosity 1 a b c d e f g h\r\n",
       "OK\r\nOK\r\n", PROTO_MORE },
-    { "verbosity errors", "verbosity\r\nverbosity invalid\r\nverbosity noreply\r\n",
-      E_FMT E_FMT, PROTO_MORE },
+    { "verbosity errors", "verbosity\r\nverbosity invalid\r\nverbosity noreply\r\n", E_FMT E_FMT,
+      PROTO_MORE },
     { "quit", "version\r\nquit\r\nversion\r\n", "VERSION " PROTO_VERSION_STRING "\r\n",
       PROTO_QUIT },
     { "quit with tokens", "quit now\r\n", "", PROTO_QUIT },
@@ -285,18 +290,18 @@ START_TEST(test_table)
 {
     const struct pcase *pc = &cases[_i];
     static const size_t steps[] = { 0, 7, 1 };
-    size_t i;
+    size_t              i;
 
     for (i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
         enum proto_status st;
-        size_t n;
-        char *out = run_fresh(pc->in, strlen(pc->in), steps[i], &st, &n);
+        size_t            n;
+        char             *out = run_fresh(pc->in, strlen(pc->in), steps[i], &st, &n);
 
         ck_assert_msg(n == strlen(pc->out) && memcmp(out, pc->out, n) == 0,
-                      "case '%s' step %zu:\n got: '%s'\nwant: '%s'", pc->name, steps[i],
-                      out, pc->out);
-        ck_assert_msg(st == pc->st, "case '%s' step %zu: status %d, want %d", pc->name,
-                      steps[i], (int)st, (int)pc->st);
+                      "case '%s' step %zu:\n got: '%s'\nwant: '%s'", pc->name, steps[i], out,
+                      pc->out);
+        ck_assert_msg(st == pc->st, "case '%s' step %zu: status %d, want %d", pc->name, steps[i],
+                      (int)st, (int)pc->st);
         free(out);
     }
 }
@@ -307,9 +312,9 @@ static uint64_t
 cas_of(const char *out)
 {
     const char *v = strstr(out, "VALUE ");
-    char key[300];
-    unsigned f, n;
-    uint64_t cas = 0;
+    char        key[300];
+    unsigned    f, n;
+    uint64_t    cas = 0;
 
     ck_assert_ptr_nonnull(v);
     ck_assert_int_eq(sscanf(v, "VALUE %299s %u %u %" SCNu64, key, &f, &n, &cas), 4);
@@ -320,11 +325,11 @@ cas_of(const char *out)
  * one; touch and gat keep it. */
 START_TEST(test_cas_flow)
 {
-    struct fixture f;
+    struct fixture    f;
     enum proto_status st;
-    char *out, cmd[128];
-    uint64_t c1, c2, c3;
-    size_t n;
+    char             *out, cmd[128];
+    uint64_t          c1, c2, c3;
+    size_t            n;
 
     fixture_open(&f, 1024 * 1024);
     out = run(&f, "set a 0 0 1\r\n1\r\ngets a\r\n", 24, 0, &st, &n);
@@ -360,10 +365,10 @@ END_TEST
  * the old value, a failed append keeps it. */
 START_TEST(test_too_large)
 {
-    struct fixture f;
+    struct fixture    f;
     enum proto_status st;
-    size_t vlen = 4096, n, len;
-    char *in = malloc(vlen + 256), *out;
+    size_t            vlen = 4096, n, len;
+    char             *in = malloc(vlen + 256), *out;
 
     ck_assert_ptr_nonnull(in);
     fixture_open(&f, 2048);
@@ -402,8 +407,8 @@ END_TEST
 START_TEST(test_line_limit)
 {
     enum proto_status st;
-    size_t n, len = 5000;
-    char *in = malloc(len + 16), *out;
+    size_t            n, len = 5000;
+    char             *in = malloc(len + 16), *out;
 
     ck_assert_ptr_nonnull(in);
     memset(in, 'x', len);
@@ -416,8 +421,9 @@ START_TEST(test_line_limit)
     free(out);
     /* "get " then many short keys, still no newline: keep reading. */
     memcpy(in, "get ", 4);
-    for (size_t i = 4; i < len; i++)
+    for (size_t i = 4; i < len; i++) {
         in[i] = (i % 5 == 0) ? ' ' : 'k';
+    }
     out = run_fresh(in, len, 0, &st, &n);
     ck_assert_int_eq(st, PROTO_MORE);
     free(out);
@@ -440,7 +446,7 @@ END_TEST
 static long long
 stat_of(const char *out, const char *name)
 {
-    char pat[64];
+    char        pat[64];
     const char *p;
 
     snprintf(pat, sizeof(pat), "STAT %s ", name);
@@ -454,22 +460,53 @@ stat_of(const char *out, const char *name)
 START_TEST(test_stats)
 {
     static const char *const names[] = {
-        "pid", "uptime", "time", "version", "pointer_size", "rusage_user",
-        "rusage_system", "curr_items", "total_items", "bytes", "max_connections",
-        "curr_connections", "total_connections", "cmd_get", "cmd_set", "cmd_flush",
-        "cmd_touch", "get_hits", "get_misses", "get_expired", "get_flushed",
-        "delete_hits", "delete_misses", "incr_hits", "incr_misses", "decr_hits",
-        "decr_misses", "cas_hits", "cas_misses", "cas_badval", "touch_hits",
-        "touch_misses", "store_too_large", "store_no_memory", "evictions",
-        "bytes_read", "bytes_written", "limit_maxbytes", "threads",
+        "pid",
+        "uptime",
+        "time",
+        "version",
+        "pointer_size",
+        "rusage_user",
+        "rusage_system",
+        "curr_items",
+        "total_items",
+        "bytes",
+        "max_connections",
+        "curr_connections",
+        "total_connections",
+        "cmd_get",
+        "cmd_set",
+        "cmd_flush",
+        "cmd_touch",
+        "get_hits",
+        "get_misses",
+        "get_expired",
+        "get_flushed",
+        "delete_hits",
+        "delete_misses",
+        "incr_hits",
+        "incr_misses",
+        "decr_hits",
+        "decr_misses",
+        "cas_hits",
+        "cas_misses",
+        "cas_badval",
+        "touch_hits",
+        "touch_misses",
+        "store_too_large",
+        "store_no_memory",
+        "evictions",
+        "bytes_read",
+        "bytes_written",
+        "limit_maxbytes",
+        "threads",
     };
-    const char *in = "set a 0 0 1\r\n1\r\nget a b a\r\ngat 10 a z\r\ntouch a 5\r\ndelete q\r\n"
-                     "incr a 1\r\ndecr x 1\r\ncas a 0 0 1 1\r\n1\r\ncas z 0 0 1 1\r\n1\r\n"
-                     "flush_all 1000\r\nstats\r\n";
+    const char    *in = "set a 0 0 1\r\n1\r\nget a b a\r\ngat 10 a z\r\ntouch a 5\r\ndelete q\r\n"
+                        "incr a 1\r\ndecr x 1\r\ncas a 0 0 1 1\r\n1\r\ncas z 0 0 1 1\r\n1\r\n"
+                        "flush_all 1000\r\nstats\r\n";
     struct fixture f;
     enum proto_status st;
-    size_t n, i;
-    char *out;
+    size_t            n, i;
+    char             *out;
 
     fixture_open(&f, 1024 * 1024);
     out = run(&f, in, strlen(in), 0, &st, &n);
@@ -524,11 +561,11 @@ END_TEST
  * the result is complete and in order. */
 START_TEST(test_get_streams)
 {
-    struct fixture f;
+    struct fixture    f;
     enum proto_status st;
-    size_t vlen = 100000, nkeys = 40, len, n, pauses = 0, total = 0;
-    char *in = malloc(vlen + 64), *line = malloc(nkeys * 3 + 8), *chunk;
-    struct conn *c;
+    size_t            vlen = 100000, nkeys = 40, len, n, pauses = 0, total = 0;
+    char             *in = malloc(vlen + 64), *line = malloc(nkeys * 3 + 8), *chunk;
+    struct conn      *c;
 
     ck_assert_ptr_nonnull(in);
     ck_assert_ptr_nonnull(line);
@@ -541,8 +578,9 @@ START_TEST(test_get_streams)
     ck_assert_int_eq(proto_text_process(c), PROTO_MORE);
     free(conn_out_take(c, &n));
     len = (size_t)sprintf(line, "get");
-    for (size_t i = 0; i < nkeys; i++)
+    for (size_t i = 0; i < nkeys; i++) {
         len += (size_t)sprintf(line + len, " v");
+    }
     len += (size_t)sprintf(line + len, "\r\nversion\r\n");
     ck_assert_int_eq(conn_feed(c, line, len), 0);
     while ((st = proto_text_process(c)) == PROTO_PAUSE) {

@@ -21,8 +21,8 @@ static int
 apply_put_h(struct store *s, const char *key, uint64_t hash, const char *val, uint64_t cas,
             int64_t exptime)
 {
-    int err = 0, rc;
-    size_t n = strlen(val);
+    int                err = 0, rc;
+    size_t             n = strlen(val);
     struct store_item *it = store_alloc(s, key, strlen(key), hash, 0, exptime, n, &err);
 
     ck_assert_ptr_nonnull(it);
@@ -68,9 +68,9 @@ START_TEST(test_tomb_late_put)
     struct store *s = mkstore(64 * MIB, false);
 
     ck_assert_int_eq(apply_put(s, "k", "v9", 9), 0);
-    apply_del(s, "k", 10);          /* deletes the older copy */
+    apply_del(s, "k", 10); /* deletes the older copy */
     expect(s, "k", NULL);
-    ck_assert_int_eq(apply_put(s, "k", "v10", 10), 0);   /* late: answered OK */
+    ck_assert_int_eq(apply_put(s, "k", "v10", 10), 0); /* late: answered OK */
     expect(s, "k", NULL);
     ck_assert_int_eq(apply_put(s, "k", "v8", 8), 0);
     expect(s, "k", NULL);
@@ -125,10 +125,10 @@ START_TEST(test_tomb_expiry)
     apply_del(s, "e2", 10);
     store_clock_shift(s, 4);
     ck_assert_int_eq(apply_put(s, "e1", "late", 10), 0);
-    expect(s, "e1", NULL);          /* 4 s old: still in force */
+    expect(s, "e1", NULL); /* 4 s old: still in force */
     store_clock_shift(s, 1);
     ck_assert_int_eq(apply_put(s, "e2", "late", 10), 0);
-    expect_h(s, "e2", h("e2"), "late", 10);   /* 5 s old: expired, applies */
+    expect_h(s, "e2", h("e2"), "late", 10); /* 5 s old: expired, applies */
     store_free(s);
 }
 END_TEST
@@ -156,18 +156,18 @@ END_TEST
 START_TEST(test_tomb_full)
 {
     struct store *s = mkstore(64 * MIB, false);
-    uint64_t base = h("full") & ~(0xfull << 60), hs[REPLICATE_TOMB_WAYS + 1];
-    char keys[REPLICATE_TOMB_WAYS + 1][16];
-    int i;
+    uint64_t      base = h("full") & ~(0xfull << 60), hs[REPLICATE_TOMB_WAYS + 1];
+    char          keys[REPLICATE_TOMB_WAYS + 1][16];
+    int           i;
 
     for (i = 0; i <= REPLICATE_TOMB_WAYS; i++) {
         hs[i] = base | ((uint64_t)i << 60);
         snprintf(keys[i], sizeof(keys[i]), "full-%d", i);
         replicate_apply_del(s, keys[i], strlen(keys[i]), hs[i], 100);
-        store_clock_shift(s, 1);    /* so "oldest" is well defined */
+        store_clock_shift(s, 1); /* so "oldest" is well defined */
     }
     ck_assert_int_eq(apply_put_h(s, keys[0], hs[0], "back", 100, 0), 0);
-    expect_h(s, keys[0], hs[0], "back", 100);      /* replaced: not guarded */
+    expect_h(s, keys[0], hs[0], "back", 100); /* replaced: not guarded */
     for (i = 1; i <= REPLICATE_TOMB_WAYS; i++) {
         ck_assert_int_eq(apply_put_h(s, keys[i], hs[i], "back", 100, 0), 0);
         expect_h(s, keys[i], hs[i], NULL, 0);
@@ -180,10 +180,10 @@ END_TEST
  * a late cas 10 image of the key must not bring the older value back. */
 START_TEST(test_tomb_eviction)
 {
-    struct store *s = mkstore(1 * MIB, false);
+    struct store      *s = mkstore(1 * MIB, false);
     struct store_stats st;
-    char key[32], val[1024];
-    int i;
+    char               key[32], val[1024];
+    int                i;
 
     replicate_tomb_init(s, REPLICATE_TOMB_TTL_S);
     memset(val, 'v', sizeof(val) - 1);
@@ -196,11 +196,13 @@ START_TEST(test_tomb_eviction)
 
         snprintf(key, sizeof(key), "fill-%d", i);
         ck_assert_int_eq(apply_put(s, key, val, 1000 + (uint64_t)i), 0);
-        if (i % 64 != 63)
+        if (i % 64 != 63) {
             continue;
+        }
         it = get(s, "first");
-        if (it == NULL)
+        if (it == NULL) {
             break;
+        }
         store_release(s, it);
     }
     store_get_stats(s, &st);

@@ -17,7 +17,7 @@
 #include "tests/suites.h"
 
 #define VEC_DIR RC_SRCDIR "/tests/vectors/ring-v1"
-#define TRIALS 200
+#define TRIALS  200
 
 /* ---- helpers ---- */
 
@@ -27,7 +27,7 @@ slurp(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     char *buf;
-    long n;
+    long  n;
 
     ck_assert_msg(f != NULL, "cannot open %s", path);
     ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
@@ -47,15 +47,14 @@ slurp(const char *path, size_t *len)
 static struct ring_members *
 load_vector_members(const char *name)
 {
-    char path[512], err[256];
+    char                 path[512], err[256];
     struct ring_members *m = NULL;
-    size_t len;
-    char *text;
+    size_t               len;
+    char                *text;
 
     snprintf(path, sizeof(path), "%s/%s.members", VEC_DIR, name);
     text = slurp(path, &len);
-    ck_assert_msg(ring_members_parse(text, len, path, &m, err, sizeof(err)) ==
-                  RING_OK, "%s", err);
+    ck_assert_msg(ring_members_parse(text, len, path, &m, err, sizeof(err)) == RING_OK, "%s", err);
     free(text);
     return m;
 }
@@ -69,7 +68,7 @@ struct vec_ring {
 static struct ring *
 vector_ring(struct vec_ring *cache, size_t cap, const char *name)
 {
-    size_t i;
+    size_t               i;
     struct ring_members *m;
 
     for (i = 0; i < cap && cache[i].r != NULL; i++) {
@@ -112,19 +111,17 @@ split_tabs(char *line, char **f, int max)
 
 /* Iterate the data lines of a vector file: calls fn with the fields. */
 static int
-for_each_vector(const char *file, int nf,
-                void (*fn)(char **f, int n, void *arg), void *arg)
+for_each_vector(const char *file, int nf, void (*fn)(char **f, int n, void *arg), void *arg)
 {
-    char path[512], *text, *line, *save = NULL, *f[8];
+    char   path[512], *text, *line, *save = NULL, *f[8];
     size_t len;
-    int count = 0;
+    int    count = 0;
 
     snprintf(path, sizeof(path), "%s/%s", VEC_DIR, file);
     text = slurp(path, &len);
     /* strtok_r would merge empty lines; the empty key sits in hashes.tsv as
      * a line starting with a tab, which strtok_r on "\n" keeps intact. */
-    for (line = strtok_r(text, "\n", &save); line != NULL;
-         line = strtok_r(NULL, "\n", &save)) {
+    for (line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
         int n;
 
         if (line[0] == '#') {
@@ -153,18 +150,17 @@ rnd(uint64_t *s)
 /* A random membership: n nodes with random ids, weights up to max_w and
  * (when zones > 0) zones z0..z{zones-1} or none. */
 static struct ring_members *
-random_members(uint64_t *s, uint32_t n, uint32_t vnodes, uint32_t max_w,
-               uint32_t zones)
+random_members(uint64_t *s, uint32_t n, uint32_t vnodes, uint32_t max_w, uint32_t zones)
 {
     struct ring_members *m = ring_members_new();
-    uint32_t i;
+    uint32_t             i;
 
     ck_assert_ptr_nonnull(m);
     m->epoch = 1;
     m->vnodes = vnodes;
     m->replicas = 1 + (uint32_t)(rnd(s) % 3);
     for (i = 0; i < n; i++) {
-        char id[32], addr[32], zone[8] = "";
+        char     id[32], addr[32], zone[8] = "";
         uint32_t w = 1 + (uint32_t)(rnd(s) % max_w);
 
         /* Ids share prefixes on purpose ("n1" vs "n12"). */
@@ -178,7 +174,7 @@ random_members(uint64_t *s, uint32_t n, uint32_t vnodes, uint32_t max_w,
             }
         }
         if (ring_members_add(m, id, addr, w, zone) != RING_OK) {
-            i--;   /* duplicate id: draw again */
+            i--; /* duplicate id: draw again */
         }
     }
     return m;
@@ -189,11 +185,11 @@ static struct ring_members *
 shuffled(const struct ring_members *m, uint64_t *s)
 {
     struct ring_members *d = ring_members_dup(m);
-    uint32_t i;
+    uint32_t             i;
 
     ck_assert_ptr_nonnull(d);
     for (i = d->n_nodes; i > 1; i--) {
-        uint32_t j = (uint32_t)(rnd(s) % i);
+        uint32_t         j = (uint32_t)(rnd(s) % i);
         struct ring_node t = d->nodes[i - 1];
 
         d->nodes[i - 1] = d->nodes[j];
@@ -221,8 +217,8 @@ assert_same_ring(const struct ring *a, const struct ring *b)
 
         ring_point(a, i, &pa, &na, NULL);
         ring_point(b, i, &pb, &nb, NULL);
-        ck_assert_msg(pa == pb && strcmp(node_id(a, na), node_id(b, nb)) == 0,
-                      "rank %u differs", i);
+        ck_assert_msg(pa == pb && strcmp(node_id(a, na), node_id(b, nb)) == 0, "rank %u differs",
+                      i);
     }
 }
 
@@ -271,21 +267,20 @@ static uint32_t
 naive_locate(const struct ring *r, uint64_t h, uint32_t want, uint32_t *out)
 {
     const struct ring_members *m = ring_members(r);
-    uint32_t start = naive_rank(r, h), n = ring_n_points(r), cnt = 0;
-    uint32_t pass, s, j;
+    uint32_t                   start = naive_rank(r, h), n = ring_n_points(r), cnt = 0;
+    uint32_t                   pass, s, j;
 
     for (pass = 1; pass <= 2; pass++) {
         for (s = 0; s < n && cnt < want; s++) {
             uint32_t nd;
-            bool skip = false;
+            bool     skip = false;
 
             ring_point(r, (start + s) % n, NULL, &nd, NULL);
             for (j = 0; j < cnt && !skip; j++) {
                 const char *zj = m->nodes[out[j]].zone;
 
-                skip = out[j] == nd ||
-                       (pass == 1 && m->nodes[nd].zone[0] != '\0' &&
-                        strcmp(zj, m->nodes[nd].zone) == 0);
+                skip = out[j] == nd || (pass == 1 && m->nodes[nd].zone[0] != '\0' &&
+                                        strcmp(zj, m->nodes[nd].zone) == 0);
             }
             if (!skip) {
                 out[cnt++] = nd;
@@ -302,8 +297,7 @@ check_hash_line(char **f, int n, void *arg)
 {
     (void)n;
     (void)arg;
-    ck_assert_msg(ring_hash(f[0], strlen(f[0])) == strtoull(f[1], NULL, 10),
-                  "hash of '%s'", f[0]);
+    ck_assert_msg(ring_hash(f[0], strlen(f[0])) == strtoull(f[1], NULL, 10), "hash of '%s'", f[0]);
 }
 
 START_TEST(vectors_hashes)
@@ -318,13 +312,12 @@ static void
 check_point_line(char **f, int n, void *arg)
 {
     struct ring *r = vector_ring(arg, 16, f[0]);
-    uint64_t pos;
-    uint32_t node, vnode;
+    uint64_t     pos;
+    uint32_t     node, vnode;
 
     (void)n;
     ring_point(r, (uint32_t)strtoul(f[1], NULL, 10), &pos, &node, &vnode);
-    ck_assert_msg(pos == strtoull(f[2], NULL, 10), "%s rank %s position",
-                  f[0], f[1]);
+    ck_assert_msg(pos == strtoull(f[2], NULL, 10), "%s rank %s position", f[0], f[1]);
     ck_assert_str_eq(node_id(r, node), f[3]);
     ck_assert_uint_eq(vnode, strtoul(f[4], NULL, 10));
 }
@@ -332,7 +325,7 @@ check_point_line(char **f, int n, void *arg)
 START_TEST(vectors_points)
 {
     struct vec_ring cache[16];
-    int n;
+    int             n;
 
     memset(cache, 0, sizeof(cache));
     n = for_each_vector("points.tsv", 5, check_point_line, cache);
@@ -345,8 +338,8 @@ static void
 check_locate_line(char **f, int n, void *arg)
 {
     struct ring *r = vector_ring(arg, 16, f[0]);
-    uint32_t want = (uint32_t)strtoul(f[1], NULL, 10), out[128], got, i;
-    char list[4096] = "";
+    uint32_t     want = (uint32_t)strtoul(f[1], NULL, 10), out[128], got, i;
+    char         list[4096] = "";
 
     (void)n;
     ck_assert_uint_le(want, 128);
@@ -357,15 +350,15 @@ check_locate_line(char **f, int n, void *arg)
         }
         strcat(list, node_id(r, out[i]));
     }
-    ck_assert_msg(strcmp(list, f[3]) == 0, "%s R=%s key '%s': got %s want %s",
-                  f[0], f[1], f[2], list, f[3]);
+    ck_assert_msg(strcmp(list, f[3]) == 0, "%s R=%s key '%s': got %s want %s", f[0], f[1], f[2],
+                  list, f[3]);
     ck_assert_uint_eq(ring_primary(r, ring_hash(f[2], strlen(f[2]))), out[0]);
 }
 
 START_TEST(vectors_locate)
 {
     struct vec_ring cache[16];
-    int n;
+    int             n;
 
     memset(cache, 0, sizeof(cache));
     n = for_each_vector("locate.tsv", 4, check_locate_line, cache);
@@ -379,13 +372,13 @@ END_TEST
 START_TEST(lookup_matches_naive)
 {
     uint64_t s = 11;
-    int t;
+    int      t;
 
     for (t = 0; t < 40; t++) {
-        struct ring_members *m = random_members(&s, 1 + (uint32_t)(rnd(&s) % 12),
-                                                1 + (uint32_t)(rnd(&s) % 40), 3, 3);
+        struct ring_members *m =
+            random_members(&s, 1 + (uint32_t)(rnd(&s) % 12), 1 + (uint32_t)(rnd(&s) % 40), 3, 3);
         struct ring *r = ring_build(m);
-        uint32_t k, n;
+        uint32_t     k, n;
 
         ck_assert_ptr_nonnull(r);
         n = ring_n_points(r);
@@ -397,11 +390,22 @@ START_TEST(lookup_matches_naive)
             /* Random hashes, exact point positions and their neighbours,
              * and the two ends of the circle. */
             switch (k % 5) {
-            case 0: h = rnd(&s); break;
-            case 1: ring_point(r, (uint32_t)(rnd(&s) % n), &h, NULL, NULL); break;
-            case 2: ring_point(r, (uint32_t)(rnd(&s) % n), &p, NULL, NULL); h = p + 1; break;
-            case 3: h = 0; break;
-            default: h = UINT64_MAX; break;
+            case 0:
+                h = rnd(&s);
+                break;
+            case 1:
+                ring_point(r, (uint32_t)(rnd(&s) % n), &h, NULL, NULL);
+                break;
+            case 2:
+                ring_point(r, (uint32_t)(rnd(&s) % n), &p, NULL, NULL);
+                h = p + 1;
+                break;
+            case 3:
+                h = 0;
+                break;
+            default:
+                h = UINT64_MAX;
+                break;
             }
             ck_assert_uint_eq(ring_point_rank(r, h), naive_rank(r, h));
             na = ring_locate(r, h, want, a);
@@ -421,13 +425,13 @@ END_TEST
 START_TEST(prop_order_independent)
 {
     uint64_t s = 1;
-    int t;
+    int      t;
 
     for (t = 0; t < TRIALS; t++) {
-        struct ring_members *m = random_members(&s, 1 + (uint32_t)(rnd(&s) % 20),
-                                                1 + (uint32_t)(rnd(&s) % 50), 4, 0);
+        struct ring_members *m =
+            random_members(&s, 1 + (uint32_t)(rnd(&s) % 20), 1 + (uint32_t)(rnd(&s) % 50), 4, 0);
         struct ring_members *p = shuffled(m, &s);
-        struct ring *a = ring_build(m), *b = ring_build(p);
+        struct ring         *a = ring_build(m), *b = ring_build(p);
 
         ck_assert_ptr_nonnull(a);
         ck_assert_ptr_nonnull(b);
@@ -443,14 +447,14 @@ END_TEST
 START_TEST(prop_remove_equals_build_without)
 {
     uint64_t s = 2;
-    int t;
+    int      t;
 
     for (t = 0; t < TRIALS; t++) {
-        struct ring_members *m = random_members(&s, 2 + (uint32_t)(rnd(&s) % 20),
-                                                1 + (uint32_t)(rnd(&s) % 50), 4, 3);
+        struct ring_members *m =
+            random_members(&s, 2 + (uint32_t)(rnd(&s) % 20), 1 + (uint32_t)(rnd(&s) % 50), 4, 3);
         struct ring_members *removed = ring_members_dup(m), *without;
-        uint32_t victim = (uint32_t)(rnd(&s) % m->n_nodes), i;
-        struct ring *a, *b;
+        uint32_t             victim = (uint32_t)(rnd(&s) % m->n_nodes), i;
+        struct ring         *a, *b;
 
         ck_assert_ptr_nonnull(removed);
         ck_assert_int_eq(ring_members_remove(removed, m->nodes[victim].id), RING_OK);
@@ -461,9 +465,9 @@ START_TEST(prop_remove_equals_build_without)
         without->replicas = m->replicas;
         for (i = m->n_nodes; i-- > 0;) {
             if (i != victim) {
-                ck_assert_int_eq(ring_members_add(without, m->nodes[i].id,
-                                                  m->nodes[i].addr, m->nodes[i].weight,
-                                                  m->nodes[i].zone), RING_OK);
+                ck_assert_int_eq(ring_members_add(without, m->nodes[i].id, m->nodes[i].addr,
+                                                  m->nodes[i].weight, m->nodes[i].zone),
+                                 RING_OK);
             }
         }
         a = ring_build(removed);
@@ -481,14 +485,14 @@ END_TEST
 START_TEST(prop_remove_absent_changes_nothing)
 {
     uint64_t s = 3;
-    int t;
+    int      t;
 
     for (t = 0; t < TRIALS; t++) {
-        struct ring_members *m = random_members(&s, 1 + (uint32_t)(rnd(&s) % 20),
-                                                1 + (uint32_t)(rnd(&s) % 50), 4, 0);
+        struct ring_members *m =
+            random_members(&s, 1 + (uint32_t)(rnd(&s) % 20), 1 + (uint32_t)(rnd(&s) % 50), 4, 0);
         struct ring_members *d = ring_members_dup(m);
-        struct ring *a, *b;
-        struct ring_diff *diff;
+        struct ring         *a, *b;
+        struct ring_diff    *diff;
 
         /* Random ids are "n<digits>": "absent-node" is never one. */
         ck_assert_int_eq(ring_members_remove(d, "absent-node"), RING_ENOENT);
@@ -519,16 +523,16 @@ hash8(const void *data, size_t len)
 START_TEST(prop_collisions_lowest_id_owns)
 {
     uint64_t s = 4;
-    int t;
+    int      t;
 
     for (t = 0; t < TRIALS; t++) {
         /* At least 120 points on 256 positions: positions are shared. */
-        struct ring_members *m = random_members(&s, 3 + (uint32_t)(rnd(&s) % 8),
-                                                40 + (uint32_t)(rnd(&s) % 40), 2, 0);
+        struct ring_members *m =
+            random_members(&s, 3 + (uint32_t)(rnd(&s) % 8), 40 + (uint32_t)(rnd(&s) % 40), 2, 0);
         struct ring_members *p = shuffled(m, &s);
-        struct ring *r = ring_build_with_hash(m, hash8);
-        struct ring *rp = ring_build_with_hash(p, hash8);
-        uint32_t i, n = ring_n_points(r);
+        struct ring         *r = ring_build_with_hash(m, hash8);
+        struct ring         *rp = ring_build_with_hash(p, hash8);
+        uint32_t             i, n = ring_n_points(r);
 
         ck_assert_ptr_nonnull(r);
         assert_same_ring(r, rp);
@@ -536,12 +540,12 @@ START_TEST(prop_collisions_lowest_id_owns)
         /* The lowest claimant of each position owns it; when it leaves, the
          * next claimant (in id order) takes over. */
         for (i = 0; i < 256; i += 7) {
-            uint32_t rank = ring_point_rank(r, i), owner = ring_primary(r, i);
-            uint64_t pos;
-            uint32_t nd, j;
+            uint32_t             rank = ring_point_rank(r, i), owner = ring_primary(r, i);
+            uint64_t             pos;
+            uint32_t             nd, j;
             struct ring_members *less = ring_members_dup(m);
-            struct ring *rl;
-            const char *next = NULL;
+            struct ring         *rl;
+            const char          *next = NULL;
 
             ring_point(r, rank, &pos, &nd, NULL);
             ck_assert_uint_eq(nd, owner);
@@ -583,18 +587,18 @@ END_TEST
 START_TEST(prop_join_moves_to_joiner_only)
 {
     uint64_t s = 5;
-    double sum = 0;
+    double   sum = 0;
     uint32_t vn = 100;
-    int t;
+    int      t;
 
     for (t = 0; t < TRIALS; t++) {
-        uint32_t n = 2 + (uint32_t)(rnd(&s) % 20), i, j;
+        uint32_t             n = 2 + (uint32_t)(rnd(&s) % 20), i, j;
         struct ring_members *m = random_members(&s, n, vn, 1, 0);
         struct ring_members *j1 = ring_members_dup(m);
-        struct ring *a, *b;
-        struct ring_diff *d;
-        double share[64], ratio;
-        int joiner;
+        struct ring         *a, *b;
+        struct ring_diff    *d;
+        double               share[64], ratio;
+        int                  joiner;
 
         ck_assert_int_eq(ring_members_add(j1, "joiner", "10.9.9.9:1", 1, NULL), RING_OK);
         a = ring_build(m);
@@ -632,24 +636,24 @@ START_TEST(prop_join_moves_to_joiner_only)
         ring_members_free(j1);
     }
     /* The mean over TRIALS joins: 5 sigma of the mean. */
-    ck_assert_msg(fabs(sum / TRIALS - 1.0) < 5.0 / sqrt((double)vn * TRIALS),
-                  "mean ratio %f", sum / TRIALS);
+    ck_assert_msg(fabs(sum / TRIALS - 1.0) < 5.0 / sqrt((double)vn * TRIALS), "mean ratio %f",
+                  sum / TRIALS);
 }
 END_TEST
 
 START_TEST(prop_leave_moves_leavers_keys_only)
 {
     uint64_t s = 6;
-    int t;
+    int      t;
 
     for (t = 0; t < TRIALS; t++) {
-        struct ring_members *m = random_members(&s, 2 + (uint32_t)(rnd(&s) % 20),
-                                                1 + (uint32_t)(rnd(&s) % 100), 3, 0);
+        struct ring_members *m =
+            random_members(&s, 2 + (uint32_t)(rnd(&s) % 20), 1 + (uint32_t)(rnd(&s) % 100), 3, 0);
         struct ring_members *l = ring_members_dup(m);
-        uint32_t victim = (uint32_t)(rnd(&s) % m->n_nodes), i;
-        struct ring *a, *b;
-        struct ring_diff *d;
-        double share[64];
+        uint32_t             victim = (uint32_t)(rnd(&s) % m->n_nodes), i;
+        struct ring         *a, *b;
+        struct ring_diff    *d;
+        double               share[64];
 
         ck_assert_int_eq(ring_members_remove(l, m->nodes[victim].id), RING_OK);
         a = ring_build(m);
@@ -676,14 +680,13 @@ END_TEST
 START_TEST(prop_shares_follow_weights)
 {
     uint64_t s = 7;
-    int t;
+    int      t;
 
     for (t = 0; t < TRIALS; t++) {
-        uint32_t vn = 200 + (uint32_t)(rnd(&s) % 200), i, wsum = 0;
-        struct ring_members *m = random_members(&s, 2 + (uint32_t)(rnd(&s) % 10),
-                                                vn, 5, 0);
-        struct ring *r = ring_build(m);
-        double share[64], total = 0;
+        uint32_t             vn = 200 + (uint32_t)(rnd(&s) % 200), i, wsum = 0;
+        struct ring_members *m = random_members(&s, 2 + (uint32_t)(rnd(&s) % 10), vn, 5, 0);
+        struct ring         *r = ring_build(m);
+        double               share[64], total = 0;
 
         ring_shares(r, share);
         for (i = 0; i < m->n_nodes; i++) {
@@ -695,7 +698,7 @@ START_TEST(prop_shares_follow_weights)
             total += share[i];
             /* Relative spread 1/sqrt(weight*V); 6 sigma. */
             ck_assert_msg(fabs(share[i] / expect - 1.0) <
-                          6.0 / sqrt((double)m->nodes[i].weight * vn),
+                              6.0 / sqrt((double)m->nodes[i].weight * vn),
                           "node %u share %f expect %f", i, share[i], expect);
         }
         ck_assert(fabs(total - 1.0) < 1e-9);
@@ -708,15 +711,15 @@ END_TEST
 START_TEST(prop_zones_spread)
 {
     uint64_t s = 8;
-    int t;
+    int      t;
 
     for (t = 0; t < TRIALS; t++) {
-        uint32_t zones = 1 + (uint32_t)(rnd(&s) % 5);
+        uint32_t             zones = 1 + (uint32_t)(rnd(&s) % 5);
         struct ring_members *m = random_members(&s, 2 + (uint32_t)(rnd(&s) % 15),
                                                 1 + (uint32_t)(rnd(&s) % 40), 2, zones);
-        struct ring *r = ring_build(m);
-        uint32_t k, nz = 0, i, j;
-        char seen[64][RING_ZONE_MAX + 1];
+        struct ring         *r = ring_build(m);
+        uint32_t             k, nz = 0, i, j;
+        char                 seen[64][RING_ZONE_MAX + 1];
 
         /* Count the distinct zones (an unzoned node is a zone alone). */
         for (i = 0; i < m->n_nodes; i++) {
@@ -758,15 +761,15 @@ END_TEST
 START_TEST(diff_arcs_match_lists)
 {
     uint64_t s = 9;
-    int t;
+    int      t;
 
     for (t = 0; t < 60; t++) {
-        struct ring_members *m = random_members(&s, 3 + (uint32_t)(rnd(&s) % 10),
-                                                1 + (uint32_t)(rnd(&s) % 30), 2, 2);
+        struct ring_members *m =
+            random_members(&s, 3 + (uint32_t)(rnd(&s) % 10), 1 + (uint32_t)(rnd(&s) % 30), 2, 2);
         struct ring_members *m2 = ring_members_dup(m);
-        struct ring *a, *b;
-        struct ring_diff *d;
-        uint32_t k;
+        struct ring         *a, *b;
+        struct ring_diff    *d;
+        uint32_t             k;
 
         /* One node leaves, another joins. */
         ck_assert_int_eq(ring_members_remove(m2, m->nodes[0].id), RING_OK);
@@ -779,7 +782,7 @@ START_TEST(diff_arcs_match_lists)
         for (k = 0; k < 300; k++) {
             uint64_t h = rnd(&s);
             uint32_t la[8], lb[8], na, nb, i;
-            bool same, inside = false;
+            bool     same, inside = false;
 
             na = ring_locate(a, h, m->replicas, la);
             nb = ring_locate(b, h, m2->replicas, lb);
@@ -790,9 +793,8 @@ START_TEST(diff_arcs_match_lists)
             for (i = 0; i < d->n_arcs && !inside; i++) {
                 const struct ring_arc *arc = &d->arcs[i];
 
-                inside = arc->lo == arc->hi ||
-                         (arc->lo < arc->hi ? (h > arc->lo && h <= arc->hi)
-                                            : (h > arc->lo || h <= arc->hi));
+                inside = arc->lo == arc->hi || (arc->lo < arc->hi ? (h > arc->lo && h <= arc->hi)
+                                                                  : (h > arc->lo || h <= arc->hi));
                 if (inside) {
                     ck_assert_uint_eq(arc->n_old, na);
                     ck_assert_mem_eq(arc->old_nodes, la, na * sizeof(la[0]));
@@ -813,7 +815,7 @@ END_TEST
 /* ring_owned_arcs's arcs, as reported. */
 struct owned {
     uint32_t n, cap;
-    uint64_t (*arc)[2];     /* lo, hi */
+    uint64_t (*arc)[2]; /* lo, hi */
 };
 
 static void
@@ -905,12 +907,12 @@ static void
 check_owned(const struct ring *r, uint32_t want, uint32_t keys, uint64_t *s)
 {
     const struct ring_members *m = ring_members(r);
-    uint32_t node, k, total = 0, owners = want < m->n_nodes ? want : m->n_nodes;
-    long double cover = 0;
+    uint32_t                   node, k, total = 0, owners = want < m->n_nodes ? want : m->n_nodes;
+    long double                cover = 0;
 
     for (node = 0; node < m->n_nodes; node++) {
         struct owned o = { 0 };
-        uint32_t got = ring_owned_arcs(r, node, want, owned_add, &o);
+        uint32_t     got = ring_owned_arcs(r, node, want, owned_add, &o);
 
         ck_assert_uint_eq(got, o.n);
         total += got;
@@ -945,8 +947,8 @@ START_TEST(owned_arcs_match_locate)
     uint32_t want, t, none = 0;
 
     for (t = 0; t < 30; t++) {
-        struct ring_members *m = random_members(&s, 1 + (uint32_t)(rnd(&s) % 9),
-                                                1 + (uint32_t)(rnd(&s) % 40), 3, t % 3);
+        struct ring_members *m =
+            random_members(&s, 1 + (uint32_t)(rnd(&s) % 9), 1 + (uint32_t)(rnd(&s) % 40), 3, t % 3);
         struct ring *r = ring_build(m);
         /* Shared positions: 8-bit point hashes. */
         struct ring *r8 = ring_build_with_hash(m, hash8);
@@ -979,12 +981,12 @@ hash_const(const void *data, size_t len)
 
 START_TEST(owned_arcs_whole_circle)
 {
-    uint64_t s = 15;
+    uint64_t             s = 15;
     struct ring_members *m = random_members(&s, 4, 3, 2, 0);
-    struct ring *r = ring_build_with_hash(m, hash_const);
-    struct ring *one;
-    uint32_t want, node, owners;
-    struct owned o = { 0 };
+    struct ring         *r = ring_build_with_hash(m, hash_const);
+    struct ring         *one;
+    uint32_t             want, node, owners;
+    struct owned         o = { 0 };
 
     ck_assert_ptr_nonnull(r);
     for (want = 1; want <= 4; want++) {
@@ -1048,16 +1050,22 @@ END_TEST
 START_TEST(build_long_ids_and_large_ring)
 {
     static const char *ids[] = {
-        "aaaaaaaaaaaaaaa", "aaaaaaaaaaaaaaaa", "aaaaaaaaaaaaaaaa0",
-        "aaaaaaaaaaaaaaaa00", "aaaaaaaaaaaaaaab", "aaaaaaaaaaaaaaaaz",
-        "aaaaaaaab", "aaaaaaaa", "b",
+        "aaaaaaaaaaaaaaa",
+        "aaaaaaaaaaaaaaaa",
+        "aaaaaaaaaaaaaaaa0",
+        "aaaaaaaaaaaaaaaa00",
+        "aaaaaaaaaaaaaaab",
+        "aaaaaaaaaaaaaaaaz",
+        "aaaaaaaab",
+        "aaaaaaaa",
+        "b",
         "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc",
         "ccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc",
     };
     struct ring_members *m = ring_members_new(), *p, *big, *bigp;
-    struct ring *r, *rp;
-    uint64_t s = 12, prev = 0;
-    uint32_t i, bad;
+    struct ring         *r, *rp;
+    uint64_t             s = 12, prev = 0;
+    uint32_t             i, bad;
 
     ck_assert_ptr_nonnull(m);
     m->epoch = 1;
@@ -1113,9 +1121,9 @@ END_TEST
 
 START_TEST(ring_bytes_per_point)
 {
-    uint64_t s = 10;
+    uint64_t             s = 10;
     struct ring_members *m = random_members(&s, 1000, 160, 1, 0);
-    struct ring *r = ring_build(m);
+    struct ring         *r = ring_build(m);
 
     ck_assert_ptr_nonnull(r);
     ck_assert_uint_eq(ring_n_points(r), 160000);

@@ -21,7 +21,7 @@ static uint64_t
 cas_of(struct store *s, const char *key)
 {
     struct store_item *it = get(s, key);
-    uint64_t c;
+    uint64_t           c;
 
     ck_assert_ptr_nonnull(it);
     c = it->cas;
@@ -31,11 +31,10 @@ cas_of(struct store *s, const char *key)
 
 START_TEST(test_roundtrip)
 {
-    struct store *s = mkstore(64 * MIB, false);
+    struct store      *s = mkstore(64 * MIB, false);
     struct store_item *it;
 
-    ck_assert_int_eq(put(s, STORE_OP_SET, "alpha", "hello world", 42, 0, 0, NULL),
-                     STORE_STORED);
+    ck_assert_int_eq(put(s, STORE_OP_SET, "alpha", "hello world", 42, 0, 0, NULL), STORE_STORED);
     it = get(s, "alpha");
     ck_assert_ptr_nonnull(it);
     ck_assert_uint_eq(it->nkey, 5);
@@ -77,36 +76,36 @@ END_TEST
 /* A script of store commands and the value each leaves behind. */
 static const struct op_step {
     enum store_op op;
-    const char *key, *val;
-    uint32_t flags;
-    int rc;
-    const char *after;   /* value under key afterwards, NULL = missing */
-    uint32_t after_flags;
+    const char   *key, *val;
+    uint32_t      flags;
+    int           rc;
+    const char   *after; /* value under key afterwards, NULL = missing */
+    uint32_t      after_flags;
 } op_steps[] = {
-    { STORE_OP_ADD,     "a", "1",  3, STORE_STORED,     "1",     3 },
-    { STORE_OP_ADD,     "a", "2",  4, STORE_NOT_STORED, "1",     3 },
-    { STORE_OP_REPLACE, "b", "x",  0, STORE_NOT_STORED, NULL,    0 },
-    { STORE_OP_REPLACE, "a", "3",  5, STORE_STORED,     "3",     5 },
-    { STORE_OP_APPEND,  "a", "45", 9, STORE_STORED,     "345",   5 },
-    { STORE_OP_PREPEND, "a", "12", 9, STORE_STORED,     "12345", 5 },
-    { STORE_OP_APPEND,  "c", "x",  0, STORE_NOT_STORED, NULL,    0 },
-    { STORE_OP_PREPEND, "c", "x",  0, STORE_NOT_STORED, NULL,    0 },
-    { STORE_OP_SET,     "c", "v",  7, STORE_STORED,     "v",     7 },
-    { STORE_OP_APPEND,  "c", "",   0, STORE_STORED,     "v",     7 },
-    { STORE_OP_PREPEND, "c", "u",  1, STORE_STORED,     "uv",    7 },
-    { STORE_OP_SET,     "c", "w",  8, STORE_STORED,     "w",     8 },
-    { STORE_OP_ADD,     "d", "",   0, STORE_STORED,     "",      0 },
-    { STORE_OP_APPEND,  "d", "z",  0, STORE_STORED,     "z",     0 },
+    { STORE_OP_ADD, "a", "1", 3, STORE_STORED, "1", 3 },
+    { STORE_OP_ADD, "a", "2", 4, STORE_NOT_STORED, "1", 3 },
+    { STORE_OP_REPLACE, "b", "x", 0, STORE_NOT_STORED, NULL, 0 },
+    { STORE_OP_REPLACE, "a", "3", 5, STORE_STORED, "3", 5 },
+    { STORE_OP_APPEND, "a", "45", 9, STORE_STORED, "345", 5 },
+    { STORE_OP_PREPEND, "a", "12", 9, STORE_STORED, "12345", 5 },
+    { STORE_OP_APPEND, "c", "x", 0, STORE_NOT_STORED, NULL, 0 },
+    { STORE_OP_PREPEND, "c", "x", 0, STORE_NOT_STORED, NULL, 0 },
+    { STORE_OP_SET, "c", "v", 7, STORE_STORED, "v", 7 },
+    { STORE_OP_APPEND, "c", "", 0, STORE_STORED, "v", 7 },
+    { STORE_OP_PREPEND, "c", "u", 1, STORE_STORED, "uv", 7 },
+    { STORE_OP_SET, "c", "w", 8, STORE_STORED, "w", 8 },
+    { STORE_OP_ADD, "d", "", 0, STORE_STORED, "", 0 },
+    { STORE_OP_APPEND, "d", "z", 0, STORE_STORED, "z", 0 },
 };
 
 START_TEST(test_op_table)
 {
     struct store *s = mkstore(64 * MIB, false);
-    size_t i;
+    size_t        i;
 
     for (i = 0; i < sizeof(op_steps) / sizeof(op_steps[0]); i++) {
         const struct op_step *t = &op_steps[i];
-        struct store_item *it;
+        struct store_item    *it;
 
         ck_assert_msg(put(s, t->op, t->key, t->val, t->flags, 0, 0, NULL) == t->rc,
                       "step %zu: wrong result", i);
@@ -124,7 +123,7 @@ END_TEST
 START_TEST(test_cas)
 {
     struct store *s = mkstore(64 * MIB, false);
-    uint64_t c1 = 0, c2 = 0, c;
+    uint64_t      c1 = 0, c2 = 0, c;
 
     ck_assert_int_eq(put(s, STORE_OP_SET, "k", "v1", 0, 0, 0, &c1), STORE_STORED);
     ck_assert_uint_eq(cas_of(s, "k"), c1);
@@ -155,10 +154,12 @@ cmp_u64(const void *a, const void *b)
 START_TEST(test_cas_unique)
 {
     struct store *s = mkstore(64 * MIB, false);
-    enum { N = 2000 };
+    enum {
+        N = 2000
+    };
     uint64_t *cas = calloc(N, sizeof(*cas));
-    char key[32];
-    int i;
+    char      key[32];
+    int       i;
 
     ck_assert_ptr_nonnull(cas);
     for (i = 0; i < N; i++) {
@@ -167,8 +168,9 @@ START_TEST(test_cas_unique)
         ck_assert_uint_ne(cas[i], 0);
     }
     qsort(cas, N, sizeof(*cas), cmp_u64);
-    for (i = 1; i < N; i++)
+    for (i = 1; i < N; i++) {
         ck_assert_uint_ne(cas[i], cas[i - 1]);
+    }
     free(cas);
     store_free(s);
 }
@@ -177,17 +179,18 @@ END_TEST
 /* Which commands mint a CAS: every mutation, never a read or a touch. */
 START_TEST(test_cas_minting)
 {
-    struct store *s = mkstore(64 * MIB, false);
-    uint64_t c, prev, v;
+    struct store      *s = mkstore(64 * MIB, false);
+    uint64_t           c, prev, v;
     struct store_item *it;
 
     ck_assert_int_eq(put(s, STORE_OP_SET, "n", "5", 0, 0, 0, &c), STORE_STORED);
     prev = c;
-#define MINTS(expr) do { \
-        ck_assert_int_eq((expr), STORE_STORED); \
-        c = cas_of(s, "n"); \
+#define MINTS(expr)                                         \
+    do {                                                    \
+        ck_assert_int_eq((expr), STORE_STORED);             \
+        c = cas_of(s, "n");                                 \
         ck_assert_msg(c != prev, "%s kept the CAS", #expr); \
-        prev = c; \
+        prev = c;                                           \
     } while (0)
     MINTS(put(s, STORE_OP_SET, "n", "6", 0, 0, 0, NULL));
     MINTS(put(s, STORE_OP_REPLACE, "n", "7", 0, 0, 0, NULL));
@@ -215,7 +218,7 @@ END_TEST
 START_TEST(test_exptime_conversion)
 {
     struct store *s = mkstore(MIB, false);
-    int64_t now = store_now(s), e;
+    int64_t       now = store_now(s), e;
 
     ck_assert_int_eq(store_exptime(s, 0), 0);
     e = store_exptime(s, -1);
@@ -237,28 +240,28 @@ END_TEST
 /* Protocol exptime, clock shift after the store, alive? */
 static const struct exp_case {
     const char *name;
-    int64_t exptime;      /* protocol value; ABS(n) = now + n as absolute */
-    bool absolute;
-    int64_t shift;
-    bool alive;
+    int64_t     exptime; /* protocol value; ABS(n) = now + n as absolute */
+    bool        absolute;
+    int64_t     shift;
+    bool        alive;
 } exp_cases[] = {
-    { "never",         0,          false, 10 * 365 * 86400, true },
-    { "rel-before",    10,         false, 9,                true },
-    { "rel-at",        10,         false, 10,               false },
-    { "rel-30d",       2592000,    false, 2591990,          true },
-    { "rel-30d-after", 2592000,    false, 2592000,          false },
-    { "abs-before",    100,        true,  99,               true },
-    { "abs-at",        100,        true,  100,              false },
-    { "abs-past",      -100,       true,  0,                false },
-    { "abs-1970",      2592001,    false, 0,                false },
-    { "negative",      -1,         false, 0,                false },
+    { "never", 0, false, 10 * 365 * 86400, true },
+    { "rel-before", 10, false, 9, true },
+    { "rel-at", 10, false, 10, false },
+    { "rel-30d", 2592000, false, 2591990, true },
+    { "rel-30d-after", 2592000, false, 2592000, false },
+    { "abs-before", 100, true, 99, true },
+    { "abs-at", 100, true, 100, false },
+    { "abs-past", -100, true, 0, false },
+    { "abs-1970", 2592001, false, 0, false },
+    { "negative", -1, false, 0, false },
 };
 
 START_TEST(test_expiry_table)
 {
     const struct exp_case *t = &exp_cases[_i];
-    struct store *s = mkstore(MIB, false);
-    int64_t e = t->absolute ? store_now(s) + t->exptime : t->exptime;
+    struct store          *s = mkstore(MIB, false);
+    int64_t                e = t->absolute ? store_now(s) + t->exptime : t->exptime;
 
     ck_assert_int_eq(put(s, STORE_OP_SET, "k", "v", 0, e, 0, NULL), STORE_STORED);
     store_clock_shift(s, t->shift);
@@ -278,7 +281,7 @@ END_TEST
 
 START_TEST(test_touch_gat)
 {
-    struct store *s = mkstore(MIB, false);
+    struct store      *s = mkstore(MIB, false);
     struct store_item *it;
 
     ck_assert_int_eq(set(s, "k", "val"), STORE_STORED);
@@ -315,7 +318,7 @@ END_TEST
 
 START_TEST(test_flush_immediate)
 {
-    struct store *s = mkstore(MIB, false);
+    struct store      *s = mkstore(MIB, false);
     struct store_stats st;
 
     ck_assert_int_eq(set(s, "a", "1"), STORE_STORED);
@@ -382,13 +385,14 @@ END_TEST
 START_TEST(test_flush_generation_wrap)
 {
     struct store *s = mkstore(MIB, false);
-    int i;
+    int           i;
 
     ck_assert_int_eq(set(s, "a", "1"), STORE_STORED);
     store_flush(s, 0);
     ck_assert_int_eq(set(s, "b", "2"), STORE_STORED);
-    for (i = 0; i < 65536; i++)
+    for (i = 0; i < 65536; i++) {
         store_flush(s, 0);
+    }
     expect(s, "a", NULL);
     expect(s, "b", NULL);
     ck_assert_int_eq(set(s, "c", "3"), STORE_STORED);
@@ -399,39 +403,39 @@ END_TEST
 
 static const struct arith_case {
     const char *initial;
-    bool incr;
-    uint64_t delta;
-    int rc;
+    bool        incr;
+    uint64_t    delta;
+    int         rc;
     const char *after;
 } arith_cases[] = {
-    { "0",                    true,  1,          STORE_STORED,      "1" },
-    { "18446744073709551615", true,  1,          STORE_STORED,      "0" },
-    { "18446744073709551615", true,  2,          STORE_STORED,      "1" },
-    { "18446744073709551614", true,  1,          STORE_STORED,      "18446744073709551615" },
-    { "10",                   false, 3,          STORE_STORED,      "7" },
-    { "5",                    false, 10,         STORE_STORED,      "0" },
-    { "99",                   true,  1,          STORE_STORED,      "100" },
-    { "100",                  false, 1,          STORE_STORED,      "99" },
-    { "7  ",                  true,  1,          STORE_STORED,      "8" },
-    { "00012",                true,  0,          STORE_STORED,      "12" },
-    { "1",                    true,  UINT64_MAX, STORE_STORED,      "0" },
-    { "abc",                  true,  1,          STORE_NON_NUMERIC, "abc" },
-    { "",                     true,  1,          STORE_NON_NUMERIC, "" },
-    { "-1",                   false, 1,          STORE_NON_NUMERIC, "-1" },
-    { " 1",                   true,  1,          STORE_NON_NUMERIC, " 1" },
-    { "1x",                   true,  1,          STORE_NON_NUMERIC, "1x" },
-    { "18446744073709551616", true,  1,          STORE_NON_NUMERIC, "18446744073709551616" },
-    { "123456789012345678901", true, 1,          STORE_NON_NUMERIC, "123456789012345678901" },
-    { "000000000000000000001", true, 1,          STORE_NON_NUMERIC, "000000000000000000001" },
+    { "0", true, 1, STORE_STORED, "1" },
+    { "18446744073709551615", true, 1, STORE_STORED, "0" },
+    { "18446744073709551615", true, 2, STORE_STORED, "1" },
+    { "18446744073709551614", true, 1, STORE_STORED, "18446744073709551615" },
+    { "10", false, 3, STORE_STORED, "7" },
+    { "5", false, 10, STORE_STORED, "0" },
+    { "99", true, 1, STORE_STORED, "100" },
+    { "100", false, 1, STORE_STORED, "99" },
+    { "7  ", true, 1, STORE_STORED, "8" },
+    { "00012", true, 0, STORE_STORED, "12" },
+    { "1", true, UINT64_MAX, STORE_STORED, "0" },
+    { "abc", true, 1, STORE_NON_NUMERIC, "abc" },
+    { "", true, 1, STORE_NON_NUMERIC, "" },
+    { "-1", false, 1, STORE_NON_NUMERIC, "-1" },
+    { " 1", true, 1, STORE_NON_NUMERIC, " 1" },
+    { "1x", true, 1, STORE_NON_NUMERIC, "1x" },
+    { "18446744073709551616", true, 1, STORE_NON_NUMERIC, "18446744073709551616" },
+    { "123456789012345678901", true, 1, STORE_NON_NUMERIC, "123456789012345678901" },
+    { "000000000000000000001", true, 1, STORE_NON_NUMERIC, "000000000000000000001" },
 };
 
 START_TEST(test_arith_table)
 {
     const struct arith_case *t = &arith_cases[_i];
-    struct store *s = mkstore(MIB, false);
-    struct store_item *it;
-    uint64_t v = 12345, c = 0, c0 = 0, want;
-    int rc;
+    struct store            *s = mkstore(MIB, false);
+    struct store_item       *it;
+    uint64_t                 v = 12345, c = 0, c0 = 0, want;
+    int                      rc;
 
     ck_assert_int_eq(put(s, STORE_OP_SET, "n", t->initial, 77, 1000, 0, &c0), STORE_STORED);
     rc = store_arith(s, "n", 1, h("n"), t->incr, t->delta, &v, &c);
@@ -456,10 +460,10 @@ END_TEST
 
 START_TEST(test_too_large)
 {
-    struct store *s = mkstore(64 * MIB, false);
-    char key[251];
+    struct store      *s = mkstore(64 * MIB, false);
+    char               key[251];
     struct store_item *it;
-    int err = 0;
+    int                err = 0;
 
     memset(key, 'k', 250);
     key[250] = '\0';
@@ -490,13 +494,15 @@ END_TEST
 
 START_TEST(test_evict_limit)
 {
-    enum { N = 200 };
-    size_t isz = store_item_size(8, 100);
-    size_t limit = isz * N;
-    struct store *s = mkstore(limit, false);
+    enum {
+        N = 200
+    };
+    size_t             isz = store_item_size(8, 100);
+    size_t             limit = isz * N;
+    struct store      *s = mkstore(limit, false);
     struct store_stats st;
-    char key[16], val[101];
-    int i, present = 0;
+    char               key[16], val[101];
+    int                i, present = 0;
 
     memset(val, 'x', 100);
     val[100] = '\0';
@@ -530,12 +536,15 @@ END_TEST
 /* Keys read after a while survive a flood that evicts older ones. */
 START_TEST(test_evict_lru)
 {
-    enum { N = 300, HOT = 10 };
-    size_t limit = store_item_size(8, 100) * N;
-    struct store *s = mkstore(limit, false);
+    enum {
+        N = 300,
+        HOT = 10
+    };
+    size_t             limit = store_item_size(8, 100) * N;
+    struct store      *s = mkstore(limit, false);
     struct store_stats st;
-    char key[16], val[101];
-    int i, old_left = 0;
+    char               key[16], val[101];
+    int                i, old_left = 0;
 
     memset(val, 'x', 100);
     val[100] = '\0';
@@ -575,11 +584,11 @@ END_TEST
 /* An item nothing can evict: everything else is held by readers. */
 START_TEST(test_no_memory)
 {
-    size_t isz = store_item_size(2, 100);
-    struct store *s = mkstore(isz * 2, false);
+    size_t             isz = store_item_size(2, 100);
+    struct store      *s = mkstore(isz * 2, false);
     struct store_item *a, *b, *c;
-    char val[101];
-    int err = 0;
+    char               val[101];
+    int                err = 0;
 
     memset(val, 'x', 100);
     val[100] = '\0';
@@ -606,10 +615,10 @@ END_TEST
 
 START_TEST(test_held_item)
 {
-    struct store *s = mkstore(MIB, false);
+    struct store      *s = mkstore(MIB, false);
     struct store_item *a, *b;
     struct store_stats st;
-    uint64_t v;
+    uint64_t           v;
 
     ck_assert_int_eq(set(s, "k", "first"), STORE_STORED);
     a = get(s, "k");
@@ -642,52 +651,55 @@ END_TEST
 
 struct hammer {
     struct store *s;
-    unsigned seed;
-    int incrs;          /* incr per counter */
-    int appends;
+    unsigned      seed;
+    int           incrs; /* incr per counter */
+    int           appends;
 };
 
 #define NCOUNTERS 4
-#define NKEYS 16
+#define NKEYS     16
 
 static void *
 hammer_main(void *arg)
 {
     struct hammer *hm = arg;
-    struct store *s = hm->s;
-    char key[16], val[64];
-    uint64_t v;
-    int i, c;
+    struct store  *s = hm->s;
+    char           key[16], val[64];
+    uint64_t       v;
+    int            i, c;
 
     for (i = 0; i < hm->incrs; i++) {
         for (c = 0; c < NCOUNTERS; c++) {
             snprintf(key, sizeof(key), "ctr%d", c);
-            if (store_arith(s, key, strlen(key), h(key), true, 1, &v, NULL) != STORE_STORED)
+            if (store_arith(s, key, strlen(key), h(key), true, 1, &v, NULL) != STORE_STORED) {
                 return (void *)"incr failed";
+            }
         }
-        if (i < hm->appends &&
-            put(s, STORE_OP_APPEND, "log", "x", 0, 0, 0, NULL) != STORE_STORED)
+        if (i < hm->appends && put(s, STORE_OP_APPEND, "log", "x", 0, 0, 0, NULL) != STORE_STORED) {
             return (void *)"append failed";
+        }
         /* churn on shared keys: set, get (value must be whole), delete, incr */
         {
-            unsigned r = rand_r(&hm->seed);
+            unsigned           r = rand_r(&hm->seed);
             struct store_item *it;
 
             snprintf(key, sizeof(key), "k%u", r % NKEYS);
             switch ((r >> 8) % 4) {
             case 0:
                 snprintf(val, sizeof(val), "%u", r);
-                if (set(s, key, val) != STORE_STORED)
+                if (set(s, key, val) != STORE_STORED) {
                     return (void *)"set failed";
+                }
                 break;
             case 1:
                 it = get(s, key);
                 if (it != NULL) {
                     const char *p = store_item_value(it);
 
-                    if (p[it->nbytes] != '\r' || p[it->nbytes + 1] != '\n' ||
-                        it->nbytes == 0 || it->nbytes > 20)
+                    if (p[it->nbytes] != '\r' || p[it->nbytes + 1] != '\n' || it->nbytes == 0 ||
+                        it->nbytes > 20) {
                         return (void *)"torn value";
+                    }
                     store_release(s, it);
                 }
                 break;
@@ -705,14 +717,18 @@ hammer_main(void *arg)
 
 START_TEST(test_concurrency)
 {
-    enum { THREADS = 4, INCRS = 20000, APPENDS = 2000 };
-    struct store *s = mkstore(64 * MIB, true);
-    pthread_t th[THREADS];
-    struct hammer hm[THREADS];
-    char key[16];
+    enum {
+        THREADS = 4,
+        INCRS = 20000,
+        APPENDS = 2000
+    };
+    struct store      *s = mkstore(64 * MIB, true);
+    pthread_t          th[THREADS];
+    struct hammer      hm[THREADS];
+    char               key[16];
     struct store_item *it;
     struct store_stats st;
-    int i, c;
+    int                i, c;
 
     for (c = 0; c < NCOUNTERS; c++) {
         snprintf(key, sizeof(key), "ctr%d", c);
@@ -721,8 +737,9 @@ START_TEST(test_concurrency)
     }
     ck_assert_int_eq(set(s, "log", ""), STORE_STORED);
     for (i = 0; i < THREADS; i++) {
-        hm[i] = (struct hammer){ .s = s, .seed = (unsigned)i * 7919u + 1,
-                                 .incrs = INCRS, .appends = APPENDS };
+        hm[i] = (struct hammer){
+            .s = s, .seed = (unsigned)i * 7919u + 1, .incrs = INCRS, .appends = APPENDS
+        };
         ck_assert_int_eq(pthread_create(&th[i], NULL, hammer_main, &hm[i]), 0);
     }
     for (i = 0; i < THREADS; i++) {
@@ -776,9 +793,9 @@ END_TEST
 
 /* Two racing cas with the same value: exactly one wins. */
 struct cas_race {
-    struct store *s;
-    uint64_t cas;
-    int wins;
+    struct store      *s;
+    uint64_t           cas;
+    int                wins;
     pthread_barrier_t *bar;
 };
 
@@ -794,13 +811,16 @@ cas_race_main(void *arg)
 
 START_TEST(test_cas_race)
 {
-    enum { T = 4, ROUNDS = 200 };
-    struct store *s = mkstore(MIB, false);
+    enum {
+        T = 4,
+        ROUNDS = 200
+    };
+    struct store     *s = mkstore(MIB, false);
     pthread_barrier_t bar;
-    pthread_t th[T];
-    struct cas_race cr[T];
-    int r, i, wins;
-    uint64_t c;
+    pthread_t         th[T];
+    struct cas_race   cr[T];
+    int               r, i, wins;
+    uint64_t          c;
 
     pthread_barrier_init(&bar, NULL, T);
     for (r = 0; r < ROUNDS; r++) {
@@ -823,11 +843,13 @@ END_TEST
 
 START_TEST(test_table_growth)
 {
-    enum { N = 50000 };
-    struct store *s = mkstore(256 * MIB, false);
+    enum {
+        N = 50000
+    };
+    struct store      *s = mkstore(256 * MIB, false);
     struct store_stats st, st0;
-    char key[16];
-    int i;
+    char               key[16];
+    int                i;
 
     store_get_stats(s, &st0);
     for (i = 0; i < N; i++) {
@@ -870,11 +892,12 @@ static void
 one_stripe_fn(const char *key, size_t nkey, uint64_t hash, struct store_item *it, void *arg)
 {
     struct one_stripe *o = arg;
-    int i;
+    int                i;
 
     for (i = 0; i < o->n; i++) {
-        if (strlen(o->keys[i]) == nkey && memcmp(o->keys[i], key, nkey) == 0)
+        if (strlen(o->keys[i]) == nkey && memcmp(o->keys[i], key, nkey) == 0) {
             break;
+        }
     }
     ck_assert_msg(i < o->n, "drained a key that was not set");
     ck_assert_uint_eq(hash, h(o->keys[i]));
@@ -884,22 +907,26 @@ one_stripe_fn(const char *key, size_t nkey, uint64_t hash, struct store_item *it
 
 START_TEST(test_dirty_growth)
 {
-    enum { N = 200 };
-    struct store *s = mkstore(64 * MIB, false);
+    enum {
+        N = 200
+    };
+    struct store     *s = mkstore(64 * MIB, false);
     struct one_stripe o = { N, calloc(N, 16), calloc(N, sizeof(unsigned)) };
-    int i, n = 0, round;
+    int               i, n = 0, round;
 
     ck_assert_ptr_nonnull(o.keys);
     ck_assert_ptr_nonnull(o.seen);
     for (i = 0; n < N; i++) {
         snprintf(o.keys[n], 16, "d%d", i);
-        if ((h(o.keys[n]) & (STORE_STRIPES - 1)) == 0)
+        if ((h(o.keys[n]) & (STORE_STRIPES - 1)) == 0) {
             n++;
+        }
     }
     ck_assert_int_eq(store_track_start(s, any_key, NULL), 0);
     for (round = 0; round < 3; round++) {
-        for (i = 0; i < N; i++)
+        for (i = 0; i < N; i++) {
             ck_assert_int_eq(set(s, o.keys[i], "v"), STORE_STORED);
+        }
         ck_assert_uint_eq(store_track_pending(s), N);
     }
     ck_assert_uint_eq(store_track_drain(s, one_stripe_fn, &o, SIZE_MAX), N);

@@ -20,7 +20,9 @@ static inline struct store *
 mkstore(size_t limit, bool sweeper)
 {
     struct store_config cfg = {
-        .mem_limit = limit, .item_size_max = MIB, .node_seed = 0x1234,
+        .mem_limit = limit,
+        .item_size_max = MIB,
+        .node_seed = 0x1234,
         .sweeper = sweeper,
     };
     struct store *s = store_new(&cfg);
@@ -37,16 +39,17 @@ h(const char *key)
 
 /* Store key=val with op; returns the store result, *cas_out the new CAS. */
 static inline int
-put(struct store *s, enum store_op op, const char *key, const char *val,
-    uint32_t flags, int64_t exptime, uint64_t cas_in, uint64_t *cas_out)
+put(struct store *s, enum store_op op, const char *key, const char *val, uint32_t flags,
+    int64_t exptime, uint64_t cas_in, uint64_t *cas_out)
 {
-    int err = 0, rc;
-    size_t n = strlen(val);
-    struct store_item *it = store_alloc(s, key, strlen(key), h(key), flags,
-                                        store_exptime(s, exptime), n, &err);
+    int                err = 0, rc;
+    size_t             n = strlen(val);
+    struct store_item *it =
+        store_alloc(s, key, strlen(key), h(key), flags, store_exptime(s, exptime), n, &err);
 
-    if (it == NULL)
+    if (it == NULL) {
         return err;
+    }
     memcpy(store_item_value_mut(it), val, n);
     rc = store_put(s, it, op, cas_in, cas_out);
     store_release(s, it);

@@ -21,11 +21,11 @@
 
 START_TEST(test_sweep)
 {
-    struct store *s = mkstore(64 * MIB, false);
+    struct store      *s = mkstore(64 * MIB, false);
     struct store_stats st;
-    char key[16];
-    size_t got = 0;
-    int i;
+    char               key[16];
+    size_t             got = 0;
+    int                i;
 
     for (i = 0; i < 300; i++) {
         snprintf(key, sizeof(key), "k%d", i);
@@ -35,8 +35,9 @@ START_TEST(test_sweep)
     ck_assert_uint_eq(store_sweep(s, 1u << 20), 0);
     store_clock_shift(s, 10);
     /* small slices cover the table too */
-    for (i = 0; i < 200; i++)
+    for (i = 0; i < 200; i++) {
         got += store_sweep(s, 100);
+    }
     ck_assert_uint_eq(got, 200);
     store_get_stats(s, &st);
     ck_assert_uint_eq(st.curr_items, 100);
@@ -80,23 +81,23 @@ mono(void)
  * store_free stops it promptly with items still in the table. */
 START_TEST(test_sweeper_thread)
 {
-    struct store *s = mkstore(64 * MIB, true);
+    struct store      *s = mkstore(64 * MIB, true);
     struct store_stats st;
-    char key[16];
-    double deadline, t0;
-    int i;
+    char               key[16];
+    double             deadline, t0;
+    int                i;
 
     for (i = 0; i < 1000; i++) {
         snprintf(key, sizeof(key), "k%d", i);
-        ck_assert_int_eq(put(s, STORE_OP_SET, key, "v", 0, i < 500 ? 5 : 0, 0, NULL),
-                         STORE_STORED);
+        ck_assert_int_eq(put(s, STORE_OP_SET, key, "v", 0, i < 500 ? 5 : 0, 0, NULL), STORE_STORED);
     }
     store_clock_shift(s, 5);
     deadline = mono() + 20;
     do {
         store_get_stats(s, &st);
-        if (st.curr_items == 500)
+        if (st.curr_items == 500) {
             break;
+        }
         nanosleep(&(struct timespec){ .tv_nsec = 10000000 }, NULL);
     } while (mono() < deadline);
     ck_assert_uint_eq(st.curr_items, 500);
@@ -136,10 +137,11 @@ static int
 key_index(const char *key, size_t nkey, const char *prefix)
 {
     size_t np = strlen(prefix);
-    char buf[16];
+    char   buf[16];
 
-    if (nkey != np + 6 || memcmp(key, prefix, np) != 0)
+    if (nkey != np + 6 || memcmp(key, prefix, np) != 0) {
         return -1;
+    }
     memcpy(buf, key + np, 6);
     buf[6] = '\0';
     return atoi(buf);
@@ -149,9 +151,9 @@ key_index(const char *key, size_t nkey, const char *prefix)
  * items outside the range (must stay 0). */
 struct visits {
     const char *prefix;
-    int n;
-    unsigned *seen;
-    unsigned outside, other, total;
+    int         n;
+    unsigned   *seen;
+    unsigned    outside, other, total;
     struct arc *arc;
 };
 
@@ -159,22 +161,24 @@ static void
 visit_fn(struct store_item *it, void *arg)
 {
     struct visits *v = arg;
-    int i = key_index(store_item_key(it), it->nkey, v->prefix);
+    int            i = key_index(store_item_key(it), it->nkey, v->prefix);
 
     v->total++;
-    if (!in_arc(it->hash, v->arc))
+    if (!in_arc(it->hash, v->arc)) {
         v->outside++;
-    if (i >= 0 && i < v->n)
+    }
+    if (i >= 0 && i < v->n) {
         v->seen[i]++;
-    else
+    } else {
         v->other++;
+    }
 }
 
 static int
 fill_keys(struct store *s, const char *prefix, int from, int to)
 {
     char key[32];
-    int i, matching = 0;
+    int  i, matching = 0;
 
     for (i = from; i < to; i++) {
         keyname(key, sizeof(key), prefix, i);
@@ -188,14 +192,16 @@ fill_keys(struct store *s, const char *prefix, int from, int to)
  * other one; batches stay within max_items (whole buckets, short chains). */
 START_TEST(test_walk_static)
 {
-    enum { N = 20000 };
-    struct store *s = mkstore(256 * MIB, false);
-    struct visits v = { "w", N, calloc(N, sizeof(unsigned)), 0, 0, 0, &quarter };
+    enum {
+        N = 20000
+    };
+    struct store       *s = mkstore(256 * MIB, false);
+    struct visits       v = { "w", N, calloc(N, sizeof(unsigned)), 0, 0, 0, &quarter };
     struct store_cursor cur;
-    uint64_t items, bytes, all_items, all_bytes;
-    struct store_stats st;
-    char key[32];
-    int i, matching = fill_keys(s, "w", 0, N), calls = 0, more;
+    uint64_t            items, bytes, all_items, all_bytes;
+    struct store_stats  st;
+    char                key[32];
+    int                 i, matching = fill_keys(s, "w", 0, N), calls = 0, more;
 
     ck_assert_int_gt(matching, N / 5);
     store_cursor_init(&cur);
@@ -258,8 +264,9 @@ fill_outside(struct store *s, int *next, int count)
 
     while (count > 0) {
         keyname(key, sizeof(key), "grow", (*next)++);
-        if (in_arc(h(key), &quarter))
+        if (in_arc(h(key), &quarter)) {
             continue;
+        }
         ck_assert_int_eq(set(s, key, key), STORE_STORED);
         count--;
     }
@@ -267,26 +274,30 @@ fill_outside(struct store *s, int *next, int count)
 
 START_TEST(test_walk_resize)
 {
-    enum { N = 3000, ADD = 1000 };
-    struct store *s = mkstore(512 * MIB, false);
-    struct visits v = { "w", N, calloc(N, sizeof(unsigned)), 0, 0, 0, &quarter };
+    enum {
+        N = 3000,
+        ADD = 1000
+    };
+    struct store       *s = mkstore(512 * MIB, false);
+    struct visits       v = { "w", N, calloc(N, sizeof(unsigned)), 0, 0, 0, &quarter };
     struct store_cursor cur;
-    struct store_stats st0, st1;
-    char key[32];
-    int i, next = 0;
+    struct store_stats  st0, st1;
+    char                key[32];
+    int                 i, next = 0;
 
     fill_keys(s, "w", 0, N);
     store_get_stats(s, &st0);
     store_cursor_init(&cur);
-    while (store_walk(s, &cur, in_arc, &quarter, visit_fn, &v, 4) == 1)
+    while (store_walk(s, &cur, in_arc, &quarter, visit_fn, &v, 4) == 1) {
         fill_outside(s, &next, ADD);
+    }
     store_get_stats(s, &st1);
     ck_assert_uint_ge(st1.hash_buckets, st0.hash_buckets * 8);
     ck_assert_uint_eq(v.outside, 0);
     for (i = 0; i < N; i++) {
         keyname(key, sizeof(key), "w", i);
-        ck_assert_msg(v.seen[i] == (in_arc(h(key), &quarter) ? 1u : 0u),
-                      "%s visited %u times", key, v.seen[i]);
+        ck_assert_msg(v.seen[i] == (in_arc(h(key), &quarter) ? 1u : 0u), "%s visited %u times", key,
+                      v.seen[i]);
     }
     free(v.seen);
     store_free(s);
@@ -297,29 +308,31 @@ END_TEST
  * nothing: ample memory) while a walk runs: every untouched item is seen. */
 struct churn {
     struct store *s;
-    const char *prefix;
-    int nkeys;
-    unsigned seed;
-    int stop;            /* atomic */
-    long ops;
-    bool in_range_only;  /* converge test: mutate any key of the key space */
+    const char   *prefix;
+    int           nkeys;
+    unsigned      seed;
+    int           stop; /* atomic */
+    long          ops;
+    bool          in_range_only; /* converge test: mutate any key of the key space */
 };
 
 static void *
 churn_main(void *arg)
 {
     struct churn *c = arg;
-    char key[32], val[48];
-    uint64_t v;
+    char          key[32], val[48];
+    uint64_t      v;
 
     while (!__atomic_load_n(&c->stop, __ATOMIC_RELAXED)) {
         unsigned r = rand_r(&c->seed);
-        int i = (int)(r % (unsigned)c->nkeys);
-        int64_t ttl = (r >> 20) % 3 == 0 ? 0 : 100 + (r >> 22) % 1000;
+        int      i = (int)(r % (unsigned)c->nkeys);
+        int64_t  ttl = (r >> 20) % 3 == 0 ? 0 : 100 + (r >> 22) % 1000;
 
         keyname(key, sizeof(key), c->prefix, i);
         switch ((r >> 8) % 8) {
-        case 0: case 1: case 2:
+        case 0:
+        case 1:
+        case 2:
             snprintf(val, sizeof(val), "%u", r);
             put(c->s, STORE_OP_SET, key, val, r >> 16, ttl, 0, NULL);
             break;
@@ -348,34 +361,37 @@ churn_main(void *arg)
  * walk or drain really overlaps with writes on a loaded machine; with a
  * store, drain it meanwhile. */
 static void
-wait_ops(struct churn *c, int nc, long min, struct store *drain_src,
-         store_dirty_fn fn, void *arg)
+wait_ops(struct churn *c, int nc, long min, struct store *drain_src, store_dirty_fn fn, void *arg)
 {
     double deadline = mono() + 10.0;
-    int k;
+    int    k;
 
     for (k = 0; k < nc; k++) {
         while (__atomic_load_n(&c[k].ops, __ATOMIC_RELAXED) < min) {
             ck_assert_msg(mono() < deadline, "writer %d did only %ld ops in 10 s", k,
                           __atomic_load_n(&c[k].ops, __ATOMIC_RELAXED));
-            if (drain_src != NULL)
+            if (drain_src != NULL) {
                 store_track_drain(drain_src, fn, arg, 64);
-            else
+            } else {
                 sched_yield();
+            }
         }
     }
 }
 
 START_TEST(test_walk_concurrent)
 {
-    enum { N = 20000, W = 2 };
-    struct store *s = mkstore(512 * MIB, false);
-    struct visits v = { "w", N, calloc(N, sizeof(unsigned)), 0, 0, 0, &quarter };
-    struct churn c[W];
-    pthread_t th[W];
+    enum {
+        N = 20000,
+        W = 2
+    };
+    struct store       *s = mkstore(512 * MIB, false);
+    struct visits       v = { "w", N, calloc(N, sizeof(unsigned)), 0, 0, 0, &quarter };
+    struct churn        c[W];
+    pthread_t           th[W];
     struct store_cursor cur;
-    char key[32];
-    int i, k;
+    char                key[32];
+    int                 i, k;
 
     fill_keys(s, "w", 0, N);
     for (k = 0; k < W; k++) {
@@ -394,10 +410,11 @@ START_TEST(test_walk_concurrent)
     ck_assert_uint_eq(v.outside, 0);
     for (i = 0; i < N; i++) {
         keyname(key, sizeof(key), "w", i);
-        if (in_arc(h(key), &quarter))
+        if (in_arc(h(key), &quarter)) {
             ck_assert_msg(v.seen[i] >= 1, "%s not visited", key);
-        else
+        } else {
             ck_assert_uint_eq(v.seen[i], 0);
+        }
     }
     free(v.seen);
     store_free(s);
@@ -409,9 +426,9 @@ END_TEST
 struct drained {
     int n;
     struct {
-        char key[STORE_KEY_MAX + 1];
-        char val[64];
-        bool present;
+        char     key[STORE_KEY_MAX + 1];
+        char     val[64];
+        bool     present;
         unsigned times;
     } r[DR_MAX];
 };
@@ -420,12 +437,13 @@ static void
 drain_fn(const char *key, size_t nkey, uint64_t hash, struct store_item *it, void *arg)
 {
     struct drained *d = arg;
-    int i;
+    int             i;
 
     ck_assert_uint_eq(hash, ring_hash(key, nkey));
     for (i = 0; i < d->n; i++) {
-        if (strlen(d->r[i].key) == nkey && memcmp(d->r[i].key, key, nkey) == 0)
+        if (strlen(d->r[i].key) == nkey && memcmp(d->r[i].key, key, nkey) == 0) {
             break;
+        }
     }
     if (i == d->n) {
         ck_assert_int_lt(d->n, DR_MAX);
@@ -467,16 +485,17 @@ key_in(char *buf, size_t n, const char *prefix, bool want)
 
     for (i = 0;; i++) {
         snprintf(buf, n, "%s%d", prefix, i);
-        if (in_arc(h(buf), &quarter) == want)
+        if (in_arc(h(buf), &quarter) == want) {
             return;
+        }
     }
 }
 
 static void
 expect_drained(struct drained *d, const char *key, const char *val)
 {
-    bool present = false;
-    unsigned times = 0;
+    bool        present = false;
+    unsigned    times = 0;
     const char *got = drained_state(d, key, &present, &times);
 
     ck_assert_msg(got != NULL, "%s was not recorded", key);
@@ -494,13 +513,13 @@ expect_drained(struct drained *d, const char *key, const char *val)
 START_TEST(test_track_ops)
 {
     struct store *s = mkstore(256 * MIB, false);
-    char kset[32], kdel[32], kincr[32], kapp[32], ktouch[32], kexp[32], kout[32],
-         kquiet[32], kgat[32], kre[32];
-    struct drained *d = calloc(1, sizeof(*d));
+    char kset[32], kdel[32], kincr[32], kapp[32], ktouch[32], kexp[32], kout[32], kquiet[32],
+        kgat[32], kre[32];
+    struct drained    *d = calloc(1, sizeof(*d));
     struct store_stats st;
     struct store_item *it;
-    uint64_t v;
-    int i;
+    uint64_t           v;
+    int                i;
 
     key_in(kset, sizeof(kset), "set", true);
     key_in(kdel, sizeof(kdel), "del", true);
@@ -526,7 +545,7 @@ START_TEST(test_track_ops)
     ck_assert_int_eq(store_track_start(s, in_arc, &quarter), STORE_BUSY);
     ck_assert_uint_eq(store_track_pending(s), 0);
 
-    for (i = 0; i < 5; i++) {           /* dedup: one record for five sets */
+    for (i = 0; i < 5; i++) { /* dedup: one record for five sets */
         char val[8];
 
         snprintf(val, sizeof(val), "v%d", i);
@@ -543,10 +562,10 @@ START_TEST(test_track_ops)
     ck_assert_ptr_nonnull(it);
     store_release(s, it);
     ck_assert_int_eq(put(s, STORE_OP_REPLACE, kre, "r2", 0, 0, 0, NULL), STORE_STORED);
-    expect(s, kquiet, "q");             /* a plain get is not a change */
+    expect(s, kquiet, "q"); /* a plain get is not a change */
     ck_assert_int_eq(set(s, kout, "o2"), STORE_STORED);
     ck_assert_int_eq(store_delete(s, kout, strlen(kout), h(kout)), STORE_DELETED);
-    store_clock_shift(s, 200);          /* kexp expires; the get reclaims it */
+    store_clock_shift(s, 200); /* kexp expires; the get reclaims it */
     expect(s, kexp, NULL);
     ck_assert_uint_eq(store_track_pending(s), 8);
     store_get_stats(s, &st);
@@ -619,11 +638,11 @@ count_fn(const char *key, size_t nkey, uint64_t hash, struct store_item *it, voi
 
 START_TEST(test_track_evict_expire)
 {
-    struct store *s = mkstore(200 * 1024, false);
+    struct store      *s = mkstore(200 * 1024, false);
     struct store_stats st;
-    char key[32], val[200];
-    unsigned n[2] = { 0, 0 };
-    int i, matching = 0;
+    char               key[32], val[200];
+    unsigned           n[2] = { 0, 0 };
+    int                i, matching = 0;
 
     memset(val, 'v', sizeof(val) - 1);
     val[sizeof(val) - 1] = '\0';
@@ -668,14 +687,14 @@ END_TEST
  * drained for every key equals the store's. */
 struct mirror {
     int n;
-    char (*val)[48];      /* "" = absent */
+    char (*val)[48]; /* "" = absent */
 };
 
 static void
 mirror_fn(const char *key, size_t nkey, uint64_t hash, struct store_item *it, void *arg)
 {
     struct mirror *m = arg;
-    int i = key_index(key, nkey, "w");
+    int            i = key_index(key, nkey, "w");
 
     (void)hash;
     ck_assert_int_ge(i, 0);
@@ -692,15 +711,18 @@ mirror_fn(const char *key, size_t nkey, uint64_t hash, struct store_item *it, vo
 
 START_TEST(test_track_drain_concurrent)
 {
-    enum { N = 2000, W = 2 };
+    enum {
+        N = 2000,
+        W = 2
+    };
     struct store *s = mkstore(256 * MIB, false);
     struct mirror m = { N, calloc(N, 48) };
-    struct churn c[W];
-    pthread_t th[W];
-    char key[32];
-    size_t drained = 0;
-    double deadline;
-    int i, k, rounds = 0;
+    struct churn  c[W];
+    pthread_t     th[W];
+    char          key[32];
+    size_t        drained = 0;
+    double        deadline;
+    int           i, k, rounds = 0;
 
     ck_assert_int_eq(store_track_start(s, in_arc, &quarter), 0);
     for (k = 0; k < W; k++) {
@@ -725,14 +747,15 @@ START_TEST(test_track_drain_concurrent)
         struct store_item *it;
 
         keyname(key, sizeof(key), "w", i);
-        if (!in_arc(h(key), &quarter))
+        if (!in_arc(h(key), &quarter)) {
             continue;
+        }
         it = get(s, key);
         if (it == NULL) {
             ck_assert_msg(m.val[i][0] == '\0', "%s: drained '%s', store has none", key, m.val[i]);
         } else {
             ck_assert_msg(strlen(m.val[i]) == it->nbytes &&
-                          memcmp(m.val[i], store_item_value(it), it->nbytes) == 0,
+                              memcmp(m.val[i], store_item_value(it), it->nbytes) == 0,
                           "%s: drained '%s' differs", key, m.val[i]);
             store_release(s, it);
         }
@@ -746,15 +769,15 @@ END_TEST
 /* The copy: source -> destination through walk + drain + import. */
 struct copy {
     struct store *src, *dst;
-    unsigned sent;
+    unsigned      sent;
 };
 
 static void
 copy_item(struct copy *cp, struct store_item *it)
 {
     int64_t ttl = store_item_ttl_remaining(cp->src, it);
-    int rc = store_import(cp->dst, store_item_key(it), it->nkey, it->hash, it->flags,
-                          ttl, it->cas, store_item_value(it), it->nbytes);
+    int rc = store_import(cp->dst, store_item_key(it), it->nkey, it->hash, it->flags, ttl, it->cas,
+                          store_item_value(it), it->nbytes);
 
     ck_assert_int_ge(rc, 0);
     cp->sent++;
@@ -787,24 +810,24 @@ same_item(struct store *a, struct store_item *x, struct store *b, struct store_i
     int64_t tx = store_item_ttl_remaining(a, x), ty = store_item_ttl_remaining(b, y);
 
     ck_assert_msg(x->nbytes == y->nbytes &&
-                  memcmp(store_item_value(x), store_item_value(y), x->nbytes) == 0,
+                      memcmp(store_item_value(x), store_item_value(y), x->nbytes) == 0,
                   "%s: values differ", key);
     ck_assert_msg(x->flags == y->flags, "%s: flags %u vs %u", key, x->flags, y->flags);
     ck_assert_msg(x->cas == y->cas, "%s: cas differs", key);
-    ck_assert_msg((tx == 0) == (ty == 0) && (tx - ty <= 1 && ty - tx <= 1),
-                  "%s: ttl %lld vs %lld", key, (long long)tx, (long long)ty);
+    ck_assert_msg((tx == 0) == (ty == 0) && (tx - ty <= 1 && ty - tx <= 1), "%s: ttl %lld vs %lld",
+                  key, (long long)tx, (long long)ty);
 }
 
 struct dst_check {
     struct store *src, *dst;
-    unsigned n;
+    unsigned      n;
 };
 
 static void
 dst_check_fn(struct store_item *y, void *arg)
 {
-    struct dst_check *dc = arg;
-    char key[STORE_KEY_MAX + 1];
+    struct dst_check  *dc = arg;
+    char               key[STORE_KEY_MAX + 1];
     struct store_item *x;
 
     memcpy(key, store_item_key(y), y->nkey);
@@ -819,19 +842,23 @@ dst_check_fn(struct store_item *y, void *arg)
 
 START_TEST(test_handoff_converge)
 {
-    enum { N = 20000, W = 2 };
-    struct store_config dcfg = { .mem_limit = 512 * MIB, .item_size_max = MIB,
+    enum {
+        N = 20000,
+        W = 2
+    };
+    struct store_config dcfg = { .mem_limit = 512 * MIB,
+                                 .item_size_max = MIB,
                                  .node_seed = 0x4321 };
-    struct store *src = mkstore(512 * MIB, false), *dst = store_new(&dcfg);
-    struct copy cp = { src, dst, 0 };
-    struct dst_check dc = { src, dst, 0 };
-    struct churn c[W];
-    pthread_t th[W];
+    struct store       *src = mkstore(512 * MIB, false), *dst = store_new(&dcfg);
+    struct copy         cp = { src, dst, 0 };
+    struct dst_check    dc = { src, dst, 0 };
+    struct churn        c[W];
+    pthread_t           th[W];
     struct store_cursor cur;
-    struct store_stats st;
-    uint64_t src_items, src_bytes;
-    char key[32];
-    int i, k, more, matching = 0;
+    struct store_stats  st;
+    uint64_t            src_items, src_bytes;
+    char                key[32];
+    int                 i, k, more, matching = 0;
 
     ck_assert_ptr_nonnull(dst);
     for (i = 0; i < N; i++) {
@@ -839,8 +866,9 @@ START_TEST(test_handoff_converge)
 
         keyname(key, sizeof(key), "w", i);
         snprintf(val, sizeof(val), "%d", i);
-        ck_assert_int_eq(put(src, STORE_OP_SET, key, val, (uint32_t)i, i % 3 ? 0 : 300 + i % 500,
-                             0, NULL), STORE_STORED);
+        ck_assert_int_eq(
+            put(src, STORE_OP_SET, key, val, (uint32_t)i, i % 3 ? 0 : 300 + i % 500, 0, NULL),
+            STORE_STORED);
     }
     /* PREPARE: tracking before the walk */
     ck_assert_int_eq(store_track_start(src, in_arc, &quarter), 0);
@@ -883,10 +911,12 @@ START_TEST(test_handoff_converge)
             same_item(src, x, dst, y, key);
             matching++;
         }
-        if (x != NULL)
+        if (x != NULL) {
             store_release(src, x);
-        if (y != NULL)
+        }
+        if (y != NULL) {
             store_release(dst, y);
+        }
     }
     store_cursor_init(&cur);
     while (store_walk(dst, &cur, NULL, NULL, dst_check_fn, &dc, 256) == 1)
@@ -908,18 +938,18 @@ END_TEST
  * later local CAS is larger in its counter part and never equal. */
 START_TEST(test_import_cas)
 {
-    struct store *s = mkstore(64 * MIB, false);
+    struct store         *s = mkstore(64 * MIB, false);
     static const uint64_t imported[] = {
         (UINT64_C(0x9999) << 48) | 1000000,
-        (UINT64_C(0x1234) << 48) | 5000000,     /* this node's own seed */
+        (UINT64_C(0x1234) << 48) | 5000000, /* this node's own seed */
         (UINT64_C(0x0001) << 48) | 3000000,
     };
-    const uint64_t low = (UINT64_C(1) << 48) - 1;
-    uint64_t cas = 0, prev = 0;
+    const uint64_t     low = (UINT64_C(1) << 48) - 1;
+    uint64_t           cas = 0, prev = 0;
     struct store_item *it;
-    char key[16];
-    size_t i;
-    int k;
+    char               key[16];
+    size_t             i;
+    int                k;
 
     for (i = 0; i < sizeof(imported) / sizeof(imported[0]); i++) {
         snprintf(key, sizeof(key), "imp%zu", i);
@@ -944,8 +974,7 @@ START_TEST(test_import_cas)
         prev = cas;
     }
     /* a cas token from the source works on the destination */
-    ck_assert_int_eq(put(s, STORE_OP_CAS, "imp0", "new", 0, 0, imported[0], &cas),
-                     STORE_STORED);
+    ck_assert_int_eq(put(s, STORE_OP_CAS, "imp0", "new", 0, 0, imported[0], &cas), STORE_STORED);
     ck_assert_uint_gt(cas & low, 5000000);
     /* a lower imported cas does not lower the counter */
     ck_assert_int_eq(store_import(s, "low", 3, h("low"), 0, 0, 5, "v", 1), STORE_STORED);
@@ -967,22 +996,21 @@ END_TEST
  * tombstones; the chunked path. */
 START_TEST(test_import_ttl)
 {
-    struct store *s = mkstore(64 * MIB, false);
+    struct store      *s = mkstore(64 * MIB, false);
     struct store_item *it;
     struct store_stats st;
-    int err = 0;
+    int                err = 0;
 
     ck_assert_int_eq(store_import(s, "t100", 4, h("t100"), 0, 100, 77, "x", 1), STORE_STORED);
     ck_assert_int_eq(store_import(s, "never", 5, h("never"), 0, 0, 78, "x", 1), STORE_STORED);
-    ck_assert_int_eq(store_import(s, "huge", 4, h("huge"), 0, INT64_MAX, 79, "x", 1),
-                     STORE_STORED);
+    ck_assert_int_eq(store_import(s, "huge", 4, h("huge"), 0, INT64_MAX, 79, "x", 1), STORE_STORED);
     it = get(s, "t100");
     ck_assert_ptr_nonnull(it);
     ck_assert_int_eq((int64_t)it->exptime, store_now(s) + 100);
     ck_assert_int_le(store_item_ttl_remaining(s, it), 100);
     ck_assert_int_ge(store_item_ttl_remaining(s, it), 99);
     store_clock_shift(s, 100);
-    ck_assert_int_eq(store_item_ttl_remaining(s, it), -1);    /* a held item expires */
+    ck_assert_int_eq(store_item_ttl_remaining(s, it), -1); /* a held item expires */
     store_release(s, it);
     expect(s, "t100", NULL);
     it = get(s, "never");
@@ -997,8 +1025,7 @@ START_TEST(test_import_ttl)
     /* an already expired post-image deletes what is there */
     ck_assert_int_eq(store_import(s, "never", 5, h("never"), 0, -1, 80, "y", 1), STORE_DELETED);
     expect(s, "never", NULL);
-    ck_assert_int_eq(store_import(s, "never", 5, h("never"), 0, -1, 80, "y", 1),
-                     STORE_NOT_FOUND);
+    ck_assert_int_eq(store_import(s, "never", 5, h("never"), 0, -1, 80, "y", 1), STORE_NOT_FOUND);
     ck_assert_int_eq(store_import_delete(s, "huge", 4, h("huge")), STORE_DELETED);
     ck_assert_int_eq(store_import_delete(s, "huge", 4, h("huge")), STORE_NOT_FOUND);
 
@@ -1034,10 +1061,10 @@ END_TEST
 /* Imports that push live items out are counted; plain sets are not. */
 START_TEST(test_import_evictions)
 {
-    struct store *s = mkstore(100 * 1024, false);
+    struct store      *s = mkstore(100 * 1024, false);
     struct store_stats st0, st1;
-    char key[32], val[200];
-    int i;
+    char               key[32], val[200];
+    int                i;
 
     memset(val, 'v', sizeof(val) - 1);
     val[sizeof(val) - 1] = '\0';
@@ -1050,15 +1077,16 @@ START_TEST(test_import_evictions)
     ck_assert_uint_eq(st0.import_evictions, 0);
     for (i = 0; i < 100; i++) {
         snprintf(key, sizeof(key), "imp%d", i);
-        ck_assert_int_eq(store_import(s, key, strlen(key), h(key), 0, 0, 1000 + (uint64_t)i,
-                                      val, strlen(val)), STORE_STORED);
+        ck_assert_int_eq(
+            store_import(s, key, strlen(key), h(key), 0, 0, 1000 + (uint64_t)i, val, strlen(val)),
+            STORE_STORED);
     }
     store_get_stats(s, &st1);
     ck_assert_uint_eq(st1.import_evictions, st1.evictions - st0.evictions);
     ck_assert_uint_ge(st1.import_evictions, 90);
     store_reset_stats(s);
     store_get_stats(s, &st1);
-    ck_assert_uint_ge(st1.import_evictions, 90);      /* not hidden by stats reset */
+    ck_assert_uint_ge(st1.import_evictions, 90); /* not hidden by stats reset */
     store_free(s);
 }
 END_TEST
@@ -1066,19 +1094,22 @@ END_TEST
 /* Purge removes exactly the items of the range, incrementally. */
 START_TEST(test_purge)
 {
-    enum { N = 10000 };
-    struct store *s = mkstore(256 * MIB, false);
+    enum {
+        N = 10000
+    };
+    struct store       *s = mkstore(256 * MIB, false);
     struct store_cursor cur;
-    struct store_stats st;
-    uint64_t items, bytes;
-    char key[32];
-    int i, matching = fill_keys(s, "w", 0, N), calls = 0;
+    struct store_stats  st;
+    uint64_t            items, bytes;
+    char                key[32];
+    int                 i, matching = fill_keys(s, "w", 0, N), calls = 0;
 
     ck_assert_int_eq(put(s, STORE_OP_SET, "w000001", "x", 0, 5, 0, NULL), STORE_STORED);
-    store_clock_shift(s, 10);           /* dead items of the range go too */
+    store_clock_shift(s, 10); /* dead items of the range go too */
     store_cursor_init(&cur);
-    while (store_purge(s, in_arc, &quarter, 10, &cur) == 1)
+    while (store_purge(s, in_arc, &quarter, 10, &cur) == 1) {
         calls++;
+    }
     ck_assert_int_gt(calls, matching / 10 - 1);
     store_get_stats(s, &st);
     ck_assert_uint_eq(st.purged, (uint64_t)matching);
@@ -1087,8 +1118,9 @@ START_TEST(test_purge)
     ck_assert_uint_eq(items, 0);
     for (i = 0; i < N; i++) {
         keyname(key, sizeof(key), "w", i);
-        if (i == 1)
+        if (i == 1) {
             continue;
+        }
         expect(s, key, in_arc(h(key), &quarter) ? NULL : key);
     }
     /* purge everything */

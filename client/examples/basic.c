@@ -23,15 +23,15 @@ int
 main(int argc, char **argv)
 {
     struct ringcache_options opt;
-    struct ringcache *rc = NULL;
-    struct ringcache_value v = { 0 };
-    struct ringcache_value values[N_KEYS];
-    const char *keys[N_KEYS];
-    char names[N_KEYS][32];
-    int status[N_KEYS];
-    char err[256];
-    size_t owner;
-    int i, ret, errors = 0;
+    struct ringcache        *rc = NULL;
+    struct ringcache_value   v = { 0 };
+    struct ringcache_value   values[N_KEYS];
+    const char              *keys[N_KEYS];
+    char                     names[N_KEYS][32];
+    int                      status[N_KEYS];
+    char                     err[256];
+    size_t                   owner;
+    int                      i, ret, errors = 0;
 
     if (argc != 2) {
         fprintf(stderr, "usage: basic MEMBERS-FILE\n");
@@ -57,8 +57,7 @@ main(int argc, char **argv)
         errors += fail("get greeting", ret);
     } else {
         ringcache_locate(rc, "greeting", 8, &owner, 1);
-        printf("greeting = %s (flags %u) from %s\n", v.data, v.flags,
-               ringcache_node_id(rc, owner));
+        printf("greeting = %s (flags %u) from %s\n", v.data, v.flags, ringcache_node_id(rc, owner));
         if (v.len != 5 || memcmp(v.data, "hello", 5) != 0 || v.flags != 42) {
             errors += fail("get greeting: wrong value", RINGCACHE_EPROTO);
         }
@@ -69,8 +68,8 @@ main(int argc, char **argv)
     for (i = 0; i < N_KEYS; i++) {
         snprintf(names[i], sizeof(names[i]), "basic:%d", i);
         keys[i] = names[i];
-        if (i % 2 == 0 && (ret = ringcache_set(rc, keys[i], strlen(keys[i]),
-                                               keys[i], strlen(keys[i]), 0, 60)) != 0) {
+        if (i % 2 == 0 && (ret = ringcache_set(rc, keys[i], strlen(keys[i]), keys[i],
+                                               strlen(keys[i]), 0, 60)) != 0) {
             errors += fail("set", ret);
         }
     }

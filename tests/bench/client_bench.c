@@ -26,20 +26,25 @@
 #define MGET_N    100
 #define MAX_PASS  200
 
-enum op { OP_GET, OP_SET, OP_MGET, N_OPS };
+enum op {
+    OP_GET,
+    OP_SET,
+    OP_MGET,
+    N_OPS
+};
 static const char *op_name[N_OPS] = { "get", "set", "mget100" };
 
 /* A contender: one client set-up and how to run each op. */
 struct contender {
-    const char        *name;
-    struct ringcache  *rc;       /* ours */
-    memcached_st      *mc;       /* libmemcached, direct or via the proxy */
-    double             rate[N_OPS][MAX_PASS];
+    const char       *name;
+    struct ringcache *rc; /* ours */
+    memcached_st     *mc; /* libmemcached, direct or via the proxy */
+    double            rate[N_OPS][MAX_PASS];
 };
 
-static char keys[N_KEYS][32];
+static char   keys[N_KEYS][32];
 static size_t key_len[N_KEYS];
-static char value[VALUE_LEN];
+static char   value[VALUE_LEN];
 
 static double
 now_s(void)
@@ -81,7 +86,7 @@ static void
 ours_get(struct contender *c, size_t k)
 {
     struct ringcache_value v;
-    int ret = ringcache_get(c->rc, keys[k], key_len[k], &v);
+    int                    ret = ringcache_get(c->rc, keys[k], key_len[k], &v);
 
     if (ret != 0 || v.len != VALUE_LEN) {
         die("ringcache_get", ringcache_strerror(ret));
@@ -126,9 +131,9 @@ static void
 mc_get(struct contender *c, size_t k)
 {
     memcached_return_t r;
-    uint32_t flags;
-    size_t len;
-    char *v = memcached_get(c->mc, keys[k], key_len[k], &len, &flags, &r);
+    uint32_t           flags;
+    size_t             len;
+    char              *v = memcached_get(c->mc, keys[k], key_len[k], &len, &flags, &r);
 
     if (v == NULL || len != VALUE_LEN) {
         die("memcached_get", memcached_strerror(c->mc, r));
@@ -140,8 +145,8 @@ static void
 mc_mget(struct contender *c, const char **ks, const size_t *ls)
 {
     memcached_result_st res, *rp;
-    memcached_return_t r;
-    int hits = 0;
+    memcached_return_t  r;
+    int                 hits = 0;
 
     r = memcached_mget(c->mc, ks, ls, MGET_N);
     if (r != MEMCACHED_SUCCESS) {
@@ -162,9 +167,9 @@ static double
 run_op(struct contender *c, enum op op, int ops, uint32_t seed)
 {
     const char *ks[MGET_N];
-    size_t ls[MGET_N];
-    double t0;
-    int i, j;
+    size_t      ls[MGET_N];
+    double      t0;
+    int         i, j;
 
     t0 = now_s();
     for (i = 0; i < ops; i++) {
@@ -197,7 +202,7 @@ static memcached_st *
 mc_new(const char *list, bool ketama)
 {
     memcached_st *mc = memcached_create(NULL);
-    char *copy = strdup(list), *tok, *save = NULL;
+    char         *copy = strdup(list), *tok, *save = NULL;
 
     if (ketama) {
         memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_DISTRIBUTION,
@@ -223,7 +228,7 @@ static struct ringcache *
 ours_new(const char *members)
 {
     struct ringcache *rc = NULL;
-    char err[256];
+    char              err[256];
 
     if (ringcache_new_members_file(&rc, members, NULL, err, sizeof(err)) != 0) {
         die(members, err);
@@ -252,35 +257,49 @@ median(const double *v, int n)
 int
 main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "ours", required_argument, NULL, 'o' },
-        { "ours-mc", required_argument, NULL, 'O' },
-        { "memcached", required_argument, NULL, 'm' },
-        { "proxy", required_argument, NULL, 'p' },
-        { "passes", required_argument, NULL, 'n' },
-        { "ops", required_argument, NULL, 'k' },
-        { NULL, 0, NULL, 0 }
-    };
-    struct contender cs[4];
-    const char *ours = NULL, *ours_mc = NULL, *mcs = NULL, *proxy = NULL;
-    int passes = 40, ops = 1000, nc = 0, c, p, o, i;
-    int ops_for[N_OPS];
-    size_t k;
+    static const struct option opts[] = { { "ours", required_argument, NULL, 'o' },
+                                          { "ours-mc", required_argument, NULL, 'O' },
+                                          { "memcached", required_argument, NULL, 'm' },
+                                          { "proxy", required_argument, NULL, 'p' },
+                                          { "passes", required_argument, NULL, 'n' },
+                                          { "ops", required_argument, NULL, 'k' },
+                                          { NULL, 0, NULL, 0 } };
+    struct contender           cs[4];
+    const char                *ours = NULL, *ours_mc = NULL, *mcs = NULL, *proxy = NULL;
+    int                        passes = 40, ops = 1000, nc = 0, c, p, o, i;
+    int                        ops_for[N_OPS];
+    size_t                     k;
 
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'o': ours = optarg; break;
-        case 'O': ours_mc = optarg; break;
-        case 'm': mcs = optarg; break;
-        case 'p': proxy = optarg; break;
-        case 'n': passes = atoi(optarg); break;
-        case 'k': ops = atoi(optarg); break;
-        default: return 2;
+        case 'o':
+            ours = optarg;
+            break;
+        case 'O':
+            ours_mc = optarg;
+            break;
+        case 'm':
+            mcs = optarg;
+            break;
+        case 'p':
+            proxy = optarg;
+            break;
+        case 'n':
+            passes = atoi(optarg);
+            break;
+        case 'k':
+            ops = atoi(optarg);
+            break;
+        default:
+            return 2;
         }
     }
-    if (ours == NULL || mcs == NULL || proxy == NULL || passes < 1 || passes > MAX_PASS || ops < 10) {
-        fprintf(stderr, "usage: client_bench --ours MEMBERS --memcached H:P,... --proxy H:P "
-                "[--ours-mc MEMBERS] [--passes 1..%d] [--ops N]\n", MAX_PASS);
+    if (ours == NULL || mcs == NULL || proxy == NULL || passes < 1 || passes > MAX_PASS ||
+        ops < 10) {
+        fprintf(stderr,
+                "usage: client_bench --ours MEMBERS --memcached H:P,... --proxy H:P "
+                "[--ours-mc MEMBERS] [--passes 1..%d] [--ops N]\n",
+                MAX_PASS);
         return 2;
     }
     for (k = 0; k < N_KEYS; k++) {
@@ -337,7 +356,8 @@ main(int argc, char **argv)
             for (p = 0; p < passes; p++) {
                 r[p] = cs[3].rate[o][p] / cs[1].rate[o][p];
             }
-            printf("client_ratio_same_server/libmemcached/%s %.3f\n", op_name[o], median(r, passes));
+            printf("client_ratio_same_server/libmemcached/%s %.3f\n", op_name[o],
+                   median(r, passes));
             for (p = 0; p < passes; p++) {
                 r[p] = cs[3].rate[o][p] / cs[2].rate[o][p];
             }

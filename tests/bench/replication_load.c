@@ -27,12 +27,12 @@
 
 #define MAX_NODES 16
 
-static struct ring *ring;
+static struct ring               *ring;
 static const struct ring_members *mem;
-static double secs = 3.0;
-static int depth = 32, vsize = 100, nkeys = 30000;
-static char **keys_of[MAX_NODES];   /* keys whose primary is node i */
-static int nkeys_of[MAX_NODES];
+static double                     secs = 3.0;
+static int                        depth = 32, vsize = 100, nkeys = 30000;
+static char                     **keys_of[MAX_NODES]; /* keys whose primary is node i */
+static int                        nkeys_of[MAX_NODES];
 
 struct worker {
     pthread_t tid;
@@ -53,30 +53,35 @@ now_s(void)
 static int
 connect_node(const char *addr)
 {
-    char host[64], buf[16];
-    const char *colon = strrchr(addr, ':');
+    char               host[64], buf[16];
+    const char        *colon = strrchr(addr, ':');
     struct sockaddr_in sa;
-    int fd, one = 1;
-    size_t n;
+    int                fd, one = 1;
+    size_t             n;
 
-    if (colon == NULL || (size_t)(colon - addr) >= sizeof(host))
+    if (colon == NULL || (size_t)(colon - addr) >= sizeof(host)) {
         return -1;
+    }
     memcpy(host, addr, (size_t)(colon - addr));
     host[colon - addr] = '\0';
     memset(&sa, 0, sizeof(sa));
     sa.sin_family = AF_INET;
     sa.sin_port = htons((uint16_t)atoi(colon + 1));
-    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
         return -1;
+    }
     fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
+    if (fd < 0) {
         return -1;
+    }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
         goto fail;
+    }
     n = (size_t)snprintf(buf, sizeof(buf), "epoch %u\r\n", (unsigned)mem->epoch);
-    if (write(fd, buf, n) != (ssize_t)n || read(fd, buf, 4) != 4 || memcmp(buf, "OK\r\n", 4))
+    if (write(fd, buf, n) != (ssize_t)n || read(fd, buf, 4) != 4 || memcmp(buf, "OK\r\n", 4)) {
         goto fail;
+    }
     return fd;
 fail:
     close(fd);
@@ -84,7 +89,7 @@ fail:
 }
 
 static pthread_mutex_t sample_lock = PTHREAD_MUTEX_INITIALIZER;
-static char error_sample[128];   /* the first reply that was not STORED */
+static char            error_sample[128]; /* the first reply that was not STORED */
 
 /*
  * Read the n reply lines of a batch (lines, not bytes: an error line is
@@ -94,11 +99,11 @@ static char error_sample[128];   /* the first reply that was not STORED */
 static int
 read_replies(int fd, int n, uint64_t *errors)
 {
-    static __thread char buf[1 << 16];
+    static __thread char   buf[1 << 16];
     static __thread size_t have;
-    char line[sizeof(error_sample)];
-    size_t llen = 0;
-    bool trunc = false;
+    char                   line[sizeof(error_sample)];
+    size_t                 llen = 0;
+    bool                   trunc = false;
 
     while (n > 0) {
         char *p = buf, *nl;
@@ -106,8 +111,9 @@ read_replies(int fd, int n, uint64_t *errors)
         if (have == 0) {
             ssize_t r = read(fd, buf, sizeof(buf));
 
-            if (r <= 0)
+            if (r <= 0) {
                 return -1;
+            }
             have = (size_t)r;
         }
         while (n > 0 && (nl = memchr(p, '\n', have - (size_t)(p - buf))) != NULL) {
@@ -122,8 +128,9 @@ read_replies(int fd, int n, uint64_t *errors)
             if (trunc || llen != 8 || memcmp(line, "STORED\r\n", 8) != 0) {
                 (*errors)++;
                 pthread_mutex_lock(&sample_lock);
-                if (error_sample[0] == '\0')
+                if (error_sample[0] == '\0') {
                     snprintf(error_sample, sizeof(error_sample), "%.*s", (int)llen, line);
+                }
                 pthread_mutex_unlock(&sample_lock);
             }
             llen = 0;
@@ -156,11 +163,11 @@ static void *
 worker_main(void *arg)
 {
     struct worker *w = arg;
-    int fds[MAX_NODES];
-    size_t cap = (size_t)depth * (64 + (size_t)vsize), i;
-    char *req = malloc(cap), *val = malloc((size_t)vsize);
-    uint32_t k = (uint32_t)w->seed * 7919u;
-    double end;
+    int            fds[MAX_NODES];
+    size_t         cap = (size_t)depth * (64 + (size_t)vsize), i;
+    char          *req = malloc(cap), *val = malloc((size_t)vsize);
+    uint32_t       k = (uint32_t)w->seed * 7919u;
+    double         end;
 
     memset(val, 'v', (size_t)vsize);
     for (i = 0; i < mem->n_nodes; i++) {
@@ -174,10 +181,11 @@ worker_main(void *arg)
     while (now_s() < end) {
         for (i = 0; i < mem->n_nodes; i++) {
             size_t len = 0;
-            int d;
+            int    d;
 
-            if (nkeys_of[i] == 0)
+            if (nkeys_of[i] == 0) {
                 continue;
+            }
             for (d = 0; d < depth; d++) {
                 const char *key = keys_of[i][k++ % (uint32_t)nkeys_of[i]];
 
@@ -193,8 +201,9 @@ worker_main(void *arg)
             }
         }
         for (i = 0; i < mem->n_nodes; i++) {
-            if (nkeys_of[i] == 0)
+            if (nkeys_of[i] == 0) {
                 continue;
+            }
             if (read_replies(fds[i], depth, &w->errors) < 0) {
                 fprintf(stderr, "read failed\n");
                 exit(1);
@@ -202,8 +211,9 @@ worker_main(void *arg)
             w->ops += (uint64_t)depth;
         }
     }
-    for (i = 0; i < mem->n_nodes; i++)
+    for (i = 0; i < mem->n_nodes; i++) {
         close(fds[i]);
+    }
     free(req);
     free(val);
     return NULL;
@@ -222,24 +232,37 @@ main(int argc, char **argv)
         { NULL, 0, NULL, 0 },
     };
     struct ring_members *m = NULL;
-    struct worker *ws;
-    const char *path = NULL;
-    char text[65536], err[256];
-    uint64_t ops = 0, errors = 0;
-    int threads = 2, c, i;
-    double t0, t1;
-    FILE *f;
-    size_t n;
+    struct worker       *ws;
+    const char          *path = NULL;
+    char                 text[65536], err[256];
+    uint64_t             ops = 0, errors = 0;
+    int                  threads = 2, c, i;
+    double               t0, t1;
+    FILE                *f;
+    size_t               n;
 
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': path = optarg; break;
-        case 's': secs = atof(optarg); break;
-        case 't': threads = atoi(optarg); break;
-        case 'd': depth = atoi(optarg); break;
-        case 'b': vsize = atoi(optarg); break;
-        case 'k': nkeys = atoi(optarg); break;
-        default: return 2;
+        case 'm':
+            path = optarg;
+            break;
+        case 's':
+            secs = atof(optarg);
+            break;
+        case 't':
+            threads = atoi(optarg);
+            break;
+        case 'd':
+            depth = atoi(optarg);
+            break;
+        case 'b':
+            vsize = atoi(optarg);
+            break;
+        case 'k':
+            nkeys = atoi(optarg);
+            break;
+        default:
+            return 2;
         }
     }
     if (path == NULL || threads < 1 || depth < 1 || vsize < 1 || nkeys < 1) {
@@ -260,10 +283,11 @@ main(int argc, char **argv)
         return 2;
     }
     mem = ring_members(ring);
-    for (i = 0; i < (int)mem->n_nodes; i++)
+    for (i = 0; i < (int)mem->n_nodes; i++) {
         keys_of[i] = calloc((size_t)nkeys, sizeof(char *));
+    }
     for (i = 0; i < nkeys; i++) {
-        char key[32];
+        char     key[32];
         uint32_t p;
 
         snprintf(key, sizeof(key), "rb-%d", i);
@@ -282,10 +306,11 @@ main(int argc, char **argv)
         errors += ws[i].errors;
     }
     t1 = now_s();
-    printf("ops %llu errors %llu secs %.3f\n", (unsigned long long)ops,
-           (unsigned long long)errors, t1 - t0);
-    if (errors > 0)
+    printf("ops %llu errors %llu secs %.3f\n", (unsigned long long)ops, (unsigned long long)errors,
+           t1 - t0);
+    if (errors > 0) {
         fprintf(stderr, "first error reply: %s", error_sample);
+    }
     ring_members_free(m);
     return 0;
 }

@@ -18,12 +18,12 @@
 #define KEY_MAX 40
 
 static uint32_t n_keys = 1000000;
-static int passes = 5;
+static int      passes = 5;
 
 /* Random 16..40 byte keys, generated before any timing. */
 struct keys {
     char     *buf;
-    uint32_t *off;   /* n_keys + 1 offsets into buf */
+    uint32_t *off; /* n_keys + 1 offsets into buf */
 };
 
 static uint64_t rng_state = 0x243f6a8885a308d3ull;
@@ -90,7 +90,7 @@ static struct ring_members *
 make_members(uint32_t n, uint32_t v, uint32_t first)
 {
     struct ring_members *m = ring_members_new();
-    uint32_t i;
+    uint32_t             i;
 
     if (m == NULL) {
         exit(1);
@@ -102,8 +102,7 @@ make_members(uint32_t n, uint32_t v, uint32_t first)
         char id[32], addr[40];
 
         snprintf(id, sizeof(id), "cache-%05u", i);
-        snprintf(addr, sizeof(addr), "10.%u.%u.%u:11211", (i >> 16) & 255,
-                 (i >> 8) & 255, i & 255);
+        snprintf(addr, sizeof(addr), "10.%u.%u.%u:11211", (i >> 16) & 255, (i >> 8) & 255, i & 255);
         if (ring_members_add(m, id, addr, 1, NULL) != RING_OK) {
             fprintf(stderr, "ring_bench: cannot add %s\n", id);
             exit(1);
@@ -130,25 +129,24 @@ static volatile uint64_t sink;
 static double
 time_lookup(const struct ring *r, const struct keys *k, uint32_t want)
 {
-    double t[16];
+    double   t[16];
     uint32_t out[8];
-    int p;
+    int      p;
 
     for (p = 0; p < passes; p++) {
         uint64_t acc = 0;
         uint32_t i;
-        double t0 = now_ns();
+        double   t0 = now_ns();
 
         if (want == 0) {
             for (i = 0; i < n_keys; i++) {
-                acc += ring_primary(r, ring_hash(k->buf + k->off[i],
-                                                 k->off[i + 1] - k->off[i]));
+                acc += ring_primary(r, ring_hash(k->buf + k->off[i], k->off[i + 1] - k->off[i]));
             }
         } else {
             for (i = 0; i < n_keys; i++) {
-                acc += ring_locate(r, ring_hash(k->buf + k->off[i],
-                                                k->off[i + 1] - k->off[i]),
-                                   want, out) + out[want - 1];
+                acc += ring_locate(r, ring_hash(k->buf + k->off[i], k->off[i + 1] - k->off[i]),
+                                   want, out) +
+                       out[want - 1];
             }
         }
         t[p] = (now_ns() - t0) / n_keys;
@@ -162,10 +160,10 @@ static double
 time_build(const struct ring_members *m)
 {
     double t[16];
-    int p;
+    int    p;
 
     for (p = 0; p < passes; p++) {
-        double t0 = now_ns();
+        double       t0 = now_ns();
         struct ring *r = build_or_die(m);
 
         t[p] = (now_ns() - t0) / 1e6;
@@ -179,8 +177,8 @@ static double
 peak_mean(const struct ring *r)
 {
     const struct ring_members *m = ring_members(r);
-    double *share = malloc(m->n_nodes * sizeof(*share)), peak = 0;
-    uint32_t i;
+    double                    *share = malloc(m->n_nodes * sizeof(*share)), peak = 0;
+    uint32_t                   i;
 
     if (share == NULL) {
         exit(1);
@@ -201,17 +199,17 @@ static void
 join_movement(uint32_t n, uint32_t v, int joins, double *mean, double *worst)
 {
     struct ring_members *m = make_members(n, v, 0);
-    struct ring *r = build_or_die(m);
-    int j;
+    struct ring         *r = build_or_die(m);
+    int                  j;
 
     *mean = 0;
     *worst = 0;
     for (j = 0; j < joins; j++) {
         struct ring_members *mj = ring_members_dup(m);
-        struct ring *rj;
-        struct ring_diff *d;
-        char id[32];
-        double ratio;
+        struct ring         *rj;
+        struct ring_diff    *d;
+        char                 id[32];
+        double               ratio;
 
         snprintf(id, sizeof(id), "joiner-%d", j);
         if (mj == NULL || ring_members_add(mj, id, "10.255.0.1:11211", 1, NULL) != RING_OK) {
@@ -237,11 +235,10 @@ join_movement(uint32_t n, uint32_t v, int joins, double *mean, double *worst)
 
 /* The figures of one n x v ring; `full` adds the lookup/locate timing. */
 static void
-figures(const struct keys *k, uint32_t n, uint32_t v, int lookup, int locate,
-        int build, int detail)
+figures(const struct keys *k, uint32_t n, uint32_t v, int lookup, int locate, int build, int detail)
 {
     struct ring_members *m = make_members(n, v, 0);
-    struct ring *r = build_or_die(m);
+    struct ring         *r = build_or_die(m);
 
     if (lookup) {
         printf("lookup_ns/%ux%u %.1f\n", n, v, time_lookup(r, k, 0));
@@ -253,8 +250,7 @@ figures(const struct keys *k, uint32_t n, uint32_t v, int lookup, int locate,
         printf("build_ms/%ux%u %.3f\n", n, v, time_build(m));
     }
     if (detail) {
-        printf("bytes_per_point/%ux%u %.2f\n", n, v,
-               (double)ring_bytes(r) / ring_n_points(r));
+        printf("bytes_per_point/%ux%u %.2f\n", n, v, (double)ring_bytes(r) / ring_n_points(r));
         printf("peak_mean/%ux%u %.4f\n", n, v, peak_mean(r));
     }
     fflush(stdout);
@@ -266,9 +262,9 @@ int
 main(int argc, char **argv)
 {
     static const uint32_t vtable[] = { 40, 80, 160, 320, 640, 1000 };
-    struct keys k;
-    double mean, worst;
-    int i, vt = 0, joins = 20;
+    struct keys           k;
+    double                mean, worst;
+    int                   i, vt = 0, joins = 20;
 
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--keys") == 0 && i + 1 < argc) {
@@ -281,7 +277,7 @@ main(int argc, char **argv)
             vt = 1;
         } else {
             fprintf(stderr, "usage: ring_bench [--keys N] [--passes P] "
-                    "[--joins J] [--vnodes-table]\n");
+                            "[--joins J] [--vnodes-table]\n");
             return 2;
         }
     }
@@ -290,8 +286,8 @@ main(int argc, char **argv)
         return 2;
     }
     make_keys(&k);
-    printf("# ring_bench: %u keys of %d..%d bytes, median of %d passes\n",
-           n_keys, KEY_MIN, KEY_MAX, passes);
+    printf("# ring_bench: %u keys of %d..%d bytes, median of %d passes\n", n_keys, KEY_MIN, KEY_MAX,
+           passes);
     figures(&k, 10, 160, 1, 0, 0, 0);
     figures(&k, 1000, 160, 1, 1, 1, 1);
     figures(&k, 10000, 160, 1, 0, 1, 0);

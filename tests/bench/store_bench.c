@@ -16,25 +16,27 @@
 #include "ring/ring.h"
 #include "server/store.h"
 
-static int key_width = 10;   /* digits after "key:" */
+static int key_width = 10; /* digits after "key:" */
 
 struct worker {
     struct store *s;
-    unsigned seed;
-    long items, ops;
+    unsigned      seed;
+    long          items, ops;
 };
 
 /* Resident set size in bytes, from /proc/self/statm. */
 static long
 rss_bytes(void)
 {
-    long size = 0, res = 0;
+    long  size = 0, res = 0;
     FILE *f = fopen("/proc/self/statm", "r");
 
-    if (f == NULL)
+    if (f == NULL) {
         return -1;
-    if (fscanf(f, "%ld %ld", &size, &res) != 2)
+    }
+    if (fscanf(f, "%ld %ld", &size, &res) != 2) {
         res = -1;
+    }
     fclose(f);
     return res * sysconf(_SC_PAGESIZE);
 }
@@ -52,13 +54,14 @@ mono(void)
 static int
 set_one(struct store *s, long i)
 {
-    char key[32];
-    int n = snprintf(key, sizeof(key), "key:%0*ld", key_width, i), err = 0;
-    struct store_item *it = store_alloc(s, key, (size_t)n, ring_hash(key, (size_t)n),
-                                        0, 0, 100, &err);
+    char               key[32];
+    int                n = snprintf(key, sizeof(key), "key:%0*ld", key_width, i), err = 0;
+    struct store_item *it =
+        store_alloc(s, key, (size_t)n, ring_hash(key, (size_t)n), 0, 0, 100, &err);
 
-    if (it == NULL)
+    if (it == NULL) {
         return err;
+    }
     memset(store_item_value_mut(it), 'v', 100);
     err = store_put(s, it, STORE_OP_SET, 0, NULL);
     store_release(s, it);
@@ -70,8 +73,8 @@ static void *
 worker_main(void *arg)
 {
     struct worker *w = arg;
-    char key[32];
-    long k;
+    char           key[32];
+    long           k;
 
     for (k = 0; k < w->ops; k++) {
         long i = (long)(rand_r(&w->seed) % (unsigned)w->items);
@@ -79,12 +82,12 @@ worker_main(void *arg)
         if (k % 10 == 0) {
             set_one(w->s, i);
         } else {
-            int n = snprintf(key, sizeof(key), "key:%0*ld", key_width, i);
-            struct store_item *it = store_get(w->s, key, (size_t)n,
-                                              ring_hash(key, (size_t)n));
+            int                n = snprintf(key, sizeof(key), "key:%0*ld", key_width, i);
+            struct store_item *it = store_get(w->s, key, (size_t)n, ring_hash(key, (size_t)n));
 
-            if (it != NULL)
+            if (it != NULL) {
                 store_release(w->s, it);
+            }
         }
     }
     return NULL;
@@ -93,28 +96,32 @@ worker_main(void *arg)
 int
 main(int argc, char **argv)
 {
-    long items = argc > 1 ? atol(argv[1]) : 1000000;
-    int threads = argc > 2 ? atoi(argv[2]) : 2;
-    long ops = argc > 3 ? atol(argv[3]) : 2000000;
+    long                items = argc > 1 ? atol(argv[1]) : 1000000;
+    int                 threads = argc > 2 ? atoi(argv[2]) : 2;
+    long                ops = argc > 3 ? atol(argv[3]) : 2000000;
     struct store_config cfg = { .mem_limit = (size_t)4 << 30,
-                                .item_size_max = 1 << 20, .node_seed = 1 };
-    struct worker *w;
-    pthread_t *th;
-    struct store *s;
-    long rss0, i;
-    double t0, t;
-    int k;
+                                .item_size_max = 1 << 20,
+                                .node_seed = 1 };
+    struct worker      *w;
+    pthread_t          *th;
+    struct store       *s;
+    long                rss0, i;
+    double              t0, t;
+    int                 k;
 
-    if (argc > 4)
+    if (argc > 4) {
         key_width = atoi(argv[4]) - 4;
+    }
     if (items <= 0 || threads <= 0 || ops <= 0 || key_width < 2 || key_width > 16) {
-        fprintf(stderr, "usage: store_bench [items] [threads] [ops-per-thread] [key-length 6..20]\n");
+        fprintf(stderr,
+                "usage: store_bench [items] [threads] [ops-per-thread] [key-length 6..20]\n");
         return 2;
     }
     rss0 = rss_bytes();
     s = store_new(&cfg);
-    if (s == NULL)
+    if (s == NULL) {
         return 1;
+    }
     t0 = mono();
     for (i = 0; i < items; i++) {
         if (set_one(s, i) != STORE_STORED) {
@@ -131,18 +138,19 @@ main(int argc, char **argv)
 
     w = calloc((size_t)threads, sizeof(*w));
     th = calloc((size_t)threads, sizeof(*th));
-    if (w == NULL || th == NULL)
+    if (w == NULL || th == NULL) {
         return 1;
+    }
     t0 = mono();
     for (k = 0; k < threads; k++) {
         w[k] = (struct worker){ .s = s, .seed = (unsigned)k + 1, .items = items, .ops = ops };
         pthread_create(&th[k], NULL, worker_main, &w[k]);
     }
-    for (k = 0; k < threads; k++)
+    for (k = 0; k < threads; k++) {
         pthread_join(th[k], NULL);
+    }
     t = mono() - t0;
-    printf("store_ops_per_sec/get90_set10/%dthreads %.0f\n", threads,
-           (double)ops * threads / t);
+    printf("store_ops_per_sec/get90_set10/%dthreads %.0f\n", threads, (double)ops * threads / t);
     store_free(s);
     free(w);
     free(th);

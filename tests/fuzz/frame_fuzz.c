@@ -15,9 +15,9 @@ static void
 check_membership(const uint8_t *buf, size_t len)
 {
     struct ring_members *m = NULL, *back = NULL;
-    char err[256];
-    uint8_t *packed;
-    size_t plen;
+    char                 err[256];
+    uint8_t             *packed;
+    size_t               plen;
 
     if (members_pb_unpack(buf, len, &m, err, sizeof(err)) != RING_OK) {
         return;
@@ -25,8 +25,8 @@ check_membership(const uint8_t *buf, size_t len)
     packed = members_pb_pack(m, &plen);
     if (packed != NULL) {
         if (members_pb_unpack(packed, plen, &back, err, sizeof(err)) != RING_OK ||
-            back->n_nodes != m->n_nodes || back->epoch != m->epoch ||
-            back->vnodes != m->vnodes || back->replicas != m->replicas) {
+            back->n_nodes != m->n_nodes || back->epoch != m->epoch || back->vnodes != m->vnodes ||
+            back->replicas != m->replicas) {
             abort();
         }
         ring_members_free(back);
@@ -39,7 +39,7 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct frame f;
-    size_t used;
+    size_t       used;
 
     /* The first 8 bytes pick the cluster id, so ECLUSTER and OK both occur. */
     uint64_t cluster = 0;

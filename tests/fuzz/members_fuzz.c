@@ -21,8 +21,8 @@ assert_same(const struct ring_members *a, const struct ring_members *b)
 {
     uint32_t i;
 
-    if (a->epoch != b->epoch || a->vnodes != b->vnodes ||
-        a->replicas != b->replicas || a->n_nodes != b->n_nodes) {
+    if (a->epoch != b->epoch || a->vnodes != b->vnodes || a->replicas != b->replicas ||
+        a->n_nodes != b->n_nodes) {
         abort();
     }
     for (i = 0; i < a->n_nodes; i++) {
@@ -40,12 +40,12 @@ assert_same(const struct ring_members *a, const struct ring_members *b)
 static void
 exercise_ring(const struct ring_members *m)
 {
-    uint64_t points = 0;
-    uint32_t i, out[32], want;
-    struct ring *r, *r2 = NULL;
+    uint64_t             points = 0;
+    uint32_t             i, out[32], want;
+    struct ring         *r, *r2 = NULL;
     struct ring_members *less;
-    struct ring_diff *d;
-    double *share;
+    struct ring_diff    *d;
+    double              *share;
 
     for (i = 0; i < m->n_nodes; i++) {
         points += (uint64_t)m->nodes[i].weight * m->vnodes;
@@ -55,15 +55,14 @@ exercise_ring(const struct ring_members *m)
     }
     r = ring_build(m);
     if (r == NULL) {
-        abort();   /* a valid membership within limits must build */
+        abort(); /* a valid membership within limits must build */
     }
     want = m->replicas < 32 ? m->replicas : 32;
     for (i = 0; i < 8; i++) {
         uint64_t h = ring_hash(&i, sizeof(i)) ^ (i == 7 ? UINT64_MAX : 0);
         uint32_t n = ring_locate(r, h, want, out);
 
-        if (n != (want < m->n_nodes ? want : m->n_nodes) ||
-            out[0] != ring_primary(r, h)) {
+        if (n != (want < m->n_nodes ? want : m->n_nodes) || out[0] != ring_primary(r, h)) {
             abort();
         }
     }
@@ -81,8 +80,7 @@ exercise_ring(const struct ring_members *m)
         free(share);
     }
     less = ring_members_dup(m);
-    if (less != NULL && less->n_nodes > 1 &&
-        ring_members_remove(less, m->nodes[0].id) == RING_OK) {
+    if (less != NULL && less->n_nodes > 1 && ring_members_remove(less, m->nodes[0].id) == RING_OK) {
         r2 = ring_build(less);
         if (r2 != NULL) {
             d = ring_diff(r, r2);
@@ -101,15 +99,13 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct ring_members *m = NULL, *back = NULL;
-    char err[256], *text;
-    size_t need;
+    char                 err[256], *text;
+    size_t               need;
 
     err[0] = '\0';
-    if (ring_members_parse((const char *)data, size, "fuzz", &m, err,
-                           sizeof(err)) != RING_OK) {
+    if (ring_members_parse((const char *)data, size, "fuzz", &m, err, sizeof(err)) != RING_OK) {
         /* One line, "fuzz:N: reason". */
-        if (m != NULL || strncmp(err, "fuzz:", 5) != 0 ||
-            strchr(err, '\n') != NULL) {
+        if (m != NULL || strncmp(err, "fuzz:", 5) != 0 || strchr(err, '\n') != NULL) {
             abort();
         }
         return 0;
@@ -118,8 +114,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     text = malloc(need + 1);
     if (text != NULL) {
         if (ring_members_format(m, text, need + 1) != need ||
-            ring_members_parse(text, need, "again", &back, err,
-                               sizeof(err)) != RING_OK) {
+            ring_members_parse(text, need, "again", &back, err, sizeof(err)) != RING_OK) {
             abort();
         }
         assert_same(m, back);

@@ -25,24 +25,27 @@ static void
 feed(const uint8_t *data, size_t size, size_t step)
 {
     struct conn *c = conn_new(&srv->workers[0], -1);
-    size_t off = 0;
+    size_t       off = 0;
 
-    if (c == NULL)
+    if (c == NULL) {
         abort();
+    }
     while (off < size) {
-        size_t k = size - off < step ? size - off : step;
+        size_t            k = size - off < step ? size - off : step;
         enum proto_status st;
-        size_t n;
+        size_t            n;
 
-        if (conn_feed(c, data + off, k) < 0)
+        if (conn_feed(c, data + off, k) < 0) {
             break;
+        }
         off += k;
         do {
             st = proto_text_process(c);
             free(conn_out_take(c, &n));
         } while (st == PROTO_PAUSE);
-        if (st == PROTO_CLOSE || st == PROTO_QUIT)
+        if (st == PROTO_CLOSE || st == PROTO_QUIT) {
             break;
+        }
         /* What conn.c does between reads: give back an empty buffer. */
         conn_rbuf_release(c);
     }
@@ -62,8 +65,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         st.maxbytes = 16u << 20;
         st.item_size_max = 64 * 1024;
         srv = server_new(&st);
-        if (srv == NULL)
+        if (srv == NULL) {
             abort();
+        }
     }
     feed(data, size, size > 0 ? size : 1);
     feed(data, size, 3);

@@ -25,12 +25,12 @@ static void
 check_prefixes(const char *buf, long n, bool client_takes)
 {
     struct mcr_reply r;
-    size_t need, cut[3] = { (size_t)n - 1, (size_t)n / 2, 1 };
-    int i;
+    size_t           need, cut[3] = { (size_t)n - 1, (size_t)n / 2, 1 };
+    int              i;
 
     for (i = 0; i < 3; i++) {
         char *p;
-        long got;
+        long  got;
 
         if (cut[i] == 0 || cut[i] >= (size_t)n) {
             continue;
@@ -80,8 +80,7 @@ check_unit(const char *buf, long n, const struct mcr_reply *r)
         }
         break;
     case MCR_MOVED:
-        if (r->key_len == 0 || r->key_len > MCR_ADDR_MAX ||
-            mcp_error_code(r) != RINGCACHE_EMOVED) {
+        if (r->key_len == 0 || r->key_len > MCR_ADDR_MAX || mcp_error_code(r) != RINGCACHE_EMOVED) {
             abort();
         }
         break;
@@ -99,8 +98,8 @@ check_unit(const char *buf, long n, const struct mcr_reply *r)
     }
     if (r->kind == MCR_CONFIG) {
         struct ring_members *m = NULL;
-        struct ring *ring;
-        char err[256];
+        struct ring         *ring;
+        char                 err[256];
 
         if (ring_members_parse(r->data, r->data_len, "fuzz", &m, err, sizeof(err)) == RING_OK) {
             ring = ring_build(m);
@@ -116,8 +115,8 @@ static bool
 check_client(const char *buf, size_t avail, long n, const struct mcr_reply *want)
 {
     struct mcr_reply r;
-    size_t need;
-    long got = mcp_parse(buf, avail, MAX_VALUE, &r, &need);
+    size_t           need;
+    long             got = mcp_parse(buf, avail, MAX_VALUE, &r, &need);
 
     if (got == RINGCACHE_EPROTO) {
         return false;
@@ -137,10 +136,10 @@ check_client(const char *buf, size_t avail, long n, const struct mcr_reply *want
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char *buf = malloc(size > 0 ? size : 1);
+    char            *buf = malloc(size > 0 ? size : 1);
     struct mcr_reply r;
-    size_t off = 0, need;
-    long n;
+    size_t           off = 0, need;
+    long             n;
 
     /* An exact-size copy: a read past the end trips ASan. */
     memcpy(buf, data, size);

@@ -33,9 +33,9 @@ static const char *
 code_name(int code)
 {
     static const char *names[] = {
-        "OK", "ENOTFOUND", "ENOTSTORED", "EEXISTS", "EINVAL", "EKEY", "ETOOBIG",
-        "ENOMEM", "EDOWN", "ETIMEDOUT", "EIO", "EPROTO", "ECLIENT", "ESERVER",
-        "ENONNUMERIC", "EMEMBERS", "EMOVED", "ETRYAGAIN",
+        "OK",      "ENOTFOUND", "ENOTSTORED",  "EEXISTS",   "EINVAL", "EKEY",
+        "ETOOBIG", "ENOMEM",    "EDOWN",       "ETIMEDOUT", "EIO",    "EPROTO",
+        "ECLIENT", "ESERVER",   "ENONNUMERIC", "EMEMBERS",  "EMOVED", "ETRYAGAIN",
     };
 
     if (code > 0 || code < RINGCACHE_ERRNO_MIN) {
@@ -60,9 +60,9 @@ owner_of(const char *key)
 static double
 one_op(const char *op, const char *key, int i)
 {
-    char val[320];
+    char   val[320];
     double t0, dt;
-    int ret;
+    int    ret;
 
     snprintf(val, sizeof(val), "value-of-%s", key);
     t0 = now_ms();
@@ -88,9 +88,9 @@ one_op(const char *op, const char *key, int i)
 static void
 cmd_list(char *rest)
 {
-    char *save = NULL, *op = strtok_r(rest, " \n", &save), *key;
+    char  *save = NULL, *op = strtok_r(rest, " \n", &save), *key;
     double dt, max = 0;
-    int i = 0;
+    int    i = 0;
 
     while (op != NULL && (key = strtok_r(NULL, " \n", &save)) != NULL) {
         dt = one_op(op, key, i++);
@@ -104,9 +104,9 @@ cmd_list(char *rest)
 static void
 cmd_many(const char *op, const char *prefix, int n)
 {
-    char key[300], val[320];
+    char   key[300], val[320];
     double t0, dt, max = 0;
-    int i, ret;
+    int    i, ret;
 
     for (i = 0; i < n; i++) {
         snprintf(key, sizeof(key), "%s%d", prefix, i);
@@ -144,11 +144,11 @@ static void
 mget_cb(void *arg, size_t index, int node, int status, const struct ringcache_value *v)
 {
     struct mget_seen *s = arg;
-    char want[300];
+    char              want[300];
 
     snprintf(want, sizeof(want), "value-of-%s", s->keys[index]);
-    if (status == 0 && (v->len != strlen(want) || memcmp(v->data, want, v->len) != 0 ||
-                        v->data[v->len] != '\0')) {
+    if (status == 0 &&
+        (v->len != strlen(want) || memcmp(v->data, want, v->len) != 0 || v->data[v->len] != '\0')) {
         status = RINGCACHE_EPROTO;
     }
     s->code[index] = status;
@@ -159,9 +159,9 @@ static void
 cmd_mget(const char *prefix, int n)
 {
     struct mget_seen s;
-    char (*names)[256] = calloc((size_t)n, 256);
+    char(*names)[256] = calloc((size_t)n, 256);
     double t0;
-    int i, ret;
+    int    i, ret;
 
     s.keys = calloc((size_t)n, sizeof(char *));
     s.code = calloc((size_t)n, sizeof(int));
@@ -169,7 +169,7 @@ cmd_mget(const char *prefix, int n)
     for (i = 0; i < n; i++) {
         snprintf(names[i], 256, "%s%d", prefix, i);
         s.keys[i] = names[i];
-        s.code[i] = 1;      /* not reported */
+        s.code[i] = 1; /* not reported */
     }
     t0 = now_ms();
     ret = ringcache_mget_cb(rc, s.keys, NULL, (size_t)n, 0, mget_cb, &s);
@@ -195,15 +195,15 @@ struct worker {
 static void *
 worker_run(void *arg)
 {
-    struct worker *w = arg;
+    struct worker         *w = arg;
     struct ringcache_value v;
-    char key[64], val[64], ctr[64];
-    const char *mk[8];
-    char mnames[8][64];
+    char                   key[64], val[64], ctr[64];
+    const char            *mk[8];
+    char                   mnames[8][64];
     struct ringcache_value mv[8];
-    int ms[8];
-    uint64_t n;
-    int r, j;
+    int                    ms[8];
+    uint64_t               n;
+    int                    r, j;
 
     for (j = 0; j < 8; j++) {
         snprintf(mnames[j], sizeof(mnames[j]), "thr-shared-%d", j);
@@ -247,9 +247,9 @@ worker_run(void *arg)
 static void
 cmd_threads(int t, int rounds)
 {
-    pthread_t tid[64];
+    pthread_t     tid[64];
     struct worker w[64];
-    int i, errors = 0, ops = 0;
+    int           i, errors = 0, ops = 0;
 
     if (t > 64) {
         t = 64;
@@ -276,10 +276,10 @@ cmd_threads(int t, int rounds)
 static void
 cmd_ops(const char *key)
 {
-    size_t kl = strlen(key);
+    size_t                 kl = strlen(key);
     struct ringcache_value v;
-    uint64_t n = 0, cas;
-    int ret;
+    uint64_t               n = 0, cas;
+    int                    ret;
 
     ringcache_delete(rc, key, kl);
     printf("get_miss %s\n", code_name(ringcache_get(rc, key, kl, &v)));
@@ -314,7 +314,7 @@ cmd_ops(const char *key)
     {
         /* A large value crosses many reads and leaves the pool buffer. */
         size_t big = 1000000, i;
-        char *b = malloc(big + 1);
+        char  *b = malloc(big + 1);
 
         for (i = 0; i < big; i++) {
             b[i] = (char)('a' + i % 26);
@@ -337,9 +337,9 @@ int
 main(int argc, char **argv)
 {
     struct ringcache_options opt;
-    char line[4096], a[256], b[256];
-    char err[512];
-    int n, m;
+    char                     line[4096], a[256], b[256];
+    char                     err[512];
+    int                      n, m;
 
     if (argc != 2 && argc != 5 && argc != 6) {
         fprintf(stderr, "usage: client_probe MEMBERS|seeds:H:P,H:P [OP_TIMEOUT_MS RETRY_MS "
@@ -353,9 +353,9 @@ main(int argc, char **argv)
         opt.retry_max_ms = atoi(argv[4]);
     }
     if (strncmp(argv[1], "seeds:", 6) == 0) {
-        char *list = strdup(argv[1] + 6), *save = NULL, *tok;
+        char       *list = strdup(argv[1] + 6), *save = NULL, *tok;
         const char *seeds[16];
-        size_t ns = 0;
+        size_t      ns = 0;
 
         for (tok = strtok_r(list, ",", &save); tok != NULL && ns < 16;
              tok = strtok_r(NULL, ",", &save)) {
