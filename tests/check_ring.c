@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <xxhash.h>
 
 #include "config.h"
 #include "ring/ring.h"
@@ -517,7 +516,7 @@ END_TEST
 static uint64_t
 hash8(const void *data, size_t len)
 {
-    return XXH3_64bits(data, len) & 0xff;
+    return ring_hash(data, len) & 0xff;
 }
 
 START_TEST(prop_collisions_lowest_id_owns)
