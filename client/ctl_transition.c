@@ -153,6 +153,30 @@ maybe_exit_after(struct admin *a, const char *phase)
     }
 }
 
+/* Honour RINGCTL_PAUSE_AT=phase with RINGCTL_PAUSE_FILE=path (tests
+ * only): create path, then wait (at most 30 s) until the test removes it,
+ * so it can inject a fault at exactly that step. */
+static void
+maybe_pause_at(struct admin *a, const char *phase)
+{
+    const char *at = getenv("RINGCTL_PAUSE_AT"), *path = getenv("RINGCTL_PAUSE_FILE");
+    int64_t     deadline = util_now_ms() + 30000;
+    FILE       *f;
+
+    if (!a->exit_after_ok || at == NULL || path == NULL || strcmp(at, phase) != 0) {
+        return;
+    }
+    f = fopen(path, "w");
+    if (f == NULL) {
+        return;
+    }
+    fclose(f);
+    ctl_info("RINGCTL_PAUSE_AT=%s: waiting for %s to be removed", phase, path);
+    while (access(path, F_OK) == 0 && util_now_ms() < deadline) {
+        ctl_sleep_ms(50);
+    }
+}
+
 /* boot_changed: see ctl_transition.h. A node restarted since PREPARE lost
  * what it held or imported. */
 struct tnode *
@@ -510,6 +534,32 @@ phase_fence(struct admin *a)
  * COMMIT and CLEANUP
  */
 
+/* Ask every node its Status and report a boot id changed since PREPARE
+ * (nodes that do not answer are left to Commit's retries). */
+static bool
+boot_changed_now(struct admin *a)
+{
+    struct cport_request sreq = { .kind = CPORT_STATUS };
+    struct tnode        *t;
+    uint32_t             i;
+
+    for (i = 0; i < a->n_nodes; i++) {
+        /* A connection to a node that restarted fails once; the second
+         * call connects again and reads the new boot id. */
+        if (node_call(a, &a->nodes[i], &sreq, a->g->timeout_ms) != CPORT_OK) {
+            node_call(a, &a->nodes[i], &sreq, a->g->timeout_ms);
+        }
+    }
+    t = boot_changed(a);
+    if (t == NULL) {
+        return false;
+    }
+    ctl_info("commit: %s restarted since PREPARE (boot id %016" PRIx64 " -> %016" PRIx64
+             "): it lost what it imported",
+             t->id, trec_boot_id(&a->rec, t->id), t->st.boot_id);
+    return true;
+}
+
 /* The store's commit: active N -> N+1, history, delete pending (in this
  * order, so a crash leaves a state that resume completes). */
 static int
@@ -640,6 +690,14 @@ phase_commit(struct admin *a)
     bool     clean;
     int      rc;
 
+    /* The last moment the transition can still be undone: a node that
+     * restarted since PREPARE lost what it imported (or held), so it must
+     * not be committed as an owner of it. The Fence replies were checked;
+     * this closes the window up to the store's commit. */
+    maybe_pause_at(a, "commit");
+    if (boot_changed_now(a)) {
+        return fail_abort(a, "commit: a node restarted since the transition began");
+    }
     rc = store_commit(a);
     if (rc != EX_OK) {
         return rc;

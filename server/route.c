@@ -137,6 +137,15 @@ decide(const struct cluster_view *v, struct route *rt, bool declared, bool order
         uint32_t acting = first_live(v, list, n);
 
         if ((int32_t)acting == v->self) {
+            /* Taking over the write of an arc this node is importing (it
+             * purged it and is being refilled) would run add/incr/cas on
+             * an empty copy that the import then overwrites: the write
+             * waits for the transition instead (finding 9). */
+            if (acting != list[0] && v->importing.n > 0 &&
+                arcset_has(&v->importing, rt->hash)) {
+                rt->action = ROUTE_TRYAGAIN;
+                return;
+            }
             for (k = 0; k < n && list[k] != acting; k++) {
                 cluster_mask_set(v->live->skipped, list[k]);
             }
