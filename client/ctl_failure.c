@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "config.h"
 #include "client/cport_client.h"
@@ -274,6 +275,7 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
 {
     static const struct option opts[] = { { "down-after", required_argument, NULL, 'd' },
                                           { "interval", required_argument, NULL, 'i' },
+                                          { "transition-timeout", required_argument, NULL, 't' },
                                           { "force", no_argument, NULL, 'F' },
                                           { "once", no_argument, NULL, 'o' },
                                           { "help", no_argument, NULL, 'h' },
@@ -281,7 +283,8 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
     struct sigaction           sa;
     struct watched            *w = NULL;
     uint32_t                   nw = 0;
-    double                     down_after = 10, interval = 1;
+    double                     down_after = 10, interval = 1, tr_timeout = 30;
+    int64_t                    stuck_since = 0;
     bool                       force = false, once = false;
     int                        c, rc = EX_OK;
     char                      *end;
@@ -299,6 +302,14 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
                 return EX_USAGE;
             }
             break;
+        case 't':
+            errno = 0;
+            tr_timeout = strtod(optarg, &end);
+            if (errno != 0 || *end != '\0' || !(tr_timeout >= 0) || tr_timeout > 86400) {
+                ctl_error("watch: --transition-timeout S (>= 0)");
+                return EX_USAGE;
+            }
+            break;
         case 'F':
             force = true;
             break;
@@ -307,14 +318,15 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
             break;
         case 'h':
             printf("usage: " CTL_USAGE_ADMIN " watch [--down-after S] "
-                   "[--interval S] [--force] [--once]\n");
+                   "[--interval S] [--transition-timeout S] [--force] [--once]\n");
             return EX_OK;
         default:
             return EX_USAGE;
         }
     }
     if (optind != argc) {
-        ctl_error("usage: watch [--down-after S] [--interval S] [--force] [--once]");
+        ctl_error("usage: watch [--down-after S] [--interval S] [--transition-timeout S] "
+                  "[--force] [--once]");
         return EX_USAGE;
     }
     memset(&sa, 0, sizeof(sa));
@@ -328,7 +340,8 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
         struct admin         a = { .g = g };
         struct cport_request sreq = { .kind = CPORT_STATUS };
         char                 act_id[RING_ID_MAX + 1] = "";
-        bool                 act_repair = false;
+        bool                 act_repair = false, take_over = false;
+        bool                 node_pending = false;
         uint32_t             i, k;
 
         rc = admin_load(&a, true);
@@ -337,7 +350,24 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
             break;
         }
         if (a.old != NULL && (a.new != NULL || a.have_rec)) {
-            ctl_info("watch: a transition is pending (%s); waiting", a.have_rec ? a.rec.op : "?");
+            /* Its admin re-stores the record at least every few seconds
+             * while it runs (`written`): one silent for --transition-timeout
+             * died, and its fence would hold the moving ranges at TRYAGAIN
+             * for good. resume finishes it, or aborts it (finding 12). */
+            int64_t at = a.have_rec ? (a.rec.written != 0 ? a.rec.written : a.rec.started) : 0;
+            int64_t age = at != 0 ? (int64_t)time(NULL) - at : 0;
+
+            /* At least 5 s: a live admin re-stores it every 2 s (whole
+             * seconds), so a shorter timeout could take over from it. */
+            if (a.have_rec && (double)age >= (tr_timeout > 5 ? tr_timeout : 5)) {
+                ctl_info("watch: the transition (%s) has not been written for %" PRId64
+                         " s: its admin is gone; resuming it",
+                         a.rec.op, age);
+                take_over = true;
+            } else {
+                ctl_info("watch: a transition is pending (%s); waiting",
+                         a.have_rec ? a.rec.op : "?");
+            }
         } else if (a.old != NULL && nodes_build(&a) == EX_OK) {
             for (i = 0; i < a.n_nodes; i++) {
                 struct tnode   *t = &a.nodes[i];
@@ -345,6 +375,12 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
                 int             crc = node_call(&a, t, &sreq,
                                     (int)(interval * 1000) < 1000 ? 1000 : (int)(interval * 1000));
                 bool bad = crc != CPORT_OK || t->st.recovering || t->st.behind_epoch != 0;
+
+                /* Pending while the store has nothing pending: the store
+                 * committed (or aborted) and this node never heard. */
+                if (crc == CPORT_OK && t->st.pending_epoch != 0) {
+                    node_pending = true;
+                }
 
                 for (k = 0; k < nw; k++) {
                     if (strcmp(w[k].id, t->id) == 0) {
@@ -385,7 +421,23 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
             }
         }
         admin_free(&a);
-        if (act_id[0] != '\0') {
+        if (!node_pending) {
+            stuck_since = 0;
+        } else if (stuck_since == 0) {
+            stuck_since = util_now_ms();
+        } else if ((double)(util_now_ms() - stuck_since) >= tr_timeout * 1000) {
+            ctl_info("watch: a node is still pending with nothing pending in the store; "
+                     "resuming");
+            take_over = true;
+            stuck_since = 0;
+        }
+        if (take_over) {
+            char *args[] = { (char *)"resume", NULL };
+
+            rc = ctl_resume(g, 1, args);
+            printf("watch\t-\tresume\t%s\n", rc == EX_OK ? "done" : "failed");
+            fflush(stdout);
+        } else if (act_id[0] != '\0') {
             ctl_info("watch: %s: %s", act_id,
                      act_repair ? "repair (remove --failed, then join)" : "remove --failed");
             rc = act_repair ? repair_node(g, act_id, NULL, force, DEFAULT_RATE_MIB)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "config.h"
 #include "client/ctl.h"
@@ -52,9 +53,10 @@ trec_format(const struct trec *m, size_t *len)
     ctl_hex(m->token, TREC_TOKEN_BYTES, hex);
     n = (size_t)snprintf(buf, cap,
                          "token %s\nphase %s\nfrom_epoch %" PRIu64 "\nepoch %" PRIu64
-                         "\nrate %" PRIu64 "\nstarted %" PRId64 "\nop %s\nadmin %s\n",
+                         "\nrate %" PRIu64 "\nstarted %" PRId64 "\nwritten %" PRId64
+                         "\nop %s\nadmin %s\n",
                          hex, trec_phase_name(m->phase), m->from_epoch, m->epoch, m->rate,
-                         m->started, m->op, m->admin);
+                         m->started, (int64_t)time(NULL), m->op, m->admin);
     for (i = 0; i < m->n_boot && n < cap; i++) {
         n += (size_t)snprintf(buf + n, cap - n, "boot %s %016" PRIx64 "\n", m->boot[i].id,
                               m->boot[i].boot_id);
@@ -136,7 +138,8 @@ trec_parse(const char *text, const char *where, struct trec *m, char *err, size_
             }
             seen |= 2;
         } else if (strcmp(buf, "from_epoch") == 0 || strcmp(buf, "epoch") == 0 ||
-                   strcmp(buf, "rate") == 0 || strcmp(buf, "started") == 0) {
+                   strcmp(buf, "rate") == 0 || strcmp(buf, "started") == 0 ||
+                   strcmp(buf, "written") == 0) {
             if (parse_u64(val, &v) != 0) {
                 snprintf(err, errlen, "%s:%d: %.32s: expected a number", where, line, buf);
                 goto fail;
@@ -149,6 +152,8 @@ trec_parse(const char *text, const char *where, struct trec *m, char *err, size_
                 seen |= 8;
             } else if (buf[0] == 'r') {
                 m->rate = v;
+            } else if (buf[0] == 'w') {
+                m->written = (int64_t)v;
             } else {
                 m->started = (int64_t)v;
             }

@@ -5,7 +5,8 @@
  * kept as aborted.meta after an abort (a repeated abort re-notifies the
  * nodes from it) and as committed.meta after a commit (resume re-sends
  * Commit with its token to nodes still pending with it). One "key value" a line: token, phase,
- * from_epoch, epoch, rate, started, op, admin, and "boot ID HEX" per node.
+ * from_epoch, epoch, rate, started, written, op, admin, and "boot ID HEX"
+ * per node.
  *
  * Not to be confused with the node's own state-directory file of the same
  * old name (server/cluster.c): another format, another owner.
@@ -51,6 +52,8 @@ struct trec {
     uint64_t          from_epoch, epoch;
     uint64_t          rate;    /* bytes/s for StartCopy, 0 = unlimited */
     int64_t           started; /* unix seconds */
+    int64_t           written; /* unix seconds it was last stored: the admin's heartbeat
+                                * (watch takes over a transition whose admin stopped) */
     char              op[RING_ID_MAX + RING_ADDR_MAX + 32]; /* "join ID ADDR" / "leave ID" */
     char              admin[256];
     uint32_t          n_boot;

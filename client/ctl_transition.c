@@ -27,6 +27,7 @@
 #define CAUGHT_UP_BACKLOG 1000 /* dirty keys: small enough to fence */
 #define FENCE_HOLD_MS     50
 #define STALL_MS          60000 /* no copy progress for this long: abort */
+#define HEARTBEAT_MS      2000  /* the copying admin re-stores its record this often */
 #define NODE_LOST_MS      5000  /* a node unreachable this long during COPY: abort */
 #define COMMIT_RETRY_MS   10000 /* retry Commit to a silent node this long */
 #define CLEANUP_WAIT_MS   30000 /* wait this long for orphans to reach 0 */
@@ -403,6 +404,7 @@ phase_copy(struct admin *a)
     char                 why[1024];
     bool                 tty = isatty(STDERR_FILENO);
     int64_t t0 = util_now_ms(), last_print = 0, last_change = util_now_ms(), rate_t = util_now_ms();
+    int64_t last_beat = util_now_ms();
     uint64_t rate_bytes = 0;
     double   rate = 0;
     uint32_t i;
@@ -457,6 +459,15 @@ phase_copy(struct admin *a)
         if (tty || util_now_ms() - last_print >= 1000) {
             show_progress(&p, rate, tty, false);
             last_print = util_now_ms();
+        }
+        if (util_now_ms() - last_beat >= HEARTBEAT_MS) {
+            /* The record's `written` time says this admin is alive (ringctl
+             * watch takes over a transition whose admin stopped writing);
+             * a lost CAS means another admin took it over. */
+            if (trec_store(a->store, &a->rec, &a->rec_rev) != EX_OK) {
+                return EX_FAILED;
+            }
+            last_beat = util_now_ms();
         }
         ctl_sleep_ms(POLL_MS);
     }
