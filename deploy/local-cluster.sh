@@ -4,7 +4,8 @@
 # admin token and a membership store in DIR, and publishes epoch 1 with
 # `ringctl init`; `add` starts cache-d and joins it (copy, then activate);
 # `remove` has cache-d leave again; `down` stops every node by the PIDs in
-# DIR/*.pid and deletes the cluster state (a cache starts empty); `status`
+# DIR/*.pid and deletes the cluster state (a cache starts empty); `up` also
+# starts `ringctl watch` (failover and stuck transitions); `status`
 # shows each node; `demo` runs up, writes, a join, and reads everything back.
 #
 #   deploy/local-cluster.sh up|add|remove|down|status|demo [--dir DIR] [--base-port P]
@@ -103,8 +104,35 @@ stop_node() {
     rm -f "$dir/$id.pid"
 }
 
+# start_watch: `ringctl watch` beside the nodes (it removes or repairs a
+# member that stays down or recovering, and finishes a transition whose
+# admin died: docs/guarantees.md). Its PID is in DIR/watch.pid.
+start_watch() {
+    local pid
+    if pid=$(cat "$dir/watch.pid" 2>/dev/null) && [ -r "/proc/$pid/cmdline" ] &&
+        tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q ' watch'; then
+        return 0
+    fi
+    "$ringctl" --store "$store" --token-file "$token" watch >"$dir/watch.log" 2>&1 </dev/null &
+    echo $! >"$dir/watch.pid"
+    echo "ringctl watch running (pid $!, log $dir/watch.log)"
+}
+
+stop_watch() {
+    local pid
+    pid=$(cat "$dir/watch.pid" 2>/dev/null) || return 0
+    case $pid in ''|*[!0-9]*) rm -f "$dir/watch.pid"; return 0 ;; esac
+    if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q ' watch'; then
+        kill -TERM "$pid" 2>/dev/null
+        wait_until 5 gone "$pid" || kill -KILL "$pid" 2>/dev/null
+        echo "ringctl watch stopped (pid $pid)"
+    fi
+    rm -f "$dir/watch.pid"
+}
+
 do_down() {
     local i
+    stop_watch
     for i in 0 1 2 3; do
         stop_node "${ids[$i]}" $((base + i))
     done
@@ -198,6 +226,7 @@ do_up() {
         rm -f "$members.tmp"
     fi
     publish
+    start_watch
     echo "membership (epoch $(awk '$1 == "epoch" { print $2 }' "$members")): $members"
 }
 
