@@ -605,10 +605,38 @@ reabort(struct admin *a)
             failed++;
             continue;
         }
-        if (t->st.pending_epoch == a->rec.epoch) {
+        if (t->st.pending_epoch == 0) {
+            continue;
+        }
+        if (t->st.pending_epoch == a->rec.epoch &&
+            node_call(a, t, &req, LONG_TIMEOUT_MS) == CPORT_OK) {
             sent++;
-            if (node_call(a, t, &req, LONG_TIMEOUT_MS) != CPORT_OK) {
-                ctl_info("abort: %s (%s): %s", t->id, t->addr, t->err);
+            continue;
+        }
+        /* Pending with an older aborted transition (an abort since then
+         * replaced aborted.meta): try the recent aborted tokens of its
+         * epoch; the node takes only the right one. */
+        {
+            struct trec_aborted  ab[TREC_ABORTED_KEEP];
+            uint32_t             nab = trec_aborted_load(a->store, ab, TREC_ABORTED_KEEP), k;
+            struct cport_request areq = req;
+
+            for (k = 0; k < nab; k++) {
+                if (ab[k].epoch != t->st.pending_epoch) {
+                    continue;
+                }
+                areq.token = ab[k].token;
+                areq.epoch = ab[k].epoch;
+                if (node_call(a, t, &areq, LONG_TIMEOUT_MS) == CPORT_OK) {
+                    break;
+                }
+            }
+            if (k < nab) {
+                sent++;
+            } else {
+                ctl_info("abort: %s (%s) is pending with epoch %" PRIu64 " of no transition "
+                         "this store knows: %s",
+                         t->id, t->addr, t->st.pending_epoch, t->err);
                 failed++;
             }
         }

@@ -280,3 +280,58 @@ trec_store(struct mstore *s, const struct trec *t, uint64_t *rev)
     *rev = nrev;
     return EX_OK;
 }
+
+/* trec_aborted_load: see ctl_pending.h. */
+uint32_t
+trec_aborted_load(struct mstore *s, struct trec_aborted *out, uint32_t max)
+{
+    struct mstore_record rec;
+    char                 err[MSTORE_WHERE_MAX + 256];
+    const char          *p;
+    uint32_t             n = 0;
+
+    if (mstore_get(s, REC_ABORTED_TOKENS, &rec, err, sizeof(err)) != MSTORE_OK) {
+        return 0;
+    }
+    for (p = rec.text; p != NULL && *p != '\0' && n < max;) {
+        const char        *nl = strchr(p, '\n');
+        char               hex[2 * TREC_TOKEN_BYTES + 1];
+        unsigned long long e;
+
+        if (sscanf(p, "epoch %llu token %32s", &e, hex) == 2 && strlen(hex) == sizeof(hex) - 1 &&
+            ctl_unhex(hex, strlen(hex), out[n].token, TREC_TOKEN_BYTES) == 0) {
+            out[n++].epoch = e;
+        }
+        p = nl != NULL ? nl + 1 : NULL;
+    }
+    mstore_record_clear(&rec);
+    return n;
+}
+
+/* trec_aborted_text: see ctl_pending.h. */
+char *
+trec_aborted_text(struct mstore *s, const struct trec *t, size_t *len)
+{
+    struct trec_aborted old[TREC_ABORTED_KEEP];
+    uint32_t            n = trec_aborted_load(s, old, TREC_ABORTED_KEEP - 1), i;
+    size_t              cap = (size_t)(n + 1) * (2 * TREC_TOKEN_BYTES + 48), used = 0;
+    char               *buf = malloc(cap);
+    char                hex[2 * TREC_TOKEN_BYTES + 1];
+
+    if (buf == NULL) {
+        return NULL;
+    }
+    ctl_hex(t->token, TREC_TOKEN_BYTES, hex);
+    used += (size_t)snprintf(buf + used, cap - used, "epoch %" PRIu64 " token %s\n", t->epoch,
+                             hex);
+    for (i = 0; i < n; i++) {
+        if (memcmp(old[i].token, t->token, TREC_TOKEN_BYTES) == 0) {
+            continue;
+        }
+        ctl_hex(old[i].token, TREC_TOKEN_BYTES, hex);
+        used += (size_t)snprintf(buf + used, cap - used, "epoch %" PRIu64 " token %s\n",
+                                 old[i].epoch, hex);
+    }
+    *len = used;
+    return buf;
+}

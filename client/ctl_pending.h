@@ -29,6 +29,13 @@ struct mstore;
  * every node. */
 #define REC_COMMITTED_TREC "committed.meta"
 
+/* The last TREC_ABORTED_KEEP aborted transitions' epochs and tokens, newest
+ * first ("epoch E token HEX" a line): a node that missed an abort, even of
+ * a transition an abort since then replaced in aborted.meta, can be told by
+ * `ringctl abort`. */
+#define REC_ABORTED_TOKENS "aborted.tokens"
+#define TREC_ABORTED_KEEP  16
+
 #define TREC_TOKEN_BYTES 16
 
 /* The phase a transition record holds (what the admin last recorded). */
@@ -82,6 +89,20 @@ uint64_t trec_boot_id(const struct trec *t, const char *id);
  * store into *t, *have false when it is absent, *rev its revision (0 when
  * absent). EX_OK, or EX_USAGE after printing why. */
 int trec_load(struct mstore *s, const char *name, struct trec *t, bool *have, uint64_t *rev);
+
+/* One entry of REC_ABORTED_TOKENS. */
+struct trec_aborted {
+    uint64_t epoch;
+    uint8_t  token[TREC_TOKEN_BYTES];
+};
+
+/* Read REC_ABORTED_TOKENS into out[max] (newest first); the count, 0 when
+ * absent or unreadable (the list is a help for recovery, not a record). */
+uint32_t trec_aborted_load(struct mstore *s, struct trec_aborted *out, uint32_t max);
+
+/* The text of REC_ABORTED_TOKENS with t's epoch and token first, then the
+ * current list (at most TREC_ABORTED_KEEP lines), malloc'd; NULL on ENOMEM. */
+char *trec_aborted_text(struct mstore *s, const struct trec *t, size_t *len);
 
 /* Write *t as REC_PENDING_TREC, conditional on revision *rev (updated).
  * EX_OK, or EX_FAILED after printing why. */

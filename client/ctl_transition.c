@@ -90,9 +90,9 @@ int
 do_abort(struct admin *a)
 {
     struct cport_request req = transition_request(a, CPORT_ABORT);
-    struct mstore_op     ops[4];
-    size_t               mlen = 0, plen = 0, n = 0;
-    char                *mtext = NULL, *ptext = NULL;
+    struct mstore_op     ops[5];
+    size_t               mlen = 0, plen = 0, tlen = 0, n = 0;
+    char                *mtext = NULL, *ptext = NULL, *ttext;
     enum trec_phase      was = a->rec.phase;
     int                  rc;
     uint32_t             failed;
@@ -108,6 +108,11 @@ do_abort(struct admin *a)
         return -1;
     }
     ops[n++] = (struct mstore_op){ MSTORE_PUT, REC_ABORTED_TREC, MSTORE_ANY_REV, mtext, mlen };
+    ttext = trec_aborted_text(a->store, &a->rec, &tlen);
+    if (ttext != NULL) {
+        ops[n++] = (struct mstore_op){ MSTORE_PUT, REC_ABORTED_TOKENS, MSTORE_ANY_REV, ttext,
+                                       tlen };
+    }
     if (ptext != NULL) {
         ops[n++] = (struct mstore_op){ MSTORE_PUT, REC_ABORTED, MSTORE_ANY_REV, ptext, plen };
     }
@@ -117,6 +122,7 @@ do_abort(struct admin *a)
     rc = mstore_txn(a->store, ops, n, NULL, NULL, err_buf, sizeof(err_buf));
     free(mtext);
     free(ptext);
+    free(ttext);
     if (rc != MSTORE_OK) {
         ctl_error("abort: store: %s", err_buf);
         return -1;
