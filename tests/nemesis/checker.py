@@ -41,6 +41,7 @@ that overlap in time (set and delete from two connections) may take effect
 in either order, so a value is older than W only if W was invoked after the
 value's write completed with an acknowledgement. Sequence numbers are taken
 at invocation, so that also means W's number is higher."""
+import bisect
 import math
 import threading
 
@@ -130,39 +131,68 @@ def _empty():
     return {c: [] for c in ("lost", "stale", "resurrected", "counter", "phantom", "stuck")}
 
 
-def _session_before(w, r):
-    return w.session is not None and w.session == r.session and w.id < r.id
+class _KeyIndex:
+    """One register key's writes, indexed so that each observation is
+    judged in O(log n): the newest (highest sequence number) acknowledged
+    write completed before a time, and whether some delete that was not
+    certainly refused began before a time and may have taken effect after
+    a given set."""
+
+    def __init__(self, writes):
+        self.writes = writes                        # seq -> op
+        acked = sorted((w for w in writes.values() if w.outcome == "ok"),
+                       key=lambda w: w.complete)
+        self.ack_t = [w.complete for w in acked]
+        self.ack_best = []                          # prefix max by seq
+        best = None
+        for w in acked:
+            if best is None or w.value > best.value:
+                best = w
+            self.ack_best.append(best)
+        dels = sorted((w for w in writes.values() if w.kind == "delete"
+                       and w.outcome != "fail"), key=lambda w: w.invoke)
+        self.del_t = [d.invoke for d in dels]
+        self.del_late = []                          # prefix max of "may act until"
+        m = -INF
+        for d in dels:
+            m = max(m, d.complete if d.outcome == "ok" else INF)
+            self.del_late.append(m)
+
+    def newest_before(self, t):
+        i = bisect.bisect_left(self.ack_t, t)
+        return self.ack_best[i - 1] if i else None
+
+    def delete_after(self, w, t_end):
+        """A delete begun before t_end that may have taken effect after w
+        began (it had not completed before w was invoked)."""
+        i = bisect.bisect_left(self.del_t, t_end)
+        return bool(i) and self.del_late[i - 1] >= w.invoke
 
 
-def _judge(writes, r_invoke, r_complete, value, read=None):
+def _judge(ix, r_invoke, r_complete, value, session_last=None):
     """A register observation: value (seq or None) seen by a read that ran
-    from r_invoke to r_complete (read: its Op, for same-session order).
+    from r_invoke to r_complete; session_last: the last acknowledged write
+    of the key sent earlier on the read's own connection.
     -> None, or (class, the write it contradicts)."""
-    known = [w for w in writes.values() if w.outcome == "ok"
-             and (w.complete < r_invoke or (read is not None and _session_before(w, read)))]
+    w = ix.newest_before(r_invoke)
+    if session_last is not None and (w is None or session_last.value > w.value):
+        w = session_last
     if value is not None:
-        s = writes.get(value)
+        s = ix.writes.get(value)
         if s is None or s.kind != "set" or s.invoke > r_complete:
             return "phantom", s
-        s_done = s.complete if s.outcome == "ok" else INF
-        sup = [w for w in known if w.invoke > s_done
-               or (s.outcome == "ok" and _session_before(s, w))]
-        if not sup:
+        if w is None or w.value <= s.value:
             return None
-        newest = max(sup, key=lambda w: w.value)
-        return ("resurrected" if newest.kind == "delete" else "stale"), newest
-    for w in known:
-        if w.kind != "set":
-            continue
-        # A delete that may have taken effect after w (not completed before
-        # w began) and may have run before the read ended explains a miss.
-        dels = [d for d in writes.values() if d.kind == "delete" and d.outcome != "fail"
-                and d.invoke < r_complete
-                and not (d.outcome == "ok" and (d.complete < w.invoke
-                                                or _session_before(d, w)))]
-        if not dels:
-            return "stale", w
-    return None
+        s_done = s.complete if s.outcome == "ok" else INF
+        if w.invoke > s_done or (w is session_last and s.outcome == "ok"
+                                 and s.session == w.session):
+            return ("resurrected" if w.kind == "delete" else "stale"), w
+        return None
+    if w is None or w.kind == "delete":
+        return None
+    if ix.delete_after(w, r_complete):
+        return None
+    return "stale", w
 
 
 def check(h):
@@ -170,19 +200,24 @@ def check(h):
     out = _empty()
     writes = {}                 # key -> {seq: write op}
     reads, incrs = [], {}
+    last_in_session = {}        # (session, key) -> last acknowledged write so far
     for op in h.ops:
         if op.kind in ("set", "delete") and op.key not in h.counters:
             writes.setdefault(op.key, {})[op.value] = op
+            if op.outcome == "ok" and op.session is not None:
+                last_in_session[(op.session, op.key)] = op
         elif op.kind == "get" and op.outcome == "ok":
-            reads.append(op)
+            reads.append((op, last_in_session.get((op.session, op.key))))
         elif op.kind == "incr":
             incrs.setdefault(op.key, []).append(op)
-    for r in reads:
+    index = {k: _KeyIndex(w) for k, w in writes.items()}
+    empty = _KeyIndex({})
+    for r, sl in reads:
         if r.key in h.counters:
             if r.value is None:
                 out["lost"].append(("counter read miss", r))
             continue
-        v = _judge(writes.get(r.key, {}), r.invoke, r.complete, r.value, r)
+        v = _judge(index.get(r.key, empty), r.invoke, r.complete, r.value, sl)
         if v:
             out[v[0]].append((r, v[1]))
     for k, ops in incrs.items():
@@ -200,7 +235,7 @@ def check(h):
             elif not lo <= value <= lo + unk:
                 out["counter"].append((key, node, value, "expected [%d, %d]" % (lo, lo + unk)))
             continue
-        v = _judge(writes.get(key, {}), INF, INF, value)
+        v = _judge(index.get(key, empty), INF, INF, value)
         if v:
             cls = {"stale": "lost"}.get(v[0], v[0])
             out[cls].append(("final", key, node, value, v[1]))
