@@ -272,23 +272,22 @@ def violations(res):
     return sum(len(v) for v in res.values())
 
 
-def excerpt(h, res, per_class=3, around=4):
-    """Lines for a report: a few examples of each class and, for each, the
-    key's operations around it."""
+def excerpt(h, res, per_class=3, around=3):
+    """Lines for a report: a few examples of each class, the last fault
+    begun before each, and the key's operations around it."""
     lines = []
     for cls, exs in res.items():
         for ex in exs[:per_class]:
             lines.append("%s: %r" % (cls, ex))
-            key = None
-            for x in ex:
-                if isinstance(x, Op):
-                    key = x.key
-                    break
-                if isinstance(x, str) and (x in h.seqs or x in h.counters):
-                    key = x
-                    break
-            if key is not None:
-                ops = [o for o in h.ops if o.key == key]
-                for o in ops[-around * 2:]:
-                    lines.append("    %r" % o)
+            op = next((x for x in ex if isinstance(x, Op)), None)
+            if op is None:
+                continue
+            before = [f for f in h.faults if f[0] <= op.invoke]
+            if before:
+                lines.append("    %.2f s after the fault: %s" % (op.invoke - before[-1][0],
+                                                               before[-1][1]))
+            ops = [o for o in h.ops if o.key == op.key]
+            i = next((j for j, o in enumerate(ops) if o.id == op.id), len(ops))
+            for o in ops[max(0, i - around * 2):i + around]:
+                lines.append("    %r" % o)
     return lines
