@@ -24,9 +24,12 @@ Classes the checker counts:
                was not possibly followed by a delete; a counter missing at an
                owner, or a counter read/incr answered NOT_FOUND after it was
                created
-  stale        a read that began after write W was acknowledged (or came
-               after W on the same connection) returned a value older than
-               W, or a miss while no delete could have followed W
+  stale        a read that began after write W was acknowledged returned a
+               value older than W, or a miss while no delete could have
+               followed W
+  ryw          a read sent after write W on the same connection (pipelined:
+               before W's reply came), W acknowledged, returned a value
+               older than W or a miss (and is not already stale)
   resurrected  a read or final value older than an acknowledged delete that
                follows its write, with no acknowledged set in between
   counter      a counter's final value at an owner outside [initial + acked
@@ -127,8 +130,11 @@ class History:
         self.faults.append((t, what))
 
 
+CLASSES = ("lost", "stale", "resurrected", "counter", "phantom", "stuck", "ryw")
+
+
 def _empty():
-    return {c: [] for c in ("lost", "stale", "resurrected", "counter", "phantom", "stuck")}
+    return {c: [] for c in CLASSES}
 
 
 class _KeyIndex:
@@ -217,9 +223,16 @@ def check(h):
             if r.value is None:
                 out["lost"].append(("counter read miss", r))
             continue
-        v = _judge(index.get(r.key, empty), r.invoke, r.complete, r.value, sl)
+        ix = index.get(r.key, empty)
+        v = _judge(ix, r.invoke, r.complete, r.value)
         if v:
             out[v[0]].append((r, v[1]))
+        elif sl is not None:
+            # Not older than anything acknowledged before the read began,
+            # but older than a write sent before it on its own connection.
+            v = _judge(ix, r.invoke, r.complete, r.value, sl)
+            if v:
+                out["ryw"].append((r, v[1]))
     for k, ops in incrs.items():
         for op in ops:
             if op.outcome == "ok" and op.value is None:
@@ -262,14 +275,14 @@ def check(h):
 
 def summary(h, res):
     return ("operations %d faults %d lost %d stale %d resurrected %d stuck %d "
-            "(counter %d phantom %d)"
+            "(counter %d phantom %d ryw %d)"
             % (len(h.ops), len(h.faults), len(res["lost"]), len(res["stale"]),
                len(res["resurrected"]), len(res["stuck"]), len(res["counter"]),
-               len(res["phantom"])))
+               len(res["phantom"]), len(res["ryw"])))
 
 
-def violations(res):
-    return sum(len(v) for v in res.values())
+def violations(res, exclude=()):
+    return sum(len(v) for c, v in res.items() if c not in exclude)
 
 
 def excerpt(h, res, per_class=3, around=3):

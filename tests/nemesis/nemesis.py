@@ -28,6 +28,11 @@ Known to fail today (docs/guarantees.md "open"), so not in the default set:
   partition network namespaces (finding 4, no split brain); the namespace
             builder is not written yet: the fault reports a skip
 
+Checker classes: lost, stale, resurrected, counter, phantom, stuck fail the
+run; ryw (read-your-writes of pipelined set+get on one connection across a
+node's kill -9 or SIGSTOP) is known open (docs/guarantees.md, Per
+connection) and fails it only with --strict-ryw.
+
 Exit status: 0 no violation, 1 a violation, 77 skipped (no cluster build)."""
 import argparse
 import os
@@ -144,6 +149,7 @@ class Run:
         self.errors = []
         self.cl = None
         self.members_d = False
+        self.tap = lg.Tap()
 
     # ------------------------------------------------------------ cluster
 
@@ -151,7 +157,7 @@ class Run:
         return self.cl.nodes[nid].addr
 
     def start(self):
-        t = lg.Tap()
+        t = self.tap
         self.cl, ok = lg.start_cluster(t, list(BASE), replicas=2, mem=64)
         if not ok:
             raise RuntimeError("the cluster did not start")
@@ -597,7 +603,7 @@ def ci_schedule():
             ("lostdir", "c"), ("pause", "a", 1.5), ("admin", "copy", "resume"),
             ("kill", "b"), ("admin", "fence", "resume"), ("pause", "c", 0.5),
             ("lostdir", "a"), ("admin", "commit", "resume"), ("kill", "c"),
-            ("admin", "fence", "abort")]
+            ("admin", "fence", "abort")] * 2
 
 
 def random_fault(rng, kinds):
@@ -623,6 +629,8 @@ def main():
     ap.add_argument("--faults", default=",".join(DEFAULT_FAULTS))
     ap.add_argument("--ci", action="store_true", help="the fixed short CI schedule")
     ap.add_argument("--tap", action="store_true", help="TAP output (for make check)")
+    ap.add_argument("--strict-ryw", action="store_true",
+                    help="fail on ryw violations too (known open today)")
     args = ap.parse_args()
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1, 2 ** 31)
@@ -687,15 +695,37 @@ def main():
         for t, what in run.h.faults:
             print("# fault at %.1f s: %s" % (t - t_begin, what))
         print("# " + line if args.tap else line, flush=True)
+        by_fault = {}
+        for cls, exs in res.items():
+            for ex in exs:
+                op = next((x for x in ex if isinstance(x, ck.Op)), None)
+                if op is None:
+                    continue
+                before = [f for f in run.h.faults if f[0] <= op.invoke]
+                what = before[-1][1] if before else "before any fault"
+                by_fault[(cls, what)] = by_fault.get((cls, what), 0) + 1
+                print("# %s %.2f s after '%s': %r" % (
+                    cls, op.invoke - before[-1][0] if before else 0, what, ex[:2]))
+        for (cls, what), n in sorted(by_fault.items()):
+            print("# %s %d after: %s" % (cls, n, what))
         for l in ck.excerpt(run.h, res):
             print("# " + l)
         if run.errors:
             for e in run.errors[:3]:
                 print("# harness error: " + e.replace("\n", "\n# "))
-        ok = ck.violations(res) == 0 and not run.errors
+        # ryw (a pipelined get missing the set before it on its connection
+        # when a node dies or pauses) is open: docs/guarantees.md, "Per
+        # connection", Open and Not covered. Counted and printed in every
+        # run; it fails the run only with --strict-ryw.
+        exclude = () if args.strict_ryw else ("ryw",)
+        if res["ryw"] and not args.strict_ryw:
+            print("# KNOWN OPEN: %d ryw violations (read-your-writes of a pipelined get "
+                  "across a node's death or pause; docs/guarantees.md Per connection, Open); "
+                  "--strict-ryw fails on them" % len(res["ryw"]))
+        ok = ck.violations(res, exclude) == 0 and not run.errors
         if args.tap:
-            print("%s 1 - nemesis seed %d: %s" % ("ok" if ok else "not ok", args.seed, line))
-            print("1..1")
+            run.tap.ok(ok, "nemesis seed %d: %s" % (args.seed, line))
+            print("1..%d" % run.tap.n)
         print("# seed %d, %.0f s" % (args.seed, time.monotonic() - t_begin), flush=True)
         rc = 0 if ok else 1
         if not ok:

@@ -10,7 +10,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import checker as ck  # noqa: E402
 
-CLASSES = ("lost", "stale", "resurrected", "counter", "phantom", "stuck")
+CLASSES = ck.CLASSES
 
 
 class Tap:
@@ -108,7 +108,7 @@ def planted():
     h.add("P", "b", "k", "set", s, 0, 1, "ok")
     h.add("P", "b", "k", "get", None, 0, 1, "ok")   # pipelined behind its own set: a miss
     h.add_final("k", "a", s)
-    out.append(("stale", "a pipelined get after its own acknowledged set misses", h))
+    out.append(("ryw", "a pipelined get after its own acknowledged set misses", h))
 
     h = base()
     h.add("A", "a", "k", "set", h.seq("k"), 0, 1, "ok")
