@@ -1,0 +1,744 @@
+"""A real ringcache cluster under injected faults (issue 11): three
+ringcached nodes (R=2) and a fourth that joins and leaves, four workloads
+in threads against every node, a fault schedule, recovery, a final read of
+every key at every owner, and the checker (checker.py).
+
+Workloads (each recorded in one History):
+  registers   set/get of keys with unique values, each key written by one
+              thread; plain clients at a random node (the node forwards)
+              and declared clients (`epoch N`, routing by the membership,
+              failing over like libringcache); one more thread only reads
+  setdel      set and delete of the same keys from two connections to one
+              node (accepted one after the other: different workers), at
+              every node
+  counters    incr of shared counters at random nodes
+  pipelined   `set k v` + `get k` in one packet on one connection, at
+              every node (the get must see the set)
+
+Faults (--faults, comma separated):
+  kill      kill -9 of a node, restart on its state directory, ringctl repair
+  pause     SIGSTOP for 0.5-1.5 s, then SIGCONT
+  admin     ringctl join/leave of the fourth node killed at a step
+            (RINGCTL_EXIT_AFTER=prepare|copy|fence|commit), then resume
+            (or abort of a join before its commit)
+  lostdir   kill -9, the state directory deleted, restart, ringctl repair
+Known to fail today (docs/guarantees.md "open"), so not in the default set:
+  freeze    a cgroup-v2 freezer for 2.6-3.5 s, no SIGCONT (finding 11);
+            skipped with a message when no writable cgroup2 is available
+  partition network namespaces (finding 4, no split brain); the namespace
+            builder is not written yet: the fault reports a skip
+
+Checker classes: lost, stale, resurrected, counter, phantom, stuck fail the
+run; ryw (read-your-writes of pipelined set+get on one connection across a
+node's kill -9 or SIGSTOP) is known open (docs/guarantees.md, Per
+connection) and fails it only with --strict-ryw.
+
+Exit status: 0 no violation, 1 a violation, 77 skipped (no cluster build)."""
+import argparse
+import os
+import random
+import shutil
+import signal
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "it"))
+import checker as ck  # noqa: E402
+import loadgen as lg  # noqa: E402
+import failover_lib as fl  # noqa: E402
+
+DEFAULT_FAULTS = ("kill", "pause", "admin", "lostdir")
+OPEN_FAULTS = {
+    "freeze": "finding 11: a node frozen > 2 s serves a value it missed",
+    "partition": "finding 4: no split brain is open (write failover by local health)",
+}
+BASE = ("a", "b", "c")
+SIZE = 40
+NREG = 120          # register keys
+NSD = 4             # set/delete keys per node
+NCNT = 8            # counters
+NPP = 10            # pipelined keys per node
+STEPS = ("prepare", "copy", "fence", "commit")
+
+log_lock = threading.Lock()
+
+
+def log(msg):
+    with log_lock:
+        print("# " + msg, flush=True)
+
+
+def write_outcome(r):
+    """loadgen Result of a set/delete -> ok / fail / unknown."""
+    if r.status == "ok":
+        return "ok"
+    if r.status == "indet":
+        return "unknown"
+    why = r.why or ""
+    if any(x in why for x in ("TRYAGAIN", "MOVED", "no membership", "NOT_STORED")):
+        return "fail"
+    if why.startswith("127.0.0.1:"):
+        return "fail"        # the request was never sent
+    return "unknown"
+
+
+def reply_outcome(line):
+    """A node's reply line to a write -> ok / fail / unknown."""
+    if line in (b"STORED", b"DELETED", b"NOT_FOUND"):
+        return "ok"
+    if (line.startswith(b"SERVER_ERROR TRYAGAIN") or line.startswith(b"SERVER_ERROR MOVED")
+            or line.startswith(b"SERVER_ERROR no membership") or line == b"NOT_STORED"):
+        return "fail"
+    return "unknown"
+
+
+def read_get(c, key):
+    """The reply to a one-key get already sent on c: (outcome, value bytes
+    or None, why)."""
+    line = c.readline()
+    val = None
+    if line.startswith(b"VALUE "):
+        p = line.split()
+        val = c.readn(int(p[3]))
+        line = c.readline()
+    if line != b"END":
+        return "fail", None, line.decode(errors="replace")
+    return "ok", val, None
+
+
+class Plain:
+    """One plain connection to one node, reopened after an error (each
+    reopening is a new session: the order of commands holds per
+    connection)."""
+
+    def __init__(self, name, addr_fn, timeout=2.5):
+        self.name = name
+        self.addr_fn = addr_fn
+        self.timeout = timeout
+        self.c = None
+        self.gen = 0
+        self.node = None
+
+    @property
+    def session(self):
+        return "%s/%d" % (self.name, self.gen)
+
+    def conn(self):
+        if self.c is None:
+            self.node, addr = self.addr_fn()
+            self.gen += 1
+            self.c = lg.Conn(addr, self.timeout)
+        return self.c
+
+    def drop(self):
+        if self.c is not None:
+            self.c.close()
+            self.c = None
+
+
+class Run:
+    def __init__(self, args):
+        self.args = args
+        self.rng = random.Random(args.seed)
+        self.h = ck.History()
+        self.stop_ev = threading.Event()
+        self.threads = []
+        self.errors = []
+        self.cl = None
+        self.members_d = False
+        self.tap = lg.Tap()
+
+    # ------------------------------------------------------------ cluster
+
+    def addr(self, nid):
+        return self.cl.nodes[nid].addr
+
+    def start(self):
+        t = self.tap
+        self.cl, ok = lg.start_cluster(t, list(BASE), replicas=2, mem=64)
+        if not ok:
+            raise RuntimeError("the cluster did not start")
+        self.cl.add("d")       # joins and leaves in the admin faults
+
+    def member_ids(self):
+        return [i for i, _ in lg.parse_members(self.cl.store_active())["nodes"]]
+
+    def healthy(self):
+        """None when the store has no pending transition and every member
+        is up, at no pending epoch, phase NONE, not recovering; else why."""
+        if self.cl.store_pending():
+            return "store pending"
+        st = self.cl.status()
+        ids = self.member_ids()
+        for i in ids:
+            row = st["nodes"].get(i)
+            if row is None:
+                return "%s not in status" % i
+            if (row.get("state") != "up" or row.get("pending") != "0"
+                    or row.get("phase") != "NONE" or row.get("flags") != "-"):
+                return "%s: %s" % (i, " ".join("%s=%s" % (k, row.get(k)) for k in
+                                              ("state", "pending", "phase", "flags")))
+        return None
+
+    def wait_healthy(self, timeout=30.0):
+        why = [None]
+
+        def ok():
+            why[0] = self.healthy()
+            return why[0] is None
+        if not lg.wait_for(ok, timeout, 0.2):
+            return why[0]
+        return None
+
+    def ctl(self, *a, env=None):
+        rc, out, err = self.cl.ctl(*a, env=env, timeout=60)
+        log("ringctl %s%s -> %d %s" % (" ".join(a), " (%s)" % env if env else "", rc,
+                                       lg.tail(err, 200).replace("\n", " | ")))
+        return rc
+
+    def recover(self, rounds=6, timeout=60.0):
+        """resume / abort / repair until healthy (bounded)."""
+        deadline = time.monotonic() + timeout
+        for _ in range(rounds):
+            if time.monotonic() > deadline:
+                break
+            why = self.wait_healthy(5.0)
+            if why is None:
+                return None
+            log("recover: %s" % why)
+            if self.cl.store_pending():
+                if self.ctl("resume") != 0:
+                    self.ctl("abort")
+                continue
+            st = self.cl.status()
+            for i in self.member_ids():
+                row = st["nodes"].get(i, {})
+                if row.get("flags") not in ("-", None) or row.get("state") != "up":
+                    self.ctl("repair", i)
+            if self.healthy() is not None:
+                self.ctl("resume")
+        return self.healthy()
+
+    # ------------------------------------------------------------ workloads
+
+    def spawn(self, fn, *a):
+        th = threading.Thread(target=self._guard, args=(fn,) + a, daemon=True)
+        self.threads.append(th)
+        th.start()
+
+    def _guard(self, fn, *a):
+        try:
+            fn(*a)
+        except Exception:
+            import traceback
+            self.errors.append(traceback.format_exc())
+            log("workload thread died:\n" + traceback.format_exc())
+
+    def rand_node(self, rng):
+        def f():
+            nid = rng.choice(BASE)
+            return nid, self.addr(nid)
+        return f
+
+    def registers(self, idx, mode, keys):
+        rng = random.Random(self.args.seed * 100 + idx)
+        if mode == "epoch":
+            c = fl.FailoverClient(self.view, "epoch", timeout=2.5, rng=rng)
+        else:
+            c = lg.Client(self.view, "any", timeout=2.5, rng=rng)
+        sess = "reg%d" % idx
+        try:
+            while not self.stop_ev.is_set():
+                k = rng.choice(keys)
+                if rng.random() < 0.6:
+                    s = self.h.seq(k)
+                    r = c.op("set", k, ck.reg_value(k, s, SIZE))
+                    self.h.add(sess, r.node, k, "set", s, r.t0, r.t1, write_outcome(r), r.why)
+                else:
+                    r = c.op("get", k)
+                    self.record_get(sess, k, r)
+                time.sleep(0.003)
+        finally:
+            c.close()
+
+    def record_get(self, sess, k, r):
+        if r.status == "hit":
+            self.h.add(sess, r.node, k, "get", ck.reg_seq(k, r.value), r.t0, r.t1, "ok")
+        elif r.status == "miss":
+            self.h.add(sess, r.node, k, "get", None, r.t0, r.t1, "ok")
+        else:
+            self.h.add(sess, r.node, k, "get", None, r.t0, r.t1, "fail", r.why)
+
+    def reader(self, keys):
+        rng = random.Random(self.args.seed * 100 + 99)
+        c = lg.Client(self.view, "any", timeout=2.5, rng=rng)
+        try:
+            while not self.stop_ev.is_set():
+                k = rng.choice(keys)
+                self.record_get("reader", k, c.op("get", k))
+                time.sleep(0.002)
+        finally:
+            c.close()
+
+    def plain_op(self, p, key, req, kind, value, parse):
+        """Send req on p's connection; record via parse(line-reader)."""
+        t0 = time.monotonic()
+        sent = False
+        try:
+            c = p.conn()
+            sent = True
+            c.send(req)
+            out, val, why = parse(c)
+        except (OSError, ConnectionError, lg.ProtoError) as e:
+            p.drop()
+            out, val, why = ("unknown" if sent and kind != "get" else "fail"), value, str(e)
+        t1 = time.monotonic()
+        return self.h.add(p.session, p.node, key, kind, val, t0, t1, out, why)
+
+    def setdel(self, nid, role, keys):
+        rng = random.Random(hash((self.args.seed, nid, role)) & 0xffffffff)
+        p = Plain("sd-%s-%s" % (nid, role), lambda: (nid, self.addr(nid)))
+        try:
+            while not self.stop_ev.is_set():
+                k = rng.choice(keys)
+                s = self.h.seq(k)
+                if role == "set":
+                    v = ck.reg_value(k, s, SIZE)
+                    req = b"set %s 0 0 %d\r\n%s\r\n" % (k.encode(), len(v), v)
+                else:
+                    req = b"delete %s\r\n" % k.encode()
+
+                def parse(c):
+                    line = c.readline()
+                    o = reply_outcome(line)
+                    return o, s, None if o == "ok" else line.decode(errors="replace")
+                op = self.plain_op(p, k, req, "set" if role == "set" else "delete", s, parse)
+                if op.outcome != "ok":
+                    self.idle(0.02)
+
+                def pget(c):
+                    o, v, why = read_get(c, k)
+                    return o, (ck.reg_seq(k, v) if v is not None else None), why
+                self.plain_op(p, k, b"get %s\r\n" % k.encode(), "get", None, pget)
+        finally:
+            p.drop()
+
+    def counters(self, idx, keys):
+        rng = random.Random(self.args.seed * 1000 + idx)
+        p = Plain("cnt%d" % idx, self.rand_node(rng))
+        try:
+            while not self.stop_ev.is_set():
+                k = rng.choice(keys)
+
+                def parse(c):
+                    line = c.readline()
+                    if line.isdigit():
+                        return "ok", int(line), None
+                    if line == b"NOT_FOUND":
+                        return "ok", None, "NOT_FOUND"
+                    o = reply_outcome(line)
+                    return ("fail" if o == "fail" else "unknown"), None, line.decode(
+                        errors="replace")
+                op = self.plain_op(p, k, b"incr %s 1\r\n" % k.encode(), "incr", None, parse)
+                if op.outcome != "ok":
+                    p.drop()     # next time another node
+                    self.idle(0.02)
+                time.sleep(0.003)
+        finally:
+            p.drop()
+
+    def pipelined(self, nid, keys):
+        rng = random.Random(hash((self.args.seed, "pp", nid)) & 0xffffffff)
+        p = Plain("pp-%s" % nid, lambda: (nid, self.addr(nid)))
+        try:
+            while not self.stop_ev.is_set():
+                k = rng.choice(keys)
+                s = self.h.seq(k)
+                v = ck.reg_value(k, s, SIZE)
+                t0 = time.monotonic()
+                sent = False
+                try:
+                    c = p.conn()
+                    sess = p.session
+                    sent = True
+                    c.send(b"set %s 0 0 %d\r\n%s\r\nget %s\r\n" % (k.encode(), len(v), v,
+                                                                   k.encode()))
+                    line = c.readline()
+                    t_set = time.monotonic()
+                    o = reply_outcome(line)
+                    self.h.add(sess, nid, k, "set", s, t0, t_set, o,
+                               None if o == "ok" else line.decode(errors="replace"))
+                    go, gv, why = read_get(c, k)
+                    self.h.add(sess, nid, k, "get",
+                               ck.reg_seq(k, gv) if gv is not None else None, t0,
+                               time.monotonic(), go, why)
+                    if o != "ok":
+                        self.idle(0.02)
+                except (OSError, ConnectionError, lg.ProtoError) as e:
+                    self.h.add(p.session, nid, k, "set", s, t0, time.monotonic(),
+                               "unknown" if sent else "fail", str(e))
+                    p.drop()
+                    self.idle(0.05)
+                time.sleep(0.003)
+        finally:
+            p.drop()
+
+    def idle(self, secs):
+        self.stop_ev.wait(secs)
+
+    def start_workloads(self):
+        regs = ["reg-%d" % i for i in range(NREG)]
+        self.reg_keys = regs
+        self.view = lg.View(regs, [self.addr(i) for i in BASE])
+        if not self.view.refresh(1):
+            raise RuntimeError("the client did not learn epoch 1")
+        # Counters exist before the load (acknowledged), starting at 0.
+        self.cnt_keys = ["cnt-%d" % i for i in range(NCNT)]
+        c = lg.Conn(self.addr("a"), 5.0)
+        try:
+            for k in self.cnt_keys:
+                r = c.store("set", k, b"0")
+                if r != b"STORED":
+                    raise RuntimeError("counter %s: %r" % (k, r))
+                self.h.counter(k, 0)
+        finally:
+            c.close()
+        self.sd_keys = {n: ["sd-%s-%d" % (n, i) for i in range(NSD)] for n in BASE}
+        self.pp_keys = {n: ["pp-%s-%d" % (n, i) for i in range(NPP)] for n in BASE}
+        for i in range(4):
+            self.spawn(self.registers, i, "epoch" if i % 2 == 0 else "any", regs[i::4])
+        self.spawn(self.reader, regs)
+        for n in BASE:
+            self.spawn(self.setdel, n, "set", self.sd_keys[n])
+            self.spawn(self.setdel, n, "delete", self.sd_keys[n])
+            self.spawn(self.pipelined, n, self.pp_keys[n])
+        for i in range(2):
+            self.spawn(self.counters, i, self.cnt_keys)
+
+    def stop_workloads(self):
+        self.stop_ev.set()
+        for th in self.threads:
+            th.join(timeout=15)
+        alive = [th for th in self.threads if th.is_alive()]
+        if alive:
+            self.errors.append("%d workload threads did not stop" % len(alive))
+
+    # ------------------------------------------------------------ faults
+
+    def fault_kill(self, nid):
+        self.h.fault(time.monotonic(), "kill -9 %s, restart, repair" % nid)
+        n = self.cl.nodes[nid]
+        n.stop(signal.SIGKILL)
+        n.start()
+        self.ctl("repair", nid)
+
+    def fault_lostdir(self, nid):
+        self.h.fault(time.monotonic(), "kill -9 %s, state directory deleted, restart, repair"
+                     % nid)
+        n = self.cl.nodes[nid]
+        n.stop(signal.SIGKILL)
+        shutil.rmtree(n.state_dir, ignore_errors=True)
+        os.makedirs(n.state_dir, exist_ok=True)
+        n.start()
+        self.ctl("repair", nid)
+
+    def fault_pause(self, nid, secs):
+        self.h.fault(time.monotonic(), "SIGSTOP %s for %.2f s" % (nid, secs))
+        pid = self.cl.nodes[nid].pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            self.idle(secs)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+    def fault_admin(self, step, then):
+        joined = "d" in self.member_ids()
+        d = self.cl.nodes["d"]
+        args = ["leave", "d"] if joined else ["join", "d", d.addr_s]
+        # Abort of a leave at R=2 loses copies (finding 8, open); after the
+        # store's commit only resume applies.
+        if then == "abort" and (joined or step == "commit"):
+            then = "resume"
+        self.h.fault(time.monotonic(), "%s killed after %s, then %s" % (args[0], step, then))
+        rc = self.ctl(*args, env={"RINGCTL_EXIT_AFTER": step})
+        if rc not in (0, 4):
+            log("admin: %s exited %d" % (args[0], rc))
+        if self.ctl(then) != 0:
+            self.ctl("resume" if then == "abort" else "abort")
+
+    def fault_freeze(self, nid, secs):
+        why = freezer_unavailable()
+        if why:
+            self.h.fault(time.monotonic(), "freeze %s: SKIPPED (%s)" % (nid, why))
+            log("freeze: skipped: " + why)
+            return
+        self.h.fault(time.monotonic(), "freeze %s for %.2f s (cgroup freezer)" % (nid, secs))
+        pid = self.cl.nodes[nid].pid
+        cg = os.path.join(_cgroup_base(), "rc-nemesis-%d-%s" % (os.getpid(), nid))
+        os.makedirs(cg, exist_ok=True)
+        orig = _cgroup_of(pid)
+        try:
+            with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+                f.write(str(pid))
+            with open(os.path.join(cg, "cgroup.freeze"), "w") as f:
+                f.write("1")
+            self.idle(secs)
+        finally:
+            try:
+                with open(os.path.join(cg, "cgroup.freeze"), "w") as f:
+                    f.write("0")
+                with open(os.path.join(orig, "cgroup.procs"), "w") as f:
+                    f.write(str(pid))
+                os.rmdir(cg)
+            except OSError as e:
+                log("freeze: cleanup: %s" % e)
+
+    def fault_partition(self, nid, secs):
+        why = partition_unavailable()
+        self.h.fault(time.monotonic(), "partition %s: SKIPPED (%s)" % (nid, why))
+        log("partition: skipped: " + why)
+
+    def apply(self, f):
+        kind = f[0]
+        log("fault %d: %s" % (len(self.h.faults) + 1, f))
+        getattr(self, "fault_" + kind)(*f[1:])
+        why = self.wait_healthy(20.0)
+        if why is not None:
+            log("after %s: not healthy (%s): recovering" % (kind, why))
+            why = self.recover()
+            if why is not None:
+                log("after %s: still not healthy: %s" % (kind, why))
+
+    # ------------------------------------------------------------ the end
+
+    def final_read(self):
+        members = self.cl.store_active()
+        m = lg.parse_members(members)
+        keys = (self.reg_keys + self.cnt_keys + [k for v in self.sd_keys.values() for k in v]
+                + [k for v in self.pp_keys.values() for k in v])
+        owners = lg.locate(members, keys)
+        errs = []
+        for nid, a in m["nodes"]:
+            mine = [k for k in keys if nid in owners[k]]
+            try:
+                c = lg.Conn(lg.parse_addr(a), 5.0)
+                c.declare(m["epoch"])
+                for i in range(0, len(mine), 50):
+                    chunk = mine[i:i + 50]
+                    vals, err = c.get_multi(chunk)
+                    if vals is None:
+                        errs.append("%s: %r" % (nid, err))
+                        continue
+                    for k in chunk:
+                        v = vals.get(k)
+                        if k in self.h.counters:
+                            self.h.add_final(k, nid, int(v) if v is not None else None)
+                        else:
+                            self.h.add_final(k, nid, ck.reg_seq(k, v) if v is not None
+                                             else None)
+                c.close()
+            except (OSError, ConnectionError, lg.ProtoError) as e:
+                errs.append("%s: %s" % (nid, e))
+        return errs
+
+
+def _cgroup_base():
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            if line.startswith("0::"):
+                return "/sys/fs/cgroup" + line.strip()[3:]
+    return None
+
+
+def _cgroup_of(pid):
+    with open("/proc/%d/cgroup" % pid) as f:
+        for line in f:
+            if line.startswith("0::"):
+                return "/sys/fs/cgroup" + line.strip()[3:]
+    return None
+
+
+def freezer_unavailable():
+    """None if a cgroup-v2 freezer can be made here, else why not."""
+    try:
+        base = _cgroup_base()
+    except OSError as e:
+        return "no /proc/self/cgroup (%s)" % e
+    if base is None or not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        return "no cgroup v2 mounted at /sys/fs/cgroup"
+    probe = os.path.join(base, "rc-nemesis-probe-%d" % os.getpid())
+    try:
+        os.mkdir(probe)
+    except OSError as e:
+        return "cannot create a cgroup under %s (%s)" % (base, e.strerror)
+    try:
+        if not os.path.exists(os.path.join(probe, "cgroup.freeze")):
+            return "the cgroup has no cgroup.freeze"
+        # A process can only move into a leaf with no-internal-process
+        # constraints satisfied: try moving nothing, just check writability.
+        if not os.access(os.path.join(probe, "cgroup.procs"), os.W_OK):
+            return "cgroup.procs not writable"
+    finally:
+        os.rmdir(probe)
+    return None
+
+
+def partition_unavailable():
+    if os.geteuid() != 0:
+        return "not root: network namespaces cannot be made"
+    if not shutil.which("ip") or not (shutil.which("nft") or shutil.which("iptables")):
+        return "no ip or nft/iptables"
+    return ("the namespace/veth builder is not written yet (issue 11): nodes run on "
+            "127.0.0.1 only")
+
+
+# ---------------------------------------------------------------- schedules
+
+def ci_schedule():
+    """A fixed short schedule: a few of each default fault."""
+    return [("kill", "a"), ("pause", "b", 1.0), ("admin", "prepare", "abort"),
+            ("lostdir", "c"), ("pause", "a", 1.5), ("admin", "copy", "resume"),
+            ("kill", "b"), ("admin", "fence", "resume"), ("pause", "c", 0.5),
+            ("lostdir", "a"), ("admin", "commit", "resume"), ("kill", "c"),
+            ("admin", "fence", "abort")] * 2
+
+
+def random_fault(rng, kinds):
+    k = rng.choice(kinds)
+    if k in ("kill", "lostdir"):
+        return (k, rng.choice(BASE))
+    if k == "pause":
+        return (k, rng.choice(BASE), round(rng.uniform(0.5, 1.5), 2))
+    if k == "admin":
+        return (k, rng.choice(STEPS), rng.choice(("resume", "abort")))
+    if k == "freeze":
+        return (k, rng.choice(BASE), round(rng.uniform(2.6, 3.5), 2))
+    if k == "partition":
+        return (k, rng.choice(BASE), round(rng.uniform(1.0, 3.0), 2))
+    raise ValueError(k)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--faults", default=",".join(DEFAULT_FAULTS))
+    ap.add_argument("--ci", action="store_true", help="the fixed short CI schedule")
+    ap.add_argument("--tap", action="store_true", help="TAP output (for make check)")
+    ap.add_argument("--strict-ryw", action="store_true",
+                    help="fail on ryw violations too (known open today)")
+    args = ap.parse_args()
+    if args.seed is None:
+        args.seed = random.SystemRandom().randrange(1, 2 ** 31)
+    kinds = [k.strip() for k in args.faults.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in DEFAULT_FAULTS and k not in OPEN_FAULTS]
+    if bad or not kinds:
+        ap.error("unknown fault(s) %s; known: %s" % (bad, ", ".join(DEFAULT_FAULTS +
+                                                                   tuple(OPEN_FAULTS))))
+    print("# seed %d (replay: tests/nemesis/run.sh --seed %d --minutes %g --faults %s%s)"
+          % (args.seed, args.seed, args.minutes, ",".join(kinds), " --ci" if args.ci else ""),
+          flush=True)
+    for k in kinds:
+        if k in OPEN_FAULTS:
+            print("# fault %s is known to fail today: %s" % (k, OPEN_FAULTS[k]), flush=True)
+    budget = 240 if args.ci else int(args.minutes * 60) + 240
+    lg.watchdog(budget)
+    why = lg.supports_cluster()
+    if why:
+        print("1..0 # SKIP %s" % why if args.tap else "# SKIP %s" % why)
+        sys.exit(0 if args.tap else 77)
+    run = Run(args)
+    rng = run.rng
+    rc = 1
+    t_begin = time.monotonic()
+    try:
+        run.start()
+        run.start_workloads()
+        if args.ci:
+            sched = iter(ci_schedule())
+            deadline = None
+        else:
+            sched = None
+            deadline = t_begin + args.minutes * 60
+        while True:
+            if sched is not None:
+                f = next(sched, None)
+                if f is None:
+                    break
+            else:
+                if time.monotonic() >= deadline:
+                    break
+                f = random_fault(rng, kinds)
+            run.idle(rng.uniform(0.8, 1.6))     # load without a fault
+            run.apply(f)
+        run.idle(1.0)
+        run.stop_workloads()
+        why = run.recover()
+        st = run.cl.status()
+        run.h.recovery = {"store_pending": run.cl.store_pending(),
+                          "nodes": {i: st["nodes"].get(i, {"state": "absent"})
+                                    for i in run.member_ids()},
+                          "error": None if st["rc"] == 0 else "status exit %d" % st["rc"]}
+        ep = run.cl.store_epoch()
+        conv = run.cl.converged(ep, run.member_ids(), timeout=15.0)
+        if not all(v == (ep, 0) for v in conv.values()):
+            run.h.recovery["error"] = "not converged at epoch %d: %s" % (ep, conv)
+        errs = run.final_read()
+        if errs:
+            run.h.recovery["error"] = "final read: %s" % errs[:3]
+        res = ck.check(run.h)
+        line = ck.summary(run.h, res)
+        for t, what in run.h.faults:
+            print("# fault at %.1f s: %s" % (t - t_begin, what))
+        print("# " + line if args.tap else line, flush=True)
+        by_fault = {}
+        for cls, exs in res.items():
+            for ex in exs:
+                op = next((x for x in ex if isinstance(x, ck.Op)), None)
+                if op is None:
+                    continue
+                before = [f for f in run.h.faults if f[0] <= op.invoke]
+                what = before[-1][1] if before else "before any fault"
+                by_fault[(cls, what)] = by_fault.get((cls, what), 0) + 1
+                print("# %s %.2f s after '%s': %r" % (
+                    cls, op.invoke - before[-1][0] if before else 0, what, ex[:2]))
+        for (cls, what), n in sorted(by_fault.items()):
+            print("# %s %d after: %s" % (cls, n, what))
+        for l in ck.excerpt(run.h, res):
+            print("# " + l)
+        if run.errors:
+            for e in run.errors[:3]:
+                print("# harness error: " + e.replace("\n", "\n# "))
+        # ryw (a pipelined get missing the set before it on its connection
+        # when a node dies or pauses) is open: docs/guarantees.md, "Per
+        # connection", Open and Not covered. Counted and printed in every
+        # run; it fails the run only with --strict-ryw.
+        exclude = () if args.strict_ryw else ("ryw",)
+        if res["ryw"] and not args.strict_ryw:
+            print("# KNOWN OPEN: %d ryw violations (read-your-writes of a pipelined get "
+                  "across a node's death or pause; docs/guarantees.md Per connection, Open); "
+                  "--strict-ryw fails on them" % len(res["ryw"]))
+        ok = ck.violations(res, exclude) == 0 and not run.errors
+        if args.tap:
+            run.tap.ok(ok, "nemesis seed %d: %s" % (args.seed, line))
+            print("1..%d" % run.tap.n)
+        print("# seed %d, %.0f s" % (args.seed, time.monotonic() - t_begin), flush=True)
+        rc = 0 if ok else 1
+        if not ok:
+            print("# logs kept in %s" % run.cl.dir)
+    finally:
+        run.stop_ev.set()
+        if run.cl is not None:
+            run.cl.close()
+            if rc == 0:
+                run.cl.cleanup_dir()
+        lg.kill_all()
+    sys.exit(rc)
+
+
+if __name__ == "__main__":
+    main()

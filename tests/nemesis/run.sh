@@ -1,0 +1,28 @@
+#!/bin/sh
+# tests/nemesis/run.sh: a real ringcache cluster under injected faults.
+#   run.sh --minutes N --seed S [--faults LIST] [--strict-ryw]   random schedule
+#   run.sh --ci [--seed S]                                        fixed short schedule
+# Prints the seed first so a failing run can be replayed with --seed.
+# Run from the build directory (or set RC_BUILDDIR).
+#
+# Default faults: kill,pause,admin,lostdir. Behind --faults only, because
+# they are known to fail today (docs/guarantees.md, open):
+#   freeze     cgroup-v2 freezer > 2 s without SIGCONT (finding 11); skips
+#              with a message when no writable cgroup2 is available
+#   partition  network namespaces (finding 4, split brain); the namespace
+#              builder is not written yet: the fault is recorded as skipped
+# The ryw class (a pipelined get missing the set before it on the same
+# connection when a node dies or pauses) is counted and printed but fails
+# the run only with --strict-ryw: docs/guarantees.md "Per connection", Open.
+here=$(cd "$(dirname "$0")" && pwd)
+case "$1" in
+-h|--help)
+	sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+	exec python3 "$here/nemesis.py" --help
+	;;
+esac
+if [ -z "$RC_BUILDDIR" ]; then
+	RC_BUILDDIR=$(pwd)
+	export RC_BUILDDIR
+fi
+exec "${PYTHON3:-python3}" "$here/nemesis.py" "$@"
