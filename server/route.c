@@ -65,19 +65,6 @@ first_live(const struct cluster_view *v, const uint32_t *list, uint32_t n)
     return list[0];
 }
 
-static bool
-owners_have(const struct route *rt, int32_t idx)
-{
-    uint32_t k;
-
-    for (k = 0; k < rt->n_owners; k++) {
-        if ((int32_t)rt->owners[k] == idx) {
-            return true;
-        }
-    }
-    return false;
-}
-
 /* The decision from rt's owners (already located on v); see route.h.
  * ordered: a read that must see this connection's earlier writes, which
  * may still be on their way to the key's acting primary: it is served
@@ -104,7 +91,7 @@ decide(const struct cluster_view *v, struct route *rt, bool declared, bool order
      * writes, else the primary alone. */
     n = rt->n_owners > 1 && (!rt->write || failover) ? rt->n_owners : 1;
     if (v->live != NULL && __atomic_load_n(&v->live->recovering, __ATOMIC_RELAXED) &&
-        owners_have(rt, v->self)) {
+        list_has(rt->owners, rt->n_owners, v->self)) {
         /* Ours, and we hold nothing: a read may go to a replica. */
         if (!rt->write && failover) {
             for (k = 0; k < n; k++) {
@@ -233,12 +220,8 @@ route_conn(struct conn *c, uint64_t hash, bool write, struct route *rt)
     struct cluster *cl = conn_cluster(c);
 
     if (cl == NULL) {
-        rt->view = NULL;
-        rt->n_owners = 0;
-        rt->hash = hash;
-        rt->write = write;
-        rt->replicate = false;
-        rt->action = ROUTE_SERVE;
+        /* A plain single-node cache: serve, no view, no owners. */
+        *rt = (struct route){ .action = ROUTE_SERVE, .write = write, .hash = hash };
         return;
     }
     decide_for(c, cluster_view(cl), hash, write, !write && c->get_ordered, rt);
@@ -775,19 +758,11 @@ bool
 route_owned_here(const struct conn *c, uint64_t hash)
 {
     const struct cluster_view *v = cluster_view(c->w->srv->cluster);
-    uint32_t                   owners[RING_R_MAX], n, i;
+    struct route               rt;
 
     if (v->importing.n > 0 && arcset_has(&v->importing, hash)) {
         return true;
     }
-    if (v->ring == NULL) {
-        return false;
-    }
-    n = ring_locate(v->ring, hash, v->replicas < RING_R_MAX ? v->replicas : RING_R_MAX, owners);
-    for (i = 0; i < n; i++) {
-        if ((int32_t)owners[i] == v->self) {
-            return true;
-        }
-    }
-    return false;
+    locate(v, hash, true, &rt);
+    return list_has(rt.owners, rt.n_owners, v->self);
 }

@@ -1479,6 +1479,45 @@ def run_tap(t, fn, *args):
         kill_all()
 
 
+def close_cluster(t, cl):
+    """End of a scenario: stop cl's processes; keep its directory (logs,
+    state) when a check failed, and say where."""
+    cl.close()
+    if t.failed == 0:
+        cl.cleanup_dir()
+    else:
+        t.diag("logs kept in %s" % cl.dir)
+
+
+def read_keys(addr, keys, epoch=1, batch=100):
+    """{key: value} of keys at addr as a declared client (so an owner serves
+    its own copy), in batches of gets; ProtoError on an error reply."""
+    c = Conn(addr, 10.0)
+    got = {}
+    try:
+        c.declare(epoch)
+        for j in range(0, len(keys), batch):
+            vals, err = c.get_multi(keys[j:j + batch])
+            if vals is None:
+                raise ProtoError("get at %s:%d: %r" % (addr[0], addr[1], err))
+            got.update(vals)
+    finally:
+        c.close()
+    return got
+
+
+def tap_main(fn, seconds=170, skip_why=None):
+    """A test file's main: TAP, a watchdog, one scenario run by run_tap."""
+    t = Tap()
+    watchdog(seconds)
+    why = supports_cluster()
+    if why:
+        t.skip(skip_why or fn.__name__, why)
+    else:
+        run_tap(t, fn)
+    t.done()
+
+
 def run_load_around(load, phase, fn, before_ops=400, after_ops=400, timeout=30.0):
     """Start the load, let it do before_ops operations, call fn(), let it
     do after_ops more, stop it. Returns fn's result."""

@@ -19,26 +19,8 @@ import failover_lib as fl  # noqa: E402
 NKEYS = 3000
 
 
-def read_at(addr, keys):
-    c = lg.Conn(addr, 10.0)
-    got = {}
-    try:
-        c.declare(1)
-        for j in range(0, len(keys), 100):
-            vals, err = c.get_multi(keys[j:j + 100])
-            if vals is None:
-                raise lg.ProtoError("get at %s: %r" % (addr, err))
-            got.update(vals)
-    finally:
-        c.close()
-    return got
-
 
 def scenario(t):
-    why = lg.supports_cluster()
-    if why:
-        t.skip("write failover on an importing node", why)
-        return
     cl, ok = lg.start_cluster(t, ["a", "b", "c"], replicas=2)
     a = cl.nodes["a"]
     stopped = False
@@ -92,7 +74,7 @@ def scenario(t):
              % p.returncode, (lg.tail(out), lg.tail(err)))
         conv = cl.converged(2, ["b", "c"])
         t.ok(all(v == (2, 0) for v in conv.values()), "b and c at EPOCH 2 0", conv)
-        have = {nid: read_at(cl.nodes[nid].addr, [k for k in keys if nid in owners2[k]])
+        have = {nid: lg.read_keys(cl.nodes[nid].addr, [k for k in keys if nid in owners2[k]])
                 for nid in ("b", "c")}
         want = {k: b"11" if k in acked else b"10" for k in keys}
         wrong = [(k, nid, have[nid].get(k)) for k in keys for nid in owners2[k]
@@ -102,18 +84,11 @@ def scenario(t):
     finally:
         if stopped:
             os.kill(a.pid, signal.SIGCONT)
-        cl.close()
-        if t.failed == 0:
-            cl.cleanup_dir()
-        else:
-            t.diag("logs kept in %s" % cl.dir)
+        lg.close_cluster(t, cl)
 
 
 def main():
-    t = lg.Tap()
-    lg.watchdog(170)
-    lg.run_tap(t, scenario)
-    t.done()
+    lg.tap_main(scenario, 170, "write failover on an importing node")
 
 
 if __name__ == "__main__":

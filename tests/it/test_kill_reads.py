@@ -113,22 +113,11 @@ def scenario(t):
         t.ok(not misses, "no read missed an acknowledged value (%d misses)" % len(misses),
              misses[:5])
     finally:
-        cl.close()
-        if t.failed == 0:
-            cl.cleanup_dir()
-        else:
-            t.diag("logs kept in %s" % cl.dir)
+        lg.close_cluster(t, cl)
 
 
 def main():
-    t = lg.Tap()
-    lg.watchdog(120)
-    why = lg.supports_cluster()
-    if why:
-        t.skip("reads after kill -9", why)
-    else:
-        lg.run_tap(t, scenario)
-    t.done()
+    lg.tap_main(scenario, 120, "reads after kill -9")
 
 
 if __name__ == "__main__":

@@ -30,26 +30,8 @@ def value_of(k, gen):
     return ("%s-%d" % (k, gen)).encode()
 
 
-def read_at(addr, keys):
-    c = lg.Conn(addr, 10.0)
-    got = {}
-    try:
-        c.declare(1)
-        for j in range(0, len(keys), 100):
-            vals, err = c.get_multi(keys[j:j + 100])
-            if vals is None:
-                raise lg.ProtoError("get at %s: %r" % (addr, err))
-            got.update(vals)
-    finally:
-        c.close()
-    return got
-
 
 def scenario(t):
-    why = lg.supports_cluster()
-    if why:
-        t.skip("a member that lost its state directory", why)
-        return
     cl, ok = lg.start_cluster(t, ["a", "b", "c"], replicas=2)
     try:
         if not ok:
@@ -116,25 +98,18 @@ def scenario(t):
         t.ok(all(v == (ep, 0) for v in conv.values()), "every node at epoch %d" % ep, conv)
         e2 = cl.store_active()
         owners2 = lg.locate(e2, keys, 2)
-        have = {nid: read_at(cl.nodes[nid].addr, [k for k in keys if nid in owners2[k]])
+        have = {nid: lg.read_keys(cl.nodes[nid].addr, [k for k in keys if nid in owners2[k]])
                 for nid in cl.nodes}
         bad = [(k, nid) for k in keys for nid in owners2[k]
                if have[nid].get(k) not in (acked[k], maybe.get(k, acked[k]))]
         t.ok(not bad, "after repair every acknowledged value is on both of its owners "
              "(%d copies missing or stale)" % len(bad), bad[:5])
     finally:
-        cl.close()
-        if t.failed == 0:
-            cl.cleanup_dir()
-        else:
-            t.diag("logs kept in %s" % cl.dir)
+        lg.close_cluster(t, cl)
 
 
 def main():
-    t = lg.Tap()
-    lg.watchdog(170)
-    lg.run_tap(t, scenario)
-    t.done()
+    lg.tap_main(scenario, 170, "a member that lost its state directory")
 
 
 if __name__ == "__main__":

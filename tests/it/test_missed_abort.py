@@ -19,10 +19,6 @@ NKEYS = 1000
 
 
 def scenario(t):
-    why = lg.supports_cluster()
-    if why:
-        t.skip("a node that missed an abort", why)
-        return
     cl, ok = lg.start_cluster(t, ["a", "b", "c"])
     c = cl.nodes["c"]
     stopped = False
@@ -64,18 +60,11 @@ def scenario(t):
     finally:
         if stopped:
             os.kill(c.pid, signal.SIGCONT)
-        cl.close()
-        if t.failed == 0:
-            cl.cleanup_dir()
-        else:
-            t.diag("logs kept in %s" % cl.dir)
+        lg.close_cluster(t, cl)
 
 
 def main():
-    t = lg.Tap()
-    lg.watchdog(170)
-    lg.run_tap(t, scenario)
-    t.done()
+    lg.tap_main(scenario, 170, "a node that missed an abort")
 
 
 if __name__ == "__main__":

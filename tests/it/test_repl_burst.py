@@ -58,18 +58,7 @@ def burst(addr, idx, epoch, out):
 
 def read_all(addr, keys, epoch):
     """{key: value} of keys at addr (a declared client, batches of gets)."""
-    c = lg.Conn(addr, 30.0)
-    got = {}
-    try:
-        c.declare(epoch)
-        for j in range(0, len(keys), 200):
-            vals, err = c.get_multi(keys[j:j + 200])
-            if vals is None:
-                raise lg.ProtoError("get at %s: %r" % (addr, err))
-            got.update(vals)
-    finally:
-        c.close()
-    return got
+    return lg.read_keys(addr, keys, epoch, batch=200)
 
 
 def pipelined_burst(t):

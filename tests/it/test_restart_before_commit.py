@@ -20,10 +20,6 @@ NKEYS = 3000
 
 
 def scenario(t):
-    why = lg.supports_cluster()
-    if why:
-        t.skip("a joiner restarted before the commit", why)
-        return
     cl, ok = lg.start_cluster(t, ["a", "b", "c"])
     try:
         if not ok:
@@ -65,18 +61,11 @@ def scenario(t):
              (rc, lg.tail(out), lg.tail(err)))
         lg.check_transition(t, cl, hist, 2, e1, cl.store_active(), "join after the abort")
     finally:
-        cl.close()
-        if t.failed == 0:
-            cl.cleanup_dir()
-        else:
-            t.diag("logs kept in %s" % cl.dir)
+        lg.close_cluster(t, cl)
 
 
 def main():
-    t = lg.Tap()
-    lg.watchdog(170)
-    lg.run_tap(t, scenario)
-    t.done()
+    lg.tap_main(scenario, 170, "a joiner restarted before the commit")
 
 
 if __name__ == "__main__":

@@ -18,10 +18,6 @@ NKEYS = 2000
 
 
 def scenario(t):
-    why = lg.supports_cluster()
-    if why:
-        t.skip("resume after the store's commit", why)
-        return
     cl, ok = lg.start_cluster(t, ["a", "b", "c"], replicas=2)
     try:
         if not ok:
@@ -65,18 +61,11 @@ def scenario(t):
                                 % name, extra=extra)
             e_from = e_to
     finally:
-        cl.close()
-        if t.failed == 0:
-            cl.cleanup_dir()
-        else:
-            t.diag("logs kept in %s" % cl.dir)
+        lg.close_cluster(t, cl)
 
 
 def main():
-    t = lg.Tap()
-    lg.watchdog(170)
-    lg.run_tap(t, scenario)
-    t.done()
+    lg.tap_main(scenario, 170, "resume after the store's commit")
 
 
 if __name__ == "__main__":

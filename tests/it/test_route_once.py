@@ -93,22 +93,11 @@ def scenario(t):
         t.ok(all(g == {key: b"12"} for g in got.values()),
              "the incremented value is on both owners", got)
     finally:
-        cl.close()
-        if t.failed == 0:
-            cl.cleanup_dir()
-        else:
-            t.diag("logs kept in %s" % cl.dir)
+        lg.close_cluster(t, cl)
 
 
 def main():
-    t = lg.Tap()
-    lg.watchdog(120)
-    why = lg.supports_cluster()
-    if why:
-        t.skip("route once", why)
-    else:
-        lg.run_tap(t, scenario)
-    t.done()
+    lg.tap_main(scenario, 120, "route once")
 
 
 if __name__ == "__main__":

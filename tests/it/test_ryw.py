@@ -123,22 +123,11 @@ def scenario(t):
              "then a get of both, pipelined: %d rounds per node, %d missed a write"
              % (ROUNDS, len(bad)), bad[:5])
     finally:
-        cl.close()
-        if t.failed == 0:
-            cl.cleanup_dir()
-        else:
-            t.diag("logs kept in %s" % cl.dir)
+        lg.close_cluster(t, cl)
 
 
 def main():
-    t = lg.Tap()
-    lg.watchdog(150)
-    why = lg.supports_cluster()
-    if why:
-        t.skip("read your writes", why)
-    else:
-        lg.run_tap(t, scenario)
-    t.done()
+    lg.tap_main(scenario, 150, "read your writes")
 
 
 if __name__ == "__main__":

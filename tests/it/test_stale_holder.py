@@ -25,10 +25,6 @@ def recovering(cl, nid):
 
 
 def scenario(t):
-    why = lg.supports_cluster()
-    if why:
-        t.skip("a transition while a member is recovering", why)
-        return
     cl, ok = lg.start_cluster(t, ["a", "b", "c"], replicas=2)
     try:
         if not ok:
@@ -69,18 +65,11 @@ def scenario(t):
             e_from = e_to
             phase += 1
     finally:
-        cl.close()
-        if t.failed == 0:
-            cl.cleanup_dir()
-        else:
-            t.diag("logs kept in %s" % cl.dir)
+        lg.close_cluster(t, cl)
 
 
 def main():
-    t = lg.Tap()
-    lg.watchdog(170)
-    lg.run_tap(t, scenario)
-    t.done()
+    lg.tap_main(scenario, 170, "a transition while a member is recovering")
 
 
 if __name__ == "__main__":

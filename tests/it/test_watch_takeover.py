@@ -21,10 +21,6 @@ NKEYS = 2000
 
 
 def scenario(t):
-    why = lg.supports_cluster()
-    if why:
-        t.skip("watch finishes a transition whose admin died", why)
-        return
     cl, ok = lg.start_cluster(t, ["a", "b", "c"], replicas=2)
     w = None
     try:
@@ -73,18 +69,11 @@ def scenario(t):
                 w.wait(10)
             except Exception:  # noqa: BLE001
                 w.kill()
-        cl.close()
-        if t.failed == 0:
-            cl.cleanup_dir()
-        else:
-            t.diag("logs kept in %s" % cl.dir)
+        lg.close_cluster(t, cl)
 
 
 def main():
-    t = lg.Tap()
-    lg.watchdog(170)
-    lg.run_tap(t, scenario)
-    t.done()
+    lg.tap_main(scenario, 170, "watch finishes a transition whose admin died")
 
 
 if __name__ == "__main__":
