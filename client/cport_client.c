@@ -420,6 +420,7 @@ copy_status(const Ringcache__NodeStatus *s, struct cport_status *st)
                            ? (enum cport_peer_health)p->state
                            : CPORT_PEER_UNKNOWN;
             o->last_seen_ms = p->last_seen_ms;
+            o->holds_nothing = p->holds_nothing;
             o->epoch = p->epoch;
             snprintf(o->error, sizeof(o->error), "%s", p->error);
         }

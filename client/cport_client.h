@@ -53,6 +53,7 @@ struct cport_peer {
     char                   node_id[RING_ID_MAX + 1];
     enum cport_peer_health state;
     uint64_t               last_seen_ms, epoch;
+    bool                   holds_nothing; /* up, but recovering, behind or without membership */
     char                   error[128];
 };
 

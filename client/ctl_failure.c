@@ -23,6 +23,87 @@
 #include "ring/ring.h"
 
 #define PROBE_MS 1000 /* remove --failed: a node answering Hello this fast is alive */
+/* remove --failed waits this long for every other member to see the node
+ * down (a peer sees a silent node down after 2 s, a refused one at once). */
+#define AGREE_MS 4000
+
+/*
+ * How the other members of a->old see node `id` now: of those that
+ * answered (*asked), how many see it down, or up but holding nothing
+ * (*agree); the first that sees it otherwise is named in alive_at ("" if
+ * none).
+ */
+static void
+peers_see(struct admin *a, const char *id, uint32_t *asked, uint32_t *agree, char *alive_at,
+          size_t alive_len)
+{
+    struct cport_request sreq = { .kind = CPORT_STATUS };
+    uint32_t             i, k;
+
+    *asked = *agree = 0;
+    alive_at[0] = '\0';
+    for (i = 0; i < a->old->n_nodes; i++) {
+        const struct ring_node *n = &a->old->nodes[i];
+        struct cport_conn      *c = NULL;
+        struct cport_status     st;
+        char                    caddr[RING_ADDR_MAX + 16], err[512];
+        bool                    sees = false;
+
+        if (strcmp(n->id, id) == 0 || cport_addr_of(n->addr, caddr, sizeof(caddr)) != 0 ||
+            cport_connect(caddr, a->g->cluster, a->atoken, a->atoken_len, PROBE_MS, &c, NULL, err,
+                          sizeof(err)) != CPORT_OK) {
+            continue;
+        }
+        /* A member holding nothing current (recovering, behind, no
+         * membership) acts for nobody: its view does not count. */
+        if (cport_call(c, &sreq, PROBE_MS, &st, err, sizeof(err)) == CPORT_OK && !st.recovering &&
+            st.behind_epoch == 0 && st.active_epoch == a->old->epoch) {
+            (*asked)++;
+            for (k = 0; k < st.n_peers; k++) {
+                if (strcmp(st.peers[k].node_id, id) == 0) {
+                    sees = st.peers[k].state == CPORT_PEER_DOWN ||
+                           (st.peers[k].state == CPORT_PEER_UP && st.peers[k].holds_nothing);
+                }
+            }
+            if (sees) {
+                (*agree)++;
+            } else if (alive_at[0] == '\0') {
+                snprintf(alive_at, alive_len, "%s", n->id);
+            }
+        }
+        cport_status_clear(&st);
+        cport_close(c);
+    }
+}
+
+/*
+ * Wait (up to AGREE_MS) until every other member that answers sees `id`
+ * down: each of them refuses a Prepare that declares failed a node it
+ * still hears (no split brain), so asking first gives a clear error.
+ * EX_OK, or EX_USAGE naming the member that hears it.
+ */
+static int
+wait_peers_agree(struct admin *a, const char *id)
+{
+    int64_t  deadline = util_now_ms() + AGREE_MS;
+    uint32_t asked, agree;
+    char     alive_at[RING_ID_MAX + 1];
+
+    for (;;) {
+        peers_see(a, id, &asked, &agree, alive_at, sizeof(alive_at));
+        if (agree == asked) {
+            return EX_OK;
+        }
+        if (util_now_ms() >= deadline) {
+            break;
+        }
+        ctl_sleep_ms(200);
+    }
+    ctl_error("remove: %s still answers the heartbeats of %s (%u of %u members see it down): "
+              "it is not removed as failed while a member hears it",
+              id, alive_at, agree, asked);
+    return EX_USAGE;
+}
 
 /*
  * remove --failed: may the node be dropped without contacting it (the
@@ -61,7 +142,7 @@ probe_failed(struct admin *a, const struct change_opts *o)
     if (rc != CPORT_OK) {
         ctl_info("remove: %s (%s) does not answer (%s): removing it as failed", o->id,
                  a->old->nodes[idx].addr, err);
-        return EX_OK;
+        return wait_peers_agree(a, o->id);
     }
     rc = cport_call(c, &sreq, PROBE_MS, &st, err, sizeof(err));
     cport_close(c);
@@ -73,14 +154,27 @@ probe_failed(struct admin *a, const struct change_opts *o)
                      ? "behind a higher epoch"
                      : "without state (no membership: its state directory was lost)");
         cport_status_clear(&st);
-        return EX_OK;
+        return wait_peers_agree(a, o->id);
     }
     cport_status_clear(&st);
+    {
+        uint32_t asked, agree;
+        char     alive_at[RING_ID_MAX + 1];
+
+        /* Cut off from its peers (it serves nothing: it hears nobody). */
+        peers_see(a, o->id, &asked, &agree, alive_at, sizeof(alive_at));
+        if (asked > 0 && agree == asked) {
+            ctl_info("remove: %s answers, but none of the %u other members hears it: removing it "
+                     "as failed",
+                     o->id, asked);
+            return EX_OK;
+        }
+    }
     if (o->force) {
         ctl_info("warning: remove: %s answers its cluster port; removing it anyway (--force): "
                  "it is not contacted",
                  o->id);
-        return EX_OK;
+        return wait_peers_agree(a, o->id);
     }
     ctl_error("remove: %s (%s) is alive (it answers its cluster port): use `ringctl leave %s`, "
               "or --force",
@@ -249,6 +343,35 @@ ctl_repair(struct ctl_globals *g, int argc, char **argv)
 
 static volatile sig_atomic_t watch_stop;
 
+/* Does every other member that answered (crc[] of a->nodes) and is current
+ * see a->nodes[x] down? Then x is cut off from its peers: it serves
+ * nothing (it hears nobody), and only its removal gives its keys back. */
+static bool
+unheard(const struct admin *a, const int *crc, uint32_t x)
+{
+    uint32_t i, k, asked = 0;
+
+    for (i = 0; i < a->n_nodes; i++) {
+        const struct tnode *t = &a->nodes[i];
+        bool                sees = false;
+
+        if (i == x || crc[i] != CPORT_OK || !t->in_old || t->st.recovering ||
+            t->st.behind_epoch != 0) {
+            continue;
+        }
+        asked++;
+        for (k = 0; k < t->st.n_peers; k++) {
+            if (strcmp(t->st.peers[k].node_id, a->nodes[x].id) == 0) {
+                sees = t->st.peers[k].state == CPORT_PEER_DOWN;
+            }
+        }
+        if (!sees) {
+            return false;
+        }
+    }
+    return asked > 0;
+}
+
 static void
 watch_signal(int sig)
 {
@@ -283,7 +406,7 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
     struct sigaction           sa;
     struct watched            *w = NULL;
     uint32_t                   nw = 0;
-    double                     down_after = 10, interval = 1, tr_timeout = 30;
+    double                     down_after = 1, interval = 0.5, tr_timeout = 30;
     int64_t                    stuck_since = 0;
     bool                       force = false, once = false;
     int                        c, rc = EX_OK;
@@ -369,18 +492,22 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
                          a.have_rec ? a.rec.op : "?");
             }
         } else if (a.old != NULL && nodes_build(&a) == EX_OK) {
-            for (i = 0; i < a.n_nodes; i++) {
-                struct tnode   *t = &a.nodes[i];
-                struct watched *me = NULL;
-                int             crc = node_call(&a, t, &sreq,
-                                    (int)(interval * 1000) < 1000 ? 1000 : (int)(interval * 1000));
-                bool bad = crc != CPORT_OK || t->st.recovering || t->st.behind_epoch != 0;
+            int *crc = calloc(a.n_nodes + 1, sizeof(*crc));
 
+            for (i = 0; crc != NULL && i < a.n_nodes; i++) {
+                crc[i] = node_call(&a, &a.nodes[i], &sreq,
+                                   (int)(interval * 1000) < 1000 ? 1000 : (int)(interval * 1000));
                 /* Pending while the store has nothing pending: the store
                  * committed (or aborted) and this node never heard. */
-                if (crc == CPORT_OK && t->st.pending_epoch != 0) {
+                if (crc[i] == CPORT_OK && a.nodes[i].st.pending_epoch != 0) {
                     node_pending = true;
                 }
+            }
+            for (i = 0; crc != NULL && i < a.n_nodes; i++) {
+                struct tnode   *t = &a.nodes[i];
+                struct watched *me = NULL;
+                bool            cut = crc[i] == CPORT_OK && unheard(&a, crc, i);
+                bool bad = crc[i] != CPORT_OK || t->st.recovering || t->st.behind_epoch != 0 || cut;
 
                 for (k = 0; k < nw; k++) {
                     if (strcmp(w[k].id, t->id) == 0) {
@@ -405,11 +532,12 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
                     me->bad_since = 0;
                     continue;
                 }
-                me->recovering = crc == CPORT_OK;
+                me->recovering = crc[i] == CPORT_OK && !cut;
                 if (me->bad_since == 0) {
                     me->bad_since = util_now_ms();
                     ctl_info("watch: %s %s", t->id,
-                             crc != CPORT_OK    ? t->err
+                             crc[i] != CPORT_OK ? t->err
+                             : cut              ? "answers, but none of its peers hears it"
                              : t->st.recovering ? "is recovering (restarted empty)"
                                                 : "is behind a higher epoch");
                 }
@@ -419,6 +547,7 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
                     act_repair = me->recovering;
                 }
             }
+            free(crc);
         }
         admin_free(&a);
         if (!node_pending) {

@@ -60,6 +60,9 @@ cluster_count(struct cluster *cl, enum cluster_counter k)
     case CLUSTER_CTR_REPLICA_SKIPPED:
         c = &cl->ctr.replica_skipped;
         break;
+    case CLUSTER_CTR_UNAVAILABLE:
+        c = &cl->ctr.unavailable;
+        break;
     default:
         return;
     }
@@ -87,6 +90,7 @@ cluster_counters_get(const struct cluster *cl, struct cluster_counters *out)
     out->replicated = __atomic_load_n(&cl->ctr.replicated, __ATOMIC_RELAXED);
     out->replica_failures = __atomic_load_n(&cl->ctr.replica_failures, __ATOMIC_RELAXED);
     out->replica_skipped = __atomic_load_n(&cl->ctr.replica_skipped, __ATOMIC_RELAXED);
+    out->unavailable = __atomic_load_n(&cl->ctr.unavailable, __ATOMIC_RELAXED);
 }
 
 /* Owned in the active epoch, any replica position (orphans, cleanup). */
@@ -310,7 +314,18 @@ cluster_publish(struct cluster *cl)
         /* Indexes of the old epoch mean other nodes in the new one. */
         for (i = 0; i < CLUSTER_MASK_WORDS; i++) {
             __atomic_store_n(&cl->live.down[i], 0, __ATOMIC_RELEASE);
-            __atomic_store_n(&cl->live.skipped[i], 0, __ATOMIC_RELEASE);
+            __atomic_store_n(&cl->live.empty[i], 0, __ATOMIC_RELEASE);
+        }
+    }
+    if (cl->pending != NULL && cl->active != NULL) {
+        uint32_t i;
+
+        for (i = 0; i < cl->n_dead; i++) {
+            int idx = ring_members_find(cl->active, cl->failed[i]);
+
+            if (idx >= 0 && idx < 64 * CLUSTER_MASK_WORDS) {
+                v->failed[idx / 64] |= (uint64_t)1 << (idx % 64);
+            }
         }
     }
     if (format_config(cl->active, &v->config, &v->config_len) < 0 ||
@@ -380,6 +395,7 @@ clear_pending(struct cluster *cl)
     free(cl->failed);
     cl->failed = NULL;
     cl->n_failed = 0;
+    cl->n_dead = 0;
     arcset_clear(&cl->importing);
     arcset_clear(&cl->sourcing);
     arcset_clear(&cl->losing);
@@ -606,6 +622,24 @@ cluster_prepare(struct cluster *cl, const struct ring_members *next, const uint8
                                   err, errlen);
 }
 
+/* Does this node's health table see member `id` of the active epoch down,
+ * or up but holding nothing current (recovering, behind, no membership)?
+ * True where it has no table to ask (unit tests, not a member of N). The
+ * other owners act for a failed node's arcs once the Prepare is accepted:
+ * a live node must not be declared failed by an admin that cannot reach
+ * it while its peers can (no split brain). */
+static bool
+failed_seen_down(struct cluster *cl, const char *id)
+{
+    int idx = cl->active != NULL ? ring_members_find(cl->active, id) : -1;
+
+    if (cl->barrier == NULL || cl->self_old < 0 || idx < 0) {
+        return true;
+    }
+    return cluster_mask_has(cl->live.down, (uint32_t)idx) ||
+           cluster_mask_has(cl->live.empty, (uint32_t)idx);
+}
+
 /* PREPARE with failed nodes; see cluster.h. A recovering node (restarted
  * empty) or one behind (a peer runs a higher epoch) holds nothing anybody
  * owns: like a node without a membership it accepts any from_epoch and
@@ -658,6 +692,13 @@ cluster_prepare_failed(struct cluster *cl, const struct ring_members *next, cons
                      next->epoch);
             return -1;
         }
+        if (!fresh && !failed_seen_down(cl, failed[i])) {
+            snprintf(err, errlen,
+                     "prepare: node %.64s is declared failed but answers this node's "
+                     "heartbeats (%s): refusing to take over from a live node",
+                     failed[i], cl->id);
+            return -1;
+        }
     }
     if (!fresh && active != 0 && active != from_epoch) {
         snprintf(err, errlen, "prepare: active epoch is %" PRIu64 ", not %" PRIu64, active,
@@ -682,6 +723,7 @@ cluster_prepare_failed(struct cluster *cl, const struct ring_members *next, cons
             snprintf(cl->failed[n_failed + i], sizeof(cl->failed[0]), "%s", stale[i]);
         }
         cl->n_failed = n_failed + n_stale;
+        cl->n_dead = n_failed;
     }
     cl->fresh = fresh;
     if (install_pending(cl, next, token, token_len, err, errlen) < 0) {

@@ -39,15 +39,20 @@ enum cluster_phase {
  * on every keyed request; owned by struct cluster, so it outlives every
  * view. All fields are atomics.
  */
-#define CLUSTER_MASK_WORDS 4    /* node indexes 0..255 for write failover */
-#define CLUSTER_STALL_MS   3000 /* the ticker this late: the process was paused */
+#define CLUSTER_MASK_WORDS 4 /* node indexes 0..255 in the masks below */
+/* The ticker this late: the process was paused (or frozen). Shorter than
+ * the time a peer takes to see a node down (HEALTH_DOWN_MS), so a node
+ * notices a stall before anybody could have been declared its successor. */
+#define CLUSTER_STALL_MS 1000
 struct cluster_live {
     uint64_t tick_ms;      /* the ticker's last beat (monotonic ms), 0 = no ticker */
     uint32_t suspect;      /* 1: this process stalled; TRYAGAIN until a heartbeat round */
-    uint32_t recovering;   /* 1: restarted empty (or taken over): owned keys TRYAGAIN */
+    uint32_t isolated;     /* 1: no peer answered for HEALTH_SUSPECT_MS: TRYAGAIN */
+    uint32_t recovering;   /* 1: restarted empty: owned keys TRYAGAIN */
     uint64_t behind_epoch; /* a peer runs this higher epoch: everything TRYAGAIN */
-    uint64_t down[CLUSTER_MASK_WORDS];    /* active indexes seen down */
-    uint64_t skipped[CLUSTER_MASK_WORDS]; /* active indexes whose writes we took over */
+    uint64_t down[CLUSTER_MASK_WORDS];  /* active indexes seen down */
+    uint64_t empty[CLUSTER_MASK_WORDS]; /* active indexes up but holding nothing current
+                                         * (their Pong says so) */
 };
 
 /*
@@ -62,11 +67,13 @@ struct cluster_view {
     uint64_t     pending_epoch; /* 0 = none */
     struct ring *ring;          /* active ring, NULL at epoch 0; freed
                                  * with the last view that uses it */
-    int32_t              self;  /* this node's index in the ring, -1 */
-    uint32_t             replicas;
-    struct arcset        fence;     /* ranges answering TRYAGAIN (empty unless fenced) */
-    struct arcset        importing; /* ranges this node is being refilled with */
-    char                *config;    /* the whole `config` reply */
+    int32_t       self;         /* this node's index in the ring, -1 */
+    uint32_t      replicas;
+    struct arcset fence;                      /* ranges answering TRYAGAIN (empty unless fenced) */
+    struct arcset importing;                  /* ranges this node is being refilled with */
+    uint64_t      failed[CLUSTER_MASK_WORDS]; /* active indexes the pending
+                                               * transition declares failed */
+    char                *config;              /* the whole `config` reply */
     size_t               config_len;
     struct cluster_live *live; /* the cluster's, NULL in unit tests */
     uint64_t             gen;  /* 1, 2, ...: one more for every view published */
@@ -89,21 +96,12 @@ cluster_mask_set(uint64_t *mask, uint32_t idx)
     }
 }
 
-/* Does this node's health table see node idx of the view down? */
+/* Is node idx of the view declared failed by the pending transition (the
+ * store's authority to act without it: `ringctl remove --failed`)? */
 static inline bool
-cluster_view_down(const struct cluster_view *v, uint32_t idx)
+cluster_view_failed(const struct cluster_view *v, uint32_t idx)
 {
-    return v->live != NULL && cluster_mask_has(v->live->down, idx);
-}
-
-/* Record that this node took a write node idx should have had (it comes
- * back recovering; see "Node failure"). */
-static inline void
-cluster_view_skip(const struct cluster_view *v, uint32_t idx)
-{
-    if (v->live != NULL) {
-        cluster_mask_set(v->live->skipped, idx);
-    }
+    return idx < 64 * CLUSTER_MASK_WORDS && (v->failed[idx / 64] >> (idx % 64) & 1) != 0;
 }
 
 /* Address of node idx of the view's membership ("" past the end). */
@@ -121,7 +119,8 @@ struct cluster_counters {
     uint64_t items_imported, bytes_imported; /* handoff, since the last PREPARE */
     uint64_t replicated;                     /* post-images acknowledged by a replica */
     uint64_t replica_failures;               /* post-images a replica did not acknowledge */
-    uint64_t replica_skipped;                /* post-images not sent: the replica was seen down */
+    uint64_t replica_skipped; /* post-images not sent: the owner is declared failed */
+    uint64_t unavailable;     /* writes refused: an owner seen down, not declared failed */
 };
 
 /* One outgoing transfer of a source: destination and the arcs it gains
@@ -178,7 +177,8 @@ enum cluster_counter {
     CLUSTER_CTR_MISROUTED,       /* a write acknowledged by a node that no longer owns it */
     CLUSTER_CTR_REPLICATED,      /* a post-image a replica acknowledged */
     CLUSTER_CTR_REPLICA_FAILED,  /* one a replica did not acknowledge */
-    CLUSTER_CTR_REPLICA_SKIPPED, /* one not sent: the replica was seen down */
+    CLUSTER_CTR_REPLICA_SKIPPED, /* one not sent: the owner is declared failed */
+    CLUSTER_CTR_UNAVAILABLE,     /* a write refused: an owner seen down, not declared failed */
 };
 void cluster_count(struct cluster *cl, enum cluster_counter k);
 void cluster_counters_get(const struct cluster *cl, struct cluster_counters *out);

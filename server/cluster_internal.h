@@ -48,8 +48,10 @@ struct cluster {
 
     bool fresh;                      /* the pending transition was accepted while
                                       * recovering or behind: import everything */
-    char (*failed)[RING_ID_MAX + 1]; /* failed ids of the pending */
+    char (*failed)[RING_ID_MAX + 1]; /* not holders in the pending: the declared
+                                      * failed ids first, then the stale ones */
     uint32_t            n_failed;
+    uint32_t            n_dead; /* failed[0..n_dead) are declared failed */
     struct cluster_live live;
     bool                served; /* the state dir says we served as a member */
 

@@ -276,6 +276,7 @@ send_status_reply(struct cp_conn *c, Ringcache__AdminReply *r, Ringcache__NodeSt
         ps[i].node_id = hp[i].id;
         ps[i].state = (Ringcache__PeerHealth)hp[i].state;
         ps[i].last_seen_ms = hp[i].last_seen_ms;
+        ps[i].holds_nothing = hp[i].holds_nothing;
         ps[i].epoch = hp[i].epoch;
         ps[i].error = hp[i].error;
         psp[i] = &ps[i];

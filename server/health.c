@@ -56,10 +56,13 @@ struct peer {
     uint64_t            fail_ms; /* last connection failure, 0 = none since a Pong */
     uint64_t            born_ms; /* entered the table: silence counts from here */
     uint64_t            seq, round_seq, epoch;
-    bool                refused; /* the last attempt failed outright */
-    bool                settled; /* answered (or failed) in the current round */
-    enum peer_health    state;
-    char                error[128];
+    bool                pong_empty; /* its last Pong: it holds nothing current */
+    bool                empty;      /* pong_empty as last published (live->empty) */
+    bool                refused;    /* the last connect was refused: the host answered
+                                     * that nothing listens (the process is gone) */
+    bool             settled;       /* answered (or failed) in the current round */
+    enum peer_health state;
+    char             error[128];
 };
 
 struct health {
@@ -70,7 +73,8 @@ struct health {
     uint32_t           n;
     uint64_t           table_epoch; /* the active epoch the table was built for */
     uint64_t           start_ms;
-    bool               round; /* a post-stall round runs */
+    bool               round;    /* a post-stall round runs */
+    bool               isolated; /* published to the workers (live->isolated) */
     uint64_t           round_start;
     pthread_t          tid;
     bool               ticker_started;
@@ -220,9 +224,7 @@ peer_frame(struct peer *p, const struct frame *f)
         p->error[0] = '\0';
         peer_ping(p);
     } else if (f->type == FRAME_PONG && p->cstate == PC_READY) {
-        Ringcache__Pong     *m = ringcache__pong__unpack(NULL, f->length, f->payload);
-        struct cluster      *cl = p->h->cl;
-        struct cluster_live *live = cluster_live(cl);
+        Ringcache__Pong *m = ringcache__pong__unpack(NULL, f->length, f->payload);
 
         if (m == NULL) {
             peer_fail(p, "bad Pong", false);
@@ -232,20 +234,11 @@ peer_frame(struct peer *p, const struct frame *f)
         p->fail_ms = 0;
         p->refused = false;
         p->epoch = m->active_epoch;
+        p->pong_empty = m->holds_nothing;
         if (p->h->round && m->seq > p->round_seq) {
             p->settled = true;
         }
         learn_epoch(p->h, p->id, m->active_epoch);
-        if (m->saw_you_down && cluster_active(cl) != NULL &&
-            !__atomic_load_n(&live->recovering, __ATOMIC_RELAXED)) {
-            /* Writes for our keys went elsewhere while we were away:
-             * what we hold may be stale. */
-            __atomic_store_n(&live->recovering, 1, __ATOMIC_RELEASE);
-            log_msg(LOG_ERR,
-                    "peer %.64s took over this node's writes while it was down: "
-                    "recovering",
-                    p->id);
-        }
         ringcache__pong__free_unpacked(m, NULL);
     } else if (f->type == FRAME_ERROR) {
         char why[128];
@@ -305,8 +298,9 @@ peer_event_cb(struct bufferevent *bev, short what, void *arg)
                  (what & BEV_EVENT_EOF) ? "closed by the peer"
                                         : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
         /* A refused connect to a member's cluster port: nobody listens,
-         * the process is gone. */
-        peer_fail(p, why, connecting && (what & BEV_EVENT_ERROR));
+         * the process is gone (its host answered, so the path is up). */
+        peer_fail(p, why,
+                  connecting && (what & BEV_EVENT_ERROR) && EVUTIL_SOCKET_ERROR() == ECONNREFUSED);
     }
 }
 
@@ -434,8 +428,9 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
     struct cluster_live *live = cluster_live(h->cl);
     struct timeval       tv = { 0, TIMER_MS * 1000 };
     uint64_t             now = util_coarse_ms(), mask[CLUSTER_MASK_WORDS] = { 0 };
+    uint64_t             empty[CLUSTER_MASK_WORDS] = { 0 };
     uint64_t             epoch = cluster_active_epoch(h->cl);
-    bool                 all_settled = true;
+    bool                 all_settled = true, heard = false;
     uint32_t             i;
 
     (void)fd;
@@ -473,13 +468,31 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
             peer_ping(p);
         }
         p->state = peer_state(p, now);
+        p->empty = p->pong_empty;
         if (p->state == PEER_DOWN && p->idx < 64 * CLUSTER_MASK_WORDS) {
             mask[p->idx / 64] |= (uint64_t)1 << (p->idx % 64);
+        } else if (p->state == PEER_UP && p->empty && p->idx < 64 * CLUSTER_MASK_WORDS) {
+            empty[p->idx / 64] |= (uint64_t)1 << (p->idx % 64);
         }
+        /* Heard: it answered lately, it is new, or its host refused the
+         * connection (it is dead but the network works). */
+        heard = heard || p->state == PEER_UP || p->state == PEER_UNKNOWN || p->refused;
         all_settled = all_settled && p->settled;
     }
     for (i = 0; i < CLUSTER_MASK_WORDS; i++) {
         __atomic_store_n(&live->down[i], mask[i], __ATOMIC_RELEASE);
+        __atomic_store_n(&live->empty[i], empty[i], __ATOMIC_RELEASE);
+    }
+    /* Cut off from every peer: they may see this node down and have the
+     * store declare it failed, so it serves nothing (HEALTH_SUSPECT_MS of
+     * silence, before any peer sees it down at HEALTH_DOWN_MS). */
+    if (h->isolated != (h->n > 0 && !heard)) {
+        h->isolated = !h->isolated;
+        __atomic_store_n(&live->isolated, h->isolated ? 1 : 0, __ATOMIC_RELEASE);
+        log_msg(h->isolated ? LOG_ERR : LOG_INFO,
+                h->isolated ? "no peer has answered for %d ms: serving nothing until one does"
+                            : "a peer answers again: serving (%d ms rule)",
+                HEALTH_SUSPECT_MS);
     }
     if (h->round && (all_settled || now >= h->round_start + HEALTH_ROUND_MS)) {
         h->round = false;
@@ -567,22 +580,23 @@ health_free(struct health *h)
         /* Nobody beats any more: workers must not read that as a stall. */
         __atomic_store_n(&cluster_live(h->cl)->tick_ms, 0, __ATOMIC_RELEASE);
     }
+    __atomic_store_n(&cluster_live(h->cl)->isolated, 0, __ATOMIC_RELEASE);
     table_free(h);
     event_free(h->timer);
     free(h);
 }
 
-/* See health.h. The Pong says whether we took over the pinger's writes
- * while it was down (saw_you_down), which makes it recover. */
+/* See health.h. The Pong's saw_you_down is always false: no node takes
+ * over another's writes without the store (route.c), so none can have
+ * missed an acknowledged write while it was away. holds_nothing lets a
+ * peer accept a Prepare that declares this node failed while it runs. */
 int
 health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
 {
     struct cluster            *cl = h->cl;
-    const struct ring_members *active = cluster_active(cl);
     const struct cluster_live *live = cluster_live(cl);
     Ringcache__Ping           *m = ringcache__ping__unpack(NULL, f->length, f->payload);
     Ringcache__Pong            r = RINGCACHE__PONG__INIT;
-    int32_t                    idx;
     int                        rc;
 
     if (m == NULL) {
@@ -594,11 +608,9 @@ health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
     r.pending_epoch = cluster_pending_epoch(cl);
     r.seq = m->seq;
     r.boot_id = cluster_boot_id(cl);
-    idx = active != NULL && m->node_id != NULL ? ring_members_find(active, m->node_id) : -1;
-    if (idx >= 0 && idx < 64 * CLUSTER_MASK_WORDS && m->active_epoch == r.active_epoch) {
-        r.saw_you_down =
-            (__atomic_load_n(&live->skipped[idx / 64], __ATOMIC_RELAXED) >> (idx % 64) & 1) != 0;
-    }
+    r.holds_nothing = r.active_epoch == 0 ||
+                      __atomic_load_n(&live->recovering, __ATOMIC_RELAXED) != 0 ||
+                      __atomic_load_n(&live->behind_epoch, __ATOMIC_RELAXED) != 0;
     ringcache__ping__free_unpacked(m, NULL);
     rc = peer_send(bev, FRAME_PONG, cluster_frame_id(cl), &r);
     return rc < 0 ? -1 : 0;
@@ -615,7 +627,10 @@ health_status(struct health *h, struct health_peer *out, size_t max)
         const struct peer *p = &h->peers[i];
 
         snprintf(out[i].id, sizeof(out[i].id), "%s", p->id);
-        out[i].state = peer_state(p, now);
+        /* As last published to the workers (the down mask), so an admin
+         * that saw a peer down finds its Prepare judged the same way. */
+        out[i].state = p->state;
+        out[i].holds_nothing = p->empty;
         out[i].last_seen_ms = p->last_pong_ms != 0 ? now - p->last_pong_ms + 1 : 0;
         out[i].epoch = p->epoch;
         snprintf(out[i].error, sizeof(out[i].error), "%s", p->cstate == PC_READY ? "" : p->error);

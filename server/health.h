@@ -40,6 +40,7 @@ struct health_peer {
     enum peer_health state;
     uint64_t         last_seen_ms; /* ms since the last Pong, 0 = never */
     uint64_t         epoch;
+    bool             holds_nothing; /* its last Pong said so */
     char             error[128];
 };
 

@@ -112,6 +112,7 @@ stats_general(struct conn *c)
         proto_reply_printf(c, "STAT replicated %" PRIu64 "\r\n", cc.replicated);
         proto_reply_printf(c, "STAT replica_failures %" PRIu64 "\r\n", cc.replica_failures);
         proto_reply_printf(c, "STAT replica_skipped %" PRIu64 "\r\n", cc.replica_skipped);
+        proto_reply_printf(c, "STAT cluster_unavailable %" PRIu64 "\r\n", cc.unavailable);
         proto_reply_printf(c, "STAT cluster_items_imported %" PRIu64 "\r\n", cc.items_imported);
         proto_reply_printf(c, "STAT cluster_bytes_imported %" PRIu64 "\r\n", cc.bytes_imported);
         proto_reply_printf(c, "STAT route_lookups %" PRIu64 "\r\n", ts.route_lookups);

@@ -281,6 +281,7 @@ process_update(struct conn *c, struct token *t, int ntok, enum store_op op)
     case ROUTE_TRYAGAIN:
     case ROUTE_MOVED:
     case ROUTE_REFUSE:
+    case ROUTE_UNAVAILABLE:
         STATS_ADD(ts, cmd_set, 1);
         proto_swallow(c, (size_t)vlen + 2);
         return;

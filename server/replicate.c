@@ -61,8 +61,6 @@ struct repl_op;
 /* One replica's share of an op. */
 struct repl_call {
     struct repl_op *op;
-    uint32_t        idx; /* the replica's index in epoch `epoch` */
-    uint64_t        epoch;
 };
 
 /* One write waiting for its replicas (pooled per worker: ops are made and
@@ -334,11 +332,13 @@ op_finish(struct repl_op *op)
 }
 
 /*
- * A replica's answer: "OK", anything else, or none (err). A refused or
- * lost connection means the replica process is gone (or going): like a
- * replica the heartbeats see down, it is skipped and recorded, so it comes
- * back recovering and is refilled; the write is acknowledged. No answer in
- * time (a hung or overloaded replica) or a refusal fails the write.
+ * A replica's answer: "OK", anything else, or none (err). Anything but OK
+ * fails the write (SERVER_ERROR replica unavailable): a write is
+ * acknowledged only once every owner applied it, so no owner can have
+ * missed an acknowledged write. A replica that is gone stays an owner
+ * until the store declares it failed (ringctl watch, remove --failed);
+ * until then its keys' writes fail (route.c answers them UNAVAILABLE once
+ * the heartbeats see it down).
  */
 static void
 op_ack(void *arg, const char *line, size_t len, enum fwd_err err)
@@ -347,31 +347,23 @@ op_ack(void *arg, const char *line, size_t len, enum fwd_err err)
     struct repl_op   *op = rc->op;
     bool              ok = line != NULL && len == 2 && line[0] == 'O' && line[1] == 'K';
 
-    if (line == NULL && err == FWD_ECONN && op->cl != NULL) {
-        const struct cluster_view *v = cluster_view(op->cl);
-
-        if (v->epoch == rc->epoch) {
-            cluster_view_skip(v, rc->idx);
+    (void)err;
+    if (!ok) {
+        op->failed++;
+        if (line != NULL) {
+            log_msg(LOG_INFO, "replica refused a post-image: %.*s", (int)len, line);
         }
-        cluster_count(op->cl, CLUSTER_CTR_REPLICA_SKIPPED);
-    } else {
-        if (!ok) {
-            op->failed++;
-            if (line != NULL) {
-                log_msg(LOG_INFO, "replica refused a post-image: %.*s", (int)len, line);
-            }
-        }
-        if (op->cl != NULL) {
-            cluster_count(op->cl, ok ? CLUSTER_CTR_REPLICATED : CLUSTER_CTR_REPLICA_FAILED);
-        }
+    }
+    if (op->cl != NULL) {
+        cluster_count(op->cl, ok ? CLUSTER_CTR_REPLICATED : CLUSTER_CTR_REPLICA_FAILED);
     }
     op_release(op);
 }
 
-/* Send iov to node idx of view v for op (its ack counts in op). */
+/* Send iov to the node at addr of view v for op (its ack counts in op). */
 static void
-op_send(struct worker *w, struct repl_op *op, const struct cluster_view *v, uint32_t idx,
-        const char *addr, const struct iovec *iov, int niov)
+op_send(struct worker *w, struct repl_op *op, const struct cluster_view *v, const char *addr,
+        const struct iovec *iov, int niov)
 {
     struct repl_call *rc;
 
@@ -382,8 +374,6 @@ op_send(struct worker *w, struct repl_op *op, const struct cluster_view *v, uint
     }
     rc = &op->calls[op->ncalls++];
     rc->op = op;
-    rc->idx = idx;
-    rc->epoch = v->epoch;
     op->pending++;
     forward_call(w, addr, v->epoch, iov, niov, op_ack, rc);
 }
@@ -495,14 +485,13 @@ send_image(struct conn *c, struct repl_op *op, const struct route *rt, const cha
         if ((int32_t)o == v->self) {
             continue;
         }
-        if (cluster_view_down(v, o)) {
-            /* Seen down by the heartbeats (server/health.c): not waited
-             * for; recorded so that node comes back recovering. */
-            cluster_view_skip(v, o);
+        if (cluster_view_failed(v, o)) {
+            /* Declared failed by the pending transition (the store's
+             * authority): it is leaving the ring and is not waited for. */
             cluster_count(c->w->srv->cluster, CLUSTER_CTR_REPLICA_SKIPPED);
             continue;
         }
-        op_send(c->w, op, v, o, cluster_view_addr(v, o), iov, niov);
+        op_send(c->w, op, v, cluster_view_addr(v, o), iov, niov);
     }
 }
 
@@ -603,7 +592,7 @@ replicate_flush(struct conn *c, const char *line, size_t len, bool noreply)
         if ((int32_t)i == v->self) {
             continue;
         }
-        op_send(c->w, op, v, i, m->nodes[i].addr, &iov, 1);
+        op_send(c->w, op, v, m->nodes[i].addr, &iov, 1);
     }
     op_release(op);
 }

@@ -37,21 +37,26 @@
  */
 
 /* Whether this node must not serve anything right now: it stalled (the
- * ticker is late, or a post-stall heartbeat round has not finished) or a
- * peer told it a higher epoch exists. */
+ * ticker is late, or a post-stall heartbeat round has not finished), no
+ * peer has answered it for a while (it may be cut off, and the others may
+ * be acting without it), or a peer told it a higher epoch exists. */
 static bool
 live_unsafe(const struct cluster_live *l)
 {
     uint64_t tick = __atomic_load_n(&l->tick_ms, __ATOMIC_ACQUIRE);
 
     if (__atomic_load_n(&l->suspect, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&l->isolated, __ATOMIC_ACQUIRE) ||
         __atomic_load_n(&l->behind_epoch, __ATOMIC_RELAXED) != 0) {
         return true;
     }
     return tick != 0 && (uint64_t)util_coarse_ms() > tick + CLUSTER_STALL_MS;
 }
 
-/* The first owner of list[0..n) not seen down (list[0] if all are). */
+/* The first owner of list[0..n) not seen down (list[0] if all are): where a
+ * read goes. Every owner holds every acknowledged write (a write is
+ * acknowledged only once all owners applied it), so any live one is
+ * current. */
 static uint32_t
 first_live(const struct cluster_view *v, const uint32_t *list, uint32_t n)
 {
@@ -65,6 +70,37 @@ first_live(const struct cluster_view *v, const uint32_t *list, uint32_t n)
     return list[0];
 }
 
+/* The acting primary of list[0..n): the first owner the pending transition
+ * does not declare failed. Only the store's authority (a Prepare of
+ * `remove --failed`) moves the primary, never this node's own guess. */
+static uint32_t
+first_acting(const struct cluster_view *v, const uint32_t *list, uint32_t n)
+{
+    uint32_t k;
+
+    for (k = 0; k < n; k++) {
+        if (!cluster_view_failed(v, list[k])) {
+            return list[k];
+        }
+    }
+    return list[0];
+}
+
+/* An owner of list[0..n), not declared failed, that this node sees down
+ * (the write could not reach it): its index in list, or -1. */
+static int
+owner_down(const struct cluster_view *v, const uint32_t *list, uint32_t n)
+{
+    uint32_t k;
+
+    for (k = 0; v->live != NULL && k < n; k++) {
+        if (cluster_mask_has(v->live->down, list[k]) && !cluster_view_failed(v, list[k])) {
+            return (int)k;
+        }
+    }
+    return -1;
+}
+
 /* The decision from rt's owners (already located on v); see route.h.
  * ordered: a read that must see this connection's earlier writes, which
  * may still be on their way to the key's acting primary: it is served
@@ -73,9 +109,10 @@ static void
 decide(const struct cluster_view *v, struct route *rt, bool declared, bool ordered)
 {
     const uint32_t *list = rt->owners;
+    uint32_t        n = rt->n_owners;
     enum route_do   away = declared ? ROUTE_MOVED : ROUTE_FORWARD;
-    bool            failover = rt->n_owners > 1 && v->live != NULL;
-    uint32_t        n, k;
+    bool            live = n > 1 && v->live != NULL;
+    uint32_t        k;
 
     rt->replicate = false;
     rt->target = list[0];
@@ -87,13 +124,10 @@ decide(const struct cluster_view *v, struct route *rt, bool declared, bool order
         rt->action = ROUTE_TRYAGAIN;
         return;
     }
-    /* The owners that may serve: every one for reads and for failover
-     * writes, else the primary alone. */
-    n = rt->n_owners > 1 && (!rt->write || failover) ? rt->n_owners : 1;
     if (v->live != NULL && __atomic_load_n(&v->live->recovering, __ATOMIC_RELAXED) &&
-        list_has(rt->owners, rt->n_owners, v->self)) {
+        list_has(list, n, v->self)) {
         /* Ours, and we hold nothing: a read may go to a replica. */
-        if (!rt->write && failover) {
+        if (!rt->write && live) {
             for (k = 0; k < n; k++) {
                 if ((int32_t)list[k] != v->self && !cluster_mask_has(v->live->down, list[k])) {
                     break;
@@ -108,54 +142,61 @@ decide(const struct cluster_view *v, struct route *rt, bool declared, bool order
         rt->action = ROUTE_TRYAGAIN;
         return;
     }
-    if (!rt->write && ordered && failover) {
-        uint32_t acting = first_live(v, list, n);
+    if (rt->write) {
+        /* Writes: at the acting primary, which applies them and waits for
+         * every other owner. An owner seen down that the store has not
+         * declared failed could not take the write: it fails at once
+         * (UNAVAILABLE) rather than being acknowledged with fewer copies,
+         * until `ringctl watch` (or remove --failed) declares it failed. */
+        uint32_t acting = n > 1 ? first_acting(v, list, n) : list[0];
+        int      down = live ? owner_down(v, list, n) : -1;
 
-        if ((int32_t)acting == v->self) {
+        if (down >= 0) {
+            rt->target = list[down];
+            rt->action = ROUTE_UNAVAILABLE;
+            return;
+        }
+        if ((int32_t)acting != v->self) {
+            rt->target = acting;
+            rt->action = away;
+            return;
+        }
+        /* Taking over the writes of a failed primary for an arc this node
+         * is importing (it purged it and is being refilled) would run
+         * add/incr/cas on an empty copy that the import then overwrites:
+         * the write waits for the transition instead (finding 9). */
+        if (acting != list[0] && v->importing.n > 0 && arcset_has(&v->importing, rt->hash)) {
+            rt->action = ROUTE_TRYAGAIN;
+            return;
+        }
+        rt->action = ROUTE_SERVE;
+        rt->replicate = n > 1;
+        return;
+    }
+    if (ordered && live) {
+        uint32_t target = first_acting(v, list, n);
+
+        if (cluster_mask_has(v->live->down, target)) {
+            target = first_live(v, list, n);
+        }
+        if ((int32_t)target == v->self) {
             rt->action = ROUTE_SERVE;
             return;
         }
-        rt->target = acting;
+        rt->target = target;
         rt->action = away;
         return;
     }
-    if (rt->write && failover) {
-        /* Primary-forwarded writes: the first owner not seen down. */
-        uint32_t acting = first_live(v, list, n);
-
-        if ((int32_t)acting == v->self) {
-            /* Taking over the write of an arc this node is importing (it
-             * purged it and is being refilled) would run add/incr/cas on
-             * an empty copy that the import then overwrites: the write
-             * waits for the transition instead (finding 9). */
-            if (acting != list[0] && v->importing.n > 0 &&
-                arcset_has(&v->importing, rt->hash)) {
-                rt->action = ROUTE_TRYAGAIN;
-                return;
-            }
-            for (k = 0; k < n && list[k] != acting; k++) {
-                cluster_mask_set(v->live->skipped, list[k]);
-            }
-            rt->action = ROUTE_SERVE;
-            rt->replicate = true;
-            return;
-        }
-        rt->target = acting;
-        rt->action = away;
-        return;
-    }
-    /* Reads: any owner (the primary only without failover state), except
-     * an owner importing the arc in a transition: it purged the arc and is
-     * being refilled, so it would answer misses. */
+    /* Reads: any owner, except an owner importing the arc in a transition:
+     * it purged the arc and is being refilled, so it would answer misses. */
     for (k = 0; k < n; k++) {
         if ((int32_t)list[k] == v->self &&
             (k == 0 || v->importing.n == 0 || !arcset_has(&v->importing, rt->hash))) {
             rt->action = ROUTE_SERVE;
-            rt->replicate = rt->write && rt->n_owners > 1;
             return;
         }
     }
-    rt->target = failover ? first_live(v, list, n) : list[0];
+    rt->target = live ? first_live(v, list, n) : list[0];
     rt->action = away;
 }
 
@@ -251,11 +292,24 @@ static void
 reply_route(struct conn *c, const struct route *rt)
 {
     const struct cluster_view *v = rt->view;
-    char                       buf[64 + RING_ADDR_MAX];
+    char                       buf[128 + RING_ADDR_MAX];
     int                        n;
 
     if (rt->action == ROUTE_REFUSE) {
         REPLY(c, NO_MEMBERSHIP_REPLY);
+        return;
+    }
+    if (rt->action == ROUTE_UNAVAILABLE) {
+        const struct ring_members *m = ring_members(v->ring);
+
+        n = snprintf(buf, sizeof(buf),
+                     "SERVER_ERROR UNAVAILABLE owner %.64s is down: writes to its keys fail "
+                     "until it is declared failed\r\n",
+                     rt->target < m->n_nodes ? m->nodes[rt->target].id : "?");
+        cluster_count(conn_cluster(c), CLUSTER_CTR_UNAVAILABLE);
+        if (n > 0 && (size_t)n < sizeof(buf)) {
+            proto_reply(c, buf, (size_t)n);
+        }
         return;
     }
     if (rt->action == ROUTE_TRYAGAIN) {

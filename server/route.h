@@ -23,13 +23,15 @@ struct token;
 
 /* What to do with a keyed request. */
 enum route_do {
-    ROUTE_SERVE = 0, /* serve it here */
-    ROUTE_FORWARD,   /* a plain client: relay it to `target` (see docs/cluster.md) */
-    ROUTE_TRYAGAIN,  /* fenced, stalled or recovering: SERVER_ERROR TRYAGAIN <epoch> */
-    ROUTE_MOVED,     /* a declared client: SERVER_ERROR MOVED <epoch> <addr of target> */
-    ROUTE_REFUSE,    /* a cluster node with no active membership (not joined yet, or
-                      * its state directory was lost): it cannot know what it owns,
-                      * so it serves nothing (SERVER_ERROR no membership) */
+    ROUTE_SERVE = 0,   /* serve it here */
+    ROUTE_FORWARD,     /* a plain client: relay it to `target` (see docs/cluster.md) */
+    ROUTE_TRYAGAIN,    /* fenced, stalled or recovering: SERVER_ERROR TRYAGAIN <epoch> */
+    ROUTE_MOVED,       /* a declared client: SERVER_ERROR MOVED <epoch> <addr of target> */
+    ROUTE_REFUSE,      /* a cluster node with no active membership (not joined yet, or
+                        * its state directory was lost): it cannot know what it owns,
+                        * so it serves nothing (SERVER_ERROR no membership) */
+    ROUTE_UNAVAILABLE, /* a write with an owner (`target`) seen down that the store has
+                        * not declared failed: SERVER_ERROR UNAVAILABLE, at once */
 };
 
 /*
@@ -62,10 +64,12 @@ struct route {
  * is refused before this, by the connection's route). In order: a stalled node or one behind its
  * peers serves nothing (TRYAGAIN); fenced ranges answer TRYAGAIN; a
  * recovering node (restarted empty) serves none of its own keys (a read
- * may go to a live replica); writes go to the first owner not seen down
- * (write failover; SERVE here records the skipped owners); reads to any
- * owner that is not importing the arc. Otherwise MOVED for a declared
- * connection, FORWARD for a plain one. Pure but for the skipped mask.
+ * may go to a live replica); a write with an owner seen down fails
+ * (UNAVAILABLE) unless the pending transition declares that owner failed,
+ * and goes to the first owner not declared failed (the acting primary);
+ * reads go to any owner that is not importing the arc, else the first one
+ * not seen down. Otherwise MOVED for a declared connection, FORWARD for a
+ * plain one. Pure.
  */
 void route_decide(const struct cluster_view *v, uint64_t hash, bool write, bool declared,
                   struct route *rt);

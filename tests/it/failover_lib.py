@@ -81,7 +81,9 @@ def copies(hist, members, batch=100, primary_only=False):
     """Read every acknowledged key on each of its owners per `members`
     (declared connections): {"missing": [(key, node)], "moved": n,
     "errors": [...], "checked": n}. A key deleted last must be absent; any
-    other must hold its last acknowledged value or a later one."""
+    other must hold its last acknowledged value or a later one, or be
+    absent when a delete that failed (SERVER_ERROR: it may have taken
+    effect at the primary) started after that acknowledgement."""
     m = lg.parse_members(members)
     owners = lg.locate(members, hist.keys)
     addr = {i: lg.parse_addr(a) for i, a in m["nodes"]}
@@ -113,7 +115,9 @@ def copies(hist, members, batch=100, primary_only=False):
                     seq = lg.parse_value(k, vals[k]) if k in vals else None
                     if last[-1][1] == "d":
                         continue    # a later unacked set may have landed
-                    if seq is None or seq < last[-1][0]:
+                    undone = any(o[1] == "d" and o[4] != "ok" and o[2] >= last[-1][3]
+                                 for o in hist.ops[k])
+                    if (seq is None and not undone) or (seq is not None and seq < last[-1][0]):
                         out["missing"].append((k, nid))
         except (OSError, lg.ProtoError) as e:
             out["errors"].append("%s: %s" % (nid, e))
@@ -274,12 +278,13 @@ class FailoverClient(lg.Client):
         return self._next_owner(key)
 
 
-def failed_ops(hist, phase, keys, t_from):
-    """The failed operations (write failed/indet, read error) on keys in
-    phase that ended at or after t_from, latest first, as
-    (end - t_from, start - t_from, kind, key, status, node, why)."""
+def failed_ops(hist, phase, keys, t_from, reads_only=False):
+    """The failed operations (write failed/indet, read error; reads only
+    with reads_only) on keys in phase that ended at or after t_from,
+    latest first, as (end - t_from, start - t_from, kind, key, status,
+    node, why)."""
     out = []
-    for k in keys:
+    for k in ([] if reads_only else keys):
         for o in hist.ops[k]:
             if o[8] == phase and o[4] != "ok" and o[3] >= t_from:
                 out.append((o[3] - t_from, o[2] - t_from, o[1], k, o[4], o[5], None))
@@ -290,8 +295,9 @@ def failed_ops(hist, phase, keys, t_from):
     return out
 
 
-def unavailability(hist, phase, keys, t_from):
+def unavailability(hist, phase, keys, t_from, reads_only=False):
     """Seconds from t_from to the end of the last failed operation (write
-    failed/indet or read error) on keys in phase; 0 when none failed."""
-    f = failed_ops(hist, phase, keys, t_from)
+    failed/indet or read error; reads only with reads_only) on keys in
+    phase; 0 when none failed."""
+    f = failed_ops(hist, phase, keys, t_from, reads_only)
     return f[0][0] if f else 0.0

@@ -280,36 +280,36 @@ def scenario(t):
            "secondary, latest acked values" % (victim, len(vkeys)))
 
         # A dead replica: until the heartbeats see it down a write answers
-        # replica unavailable (applied on the primary); once seen down it
-        # is skipped (recorded: it must come back recovering) and writes
-        # answer STORED again.
+        # replica unavailable (applied on the primary, not acknowledged);
+        # once seen down it fails at once, UNAVAILABLE, without being
+        # applied: no write is acknowledged with one copy until the store
+        # declares the replica failed (ringctl watch / remove --failed).
         dead_rep = [k for k in keys[80:] if own[k][1] == victim and own[k][0] != victim]
         k6 = dead_rep[0]
         prim = clients[own[k6][0]]
         replies = []
 
-        def write_ok():
+        def write_refused():
             try:
                 ok = prim.set(k6, b"after-death")
                 replies.append("STORED" if ok else "NOT_STORED")
-                return ok
+                return False
             except MemcacheServerError as e:
                 replies.append(e.args[0].decode() if isinstance(e.args[0], bytes)
                                else str(e))
-                return False
-        t.ok(lg.wait_for(write_ok, 5.0, 0.05),
-             "a write whose replica is dead answers STORED once the replica is seen down",
-             replies[-5:])
-        t.ok(all(r in ("STORED", "replica unavailable") for r in replies),
-             "before that, only SERVER_ERROR replica unavailable (%d times)"
-             % (len(replies) - 1), replies[:5])
-        t.ok(probes[own[k6][0]].gets(k6)[0] == b"after-death",
-             "the write is on the primary")
+                return replies[-1].startswith("UNAVAILABLE owner %s is down" % victim)
+        t.ok(lg.wait_for(write_refused, 5.0, 0.05),
+             "a write whose replica is dead answers SERVER_ERROR UNAVAILABLE once the replica "
+             "is seen down", replies[-5:])
+        early = [r for r in replies if r == "replica unavailable"]
+        t.ok(len(early) == len(replies) - 1,
+             "before that, only SERVER_ERROR replica unavailable (%d times), never STORED"
+             % len(early), replies[:5])
         st = lg.node_stats(cl.nodes[own[k6][0]].addr)
-        t.ok(int(st["replica_skipped"]) >= 1 and
-             int(st["replica_failures"]) == len(replies) - 1,
-             "stats: replica_skipped %s, replica_failures %s"
-             % (st["replica_skipped"], st["replica_failures"]))
+        t.ok(int(st["replica_skipped"]) == 0 and int(st["cluster_unavailable"]) >= 1 and
+             int(st["replica_failures"]) == len(early),
+             "stats: replica_skipped %s, cluster_unavailable %s, replica_failures %s"
+             % (st["replica_skipped"], st["cluster_unavailable"], st["replica_failures"]))
         other = [k for k in keys[80:] if victim not in own[k]]
         t.ok(all(mc.set(k, b"fine") for k in other[:5]),
              "writes of keys whose owners are alive answer STORED")
