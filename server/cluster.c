@@ -109,6 +109,14 @@ cluster_owned_active(const struct cluster *cl, uint64_t hash)
     return list_has(list, n, cl->self_old);
 }
 
+/* See cluster.h. */
+bool
+cluster_holds_active(const struct cluster *cl, uint64_t hash)
+{
+    return cl->active_ring != NULL && !(cl->pending != NULL && cl->fresh) &&
+           cluster_owned_active(cl, hash);
+}
+
 const char *
 cluster_phase_name(enum cluster_phase ph)
 {

@@ -222,6 +222,12 @@ int cluster_abort(struct cluster *cl, const uint8_t *token, size_t token_len, ch
 /* Is a key hash owned (in any position of R) in the active epoch? True
  * without a membership. */
 bool cluster_owned_active(const struct cluster *cl, uint64_t hash);
+/* Does this node hold the active epoch's copy of a key hash: it owns it in
+ * the active epoch (a membership is needed) and no pending transition was
+ * accepted fresh (recovering or behind, when that copy is not current). A
+ * range it holds must never be purged before the store's commit: an abort
+ * keeps epoch N as it was (transition.c, handoff_in.c). */
+bool cluster_holds_active(const struct cluster *cl, uint64_t hash);
 
 /* Publish a new view from the current state (cluster thread). Waits for a
  * worker barrier before freeing the old view. */

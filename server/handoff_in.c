@@ -2,7 +2,9 @@
  * handoff_in: the destination side of the handoff. One peer connection's
  * batches (server/cport.c decodes the frames) are checked against the
  * pending transition and imported into the store, values over one batch
- * arriving in chunks. The source side is server/handoff.c.
+ * arriving in chunks: replacing what a purged range holds, merged by CAS
+ * into a range this node still owns in epoch N (in_link). The source side
+ * is server/handoff.c.
  */
 #include "config.h"
 #include "server/handoff_in.h"
@@ -14,6 +16,7 @@
 
 #include "proto/ringcache.pb-c.h"
 #include "server/cluster.h"
+#include "server/replicate.h"
 #include "server/store.h"
 
 /* The state of a value arriving in chunks on one peer connection. */
@@ -23,6 +26,7 @@ struct handoff_in {
     struct store_item *it; /* allocated, being filled */
     uint64_t           cas;
     size_t             got;
+    bool               merge; /* it goes to a range held in epoch N */
 };
 
 /* See handoff_in.h. */
@@ -67,6 +71,32 @@ imported_add(struct handoff_in *in, uint64_t items, uint64_t bytes)
     cluster_count_imported(in->cl, items, bytes);
 }
 
+/*
+ * Link a post-image that arrived whole or in chunks (the caller keeps its
+ * reference). Into a range this node does not hold in epoch N (it was
+ * purged at the Prepare) the copy is the only writer before the commit and
+ * replaces what is there. Into a range it holds in N (it owns it there,
+ * the copy refills it because only the old primary is trusted) it merges
+ * as a replica's post-image does: applied only if not older by CAS than
+ * what the key holds or than a delete this node recently applied. So a
+ * write that reached this owner during the copy (as an owner of N) is
+ * never overwritten by an older image of the copy, and epoch N's copy is
+ * never moved backwards, which an abort relies on. Tombstones and expired
+ * images carry no CAS to order them by, so they are not merged: the
+ * delete they stand for reached this owner of N as a replica (in_record).
+ */
+static int
+in_link(struct handoff_in *in, struct store_item *it, uint64_t cas, bool merge)
+{
+    if (merge) {
+        if (store_item_ttl_remaining(in->s, it) < 0) {
+            return 0;
+        }
+        return replicate_apply_put(in->s, it, cas);
+    }
+    return store_put_import(in->s, it, cas);
+}
+
 /* Apply one record; 0, 1 (store refused, err set) or -1 (a lie). */
 static int
 in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, size_t errlen)
@@ -74,6 +104,7 @@ in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, s
     struct store *s = in->s;
     const char   *key = (const char *)r->key.data;
     uint64_t      hash;
+    bool          merge;
     int           rc = 0;
 
     if (r->key.len == 0 || r->key.len > STORE_KEY_MAX) {
@@ -86,6 +117,7 @@ in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, s
                  (int)(r->key.len > 64 ? 64 : r->key.len), key);
         return -1;
     }
+    merge = cluster_holds_active(in->cl, hash);
     if (in->it != NULL || r->offset != 0) {
         /* A continuation chunk: same key, next offset. */
         if (in->it == NULL || r->tombstone || r->total_bytes != 0 || r->offset != in->got ||
@@ -99,12 +131,14 @@ in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, s
         in->got += r->value.len;
         imported_add(in, 0, r->value.len);
         if (in->got == in->it->nbytes) {
-            rc = store_put_import(s, in->it, in->cas);
+            rc = in_link(in, in->it, in->cas, in->merge);
             imported_add(in, 1, 0);
             in_drop_chunk(in);
         }
     } else if (r->tombstone) {
-        store_import_delete(s, key, r->key.len, hash);
+        if (!merge) {
+            store_import_delete(s, key, r->key.len, hash);
+        }
         imported_add(in, 1, 0);
     } else if (r->total_bytes != 0) {
         int e = 0;
@@ -118,18 +152,32 @@ in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, s
             rc = e;
         } else {
             in->cas = r->cas;
+            in->merge = merge;
             memcpy(store_item_value_mut(in->it), r->value.data, r->value.len);
             in->got = r->value.len;
             imported_add(in, 0, r->key.len + r->value.len);
             if (in->got == r->total_bytes) {
-                rc = store_put_import(s, in->it, in->cas);
+                rc = in_link(in, in->it, in->cas, in->merge);
                 imported_add(in, 1, 0);
                 in_drop_chunk(in);
             }
         }
-    } else {
+    } else if (!merge) {
         rc = store_import(s, key, r->key.len, hash, r->flags, r->ttl, r->cas,
                           (const char *)r->value.data, r->value.len);
+        imported_add(in, 1, r->key.len + r->value.len);
+    } else {
+        struct store_item *it;
+        int                e = 0;
+
+        it = store_import_alloc(s, key, r->key.len, hash, r->flags, r->ttl, r->value.len, &e);
+        if (it == NULL) {
+            rc = e;
+        } else {
+            memcpy(store_item_value_mut(it), r->value.data, r->value.len);
+            rc = in_link(in, it, r->cas, true);
+            store_release(s, it);
+        }
         imported_add(in, 1, r->key.len + r->value.len);
     }
     if (rc == STORE_TOO_LARGE || rc == STORE_NO_MEMORY) {

@@ -77,9 +77,25 @@ transition_orphans(struct transition *t)
  * Purges
  */
 
-/* Remove every item of the arcs this node imports (leftovers before a
- * copy, what it imported after an abort). Nobody writes there: this node
- * does not serve those arcs. Synchronous, so no import can interleave. */
+/* Store predicate (arg: the cluster): a key this node imports and does
+ * not hold in the active epoch, so what it has there is a leftover of an
+ * older epoch (cleanup not finished) or of an aborted import. */
+static bool
+refill_pred(uint64_t hash, void *arg)
+{
+    struct cluster *cl = arg;
+
+    return arcset_has(&cl->importing, hash) && !cluster_holds_active(cl, hash);
+}
+
+/* Remove what this node imports into ranges it does not hold in epoch N
+ * (leftovers before a copy, what it imported after an abort). Nobody
+ * writes there: this node does not serve those arcs. A range it owns in
+ * N is never purged, though the copy refills it too (every new owner but
+ * the old primary): it serves epoch N until the store's commit, an abort
+ * must find it as it was, and writes accepted meanwhile reach it as an
+ * owner of N; the import merges into it by CAS (handoff_in.c).
+ * Synchronous, so no import can interleave. */
 static void
 purge_importing(struct transition *t)
 {
@@ -89,7 +105,7 @@ purge_importing(struct transition *t)
         return;
     }
     store_cursor_init(&cur);
-    while (store_purge(t->store, arcset_pred, &t->cl->importing, 1u << 16, &cur) != 0) {
+    while (store_purge(t->store, refill_pred, t->cl, 1u << 16, &cur) != 0) {
         continue;
     }
 }

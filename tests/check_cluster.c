@@ -505,6 +505,69 @@ START_TEST(test_join_arcs)
 }
 END_TEST
 
+/* A leave at R = 2 (finding #8): b keeps every key it owns in epoch 3 as
+ * held (never purged before the commit), though it is refilled from the
+ * old primary where a leaves; it imports into non-held ranges only what it
+ * did not own. A node accepting the transition recovering holds nothing. */
+START_TEST(test_leave_r2_holds)
+{
+    static const char THREE_R2[] =
+        "epoch 3\nvnodes 160\nreplicas 2\n"
+        "node a 127.0.0.1:21001\nnode b 127.0.0.1:21002\nnode c 127.0.0.1:21003\n";
+    static const char    TWO_R2[] = "epoch 4\nvnodes 160\nreplicas 2\n"
+                                    "node b 127.0.0.1:21002\nnode c 127.0.0.1:21003\n";
+    struct ring_members *three = members(THREE_R2), *two = members(TWO_R2);
+    struct ring         *r3 = ring_build(three);
+    struct cluster      *b, *c;
+    char                 dir_b[64];
+    uint32_t             i, lo[2], refilled = 0, gained = 0;
+    bool                 again;
+
+    mkstate();
+    strcpy(dir_b, dir);
+    put("active.members", THREE_R2);
+    b = open_node("b");
+    ck_assert_int_eq(cluster_prepare(b, two, (const uint8_t *)"l", 1, 3, &again, err, sizeof(err)),
+                     0);
+    for (i = 0; i < 50000; i++) {
+        uint64_t h = sample(i);
+        bool     owned, imp = arcset_has(&b->importing, h);
+
+        ring_locate(r3, h, 2, lo);
+        owned = lo[0] == 1 || lo[1] == 1;
+        ck_assert_int_eq(cluster_holds_active(b, h), owned);
+        /* Refilled while held: b was a's secondary. */
+        if (imp && owned) {
+            ck_assert_uint_eq(lo[0], 0);
+            refilled++;
+        }
+        gained += imp && !owned;
+    }
+    ck_assert_uint_gt(refilled, 0);
+    ck_assert_uint_gt(gained, 0);
+    ck_assert_int_eq(cluster_abort(b, (const uint8_t *)"l", 1, err, sizeof(err)), 0);
+    cluster_free(b);
+
+    mkstate();
+    put("active.members", THREE_R2);
+    c = open_node("c");
+    __atomic_store_n(&c->live.recovering, 1, __ATOMIC_RELAXED);
+    ck_assert_int_eq(cluster_prepare(c, two, (const uint8_t *)"l", 1, 3, &again, err, sizeof(err)),
+                     0);
+    ck_assert(c->fresh);
+    for (i = 0; i < 5000; i++) {
+        ck_assert(!cluster_holds_active(c, sample(i)));
+    }
+    cluster_free(c);
+    rmstate();
+    strcpy(dir, dir_b);
+    rmstate();
+    ring_free(r3);
+    ring_members_free(three);
+    ring_members_free(two);
+}
+END_TEST
+
 Suite *
 cluster_suite(void)
 {
@@ -522,6 +585,7 @@ cluster_suite(void)
     tcase_add_test(tc, test_route_three_nodes);
     tcase_add_test(tc, test_route_replicas);
     tcase_add_test(tc, test_join_arcs);
+    tcase_add_test(tc, test_leave_r2_holds);
     suite_add_tcase(s, tc);
     return s;
 }
