@@ -2,11 +2,17 @@
 # Installs, from Debian's archive, the packages ringcache needs that this
 # machine lacks (and only those). Sourced by tests/run.sh and deploy/demo.sh.
 # Usage: rc_install_deps [extra package...]
+#        rc_install_netns_deps     only what the network-namespace tests need
+#                                  (tests/it/netns.py calls it when ip or nft is
+#                                  missing)
 
 RC_DEPS="gcc make autoconf automake libtool pkg-config libevent-dev
 libprotobuf-c-dev protobuf-c-compiler libxxhash-dev check python3
 python3-pymemcache libmemcached-tools libmemcached-dev memcached clang
-libclang-rt-14-dev procps iproute2"
+libclang-rt-14-dev procps iproute2 nftables"
+
+# tests/it/netns.py (partitions between network namespaces): ip, nft.
+RC_NETNS_DEPS="iproute2 nftables"
 
 rc_install_deps() {
     local missing=() p sudo=
@@ -36,4 +42,10 @@ rc_install_deps() {
     local rc=$?
     [ -n "${RC_REMOVE_POLICY:-}" ] && rm -f /usr/sbin/policy-rc.d
     return $rc
+}
+
+# Only RC_NETNS_DEPS (not the whole RC_DEPS list), each only if missing.
+rc_install_netns_deps() {
+    local RC_DEPS=
+    rc_install_deps $RC_NETNS_DEPS "$@"
 }

@@ -79,8 +79,17 @@ def track(proc):
     return proc
 
 
+_KILL_HOOKS = []      # called by kill_all() after the processes (netns.py: namespaces)
+
+
+def on_kill_all(fn):
+    """Run fn() at the end of every kill_all() (also the watchdog's)."""
+    _KILL_HOOKS.append(fn)
+
+
 def kill_all():
-    """SIGKILL every still-running process this module started (by PID)."""
+    """SIGKILL every still-running process this module started (by PID),
+    then run the on_kill_all hooks."""
     with _PROCS_LOCK:
         procs = list(_PROCS)
     for p in procs:
@@ -94,6 +103,11 @@ def kill_all():
             p.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+    for fn in list(_KILL_HOOKS):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 (cleanup goes on)
+            print("# kill_all hook: %s" % e, file=sys.stderr)
 
 
 def watchdog(seconds):

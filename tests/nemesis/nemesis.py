@@ -25,8 +25,13 @@ Faults (--faults, comma separated):
 Known to fail today (docs/guarantees.md "open"), so not in the default set:
   freeze    a cgroup-v2 freezer for 2.6-3.5 s, no SIGCONT (finding 11);
             skipped with a message when no writable cgroup2 is available
-  partition network namespaces (finding 4, no split brain); the namespace
-            builder is not written yet: the fault reports a skip
+  partition one node cut off for 3-6 s by nftables rules in its network
+            namespace, from its peers only or from everyone, then healed
+            (finding 4, no split brain). With partition in --faults the
+            whole cluster runs in network namespaces (tests/it/netns.py:
+            one per node, the harness and ringctl in a client namespace);
+            as root only: elsewhere the fault is recorded as skipped and
+            the cluster runs on 127.0.0.1
 
 Checker classes: lost, stale, resurrected, counter, phantom, stuck fail the
 run; ryw (read-your-writes of pipelined set+get on one connection across a
@@ -37,6 +42,7 @@ Exit status: 0 no violation, 1 a violation, 77 skipped (no cluster build)."""
 import argparse
 import os
 import random
+import re
 import shutil
 import signal
 import sys
@@ -49,6 +55,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "it"))
 import checker as ck  # noqa: E402
 import loadgen as lg  # noqa: E402
 import failover_lib as fl  # noqa: E402
+import netns  # noqa: E402
 
 DEFAULT_FAULTS = ("kill", "pause", "admin", "lostdir")
 OPEN_FAULTS = {
@@ -80,8 +87,8 @@ def write_outcome(r):
     why = r.why or ""
     if any(x in why for x in ("TRYAGAIN", "MOVED", "no membership", "NOT_STORED")):
         return "fail"
-    if why.startswith("127.0.0.1:"):
-        return "fail"        # the request was never sent
+    if re.match(r"[0-9.]+:[0-9]+: ", why):
+        return "fail"        # the request was never sent (loadgen: "host:port: error")
     return "unknown"
 
 
@@ -150,6 +157,8 @@ class Run:
         self.cl = None
         self.members_d = False
         self.tap = lg.Tap()
+        self.lab = None          # netns.NetLab when the cluster runs in namespaces
+        self.lab_why = "partition not in --faults"
 
     # ------------------------------------------------------------ cluster
 
@@ -158,7 +167,10 @@ class Run:
 
     def start(self):
         t = self.tap
-        self.cl, ok = lg.start_cluster(t, list(BASE), replicas=2, mem=64)
+        if self.lab is not None:
+            self.cl, ok = netns.start_cluster(t, self.lab, list(BASE), replicas=2, mem=64)
+        else:
+            self.cl, ok = lg.start_cluster(t, list(BASE), replicas=2, mem=64)
         if not ok:
             raise RuntimeError("the cluster did not start")
         self.cl.add("d")       # joins and leaves in the admin faults
@@ -496,10 +508,20 @@ class Run:
             except OSError as e:
                 log("freeze: cleanup: %s" % e)
 
-    def fault_partition(self, nid, secs):
-        why = partition_unavailable()
-        self.h.fault(time.monotonic(), "partition %s: SKIPPED (%s)" % (nid, why))
-        log("partition: skipped: " + why)
+    def fault_partition(self, nid, secs, mode="peers"):
+        if self.lab is None:
+            why = self.lab_why
+            self.h.fault(time.monotonic(), "partition %s: SKIPPED (%s)" % (nid, why))
+            log("partition: skipped: " + why)
+            return
+        self.lab.partition(nid, mode)
+        self.h.fault(time.monotonic(), "partition %s from %s for %.2f s" % (
+            nid, "its peers" if mode == "peers" else "everyone", secs))
+        try:
+            self.idle(secs)
+        finally:
+            self.lab.heal(nid)
+            self.h.fault(time.monotonic(), "heal %s" % nid)
 
     def apply(self, f):
         kind = f[0]
@@ -586,13 +608,13 @@ def freezer_unavailable():
     return None
 
 
-def partition_unavailable():
-    if os.geteuid() != 0:
-        return "not root: network namespaces cannot be made"
-    if not shutil.which("ip") or not (shutil.which("nft") or shutil.which("iptables")):
-        return "no ip or nft/iptables"
-    return ("the namespace/veth builder is not written yet (issue 11): nodes run on "
-            "127.0.0.1 only")
+def make_lab():
+    """(NetLab set up, None) or (None, why not): the namespaces of the
+    cluster when partition is in --faults."""
+    try:
+        return netns.NetLab(list(BASE) + ["d"]).setup(), None
+    except netns.Unavailable as e:
+        return None, str(e)
 
 
 # ---------------------------------------------------------------- schedules
@@ -617,7 +639,8 @@ def random_fault(rng, kinds):
     if k == "freeze":
         return (k, rng.choice(BASE), round(rng.uniform(2.6, 3.5), 2))
     if k == "partition":
-        return (k, rng.choice(BASE), round(rng.uniform(1.0, 3.0), 2))
+        return (k, rng.choice(BASE), round(rng.uniform(3.0, 6.0), 2),
+                rng.choice(("peers", "all")))
     raise ValueError(k)
 
 
@@ -653,6 +676,17 @@ def main():
         sys.exit(0 if args.tap else 77)
     run = Run(args)
     rng = run.rng
+    if "partition" in kinds:
+        # Before any thread: the harness enters the client namespace.
+        run.lab, why = make_lab()
+        if run.lab is None:
+            run.lab_why = why
+            print("# partition: no namespaces (%s): the fault is recorded as skipped and "
+                  "the cluster runs on 127.0.0.1" % why, flush=True)
+        else:
+            run.lab.enter()
+            print("# partition: the cluster runs in network namespaces rc-%s-* (%s.0/24)"
+                  % (run.lab.uniq, run.lab.net), flush=True)
     rc = 1
     t_begin = time.monotonic()
     try:
@@ -736,6 +770,8 @@ def main():
             run.cl.close()
             if rc == 0:
                 run.cl.cleanup_dir()
+        if run.lab is not None:
+            run.lab.close()
         lg.kill_all()
     sys.exit(rc)
 
