@@ -17,6 +17,7 @@
 
 #include <event2/event.h>
 
+#include "server/forward.h"
 #include "server/log.h"
 #include "server/proto_text.h"
 #include "server/stats.h"
@@ -503,6 +504,9 @@ conn_close(struct conn *c)
     free(c->fwd_buf);
     c->fwd_buf = NULL;
     conn_out_clear(c);
+    if (c->fwd_order != NULL) {
+        forward_conn_closed(c);
+    }
     c->pstate = CONN_PS_CMD;
     c->rpos = c->rend;
     conn_rbuf_release(c);

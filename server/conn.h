@@ -25,6 +25,7 @@
 struct worker;
 struct event;
 struct repl_op;
+struct fwd_order;
 
 #define CONN_RBUF_SIZE        16384u      /* default read buffer */
 #define CONN_LINE_MAX         (4u << 20)  /* longest get line we buffer */
@@ -109,6 +110,9 @@ struct conn {
     char            fwd_addr[256];
     uint32_t        nholds;   /* holds not yet done */
     struct repl_op *repl_gat; /* a replicated gat being served (replicate.c) */
+
+    /* The order of its relayed requests across retries (forward.c). */
+    struct fwd_order *fwd_order;
 
     /* Output. */
     struct out_chunk *out_head, *out_tail;

@@ -4,7 +4,10 @@
  * queued on its upstream; replies come back in order and complete the
  * queue head. One timer per upstream watches the head's deadline: when it
  * passes, everything in flight on that upstream fails and the connection is
- * closed (the next request reconnects).
+ * closed (the next request reconnects). A client connection's relayed
+ * requests keep their order of execution across retries: while one backs
+ * off (TRYAGAIN) or is redirected (MOVED, a refused connection), the later
+ * ones are held behind it (struct fwd_order).
  */
 #include "config.h"
 #include "ring/util.h"
@@ -36,6 +39,7 @@
 #define FWD_VALUE_MAX (1u << 30) /* a VALUE larger than this is a protocol error */
 
 struct fwd_up;
+struct fwd_order;
 
 /* One request in flight on an upstream (pooled per worker). */
 struct fwd_req {
@@ -57,6 +61,41 @@ struct fwd_req {
     bool               relayed;                /* some of its reply is in the hold */
     char               alt[RING_ADDR_MAX + 1]; /* a get: the next owner to try when
                                                 * this one refuses or resets ("") */
+    struct fwd_order *ord;                     /* its client connection's order (or NULL) */
+    uint64_t          seq;                     /* its place in that order */
+    bool              ahead;                   /* on ord's ahead list: later ones wait for it */
+    struct fwd_req   *aprev, *anext;           /* ord's ahead list */
+    struct fwd_up    *held_up;                 /* held on ord: where it goes when released */
+};
+
+/*
+ * The order of one client connection's relayed requests (refcounted: the
+ * connection and each of its requests; it outlives a closed connection so
+ * what it holds is still sent, in order). The upstream to a node keeps a
+ * connection's requests in order there, but a request answered TRYAGAIN
+ * or MOVED is sent again later or elsewhere, and a later one must not
+ * overtake it (docs/guarantees.md "Per connection"). From such a retry on,
+ * an episode: the requests later ones wait for are on `ahead` (the
+ * retrying ones, and what was released after them), a request that would
+ * start or be sent again with an earlier one still ahead or held is held
+ * (sorted by seq, bounded), and when nothing is ahead any more the held
+ * requests are released, the leading run of those going to one upstream
+ * at once (its order holds there). Outside an episode nothing is held
+ * and nothing waits.
+ */
+struct fwd_order {
+    struct fwd_worker *fw;
+    uint32_t           refs;
+    uint64_t           next_seq;
+    struct fwd_req    *ahead, *ahead_tail; /* sorted by seq */
+    uint32_t           nahead;
+    struct fwd_req    *held, *held_tail; /* sorted by seq, linked by next */
+    uint32_t           nheld;
+    size_t             held_bytes;
+    struct fwd_up     *up; /* what was released went there, all still in
+                            * order: a new request to it may follow at once */
+    bool          releasing;
+    struct event *timer; /* the first held request's deadline */
 };
 
 /* A connection to one peer's client port. */
@@ -81,11 +120,14 @@ struct fwd_worker {
     bool            flush_armed;
     struct fwd_req *req_pool; /* free requests */
     uint32_t        nreq_pool;
+    bool            closing; /* forward_worker_free runs: release nothing */
 };
 
 #define FWD_REQ_POOL_MAX 1024
 
 static void flush_cb(evutil_socket_t fd, short what, void *arg);
+static void ord_release(struct fwd_order *o);
+static bool ord_defer(struct fwd_req *r, struct fwd_up *to);
 
 /* The worker's forwarding state, created on first use; NULL on ENOMEM. */
 static struct fwd_worker *
@@ -137,13 +179,121 @@ req_new(struct fwd_worker *fw)
     return r;
 }
 
+/*
+ * A connection's order (struct fwd_order)
+ */
+
+/* c's order, made on its first relayed request; NULL on ENOMEM (its
+ * requests are then relayed unordered, as before an episode). */
+static struct fwd_order *
+ord_get(struct fwd_worker *fw, struct conn *c)
+{
+    struct fwd_order *o = c->fwd_order;
+
+    if (o == NULL) {
+        o = calloc(1, sizeof(*o));
+        if (o == NULL) {
+            return NULL;
+        }
+        o->fw = fw;
+        o->refs = 1; /* the connection's (forward_conn_closed) */
+        c->fwd_order = o;
+    }
+    return o;
+}
+
+static void
+ord_unref(struct fwd_order *o)
+{
+    if (--o->refs > 0) {
+        return;
+    }
+    if (o->timer != NULL) {
+        event_free(o->timer);
+    }
+    free(o);
+}
+
+/* The connection closed; see forward.h. Its held and retrying requests
+ * go on in order (a noreply write is still applied), their replies
+ * dropped with its holds. */
+void
+forward_conn_closed(struct conn *c)
+{
+    struct fwd_order *o = c->fwd_order;
+
+    c->fwd_order = NULL;
+    if (o != NULL) {
+        ord_unref(o);
+    }
+}
+
+/* Put r on o's ahead list, sorted by seq (a new one usually goes last). */
+static void
+ahead_add(struct fwd_order *o, struct fwd_req *r)
+{
+    struct fwd_req *at = o->ahead_tail;
+
+    if (r->ahead) {
+        return;
+    }
+    while (at != NULL && at->seq > r->seq) {
+        at = at->aprev;
+    }
+    r->aprev = at;
+    r->anext = at != NULL ? at->anext : o->ahead;
+    if (r->anext != NULL) {
+        r->anext->aprev = r;
+    } else {
+        o->ahead_tail = r;
+    }
+    if (at != NULL) {
+        at->anext = r;
+    } else {
+        o->ahead = r;
+    }
+    r->ahead = true;
+}
+
+static void
+ahead_remove(struct fwd_order *o, struct fwd_req *r)
+{
+    if (!r->ahead) {
+        return;
+    }
+    if (r->aprev != NULL) {
+        r->aprev->anext = r->anext;
+    } else {
+        o->ahead = r->anext;
+    }
+    if (r->anext != NULL) {
+        r->anext->aprev = r->aprev;
+    } else {
+        o->ahead_tail = r->aprev;
+    }
+    r->aprev = r->anext = NULL;
+    r->ahead = false;
+}
+
 /* Free a request (its hold, if any, was finished or dropped): back to
  * its worker's pool. */
 static void
 req_free(struct fwd_req *r)
 {
     struct fwd_worker *fw = r->fw;
+    struct fwd_order  *o = r->ord;
 
+    if (o != NULL) {
+        /* Done: what its connection held behind it may go now. */
+        r->ord = NULL;
+        if (r->ahead) {
+            ahead_remove(o, r);
+            if (o->ahead == NULL) {
+                ord_release(o);
+            }
+        }
+        ord_unref(o);
+    }
     if (r->again != NULL) {
         evbuffer_free(r->again);
     }
@@ -211,7 +361,9 @@ req_fallback(struct fwd_req *r, enum fwd_err err)
         return false;
     }
     log_msg(LOG_DEBUG, "forward: a get goes to the next owner %s", to->addr);
-    up_resend(to, r);
+    if (!ord_defer(r, to)) {
+        up_resend(to, r);
+    }
     return true;
 }
 
@@ -243,6 +395,196 @@ req_fail(struct fwd_req *r, const char *why, enum fwd_err err)
         break;
     }
     req_free(r);
+}
+
+/* Unlink o's first held request. */
+static struct fwd_req *
+held_pop(struct fwd_order *o)
+{
+    struct fwd_req *r = o->held;
+
+    o->held = r->next;
+    if (o->held == NULL) {
+        o->held_tail = NULL;
+    }
+    r->next = NULL;
+    r->held_up = NULL;
+    o->nheld--;
+    o->held_bytes -= evbuffer_get_length(r->again);
+    return r;
+}
+
+/* Arm o's timer for its first held request's deadline (or stop it). */
+static void
+ord_arm(struct fwd_order *o)
+{
+    struct timeval tv;
+    int64_t        left;
+
+    if (o->timer == NULL) {
+        return;
+    }
+    if (o->held == NULL) {
+        evtimer_del(o->timer);
+        return;
+    }
+    left = o->held->deadline - util_now_ms();
+    if (left < 0) {
+        left = 0;
+    }
+    tv.tv_sec = (time_t)(left / 1000);
+    tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
+    evtimer_add(o->timer, &tv);
+}
+
+/* Timer: the first held request's deadline passed. A held request waits
+ * no longer than it could have retried by itself (its give_up, plus one
+ * timeout for the last try's reply), then fails as a timed-out one. */
+static void
+ord_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct fwd_order *o = arg;
+    int64_t           now = util_now_ms();
+
+    (void)fd;
+    (void)what;
+    o->refs++;
+    while (o->held != NULL && o->held->deadline <= now) {
+        req_fail(held_pop(o), "forward timeout", FWD_ETIMEOUT);
+    }
+    ord_arm(o);
+    if (o->ahead == NULL) {
+        ord_release(o);
+    }
+    ord_unref(o);
+}
+
+/*
+ * Hold r (not sent yet, or answered without being executed) until nothing
+ * of its connection is ahead of it; it then goes to `to`. Bounded: past
+ * FWD_HELD_MAX requests or FWD_HELD_BYTES_MAX bytes held on the
+ * connection it is answered SERVER_ERROR instead (failed as the request
+ * it is). Consumes r (it may even be sent and done before this returns).
+ */
+static void
+ord_hold(struct fwd_req *r, struct fwd_up *to)
+{
+    struct fwd_order *o = r->ord;
+    size_t            len = r->again != NULL ? evbuffer_get_length(r->again) : 0;
+
+    if (r->again == NULL) {
+        req_fail(r, "out of memory", FWD_EOTHER);
+        return;
+    }
+    if (o->nheld >= FWD_HELD_MAX || (o->nheld > 0 && o->held_bytes + len > FWD_HELD_BYTES_MAX)) {
+        log_msg(LOG_INFO,
+                "forward: %" PRIu32 " requests (%zu bytes) of one connection held "
+                "behind a retry: refusing the next",
+                o->nheld, o->held_bytes);
+        req_fail(r, "too many requests held behind a retry", FWD_EOTHER);
+        return;
+    }
+    if (o->timer == NULL && (o->timer = evtimer_new(o->fw->w->base, ord_timer_cb, o)) == NULL) {
+        req_fail(r, "out of memory", FWD_EOTHER);
+        return;
+    }
+    r->held_up = to;
+    r->deadline = r->give_up + timeout_ms(o->fw);
+    if (o->held_tail == NULL || o->held_tail->seq < r->seq) {
+        r->next = NULL;
+        if (o->held_tail != NULL) {
+            o->held_tail->next = r;
+        } else {
+            o->held = r;
+        }
+        o->held_tail = r;
+    } else {
+        /* Sent before some held one and bounced back since. */
+        struct fwd_req **pp = &o->held;
+
+        while ((*pp)->seq < r->seq) {
+            pp = &(*pp)->next;
+        }
+        r->next = *pp;
+        *pp = r;
+    }
+    o->nheld++;
+    o->held_bytes += len;
+    if (o->held == r) {
+        ord_arm(o);
+    }
+    if (o->ahead == NULL) {
+        ord_release(o);
+    }
+}
+
+/* Whether a request of r's connection earlier than r is ahead or held. */
+static bool
+ord_earlier(const struct fwd_order *o, const struct fwd_req *r)
+{
+    const struct fwd_req *a = o->ahead != r ? o->ahead : r->anext;
+
+    return (a != NULL && a->seq < r->seq) || (o->held != NULL && o->held->seq < r->seq);
+}
+
+/*
+ * r was not executed (answered TRYAGAIN or MOVED, or its owner refused
+ * the connection) and is about to be sent again to `to`, later or at
+ * once. true: an earlier request of its connection is still ahead or
+ * held, so r is held behind it instead (consumed). false: r is its
+ * connection's earliest; it goes on, and what comes later waits for it.
+ */
+static bool
+ord_defer(struct fwd_req *r, struct fwd_up *to)
+{
+    struct fwd_order *o = r->ord;
+
+    if (o == NULL) {
+        return false;
+    }
+    /* What was released is no longer all in order on one upstream. */
+    o->up = NULL;
+    if (!o->fw->closing && ord_earlier(o, r)) {
+        ahead_remove(o, r);
+        ord_hold(r, to);
+        return true;
+    }
+    ahead_add(o, r);
+    return false;
+}
+
+/*
+ * Nothing of o is ahead any more: send its held requests in order, the
+ * leading run of those that go to one upstream at once (they are ahead
+ * now, and a new request to that upstream may follow them); the rest
+ * wait for that run. When nothing is held the episode is over.
+ */
+static void
+ord_release(struct fwd_order *o)
+{
+    if (o->releasing) {
+        return; /* the loop below sees what changed */
+    }
+    o->releasing = true;
+    o->refs++;
+    while (o->ahead == NULL && o->held != NULL) {
+        struct fwd_up *to = o->held->held_up;
+
+        o->up = to;
+        while (o->held != NULL && o->held->held_up == to) {
+            struct fwd_req *r = held_pop(o);
+
+            ahead_add(o, r);
+            if (o->fw->closing) {
+                req_fail(r, "shutting down", FWD_EOTHER);
+            } else {
+                up_resend(to, r);
+            }
+        }
+    }
+    ord_arm(o);
+    o->releasing = false;
+    ord_unref(o);
 }
 
 /* Arm the upstream's timer for its head's deadline (or stop it). */
@@ -408,7 +750,9 @@ retry_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     waiting_remove(up->fw, r);
     r->retry_up = NULL;
-    up_resend(up, r);
+    if (!ord_defer(r, up)) {
+        up_resend(up, r);
+    }
 }
 
 /*
@@ -426,6 +770,9 @@ req_tryagain(struct fwd_up *up, struct fwd_req *r)
 
     if (r->again == NULL || util_now_ms() + wait >= r->give_up) {
         return false;
+    }
+    if (ord_defer(r, up)) {
+        return true; /* held behind an earlier request, no backoff of its own */
     }
     if (r->retry_ev == NULL) {
         r->retry_ev = evtimer_new(up->fw->w->base, retry_cb, r);
@@ -466,7 +813,9 @@ req_moved(struct fwd_up *from, struct fwd_req *r, const char *line, const struct
     if (r->again != NULL && (to = up_find(from->fw, addr)) != NULL) {
         if (!r->moved && to != from) {
             r->moved = true;
-            up_resend(to, r);
+            if (!ord_defer(r, to)) {
+                up_resend(to, r);
+            }
             return;
         }
         if (req_tryagain(to, r)) {
@@ -979,6 +1328,22 @@ forward_read(struct conn *c, const char *addr, const char *alt, uint64_t epoch, 
         r->c = c;
         r->hold = conn_out_hold(c, r, forward_req_gone);
     }
+    r->ord = ord_get(fw, c);
+    if (r->ord != NULL) {
+        struct fwd_order *o = r->ord;
+
+        o->refs++;
+        r->seq = o->next_seq++;
+        if (o->ahead != NULL || o->held != NULL) {
+            /* An episode: wait, unless this follows what was released
+             * to the same upstream with nothing retried since. */
+            if (o->held != NULL || o->up != up) {
+                ord_hold(r, up);
+                return 0;
+            }
+            ahead_add(o, r);
+        }
+    }
     return up_send(up, r, iov, iovcnt);
 }
 
@@ -1012,6 +1377,7 @@ forward_worker_free(struct worker *w)
     if (fw == NULL) {
         return;
     }
+    fw->closing = true;
     while (fw->waiting != NULL) {
         struct fwd_req *r = fw->waiting;
 

@@ -54,6 +54,11 @@ typedef void (*fwd_call_fn)(void *arg, const char *line, size_t len, enum fwd_er
 /* Holds a client connection may have outstanding before it stops
  * parsing new requests. */
 #define FWD_MAX_PER_CONN 64
+/* Requests, and their bytes, one client connection may have held behind
+ * an earlier one that is retried (forward_read); past either the next is
+ * answered SERVER_ERROR. */
+#define FWD_HELD_MAX       1024
+#define FWD_HELD_BYTES_MAX (16u << 20)
 
 /*
  * Relay a request of client c to the node at addr ("host:port" of its
@@ -64,6 +69,9 @@ typedef void (*fwd_call_fn)(void *arg, const char *line, size_t len, enum fwd_er
  * (noreply). The upstream declares `epoch <epoch>` so the owner never
  * forwards again; a MOVED reply is retried once at the address it names
  * (then answered SERVER_ERROR TRYAGAIN). The request bytes are copied.
+ * c's relayed requests execute in order: while an earlier one is retried
+ * (after TRYAGAIN or MOVED, or sent to a get's next owner) this one is
+ * held and sent after it, within its own retry deadline.
  * 0, or -1 when nothing could be queued (c got a SERVER_ERROR reply).
  */
 int forward_request(struct conn *c, const char *addr, uint64_t epoch, enum fwd_kind kind,
@@ -93,5 +101,9 @@ void forward_worker_free(struct worker *w);
 /* The hold of a request was dropped with its client connection: the reply
  * will be read and discarded. Called by conn.c only. */
 void forward_req_gone(void *req);
+
+/* Client connection c closes (c->fwd_order is set): what it has held or
+ * retrying goes on without it, in order. Called by conn.c only. */
+void forward_conn_closed(struct conn *c);
 
 #endif /* SERVER_FORWARD_H */
