@@ -88,8 +88,7 @@ struct fwd_order {
     uint32_t           refs;
     uint64_t           next_seq;
     struct fwd_req    *ahead, *ahead_tail; /* sorted by seq */
-    uint32_t           nahead;
-    struct fwd_req    *held, *held_tail; /* sorted by seq, linked by next */
+    struct fwd_req    *held, *held_tail;   /* sorted by seq, linked by next */
     uint32_t           nheld;
     size_t             held_bytes;
     struct fwd_up     *up; /* what was released went there, all still in
@@ -1401,4 +1400,12 @@ forward_worker_free(struct worker *w)
     }
     free(fw);
     w->fwd = NULL;
+}
+
+/* See forward.h. */
+bool
+forward_conn_busy(const struct conn *c)
+{
+    /* One reference is the connection's, one more each request's. */
+    return c->fwd_order != NULL && c->fwd_order->refs > 1;
 }

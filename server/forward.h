@@ -102,6 +102,10 @@ void forward_worker_free(struct worker *w);
  * will be read and discarded. Called by conn.c only. */
 void forward_req_gone(void *req);
 
+/* Has client connection c relayed requests still in flight (a noreply
+ * write included)? */
+bool forward_conn_busy(const struct conn *c);
+
 /* Client connection c closes (c->fwd_order is set): what it has held or
  * retrying goes on without it, in order. Called by conn.c only. */
 void forward_conn_closed(struct conn *c);

@@ -126,8 +126,11 @@ decide(const struct cluster_view *v, struct route *rt, bool declared, bool order
     }
     if (v->live != NULL && __atomic_load_n(&v->live->recovering, __ATOMIC_RELAXED) &&
         list_has(list, n, v->self)) {
-        /* Ours, and we hold nothing: a read may go to a replica. */
-        if (!rt->write && live) {
+        /* Ours, and we hold nothing: a read may go to a replica, unless
+         * it must follow this connection's writes (ordered): those wait
+         * for the primary (TRYAGAIN, relayed in order by a plain
+         * connection's upstream), and so does the read. */
+        if (!rt->write && live && !ordered) {
             for (k = 0; k < n; k++) {
                 if ((int32_t)list[k] != v->self && !cluster_mask_has(v->live->down, list[k])) {
                     break;
@@ -611,10 +614,11 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
     c->get_decided = false;
     /* A plain client's writes at a node that is not the key's primary are
      * relayed; while replies queued before this get are still out
-     * (c->nholds), its keys are read where those writes went, the key's
+     * (c->nholds), or relayed requests of it are (a noreply write leaves
+     * no reply to wait for), its keys are read where those writes went, the key's
      * acting primary (on the same upstream, so after them). Fixed for the
      * whole get, as it pauses and resumes. */
-    c->get_ordered = !touch && c->nholds > 0 && !conn_declared(c);
+    c->get_ordered = !touch && (c->nholds > 0 || forward_conn_busy(c)) && !conn_declared(c);
     if (v == NULL) {
         return true;
     }

@@ -65,6 +65,30 @@ def rounds_at(addr, key, tag):
     return bad
 
 
+def noreply_at(addr, key, tag):
+    """ROUNDS pipelined `set k v noreply` (or `delete k noreply`) + `get k`
+    on one connection at addr: a noreply write leaves no reply to wait
+    for, yet the get must see it. Returns the rounds whose get did not."""
+    bad = []
+    c = lg.Conn(addr, 10.0)
+    k = key.encode()
+    try:
+        for i in range(ROUNDS):
+            v = b"%s-%d" % (tag.encode(), i)
+            if i % 2 == 0:
+                c.send(b"set %s 0 0 %d noreply\r\n%s\r\nget %s\r\n" % (k, len(v), v, k))
+                want = v
+            else:
+                c.send(b"delete %s noreply\r\nget %s\r\n" % (k, k))
+                want = None
+            got = read_get(c)
+            if got != want:
+                bad.append((i, got, want))
+    finally:
+        c.close()
+    return bad
+
+
 def multi_at(addr, k2, k1):
     """Pipelined sets of k2 (a key addr is the second owner of) and k1 (one
     it is the primary of), then one get of both: ROUNDS times; returns the
@@ -114,6 +138,17 @@ def scenario(t):
             t.ok(not bad, "pipelined write then read on one connection at each node as the "
                  "key's %s: %d rounds each, %d reads missed the write" % (role, ROUNDS, len(bad)),
                  bad[:5])
+        for role in ("second owner", "non-owner"):
+            bad = []
+            for nid in cl.nodes:
+                key = next(k for k in keys
+                           if (role == "second owner" and owners[k][1] == nid)
+                           or (role == "non-owner" and nid not in owners[k]))
+                bad += [(nid, key) + b for b in noreply_at(cl.nodes[nid].addr, key,
+                                                             "nr" + role[:3] + nid)]
+            t.ok(not bad, "pipelined noreply write then read on one connection at each node "
+                 "as the key's %s: %d rounds each, %d reads missed the write"
+                 % (role, ROUNDS, len(bad)), bad[:5])
         bad = []
         for nid in cl.nodes:
             k2 = next(k for k in keys if owners[k][1] == nid)
