@@ -323,6 +323,7 @@ cluster_publish(struct cluster *cl)
         for (i = 0; i < CLUSTER_MASK_WORDS; i++) {
             __atomic_store_n(&cl->live.down[i], 0, __ATOMIC_RELEASE);
             __atomic_store_n(&cl->live.empty[i], 0, __ATOMIC_RELEASE);
+            __atomic_store_n(&cl->live.skipped[i], 0, __ATOMIC_RELEASE);
         }
     }
     if (cl->pending != NULL && cl->active != NULL) {

@@ -50,9 +50,13 @@ struct cluster_live {
     uint32_t isolated;     /* 1: no peer answered for HEALTH_SUSPECT_MS: TRYAGAIN */
     uint32_t recovering;   /* 1: restarted empty: owned keys TRYAGAIN */
     uint64_t behind_epoch; /* a peer runs this higher epoch: everything TRYAGAIN */
-    uint64_t down[CLUSTER_MASK_WORDS];  /* active indexes seen down */
-    uint64_t empty[CLUSTER_MASK_WORDS]; /* active indexes up but holding nothing current
-                                         * (their Pong says so) */
+    uint64_t down[CLUSTER_MASK_WORDS];    /* active indexes seen down */
+    uint64_t empty[CLUSTER_MASK_WORDS];   /* active indexes up but holding nothing current
+                                           * (their Pong says so) */
+    uint64_t skipped[CLUSTER_MASK_WORDS]; /* active indexes post-images were not sent to
+                                           * because a Prepare declared them failed; kept
+                                           * (an abort leaves them behind) until the epoch
+                                           * changes: their Pong says saw_you_down */
 };
 
 /*

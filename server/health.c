@@ -174,7 +174,7 @@ peer_close(struct peer *p)
     p->cstate = PC_NONE;
 }
 
-/* The connection failed: remember why; a failure is an answer in a round. */
+/* The connection failed: remember why. */
 static void
 peer_fail(struct peer *p, const char *why, bool outright)
 {
@@ -184,7 +184,9 @@ peer_fail(struct peer *p, const char *why, bool outright)
     peer_close(p);
     p->fail_ms = now;
     p->refused = outright;
-    if (p->h->round && now >= p->h->round_start) {
+    /* Only a refusal answers a round: a silent peer may be alive and
+     * acting on a Prepare that declared this node failed. */
+    if (outright && p->h->round && now >= p->h->round_start) {
         p->settled = true;
     }
 }
@@ -239,6 +241,21 @@ peer_frame(struct peer *p, const struct frame *f)
             p->settled = true;
         }
         learn_epoch(p->h, p->id, m->active_epoch);
+        if (m->saw_you_down) {
+            struct cluster_live *live = cluster_live(p->h->cl);
+
+            /* The peer acted without us on the store's authority (a
+             * Prepare declaring us failed, maybe aborted since): what we
+             * hold may be stale. */
+            if (cluster_active(p->h->cl) != NULL &&
+                !__atomic_load_n(&live->recovering, __ATOMIC_RELAXED)) {
+                __atomic_store_n(&live->recovering, 1, __ATOMIC_RELEASE);
+                log_msg(LOG_ERR,
+                        "peer %.64s holds a transition that declared this node failed: "
+                        "recovering",
+                        p->id);
+            }
+        }
         ringcache__pong__free_unpacked(m, NULL);
     } else if (f->type == FRAME_ERROR) {
         char why[128];
@@ -443,8 +460,8 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
         h->round = true;
         h->round_start = now;
         log_msg(LOG_ERR,
-                "this process stalled for over %d ms: serving nothing until %u "
-                "peers answered",
+                "this process stalled for over %d ms (or heard no peer): serving nothing "
+                "until %u peers answered",
                 CLUSTER_STALL_MS, h->n);
         for (i = 0; i < h->n; i++) {
             struct peer *p = &h->peers[i];
@@ -488,13 +505,23 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
      * silence, before any peer sees it down at HEALTH_DOWN_MS). */
     if (h->isolated != (h->n > 0 && !heard)) {
         h->isolated = !h->isolated;
+        if (h->isolated) {
+            /* Back from it, every peer must answer first (a round, as
+             * after a stall): one of them may hold a Prepare that
+             * declared this node failed, and its Pong says so. */
+            __atomic_store_n(&live->suspect, 1, __ATOMIC_RELEASE);
+        }
         __atomic_store_n(&live->isolated, h->isolated ? 1 : 0, __ATOMIC_RELEASE);
         log_msg(h->isolated ? LOG_ERR : LOG_INFO,
-                h->isolated ? "no peer has answered for %d ms: serving nothing until one does"
-                            : "a peer answers again: serving (%d ms rule)",
+                h->isolated ? "no peer has answered for %d ms: serving nothing until all do"
+                            : "a peer answers again (%d ms rule)",
                 HEALTH_SUSPECT_MS);
     }
-    if (h->round && (all_settled || now >= h->round_start + HEALTH_ROUND_MS)) {
+    /* The round ends when every peer answered a Ping sent after it began
+     * (or refused outright): a silent one may be acting on the store's
+     * authority without us, so there is no give-up; a dead one leaves the
+     * table when the store removes it. */
+    if (h->round && all_settled) {
         h->round = false;
         __atomic_store_n(&live->suspect, 0, __ATOMIC_RELEASE);
         log_msg(LOG_INFO, "heartbeat round after the stall done in %" PRIu64 " ms%s",
@@ -586,10 +613,29 @@ health_free(struct health *h)
     free(h);
 }
 
-/* See health.h. The Pong's saw_you_down is always false: no node takes
- * over another's writes without the store (route.c), so none can have
- * missed an acknowledged write while it was away. holds_nothing lets a
- * peer accept a Prepare that declares this node failed while it runs. */
+/* Does this node act, or did it act, without the pinger `id` at `epoch`
+ * on the store's authority: a pending transition declares it failed, or
+ * post-images were not sent to it because one did (`skipped`, kept after
+ * an abort until the epoch changes)? Then the pinger may have missed
+ * acknowledged writes. */
+static bool
+said_failed(struct cluster *cl, const char *id, uint64_t epoch)
+{
+    const struct ring_members *active = cluster_active(cl);
+    const struct cluster_view *v = cluster_view(cl);
+    int                        idx;
+
+    if (active == NULL || id == NULL || epoch != active->epoch) {
+        return false;
+    }
+    idx = ring_members_find(active, id);
+    return idx >= 0 && (cluster_view_failed(v, (uint32_t)idx) ||
+                        cluster_mask_has(cluster_live(cl)->skipped, (uint32_t)idx));
+}
+
+/* See health.h. saw_you_down tells the pinger that this node acted
+ * without it (said_failed): it turns recovering. holds_nothing lets a peer
+ * accept a Prepare that declares this node failed while it runs. */
 int
 health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
 {
@@ -608,6 +654,7 @@ health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
     r.pending_epoch = cluster_pending_epoch(cl);
     r.seq = m->seq;
     r.boot_id = cluster_boot_id(cl);
+    r.saw_you_down = said_failed(cl, m->node_id, m->active_epoch);
     r.holds_nothing = r.active_epoch == 0 ||
                       __atomic_load_n(&live->recovering, __ATOMIC_RELAXED) != 0 ||
                       __atomic_load_n(&live->behind_epoch, __ATOMIC_RELAXED) != 0;

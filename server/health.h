@@ -24,7 +24,6 @@ struct health;
 #define HEALTH_PING_MS    250  /* a Ping to every peer this often */
 #define HEALTH_SUSPECT_MS 1000 /* no Pong for this long: suspect */
 #define HEALTH_DOWN_MS    2000 /* no Pong for this long (or refused): down */
-#define HEALTH_ROUND_MS   1500 /* a post-stall round gives up on silent peers */
 
 /* Values of ringcache.PeerHealth. */
 enum peer_health {

@@ -487,7 +487,12 @@ send_image(struct conn *c, struct repl_op *op, const struct route *rt, const cha
         }
         if (cluster_view_failed(v, o)) {
             /* Declared failed by the pending transition (the store's
-             * authority): it is leaving the ring and is not waited for. */
+             * authority): it is leaving the ring and is not waited for;
+             * recorded, so it turns recovering if it comes back before
+             * (an abort). */
+            if (v->live != NULL) {
+                cluster_mask_set(v->live->skipped, o);
+            }
             cluster_count(c->w->srv->cluster, CLUSTER_CTR_REPLICA_SKIPPED);
             continue;
         }

@@ -23,7 +23,7 @@ Faults (--faults, comma separated):
             (or abort of a join before its commit)
   lostdir   kill -9, the state directory deleted, restart, ringctl repair
 Known to fail today (docs/guarantees.md "open"), so not in the default set:
-  freeze    a cgroup-v2 freezer for 2.6-3.5 s, no SIGCONT (finding 11);
+  freeze    a cgroup freezer (v2, or the v1 hierarchy) for 2.6-3.5 s, no SIGCONT (finding 11);
             skipped with a message when no writable cgroup2 is available
   partition one node cut off for 3-6 s by nftables rules in its network
             namespace, from its peers only or from everyone, then healed
@@ -56,6 +56,7 @@ import checker as ck  # noqa: E402
 import loadgen as lg  # noqa: E402
 import failover_lib as fl  # noqa: E402
 import netns  # noqa: E402
+import freezer  # noqa: E402
 
 DEFAULT_FAULTS = ("kill", "pause", "admin", "lostdir")
 OPEN_FAULTS = {
@@ -482,31 +483,14 @@ class Run:
             self.ctl("resume" if then == "abort" else "abort")
 
     def fault_freeze(self, nid, secs):
-        why = freezer_unavailable()
+        why = freezer.unavailable()
         if why:
             self.h.fault(time.monotonic(), "freeze %s: SKIPPED (%s)" % (nid, why))
             log("freeze: skipped: " + why)
             return
         self.h.fault(time.monotonic(), "freeze %s for %.2f s (cgroup freezer)" % (nid, secs))
-        pid = self.cl.nodes[nid].pid
-        cg = os.path.join(_cgroup_base(), "rc-nemesis-%d-%s" % (os.getpid(), nid))
-        os.makedirs(cg, exist_ok=True)
-        orig = _cgroup_of(pid)
-        try:
-            with open(os.path.join(cg, "cgroup.procs"), "w") as f:
-                f.write(str(pid))
-            with open(os.path.join(cg, "cgroup.freeze"), "w") as f:
-                f.write("1")
+        with freezer.Frozen(self.cl.nodes[nid].pid, "nemesis-" + nid):
             self.idle(secs)
-        finally:
-            try:
-                with open(os.path.join(cg, "cgroup.freeze"), "w") as f:
-                    f.write("0")
-                with open(os.path.join(orig, "cgroup.procs"), "w") as f:
-                    f.write(str(pid))
-                os.rmdir(cg)
-            except OSError as e:
-                log("freeze: cleanup: %s" % e)
 
     def fault_partition(self, nid, secs, mode="peers"):
         if self.lab is None:
@@ -565,47 +549,6 @@ class Run:
             except (OSError, ConnectionError, lg.ProtoError) as e:
                 errs.append("%s: %s" % (nid, e))
         return errs
-
-
-def _cgroup_base():
-    with open("/proc/self/cgroup") as f:
-        for line in f:
-            if line.startswith("0::"):
-                return "/sys/fs/cgroup" + line.strip()[3:]
-    return None
-
-
-def _cgroup_of(pid):
-    with open("/proc/%d/cgroup" % pid) as f:
-        for line in f:
-            if line.startswith("0::"):
-                return "/sys/fs/cgroup" + line.strip()[3:]
-    return None
-
-
-def freezer_unavailable():
-    """None if a cgroup-v2 freezer can be made here, else why not."""
-    try:
-        base = _cgroup_base()
-    except OSError as e:
-        return "no /proc/self/cgroup (%s)" % e
-    if base is None or not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-        return "no cgroup v2 mounted at /sys/fs/cgroup"
-    probe = os.path.join(base, "rc-nemesis-probe-%d" % os.getpid())
-    try:
-        os.mkdir(probe)
-    except OSError as e:
-        return "cannot create a cgroup under %s (%s)" % (base, e.strerror)
-    try:
-        if not os.path.exists(os.path.join(probe, "cgroup.freeze")):
-            return "the cgroup has no cgroup.freeze"
-        # A process can only move into a leaf with no-internal-process
-        # constraints satisfied: try moving nothing, just check writability.
-        if not os.access(os.path.join(probe, "cgroup.procs"), os.W_OK):
-            return "cgroup.procs not writable"
-    finally:
-        os.rmdir(probe)
-    return None
 
 
 def make_lab():
