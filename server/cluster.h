@@ -108,6 +108,19 @@ cluster_view_failed(const struct cluster_view *v, uint32_t idx)
     return idx < 64 * CLUSTER_MASK_WORDS && (v->failed[idx / 64] >> (idx % 64) & 1) != 0;
 }
 
+/* Does this node act without node idx: declared failed by the pending
+ * transition, and seen down or holding nothing (its Pong says so)? A node
+ * declared failed that answers again as a current member is waited for
+ * (it turns recovering at our next Pong: saw_you_down), so two nodes never
+ * act as the primary of one arc. */
+static inline bool
+cluster_view_gone(const struct cluster_view *v, uint32_t idx)
+{
+    return cluster_view_failed(v, idx) &&
+           (v->live == NULL || cluster_mask_has(v->live->down, idx) ||
+            cluster_mask_has(v->live->empty, idx));
+}
+
 /* Address of node idx of the view's membership ("" past the end). */
 static inline const char *
 cluster_view_addr(const struct cluster_view *v, uint32_t idx)

@@ -613,6 +613,29 @@ health_free(struct health *h)
     free(h);
 }
 
+/* A member's Ping: it is alive and talking to us. It counts as up at once
+ * (not at our next timer), so a Prepare declaring it failed that this
+ * thread handles after our Pong (which said nothing of it) is refused:
+ * either the Pong says saw_you_down, or the Prepare finds it up. */
+static void
+heard_ping(struct health *h, const char *id)
+{
+    struct cluster_live *live = cluster_live(h->cl);
+    uint32_t             i;
+
+    for (i = 0; id != NULL && i < h->n; i++) {
+        struct peer *p = &h->peers[i];
+
+        if (strcmp(p->id, id) == 0 && p->idx >= 0 && p->idx < 64 * CLUSTER_MASK_WORDS) {
+            p->last_pong_ms = util_coarse_ms();
+            p->refused = false;
+            p->state = PEER_UP;
+            __atomic_and_fetch(&live->down[p->idx / 64], ~((uint64_t)1 << (p->idx % 64)),
+                               __ATOMIC_RELEASE);
+        }
+    }
+}
+
 /* Does this node act, or did it act, without the pinger `id` at `epoch`
  * on the store's authority: a pending transition declares it failed, or
  * post-images were not sent to it because one did (`skipped`, kept after
@@ -649,6 +672,7 @@ health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
         return -1;
     }
     learn_epoch(h, m->node_id != NULL ? m->node_id : "?", m->active_epoch);
+    heard_ping(h, m->node_id);
     r.node_id = (char *)cluster_node_id(cl);
     r.active_epoch = cluster_active_epoch(cl);
     r.pending_epoch = cluster_pending_epoch(cl);

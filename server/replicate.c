@@ -485,7 +485,7 @@ send_image(struct conn *c, struct repl_op *op, const struct route *rt, const cha
         if ((int32_t)o == v->self) {
             continue;
         }
-        if (cluster_view_failed(v, o)) {
+        if (cluster_view_gone(v, o)) {
             /* Declared failed by the pending transition (the store's
              * authority): it is leaving the ring and is not waited for;
              * recorded, so it turns recovering if it comes back before

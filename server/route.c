@@ -71,15 +71,16 @@ first_live(const struct cluster_view *v, const uint32_t *list, uint32_t n)
 }
 
 /* The acting primary of list[0..n): the first owner the pending transition
- * does not declare failed. Only the store's authority (a Prepare of
- * `remove --failed`) moves the primary, never this node's own guess. */
+ * does not declare failed (and that is not back: cluster_view_gone). Only
+ * the store's authority (a Prepare of `remove --failed`) moves the primary,
+ * never this node's own guess. */
 static uint32_t
 first_acting(const struct cluster_view *v, const uint32_t *list, uint32_t n)
 {
     uint32_t k;
 
     for (k = 0; k < n; k++) {
-        if (!cluster_view_failed(v, list[k])) {
+        if (!cluster_view_gone(v, list[k])) {
             return list[k];
         }
     }
@@ -94,7 +95,7 @@ owner_down(const struct cluster_view *v, const uint32_t *list, uint32_t n)
     uint32_t k;
 
     for (k = 0; v->live != NULL && k < n; k++) {
-        if (cluster_mask_has(v->live->down, list[k]) && !cluster_view_failed(v, list[k])) {
+        if (cluster_mask_has(v->live->down, list[k]) && !cluster_view_gone(v, list[k])) {
             return (int)k;
         }
     }
