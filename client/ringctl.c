@@ -51,7 +51,8 @@ static const struct ctl_command commands[] = {
       "drop a dead node; its ranges are copied from the other replicas", NULL },
     { "repair", ctl_repair, "repair ID [ADDR] [--force] [--rate MIB_PER_S]",
       "remove --failed a dead or restarted node, then join it again (empty)", NULL },
-    { "watch", ctl_watch, "watch [--down-after S] [--interval S] [--force] [--once]",
+    { "watch", ctl_watch,
+      "watch [--down-after S] [--interval S] [--transition-timeout S] [--force] [--once]",
       "remove (repair) members down (restarted empty) for S seconds", NULL },
 };
 
