@@ -322,8 +322,7 @@ trec_aborted_text(struct mstore *s, const struct trec *t, size_t *len)
         return NULL;
     }
     ctl_hex(t->token, TREC_TOKEN_BYTES, hex);
-    used += (size_t)snprintf(buf + used, cap - used, "epoch %" PRIu64 " token %s\n", t->epoch,
-                             hex);
+    used += (size_t)snprintf(buf + used, cap - used, "epoch %" PRIu64 " token %s\n", t->epoch, hex);
     for (i = 0; i < n; i++) {
         if (memcmp(old[i].token, t->token, TREC_TOKEN_BYTES) == 0) {
             continue;

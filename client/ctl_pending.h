@@ -54,13 +54,13 @@ struct trec_boot {
 
 /* The transition record, parsed. */
 struct trec {
-    uint8_t           token[TREC_TOKEN_BYTES];
-    enum trec_phase   phase;
-    uint64_t          from_epoch, epoch;
-    uint64_t          rate;    /* bytes/s for StartCopy, 0 = unlimited */
-    int64_t           started; /* unix seconds */
-    int64_t           written; /* unix seconds it was last stored: the admin's heartbeat
-                                * (watch takes over a transition whose admin stopped) */
+    uint8_t         token[TREC_TOKEN_BYTES];
+    enum trec_phase phase;
+    uint64_t        from_epoch, epoch;
+    uint64_t        rate;    /* bytes/s for StartCopy, 0 = unlimited */
+    int64_t         started; /* unix seconds */
+    int64_t         written; /* unix seconds it was last stored: the admin's heartbeat
+                              * (watch takes over a transition whose admin stopped) */
     char              op[RING_ID_MAX + RING_ADDR_MAX + 32]; /* "join ID ADDR" / "leave ID" */
     char              admin[256];
     uint32_t          n_boot;

@@ -110,8 +110,8 @@ do_abort(struct admin *a)
     ops[n++] = (struct mstore_op){ MSTORE_PUT, REC_ABORTED_TREC, MSTORE_ANY_REV, mtext, mlen };
     ttext = trec_aborted_text(a->store, &a->rec, &tlen);
     if (ttext != NULL) {
-        ops[n++] = (struct mstore_op){ MSTORE_PUT, REC_ABORTED_TOKENS, MSTORE_ANY_REV, ttext,
-                                       tlen };
+        ops[n++] =
+            (struct mstore_op){ MSTORE_PUT, REC_ABORTED_TOKENS, MSTORE_ANY_REV, ttext, tlen };
     }
     if (ptext != NULL) {
         ops[n++] = (struct mstore_op){ MSTORE_PUT, REC_ABORTED, MSTORE_ANY_REV, ptext, plen };

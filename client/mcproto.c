@@ -80,6 +80,9 @@ mcp_error_code(const struct mcr_reply *r)
         if (msg_has(r, "too large")) {
             return RINGCACHE_ETOOBIG;
         }
+        if (msg_has(r, "UNAVAILABLE") || msg_has(r, "replica unavailable")) {
+            return RINGCACHE_EUNAVAILABLE;
+        }
         return RINGCACHE_ESERVER;
     case MCR_MOVED:
         return RINGCACHE_EMOVED;

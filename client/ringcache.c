@@ -74,6 +74,8 @@ ringcache_strerror(int code)
         return "the key's owner moved and 3 redirects (MOVED) did not reach it";
     case RINGCACHE_ETRYAGAIN:
         return "the key's range is being moved (TRYAGAIN) for longer than the op timeout";
+    case RINGCACHE_EUNAVAILABLE:
+        return "an owner of the key is down: the write failed until failover declares it failed";
     default:
         return "unknown error code";
     }

@@ -87,7 +87,12 @@ extern "C" {
 #define RINGCACHE_EMOVED      (-16) /* write: still redirected (MOVED) after 3 hops */
 /* write: the key's range stayed fenced (TRYAGAIN) for the op timeout */
 #define RINGCACHE_ETRYAGAIN (-17)
-#define RINGCACHE_ERRNO_MIN (-17) /* the lowest code, for iterating */
+/* write: an owner of the key is down and not yet declared failed
+ * (SERVER_ERROR UNAVAILABLE), or did not take the copy (replica
+ * unavailable: it may have reached the primary only); retry after the
+ * failover (ringctl watch) */
+#define RINGCACHE_EUNAVAILABLE (-18)
+#define RINGCACHE_ERRNO_MIN    (-18) /* the lowest code, for iterating */
 
 #define RINGCACHE_KEY_MAX 250 /* bytes in a key */
 

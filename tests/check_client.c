@@ -236,6 +236,10 @@ START_TEST(test_error_codes)
         { "SERVER_ERROR out of memory storing object\r\n", RINGCACHE_ESERVER },
         { "SERVER_ERROR MOVED 4 127.0.0.1:1\r\n", RINGCACHE_EMOVED },
         { "SERVER_ERROR TRYAGAIN 4\r\n", RINGCACHE_ETRYAGAIN },
+        { "SERVER_ERROR UNAVAILABLE owner b is down: writes to its keys fail until it is "
+          "declared failed\r\n",
+          RINGCACHE_EUNAVAILABLE },
+        { "SERVER_ERROR replica unavailable\r\n", RINGCACHE_EUNAVAILABLE },
         { "SERVER_ERROR MOVED 4\r\n", RINGCACHE_ESERVER },
         { "STORED\r\n", 0 },
     };
