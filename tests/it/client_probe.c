@@ -33,10 +33,13 @@ static const char *
 code_name(int code)
 {
     static const char *names[] = {
-        "OK",      "ENOTFOUND", "ENOTSTORED",  "EEXISTS",   "EINVAL", "EKEY",
-        "ETOOBIG", "ENOMEM",    "EDOWN",       "ETIMEDOUT", "EIO",    "EPROTO",
-        "ECLIENT", "ESERVER",   "ENONNUMERIC", "EMEMBERS",  "EMOVED", "ETRYAGAIN",
+        "OK",          "ENOTFOUND", "ENOTSTORED", "EEXISTS",   "EINVAL",       "EKEY",    "ETOOBIG",
+        "ENOMEM",      "EDOWN",     "ETIMEDOUT",  "EIO",       "EPROTO",       "ECLIENT", "ESERVER",
+        "ENONNUMERIC", "EMEMBERS",  "EMOVED",     "ETRYAGAIN", "EUNAVAILABLE",
     };
+
+    _Static_assert(sizeof(names) / sizeof(names[0]) == 1 - RINGCACHE_ERRNO_MIN,
+                   "a name for every code");
 
     if (code > 0 || code < RINGCACHE_ERRNO_MIN) {
         return "E?";
