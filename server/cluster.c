@@ -401,6 +401,7 @@ clear_pending(struct cluster *cl)
     cl->ptoken_len = 0;
     cl->phase = CLUSTER_PHASE_NONE;
     cl->fresh = false;
+    cl->restored = false;
     free(cl->failed);
     cl->failed = NULL;
     cl->n_failed = 0;
@@ -866,6 +867,16 @@ cluster_commit(struct cluster *cl, const struct ring_members *next, const uint8_
     if (cl->fresh) {
         __atomic_store_n(&cl->live.recovering, 0, __ATOMIC_RELEASE);
     }
+    /* Restarted since the Prepare (the store committed, then this node's
+     * Commit came after its restart): what it imported is gone, so it must
+     * not serve the ranges it gained as empty (finding 7's last case). */
+    if (cl->restored && cl->importing.n > 0 && cl->active->n_nodes > 1) {
+        __atomic_store_n(&cl->live.recovering, 1, __ATOMIC_RELEASE);
+        log_msg(LOG_ERR,
+                "committed epoch %" PRIu64 " after a restart: the ranges it imported are "
+                "gone: recovering (ringctl repair %s)",
+                cl->active->epoch, cl->id);
+    }
     if (cl->barrier != NULL) {
         mark_served(cl);
     }
@@ -957,6 +968,7 @@ load_state(struct cluster *cl, char *err, size_t errlen)
             return -1;
         }
         cl->phase = ph;
+        cl->restored = true;
     }
     return 0;
 }

@@ -46,6 +46,8 @@ struct cluster {
     uint32_t             n_dests;
     uint64_t             fence_held_ms;
 
+    bool restored;                   /* the pending transition was loaded from the state
+                                      * directory at start: what it imported before is gone */
     bool fresh;                      /* the pending transition was accepted while
                                       * recovering or behind: import everything */
     char (*failed)[RING_ID_MAX + 1]; /* not holders in the pending: the declared
