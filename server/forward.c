@@ -97,11 +97,21 @@ struct fwd_order {
     struct event *timer; /* the first held request's deadline */
 };
 
-/* A connection to one peer's client port. */
+/*
+ * A connection to one peer's client port. A worker keeps two per peer:
+ * one for relayed client requests and one for calls (replication). They
+ * must not share one: the peer answers a connection's requests in order,
+ * and a relayed write it is the primary of holds its reply until our
+ * replica ack, so a post-image it sends us queued behind it there, and
+ * ours queued behind a write we relayed the other way, would wait for
+ * each other until the forward timeout (two primaries relaying to each
+ * other, as the survivors of a failover do).
+ */
 struct fwd_up {
     struct fwd_worker  *fw;
     char                addr[RING_ADDR_MAX + 1];
-    struct bufferevent *bev; /* NULL: not connected */
+    bool                calls; /* carries forward_call requests only */
+    struct bufferevent *bev;   /* NULL: not connected */
     bool                connected;
     bool                dirty; /* has output the flush has not seen */
     struct event       *timer;
@@ -340,7 +350,7 @@ req_reply(struct fwd_req *r, const char *s, size_t n)
 }
 
 static void           up_resend(struct fwd_up *up, struct fwd_req *r);
-static struct fwd_up *up_find(struct fwd_worker *fw, const char *addr);
+static struct fwd_up *up_find(struct fwd_worker *fw, const char *addr, bool calls);
 
 /* A get whose owner refused or reset the connection before any of its
  * reply came: it is sent to the key's next owner instead, once, within
@@ -354,7 +364,7 @@ req_fallback(struct fwd_req *r, enum fwd_err err)
         (r->kind != FWD_GET_WHOLE && r->kind != FWD_GET_SPLICE)) {
         return false;
     }
-    to = up_find(r->fw, r->alt);
+    to = up_find(r->fw, r->alt, false);
     r->alt[0] = '\0';
     if (to == NULL) {
         return false;
@@ -809,7 +819,7 @@ req_moved(struct fwd_up *from, struct fwd_req *r, const char *line, const struct
     _Static_assert(MCR_ADDR_MAX <= RING_ADDR_MAX, "a MOVED address fits an upstream");
     memcpy(addr, rep->key, rep->key_len);
     addr[rep->key_len] = '\0';
-    if (r->again != NULL && (to = up_find(from->fw, addr)) != NULL) {
+    if (r->again != NULL && (to = up_find(from->fw, addr, from->calls)) != NULL) {
         if (!r->moved && to != from) {
             r->moved = true;
             if (!ord_defer(r, to)) {
@@ -1215,15 +1225,16 @@ fail:
     return -1;
 }
 
-/* The upstream to addr, created (unconnected) if new; NULL on ENOMEM. */
+/* The upstream to addr for relayed requests or for calls (struct
+ * fwd_up), created (unconnected) if new; NULL on ENOMEM. */
 static struct fwd_up *
-up_find(struct fwd_worker *fw, const char *addr)
+up_find(struct fwd_worker *fw, const char *addr, bool calls)
 {
     struct fwd_up *up;
     uint32_t       i;
 
     for (i = 0; i < fw->n; i++) {
-        if (strcmp(fw->ups[i]->addr, addr) == 0) {
+        if (fw->ups[i]->calls == calls && strcmp(fw->ups[i]->addr, addr) == 0) {
             return fw->ups[i];
         }
     }
@@ -1245,6 +1256,7 @@ up_find(struct fwd_worker *fw, const char *addr)
         return NULL;
     }
     up->fw = fw;
+    up->calls = calls;
     snprintf(up->addr, sizeof(up->addr), "%s", addr);
     up->timer = evtimer_new(fw->w->base, up_timer_cb, up);
     if (up->timer == NULL) {
@@ -1300,7 +1312,7 @@ forward_read(struct conn *c, const char *addr, const char *alt, uint64_t epoch, 
              const struct iovec *iov, int iovcnt, bool want_reply)
 {
     struct fwd_worker *fw = fw_get(c->w);
-    struct fwd_up     *up = fw != NULL ? up_find(fw, addr) : NULL;
+    struct fwd_up     *up = fw != NULL ? up_find(fw, addr, false) : NULL;
     struct fwd_req    *r = up != NULL ? req_new(fw) : NULL;
     int                i;
 
@@ -1352,7 +1364,7 @@ forward_call(struct worker *w, const char *addr, uint64_t epoch, const struct io
              int iovcnt, fwd_call_fn fn, void *arg)
 {
     struct fwd_worker *fw = fw_get(w);
-    struct fwd_up     *up = fw != NULL ? up_find(fw, addr) : NULL;
+    struct fwd_up     *up = fw != NULL ? up_find(fw, addr, true) : NULL;
     struct fwd_req    *r = up != NULL ? req_new(fw) : NULL;
 
     if (r == NULL) {

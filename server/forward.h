@@ -2,10 +2,12 @@
  * forward: a worker's upstream connections to its peers' client ports, used
  * to relay requests of plain memcached clients to the key's owner
  * (docs/cluster.md "Forwarding") and to carry replication post-images
- * (server/replicate.c). One lazily opened, non-blocking connection per peer
- * address per worker, on the worker's own event_base; requests on it are
- * answered in order, each by a reply that fills a hold in the client
- * connection's output queue (conn_out_hold) or calls a callback.
+ * (server/replicate.c). Two lazily opened, non-blocking connections per
+ * peer address per worker (relayed requests, and calls: a post-image's ack
+ * must never queue behind a relayed write's held reply), on the worker's
+ * own event_base; requests on each are answered in order, each by a reply
+ * that fills a hold in the client connection's output queue
+ * (conn_out_hold) or calls a callback.
  */
 #ifndef SERVER_FORWARD_H
 #define SERVER_FORWARD_H
@@ -87,9 +89,10 @@ int forward_read(struct conn *c, const char *addr, const char *alt, uint64_t epo
                  enum fwd_kind kind, const struct iovec *iov, int iovcnt, bool want_reply);
 
 /*
- * Send a request on worker w's upstream to addr and hand its one-line reply
- * to fn(arg, ...). fn is called exactly once, possibly before this returns
- * (immediate failure). The request bytes are copied.
+ * Send a request on worker w's call upstream to addr (never shared with
+ * relayed requests) and hand its one-line reply to fn(arg, ...). fn is
+ * called exactly once, possibly before this returns (immediate failure).
+ * The request bytes are copied.
  */
 void forward_call(struct worker *w, const char *addr, uint64_t epoch, const struct iovec *iov,
                   int iovcnt, fwd_call_fn fn, void *arg);

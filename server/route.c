@@ -116,7 +116,12 @@ decide(const struct cluster_view *v, struct route *rt, bool declared, bool order
     uint32_t        k;
 
     rt->replicate = false;
-    rt->target = list[0];
+    /* Where a TRYAGAIN goes: a plain client's request is relayed there and
+     * retried with a backoff (plain_tryagain_forwards). The acting
+     * primary, not list[0]: from the Prepare of `remove --failed` on,
+     * list[0] may be the failed node, and a read relayed to it whose only
+     * other owner is this node has nowhere to fall back to. */
+    rt->target = n > 1 ? first_acting(v, list, n) : list[0];
     if (v->live != NULL && live_unsafe(v->live)) {
         rt->action = ROUTE_TRYAGAIN;
         return;
