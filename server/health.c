@@ -52,6 +52,7 @@ struct peer {
     enum pconn          cstate;
     uint64_t            attempt_ms;   /* last connect attempt */
     uint64_t            last_pong_ms; /* 0 = never */
+    uint64_t            ping_in_ms;   /* its last Ping to us, 0 = never */
     uint64_t            last_ping_ms;
     uint64_t            fail_ms; /* last connection failure, 0 = none since a Pong */
     uint64_t            born_ms; /* entered the table: silence counts from here */
@@ -416,18 +417,19 @@ table_build(struct health *h)
     free(old);
 }
 
-/* State of a peer now: up while Pongs come, suspect after a silence,
- * down after a longer one or at once when its port refuses. */
+/* State of a peer now: up while Pongs (or its Pings) come, suspect after a
+ * silence, down after a longer one or at once when its port refuses. */
 static enum peer_health
 peer_state(const struct peer *p, uint64_t now)
 {
-    uint64_t since = p->last_pong_ms != 0 ? p->last_pong_ms : p->born_ms;
+    uint64_t heard = p->last_pong_ms > p->ping_in_ms ? p->last_pong_ms : p->ping_in_ms;
+    uint64_t since = heard != 0 ? heard : p->born_ms;
 
     if (p->refused) {
         return PEER_DOWN;
     }
     if (now < since + HEALTH_SUSPECT_MS) {
-        return p->last_pong_ms != 0 ? PEER_UP : PEER_UNKNOWN;
+        return heard != 0 ? PEER_UP : PEER_UNKNOWN;
     }
     if (now < since + HEALTH_DOWN_MS) {
         return PEER_SUSPECT;
@@ -481,6 +483,13 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
             peer_connect_to(p);
         } else if (p->cstate == PC_CONNECTING && now >= p->attempt_ms + CONNECT_MS) {
             peer_fail(p, "no answer to connect/Hello", false);
+        } else if (p->cstate == PC_READY &&
+                   now >= (p->last_pong_ms > p->attempt_ms ? p->last_pong_ms : p->attempt_ms) +
+                              HEALTH_SUSPECT_MS) {
+            /* Ready but silent: the connection may be dead without a FIN
+             * (this process or the peer was stopped, a middlebox dropped
+             * it). Dial again rather than ping into it for good. */
+            peer_fail(p, "no Pong for 1 s: reconnecting", false);
         } else if (p->cstate == PC_READY && now >= p->last_ping_ms + HEALTH_PING_MS) {
             peer_ping(p);
         }
@@ -627,7 +636,7 @@ heard_ping(struct health *h, const char *id)
         struct peer *p = &h->peers[i];
 
         if (strcmp(p->id, id) == 0 && p->idx >= 0 && p->idx < 64 * CLUSTER_MASK_WORDS) {
-            p->last_pong_ms = util_coarse_ms();
+            p->ping_in_ms = util_coarse_ms();
             p->refused = false;
             p->state = PEER_UP;
             __atomic_and_fetch(&live->down[p->idx / 64], ~((uint64_t)1 << (p->idx % 64)),
