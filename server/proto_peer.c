@@ -25,6 +25,8 @@
 
 /* A replica write at a node with no membership (lost state). */
 #define NO_MEMBERSHIP "SERVER_ERROR no membership (this node has no state: ringctl repair it)"
+/* A post-image of a key this node does not own in its view. */
+#define NOT_OWNER "SERVER_ERROR not an owner of this key here"
 
 static inline struct store *
 conn_store(struct conn *c)
@@ -132,8 +134,11 @@ proto_peer_rc_set(struct conn *c, const struct token *t, int ntok)
         return;
     }
     if (!route_owned_here(c, hash)) {
+        /* Our view and the primary's disagree on who owns it (one of us
+         * is a commit ahead): the copy is not kept, so it must not count
+         * as one (the primary answers "replica unavailable"). */
         proto_swallow(c, (size_t)vlen + 2);
-        REPLY(c, "OK");
+        REPLY(c, NOT_OWNER);
         return;
     }
     if (ttl > 0) {
@@ -169,9 +174,11 @@ proto_peer_rc_del(struct conn *c, const struct token *t, int ntok)
         REPLY(c, NO_MEMBERSHIP);
         return;
     }
-    if (route_owned_here(c, hash)) {
-        replicate_apply_del(conn_store(c), t[1].p, t[1].len, hash, cas);
+    if (!route_owned_here(c, hash)) {
+        REPLY(c, NOT_OWNER);
+        return;
     }
+    replicate_apply_del(conn_store(c), t[1].p, t[1].len, hash, cas);
     REPLY(c, "OK");
 }
 
