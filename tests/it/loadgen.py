@@ -1521,14 +1521,19 @@ def read_keys(addr, keys, epoch=1, batch=100):
 
 
 def tap_main(fn, seconds=170, skip_why=None):
-    """A test file's main: TAP, a watchdog, one scenario run by run_tap."""
+    """A test file's main: TAP, a watchdog, and the scenario fn run by
+    run_tap, or each of a list of them in turn (an item may be a tuple
+    (fn, *args))."""
     t = Tap()
     watchdog(seconds)
+    runs = fn if isinstance(fn, (list, tuple)) else [fn]
     why = supports_cluster()
     if why:
-        t.skip(skip_why or fn.__name__, why)
+        t.skip(skip_why or getattr(runs[0], "__name__", "scenario"), why)
     else:
-        run_tap(t, fn)
+        for r in runs:
+            f, args = (r[0], r[1:]) if isinstance(r, tuple) else (r, ())
+            run_tap(t, f, *args)
     t.done()
 
 

@@ -122,14 +122,7 @@ def scenario(t):
 
 
 def main():
-    t = lg.Tap()
-    lg.watchdog(180)
-    why = lg.supports_cluster()
-    if why:
-        t.skip("reads of fenced keys of a failed primary", why)
-    else:
-        lg.run_tap(t, scenario)
-    t.done()
+    lg.tap_main(scenario, 180, "reads of fenced keys of a failed primary")
 
 
 if __name__ == "__main__":

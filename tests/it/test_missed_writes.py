@@ -826,18 +826,10 @@ def scenario_unavailability(t):
 
 
 def main():
-    t = lg.Tap()
-    lg.watchdog(300)
-    why = lg.supports_cluster()
-    if why:
-        t.skip("writes a replica missed", why)
-    else:
-        only = os.environ.get("RC_MISSED_ONLY")   # pause / freeze / unavail (debugging)
-        for name, fn in (("pause", scenario_pause), ("freeze", scenario_freeze),
-                         ("unavail", scenario_unavailability)):
-            if not only or only == name:
-                lg.run_tap(t, fn)
-    t.done()
+    only = os.environ.get("RC_MISSED_ONLY")   # pause / freeze / unavail (debugging)
+    lg.tap_main([fn for name, fn in (("pause", scenario_pause), ("freeze", scenario_freeze),
+                                     ("unavail", scenario_unavailability))
+                 if not only or only == name], 300, "writes a replica missed")
 
 
 if __name__ == "__main__":

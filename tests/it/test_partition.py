@@ -367,15 +367,8 @@ def scenario(t, mode):
 
 
 def main():
-    t = lg.Tap()
-    lg.watchdog(400)
-    why = lg.supports_cluster()
-    if why:
-        t.skip("partitions between network namespaces", why)
-    else:
-        for mode in ("peers", "all"):
-            lg.run_tap(t, scenario, mode)
-    t.done()
+    lg.tap_main([(scenario, "peers"), (scenario, "all")], 400,
+                "partitions between network namespaces")
 
 
 if __name__ == "__main__":

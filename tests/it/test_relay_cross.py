@@ -90,14 +90,7 @@ def scenario(t):
 
 
 def main():
-    t = lg.Tap()
-    lg.watchdog(120)
-    why = lg.supports_cluster()
-    if why:
-        t.skip("relayed writes both ways", why)
-    else:
-        lg.run_tap(t, scenario)
-    t.done()
+    lg.tap_main(scenario, 120, "relayed writes both ways")
 
 
 if __name__ == "__main__":

@@ -125,15 +125,8 @@ def after_store_commit(t):
 
 
 def main():
-    t = lg.Tap()
-    lg.watchdog(170)
-    why = lg.supports_cluster()
-    if why:
-        t.skip("a joiner restarted before or after the store's commit", why)
-    else:
-        lg.run_tap(t, scenario)
-        lg.run_tap(t, after_store_commit)
-    t.done()
+    lg.tap_main([scenario, after_store_commit], 170,
+                "a joiner restarted before or after the store's commit")
 
 
 if __name__ == "__main__":
