@@ -646,8 +646,7 @@ failed_seen_down(struct cluster *cl, const char *id)
     if (cl->barrier == NULL || cl->self_old < 0 || idx < 0) {
         return true;
     }
-    return cluster_mask_has(cl->live.down, (uint32_t)idx) ||
-           cluster_mask_has(cl->live.empty, (uint32_t)idx);
+    return cluster_live_gone(&cl->live, (uint32_t)idx);
 }
 
 /* PREPARE with failed nodes; see cluster.h. A recovering node (restarted

@@ -108,6 +108,15 @@ cluster_view_failed(const struct cluster_view *v, uint32_t idx)
     return idx < 64 * CLUSTER_MASK_WORDS && (v->failed[idx / 64] >> (idx % 64) & 1) != 0;
 }
 
+/* Is node idx seen down, or up but holding nothing current (recovering,
+ * behind, no membership), by this node's heartbeats? Either way it holds
+ * nothing that others must wait for. */
+static inline bool
+cluster_live_gone(const struct cluster_live *l, uint32_t idx)
+{
+    return cluster_mask_has(l->down, idx) || cluster_mask_has(l->empty, idx);
+}
+
 /* Does this node act without node idx: declared failed by the pending
  * transition, and seen down or holding nothing (its Pong says so)? A node
  * declared failed that answers again as a current member is waited for
@@ -116,9 +125,7 @@ cluster_view_failed(const struct cluster_view *v, uint32_t idx)
 static inline bool
 cluster_view_gone(const struct cluster_view *v, uint32_t idx)
 {
-    return cluster_view_failed(v, idx) &&
-           (v->live == NULL || cluster_mask_has(v->live->down, idx) ||
-            cluster_mask_has(v->live->empty, idx));
+    return cluster_view_failed(v, idx) && (v->live == NULL || cluster_live_gone(v->live, idx));
 }
 
 /* Address of node idx of the view's membership ("" past the end). */
