@@ -27,38 +27,60 @@
  * down (a peer sees a silent node down after 2 s, a refused one at once). */
 #define AGREE_MS 4000
 
+/* How the other members of a->old see one node (peers_see). */
+struct peer_views {
+    uint32_t others;                    /* members other than the node */
+    uint32_t answered;                  /* of them, answered a Status within PROBE_MS */
+    uint32_t asked;                     /* of those, hold the current epoch (their view counts) */
+    uint32_t agree;                     /* of those, see it down, or up but holding nothing */
+    char     alive_at[RING_ID_MAX + 1]; /* the first that hears it ("" if none) */
+    char     silent[RING_ID_MAX + 1];   /* the first that did not answer ("" if none) */
+};
+
 /*
- * How the other members of a->old see node `id` now: of those that
- * answered (*asked), how many see it down, or up but holding nothing
- * (*agree); the first that sees it otherwise is named in alive_at ("" if
- * none).
+ * Ask every other member of a->old how it sees node `id` now. A member
+ * holding nothing current (recovering, behind, no membership) acts for
+ * nobody: it answers, but its view does not count.
  */
 static void
-peers_see(struct admin *a, const char *id, uint32_t *asked, uint32_t *agree, char *alive_at,
-          size_t alive_len)
+peers_see(struct admin *a, const char *id, struct peer_views *pv)
 {
     struct cport_request sreq = { .kind = CPORT_STATUS };
     uint32_t             i, k;
 
-    *asked = *agree = 0;
-    alive_at[0] = '\0';
+    memset(pv, 0, sizeof(*pv));
     for (i = 0; i < a->old->n_nodes; i++) {
         const struct ring_node *n = &a->old->nodes[i];
         struct cport_conn      *c = NULL;
         struct cport_status     st;
         char                    caddr[RING_ADDR_MAX + 16], err[512];
         bool                    sees = false;
+        int                     rc;
 
-        if (strcmp(n->id, id) == 0 || cport_addr_of(n->addr, caddr, sizeof(caddr)) != 0 ||
-            cport_connect(caddr, a->g->cluster, a->atoken, a->atoken_len, PROBE_MS, &c, NULL, err,
-                          sizeof(err)) != CPORT_OK) {
+        if (strcmp(n->id, id) == 0) {
             continue;
         }
-        /* A member holding nothing current (recovering, behind, no
-         * membership) acts for nobody: its view does not count. */
-        if (cport_call(c, &sreq, PROBE_MS, &st, err, sizeof(err)) == CPORT_OK && !st.recovering &&
-            st.behind_epoch == 0 && st.active_epoch == a->old->epoch) {
-            (*asked)++;
+        pv->others++;
+        rc = cport_addr_of(n->addr, caddr, sizeof(caddr)) == 0
+                 ? cport_connect(caddr, a->g->cluster, a->atoken, a->atoken_len, PROBE_MS, &c, NULL,
+                                 err, sizeof(err))
+                 : CPORT_EIO;
+        if (rc == CPORT_OK) {
+            rc = cport_call(c, &sreq, PROBE_MS, &st, err, sizeof(err));
+            cport_close(c);
+            if (rc != CPORT_OK) {
+                cport_status_clear(&st);
+            }
+        }
+        if (rc != CPORT_OK) {
+            if (pv->silent[0] == '\0') {
+                snprintf(pv->silent, sizeof(pv->silent), "%s", n->id);
+            }
+            continue;
+        }
+        pv->answered++;
+        if (!st.recovering && st.behind_epoch == 0 && st.active_epoch == a->old->epoch) {
+            pv->asked++;
             for (k = 0; k < st.n_peers; k++) {
                 if (strcmp(st.peers[k].node_id, id) == 0) {
                     sees = st.peers[k].state == CPORT_PEER_DOWN ||
@@ -66,32 +88,40 @@ peers_see(struct admin *a, const char *id, uint32_t *asked, uint32_t *agree, cha
                 }
             }
             if (sees) {
-                (*agree)++;
-            } else if (alive_at[0] == '\0') {
-                snprintf(alive_at, alive_len, "%s", n->id);
+                pv->agree++;
+            } else if (pv->alive_at[0] == '\0') {
+                snprintf(pv->alive_at, sizeof(pv->alive_at), "%s", n->id);
             }
         }
         cport_status_clear(&st);
-        cport_close(c);
     }
 }
 
+/* Did every other member answer, and does every one whose view counts
+ * see the node gone? */
+static bool
+peers_all_agree(const struct peer_views *pv)
+{
+    return pv->answered == pv->others && pv->agree == pv->asked;
+}
+
 /*
- * Wait (up to AGREE_MS) until every other member that answers sees `id`
- * down: each of them refuses a Prepare that declares failed a node it
- * still hears (no split brain), so asking first gives a clear error.
- * EX_OK, or EX_USAGE naming the member that hears it.
+ * Wait (up to AGREE_MS) until every other member answers and each that
+ * holds the current epoch sees `id` down: each of them refuses a Prepare
+ * that declares failed a node it still hears (no split brain), and one
+ * that did not answer may have judged from a table it has not refreshed
+ * since, so asking first gives a clear error. EX_OK, or EX_USAGE naming
+ * the member that hears it (or does not answer).
  */
 static int
 wait_peers_agree(struct admin *a, const char *id)
 {
-    int64_t  deadline = util_now_ms() + AGREE_MS;
-    uint32_t asked, agree;
-    char     alive_at[RING_ID_MAX + 1];
+    int64_t           deadline = util_now_ms() + AGREE_MS;
+    struct peer_views pv;
 
     for (;;) {
-        peers_see(a, id, &asked, &agree, alive_at, sizeof(alive_at));
-        if (agree == asked) {
+        peers_see(a, id, &pv);
+        if (peers_all_agree(&pv)) {
             return EX_OK;
         }
         if (util_now_ms() >= deadline) {
@@ -99,9 +129,15 @@ wait_peers_agree(struct admin *a, const char *id)
         }
         ctl_sleep_ms(200);
     }
-    ctl_error("remove: %s still answers the heartbeats of %s (%u of %u members see it down): "
-              "it is not removed as failed while a member hears it",
-              id, alive_at, agree, asked);
+    if (pv.answered < pv.others) {
+        ctl_error("remove: member %s does not answer its cluster port (%u of %u other members "
+                  "answered): it cannot say whether it still hears %s",
+                  pv.silent, pv.answered, pv.others, id);
+    } else {
+        ctl_error("remove: %s still answers the heartbeats of %s (%u of %u members see it "
+                  "down): it is not removed as failed while a member hears it",
+                  id, pv.alive_at, pv.agree, pv.asked);
+    }
     return EX_USAGE;
 }
 
@@ -158,15 +194,14 @@ probe_failed(struct admin *a, const struct change_opts *o)
     }
     cport_status_clear(&st);
     {
-        uint32_t asked, agree;
-        char     alive_at[RING_ID_MAX + 1];
+        struct peer_views pv;
 
         /* Cut off from its peers (it serves nothing: it hears nobody). */
-        peers_see(a, o->id, &asked, &agree, alive_at, sizeof(alive_at));
-        if (asked > 0 && agree == asked) {
+        peers_see(a, o->id, &pv);
+        if (pv.asked > 0 && peers_all_agree(&pv)) {
             ctl_info("remove: %s answers, but none of the %u other members hears it: removing it "
                      "as failed",
-                     o->id, asked);
+                     o->id, pv.asked);
             return EX_OK;
         }
     }

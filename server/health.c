@@ -493,7 +493,21 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
         } else if (p->cstate == PC_READY && now >= p->last_ping_ms + HEALTH_PING_MS) {
             peer_ping(p);
         }
-        p->state = peer_state(p, now);
+        {
+            enum peer_health was = p->state;
+
+            p->state = peer_state(p, now);
+            if ((p->state == PEER_DOWN) != (was == PEER_DOWN)) {
+                if (p->state != PEER_DOWN) {
+                    log_msg(LOG_INFO, "peer %.64s is %s again", p->id, health_state_name(p->state));
+                } else {
+                    log_msg(
+                        LOG_INFO, "peer %.64s is down (%s; silent for %" PRIu64 " ms)", p->id,
+                        p->refused ? "its port refused the connection" : "no answer",
+                        now - (p->last_pong_ms > p->ping_in_ms ? p->last_pong_ms : p->ping_in_ms));
+                }
+            }
+        }
         p->empty = p->pong_empty;
         if (p->state == PEER_DOWN && p->idx < 64 * CLUSTER_MASK_WORDS) {
             mask[p->idx / 64] |= (uint64_t)1 << (p->idx % 64);
@@ -636,6 +650,9 @@ heard_ping(struct health *h, const char *id)
         struct peer *p = &h->peers[i];
 
         if (strcmp(p->id, id) == 0 && p->idx >= 0 && p->idx < 64 * CLUSTER_MASK_WORDS) {
+            if (p->state == PEER_DOWN) {
+                log_msg(LOG_INFO, "peer %.64s is up (its Ping came)", p->id);
+            }
             p->ping_in_ms = util_coarse_ms();
             p->refused = false;
             p->state = PEER_UP;

@@ -1191,6 +1191,8 @@ class NodeProc:
                 cmd += ["--id", self.id, "--state-dir", self.state_dir,
                         "--token-file", self.cluster.token_file]
             cmd += self.cluster.node_args
+            # RC_NODE_ARGS="-v": more for every node (a failed run's logs).
+            cmd += os.environ.get("RC_NODE_ARGS", "").split()
             with open(self.log, "ab") as err:
                 self.proc = track(subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                                    stdout=err, stderr=err))

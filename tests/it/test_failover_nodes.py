@@ -63,8 +63,11 @@ def paused_and_restarted(t):
         stale, served, replies = [], 0, {}
         conns = []
         try:
-            plain = lg.Conn(c.addr, 3.0)
-            old = lg.Conn(c.addr, 3.0)
+            # A plain request at a node that must not serve is relayed and
+            # retried for up to FWD_RETRY_TIMEOUTS (3) forward timeouts:
+            # the client waits longer than that.
+            plain = lg.Conn(c.addr, 6.0)
+            old = lg.Conn(c.addr, 6.0)
             old.declare(1)
             conns = [plain, old]
             i = 0
