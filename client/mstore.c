@@ -570,14 +570,13 @@ mstore_open(const char *spec, char *err, size_t errlen)
         util_set_err(err, errlen, "no store given (--store DIR)");
         return NULL;
     }
-    if (strncmp(spec, "etcd://", 7) == 0) {
-        util_set_err(err, errlen,
-                     "%s: the etcd backend is not built in this version "
-                     "(use --store DIR)",
-                     spec);
+    if (strncmp(spec, "etcd://", 7) == 0 || strncmp(spec, "etcds://", 8) == 0) {
+        be = &mstore_etcd_backend;
+    } else if (strstr(spec, "://") != NULL) {
+        util_set_err(err, errlen, "%s: unknown store (DIR, dir:DIR, etcd:// or etcds://)", spec);
         return NULL;
     }
-    if (strncmp(spec, "dir:", 4) == 0) {
+    if (be == &mstore_dir_backend && strncmp(spec, "dir:", 4) == 0) {
         spec += 4;
     }
     s = calloc(1, sizeof(*s));

@@ -2,7 +2,7 @@
  * mstore: the membership store, the single source of truth for epochs
  * (docs/cluster.md). Named text records with revisions and a small
  * transaction (checks, then writes, all or nothing against other admins),
- * behind a backend vtable: the directory backend here, etcd later.
+ * behind a backend vtable: a directory (mstore.c) or etcd (mstore_etcd.c).
  */
 #ifndef CLIENT_MSTORE_H
 #define CLIENT_MSTORE_H
@@ -74,9 +74,10 @@ struct mstore_backend {
 
 struct mstore;
 
-/* Open a store: "DIR" (created if missing) or "dir:DIR". An etcd:// URL
- * is recognised and refused until that backend exists. NULL with a reason
- * in err on failure. Close with mstore_close. */
+/* Open a store: "DIR" (created if missing), "dir:DIR", or etcd v3:
+ * "etcd://HOST:PORT[,HOST:PORT...]/PREFIX[?OPTIONS]" ("etcds://" for TLS;
+ * OPTIONS in client/mstore_etcd.c and ringctl(1)). NULL with a reason in
+ * err on failure. Close with mstore_close. */
 struct mstore *mstore_open(const char *spec, char *err, size_t errlen);
 void           mstore_close(struct mstore *s);
 
@@ -103,7 +104,8 @@ void mstore_record_clear(struct mstore_record *rec);
 /* A short description of a result code. */
 const char *mstore_strerror(int rc);
 
-/* The directory backend (exported for the tests' backend table). */
+/* The backends: a directory (one host), etcd v3 (client/mstore_etcd.c). */
 extern const struct mstore_backend mstore_dir_backend;
+extern const struct mstore_backend mstore_etcd_backend;
 
 #endif

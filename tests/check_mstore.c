@@ -1,8 +1,13 @@
 /*
- * mstore_suite: the membership store's directory backend. Conditional
- * writes (create-if-absent, CAS, CAS-delete, multi-op transactions), races
- * between forked processes (exactly one winner), revisions that never
- * repeat, and malformed files reported as file:line.
+ * mstore_suite: the membership store's conformance tests, run against
+ * each backend: conditional writes (create-if-absent, CAS, CAS-delete,
+ * multi-op transactions), races between forked processes (exactly one
+ * winner, no lost update) and revisions that never repeat. Case "dir": the
+ * directory backend, plus its own malformed files (file:line) and crash
+ * leftovers. Case "etcd" (only when RC_MSTORE_ETCD names a running etcd,
+ * "etcd://HOST:PORT/PREFIX[?OPTIONS]": tests/it/test_mstore_etcd.sh starts
+ * one): the same conformance tests, each under a prefix of its own, plus
+ * endpoint failover and an etcd that is down.
  */
 #include <check.h>
 #include <errno.h>
@@ -20,9 +25,11 @@
 
 #define RACERS 12
 
-static char           tdir[256];
+static char           tdir[256];  /* a scratch directory (the dir store itself for "dir") */
+static char           spec[1024]; /* what the tests and their racers open */
 static struct mstore *st;
 static char           err[1024];
+static unsigned       n_etcd_tests; /* makes each etcd test's prefix unique */
 
 static int
 rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -38,8 +45,26 @@ setup(void)
 {
     snprintf(tdir, sizeof(tdir), "/tmp/rc-mstore-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(tdir));
-    st = mstore_open(tdir, err, sizeof(err));
+    snprintf(spec, sizeof(spec), "%s", tdir);
+    st = mstore_open(spec, err, sizeof(err));
     ck_assert_msg(st != NULL, "open: %s", err);
+}
+
+/* RC_MSTORE_ETCD with "/t<pid>-<n>" added to its prefix (before any
+ * "?options"): every test starts from an empty store. */
+static void
+setup_etcd(void)
+{
+    const char *base = getenv("RC_MSTORE_ETCD");
+    const char *q = strchr(base, '?');
+    int         plen = q != NULL ? (int)(q - base) : (int)strlen(base);
+
+    snprintf(tdir, sizeof(tdir), "/tmp/rc-mstore-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tdir));
+    snprintf(spec, sizeof(spec), "%.*s/t%d-%u%s", plen, base, (int)getpid(), n_etcd_tests++,
+             q != NULL ? q : "");
+    st = mstore_open(spec, err, sizeof(err));
+    ck_assert_msg(st != NULL, "open %s: %s", spec, err);
 }
 
 static void
@@ -132,7 +157,16 @@ START_TEST(test_delete_and_no_aba)
     ck_assert_uint_gt(r2, r1);
     ck_assert_int_eq(mstore_cas(st, "pending.meta", r1, "c", 1, NULL, err, sizeof(err)),
                      MSTORE_ECONFLICT);
-    /* Even with the counter file lost, revisions do not go back. */
+}
+END_TEST
+
+/* The directory backend's counter file lost: revisions do not go back. */
+START_TEST(test_counter_lost)
+{
+    uint64_t r1 = 0, r2 = 0;
+
+    ck_assert_int_eq(mstore_create_if_absent(st, "pending.meta", "b", 1, &r2, err, sizeof(err)),
+                     MSTORE_OK);
     ck_assert_int_eq(mstore_delete(st, "pending.meta", r2, err, sizeof(err)), MSTORE_OK);
     ck_assert_int_eq(mstore_create_if_absent(st, "active.members", "x", 1, &r1, err, sizeof(err)),
                      MSTORE_OK);
@@ -254,10 +288,77 @@ START_TEST(test_leftover_tmp)
 }
 END_TEST
 
-START_TEST(test_etcd_refused)
+/* Malformed etcd specs are refused at open, with what is wrong. */
+START_TEST(test_etcd_bad_specs)
 {
-    ck_assert_ptr_null(mstore_open("etcd://127.0.0.1:2379/rc", err, sizeof(err)));
-    ck_assert_ptr_nonnull(strstr(err, "etcd"));
+    static const char *const bad[][2] = {
+        { "etcd://", "HOST:PORT" },
+        { "etcd://127.0.0.1/rc", "not HOST:PORT" },
+        { "etcd://127.0.0.1:0/rc", "not HOST:PORT" },
+        { "etcd://127.0.0.1:2379", "HOST:PORT" },
+        { "etcd://127.0.0.1:2379/", "prefix is empty" },
+        { "etcd://127.0.0.1:2379,/rc", "not HOST:PORT" },
+        { "etcd://127.0.0.1:2379/rc?bogus=1", "bogus" },
+        { "etcd://127.0.0.1:2379/rc?timeout=", "timeout=" },
+        { "etcd://127.0.0.1:2379/rc?timeout=5", "100..600000" },
+        { "etcd://127.0.0.1:2379/rc?cacert=/x", "etcds://" },
+        { "etcds://127.0.0.1:2379/rc?cert=/x", "go together" },
+        { "etcd://127.0.0.1:2379/rc?user=root", "go together" },
+        { "etcd://127.0.0.1:2379/rc?user=root&password-file=/nonexistent/pw", "/nonexistent/pw" },
+        { "zk://127.0.0.1:2181/rc", "unknown store" },
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        ck_assert_msg(mstore_open(bad[i][0], err, sizeof(err)) == NULL, "%s opened", bad[i][0]);
+        ck_assert_msg(strstr(err, bad[i][1]) != NULL, "%s: '%s' lacks '%s'", bad[i][0], err,
+                      bad[i][1]);
+    }
+}
+END_TEST
+
+/* An etcd endpoint that refuses connections is skipped for the next. */
+START_TEST(test_etcd_failover)
+{
+    const char          *base = getenv("RC_MSTORE_ETCD");
+    char                 two[1200];
+    struct mstore       *s2;
+    struct mstore_record rec;
+    uint64_t             r = 0;
+
+    /* Port 1 on loopback: nobody listens (connection refused). */
+    ck_assert(strncmp(base, "etcd://", 7) == 0 || strncmp(base, "etcds://", 8) == 0);
+    snprintf(two, sizeof(two), "%.*s127.0.0.1:1,%s", (int)(strstr(base, "://") + 3 - base), base,
+             spec + (strstr(spec, "://") + 3 - spec));
+    s2 = mstore_open(two, err, sizeof(err));
+    ck_assert_msg(s2 != NULL, "%s: %s", two, err);
+    ck_assert_int_eq(
+        mstore_create_if_absent(s2, "active.members", "epoch 1\n", 8, &r, err, sizeof(err)),
+        MSTORE_OK);
+    ck_assert_int_eq(mstore_get(s2, "active.members", &rec, err, sizeof(err)), MSTORE_OK);
+    ck_assert_uint_eq(rec.rev, r);
+    mstore_record_clear(&rec);
+    mstore_close(s2);
+    /* The same record through the single-endpoint handle. */
+    ck_assert_int_eq(mstore_get(st, "active.members", &rec, err, sizeof(err)), MSTORE_OK);
+    ck_assert_uint_eq(rec.rev, r);
+    mstore_record_clear(&rec);
+}
+END_TEST
+
+/* No endpoint answers: a clear I/O error naming the endpoint, no hang. */
+START_TEST(test_etcd_down)
+{
+    struct mstore       *s2 = mstore_open("etcd://127.0.0.1:1,127.0.0.1:2/rc", err, sizeof(err));
+    struct mstore_record rec;
+
+    ck_assert_ptr_nonnull(s2);
+    ck_assert_int_eq(mstore_get(s2, "active.members", &rec, err, sizeof(err)), MSTORE_EIO);
+    ck_assert_msg(strstr(err, "etcd 127.0.0.1:") != NULL && strstr(err, "other endpoint"), "%s",
+                  err);
+    ck_assert_int_eq(mstore_create_if_absent(s2, "x", "x", 1, NULL, err, sizeof(err)), MSTORE_EIO);
+    mstore_close(s2);
 }
 END_TEST
 
@@ -289,7 +390,7 @@ race(int n, int (*fn)(int))
 static int
 racer_create(int i)
 {
-    struct mstore *s = mstore_open(tdir, NULL, 0);
+    struct mstore *s = mstore_open(spec, NULL, 0);
     char           body[64];
     int            rc, n;
 
@@ -327,7 +428,7 @@ END_TEST
 static int
 racer_cas(int i)
 {
-    struct mstore       *s = mstore_open(tdir, NULL, 0);
+    struct mstore       *s = mstore_open(spec, NULL, 0);
     struct mstore_record rec;
     char                 body[64], path[512];
     int                  k, n, won = 0;
@@ -394,6 +495,19 @@ START_TEST(test_race_cas)
 }
 END_TEST
 
+/* The conformance tests: every backend passes them. */
+static void
+add_conformance(TCase *tc)
+{
+    tcase_add_test(tc, test_create_twice);
+    tcase_add_test(tc, test_cas_stale);
+    tcase_add_test(tc, test_delete_and_no_aba);
+    tcase_add_test(tc, test_txn_all_or_nothing);
+    tcase_add_test(tc, test_bad_names);
+    tcase_add_test(tc, test_race_create);
+    tcase_add_test(tc, test_race_cas);
+}
+
 Suite *
 mstore_suite(void)
 {
@@ -402,16 +516,20 @@ mstore_suite(void)
 
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 30);
-    tcase_add_test(tc, test_create_twice);
-    tcase_add_test(tc, test_cas_stale);
-    tcase_add_test(tc, test_delete_and_no_aba);
-    tcase_add_test(tc, test_txn_all_or_nothing);
-    tcase_add_test(tc, test_bad_names);
+    add_conformance(tc);
+    tcase_add_test(tc, test_counter_lost);
     tcase_add_test(tc, test_corrupt);
     tcase_add_test(tc, test_leftover_tmp);
-    tcase_add_test(tc, test_etcd_refused);
-    tcase_add_test(tc, test_race_create);
-    tcase_add_test(tc, test_race_cas);
+    tcase_add_test(tc, test_etcd_bad_specs);
     suite_add_tcase(s, tc);
+    if (getenv("RC_MSTORE_ETCD") != NULL) {
+        tc = tcase_create("etcd");
+        tcase_add_checked_fixture(tc, setup_etcd, teardown);
+        tcase_set_timeout(tc, 60);
+        add_conformance(tc);
+        tcase_add_test(tc, test_etcd_failover);
+        tcase_add_test(tc, test_etcd_down);
+        suite_add_tcase(s, tc);
+    }
     return s;
 }

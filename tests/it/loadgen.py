@@ -1245,7 +1245,9 @@ class Cluster:
     """Nodes, a token, a membership store directory and ringctl. plain:
     nodes without a cluster identity (plain caches; the self-test)."""
 
-    def __init__(self, replicas=1, mem=256, vnodes=160, node_args=(), plain=False):
+    def __init__(self, replicas=1, mem=256, vnodes=160, node_args=(), plain=False, etcd=None):
+        """etcd: an etcdlab.Etcd to keep the membership in (under a
+        prefix of this cluster's own) instead of a store directory."""
         self.plain = plain
         self.dir = tempfile.mkdtemp(prefix="rc-cluster-")
         self.replicas = replicas
@@ -1256,8 +1258,13 @@ class Cluster:
         with open(self.token_file, "w") as f:
             f.write("%032x\n" % random.getrandbits(128))
         os.chmod(self.token_file, 0o600)
-        self.store = os.path.join(self.dir, "store")
-        os.makedirs(self.store)
+        self.etcd = etcd
+        if etcd is not None:
+            self.etcd_prefix = "rc-" + os.path.basename(self.dir)
+            self.store = etcd.spec(self.etcd_prefix)
+        else:
+            self.store = os.path.join(self.dir, "store")
+            os.makedirs(self.store)
         self.nodes = {}
         self.ctl_procs = []
 
@@ -1304,8 +1311,20 @@ class Cluster:
         self.ctl_procs.append(p)
         return p
 
+    def store_record(self, name):
+        """A record's text in the store ('' if none or unreadable)."""
+        if self.etcd is not None:
+            return self.etcd.get(self.etcd_prefix + "/" + name)
+        try:
+            with open(os.path.join(self.store, name)) as f:
+                return f.read()
+        except OSError:
+            return ""
+
     def store_active(self):
         """The store's active membership text ('' if none)."""
+        if self.etcd is not None:
+            return self.store_record("active.members")
         try:
             with open(os.path.join(self.store, "active.members")) as f:
                 return f.read()
@@ -1316,6 +1335,8 @@ class Cluster:
         return parse_members(self.store_active())["epoch"] if self.store_active() else 0
 
     def store_pending(self):
+        if self.etcd is not None:
+            return self.store_record("pending.members") != ""
         return os.path.exists(os.path.join(self.store, "pending.members"))
 
     def status(self):
@@ -1467,11 +1488,12 @@ def fill_fast(hist, view, declare=True, batch=200, phase=0, keys=None):
 
 # ---------------------------------------------------------------- scenarios
 
-def start_cluster(t, ids, replicas=1, mem=256, node_args=()):
+def start_cluster(t, ids, replicas=1, mem=256, node_args=(), etcd=None):
     """Nodes ids started with cluster identities (and node_args, after
     the defaults) and `ringctl init` of them: returns (Cluster, ok) (the
-    caller closes the cluster). TAP: init ok and every node at epoch 1."""
-    cl = Cluster(replicas=replicas, mem=mem, node_args=node_args)
+    caller closes the cluster). TAP: init ok and every node at epoch 1.
+    etcd: keep the membership there (see Cluster)."""
+    cl = Cluster(replicas=replicas, mem=mem, node_args=node_args, etcd=etcd)
     for i in ids:
         cl.add(i)
     rc, out, err = cl.ctl("init", "--members", cl.write_members(ids))

@@ -1,0 +1,176 @@
+"""A real etcd (Debian's etcd-server) for the tests: one member on
+127.0.0.1 free ports, its data in a directory of the test's own, stopped by
+PID. Optionally TLS (a CA, server and client certificates made with
+openssl, client certificates required) and etcd auth (user root with a
+password in a file).
+
+    e = Etcd(workdir, tls=False, auth=False).start()
+    e.spec("rc")            # "etcd://127.0.0.1:PORT/rc[?options]" for --store
+    e.get("rc/active.members")  # a key's value through etcdctl ('' if none)
+    e.stop(); e.start()     # an outage, then the same data back
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import loadgen as lg  # noqa: E402  (lg.track: the watchdog kills etcd too)
+
+ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+ETCDCTL = shutil.which("etcdctl") or "/usr/bin/etcdctl"
+
+
+def available():
+    """'' when etcd and etcdctl are installed, else why not."""
+    for b in (ETCD, ETCDCTL):
+        if not os.access(b, os.X_OK):
+            return "%s not installed (Debian packages etcd-server, etcd-client)" % b
+    return ""
+
+
+def _free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=60)
+
+
+def make_certs(d):
+    """A CA, a server certificate for 127.0.0.1 and a client certificate
+    in directory d: {'ca', 'server_cert', 'server_key', 'client_cert',
+    'client_key'} paths."""
+    os.makedirs(d, exist_ok=True)
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+             "/CN=ringcache test CA", "-keyout", "ca.key", "-out", "ca.crt", cwd=d)
+    with open(os.path.join(d, "server.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
+    with open(os.path.join(d, "client.ext"), "w") as f:
+        f.write("extendedKeyUsage=clientAuth\n")
+    for who in ("server", "client"):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=%s" % who,
+                 "-keyout", "%s.key" % who, "-out", "%s.csr" % who, cwd=d)
+        _openssl("x509", "-req", "-in", "%s.csr" % who, "-CA", "ca.crt", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-days", "2", "-extfile", "%s.ext" % who,
+                 "-out", "%s.crt" % who, cwd=d)
+    return {"ca": os.path.join(d, "ca.crt"),
+            "server_cert": os.path.join(d, "server.crt"),
+            "server_key": os.path.join(d, "server.key"),
+            "client_cert": os.path.join(d, "client.crt"),
+            "client_key": os.path.join(d, "client.key")}
+
+
+class Etcd:
+    def __init__(self, workdir, tls=False, auth=False, name="e1"):
+        self.dir = os.path.join(workdir, "etcd-" + name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.name = name
+        self.tls = tls
+        self.auth = auth
+        self.port = _free_port()
+        self.peer_port = _free_port()
+        self.proc = None
+        self.certs = make_certs(os.path.join(self.dir, "certs")) if tls else None
+        self.password_file = os.path.join(self.dir, "password")
+        self.password = "pw-%d" % os.getpid()
+        with open(self.password_file, "w") as f:
+            f.write(self.password + "\n")
+        os.chmod(self.password_file, 0o600)
+        self.log = os.path.join(self.dir, "etcd.log")
+        self._auth_on = False
+
+    @property
+    def endpoint(self):
+        return "127.0.0.1:%d" % self.port
+
+    def _url(self):
+        return "%s://127.0.0.1:%d" % ("https" if self.tls else "http", self.port)
+
+    def start(self, timeout=30):
+        cmd = [ETCD, "--name", self.name, "--data-dir", os.path.join(self.dir, "data"),
+               "--listen-client-urls", self._url(), "--advertise-client-urls", self._url(),
+               "--listen-peer-urls", "http://127.0.0.1:%d" % self.peer_port,
+               "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % self.peer_port,
+               "--initial-cluster", "%s=http://127.0.0.1:%d" % (self.name, self.peer_port)]
+        if self.tls:
+            cmd += ["--cert-file", self.certs["server_cert"], "--key-file",
+                    self.certs["server_key"], "--trusted-ca-file", self.certs["ca"],
+                    "--client-cert-auth"]
+        with open(self.log, "ab") as log:
+            self.proc = lg.track(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
+                                                  stderr=log))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("etcd exited (%s); see %s" % (self.proc.returncode, self.log))
+            if self._ctl("endpoint", "health", timeout=3).returncode == 0:
+                break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("etcd did not become healthy in %d s; see %s" % (timeout, self.log))
+        if self.auth and not self._auth_on:
+            for args in (("user", "add", "root:" + self.password), ("auth", "enable")):
+                r = self._ctl(*args)
+                if r.returncode != 0:
+                    raise RuntimeError("etcdctl %s: %s" % (" ".join(args[:2]), r.stderr))
+            self._auth_on = True
+        return self
+
+    def _ctl(self, *args, timeout=10):
+        cmd = [ETCDCTL, "--endpoints", self._url(), "--dial-timeout", "2s"]
+        if self.tls:
+            cmd += ["--cacert", self.certs["ca"], "--cert", self.certs["client_cert"],
+                    "--key", self.certs["client_key"]]
+        if self._auth_on:
+            cmd += ["--user", "root:" + self.password]
+        env = dict(os.environ, ETCDCTL_API="3")
+        try:
+            return subprocess.run(cmd + list(args), env=env, capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired as ex:
+            return subprocess.CompletedProcess(cmd, 124, "", "timed out: %s" % ex)
+
+    def get(self, key):
+        """The value of key (no leading '/': the prefix is '/'+key's
+        first part as spec() makes it), '' when absent."""
+        r = self._ctl("get", "--print-value-only", "/" + key)
+        return r.stdout if r.returncode == 0 else ""
+
+    def spec(self, prefix, extra=""):
+        """The --store value for key prefix /prefix."""
+        opts = []
+        if self.tls:
+            opts += ["cacert=" + self.certs["ca"], "cert=" + self.certs["client_cert"],
+                     "key=" + self.certs["client_key"]]
+        if self.auth:
+            opts += ["user=root", "password-file=" + self.password_file]
+        if extra:
+            opts.append(extra)
+        return "%s://%s/%s%s" % ("etcds" if self.tls else "etcd", self.endpoint, prefix,
+                                 "?" + "&".join(opts) if opts else "")
+
+    def stop(self):
+        """SIGTERM, then SIGKILL after 10 s; the data directory stays."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def pause(self):
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self):
+        os.kill(self.proc.pid, signal.SIGCONT)
