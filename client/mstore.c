@@ -18,6 +18,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -551,11 +552,41 @@ out:
     return rc;
 }
 
+/* Poll DIR/revision (every txn that writes raises it) every 100 ms. */
+static int
+dir_wait(void *state, uint64_t rev, int timeout_ms, uint64_t *now_rev, char *err, size_t errlen)
+{
+    struct dir_store *d = state;
+    int64_t           deadline = util_now_ms() + timeout_ms;
+
+    for (;;) {
+        uint64_t now = 0;
+        int      rc = read_counter(d, &now, err, errlen);
+
+        if (rc != MSTORE_OK) {
+            return rc;
+        }
+        if (now > rev) {
+            *now_rev = now;
+            return MSTORE_OK;
+        }
+        if (util_now_ms() >= deadline) {
+            return MSTORE_ENOENT;
+        }
+        {
+            struct timespec ts = { 0, 100 * 1000 * 1000 };
+
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
 const struct mstore_backend mstore_dir_backend = {
     .name = "dir",
     .open = dir_open,
     .get = dir_get,
     .txn = dir_txn,
+    .wait = dir_wait,
     .close = dir_close,
 };
 
@@ -661,6 +692,14 @@ mstore_delete(struct mstore *s, const char *name, uint64_t expect_rev, char *err
     struct mstore_op op = { MSTORE_DELETE, name, expect_rev, NULL, 0 };
 
     return mstore_txn(s, &op, 1, NULL, NULL, err, errlen);
+}
+
+int
+mstore_wait(struct mstore *s, uint64_t rev, int timeout_ms, uint64_t *now_rev, char *err,
+            size_t errlen)
+{
+    *now_rev = 0;
+    return s->be->wait(s->state, rev, timeout_ms, now_rev, err, errlen);
 }
 
 void

@@ -69,6 +69,10 @@ struct mstore_backend {
     int (*get)(void *state, const char *name, struct mstore_record *rec, char *err, size_t errlen);
     int (*txn)(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed,
                uint64_t *new_rev, char *err, size_t errlen);
+    /* Block until a write above revision rev may have happened (0, with
+     * *now_rev), or timeout_ms passed (MSTORE_ENOENT), or an error. */
+    int (*wait)(void *state, uint64_t rev, int timeout_ms, uint64_t *now_rev, char *err,
+                size_t errlen);
     void (*close)(void *state);
 };
 
@@ -98,6 +102,13 @@ int mstore_cas(struct mstore *s, const char *name, uint64_t expect_rev, const ch
                size_t len, uint64_t *new_rev, char *err, size_t errlen);
 int mstore_delete(struct mstore *s, const char *name, uint64_t expect_rev, char *err,
                   size_t errlen);
+
+/* Wait until the store may have changed after revision rev: MSTORE_OK
+ * (*now_rev: the revision seen, when known, else 0), MSTORE_ENOENT when
+ * timeout_ms passed without a write, or an error (the store is down: the
+ * caller retries later). A node's store watch (server/storewatch.c). */
+int mstore_wait(struct mstore *s, uint64_t rev, int timeout_ms, uint64_t *now_rev, char *err,
+                size_t errlen);
 
 void mstore_record_clear(struct mstore_record *rec);
 

@@ -412,6 +412,14 @@ reply_error(json_object *j, int *code)
     json_object *v;
 
     *code = 0;
+    /* A streamed reply (watch) nests it: {"error": {"grpc_code": N,
+     * "message": ...}}. */
+    if (json_object_object_get_ex(j, "error", &v) && json_object_is_type(v, json_type_object)) {
+        j = v;
+        if (json_object_object_get_ex(j, "grpc_code", &v)) {
+            *code = json_object_get_int(v);
+        }
+    }
     if (json_object_object_get_ex(j, "code", &v)) {
         *code = json_object_get_int(v);
     }
@@ -890,10 +898,167 @@ etcd_txn(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed,
     return MSTORE_OK;
 }
 
+/* The watch stream: JSON messages, one after the other, parsed as they
+ * come; the transfer ends (the write callback refuses more) at the first
+ * message with events, or one saying the start revision was compacted. */
+struct watch_stream {
+    json_tokener *tok;
+    uint64_t      rev; /* the revision of the first change seen */
+    bool          changed;
+    bool          failed; /* a malformed message, or an error from etcd */
+    char          why[256];
+};
+
+static void
+watch_message(struct watch_stream *w, json_object *msg)
+{
+    json_object *res, *events, *hdr = NULL;
+    int          code;
+    const char  *why = reply_error(msg, &code);
+
+    if (why != NULL) {
+        w->failed = true;
+        snprintf(w->why, sizeof(w->why), "%s (code %d)", why, code);
+        return;
+    }
+    if (!json_object_object_get_ex(msg, "result", &res)) {
+        return;
+    }
+    json_object_object_get_ex(res, "header", &hdr);
+    if (json_u64(res, "compact_revision") != 0 ||
+        (json_object_object_get_ex(res, "events", &events) &&
+         json_object_is_type(events, json_type_array) && json_object_array_length(events) > 0)) {
+        w->changed = true;
+        w->rev = json_u64(hdr, "revision");
+    }
+}
+
+static size_t
+watch_write(char *ptr, size_t size, size_t nmemb, void *arg)
+{
+    struct watch_stream *w = arg;
+    size_t               n = size * nmemb, off = 0;
+
+    while (off < n && !w->changed && !w->failed) {
+        json_object            *msg = json_tokener_parse_ex(w->tok, ptr + off, (int)(n - off));
+        enum json_tokener_error jerr = json_tokener_get_error(w->tok);
+        size_t                  used = json_tokener_get_parse_end(w->tok);
+
+        if (msg != NULL) {
+            watch_message(w, msg);
+            json_object_put(msg);
+            json_tokener_reset(w->tok);
+        } else if (jerr != json_tokener_continue) {
+            w->failed = true;
+            snprintf(w->why, sizeof(w->why), "bad watch message: %s",
+                     json_tokener_error_desc(jerr));
+            break;
+        }
+        if (used == 0) {
+            break;
+        }
+        off += used;
+        /* Whitespace between messages. */
+        while (off < n && (ptr[off] == '\n' || ptr[off] == '\r' || ptr[off] == ' ')) {
+            off++;
+        }
+    }
+    return w->changed || w->failed ? 0 : n;
+}
+
+/* A watch on every key under the prefix from rev + 1, for timeout_ms. */
+static int
+etcd_wait(void *state, uint64_t rev, int timeout_ms, uint64_t *now_rev, char *err, size_t errlen)
+{
+    struct etcd_store  *e = state;
+    struct watch_stream w = { 0 };
+    struct curl_slist  *hdr = NULL;
+    json_object        *req = json_object_new_object(), *cr = json_object_new_object();
+    char                url[1024], auth[4096], revs[24], *lo, *hi;
+    size_t              plen = strlen(e->prefix);
+    CURLcode            crc;
+    int                 rc = MSTORE_OK;
+
+    if (e->user != NULL && e->token == NULL && (rc = authenticate(e, err, errlen)) != MSTORE_OK) {
+        json_object_put(req);
+        json_object_put(cr);
+        return rc;
+    }
+    /* [PREFIX/, PREFIX0): '0' follows '/'. */
+    {
+        char range[1024];
+
+        snprintf(range, sizeof(range), "%s/", e->prefix);
+        lo = b64_encode(range, plen + 1);
+        range[plen] = '0';
+        hi = b64_encode(range, plen + 1);
+    }
+    w.tok = json_tokener_new();
+    if (req == NULL || cr == NULL || lo == NULL || hi == NULL || w.tok == NULL) {
+        json_object_put(req);
+        json_object_put(cr);
+        free(lo);
+        free(hi);
+        if (w.tok != NULL) {
+            json_tokener_free(w.tok);
+        }
+        return MSTORE_ENOMEM;
+    }
+    snprintf(revs, sizeof(revs), "%" PRIu64, rev + 1);
+    json_object_object_add(cr, "key", json_object_new_string(lo));
+    json_object_object_add(cr, "range_end", json_object_new_string(hi));
+    json_object_object_add(cr, "start_revision", json_object_new_string(revs));
+    json_object_object_add(req, "create_request", cr);
+    free(lo);
+    free(hi);
+    snprintf(url, sizeof(url), "%s://%s/v3/watch", e->tls ? "https" : "http",
+             e->endpoint[e->current]);
+    hdr = curl_slist_append(hdr, "Content-Type: application/json");
+    if (e->token != NULL) {
+        snprintf(auth, sizeof(auth), "Authorization: %s", e->token);
+        hdr = curl_slist_append(hdr, auth);
+    }
+    curl_easy_setopt(e->curl, CURLOPT_URL, url);
+    curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS,
+                     json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN));
+    curl_easy_setopt(e->curl, CURLOPT_POSTFIELDSIZE, -1L);
+    curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, watch_write);
+    curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, &w);
+    curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+    crc = curl_easy_perform(e->curl);
+    curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, e->timeout_ms);
+    curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, NULL);
+    curl_slist_free_all(hdr);
+    json_object_put(req);
+    json_tokener_free(w.tok);
+    if (w.changed) {
+        *now_rev = w.rev;
+        return MSTORE_OK;
+    }
+    if (w.failed) {
+        util_set_err(err, errlen, "etcd %s/v3/watch: %s", e->endpoint[e->current], w.why);
+        if (strstr(w.why, "code 16") != NULL) {
+            free(e->token); /* renewed at the next call */
+            e->token = NULL;
+        }
+        return MSTORE_EIO;
+    }
+    if (crc == CURLE_OPERATION_TIMEDOUT) {
+        return MSTORE_ENOENT;
+    }
+    util_set_err(err, errlen, "etcd %s/v3/watch: %s", e->endpoint[e->current],
+                 crc == CURLE_OK ? "the stream ended" : curl_easy_strerror(crc));
+    /* The next wait tries the next endpoint. */
+    e->current = (e->current + 1) % e->n_endpoints;
+    return MSTORE_EIO;
+}
+
 const struct mstore_backend mstore_etcd_backend = {
     .name = "etcd",
     .open = etcd_open,
     .get = etcd_get,
     .txn = etcd_txn,
+    .wait = etcd_wait,
     .close = etcd_close,
 };

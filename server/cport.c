@@ -38,6 +38,7 @@
 #include "server/handoff.h"
 #include "server/handoff_in.h"
 #include "server/health.h"
+#include "server/storewatch.h"
 #include "server/log.h"
 #include "server/peer.h"
 #include "server/store.h"
@@ -122,6 +123,7 @@ struct cport {
     struct handoff    *ho;
     struct transition *tr;
     struct health     *health;
+    struct storewatch *sw;           /* --store: the node's own watch (or NULL) */
     struct cp_conn    *fence_waiter; /* its Fence waits for the drain */
 };
 
@@ -945,6 +947,31 @@ fail:
     return NULL;
 }
 
+/* The store watch read the store's active membership (cluster thread). */
+static void
+store_behind(void *arg, uint64_t epoch)
+{
+    struct cport *cp = arg;
+
+    health_learn_epoch(cp->health, epoch);
+}
+
+static void
+store_active_cb(void *arg, const struct ring_members *m)
+{
+    struct cport *cp = arg;
+
+    transition_store_active(cp->tr, m, store_behind, cp);
+}
+
+/* See cport.h. */
+int
+cport_watch_store(struct cport *cp, const char *spec, char *err, size_t errlen)
+{
+    cp->sw = storewatch_new(cp->base, spec, store_active_cb, cp, err, errlen);
+    return cp->sw != NULL ? 0 : -1;
+}
+
 /* Bind and listen on the first address of cp->addr:port that works.
  * 0, or -1 (logged). */
 static int
@@ -981,6 +1008,9 @@ cport_start(struct cport *cp)
     }
     /* A pending transition that survived a restart: track again. */
     transition_resume(cp->tr);
+    if (cp->sw != NULL && storewatch_start(cp->sw) < 0) {
+        return -1;
+    }
     sigemptyset(&block);
     sigaddset(&block, SIGTERM);
     sigaddset(&block, SIGINT);
@@ -1009,6 +1039,7 @@ cport_free(struct cport *cp)
         }
         pthread_join(cp->tid, NULL);
     }
+    storewatch_free(cp->sw);
     while (cp->conns != NULL) {
         cpc_free(cp->conns);
     }

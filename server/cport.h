@@ -8,6 +8,8 @@
 #ifndef SERVER_CPORT_H
 #define SERVER_CPORT_H
 
+#include <stddef.h>
+
 struct cluster;
 struct server;
 struct cport;
@@ -15,6 +17,10 @@ struct cport;
 /* Create the cluster port of srv for listen_addr:port (not yet bound).
  * NULL on ENOMEM. */
 struct cport *cport_new(struct server *srv, struct cluster *cl, const char *listen_addr, int port);
+
+/* Watch the membership store spec (`--store`; server/storewatch.h) from
+ * cport_start on. 0, or -1 with a reason in err. */
+int cport_watch_store(struct cport *cp, const char *spec, char *err, size_t errlen);
 
 /* Bind, listen and start the thread. 0, or -1 (logged). */
 int cport_start(struct cport *cp);

@@ -138,9 +138,10 @@ sigcont_handler(int sig)
     }
 }
 
-/* A peer tells us an epoch: above both of ours, we are behind (removed,
- * or a commit never reached us) and must serve nothing until a
- * transition includes us again. A node without a membership ignores it. */
+/* A peer `from` (NULL: the store) tells us an epoch: above both of ours,
+ * we are behind (removed, or a commit never reached us) and must serve
+ * nothing until a transition includes us again. A node without a
+ * membership ignores it. */
 static void
 learn_epoch(struct health *h, const char *from, uint64_t e)
 {
@@ -155,9 +156,16 @@ learn_epoch(struct health *h, const char *from, uint64_t e)
     }
     __atomic_store_n(&live->behind_epoch, e, __ATOMIC_RELEASE);
     log_msg(LOG_ERR,
-            "peer %.64s runs epoch %" PRIu64 ", this node %" PRIu64 ": behind, "
+            "%s%.64s runs epoch %" PRIu64 ", this node %" PRIu64 ": behind, "
             "answering TRYAGAIN until a transition includes it",
-            from, e, active);
+            from != NULL ? "peer " : "the membership store", from != NULL ? from : "", e, active);
+}
+
+/* See health.h. */
+void
+health_learn_epoch(struct health *h, uint64_t epoch)
+{
+    learn_epoch(h, NULL, epoch);
 }
 
 /*

@@ -63,6 +63,11 @@ int health_on_ping(struct health *h, struct bufferevent *bev, const struct frame
 /* Peer states into out[max]; returns how many peers there are. */
 size_t health_status(struct health *h, struct health_peer *out, size_t max);
 
+/* The membership store's active epoch is `epoch`: above both of this
+ * node's epochs, the node is behind (as when a peer says so). Cluster
+ * thread. */
+void health_learn_epoch(struct health *h, uint64_t epoch);
+
 /* Name of a state for logs and ringctl. */
 const char *health_state_name(enum peer_health s);
 

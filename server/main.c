@@ -80,7 +80,14 @@ start_cluster(struct server *srv, const struct settings *st, struct cport **cp)
         return -1;
     }
     *cp = cport_new(srv, srv->cluster, st->listen_addr, port);
-    if (*cp == NULL || cport_start(*cp) < 0) {
+    if (*cp == NULL) {
+        return -1;
+    }
+    if (st->store[0] != '\0' && cport_watch_store(*cp, st->store, err, sizeof(err)) < 0) {
+        log_msg(LOG_ERR, "--store %s: %s", st->store, err);
+        return -1;
+    }
+    if (cport_start(*cp) < 0) {
         return -1;
     }
     return 0;

@@ -51,6 +51,9 @@ settings_usage(FILE *f)
                "      --cluster-port=<num>   cluster port (default: client port + 10000)\n"
                "      --forward-timeout=<ms> how long a forwarded request or a replica\n"
                "                             acknowledgement may take (default: 1000)\n"
+               "      --store=<spec>         watch the membership store (ringctl's --store:\n"
+               "                             DIR or etcd://HOST:PORT,.../PREFIX): commit an\n"
+               "                             epoch the store committed if its admin died\n"
                "  -h, --help                 print this help and exit\n"
                "  -V, --version              print the version and exit\n");
 }
@@ -118,6 +121,7 @@ enum {
     OPT_CLUSTER,
     OPT_CLUSTER_PORT,
     OPT_FORWARD_TIMEOUT,
+    OPT_STORE,
 };
 
 /* Copy a string option into dst[size]; -1 (reported) when empty or long. */
@@ -153,6 +157,7 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         { "cluster", required_argument, NULL, OPT_CLUSTER },
         { "cluster-port", required_argument, NULL, OPT_CLUSTER_PORT },
         { "forward-timeout", required_argument, NULL, OPT_FORWARD_TIMEOUT },
+        { "store", required_argument, NULL, OPT_STORE },
         { NULL, 0, NULL, 0 },
     };
     long v;
@@ -238,6 +243,11 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
             }
             s->forward_timeout_ms = (int)v;
             break;
+        case OPT_STORE:
+            if (copy_opt(err, "store", optarg, s->store, sizeof(s->store)) < 0) {
+                return -1;
+            }
+            break;
         case 'h':
             settings_usage(out);
             return 1;
@@ -273,9 +283,10 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         settings_usage(err);
         return -1;
     }
-    if (s->state_dir[0] == '\0' &&
-        (s->node_id[0] != '\0' || s->token_file[0] != '\0' || s->cluster_port != 0)) {
-        fprintf(err, "ringcached: --id, --token-file and --cluster-port need --state-dir\n");
+    if (s->state_dir[0] == '\0' && (s->node_id[0] != '\0' || s->token_file[0] != '\0' ||
+                                    s->cluster_port != 0 || s->store[0] != '\0')) {
+        fprintf(err,
+                "ringcached: --id, --token-file, --cluster-port and --store need --state-dir\n");
         settings_usage(err);
         return -1;
     }

@@ -23,6 +23,7 @@ struct settings {
     char cluster_name[128];  /* --cluster (default "ringcache") */
     int  cluster_port;       /* --cluster-port; 0 = client port + 10000 */
     int  forward_timeout_ms; /* --forward-timeout: forwards and replica acks */
+    char store[2048];        /* --store: the membership store the node watches ("" none) */
 };
 
 /* Fill in the defaults (port 11211, 127.0.0.1, 4 threads, 64 MiB, 1024

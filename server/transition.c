@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <event2/event.h>
@@ -25,6 +26,10 @@
 #define CLEANUP_ITEMS   2000 /* purged per cleanup tick */
 #define CLEANUP_TICK_MS 10   /* so cleanup stays under ~200k items/s */
 #define ORPHANS_TTL_MS  2000 /* orphan recount interval during a transition */
+/* The store committed the epoch this node prepared: its admin's Commit
+ * normally follows within milliseconds; after this long without one the
+ * node commits by itself (the admin died after the store's commit). */
+#define STORE_COMMIT_GRACE_MS 1000
 
 struct transition {
     struct cluster     *cl;
@@ -36,6 +41,8 @@ struct transition {
     uint64_t            orphans, orphans_ms; /* last count and when (0: none) */
     transition_done_fn  fence_fn;            /* a fence waits for its drain */
     void               *fence_arg;
+    struct event       *store_ev;    /* the grace before a store commit */
+    uint64_t            store_epoch; /* the epoch it waits to commit (0: none) */
 };
 
 /*
@@ -274,6 +281,85 @@ transition_commit(struct transition *t, const struct ring_members *next, const u
     return 0;
 }
 
+/* Is m the membership this node has pending (same text form)? */
+static bool
+is_pending(const struct cluster *cl, const struct ring_members *m)
+{
+    size_t a, b;
+    char  *x, *y;
+    bool   same;
+
+    if (cl->pending == NULL || cl->pending->epoch != m->epoch) {
+        return false;
+    }
+    a = ring_members_format(cl->pending, NULL, 0);
+    b = ring_members_format(m, NULL, 0);
+    if (a != b) {
+        return false;
+    }
+    x = malloc(a + 1);
+    y = malloc(b + 1);
+    same = x != NULL && y != NULL;
+    if (same) {
+        ring_members_format(cl->pending, x, a + 1);
+        ring_members_format(m, y, b + 1);
+        same = memcmp(x, y, a) == 0;
+    }
+    free(x);
+    free(y);
+    return same;
+}
+
+/* The grace after the store committed our pending epoch ran out: commit
+ * it with the pending transition's own token, unless the admin did. */
+static void
+store_commit_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct transition *t = arg;
+    struct cluster    *cl = t->cl;
+    uint64_t           epoch = t->store_epoch;
+    char               err[512];
+
+    (void)fd;
+    (void)what;
+    t->store_epoch = 0;
+    if (cl->pending == NULL || cl->pending->epoch != epoch) {
+        return; /* the admin's Commit (or an Abort) came */
+    }
+    log_msg(LOG_ERR,
+            "the store committed epoch %" PRIu64 " and no admin sent Commit within %d ms: "
+            "committing it from the store (the admin died after the store's commit?)",
+            epoch, STORE_COMMIT_GRACE_MS);
+    if (transition_commit(t, NULL, cl->ptoken, cl->ptoken_len, err, sizeof(err)) < 0) {
+        log_msg(LOG_ERR, "commit of epoch %" PRIu64 " from the store failed: %s", epoch, err);
+    }
+}
+
+/* See transition.h. */
+void
+transition_store_active(struct transition *t, const struct ring_members *m,
+                        void (*behind)(void *arg, uint64_t epoch), void *arg)
+{
+    struct cluster *cl = t->cl;
+    uint64_t        active = cl->active != NULL ? cl->active->epoch : 0;
+
+    if (m->epoch <= active) {
+        return;
+    }
+    if (is_pending(cl, m)) {
+        struct timeval tv = { STORE_COMMIT_GRACE_MS / 1000, (STORE_COMMIT_GRACE_MS % 1000) * 1000 };
+
+        if (t->store_epoch != m->epoch && evtimer_add(t->store_ev, &tv) == 0) {
+            t->store_epoch = m->epoch;
+        }
+        return;
+    }
+    /* Above all this node holds, and not what it prepared: behind. */
+    if (active != 0 && (cl->pending == NULL || m->epoch > cl->pending->epoch)) {
+        behind(arg, m->epoch);
+    }
+}
+
 /* See transition.h. */
 int
 transition_abort(struct transition *t, const uint8_t *token, size_t token_len, uint64_t epoch,
@@ -329,8 +415,9 @@ transition_new(struct cluster *cl, struct store *s, struct handoff *ho, struct e
     t->store = s;
     t->ho = ho;
     t->cleanup_ev = evtimer_new(base, cleanup_cb, t);
-    if (t->cleanup_ev == NULL) {
-        free(t);
+    t->store_ev = evtimer_new(base, store_commit_cb, t);
+    if (t->cleanup_ev == NULL || t->store_ev == NULL) {
+        transition_free(t);
         return NULL;
     }
     return t;
@@ -343,6 +430,11 @@ transition_free(struct transition *t)
     if (t == NULL) {
         return;
     }
-    event_free(t->cleanup_ev);
+    if (t->cleanup_ev != NULL) {
+        event_free(t->cleanup_ev);
+    }
+    if (t->store_ev != NULL) {
+        event_free(t->store_ev);
+    }
     free(t);
 }

@@ -68,6 +68,18 @@ int transition_commit(struct transition *t, const struct ring_members *next, con
                       size_t token_len, char *err, size_t errlen);
 
 /*
+ * The store's active membership, as the node's store watch read it
+ * (server/storewatch.c). If it is the epoch this node has pending, and
+ * the admin's Commit does not come within a grace (1 s), the node commits
+ * it itself: the admin died after the store's commit, and the store is the
+ * authority (every source was fenced before that commit). If it is above
+ * anything this node has, behind(arg, epoch) is called: the node serves
+ * nothing until a transition includes it again.
+ */
+void transition_store_active(struct transition *t, const struct ring_members *m,
+                             void (*behind)(void *arg, uint64_t epoch), void *arg);
+
+/*
  * ABORT of the pending transition (epoch 0: whichever it is); without one
  * it is a no-op. Stops the streams, then calls end_streams(arg), where the
  * caller fails a waiting fence (its done is no longer called) and ends the

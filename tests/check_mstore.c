@@ -18,9 +18,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client/mstore.h"
+#include "ring/util.h"
 #include "tests/suites.h"
 
 #define RACERS 12
@@ -495,6 +497,52 @@ START_TEST(test_race_cas)
 }
 END_TEST
 
+/* mstore_wait: a timeout when nothing is written, and a wake-up soon
+ * after another process writes (a node's store watch). */
+START_TEST(test_wait)
+{
+    uint64_t r1 = 0, r2 = 0, seen = 0;
+    int64_t  t0;
+    pid_t    pid;
+    int      status;
+
+    ck_assert_int_eq(
+        mstore_create_if_absent(st, "active.members", "epoch 1\n", 8, &r1, err, sizeof(err)),
+        MSTORE_OK);
+    t0 = util_now_ms();
+    ck_assert_int_eq(mstore_wait(st, r1, 300, &seen, err, sizeof(err)), MSTORE_ENOENT);
+    ck_assert_int_ge(util_now_ms() - t0, 250);
+    /* A write already there (above r1 - 1) is seen at once. */
+    ck_assert_int_eq(mstore_wait(st, r1 - 1, 3000, &seen, err, sizeof(err)), MSTORE_OK);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct mstore  *s2 = mstore_open(spec, NULL, 0);
+        struct timespec ts = { 0, 300 * 1000 * 1000 };
+
+        nanosleep(&ts, NULL);
+        _exit(s2 != NULL && mstore_cas(s2, "active.members", r1, "epoch 2\n", 8, NULL, NULL, 0) ==
+                                MSTORE_OK
+                  ? 0
+                  : 1);
+    }
+    t0 = util_now_ms();
+    ck_assert_int_eq(mstore_wait(st, r1, 10000, &seen, err, sizeof(err)), MSTORE_OK);
+    ck_assert_int_lt(util_now_ms() - t0, 5000);
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    {
+        struct mstore_record rec;
+
+        ck_assert_int_eq(mstore_get(st, "active.members", &rec, err, sizeof(err)), MSTORE_OK);
+        r2 = rec.rev;
+        mstore_record_clear(&rec);
+    }
+    ck_assert_uint_gt(r2, r1);
+    ck_assert_msg(seen == 0 || seen >= r2, "seen %" PRIu64 ", record at %" PRIu64, seen, r2);
+}
+END_TEST
+
 /* The conformance tests: every backend passes them. */
 static void
 add_conformance(TCase *tc)
@@ -506,6 +554,7 @@ add_conformance(TCase *tc)
     tcase_add_test(tc, test_bad_names);
     tcase_add_test(tc, test_race_create);
     tcase_add_test(tc, test_race_cas);
+    tcase_add_test(tc, test_wait);
 }
 
 Suite *

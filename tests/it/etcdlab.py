@@ -70,14 +70,19 @@ def make_certs(d):
 
 
 class Etcd:
-    def __init__(self, workdir, tls=False, auth=False, name="e1"):
+    def __init__(self, workdir, tls=False, auth=False, name="e1", host=None, popen=None):
+        """host: listen there on etcd's own ports 2379/2380 (a network
+        namespace's address; popen(argv, **kw) starts it in there), else
+        on 127.0.0.1 free ports."""
         self.dir = os.path.join(workdir, "etcd-" + name)
         os.makedirs(self.dir, exist_ok=True)
         self.name = name
         self.tls = tls
         self.auth = auth
-        self.port = _free_port()
-        self.peer_port = _free_port()
+        self.host = host or "127.0.0.1"
+        self.port = 2379 if host else _free_port()
+        self.peer_port = 2380 if host else _free_port()
+        self.popen = popen or (lambda argv, **kw: lg.track(subprocess.Popen(argv, **kw)))
         self.proc = None
         self.certs = make_certs(os.path.join(self.dir, "certs")) if tls else None
         self.password_file = os.path.join(self.dir, "password")
@@ -90,24 +95,26 @@ class Etcd:
 
     @property
     def endpoint(self):
-        return "127.0.0.1:%d" % self.port
+        return "%s:%d" % (self.host, self.port)
 
     def _url(self):
-        return "%s://127.0.0.1:%d" % ("https" if self.tls else "http", self.port)
+        return "%s://%s:%d" % ("https" if self.tls else "http", self.host, self.port)
+
+    def _peer_url(self):
+        return "http://%s:%d" % (self.host, self.peer_port)
 
     def start(self, timeout=30):
         cmd = [ETCD, "--name", self.name, "--data-dir", os.path.join(self.dir, "data"),
                "--listen-client-urls", self._url(), "--advertise-client-urls", self._url(),
-               "--listen-peer-urls", "http://127.0.0.1:%d" % self.peer_port,
-               "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % self.peer_port,
-               "--initial-cluster", "%s=http://127.0.0.1:%d" % (self.name, self.peer_port)]
+               "--listen-peer-urls", self._peer_url(),
+               "--initial-advertise-peer-urls", self._peer_url(),
+               "--initial-cluster", "%s=%s" % (self.name, self._peer_url())]
         if self.tls:
             cmd += ["--cert-file", self.certs["server_cert"], "--key-file",
                     self.certs["server_key"], "--trusted-ca-file", self.certs["ca"],
                     "--client-cert-auth"]
         with open(self.log, "ab") as log:
-            self.proc = lg.track(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
-                                                  stderr=log))
+            self.proc = self.popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -418,9 +418,11 @@ class NetCluster(lg.Cluster):
         return n
 
 
-def start_cluster(t, lab, ids, replicas=2, mem=64, node_args=()):
-    """lg.start_cluster in the lab: (NetCluster, ok) with TAP lines."""
-    cl = NetCluster(lab, replicas=replicas, mem=mem, node_args=node_args)
+def start_cluster(t, lab, ids, replicas=2, mem=64, node_args=(), etcd=None):
+    """lg.start_cluster in the lab: (NetCluster, ok) with TAP lines.
+    etcd: an etcdlab.Etcd (maybe in a namespace of the lab) to keep the
+    membership in."""
+    cl = NetCluster(lab, replicas=replicas, mem=mem, node_args=node_args, etcd=etcd)
     for i in ids:
         cl.add(i)
     rc, out, err = cl.ctl("init", "--members", cl.write_members(ids))
