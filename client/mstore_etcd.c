@@ -250,20 +250,20 @@ parse_option(struct etcd_store *e, const char *opt, size_t len, char *err, size_
     if (val == NULL) {
         return MSTORE_ENOMEM;
     }
+    if (i < 4) {
+        char **slot[] = { &e->cacert, &e->cert, &e->key, &e->user };
+
+        free(*slot[i]);
+        *slot[i] = val;
+        return MSTORE_OK;
+    }
     switch (i) {
-    case 0:
-        e->cacert = val;
-        break;
-    case 1:
-        e->cert = val;
-        break;
-    case 2:
-        e->key = val;
-        break;
-    case 3:
-        e->user = val;
-        break;
     case 4:
+        if (e->password != NULL) {
+            memset(e->password, 0, strlen(e->password));
+            free(e->password);
+            e->password = NULL;
+        }
         rc = read_password(val, &e->password, err, errlen);
         free(val);
         break;

@@ -167,14 +167,7 @@ class Etcd:
 
     def stop(self):
         """SIGTERM, then SIGKILL after 10 s; the data directory stays."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        lg.stop_proc(self.proc, 10)
 
     def pause(self):
         os.kill(self.proc.pid, signal.SIGSTOP)

@@ -121,6 +121,33 @@ def watchdog(seconds):
     signal.alarm(seconds)
 
 
+def stop_proc(p, timeout=5.0):
+    """SIGTERM the process p (a Popen) if it still runs; SIGKILL after
+    timeout seconds. It is reaped either way."""
+    if p is None or p.poll() is not None:
+        return
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+def debian_import(name):
+    """Import module name from Debian's python3-* packages, also when this
+    interpreter is not Debian's (a pyenv python3 first on PATH): retried
+    with /usr/lib/python3/dist-packages on the path. None if absent."""
+    import importlib
+    for attempt in range(2):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            if attempt == 0 and "/usr/lib/python3/dist-packages" not in sys.path:
+                sys.path.append("/usr/lib/python3/dist-packages")
+    return None
+
+
 def wait_for(cond, timeout, step=0.02):
     """Poll cond() until true or the deadline; returns its last value."""
     deadline = time.monotonic() + timeout

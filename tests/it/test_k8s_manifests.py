@@ -15,16 +15,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadgen as lg  # noqa: E402
 
-try:
-    import yaml
-    import kubernetes.client as k8s
-except ImportError:
-    sys.path.append("/usr/lib/python3/dist-packages")
-    try:
-        import yaml
-        import kubernetes.client as k8s
-    except ImportError:
-        yaml = k8s = None
+yaml = lg.debian_import("yaml")
+k8s = lg.debian_import("kubernetes.client")
 
 SRCDIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KDIR = os.path.join(SRCDIR, "deploy", "kubernetes")

@@ -815,13 +815,7 @@ def scenario_unavailability(t):
         stop.set()
         for th in threads:
             th.join(10)
-        if watch is not None and watch.poll() is None:
-            watch.send_signal(signal.SIGTERM)
-            try:
-                watch.wait(5)
-            except subprocess.TimeoutExpired:
-                watch.kill()
-                watch.wait()
+        lg.stop_proc(watch)
         lg.close_cluster(t, cl)
 
 

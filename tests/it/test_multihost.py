@@ -20,7 +20,6 @@ the client namespace. The membership lives in that etcd.
    meanwhile."""
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -196,13 +195,7 @@ def scenario(t):
             pw.stop.set()
         if load is not None:
             load.stop()
-        if watch is not None and watch.poll() is None:
-            watch.send_signal(signal.SIGTERM)
-            try:
-                watch.wait(5)
-            except subprocess.TimeoutExpired:
-                watch.kill()
-                watch.wait()
+        lg.stop_proc(watch)
         if cl is not None:
             lg.close_cluster(t, cl)
         if e is not None:

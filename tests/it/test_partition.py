@@ -26,7 +26,6 @@ with one of those nodes' last acknowledged value missing afterwards (the
 final value at an owner older than it, or absent)."""
 import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -354,13 +353,7 @@ def scenario(t, mode):
         stop_r.set()
         for th in threads:
             th.join(timeout=10)
-        if watch is not None and watch.poll() is None:
-            watch.send_signal(signal.SIGTERM)
-            try:
-                watch.wait(5)
-            except subprocess.TimeoutExpired:
-                watch.kill()
-                watch.wait()
+        lg.stop_proc(watch)
         if cl is not None:
             lg.close_cluster(t, cl)
         lab.close()
