@@ -20,6 +20,7 @@
 #include "client/ctl.h"
 #include "client/ctl_transition.h"
 #include "client/ctl_util.h"
+#include "client/mstore.h"
 #include "ring/ring.h"
 
 #define PROBE_MS 1000 /* remove --failed: a node answering Hello this fast is alive */
@@ -419,7 +420,22 @@ struct watched {
     char    id[RING_ID_MAX + 1];
     int64_t bad_since;  /* ms; 0 = healthy */
     bool    recovering; /* answers, but restarted empty or behind */
+    bool    lease_said; /* "its lease is still held" logged */
 };
+
+/* Is id among names[0..n)? */
+static bool
+names_has(char **names, size_t n, const char *id)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        if (strcmp(names[i], id) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
 
 /*
  * watch: poll every member; one that stays unreachable for --down-after
@@ -527,7 +543,18 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
                          a.have_rec ? a.rec.op : "?");
             }
         } else if (a.old != NULL && nodes_build(&a) == EX_OK) {
-            int *crc = calloc(a.n_nodes + 1, sizeof(*crc));
+            int   *crc = calloc(a.n_nodes + 1, sizeof(*crc));
+            char **alive = NULL;
+            size_t n_alive = 0;
+            char   lerr[512];
+
+            /* Nodes that keep liveness leases in the store (etcd, nodes
+             * run with --store): one that stopped answering is failed
+             * over only once the store let its lease expire. */
+            if (mstore_has_leases(a.store) &&
+                mstore_list(a.store, "alive", &alive, &n_alive, lerr, sizeof(lerr)) != MSTORE_OK) {
+                ctl_info("watch: store: %s", lerr);
+            }
 
             for (i = 0; crc != NULL && i < a.n_nodes; i++) {
                 crc[i] = node_call(&a, &a.nodes[i], &sreq,
@@ -565,6 +592,7 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
                         ctl_info("watch: %s is healthy again", t->id);
                     }
                     me->bad_since = 0;
+                    me->lease_said = false;
                     continue;
                 }
                 me->recovering = crc[i] == CPORT_OK && !cut;
@@ -578,10 +606,20 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
                 }
                 if (act_id[0] == '\0' &&
                     util_now_ms() - me->bad_since >= (int64_t)(down_after * 1000)) {
+                    if (!me->recovering && n_alive > 0 && names_has(alive, n_alive, t->id)) {
+                        if (!me->lease_said) {
+                            ctl_info("watch: %s: its liveness lease in the store is still held; "
+                                     "waiting for it to expire",
+                                     t->id);
+                            me->lease_said = true;
+                        }
+                        continue;
+                    }
                     snprintf(act_id, sizeof(act_id), "%s", t->id);
                     act_repair = me->recovering;
                 }
             }
+            mstore_names_free(alive, n_alive);
             free(crc);
         }
         admin_free(&a);

@@ -7,6 +7,7 @@
  * revision counter, so a revision is never reused (no ABA on pending).
  */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -581,12 +582,58 @@ dir_wait(void *state, uint64_t rev, int timeout_ms, uint64_t *now_rev, char *err
     }
 }
 
+/* The record names in DIR/dir (no temp files). */
+static int
+dir_list(void *state, const char *dir, char ***names, size_t *n, char *err, size_t errlen)
+{
+    struct dir_store *d = state;
+    char              path[MSTORE_WHERE_MAX];
+    DIR              *dh;
+    struct dirent    *de;
+    char            **out = NULL;
+    size_t            cnt = 0;
+
+    *names = NULL;
+    *n = 0;
+    snprintf(path, sizeof(path), "%s/%s", d->dir, dir);
+    dh = opendir(path);
+    if (dh == NULL) {
+        if (errno == ENOENT) {
+            return MSTORE_OK;
+        }
+        util_set_err(err, errlen, "%s: %s", path, strerror(errno));
+        return MSTORE_EIO;
+    }
+    while ((de = readdir(dh)) != NULL) {
+        size_t len = strlen(de->d_name);
+        char **grown;
+
+        if (de->d_name[0] == '.' || (len > 4 && strcmp(de->d_name + len - 4, ".tmp") == 0)) {
+            continue;
+        }
+        grown = realloc(out, (cnt + 1) * sizeof(*out));
+        if (grown == NULL || (grown[cnt] = strdup(de->d_name)) == NULL) {
+            out = grown != NULL ? grown : out;
+            closedir(dh);
+            mstore_names_free(out, cnt);
+            return MSTORE_ENOMEM;
+        }
+        out = grown;
+        cnt++;
+    }
+    closedir(dh);
+    *names = out;
+    *n = cnt;
+    return MSTORE_OK;
+}
+
 const struct mstore_backend mstore_dir_backend = {
     .name = "dir",
     .open = dir_open,
     .get = dir_get,
     .txn = dir_txn,
     .wait = dir_wait,
+    .list = dir_list,
     .close = dir_close,
 };
 
@@ -700,6 +747,60 @@ mstore_wait(struct mstore *s, uint64_t rev, int timeout_ms, uint64_t *now_rev, c
 {
     *now_rev = 0;
     return s->be->wait(s->state, rev, timeout_ms, now_rev, err, errlen);
+}
+
+int
+mstore_lease(struct mstore *s, uint64_t *lease, int ttl_s, char *err, size_t errlen)
+{
+    if (s->be->lease == NULL) {
+        util_set_err(err, errlen, "the %s store has no leases", s->be->name);
+        return MSTORE_EINVAL;
+    }
+    return s->be->lease(s->state, lease, ttl_s, err, errlen);
+}
+
+int
+mstore_put_leased(struct mstore *s, const char *name, const char *data, size_t len, uint64_t lease,
+                  char *err, size_t errlen)
+{
+    if (s->be->put_leased == NULL) {
+        util_set_err(err, errlen, "the %s store has no leases", s->be->name);
+        return MSTORE_EINVAL;
+    }
+    if (!name_ok(name) || len > MSTORE_RECORD_MAX - 64) {
+        util_set_err(err, errlen, "bad record name or data for '%s'", name);
+        return MSTORE_EINVAL;
+    }
+    return s->be->put_leased(s->state, name, data, len, lease, err, errlen);
+}
+
+bool
+mstore_has_leases(const struct mstore *s)
+{
+    return s->be->lease != NULL;
+}
+
+int
+mstore_list(struct mstore *s, const char *dir, char ***names, size_t *n, char *err, size_t errlen)
+{
+    *names = NULL;
+    *n = 0;
+    if (!name_ok(dir)) {
+        util_set_err(err, errlen, "bad record directory '%s'", dir);
+        return MSTORE_EINVAL;
+    }
+    return s->be->list(s->state, dir, names, n, err, errlen);
+}
+
+void
+mstore_names_free(char **names, size_t n)
+{
+    size_t i;
+
+    for (i = 0; names != NULL && i < n; i++) {
+        free(names[i]);
+    }
+    free(names);
 }
 
 void

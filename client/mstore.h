@@ -7,6 +7,7 @@
 #ifndef CLIENT_MSTORE_H
 #define CLIENT_MSTORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -73,6 +74,14 @@ struct mstore_backend {
      * *now_rev), or timeout_ms passed (MSTORE_ENOENT), or an error. */
     int (*wait)(void *state, uint64_t rev, int timeout_ms, uint64_t *now_rev, char *err,
                 size_t errlen);
+    /* Grant a lease of ttl_s seconds (*lease == 0) or keep *lease alive:
+     * 0, or MSTORE_ENOENT when it expired. NULL: no leases (directory). */
+    int (*lease)(void *state, uint64_t *lease, int ttl_s, char *err, size_t errlen);
+    /* Write a record that lives while lease does (unconditionally). */
+    int (*put_leased)(void *state, const char *name, const char *data, size_t len, uint64_t lease,
+                      char *err, size_t errlen);
+    /* The names of the records under dir/ (without the "dir/"). */
+    int (*list)(void *state, const char *dir, char ***names, size_t *n, char *err, size_t errlen);
     void (*close)(void *state);
 };
 
@@ -109,6 +118,25 @@ int mstore_delete(struct mstore *s, const char *name, uint64_t expect_rev, char 
  * caller retries later). A node's store watch (server/storewatch.c). */
 int mstore_wait(struct mstore *s, uint64_t rev, int timeout_ms, uint64_t *now_rev, char *err,
                 size_t errlen);
+
+/* Leases (etcd): grant one of ttl_s seconds when *lease is 0, else keep
+ * *lease alive. MSTORE_OK; MSTORE_ENOENT when it had expired (*lease is
+ * set to 0: grant another, and write again what lived on it);
+ * MSTORE_EINVAL when the backend has none. mstore_put_leased writes a
+ * record the store deletes when the lease expires: a node's liveness
+ * record (alive/ID). */
+int mstore_lease(struct mstore *s, uint64_t *lease, int ttl_s, char *err, size_t errlen);
+int mstore_put_leased(struct mstore *s, const char *name, const char *data, size_t len,
+                      uint64_t lease, char *err, size_t errlen);
+/* Does the backend have leases? */
+bool mstore_has_leases(const struct mstore *s);
+
+/* The records under dir/ ("alive"): *names (malloc'd, *n of them, each
+ * without "dir/"; free with mstore_names_free), none when dir is empty or
+ * absent. */
+int  mstore_list(struct mstore *s, const char *dir, char ***names, size_t *n, char *err,
+                 size_t errlen);
+void mstore_names_free(char **names, size_t n);
 
 void mstore_record_clear(struct mstore_record *rec);
 

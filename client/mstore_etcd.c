@@ -1054,11 +1054,149 @@ etcd_wait(void *state, uint64_t rev, int timeout_ms, uint64_t *now_rev, char *er
     return MSTORE_EIO;
 }
 
+/* POST /v3/lease/grant, or one keepalive on /v3/lease/keepalive (a
+ * stream; one request, one reply). An expired lease comes back with no
+ * TTL. */
+static int
+etcd_lease(void *state, uint64_t *lease, int ttl_s, char *err, size_t errlen)
+{
+    struct etcd_store *e = state;
+    json_object       *req = json_object_new_object(), *rep = NULL, *res = NULL;
+    char               num[24];
+    int                rc;
+
+    if (req == NULL) {
+        return MSTORE_ENOMEM;
+    }
+    if (*lease == 0) {
+        snprintf(num, sizeof(num), "%d", ttl_s);
+        json_object_object_add(req, "TTL", json_object_new_string(num));
+        rc = post(e, "/v3/lease/grant", json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN),
+                  false, &rep, err, errlen);
+        json_object_put(req);
+        if (rc != MSTORE_OK) {
+            return rc;
+        }
+        *lease = json_u64(rep, "ID");
+        json_object_put(rep);
+        if (*lease == 0) {
+            util_set_err(err, errlen, "etcd: lease grant: no ID in the reply");
+            return MSTORE_EIO;
+        }
+        return MSTORE_OK;
+    }
+    snprintf(num, sizeof(num), "%" PRIu64, *lease);
+    json_object_object_add(req, "ID", json_object_new_string(num));
+    rc = post(e, "/v3/lease/keepalive", json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN),
+              true, &rep, err, errlen);
+    json_object_put(req);
+    if (rc != MSTORE_OK) {
+        return rc;
+    }
+    json_object_object_get_ex(rep, "result", &res);
+    rc = json_u64(res, "TTL") > 0 ? MSTORE_OK : MSTORE_ENOENT;
+    json_object_put(rep);
+    if (rc == MSTORE_ENOENT) {
+        *lease = 0;
+    }
+    return rc;
+}
+
+/* POST /v3/kv/put with the lease. */
+static int
+etcd_put_leased(void *state, const char *name, const char *data, size_t len, uint64_t lease,
+                char *err, size_t errlen)
+{
+    struct etcd_store *e = state;
+    json_object       *req = json_object_new_object(), *rep = NULL;
+    char              *val = b64_encode(data != NULL ? data : "", len), num[24];
+    int                rc;
+
+    if (req == NULL || val == NULL) {
+        json_object_put(req);
+        free(val);
+        return MSTORE_ENOMEM;
+    }
+    snprintf(num, sizeof(num), "%" PRIu64, lease);
+    json_object_object_add(req, "key", key_json(e, name));
+    json_object_object_add(req, "value", json_object_new_string(val));
+    json_object_object_add(req, "lease", json_object_new_string(num));
+    free(val);
+    rc = post(e, "/v3/kv/put", json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN), true,
+              &rep, err, errlen);
+    json_object_put(req);
+    json_object_put(rep);
+    return rc;
+}
+
+/* A keys-only range over PREFIX/dir/. */
+static int
+etcd_list(void *state, const char *dir, char ***names, size_t *n, char *err, size_t errlen)
+{
+    struct etcd_store *e = state;
+    json_object       *req = json_object_new_object(), *rep = NULL, *kvs;
+    char               range[1024];
+    size_t             rlen, i, cnt = 0, len;
+    char              *lo, *hi, **out = NULL;
+    int                rc;
+
+    rlen = (size_t)snprintf(range, sizeof(range), "%s/%s/", e->prefix, dir);
+    lo = b64_encode(range, rlen);
+    range[rlen - 1] = '0'; /* '0' follows '/' */
+    hi = b64_encode(range, rlen);
+    if (req == NULL || lo == NULL || hi == NULL) {
+        json_object_put(req);
+        free(lo);
+        free(hi);
+        return MSTORE_ENOMEM;
+    }
+    json_object_object_add(req, "key", json_object_new_string(lo));
+    json_object_object_add(req, "range_end", json_object_new_string(hi));
+    json_object_object_add(req, "keys_only", json_object_new_boolean(1));
+    free(lo);
+    free(hi);
+    rc = post(e, "/v3/kv/range", json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN), true,
+              &rep, err, errlen);
+    json_object_put(req);
+    if (rc != MSTORE_OK) {
+        return rc;
+    }
+    if (json_object_object_get_ex(rep, "kvs", &kvs) && json_object_is_type(kvs, json_type_array)) {
+        len = json_object_array_length(kvs);
+        out = calloc(len + 1, sizeof(*out));
+        for (i = 0; out != NULL && i < len; i++) {
+            json_object *k;
+            char        *key = NULL;
+            size_t       klen = 0;
+
+            if (!json_object_object_get_ex(json_object_array_get_idx(kvs, i), "key", &k) ||
+                b64_decode(json_object_get_string(k), 0, &key, &klen) != 0) {
+                continue;
+            }
+            if (klen > rlen - 1 + 1 && (out[cnt] = strdup(key + rlen)) != NULL) {
+                cnt++;
+            }
+            free(key);
+        }
+        if (out == NULL) {
+            json_object_put(rep);
+            return MSTORE_ENOMEM;
+        }
+    }
+    json_object_put(rep);
+    *names = out;
+    *n = cnt;
+    return MSTORE_OK;
+}
+
 const struct mstore_backend mstore_etcd_backend = {
     .name = "etcd",
     .open = etcd_open,
     .get = etcd_get,
     .txn = etcd_txn,
     .wait = etcd_wait,
+    .lease = etcd_lease,
+    .put_leased = etcd_put_leased,
+    .list = etcd_list,
     .close = etcd_close,
 };

@@ -968,7 +968,8 @@ store_active_cb(void *arg, const struct ring_members *m)
 int
 cport_watch_store(struct cport *cp, const char *spec, char *err, size_t errlen)
 {
-    cp->sw = storewatch_new(cp->base, spec, store_active_cb, cp, err, errlen);
+    cp->sw = storewatch_new(cp->base, spec, cluster_node_id(cp->cl), cluster_boot_id(cp->cl),
+                            store_active_cb, cp, err, errlen);
     return cp->sw != NULL ? 0 : -1;
 }
 

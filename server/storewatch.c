@@ -18,15 +18,25 @@
 #include "config.h"
 #include "client/mstore.h"
 #include "ring/ring.h"
+#include "ring/util.h"
 #include "server/log.h"
 #include "server/storewatch.h"
 
-#define WAIT_MS      1000 /* one mstore_wait; the thread checks `stop` between */
-#define RETRY_MIN_MS 250  /* the store failed: try again after this, doubling */
+#define RETRY_MIN_MS 250 /* the store failed: try again after this, doubling */
 #define RETRY_MAX_MS 4000
+/* The node's liveness lease (a store with leases: etcd): alive/ID lives
+ * while the node keeps it alive, every KEEP_MS (also the longest single
+ * wait for a store write); LEASE_TTL_S after the last keepalive etcd
+ * deletes it, and `ringctl watch` may fail the node over. */
+#define LEASE_TTL_S 3
+#define KEEP_MS     1000
 
 struct storewatch {
     char                *spec;
+    char                *node_id;
+    char                 alive[128]; /* "boot HEX\n": the value of alive/ID */
+    uint64_t             lease;      /* 0: none yet, or it expired */
+    int64_t              kept_ms;    /* the last keepalive (or grant) */
     struct mstore       *st;
     struct event_base   *base;
     struct event        *ev;
@@ -91,6 +101,42 @@ post(struct storewatch *w, struct ring_members *m)
     }
 }
 
+/* Keep the liveness lease: grant one and write alive/ID on it, or renew
+ * it every KEEP_MS (an expired one is granted again). 0, or -1 with err. */
+static int
+lease_tick(struct storewatch *w, char *err, size_t errlen)
+{
+    char name[160];
+    int  rc;
+
+    if (!mstore_has_leases(w->st) || (w->lease != 0 && util_now_ms() - w->kept_ms < KEEP_MS)) {
+        return 0;
+    }
+    if (w->lease != 0) {
+        rc = mstore_lease(w->st, &w->lease, LEASE_TTL_S, err, errlen);
+        if (rc == MSTORE_OK) {
+            w->kept_ms = util_now_ms();
+            return 0;
+        }
+        if (rc != MSTORE_ENOENT) {
+            return -1;
+        }
+        log_msg(LOG_ERR, "store %s: this node's liveness lease expired: taking a new one", w->spec);
+    }
+    if (mstore_lease(w->st, &w->lease, LEASE_TTL_S, err, errlen) != MSTORE_OK) {
+        return -1;
+    }
+    snprintf(name, sizeof(name), "alive/%s", w->node_id);
+    if (mstore_put_leased(w->st, name, w->alive, strlen(w->alive), w->lease, err, errlen) !=
+        MSTORE_OK) {
+        w->lease = 0;
+        return -1;
+    }
+    w->kept_ms = util_now_ms();
+    log_msg(LOG_INFO, "store %s: %s held by a %d s lease", w->spec, name, LEASE_TTL_S);
+    return 0;
+}
+
 /* The store failed (err): say so once until it answers again. */
 static void
 store_down(struct storewatch *w, bool *down, const char *err)
@@ -118,7 +164,9 @@ watch_main(void *arg)
         uint64_t             rev = 0, now = 0;
         int                  rc;
 
-        if (read_active(w, &m, &rev, err, sizeof(err)) < 0) {
+        if (read_active(w, &m, &rev, err, sizeof(err)) < 0 || lease_tick(w, err, sizeof(err)) < 0) {
+            ring_members_free(m);
+            m = NULL;
             store_down(w, &down, err);
             nap(w, backoff);
             backoff = backoff * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : backoff * 2;
@@ -137,7 +185,12 @@ watch_main(void *arg)
         seen = rev;
         /* Wait for the next write (any record: a commit writes active). */
         while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
-            rc = mstore_wait(w->st, rev, WAIT_MS, &now, err, sizeof(err));
+            if (lease_tick(w, err, sizeof(err)) < 0) {
+                store_down(w, &down, err);
+                nap(w, backoff);
+                break;
+            }
+            rc = mstore_wait(w->st, rev, KEEP_MS, &now, err, sizeof(err));
             if (rc == MSTORE_OK) {
                 break;
             }
@@ -173,8 +226,8 @@ wake_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 struct storewatch *
-storewatch_new(struct event_base *base, const char *spec, storewatch_fn fn, void *arg, char *err,
-               size_t errlen)
+storewatch_new(struct event_base *base, const char *spec, const char *node_id, uint64_t boot_id,
+               storewatch_fn fn, void *arg, char *err, size_t errlen)
 {
     struct storewatch *w = calloc(1, sizeof(*w));
 
@@ -182,13 +235,15 @@ storewatch_new(struct event_base *base, const char *spec, storewatch_fn fn, void
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    w->node_id = strdup(node_id);
+    snprintf(w->alive, sizeof(w->alive), "boot %016" PRIx64 "\n", boot_id);
     w->pipe[0] = w->pipe[1] = -1;
     pthread_mutex_init(&w->mu, NULL);
     w->base = base;
     w->fn = fn;
     w->arg = arg;
     w->spec = strdup(spec);
-    w->st = w->spec != NULL ? mstore_open(spec, err, errlen) : NULL;
+    w->st = w->spec != NULL && w->node_id != NULL ? mstore_open(spec, err, errlen) : NULL;
     if (w->st == NULL || pipe2(w->pipe, O_NONBLOCK | O_CLOEXEC) < 0 ||
         (w->ev = event_new(base, w->pipe[0], EV_READ | EV_PERSIST, wake_cb, w)) == NULL ||
         event_add(w->ev, NULL) < 0) {
@@ -235,6 +290,7 @@ storewatch_free(struct storewatch *w)
     ring_members_free(w->mail);
     mstore_close(w->st);
     pthread_mutex_destroy(&w->mu);
+    free(w->node_id);
     free(w->spec);
     free(w);
 }

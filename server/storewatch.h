@@ -12,6 +12,8 @@
 #ifndef SERVER_STOREWATCH_H
 #define SERVER_STOREWATCH_H
 
+#include <stdint.h>
+
 #include <event2/event.h>
 
 struct ring_members;
@@ -21,10 +23,12 @@ struct storewatch;
  * the watch: copy what must outlive the call). */
 typedef void (*storewatch_fn)(void *arg, const struct ring_members *active);
 
-/* A watch of spec for the thread running base. NULL with a reason in err
- * (a malformed spec: the same message as ringctl's). Starts nothing. */
-struct storewatch *storewatch_new(struct event_base *base, const char *spec, storewatch_fn fn,
-                                  void *arg, char *err, size_t errlen);
+/* A watch of spec for the thread running base, by node node_id (boot_id:
+ * this process's, written in its liveness record). NULL with a reason in
+ * err (a malformed spec: the same message as ringctl's). Starts nothing. */
+struct storewatch *storewatch_new(struct event_base *base, const char *spec, const char *node_id,
+                                  uint64_t boot_id, storewatch_fn fn, void *arg, char *err,
+                                  size_t errlen);
 /* Start the thread: 0, or -1 (logged). */
 int storewatch_start(struct storewatch *w);
 /* Stop the thread (it ends within a store request's timeout) and free. */

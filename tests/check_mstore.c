@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -543,6 +544,81 @@ START_TEST(test_wait)
 }
 END_TEST
 
+/* mstore_list: the records under a directory, without its name. */
+START_TEST(test_list)
+{
+    char **names;
+    size_t n, i;
+    bool   a = false, b = false;
+
+    ck_assert_int_eq(mstore_create_if_absent(st, "alive/a", "x", 1, NULL, err, sizeof(err)),
+                     MSTORE_OK);
+    ck_assert_int_eq(mstore_create_if_absent(st, "alive/b", "y", 1, NULL, err, sizeof(err)),
+                     MSTORE_OK);
+    ck_assert_int_eq(mstore_create_if_absent(st, "alivez", "z", 1, NULL, err, sizeof(err)),
+                     MSTORE_OK);
+    ck_assert_int_eq(mstore_list(st, "alive", &names, &n, err, sizeof(err)), MSTORE_OK);
+    ck_assert_uint_eq(n, 2);
+    for (i = 0; i < n; i++) {
+        a = a || strcmp(names[i], "a") == 0;
+        b = b || strcmp(names[i], "b") == 0;
+    }
+    ck_assert(a && b);
+    mstore_names_free(names, n);
+    ck_assert_int_eq(mstore_list(st, "nothing", &names, &n, err, sizeof(err)), MSTORE_OK);
+    ck_assert_uint_eq(n, 0);
+    mstore_names_free(names, n);
+}
+END_TEST
+
+/* The directory store has no leases, and says so. */
+START_TEST(test_dir_no_leases)
+{
+    uint64_t lease = 0;
+
+    ck_assert(!mstore_has_leases(st));
+    ck_assert_int_eq(mstore_lease(st, &lease, 3, err, sizeof(err)), MSTORE_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "no leases"));
+    ck_assert_int_eq(mstore_put_leased(st, "alive/a", "x", 1, 1, err, sizeof(err)), MSTORE_EINVAL);
+}
+END_TEST
+
+/* An etcd lease: a record on it lives while it is kept alive and is gone
+ * once it expires; keeping an expired lease alive says so. */
+START_TEST(test_etcd_lease)
+{
+    uint64_t lease = 0, kept;
+    char   **names;
+    size_t   n = 1;
+    int64_t  deadline;
+
+    ck_assert(mstore_has_leases(st));
+    ck_assert_int_eq(mstore_lease(st, &lease, 2, err, sizeof(err)), MSTORE_OK);
+    ck_assert_uint_ne(lease, 0);
+    ck_assert_int_eq(mstore_put_leased(st, "alive/n1", "boot 1\n", 7, lease, err, sizeof(err)),
+                     MSTORE_OK);
+    kept = lease;
+    ck_assert_int_eq(mstore_lease(st, &kept, 2, err, sizeof(err)), MSTORE_OK);
+    ck_assert_uint_eq(kept, lease);
+    ck_assert_int_eq(mstore_list(st, "alive", &names, &n, err, sizeof(err)), MSTORE_OK);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(names[0], "n1");
+    mstore_names_free(names, n);
+    /* No more keepalives: etcd deletes the record within the TTL (+1 s). */
+    deadline = util_now_ms() + 8000;
+    while (n != 0 && util_now_ms() < deadline) {
+        struct timespec ts = { 0, 200 * 1000 * 1000 };
+
+        nanosleep(&ts, NULL);
+        ck_assert_int_eq(mstore_list(st, "alive", &names, &n, err, sizeof(err)), MSTORE_OK);
+        mstore_names_free(names, n);
+    }
+    ck_assert_uint_eq(n, 0);
+    ck_assert_int_eq(mstore_lease(st, &kept, 2, err, sizeof(err)), MSTORE_ENOENT);
+    ck_assert_uint_eq(kept, 0);
+}
+END_TEST
+
 /* The conformance tests: every backend passes them. */
 static void
 add_conformance(TCase *tc)
@@ -555,6 +631,7 @@ add_conformance(TCase *tc)
     tcase_add_test(tc, test_race_create);
     tcase_add_test(tc, test_race_cas);
     tcase_add_test(tc, test_wait);
+    tcase_add_test(tc, test_list);
 }
 
 Suite *
@@ -570,6 +647,7 @@ mstore_suite(void)
     tcase_add_test(tc, test_corrupt);
     tcase_add_test(tc, test_leftover_tmp);
     tcase_add_test(tc, test_etcd_bad_specs);
+    tcase_add_test(tc, test_dir_no_leases);
     suite_add_tcase(s, tc);
     if (getenv("RC_MSTORE_ETCD") != NULL) {
         tc = tcase_create("etcd");
@@ -578,6 +656,7 @@ mstore_suite(void)
         add_conformance(tc);
         tcase_add_test(tc, test_etcd_failover);
         tcase_add_test(tc, test_etcd_down);
+        tcase_add_test(tc, test_etcd_lease);
         suite_add_tcase(s, tc);
     }
     return s;

@@ -418,11 +418,14 @@ class NetCluster(lg.Cluster):
         return n
 
 
-def start_cluster(t, lab, ids, replicas=2, mem=64, node_args=(), etcd=None):
+def start_cluster(t, lab, ids, replicas=2, mem=64, node_args=(), etcd=None, node_store=False):
     """lg.start_cluster in the lab: (NetCluster, ok) with TAP lines.
     etcd: an etcdlab.Etcd (maybe in a namespace of the lab) to keep the
-    membership in."""
+    membership in; node_store: the nodes watch it too (--store), and with
+    etcd keep their liveness leases there."""
     cl = NetCluster(lab, replicas=replicas, mem=mem, node_args=node_args, etcd=etcd)
+    if node_store:
+        cl.node_args += ["--store", cl.store]
     for i in ids:
         cl.add(i)
     rc, out, err = cl.ctl("init", "--members", cl.write_members(ids))

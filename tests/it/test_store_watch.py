@@ -41,6 +41,10 @@ def scenario(t, backend):
         rc, out, err = cl.ctl("init", "--members", cl.write_members(["a", "b", "c"]))
         t.ok(rc == 0 and cl.store_epoch() == 1, "%s: ringctl init, nodes started with --store"
              % label, (rc, lg.tail(err)))
+        if e is not None:
+            t.ok(lg.wait_for(lambda: all(cl.store_record("alive/" + i).startswith("boot ")
+                                         for i in ("a", "b", "c")), 10, 0.1),
+                 "%s: every node keeps its liveness record alive/ID on a lease" % label)
         e1 = cl.store_active()
         keys = ["sw-%d" % i for i in range(NKEYS)]
         view = lg.View(keys, [cl.nodes["a"].addr])
@@ -72,6 +76,13 @@ def scenario(t, backend):
             lg.check_transition(t, cl, hist, phase, e_from, e_to, "%s: %s committed from the "
                                 "store" % (label, name), extra=extra)
             e_from = e_to
+        if e is not None:
+            # A node gone: etcd drops its record once the lease runs out.
+            cl.nodes["d"].stop()
+            t0 = time.monotonic()
+            gone = lg.wait_for(lambda: cl.store_record("alive/d") == "", 15, 0.1)
+            t.ok(gone, "%s: d stopped: its liveness record is gone %.1f s later (3 s lease)"
+                 % (label, time.monotonic() - t0))
         logs = "".join(open(cl.nodes[i].log, errors="replace").read() for i in ("a", "b", "c"))
         t.ok("committing it from the store" in logs,
              "%s: the nodes log the commit they took from the store" % label)
