@@ -17,6 +17,7 @@
 #include "client/ctl.h"
 #include "client/ctl_pending.h"
 #include "client/ctl_transition.h"
+#include "client/ctl_lease.h"
 #include "client/ctl_util.h"
 #include "client/mstore.h"
 #include "ring/ring.h"
@@ -774,10 +775,11 @@ resume_committed(struct admin *a, bool leftover)
 int
 ctl_resume(struct ctl_globals *g, int argc, char **argv)
 {
-    struct admin  a = { .g = g };
-    struct tnode *t;
-    uint32_t      i;
-    int           rc;
+    struct admin        a = { .g = g };
+    struct admin_lease *lease = NULL;
+    struct tnode       *t;
+    uint32_t            i;
+    int                 rc;
 
     a.t_start = util_now_ms();
     rc = admin_begin(&a, argc, argv, CTL_USAGE_ADMIN " resume");
@@ -844,8 +846,10 @@ ctl_resume(struct ctl_globals *g, int argc, char **argv)
     }
     ctl_info("resume: %s: epoch %" PRIu64 " -> %" PRIu64 " from phase %s", a.rec.op,
              a.rec.from_epoch, a.rec.epoch, trec_phase_name(a.rec.phase));
+    lease = admin_lease_start(g->store, a.rec.op);
     rc = run_from(&a, a.rec.phase);
 out:
+    admin_lease_stop(lease);
     admin_free(&a);
     return rc;
 }

@@ -19,6 +19,7 @@
 #include "client/cport_client.h"
 #include "client/ctl.h"
 #include "client/ctl_transition.h"
+#include "client/ctl_lease.h"
 #include "client/ctl_util.h"
 #include "client/mstore.h"
 #include "ring/ring.h"
@@ -459,7 +460,7 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
     uint32_t                   nw = 0;
     double                     down_after = 1, interval = 0.5, tr_timeout = 30;
     int64_t                    stuck_since = 0;
-    bool                       force = false, once = false;
+    bool                       force = false, once = false, admin_gone_seen = false;
     int                        c, rc = EX_OK;
     char                      *end;
 
@@ -523,6 +524,9 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
             admin_free(&a);
             break;
         }
+        if (a.old == NULL || (a.new == NULL && !a.have_rec)) {
+            admin_gone_seen = false;
+        }
         if (a.old != NULL && (a.new != NULL || a.have_rec)) {
             /* Its admin re-stores the record at least every few seconds
              * while it runs (`written`): one silent for --transition-timeout
@@ -531,9 +535,24 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
             int64_t at = a.have_rec ? (a.rec.written != 0 ? a.rec.written : a.rec.started) : 0;
             int64_t age = at != 0 ? (int64_t)time(NULL) - at : 0;
 
-            /* At least 5 s: a live admin re-stores it every 2 s (whole
-             * seconds), so a shorter timeout could take over from it. */
-            if (a.have_rec && (double)age >= (tr_timeout > 5 ? tr_timeout : 5)) {
+            bool known, held = admin_lease_held(a.store, &known);
+
+            /* With leases (etcd): the admin holds admin/HOST-PID from
+             * before the pending record exists until it ends; none beside
+             * a pending record seen twice: its admin died. */
+            if (known && !held && a.have_rec && admin_gone_seen) {
+                ctl_info("watch: the transition (%s) has no admin lease in the store: its "
+                         "admin is gone; resuming it",
+                         a.rec.op);
+                take_over = true;
+                admin_gone_seen = false;
+            } else if (known) {
+                admin_gone_seen = !held && a.have_rec;
+                ctl_info("watch: a transition is pending (%s); %s", a.rec.op,
+                         held ? "its admin holds its lease: waiting" : "no admin lease");
+                /* At least 5 s: a live admin re-stores it every 2 s (whole
+                 * seconds), so a shorter timeout could take over from it. */
+            } else if (a.have_rec && (double)age >= (tr_timeout > 5 ? tr_timeout : 5)) {
                 ctl_info("watch: the transition (%s) has not been written for %" PRId64
                          " s: its admin is gone; resuming it",
                          a.rec.op, age);

@@ -19,6 +19,7 @@
 #include "client/cport_client.h"
 #include "client/ctl_pending.h"
 #include "client/ctl_transition.h"
+#include "client/ctl_lease.h"
 #include "client/ctl_util.h"
 #include "client/mstore.h"
 #include "ring/ring.h"
@@ -818,17 +819,18 @@ make_new(struct admin *a, bool join, const char *id, const char *addr, uint32_t 
 int
 change_run(struct ctl_globals *g, const struct change_opts *o)
 {
-    struct admin     a = { .g = g, .exit_after_ok = true };
-    const char      *id = o->id, *addr = o->addr, *zone = o->zone;
-    char             host[128] = "?", *ptext = NULL, *mtext = NULL;
-    const char      *user = getenv("USER");
-    const char      *kind = o->join ? "join" : o->remove_failed ? "remove" : "leave";
-    bool             join = o->join;
-    uint32_t         weight = o->weight;
-    double           rate_mib = o->rate_mib;
-    struct mstore_op ops[3];
-    size_t           plen = 0, mlen = 0, failed = 0;
-    int              rc;
+    struct admin        a = { .g = g, .exit_after_ok = true };
+    const char         *id = o->id, *addr = o->addr, *zone = o->zone;
+    char                host[128] = "?", *ptext = NULL, *mtext = NULL;
+    const char         *user = getenv("USER");
+    const char         *kind = o->join ? "join" : o->remove_failed ? "remove" : "leave";
+    bool                join = o->join;
+    uint32_t            weight = o->weight;
+    double              rate_mib = o->rate_mib;
+    struct mstore_op    ops[3];
+    struct admin_lease *lease = NULL;
+    size_t              plen = 0, mlen = 0, failed = 0;
+    int                 rc;
 
     a.t_start = util_now_ms();
     rc = admin_load(&a, true);
@@ -880,6 +882,9 @@ change_run(struct ctl_globals *g, const struct change_opts *o)
     }
     snprintf(a.rec.admin, sizeof(a.rec.admin), "%s@%s pid %ld", user ? user : "?", host,
              (long)getpid());
+    /* Held before the pending record exists: a pending record with no
+     * admin lease beside it has lost its admin (client/ctl_lease.h). */
+    lease = admin_lease_start(g->store, a.rec.op);
     ptext = ctl_members_text(a.new, &plen);
     mtext = trec_format(&a.rec, &mlen);
     if (ptext == NULL || mtext == NULL) {
@@ -913,6 +918,7 @@ change_run(struct ctl_globals *g, const struct change_opts *o)
         rc = fail_abort(&a, "plan");
     }
 out:
+    admin_lease_stop(lease);
     free(ptext);
     free(mtext);
     admin_free(&a);

@@ -6,6 +6,7 @@ never wait for etcd, so the load goes on without one error while etcd is
 down, `ringctl join` fails at once with a message naming etcd and changes
 nothing, and once etcd is back the same join succeeds."""
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,6 +57,33 @@ def scenario(t):
         extra = [("b", cl.nodes["b"].addr)] if cl.nodes["b"].alive() else []
         lg.check_transition(t, cl, hist, 2, e2, e3, "leave over etcd", extra=extra)
 
+        # ---- the admin dies mid-copy: with etcd, its lease tells the watch.
+        wlog_path = os.path.join(cl.dir, "watch.log")
+        with open(wlog_path, "wb") as wlog:
+            watch = lg.track(subprocess.Popen(cl.ctl_cmd("watch"), stdin=subprocess.DEVNULL,
+                                              stdout=wlog, stderr=wlog))
+        cl.ctl_procs.append(watch)
+        g = cl.add("g")
+
+        def die_and_wait():
+            r = cl.ctl("join", "--rate", RATE, "g", g.addr_s, env={"RINGCTL_EXIT_AFTER": "copy"})
+            t0 = time.monotonic()
+            ok = lg.wait_for(lambda: cl.store_epoch() == 4 and not cl.store_pending(), 40, 0.1)
+            return r, ok, time.monotonic() - t0
+        (rc, out, err), done, secs = lg.run_load_around(load, 5, die_and_wait)
+        lg.stop_proc(watch)
+        with open(wlog_path, errors="replace") as f:
+            wtext = f.read()
+        t.ok(rc == 4 and done and "no admin lease in the store" in wtext,
+             "the admin of join g died after COPY: ringctl watch saw its lease expire and "
+             "finished the join %.1f s later (admin lease 10 s)" % secs,
+             (rc, lg.tail(err), lg.tail(wtext, 800)))
+        e4 = cl.store_active()
+        lg.check_transition(t, cl, hist, 5, e3, e4, "join finished by the watch")
+        rc, out, err = lg.run_load_around(load, 6, lambda: cl.ctl("leave", "--rate", RATE, "g"))
+        t.ok(rc == 0 and cl.store_epoch() == 5, "g leaves again (epoch 5)", (rc, lg.tail(err)))
+        e3 = cl.store_active()
+
         # ---- etcd down: the data path goes on, the admin fails clearly.
         f = cl.add("f")
         load.start(3)
@@ -77,9 +105,9 @@ def scenario(t):
             t.ok(done >= 2000 and errs == 0,
                  "etcd down: the nodes keep serving (%d operations, %d errors)" % (done, errs),
                  load.errors[-5:])
-            conv = cl.converged(3, ["a", "c", "d"])
-            t.ok(all(v == (3, 0) for v in conv.values()),
-                 "etcd down: the nodes stay at epoch 3, nothing pending", conv)
+            conv = cl.converged(5, ["a", "c", "d"])
+            t.ok(all(v == (5, 0) for v in conv.values()),
+                 "etcd down: the nodes stay at epoch 5, nothing pending", conv)
             e.start()
             # A frozen etcd (connections accepted, never answered): the
             # admin gives up after the store's request timeout.
@@ -95,14 +123,14 @@ def scenario(t):
                  "etcd down then frozen: still no load error", load.errors[-5:])
         finally:
             load.stop()
-        t.ok(cl.store_epoch() == 3 and not cl.store_pending(),
-             "etcd back: still epoch 3 and no pending record (the failed join wrote nothing)")
+        t.ok(cl.store_epoch() == 5 and not cl.store_pending(),
+             "etcd back: still epoch 5 and no pending record (the failed join wrote nothing)")
         rc, out, err = lg.run_load_around(load, 4, lambda: cl.ctl("join", "--rate", RATE, "f",
                                                                  f.addr_s))
-        t.ok(rc == 0 and cl.store_epoch() == 4, "etcd back: the same join succeeds (epoch 4)",
+        t.ok(rc == 0 and cl.store_epoch() == 6, "etcd back: the same join succeeds (epoch 6)",
              (rc, lg.tail(out), lg.tail(err)))
-        e4 = cl.store_active()
-        lg.check_transition(t, cl, hist, 4, e3, e4, "join after the etcd outage")
+        e6 = cl.store_active()
+        lg.check_transition(t, cl, hist, 4, e3, e6, "join after the etcd outage")
     finally:
         lg.close_cluster(t, cl)
         e.stop()

@@ -1,0 +1,29 @@
+/*
+ * ctl_lease: the admin's liveness in an etcd store. While ringctl runs a
+ * transition (join, leave, remove --failed, resume) it holds the record
+ * admin/HOST-PID on a lease a thread of its own renews every 2 s. A
+ * pending transition with no admin/ record has lost its admin: `ringctl
+ * watch` resumes it at once, with no clock compared across hosts (the
+ * directory store, which has no leases, keeps the record's `written` time
+ * and --transition-timeout instead).
+ */
+#ifndef CLIENT_CTL_LEASE_H
+#define CLIENT_CTL_LEASE_H
+
+#include <stdbool.h>
+
+struct admin_lease;
+struct mstore;
+
+/* Hold admin/HOST-PID for spec's store (value: what, e.g. the op). NULL
+ * when the store has no leases or the lease could not be taken (then
+ * printed; the transition goes on, watched by time as with a directory). */
+struct admin_lease *admin_lease_start(const char *spec, const char *what);
+/* Stop renewing and delete the record. NULL is fine. */
+void admin_lease_stop(struct admin_lease *l);
+
+/* Does some admin hold a lease in store s? *known is false when s has no
+ * leases (or could not be read: the caller falls back to time). */
+bool admin_lease_held(struct mstore *s, bool *known);
+
+#endif
