@@ -392,6 +392,7 @@ class NetNodeProc(lg.NodeProc):
         cmd = [lg.RINGCACHED, "-l", lab.addr(self.id), "-p", str(self.port), "-t", "2",
                "-m", str(self.cluster.mem), "--id", self.id, "--state-dir", self.state_dir,
                "--token-file", self.cluster.token_file] + self.cluster.node_args
+        cmd += os.environ.get("RC_NODE_ARGS", "").split()
         with open(self.log, "ab") as err:
             self.proc = lab.popen(self.id, cmd, stdin=subprocess.DEVNULL, stdout=err,
                                   stderr=err)
