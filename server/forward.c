@@ -616,7 +616,12 @@ up_arm(struct fwd_up *up)
     evtimer_add(up->timer, &tv);
 }
 
-/* Close the upstream and fail everything in flight on it. */
+/* Close the upstream and fail everything in flight on it. After a
+ * timeout the connection is reset, not closed: a plain close still
+ * delivers what was written (a peer that was stopped, frozen or cut off
+ * would run the timed-out requests when it comes back, after the writes
+ * its client made since it was told the request failed), whereas a reset
+ * discards what the peer has not read yet. */
 static void
 up_fail(struct fwd_up *up, const char *why, enum fwd_err err)
 {
@@ -624,6 +629,13 @@ up_fail(struct fwd_up *up, const char *why, enum fwd_err err)
 
     up->head = up->tail = NULL;
     if (up->bev != NULL) {
+        evutil_socket_t fd = bufferevent_getfd(up->bev);
+
+        if (err == FWD_ETIMEOUT && fd >= 0) {
+            struct linger lg = { 1, 0 };
+
+            setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        }
         bufferevent_free(up->bev);
         up->bev = NULL;
     }

@@ -160,7 +160,8 @@ class FailoverClient(lg.Client):
       once to the next owner that is not marked down: a read always, a
       write only if the request itself was not sent (never applied twice);
     - a reused connection that fails before any byte of a reply came back
-      (the node closed it while idle) is retried once on a fresh one first.
+      (the node closed it while idle: an error, not a timeout) is retried
+      once on a fresh one first.
     The health is shared by every client of one View (as by the threads of
     one library handle)."""
     RETRY = 1.0
@@ -264,8 +265,13 @@ class FailoverClient(lg.Client):
 
     def _failed(self, addr, kind, key, sent, err):
         c = self.conns.get(addr)
+        # A timeout is not a connection closed while idle: the request may
+        # still be on its way (in a partition, TCP delivers it after the
+        # heal) and run after later writes; like the library
+        # (client/node_io.c: EIO, not ETIMEDOUT), it is not sent again.
         if (c is not None and c.uses > 1 and c.nread == self.nread0
-                and addr not in self.stale_retried and not isinstance(err, lg.ProtoError)):
+                and addr not in self.stale_retried
+                and not isinstance(err, (lg.ProtoError, TimeoutError))):
             # Closed while idle: the request never ran; once more, fresh.
             self.stale_retried.add(addr)
             self.conns.pop(addr).close()
