@@ -184,7 +184,7 @@ node_request(struct ringcache *rc, struct rc_node *rn, uint64_t declare, const s
     }
 fail:
     rd->kind = 0;
-    pool_conn_close(c);
+    pool_conn_close_how(c, ret == RINGCACHE_ETIMEDOUT);
     if (ret == RINGCACHE_ENOMEM) {
         pool_node_ok(node);
     } else {

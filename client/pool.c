@@ -79,10 +79,25 @@ pool_node_init(struct pool_node *n, const char *addr, char *err, size_t errlen)
 void
 pool_conn_close(struct pool_conn *c)
 {
+    pool_conn_close_how(c, false);
+}
+
+/* See pool.h. A reset discards what the node has not read yet: a request
+ * that timed out (the caller was told so) must not run later, after
+ * writes the caller made since, when a stopped or cut-off node comes back
+ * (a plain close still delivers it). */
+void
+pool_conn_close_how(struct pool_conn *c, bool reset)
+{
     if (c == NULL) {
         return;
     }
     if (c->fd >= 0) {
+        if (reset) {
+            struct linger lg = { 1, 0 };
+
+            setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        }
         close(c->fd);
     }
     free(c->buf);

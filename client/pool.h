@@ -98,6 +98,8 @@ void pool_release(struct pool_node *n, struct pool_conn *c, bool healthy,
 
 /* Close and free a connection that is not in any list. */
 void pool_conn_close(struct pool_conn *c);
+/* Close c; reset: with a TCP reset (after a timeout: see pool.c). */
+void pool_conn_close_how(struct pool_conn *c, bool reset);
 
 /* Send all of iov, waiting for the socket at most until deadline. 0,
  * RINGCACHE_ETIMEDOUT or RINGCACHE_EIO. */
