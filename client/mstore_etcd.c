@@ -429,24 +429,16 @@ reply_error(json_object *j, int *code)
     return NULL;
 }
 
-/* POST body to one endpoint: the parsed JSON reply in *out, or curl's
- * code (*crc) / an HTTP or parse failure in err. */
-static int
-post_one(struct etcd_store *e, size_t ep, const char *path, const char *body, json_object **out,
-         CURLcode *crc, char *err, size_t errlen)
+/* Point the handle at endpoint ep's path with body (kept by the caller
+ * until the transfer ends) and the JSON and auth headers; returns the
+ * header list to free after the transfer. */
+static struct curl_slist *
+request_begin(struct etcd_store *e, size_t ep, const char *path, const char *body)
 {
-    struct curl_slist      *hdr = NULL;
-    struct reply_buf        b = { 0 };
-    char                    url[1024], auth[4096];
-    long                    status = 0;
-    json_object            *j;
-    enum json_tokener_error jerr = json_tokener_success;
-    int                     code;
-    const char             *why;
+    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    char               url[1024], auth[4096];
 
-    *out = NULL;
     snprintf(url, sizeof(url), "%s://%s%s", e->tls ? "https" : "http", e->endpoint[ep], path);
-    hdr = curl_slist_append(hdr, "Content-Type: application/json");
     if (e->token != NULL) {
         snprintf(auth, sizeof(auth), "Authorization: %s", e->token);
         hdr = curl_slist_append(hdr, auth);
@@ -455,6 +447,25 @@ post_one(struct etcd_store *e, size_t ep, const char *path, const char *body, js
     curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, hdr);
     curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(e->curl, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    return hdr;
+}
+
+/* POST body to one endpoint: the parsed JSON reply in *out, or curl's
+ * code (*crc) / an HTTP or parse failure in err. */
+static int
+post_one(struct etcd_store *e, size_t ep, const char *path, const char *body, json_object **out,
+         CURLcode *crc, char *err, size_t errlen)
+{
+    struct curl_slist      *hdr = NULL;
+    struct reply_buf        b = { 0 };
+    long                    status = 0;
+    json_object            *j;
+    enum json_tokener_error jerr = json_tokener_success;
+    int                     code;
+    const char             *why;
+
+    *out = NULL;
+    hdr = request_begin(e, ep, path, body);
     curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, reply_write);
     curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, &b);
     *crc = curl_easy_perform(e->curl);
@@ -974,7 +985,7 @@ etcd_wait(void *state, uint64_t rev, int timeout_ms, uint64_t *now_rev, char *er
     struct watch_stream w = { 0 };
     struct curl_slist  *hdr = NULL;
     json_object        *req = json_object_new_object(), *cr = json_object_new_object();
-    char                url[1024], auth[4096], revs[24], *lo, *hi;
+    char                revs[24], *lo, *hi;
     size_t              plen = strlen(e->prefix);
     CURLcode            crc;
     int                 rc = MSTORE_OK;
@@ -1011,18 +1022,8 @@ etcd_wait(void *state, uint64_t rev, int timeout_ms, uint64_t *now_rev, char *er
     json_object_object_add(req, "create_request", cr);
     free(lo);
     free(hi);
-    snprintf(url, sizeof(url), "%s://%s/v3/watch", e->tls ? "https" : "http",
-             e->endpoint[e->current]);
-    hdr = curl_slist_append(hdr, "Content-Type: application/json");
-    if (e->token != NULL) {
-        snprintf(auth, sizeof(auth), "Authorization: %s", e->token);
-        hdr = curl_slist_append(hdr, auth);
-    }
-    curl_easy_setopt(e->curl, CURLOPT_URL, url);
-    curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS,
-                     json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN));
-    curl_easy_setopt(e->curl, CURLOPT_POSTFIELDSIZE, -1L);
+    hdr = request_begin(e, e->current, "/v3/watch",
+                        json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN));
     curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, watch_write);
     curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, &w);
     curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
