@@ -580,14 +580,25 @@ ctl_admin_plan(struct ctl_globals *g, int argc, char **argv)
 static int
 reabort(struct admin *a)
 {
-    struct cport_request sreq = { .kind = CPORT_STATUS };
-    struct cport_request req;
-    uint64_t             rev;
-    uint32_t             i, failed = 0, sent = 0;
+    static const char *const names[] = {REC_ABORTED_TREC, REC_ABORTED};
+    struct cport_request     sreq = { .kind = CPORT_STATUS };
+    struct cport_request     req;
+    struct mstore_record     recs[2];
+    uint64_t                 rev;
+    uint32_t                 i, failed = 0, sent = 0;
+    int                      rc;
 
-    /* Each load returns EX_OK or EX_USAGE. */
-    if (trec_load(a->store, REC_ABORTED_TREC, &a->rec, &a->have_rec, &a->rec_rev) != EX_OK ||
-        admin_load_members(a, REC_ABORTED, &a->new, &rev) != EX_OK) {
+    /* The pair at one revision; each step returns EX_OK or EX_USAGE. */
+    if (admin_read_records(a, names, 2, recs) != EX_OK) {
+        return EX_USAGE;
+    }
+    rc = trec_of_record(&recs[0], &a->rec, &a->have_rec, &a->rec_rev);
+    if (rc == EX_OK) {
+        rc = admin_members_of_record(&recs[1], &a->new, &rev);
+    }
+    mstore_record_clear(&recs[0]);
+    mstore_record_clear(&recs[1]);
+    if (rc != EX_OK) {
         return EX_USAGE;
     }
     if (!a->have_rec) {

@@ -416,6 +416,30 @@ watch_signal(int sig)
     watch_stop = 1;
 }
 
+/* Wait out one interval of the watch loop, or less: until the store
+ * changes after revision *seen (a liveness lease expired, a transition was
+ * recorded or ended), so the watch acts on a store event at once instead of
+ * at its next poll. With the store down, the whole interval. */
+static void
+watch_pause(struct mstore *ws, uint64_t *seen, double interval)
+{
+    int      ms = (int)(interval * 1000);
+    int64_t  t0 = util_now_ms();
+    uint64_t now = 0;
+    char     werr[512];
+    int      rc = ws != NULL ? mstore_wait(ws, *seen, ms, &now, werr, sizeof(werr)) : MSTORE_EIO;
+    int64_t  left;
+
+    if (rc == MSTORE_OK && now > *seen) {
+        *seen = now;
+        return;
+    }
+    left = ms - (util_now_ms() - t0);
+    if (left > 0) {
+        ctl_sleep_ms((int)left);
+    }
+}
+
 /* One member as the watch loop sees it. */
 struct watched {
     char    id[RING_ID_MAX + 1];
@@ -460,6 +484,8 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
     uint32_t                   nw = 0;
     double                     down_after = 1, interval = 0.5, tr_timeout = 30;
     int64_t                    stuck_since = 0;
+    uint64_t                   seen_rev = 0;
+    struct mstore             *ws = NULL;
     bool                       force = false, once = false, admin_gone_seen = false;
     int                        c, rc = EX_OK;
     char                      *end;
@@ -509,7 +535,7 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     ctl_info("watch: a member unreachable (or recovering) for %.1f s is removed (repaired); "
-             "polling every %.2f s",
+             "polling every %.2f s, and at once when the store changes",
              down_after, interval);
     while (!watch_stop) {
         struct admin         a = { .g = g };
@@ -519,11 +545,24 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
         bool                 node_pending = false;
         uint32_t             i, k;
 
-        rc = admin_load(&a, true);
+        rc = admin_open(&a, true);
         if (rc != EX_OK) {
-            admin_free(&a);
+            admin_free(&a); /* a bad store spec or token file */
             break;
         }
+        if (admin_load_state(&a) != EX_OK) {
+            /* The store is down or a record is malformed (printed): the
+             * nodes keep serving; try again next interval. */
+            admin_free(&a);
+            rc = EX_FAILED;
+            if (once) {
+                break;
+            }
+            ctl_info("watch: cannot read the store; trying again");
+            watch_pause(NULL, &seen_rev, interval);
+            continue;
+        }
+        rc = EX_OK;
         if (a.old == NULL || (a.new == NULL && !a.have_rec)) {
             admin_gone_seen = false;
         }
@@ -675,8 +714,12 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
         if (once) {
             break;
         }
-        ctl_sleep_ms((int)(interval * 1000));
+        if (ws == NULL) {
+            ws = mstore_open(g->store, NULL, 0);
+        }
+        watch_pause(ws, &seen_rev, interval);
     }
+    mstore_close(ws);
     free(w);
     return rc;
 }

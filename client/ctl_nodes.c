@@ -76,6 +76,25 @@ admin_read_token(struct admin *a)
     return EX_OK;
 }
 
+/* admin_members_of_record: see ctl_transition.h. */
+int
+admin_members_of_record(const struct mstore_record *rec, struct ring_members **out, uint64_t *rev)
+{
+    *out = NULL;
+    *rev = 0;
+    if (rec->rev == 0) {
+        return EX_OK;
+    }
+    if (ring_members_parse(rec->text, rec->len, rec->where, out, err_buf, sizeof(err_buf)) !=
+        RING_OK) {
+        ctl_error("%s", err_buf);
+        *out = NULL;
+        return EX_USAGE;
+    }
+    *rev = rec->rev;
+    return EX_OK;
+}
+
 /* admin_load_members: see ctl_transition.h. EX_OK, or EX_USAGE after
  * printing a file:line error. */
 int
@@ -94,16 +113,9 @@ admin_load_members(struct admin *a, const char *name, struct ring_members **out,
         ctl_error("%s", err_buf);
         return EX_USAGE;
     }
-    if (ring_members_parse(rec.text, rec.len, rec.where, out, err_buf, sizeof(err_buf)) !=
-        RING_OK) {
-        ctl_error("%s", err_buf);
-        mstore_record_clear(&rec);
-        *out = NULL;
-        return EX_USAGE;
-    }
-    *rev = rec.rev;
+    rc = admin_members_of_record(&rec, out, rev);
     mstore_record_clear(&rec);
-    return EX_OK;
+    return rc;
 }
 
 /* Is id declared failed in this transition? */
@@ -141,17 +153,48 @@ failed_from_op(struct admin *a)
     }
 }
 
-/* admin_load_state: see ctl_transition.h. Each load returns EX_OK or
- * EX_USAGE. */
+/* admin_read_records: see ctl_transition.h. */
+int
+admin_read_records(struct admin *a, const char *const *names, size_t n, struct mstore_record *recs)
+{
+    if (mstore_get_many(a->store, names, n, recs, err_buf, sizeof(err_buf)) != MSTORE_OK) {
+        ctl_error("%s", err_buf);
+        return EX_USAGE;
+    }
+    return EX_OK;
+}
+
+/* admin_load_state: see ctl_transition.h. The three records are read at
+ * one store revision, so a transaction of another admin (a commit writes
+ * active and deletes pending together) is seen whole or not at all. Each
+ * load returns EX_OK or EX_USAGE. */
 int
 admin_load_state(struct admin *a)
 {
+    static const char *const names[] = {REC_ACTIVE, REC_PENDING, REC_PENDING_TREC};
+    struct mstore_record     recs[3];
+    int                      rc;
+    size_t                   i;
+
     ring_members_free(a->old);
     ring_members_free(a->new);
     a->old = a->new = NULL;
-    if (admin_load_members(a, REC_ACTIVE, &a->old, &a->active_rev) != EX_OK ||
-        admin_load_members(a, REC_PENDING, &a->new, &a->pm_rev) != EX_OK ||
-        trec_load(a->store, REC_PENDING_TREC, &a->rec, &a->have_rec, &a->rec_rev) != EX_OK) {
+    trec_clear(&a->rec);
+    a->have_rec = false;
+    if (admin_read_records(a, names, 3, recs) != EX_OK) {
+        return EX_USAGE;
+    }
+    rc = admin_members_of_record(&recs[0], &a->old, &a->active_rev);
+    if (rc == EX_OK) {
+        rc = admin_members_of_record(&recs[1], &a->new, &a->pm_rev);
+    }
+    if (rc == EX_OK) {
+        rc = trec_of_record(&recs[2], &a->rec, &a->have_rec, &a->rec_rev);
+    }
+    for (i = 0; i < 3; i++) {
+        mstore_record_clear(&recs[i]);
+    }
+    if (rc != EX_OK) {
         return EX_USAGE;
     }
     failed_from_op(a);

@@ -226,6 +226,27 @@ trec_boot_id(const struct trec *m, const char *id)
     return 0;
 }
 
+/* trec_of_record: see ctl_pending.h. */
+int
+trec_of_record(const struct mstore_record *rec, struct trec *t, bool *have, uint64_t *rev)
+{
+    char err[MSTORE_WHERE_MAX + 1024];
+
+    trec_clear(t);
+    *have = false;
+    *rev = 0;
+    if (rec->rev == 0) {
+        return EX_OK;
+    }
+    if (trec_parse(rec->text, rec->where, t, err, sizeof(err)) != 0) {
+        ctl_error("%s", err);
+        return EX_USAGE;
+    }
+    *rev = rec->rev;
+    *have = true;
+    return EX_OK;
+}
+
 /* trec_load: see ctl_pending.h. */
 int
 trec_load(struct mstore *s, const char *name, struct trec *t, bool *have, uint64_t *rev)
@@ -245,15 +266,9 @@ trec_load(struct mstore *s, const char *name, struct trec *t, bool *have, uint64
         ctl_error("%s", err);
         return EX_USAGE;
     }
-    if (trec_parse(rec.text, rec.where, t, err, sizeof(err)) != 0) {
-        ctl_error("%s", err);
-        mstore_record_clear(&rec);
-        return EX_USAGE;
-    }
-    *rev = rec.rev;
-    *have = true;
+    rc = trec_of_record(&rec, t, have, rev);
     mstore_record_clear(&rec);
-    return EX_OK;
+    return rc;
 }
 
 /* trec_store: see ctl_pending.h. */

@@ -21,6 +21,7 @@
 #include "ring/ring.h"
 
 struct mstore;
+struct mstore_record;
 
 /* The store's names of the transition record. */
 #define REC_PENDING_TREC "pending.meta" /* the pending transition's */
@@ -85,10 +86,14 @@ int trec_parse(const char *text, const char *where, struct trec *t, char *err, s
 uint64_t trec_boot_id(const struct trec *t, const char *id);
 
 /* Read the record `name` (REC_PENDING_TREC, REC_ABORTED_TREC or
- * REC_COMMITTED_TREC) from the
- * store into *t, *have false when it is absent, *rev its revision (0 when
- * absent). EX_OK, or EX_USAGE after printing why. */
+ * REC_COMMITTED_TREC) from the store into *t, *have false when it is
+ * absent, *rev its revision (0 when absent). EX_OK, or EX_USAGE after
+ * printing why. */
 int trec_load(struct mstore *s, const char *name, struct trec *t, bool *have, uint64_t *rev);
+
+/* The same from a record already read (rec->rev == 0: absent), for reads
+ * of several records at one revision (mstore_get_many). */
+int trec_of_record(const struct mstore_record *rec, struct trec *t, bool *have, uint64_t *rev);
 
 /* One entry of REC_ABORTED_TOKENS. */
 struct trec_aborted {

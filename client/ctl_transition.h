@@ -103,6 +103,16 @@ int admin_load_state(struct admin *a);
 /* Read and parse a membership record: *out (NULL when absent) and *rev. */
 int admin_load_members(struct admin *a, const char *name, struct ring_members **out, uint64_t *rev);
 
+/* Read n records at one store revision (mstore_get_many): EX_OK, or
+ * EX_USAGE after printing why. */
+int admin_read_records(struct admin *a, const char *const *names, size_t n,
+                       struct mstore_record *recs);
+
+/* Parse a membership record already read (rec->rev == 0: absent, *out
+ * NULL): EX_OK, or EX_USAGE after printing a file:line error. */
+int admin_members_of_record(const struct mstore_record *rec, struct ring_members **out,
+                            uint64_t *rev);
+
 /* The exit status of a store transaction that creates a new state's
  * records (init, plan), rc its MSTORE_ code: EX_OK; EX_PENDING when
  * another admin won the race (the caller has said how); else EX_USAGE for

@@ -409,6 +409,32 @@ dir_get(void *state, const char *name, struct mstore_record *rec, char *err, siz
     return rc;
 }
 
+/* Read n records under one shared lock: no transaction (which holds the
+ * lock exclusively) lands between them. */
+static int
+dir_get_many(void *state, const char *const *names, size_t n, struct mstore_record *recs,
+             char *err, size_t errlen)
+{
+    struct dir_store *d = state;
+    char              path[MSTORE_WHERE_MAX];
+    size_t            i;
+    int               rc;
+
+    rc = lock_fd(d->lock_fd, LOCK_SH, d->dir, err, errlen);
+    if (rc != MSTORE_OK) {
+        return rc;
+    }
+    for (i = 0; i < n && rc == MSTORE_OK; i++) {
+        snprintf(path, sizeof(path), "%s/%s", d->dir, names[i]);
+        rc = read_record(path, &recs[i], err, errlen);
+        if (rc == MSTORE_ENOENT) {
+            rc = MSTORE_OK; /* absent: rev 0, no text */
+        }
+    }
+    flock(d->lock_fd, LOCK_UN);
+    return rc;
+}
+
 /* The store-wide revision counter (0 when DIR/revision does not exist). */
 static int
 read_counter(struct dir_store *d, uint64_t *out, char *err, size_t errlen)
@@ -631,6 +657,7 @@ const struct mstore_backend mstore_dir_backend = {
     .name = "dir",
     .open = dir_open,
     .get = dir_get,
+    .get_many = dir_get_many,
     .txn = dir_txn,
     .wait = dir_wait,
     .list = dir_list,
@@ -693,6 +720,29 @@ mstore_get(struct mstore *s, const char *name, struct mstore_record *rec, char *
         return MSTORE_EINVAL;
     }
     return s->be->get(s->state, name, rec, err, errlen);
+}
+
+int
+mstore_get_many(struct mstore *s, const char *const *names, size_t n, struct mstore_record *recs,
+                char *err, size_t errlen)
+{
+    size_t i;
+    int    rc;
+
+    memset(recs, 0, n * sizeof(*recs));
+    for (i = 0; i < n; i++) {
+        if (!name_ok(names[i])) {
+            util_set_err(err, errlen, "bad record name '%s'", names[i]);
+            return MSTORE_EINVAL;
+        }
+    }
+    rc = s->be->get_many(s->state, names, n, recs, err, errlen);
+    if (rc != MSTORE_OK) {
+        for (i = 0; i < n; i++) {
+            mstore_record_clear(&recs[i]);
+        }
+    }
+    return rc;
 }
 
 int

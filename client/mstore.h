@@ -68,6 +68,10 @@ struct mstore_backend {
     const char *name;
     int (*open)(const char *spec, void **state, char *err, size_t errlen);
     int (*get)(void *state, const char *name, struct mstore_record *rec, char *err, size_t errlen);
+    /* Read n records as of one revision; an absent one is left with
+     * rev 0 and no text. */
+    int (*get_many)(void *state, const char *const *names, size_t n, struct mstore_record *recs,
+                    char *err, size_t errlen);
     int (*txn)(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed,
                uint64_t *new_rev, char *err, size_t errlen);
     /* Block until a write above revision rev may have happened (0, with
@@ -98,6 +102,15 @@ void           mstore_close(struct mstore *s);
  * when absent (rec->rev = 0); MSTORE_ECORRUPT with "file:line: reason". */
 int mstore_get(struct mstore *s, const char *name, struct mstore_record *rec, char *err,
                size_t errlen);
+
+/* Read n records as of one store revision: no transaction lands between
+ * two of them (the active, pending and transition records of one
+ * ringctl run). MSTORE_OK with recs[i].rev == 0 and recs[i].text == NULL
+ * for each absent record; an error (the first malformed record's
+ * "file:line: reason") leaves nothing to free. Free each with
+ * mstore_record_clear. */
+int mstore_get_many(struct mstore *s, const char *const *names, size_t n,
+                    struct mstore_record *recs, char *err, size_t errlen);
 
 /* Run a transaction (see struct mstore_backend). failed and new_rev may be
  * NULL. */

@@ -760,6 +760,66 @@ etcd_get(void *state, const char *name, struct mstore_record *rec, char *err, si
     return rc;
 }
 
+/* One txn without conditions whose success branch is a range per record:
+ * etcd runs it at one revision. */
+static int
+etcd_get_many(void *state, const char *const *names, size_t n, struct mstore_record *recs,
+              char *err, size_t errlen)
+{
+    struct etcd_store *e = state;
+    json_object       *req = json_object_new_object(), *ok = json_object_new_array();
+    json_object       *rep = NULL, *resps = NULL;
+    size_t             i;
+    int                rc = MSTORE_OK;
+
+    if (req == NULL || ok == NULL) {
+        json_object_put(req);
+        json_object_put(ok);
+        return MSTORE_ENOMEM;
+    }
+    json_object_object_add(req, "success", ok);
+    for (i = 0; i < n; i++) {
+        json_object *r = json_object_new_object(), *rr = json_object_new_object();
+        json_object *key = key_json(e, names[i]);
+
+        if (r == NULL || rr == NULL || key == NULL) {
+            json_object_put(r);
+            json_object_put(rr);
+            json_object_put(key);
+            json_object_put(req);
+            return MSTORE_ENOMEM;
+        }
+        json_object_object_add(rr, "key", key);
+        json_object_object_add(r, "request_range", rr);
+        json_object_array_add(ok, r);
+    }
+    rc = post(e, "/v3/kv/txn", json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN), true,
+              &rep, err, errlen);
+    json_object_put(req);
+    if (rc != MSTORE_OK) {
+        return rc;
+    }
+    if (!json_object_object_get_ex(rep, "responses", &resps) ||
+        !json_object_is_type(resps, json_type_array) || json_object_array_length(resps) != n) {
+        util_set_err(err, errlen, "%s: a read of %zu records got a malformed reply",
+                     e->spec_where, n);
+        json_object_put(rep);
+        return MSTORE_EIO;
+    }
+    for (i = 0; i < n && rc == MSTORE_OK; i++) {
+        json_object *range = NULL, *kv;
+
+        snprintf(recs[i].where, sizeof(recs[i].where), "%s/%s", e->spec_where, names[i]);
+        json_object_object_get_ex(json_object_array_get_idx(resps, i), "response_range", &range);
+        kv = first_kv(range);
+        if (kv != NULL) {
+            rc = record_from_kv(kv, &recs[i], err, errlen);
+        }
+    }
+    json_object_put(rep);
+    return rc;
+}
+
 /* The revision op i requires of its record, or false if it requires
  * none (a write of whatever is there). */
 static bool
@@ -1194,6 +1254,7 @@ const struct mstore_backend mstore_etcd_backend = {
     .name = "etcd",
     .open = etcd_open,
     .get = etcd_get,
+    .get_many = etcd_get_many,
     .txn = etcd_txn,
     .wait = etcd_wait,
     .lease = etcd_lease,

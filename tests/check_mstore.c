@@ -249,6 +249,17 @@ START_TEST(test_corrupt)
     ck_assert_int_eq(mstore_get(st, "active.members", &rec, err, sizeof(err)), MSTORE_ECORRUPT);
     snprintf(want, sizeof(want), "%s/active.members:1: ", tdir);
     ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "%s", err);
+    /* Read with others at one revision: the same error, nothing to free. */
+    {
+        static const char *const two[] = {"pending.members", "active.members"};
+        struct mstore_record     recs[2];
+
+        plant("pending.members", "# rev 3\nepoch 1\n");
+        ck_assert_int_eq(mstore_get_many(st, two, 2, recs, err, sizeof(err)), MSTORE_ECORRUPT);
+        ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "%s", err);
+        ck_assert_ptr_null(recs[0].text);
+        ck_assert_ptr_null(recs[1].text);
+    }
     /* A write touching a corrupt record is refused, not silently fixed. */
     ck_assert_int_eq(mstore_cas(st, "active.members", 1, "x", 1, NULL, err, sizeof(err)),
                      MSTORE_ECORRUPT);
@@ -498,6 +509,75 @@ START_TEST(test_race_cas)
 }
 END_TEST
 
+#define PAIR_WRITES 150
+
+/* mstore_get_many reads at one revision: a writer process replaces two
+ * records in one transaction each time (both hold the same counter),
+ * while this process reads the pair (and an absent record) at once. Read
+ * one after the other, the two would differ whenever a write landed in
+ * between (a commit writes active and deletes pending together). */
+START_TEST(test_read_at_once)
+{
+    static const char *const names[] = {"active.members", "absent.members", "pending.members"};
+    struct mstore_record     recs[3];
+    pid_t                    pid;
+    int                      status, reads = 0, done = 0;
+    long                     last = 0;
+
+    ck_assert_int_eq(mstore_txn(st,
+                                (struct mstore_op[]){
+                                    { MSTORE_CREATE, "active.members", 0, "0\n", 2 },
+                                    { MSTORE_CREATE, "pending.members", 0, "0\n", 2 } },
+                                2, NULL, NULL, err, sizeof(err)),
+                     MSTORE_OK);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct mstore *s2 = mstore_open(spec, NULL, 0);
+        char           body[32];
+        int            k, n;
+
+        for (k = 1; s2 != NULL && k <= PAIR_WRITES; k++) {
+            n = snprintf(body, sizeof(body), "%d\n", k);
+            struct mstore_op ops[] = {
+                { MSTORE_PUT, "active.members", MSTORE_ANY_REV, body, (size_t)n },
+                { MSTORE_PUT, "pending.members", MSTORE_ANY_REV, body, (size_t)n },
+            };
+            if (mstore_txn(s2, ops, 2, NULL, NULL, NULL, 0) != MSTORE_OK) {
+                _exit(1);
+            }
+        }
+        _exit(s2 != NULL ? 0 : 1);
+    }
+    while (!done) {
+        long a, b;
+
+        done = waitpid(pid, &status, WNOHANG) == pid;
+        ck_assert_int_eq(mstore_get_many(st, names, 3, recs, err, sizeof(err)), MSTORE_OK);
+        ck_assert_ptr_nonnull(recs[0].text);
+        ck_assert_ptr_nonnull(recs[2].text);
+        ck_assert_uint_eq(recs[1].rev, 0);
+        ck_assert_ptr_null(recs[1].text);
+        a = strtol(strchr(recs[0].text, '\n') + 1, NULL, 10);
+        b = strtol(strchr(recs[2].text, '\n') + 1, NULL, 10);
+        ck_assert_msg(a == b, "read %ld and %ld: not at one revision", a, b);
+        ck_assert_uint_eq(recs[0].rev, recs[2].rev); /* one txn stamps both */
+        ck_assert_int_ge(a, last);                    /* and reads go forward */
+        last = a;
+        mstore_record_clear(&recs[0]);
+        mstore_record_clear(&recs[2]);
+        reads++;
+    }
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ck_assert_int_eq(last, PAIR_WRITES); /* the last read came after the last write */
+    ck_assert_int_gt(reads, 1);
+    /* A bad name fails the whole read. */
+    ck_assert_int_eq(mstore_get_many(st, (const char *const[]){ "active.members", "../x" }, 2, recs,
+                                     err, sizeof(err)),
+                     MSTORE_EINVAL);
+}
+END_TEST
+
 /* mstore_wait: a timeout when nothing is written, and a wake-up soon
  * after another process writes (a node's store watch). */
 START_TEST(test_wait)
@@ -631,6 +711,7 @@ add_conformance(TCase *tc)
     tcase_add_test(tc, test_race_create);
     tcase_add_test(tc, test_race_cas);
     tcase_add_test(tc, test_wait);
+    tcase_add_test(tc, test_read_at_once);
     tcase_add_test(tc, test_list);
 }
 
