@@ -84,8 +84,14 @@ def scenario(t):
         t.ok(rc == 0 and cl.store_epoch() == 5, "g leaves again (epoch 5)", (rc, lg.tail(err)))
         e3 = cl.store_active()
 
-        # ---- etcd down: the data path goes on, the admin fails clearly.
+        # ---- etcd down: the data path goes on, the admin fails clearly,
+        # and a running watch rides the outage out (it used to exit).
         f = cl.add("f")
+        w2log_path = os.path.join(cl.dir, "watch2.log")
+        with open(w2log_path, "wb") as wlog:
+            watch2 = lg.track(subprocess.Popen(cl.ctl_cmd("watch"), stdin=subprocess.DEVNULL,
+                                               stdout=wlog, stderr=wlog))
+        cl.ctl_procs.append(watch2)
         load.start(3)
         try:
             n0 = load.counts["W"] + load.counts["R"]
@@ -108,6 +114,11 @@ def scenario(t):
             conv = cl.converged(5, ["a", "c", "d"])
             t.ok(all(v == (5, 0) for v in conv.values()),
                  "etcd down: the nodes stay at epoch 5, nothing pending", conv)
+
+            def watch2_saw_outage():
+                with open(w2log_path, errors="replace") as fh:
+                    return "cannot read the store; trying again" in fh.read()
+            lg.wait_for(watch2_saw_outage, 20, 0.1)
             e.start()
             # A frozen etcd (connections accepted, never answered): the
             # admin gives up after the store's request timeout.
@@ -129,6 +140,13 @@ def scenario(t):
                                                                  f.addr_s))
         t.ok(rc == 0 and cl.store_epoch() == 6, "etcd back: the same join succeeds (epoch 6)",
              (rc, lg.tail(out), lg.tail(err)))
+        alive = watch2.poll() is None
+        lg.stop_proc(watch2)
+        with open(w2log_path, errors="replace") as fh:
+            w2text = fh.read()
+        t.ok(alive and watch2.returncode == 0 and "cannot read the store; trying again" in w2text,
+             "etcd down: ringctl watch logged the outage, kept running through it and stopped "
+             "on SIGTERM (exit 0)", (alive, watch2.returncode, lg.tail(w2text, 800)))
         e6 = cl.store_active()
         lg.check_transition(t, cl, hist, 4, e3, e6, "join after the etcd outage")
     finally:
