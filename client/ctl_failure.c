@@ -486,7 +486,9 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
     int64_t                    stuck_since = 0;
     uint64_t                   seen_rev = 0;
     struct mstore             *ws = NULL;
+    struct ctl_role           *role = NULL;
     bool                       force = false, once = false, admin_gone_seen = false;
+    bool                       standby = false;
     int                        c, rc = EX_OK;
     char                      *end;
 
@@ -537,14 +539,42 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
     ctl_info("watch: a member unreachable (or recovering) for %.1f s is removed (repaired); "
              "polling every %.2f s, and at once when the store changes",
              down_after, interval);
+    /* With etcd, one watch of several acts: the holder of role/watch. */
+    role = ctl_role_start(g->store, "watch");
     while (!watch_stop) {
         struct admin         a = { .g = g };
         struct cport_request sreq = { .kind = CPORT_STATUS };
         char                 act_id[RING_ID_MAX + 1] = "";
+        char                 holder[256];
         bool                 act_repair = false, take_over = false;
         bool                 node_pending = false;
         uint32_t             i, k;
 
+        if (!ctl_role_held(role, holder, sizeof(holder))) {
+            if (!standby) {
+                ctl_info("watch: standing by: the watch role (role/watch) is held by %s",
+                         holder[0] != '\0' ? holder : "another watch (or the store is down)");
+                standby = true;
+            }
+            if (once) {
+                break;
+            }
+            if (ws == NULL) {
+                ws = mstore_open(g->store, NULL, 0);
+            }
+            watch_pause(ws, &seen_rev, interval);
+            continue;
+        }
+        if (standby) {
+            /* What was seen before standing by is old: start afresh. */
+            ctl_info("watch: this watch holds the watch role now");
+            standby = false;
+            admin_gone_seen = false;
+            stuck_since = 0;
+            for (k = 0; k < nw; k++) {
+                w[k].bad_since = 0;
+            }
+        }
         rc = admin_open(&a, true);
         if (rc != EX_OK) {
             admin_free(&a); /* a bad store spec or token file */
@@ -719,6 +749,7 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
         }
         watch_pause(ws, &seen_rev, interval);
     }
+    ctl_role_stop(role);
     mstore_close(ws);
     free(w);
     return rc;

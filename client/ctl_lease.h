@@ -1,11 +1,19 @@
 /*
- * ctl_lease: the admin's liveness in an etcd store. While ringctl runs a
+ * ctl_lease: the admin's liveness, and roles, in an etcd store. While ringctl runs a
  * transition (join, leave, remove --failed, resume) it holds the record
  * admin/HOST-PID on a lease a thread of its own renews every 2 s. A
  * pending transition with no admin/ record has lost its admin: `ringctl
  * watch` resumes it at once, with no clock compared across hosts (the
  * directory store, which has no leases, keeps the record's `written` time
  * and --transition-timeout instead).
+ *
+ * A role (role/watch) is an election: the first to create role/NAME on
+ * its lease holds it while the lease lives (5 s, renewed every second);
+ * the others try every second and take it once the holder's lease ran
+ * out. Only the holder of role/watch acts, so several `ringctl watch` may
+ * run for availability and one decides. Safety does not rest on it: every
+ * transition is a store CAS, so a holder that lost its lease without yet
+ * knowing starts at most a transition the other's CAS then refuses.
  */
 #ifndef CLIENT_CTL_LEASE_H
 #define CLIENT_CTL_LEASE_H
@@ -25,5 +33,14 @@ void admin_lease_stop(struct admin_lease *l);
 /* Does some admin hold a lease in store s? *known is false when s has no
  * leases (or could not be read: the caller falls back to time). */
 bool admin_lease_held(struct mstore *s, bool *known);
+
+/* Stand for role NAME in spec's store. NULL when the store has no leases
+ * (a directory: one host, the role is always held). */
+struct ctl_role *ctl_role_start(const char *spec, const char *role);
+/* Held now? holder: who holds it as last read ("HOST-PID", "" unknown).
+ * NULL r: held. */
+bool ctl_role_held(struct ctl_role *r, char *holder, size_t len);
+/* Stop standing; give the role up (delete the record) if held. */
+void ctl_role_stop(struct ctl_role *r);
 
 #endif

@@ -809,9 +809,9 @@ mstore_lease(struct mstore *s, uint64_t *lease, int ttl_s, char *err, size_t err
     return s->be->lease(s->state, lease, ttl_s, err, errlen);
 }
 
-int
-mstore_put_leased(struct mstore *s, const char *name, const char *data, size_t len, uint64_t lease,
-                  char *err, size_t errlen)
+static int
+put_leased(struct mstore *s, const char *name, const char *data, size_t len, uint64_t lease,
+           bool create, char *err, size_t errlen)
 {
     if (s->be->put_leased == NULL) {
         util_set_err(err, errlen, "the %s store has no leases", s->be->name);
@@ -821,7 +821,21 @@ mstore_put_leased(struct mstore *s, const char *name, const char *data, size_t l
         util_set_err(err, errlen, "bad record name or data for '%s'", name);
         return MSTORE_EINVAL;
     }
-    return s->be->put_leased(s->state, name, data, len, lease, err, errlen);
+    return s->be->put_leased(s->state, name, data, len, lease, create, err, errlen);
+}
+
+int
+mstore_put_leased(struct mstore *s, const char *name, const char *data, size_t len, uint64_t lease,
+                  char *err, size_t errlen)
+{
+    return put_leased(s, name, data, len, lease, false, err, errlen);
+}
+
+int
+mstore_create_leased(struct mstore *s, const char *name, const char *data, size_t len,
+                     uint64_t lease, char *err, size_t errlen)
+{
+    return put_leased(s, name, data, len, lease, true, err, errlen);
 }
 
 bool

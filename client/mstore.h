@@ -81,9 +81,10 @@ struct mstore_backend {
     /* Grant a lease of ttl_s seconds (*lease == 0) or keep *lease alive:
      * 0, or MSTORE_ENOENT when it expired. NULL: no leases (directory). */
     int (*lease)(void *state, uint64_t *lease, int ttl_s, char *err, size_t errlen);
-    /* Write a record that lives while lease does (unconditionally). */
+    /* Write a record that lives while lease does: unconditionally, or
+     * (create) only when it is absent (MSTORE_ECONFLICT otherwise). */
     int (*put_leased)(void *state, const char *name, const char *data, size_t len, uint64_t lease,
-                      char *err, size_t errlen);
+                      bool create, char *err, size_t errlen);
     /* The names of the records under dir/ (without the "dir/"). */
     int (*list)(void *state, const char *dir, char ***names, size_t *n, char *err, size_t errlen);
     void (*close)(void *state);
@@ -141,6 +142,11 @@ int mstore_wait(struct mstore *s, uint64_t rev, int timeout_ms, uint64_t *now_re
 int mstore_lease(struct mstore *s, uint64_t *lease, int ttl_s, char *err, size_t errlen);
 int mstore_put_leased(struct mstore *s, const char *name, const char *data, size_t len,
                       uint64_t lease, char *err, size_t errlen);
+/* The same, only if the record is absent: MSTORE_ECONFLICT when another
+ * holds it. An election: whoever creates it holds the role while its lease
+ * lives (role/watch, client/ctl_lease.c). */
+int mstore_create_leased(struct mstore *s, const char *name, const char *data, size_t len,
+                         uint64_t lease, char *err, size_t errlen);
 /* Does the backend have leases? */
 bool mstore_has_leases(const struct mstore *s);
 

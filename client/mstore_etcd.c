@@ -1163,29 +1163,59 @@ etcd_lease(void *state, uint64_t *lease, int ttl_s, char *err, size_t errlen)
     return rc;
 }
 
-/* POST /v3/kv/put with the lease. */
+/* POST /v3/kv/put with the lease; to create only, a txn whose compare is
+ * the key's absence (mod_revision 0) and whose success branch is the put. */
 static int
 etcd_put_leased(void *state, const char *name, const char *data, size_t len, uint64_t lease,
-                char *err, size_t errlen)
+                bool create, char *err, size_t errlen)
 {
     struct etcd_store *e = state;
-    json_object       *req = json_object_new_object(), *rep = NULL;
+    json_object       *put = json_object_new_object(), *req = NULL, *rep = NULL, *ok;
     char              *val = b64_encode(data != NULL ? data : "", len), num[24];
     int                rc;
 
-    if (req == NULL || val == NULL) {
-        json_object_put(req);
+    if (put == NULL || val == NULL) {
+        json_object_put(put);
         free(val);
         return MSTORE_ENOMEM;
     }
     snprintf(num, sizeof(num), "%" PRIu64, lease);
-    json_object_object_add(req, "key", key_json(e, name));
-    json_object_object_add(req, "value", json_object_new_string(val));
-    json_object_object_add(req, "lease", json_object_new_string(num));
+    json_object_object_add(put, "key", key_json(e, name));
+    json_object_object_add(put, "value", json_object_new_string(val));
+    json_object_object_add(put, "lease", json_object_new_string(num));
     free(val);
-    rc = post(e, "/v3/kv/put", json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN), true,
+    if (!create) {
+        rc = post(e, "/v3/kv/put", json_object_to_json_string_ext(put, JSON_C_TO_STRING_PLAIN),
+                  true, &rep, err, errlen);
+        json_object_put(put);
+        json_object_put(rep);
+        return rc;
+    }
+    req = json_object_new_object();
+    {
+        json_object *cmp = json_object_new_array(), *c = json_object_new_object();
+        json_object *succ = json_object_new_array(), *w = json_object_new_object();
+
+        json_object_object_add(c, "key", key_json(e, name));
+        json_object_object_add(c, "target", json_object_new_string("MOD"));
+        json_object_object_add(c, "result", json_object_new_string("EQUAL"));
+        json_object_object_add(c, "mod_revision", json_object_new_string("0"));
+        json_object_array_add(cmp, c);
+        json_object_object_add(w, "request_put", put);
+        json_object_array_add(succ, w);
+        json_object_object_add(req, "compare", cmp);
+        json_object_object_add(req, "success", succ);
+    }
+    /* Not retried elsewhere after a timeout: a second try of an applied
+     * create would read as somebody else's win. */
+    rc = post(e, "/v3/kv/txn", json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN), false,
               &rep, err, errlen);
     json_object_put(req);
+    if (rc == MSTORE_OK &&
+        (!json_object_object_get_ex(rep, "succeeded", &ok) || !json_object_get_boolean(ok))) {
+        util_set_err(err, errlen, "%s/%s: held by another", e->spec_where, name);
+        rc = MSTORE_ECONFLICT;
+    }
     json_object_put(rep);
     return rc;
 }

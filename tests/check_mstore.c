@@ -660,6 +660,8 @@ START_TEST(test_dir_no_leases)
     ck_assert_int_eq(mstore_lease(st, &lease, 3, err, sizeof(err)), MSTORE_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "no leases"));
     ck_assert_int_eq(mstore_put_leased(st, "alive/a", "x", 1, 1, err, sizeof(err)), MSTORE_EINVAL);
+    ck_assert_int_eq(mstore_create_leased(st, "role/watch", "x", 1, 1, err, sizeof(err)),
+                     MSTORE_EINVAL);
 }
 END_TEST
 
@@ -696,6 +698,41 @@ START_TEST(test_etcd_lease)
     ck_assert_uint_eq(n, 0);
     ck_assert_int_eq(mstore_lease(st, &kept, 2, err, sizeof(err)), MSTORE_ENOENT);
     ck_assert_uint_eq(kept, 0);
+}
+END_TEST
+
+/* An election on a leased record: the first create wins, a second (any
+ * lease) is refused while the first lease lives, and wins once it ran
+ * out. */
+START_TEST(test_etcd_role)
+{
+    struct mstore_record rec;
+    uint64_t             l1 = 0, l2 = 0;
+    int64_t              deadline;
+    int                  rc = MSTORE_ECONFLICT;
+
+    ck_assert_int_eq(mstore_lease(st, &l1, 2, err, sizeof(err)), MSTORE_OK);
+    ck_assert_int_eq(mstore_lease(st, &l2, 30, err, sizeof(err)), MSTORE_OK);
+    ck_assert_int_eq(mstore_create_leased(st, "role/watch", "one\n", 4, l1, err, sizeof(err)),
+                     MSTORE_OK);
+    ck_assert_int_eq(mstore_create_leased(st, "role/watch", "two\n", 4, l2, err, sizeof(err)),
+                     MSTORE_ECONFLICT);
+    ck_assert_int_eq(mstore_create_leased(st, "role/watch", "one\n", 4, l1, err, sizeof(err)),
+                     MSTORE_ECONFLICT); /* even for the holder: create means absent */
+    ck_assert_int_eq(mstore_get(st, "role/watch", &rec, err, sizeof(err)), MSTORE_OK);
+    ck_assert_str_eq(strchr(rec.text, '\n') + 1, "one\n");
+    mstore_record_clear(&rec);
+    deadline = util_now_ms() + 8000;
+    while (rc == MSTORE_ECONFLICT && util_now_ms() < deadline) {
+        struct timespec ts = { 0, 200 * 1000 * 1000 };
+
+        nanosleep(&ts, NULL);
+        rc = mstore_create_leased(st, "role/watch", "two\n", 4, l2, err, sizeof(err));
+    }
+    ck_assert_int_eq(rc, MSTORE_OK);
+    ck_assert_int_eq(mstore_get(st, "role/watch", &rec, err, sizeof(err)), MSTORE_OK);
+    ck_assert_str_eq(strchr(rec.text, '\n') + 1, "two\n");
+    mstore_record_clear(&rec);
 }
 END_TEST
 
@@ -738,6 +775,7 @@ mstore_suite(void)
         tcase_add_test(tc, test_etcd_failover);
         tcase_add_test(tc, test_etcd_down);
         tcase_add_test(tc, test_etcd_lease);
+        tcase_add_test(tc, test_etcd_role);
         suite_add_tcase(s, tc);
     }
     return s;

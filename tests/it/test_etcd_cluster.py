@@ -58,26 +58,48 @@ def scenario(t):
         lg.check_transition(t, cl, hist, 2, e2, e3, "leave over etcd", extra=extra)
 
         # ---- the admin dies mid-copy: with etcd, its lease tells the watch.
-        wlog_path = os.path.join(cl.dir, "watch.log")
-        with open(wlog_path, "wb") as wlog:
-            watch = lg.track(subprocess.Popen(cl.ctl_cmd("watch"), stdin=subprocess.DEVNULL,
+        # Two watches run; one holds the watch role and the other stands
+        # by. The holder is killed -9 right after the admin: the standby
+        # takes the role once the holder's lease ran out and finishes the
+        # join.
+        def start_watch(name):
+            path = os.path.join(cl.dir, name + ".log")
+            with open(path, "wb") as wlog:
+                p = lg.track(subprocess.Popen(cl.ctl_cmd("watch"), stdin=subprocess.DEVNULL,
                                               stdout=wlog, stderr=wlog))
-        cl.ctl_procs.append(watch)
+            cl.ctl_procs.append(p)
+            return p, path
+
+        def log_has(path, text):
+            with open(path, errors="replace") as fh:
+                return text in fh.read()
+        watch, wlog_path = start_watch("watch")
+        held = lg.wait_for(lambda: log_has(wlog_path, "this process holds the role"), 20, 0.05)
+        watch_b, wblog_path = start_watch("watch-b")
+        stood = lg.wait_for(lambda: log_has(wblog_path, "standing by"), 20, 0.05)
+        t.ok(held and stood, "two ringctl watch: the first holds the watch role (role/watch), "
+             "the second stands by")
         g = cl.add("g")
 
         def die_and_wait():
             r = cl.ctl("join", "--rate", RATE, "g", g.addr_s, env={"RINGCTL_EXIT_AFTER": "copy"})
+            watch.kill()
+            watch.wait()
             t0 = time.monotonic()
             ok = lg.wait_for(lambda: cl.store_epoch() == 4 and not cl.store_pending(), 40, 0.1)
             return r, ok, time.monotonic() - t0
         (rc, out, err), done, secs = lg.run_load_around(load, 5, die_and_wait)
-        lg.stop_proc(watch)
-        with open(wlog_path, errors="replace") as f:
+        lg.stop_proc(watch_b)
+        with open(wblog_path, errors="replace") as f:
             wtext = f.read()
-        t.ok(rc == 4 and done and "no admin lease in the store" in wtext,
-             "the admin of join g died after COPY: ringctl watch saw its lease expire and "
-             "finished the join %.1f s later (admin lease 10 s)" % secs,
-             (rc, lg.tail(err), lg.tail(wtext, 800)))
+        with open(wlog_path, errors="replace") as f:
+            atext = f.read()
+        t.ok(rc == 4 and done and "holds the watch role now" in wtext
+             and "no admin lease in the store" in wtext and "resuming" not in atext,
+             "the admin of join g died after COPY and the watch holding the role was killed -9: "
+             "the standby watch took the role, saw the admin lease expire and finished the join "
+             "%.1f s later (admin lease 10 s, role lease 5 s)" % secs,
+             (rc, lg.tail(err), lg.tail(wtext, 800), lg.tail(atext, 400)))
         e4 = cl.store_active()
         lg.check_transition(t, cl, hist, 5, e3, e4, "join finished by the watch")
         rc, out, err = lg.run_load_around(load, 6, lambda: cl.ctl("leave", "--rate", RATE, "g"))
