@@ -425,6 +425,7 @@ phase_copy(struct admin *a)
     if (nodes_broadcast(a, &req, LONG_TIMEOUT_MS, "copy") > 0) {
         return fail_abort(a, "copy: StartCopy failed");
     }
+    maybe_pause_at(a, "copy"); /* the nodes copy on meanwhile */
     for (;;) {
         for (i = 0; i < a->n_nodes; i++) {
             int rc = node_call(a, &a->nodes[i], &sreq, a->g->timeout_ms);

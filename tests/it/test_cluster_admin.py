@@ -16,18 +16,19 @@ NKEYS = 16000
 SIZE = 1000
 
 
-def wait_copying(cl, proc, timeout=20.0):
-    """Poll `ringctl status` until it shows a COPYING phase (or proc ended)."""
-    seen = {"raw": ""}
-
-    def poll():
-        if proc.poll() is not None:
-            return True
-        st = cl.status()
-        seen["raw"] = st["raw"]
-        return re.search(r"copy", st["raw"], re.I) is not None
-    lg.wait_for(poll, timeout, 0.05)
-    return proc.poll() is None and re.search(r"copy", seen["raw"], re.I) is not None, seen["raw"]
+def join_paused_in_copy(cl, node):
+    """Start `ringctl join` with RINGCTL_PAUSE_AT=copy: it stops right after
+    StartCopy (the nodes copy on) until its pause file is removed, so a
+    kill -9 lands in COPY for certain. Returns (proc, copying, status):
+    copying is true when the admin reached the pause and `ringctl status`
+    shows a COPYING phase."""
+    pause = os.path.join(cl.dir, "pause-copy-%s" % node.id)
+    proc = cl.ctl_bg("join", "--rate", "1", node.id, node.addr_s,
+                     env={"RINGCTL_PAUSE_AT": "copy", "RINGCTL_PAUSE_FILE": pause})
+    paused = lg.wait_for(lambda: proc.poll() is not None or os.path.exists(pause), 30, 0.02)
+    raw = cl.status()["raw"] if paused and proc.poll() is None else ""
+    return proc, (paused and proc.poll() is None and os.path.exists(pause)
+                  and re.search(r"copy", raw, re.I) is not None), raw
 
 
 def scenario(t):
@@ -77,8 +78,7 @@ def scenario(t):
         state = {}
 
         def kill_then_resume():
-            p = cl.ctl_bg("join", "--rate", "1", "d", d.addr_s)
-            state["copying"], state["raw"] = wait_copying(cl, p)
+            p, state["copying"], state["raw"] = join_paused_in_copy(cl, d)
             if p.poll() is None:
                 os.kill(p.pid, signal.SIGKILL)
             state["out"] = p.communicate(timeout=10)
@@ -102,8 +102,7 @@ def scenario(t):
                                     4, cl.replicas, cl.vnodes)
 
         def kill_then_abort():
-            p = cl.ctl_bg("join", "--rate", "1", loser.id, loser.addr_s)
-            state["copying"], state["raw"] = wait_copying(cl, p)
+            p, state["copying"], state["raw"] = join_paused_in_copy(cl, loser)
             if p.poll() is None:
                 os.kill(p.pid, signal.SIGKILL)
             out = p.communicate(timeout=10)
