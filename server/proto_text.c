@@ -22,6 +22,7 @@
 #include "ring/ring.h"
 #include "server/conn.h"
 #include "server/log.h"
+#include "server/proto_meta.h"
 #include "server/proto_peer.h"
 #include "server/proto_stats.h"
 #include "server/proto_util.h"
@@ -605,6 +606,11 @@ process_command(struct conn *c, const char *line, const char *end)
                            store_exptime(conn_store(c), exptime));
     }
 
+    /* The meta commands (mg ms md ma mn me) take up to 24 tokens. */
+    if (ncmd == 2 && cmd[0] == 'm') {
+        proto_meta(c, cmd, end);
+        return PROTO_MORE;
+    }
     ntok = tokenize(line, end, t, MAX_TOKENS);
     if (ntok == 0) {
         conn_out_add(c, "ERROR\r\n", 7);
