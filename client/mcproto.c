@@ -4,6 +4,7 @@
  * memcached-compatible node would never send a client is RINGCACHE_EPROTO,
  * so the caller can drop the connection instead of reading out of step.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -209,4 +210,318 @@ mcp_format_stats(char *buf)
 {
     memcpy(buf, "stats\r\n", 7);
     return 7;
+}
+
+/*
+ * Meta commands
+ */
+
+int
+mcp_meta_key(const char *key, size_t len)
+{
+    if (key == NULL || len == 0) {
+        return RINGCACHE_EKEY;
+    }
+    if (mcp_check_key(key, len) == 0) {
+        return 0;
+    }
+    return len <= RINGCACHE_META_BINARY_KEY_MAX ? 1 : RINGCACHE_EKEY;
+}
+
+static const char b64_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+size_t
+mcp_base64_encode(char *dst, const void *src, size_t n)
+{
+    const unsigned char *s = src;
+    size_t               i, o = 0;
+
+    for (i = 0; i + 2 < n; i += 3) {
+        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
+
+        dst[o++] = b64_alphabet[v >> 18];
+        dst[o++] = b64_alphabet[(v >> 12) & 63];
+        dst[o++] = b64_alphabet[(v >> 6) & 63];
+        dst[o++] = b64_alphabet[v & 63];
+    }
+    if (i < n) {
+        uint32_t v = (uint32_t)s[i] << 16 | (i + 1 < n ? (uint32_t)s[i + 1] << 8 : 0);
+
+        dst[o++] = b64_alphabet[v >> 18];
+        dst[o++] = b64_alphabet[(v >> 12) & 63];
+        dst[o++] = i + 1 < n ? b64_alphabet[(v >> 6) & 63] : '=';
+        dst[o++] = '=';
+    }
+    return o;
+}
+
+/* The 6-bit value of a base64 character, -1 for any other byte. */
+static int
+b64_value(char c)
+{
+    if (c >= 'A' && c <= 'Z') {
+        return c - 'A';
+    }
+    if (c >= 'a' && c <= 'z') {
+        return c - 'a' + 26;
+    }
+    if (c >= '0' && c <= '9') {
+        return c - '0' + 52;
+    }
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+long
+mcp_base64_decode(void *dst, const char *src, size_t n)
+{
+    unsigned char *d = dst;
+    size_t         i, o = 0;
+
+    if (n % 4 != 0) {
+        return -1;
+    }
+    for (i = 0; i < n; i += 4) {
+        int      v[4], j, pad = 0;
+        uint32_t w = 0;
+
+        for (j = 0; j < 4; j++) {
+            /* "=" only at the end: "xx==" or "xxx=". */
+            if (src[i + j] == '=' && i + 4 == n && j >= 2 && (j == 3 || src[i + 3] == '=')) {
+                v[j] = 0;
+                pad++;
+                continue;
+            }
+            v[j] = pad > 0 ? -1 : b64_value(src[i + j]);
+            if (v[j] < 0) {
+                return -1;
+            }
+        }
+        w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
+        d[o++] = (unsigned char)(w >> 16);
+        if (pad < 2) {
+            d[o++] = (unsigned char)(w >> 8);
+        }
+        if (pad < 1) {
+            d[o++] = (unsigned char)w;
+        }
+    }
+    return (long)o;
+}
+
+bool
+mcp_meta_writes(enum mcp_meta_cmd cmd, const struct ringcache_meta_opts *o)
+{
+    return cmd != MCP_MG || o->ttl != RINGCACHE_META_UNSET ||
+           o->vivify_ttl != RINGCACHE_META_UNSET || o->recache_below != RINGCACHE_META_UNSET ||
+           o->new_cas != 0;
+}
+
+/* A request line under construction: every append is bounded by
+ * MCP_LINE_MAX; a line that would not fit comes out as length 0. */
+struct mline {
+    char  *buf;
+    size_t len;
+    bool   over;
+};
+
+static void mline_put(struct mline *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void
+mline_put(struct mline *l, const char *fmt, ...)
+{
+    va_list ap;
+    int     n;
+
+    if (l->over) {
+        return;
+    }
+    va_start(ap, fmt);
+    n = vsnprintf(l->buf + l->len, MCP_LINE_MAX - l->len, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= MCP_LINE_MAX - l->len) {
+        l->over = true;
+        return;
+    }
+    l->len += (size_t)n;
+}
+
+/* " <c>" when want has bit: a return flag. */
+static void
+mline_want(struct mline *l, unsigned want, unsigned bit, char c)
+{
+    if ((want & bit) != 0) {
+        mline_put(l, " %c", c);
+    }
+}
+
+/* " <c><v>" for a numeric option that is set. */
+static void
+mline_i32(struct mline *l, char c, int32_t v)
+{
+    if (v != RINGCACHE_META_UNSET) {
+        mline_put(l, " %c%d", c, (int)v);
+    }
+}
+
+static void
+mline_u64(struct mline *l, char c, uint64_t v)
+{
+    if (v != 0) {
+        mline_put(l, " %c%llu", c, (unsigned long long)v);
+    }
+}
+
+/* The ms mode letter of a RINGCACHE_MS_* mode ('\0' for set, '?' for
+ * none). */
+static char
+ms_mode_letter(unsigned mode)
+{
+    switch (mode) {
+    case RINGCACHE_MS_SET:
+        return '\0';
+    case RINGCACHE_MS_ADD:
+        return 'E';
+    case RINGCACHE_MS_REPLACE:
+        return 'R';
+    case RINGCACHE_MS_APPEND:
+        return 'A';
+    case RINGCACHE_MS_PREPEND:
+        return 'P';
+    default:
+        return '?';
+    }
+}
+
+/* True when opaque is a token memcached copies back: 1..32 bytes, no
+ * space or control character. */
+static bool
+opaque_ok(const char *opaque)
+{
+    size_t n = strlen(opaque), i;
+
+    if (n == 0 || n > MCP_OPAQUE_MAX) {
+        return false;
+    }
+    for (i = 0; i < n; i++) {
+        if ((unsigned char)opaque[i] <= 0x20 || opaque[i] == 0x7f) {
+            return false;
+        }
+    }
+    return true;
+}
+
+size_t
+mcp_format_meta(char *buf, enum mcp_meta_cmd cmd, const char *key, size_t key_len, size_t datalen,
+                const struct ringcache_meta_opts *o, const char *opaque)
+{
+    static const char *const names[] = { "mg", "ms", "md", "ma" };
+    struct mline             l = { .buf = buf };
+    char                     kb[4 * ((RINGCACHE_META_BINARY_KEY_MAX + 2) / 3) + 1];
+    int                      how = mcp_meta_key(key, key_len);
+    char                     mode;
+
+    if (how < 0 || (opaque != NULL && !opaque_ok(opaque)) || (unsigned)cmd > MCP_MA) {
+        return 0;
+    }
+    if (how == 1) {
+        key_len = mcp_base64_encode(kb, key, key_len);
+        key = kb;
+    }
+    mline_put(&l, "%s %.*s", names[cmd], (int)key_len, key);
+    if (cmd == MCP_MS) {
+        mline_put(&l, " %zu", datalen);
+    }
+    if (how == 1) {
+        mline_put(&l, " b");
+    }
+    switch (cmd) {
+    case MCP_MG:
+        mline_want(&l, o->want, RINGCACHE_WANT_VALUE, 'v');
+        mline_want(&l, o->want, RINGCACHE_WANT_CAS, 'c');
+        mline_want(&l, o->want, RINGCACHE_WANT_FLAGS, 'f');
+        mline_want(&l, o->want, RINGCACHE_WANT_TTL, 't');
+        mline_want(&l, o->want, RINGCACHE_WANT_SIZE, 's');
+        mline_want(&l, o->want, RINGCACHE_WANT_HIT, 'h');
+        mline_want(&l, o->want, RINGCACHE_WANT_LAST_ACCESS, 'l');
+        /* A binary key is not asked back: memcached 1.6.18 echoes it
+         * decoded, spaces and all. */
+        mline_want(&l, how == 0 ? o->want : 0, RINGCACHE_WANT_KEY, 'k');
+        if (o->no_bump) {
+            mline_put(&l, " u");
+        }
+        mline_i32(&l, 'T', o->ttl);
+        mline_i32(&l, 'N', o->vivify_ttl);
+        mline_i32(&l, 'R', o->recache_below);
+        mline_u64(&l, 'C', o->cas);
+        mline_u64(&l, 'E', o->new_cas);
+        break;
+    case MCP_MS:
+        mode = ms_mode_letter(o->mode);
+        if (mode == '?') {
+            return 0;
+        }
+        mline_want(&l, o->want, RINGCACHE_WANT_CAS, 'c');
+        mline_want(&l, o->want, RINGCACHE_WANT_SIZE, 's');
+        mline_want(&l, how == 0 ? o->want : 0, RINGCACHE_WANT_KEY, 'k');
+        mline_i32(&l, 'T', o->ttl);
+        if (o->flags != 0) {
+            mline_put(&l, " F%u", (unsigned)o->flags);
+        }
+        mline_u64(&l, 'C', o->cas);
+        mline_u64(&l, 'E', o->new_cas);
+        if (o->invalidate) {
+            mline_put(&l, " I");
+        }
+        if (mode != '\0') {
+            mline_put(&l, " M%c", mode);
+        }
+        if (o->mode == RINGCACHE_MS_APPEND || o->mode == RINGCACHE_MS_PREPEND) {
+            mline_i32(&l, 'N', o->vivify_ttl);
+        }
+        break;
+    case MCP_MD:
+        mline_want(&l, how == 0 ? o->want : 0, RINGCACHE_WANT_KEY, 'k');
+        mline_u64(&l, 'C', o->cas);
+        mline_u64(&l, 'E', o->new_cas);
+        if (o->invalidate) {
+            mline_put(&l, " I");
+            mline_i32(&l, 'T', o->ttl);
+        }
+        break;
+    case MCP_MA:
+        if (o->mode != RINGCACHE_MA_INCR && o->mode != RINGCACHE_MA_DECR) {
+            return 0;
+        }
+        mline_want(&l, o->want, RINGCACHE_WANT_VALUE, 'v');
+        mline_want(&l, o->want, RINGCACHE_WANT_CAS, 'c');
+        mline_want(&l, o->want, RINGCACHE_WANT_TTL, 't');
+        mline_want(&l, how == 0 ? o->want : 0, RINGCACHE_WANT_KEY, 'k');
+        if (o->mode == RINGCACHE_MA_DECR) {
+            mline_put(&l, " MD");
+        }
+        if (o->delta != 1) {
+            mline_put(&l, " D%llu", (unsigned long long)o->delta);
+        }
+        mline_i32(&l, 'T', o->ttl);
+        mline_i32(&l, 'N', o->vivify_ttl);
+        if (o->vivify_ttl != RINGCACHE_META_UNSET) {
+            mline_u64(&l, 'J', o->initial);
+        }
+        mline_u64(&l, 'C', o->cas);
+        mline_u64(&l, 'E', o->new_cas);
+        break;
+    }
+    if (opaque != NULL) {
+        mline_put(&l, " O%s", opaque);
+    }
+    mline_put(&l, "\r\n");
+    return l.over ? 0 : l.len;
+}
+
+size_t
+mcp_format_mn(char *buf)
+{
+    memcpy(buf, "mn\r\n", 4);
+    return 4;
 }

@@ -1,6 +1,7 @@
 /*
  * mcproto: the client side of the memcached text protocol. Key checks,
- * every request line libringcache sends, and which replies a client
+ * every request line libringcache sends (classic and meta, base64 keys
+ * included), and which replies a client
  * accepts (read by proto/mcreply, the reader the node shares) and what
  * they mean as RINGCACHE_E codes. Pure: no I/O, no allocation.
  */
@@ -11,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "client/ringcache.h"
 #include "proto/mcreply.h"
 
 #define MCP_LINE_MAX    2048 /* a request line with a valid key always fits */
@@ -82,5 +84,48 @@ size_t mcp_format_declare(char *buf, uint64_t epoch);
 size_t mcp_format_epoch_poll(char *buf);
 size_t mcp_format_config(char *buf);
 size_t mcp_format_stats(char *buf);
+
+/*
+ * Meta commands (mg ms md ma mn)
+ */
+
+enum mcp_meta_cmd {
+    MCP_MG,
+    MCP_MS,
+    MCP_MD,
+    MCP_MA
+};
+
+#define MCP_OPAQUE_MAX 32 /* memcached's limit on an O token */
+
+/* How key[0..len) travels in a meta command: 0 as text (mcp_check_key
+ * takes it), 1 base64-encoded with the b flag (1..186 bytes that a text
+ * key cannot carry), or RINGCACHE_EKEY (NULL, empty, or too long for
+ * either). */
+int mcp_meta_key(const char *key, size_t len);
+
+/* Padded base64 (RFC 4648) of src[0..n) into dst, which holds
+ * 4 * ((n + 2) / 3) bytes (no NUL written); returns that length. */
+size_t mcp_base64_encode(char *dst, const void *src, size_t n);
+
+/* Decode padded base64 src[0..n) into dst (room for 3 * n / 4 bytes):
+ * the decoded length, or -1 when src is not padded base64. */
+long mcp_base64_decode(void *dst, const char *src, size_t n);
+
+/* The request line of a meta command for key (sent as mcp_meta_key
+ * says) with the options o: "<cm> <key>[ <datalen>][ <flag>...]\r\n",
+ * datalen for MCP_MS only. Only the flags cmd knows are written (see
+ * struct ringcache_meta_opts); opaque (NULL: none, at most
+ * MCP_OPAQUE_MAX bytes, no spaces) becomes "O<opaque>". Returns the
+ * length, 0 for a key mcp_meta_key refuses or a mode cmd has not. */
+size_t mcp_format_meta(char *buf, enum mcp_meta_cmd cmd, const char *key, size_t key_len,
+                       size_t datalen, const struct ringcache_meta_opts *o, const char *opaque);
+
+/* True when a meta command with these options changes the item (so it
+ * is routed as a write): every ms, md and ma; an mg with T, N, R or E. */
+bool mcp_meta_writes(enum mcp_meta_cmd cmd, const struct ringcache_meta_opts *o);
+
+/* "mn\r\n" into buf (4 bytes). */
+size_t mcp_format_mn(char *buf);
 
 #endif

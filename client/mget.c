@@ -1,8 +1,10 @@
 /*
- * mget: the parallel multi-get. Each round sends one `get k1 k2 ...` per
- * node (keys grouped on their first usable owner) and polls every node's
+ * mget: the parallel multi-key read. Each round sends one request per node
+ * (keys grouped on their first usable owner) and polls every node's
  * connection together; failed keys move down their preference lists,
- * redirected ones wait for a newer epoch or a back-off.
+ * redirected ones wait for a newer epoch or a back-off. What a node's
+ * request is and how its reply reads is a protocol's (struct mget_proto):
+ * `get k1 k2 ...` here (ringcache_mget_cb), pipelined mg in meta.c.
  */
 #include <errno.h>
 #include <poll.h>
@@ -21,7 +23,7 @@ enum batch_state {
 
 /* One node's share of a multi-get round. */
 struct mget_batch {
-    uint32_t          node; /* index in the round's view */
+    struct mget_share s; /* node, keys in request order, answered so far */
     enum batch_state  state;
     struct pool_conn *conn;
     bool              retried; /* already re-sent on a fresh connection */
@@ -33,21 +35,17 @@ struct mget_batch {
     struct iovec      iov[2];
     struct iovec     *iovp;
     int               iovcnt;
-    const size_t     *idx; /* key indexes in request order (in the plan) */
-    size_t            n;
-    size_t            pos; /* first request slot not yet answered */
     int64_t           connect_deadline;
 };
 
 struct mget {
-    struct ringcache *rc;
-    struct rc_view   *v;       /* the view rounds route with (a reference) */
-    uint64_t          declare; /* epoch connections declare, 0 none */
-    struct route_key *keys;
-    size_t            n;
-    bool              with_cas;
-    ringcache_mget_fn fn;
-    void             *arg;
+    struct ringcache        *rc;
+    struct rc_view          *v;       /* the view rounds route with (a reference) */
+    uint64_t                 declare; /* epoch connections declare, 0 none */
+    struct route_key        *keys;
+    size_t                   n;
+    const struct mget_proto *p;
+    void                    *arg;
     /* Redirects of the current round (their keys stay pending). */
     bool            moved;
     bool            tryagain;
@@ -60,49 +58,32 @@ struct mget {
 static struct pool_node *
 batch_pool(struct mget *m, const struct mget_batch *b)
 {
-    return &m->v->nodes[b->node]->pool;
+    return &m->v->nodes[b->s.node]->pool;
 }
 
-/* Report key i to the caller exactly once (v NULL: a miss). */
-static void
-mget_report(struct mget *m, size_t i, int node, const struct ringcache_value *v)
+void
+mget_answered(struct mget *m, size_t i)
 {
     m->keys[i].done = true;
-    m->fn(m->arg, i, node, v != NULL ? 0 : RINGCACHE_ENOTFOUND, v);
 }
 
-/* What batch_key reads: a batch's keys in the multi-get's table. */
-struct batch_keys {
-    const struct mget       *m;
-    const struct mget_batch *b;
-};
-
-/* mcp_key_fn over a batch: its i-th key in request order. */
-static const char *
-batch_key(void *arg, size_t i, size_t *len)
+/* Key i is answered by nobody: its protocol reports it once. */
+static void
+mget_orphan(struct mget *m, size_t i)
 {
-    const struct batch_keys *bk = arg;
-    const struct route_key  *k = &bk->m->keys[bk->b->idx[i]];
-
-    *len = k->len;
-    return k->key;
+    m->keys[i].done = true;
+    m->p->orphan(m->arg, i);
 }
 
-/* Build "get k1 k2 ...\r\n" for a batch. */
+/* Build the request of a batch (its protocol's). */
 static int
 batch_build(struct mget *m, struct mget_batch *b)
 {
-    struct batch_keys bk = { m, b };
-    size_t            i, bytes = 0;
-
-    for (i = 0; i < b->n; i++) {
-        bytes += m->keys[b->idx[i]].len;
-    }
-    b->req = malloc(mcp_multiget_size(b->n, bytes));
+    b->req = malloc(m->p->format(m->arg, NULL, m->keys, &b->s));
     if (b->req == NULL) {
         return RINGCACHE_ENOMEM;
     }
-    b->req_len = mcp_format_multiget(b->req, m->with_cas, b->n, batch_key, &bk);
+    b->req_len = m->p->format(m->arg, b->req, m->keys, &b->s);
     return 0;
 }
 
@@ -112,7 +93,7 @@ batch_start(struct mget *m, struct mget_batch *b)
 {
     int ret;
 
-    struct rc_node *rn = m->v->nodes[b->node];
+    struct rc_node *rn = m->v->nodes[b->s.node];
 
     ret = pool_acquire(&rn->pool, &m->rc->cfg, &b->conn);
     if (ret != 0) {
@@ -132,10 +113,8 @@ batch_start(struct mget *m, struct mget_batch *b)
     return 0;
 }
 
-/* Record a MOVED or TRYAGAIN answer to batch b (keeps the highest epoch
- * and who sent it). */
-static void
-mget_redirect(struct mget *m, const struct mget_batch *b, const struct mcr_reply *r)
+void
+mget_redirected(struct mget *m, const struct mget_share *s, const struct mcr_reply *r)
 {
     if (r->kind == MCR_MOVED) {
         m->moved = true;
@@ -145,20 +124,22 @@ mget_redirect(struct mget *m, const struct mget_batch *b, const struct mcr_reply
     view_saw_epoch(m->rc, r->epoch);
     if (r->epoch > m->rd_epoch) {
         m->rd_epoch = r->epoch;
-        m->rd_from = m->v->nodes[b->node];
+        m->rd_from = m->v->nodes[s->node];
         node_redirect_addr(m->rd_addr, r);
     }
 }
 
-/* Consume the reply units buffered on a batch's connection. Returns 0,
- * or RINGCACHE_EPROTO. */
+/* Consume the reply units buffered on a batch's connection: the reply to
+ * our declaration here, every other unit by the protocol. Returns 0, or
+ * RINGCACHE_EPROTO. */
 static int
 batch_parse(struct mget *m, struct mget_batch *b)
 {
     struct pool_conn *c = b->conn;
     struct mcr_reply  r;
-    size_t            need, j;
+    size_t            need;
     long              used;
+    int               step;
 
     for (;;) {
         used =
@@ -168,69 +149,26 @@ batch_parse(struct mget *m, struct mget_batch *b)
         }
         if (b->want_ack) {
             /* The reply to our declaration comes first. */
-            if (node_declare_ack(m->v->nodes[b->node], c, m->declare, &r) != 0) {
+            if (node_declare_ack(m->v->nodes[b->s.node], c, m->declare, &r) != 0) {
                 return RINGCACHE_EPROTO;
             }
             b->want_ack = false;
             c->start += (size_t)used;
             continue;
         }
-        if (r.kind == MCR_MOVED || r.kind == MCR_TRYAGAIN) {
-            /* The whole request is redirected: its unanswered keys stay
-             * pending for the next round (regrouped if the view changes). */
-            c->start += (size_t)used;
-            mget_redirect(m, b, &r);
-            if (c->start != c->end) {
-                return RINGCACHE_EPROTO;
-            }
-            b->state = B_DONE;
-            return 0;
-        }
-        if (r.kind == MCR_VALUE) {
-            struct ringcache_value v;
-
-            /* Hits come in request order, misses omitted: find the key at
-             * or after pos; the slots skipped are misses. */
-            for (j = b->pos; j < b->n; j++) {
-                const struct route_key *k = &m->keys[b->idx[j]];
-
-                if (k->len == r.key_len && memcmp(k->key, r.key, r.key_len) == 0) {
-                    break;
-                }
-            }
-            if (j == b->n || r.has_cas != m->with_cas) {
-                return RINGCACHE_EPROTO;
-            }
-            for (; b->pos < j; b->pos++) {
-                mget_report(m, b->idx[b->pos], (int)b->node, NULL);
-            }
-            /* The data is followed by \r\n in our buffer: terminate it
-             * in place for the callback (already validated). */
-            ((char *)r.data)[r.data_len] = '\0';
-            v.data = (char *)r.data;
-            v.len = r.data_len;
-            v.flags = r.flags;
-            v.cas = r.cas;
-            mget_report(m, b->idx[b->pos], (int)b->node, &v);
-            b->pos++;
-            c->start += (size_t)used;
-            continue;
+        step = m->p->unit(m->arg, m, &b->s, m->keys, &r);
+        if (step < 0) {
+            return step;
         }
         c->start += (size_t)used;
-        if (r.kind == MCR_END || r.kind == MCR_ERROR || r.kind == MCR_CLIENT_ERROR ||
-            r.kind == MCR_SERVER_ERROR) {
-            /* END: the rest are misses. An error reply ends the request
-             * too; its keys are reported as misses (the node is fine). */
-            for (; b->pos < b->n; b->pos++) {
-                mget_report(m, b->idx[b->pos], (int)b->node, NULL);
-            }
+        if (step == MGET_DONE) {
+            /* Bytes after a complete reply mean we are out of step. */
             if (c->start != c->end) {
                 return RINGCACHE_EPROTO;
             }
             b->state = B_DONE;
             return 0;
         }
-        return RINGCACHE_EPROTO;
     }
 }
 
@@ -258,8 +196,8 @@ batch_fail(struct mget *m, struct mget_batch *b, int err)
     }
     b->state = B_FAILED;
     pool_node_failed(batch_pool(m, b), &m->rc->cfg);
-    for (j = b->pos; j < b->n; j++) {
-        m->keys[b->idx[j]].next++;
+    for (j = b->s.pos; j < b->s.n; j++) {
+        m->keys[b->s.idx[j]].next++;
     }
 }
 
@@ -425,7 +363,7 @@ mget_round(struct mget *m, size_t *left)
     }
     for (i = 0; i < m->n; i++) {
         if (!m->keys[i].done && m->keys[i].next == m->keys[i].n_owners) {
-            mget_report(m, i, -1, NULL);
+            mget_orphan(m, i);
         }
     }
     nb = plan.n_groups;
@@ -435,9 +373,9 @@ mget_round(struct mget *m, size_t *left)
         goto out;
     }
     for (i = 0; i < nb; i++) {
-        b[i].node = plan.node[i];
-        b[i].idx = plan.idx + plan.start[i];
-        b[i].n = plan.start[i + 1] - plan.start[i];
+        b[i].s.node = plan.node[i];
+        b[i].s.idx = plan.idx + plan.start[i];
+        b[i].s.n = plan.start[i + 1] - plan.start[i];
         b[i].state = B_FAILED;
     }
     for (i = 0; i < nb; i++) {
@@ -494,17 +432,17 @@ mget_route(struct mget *m)
 }
 
 int
-ringcache_mget_cb(struct ringcache *rc, const char *const *keys, const size_t *key_lens, size_t n,
-                  int with_cas, ringcache_mget_fn fn, void *arg)
+mget_keys(struct ringcache *rc, const char *const *keys, const size_t *key_lens, size_t n,
+          const struct mget_proto *p, void *arg)
 {
-    struct mget     m = { .rc = rc, .n = n, .with_cas = with_cas != 0, .fn = fn, .arg = arg };
+    struct mget     m = { .rc = rc, .n = n, .p = p, .arg = arg };
     struct rc_view *nv;
     size_t          i, left = n;
     uint32_t        fail_rounds = 0;
     int64_t         deadline;
     int             hops = 0, backoff = 1, ret = 0;
 
-    if (rc == NULL || fn == NULL || (keys == NULL && n > 0)) {
+    if (rc == NULL || (keys == NULL && n > 0)) {
         return RINGCACHE_EINVAL;
     }
     if (n == 0) {
@@ -520,7 +458,7 @@ ringcache_mget_cb(struct ringcache *rc, const char *const *keys, const size_t *k
 
         k->key = keys[i];
         k->len = key_lens != NULL ? key_lens[i] : (keys[i] != NULL ? strlen(keys[i]) : 0);
-        if (mcp_check_key(k->key, k->len) != 0) {
+        if (p->check(arg, k->key, k->len) != 0) {
             ret = RINGCACHE_EKEY;
             goto out;
         }
@@ -569,13 +507,152 @@ ringcache_mget_cb(struct ringcache *rc, const char *const *keys, const size_t *k
     }
     for (i = 0; ret == 0 && i < n; i++) {
         if (!m.keys[i].done) {
-            mget_report(&m, i, -1, NULL);
+            mget_orphan(&m, i);
         }
     }
 out:
     view_put(m.v);
     free(m.keys);
     return ret;
+}
+
+/*
+ * The classic multi-get: `get k1 k2 ...` (gets with with_cas), hits as
+ * VALUE in request order, misses left out, then END.
+ */
+
+struct classic {
+    bool              with_cas;
+    ringcache_mget_fn fn;
+    void             *arg;
+};
+
+/* Report key i to the caller exactly once (v NULL: a miss). */
+static void
+classic_report(struct classic *g, struct mget *m, size_t i, int node,
+               const struct ringcache_value *v)
+{
+    mget_answered(m, i);
+    g->fn(g->arg, i, node, v != NULL ? 0 : RINGCACHE_ENOTFOUND, v);
+}
+
+static int
+classic_check(void *arg, const char *key, size_t len)
+{
+    (void)arg;
+    return mcp_check_key(key, len);
+}
+
+/* What share_key reads: a share's keys in the multi-get's table. */
+struct share_keys {
+    const struct route_key  *keys;
+    const struct mget_share *s;
+};
+
+/* mcp_key_fn over a share: its i-th key in request order. */
+static const char *
+share_key(void *arg, size_t i, size_t *len)
+{
+    const struct share_keys *sk = arg;
+    const struct route_key  *k = &sk->keys[sk->s->idx[i]];
+
+    *len = k->len;
+    return k->key;
+}
+
+/* "get k1 k2 ...\r\n" for a share (its size when buf is NULL). */
+static size_t
+classic_format(void *arg, char *buf, const struct route_key *keys, const struct mget_share *s)
+{
+    const struct classic *g = arg;
+    struct share_keys     sk = { keys, s };
+    size_t                i, bytes = 0;
+
+    if (buf == NULL) {
+        for (i = 0; i < s->n; i++) {
+            bytes += keys[s->idx[i]].len;
+        }
+        return mcp_multiget_size(s->n, bytes);
+    }
+    return mcp_format_multiget(buf, g->with_cas, s->n, share_key, &sk);
+}
+
+/* One reply unit of a `get k1 k2 ...`. */
+static int
+classic_unit(void *arg, struct mget *m, struct mget_share *s, const struct route_key *keys,
+             struct mcr_reply *r)
+{
+    struct classic *g = arg;
+    size_t          j;
+
+    if (r->kind == MCR_MOVED || r->kind == MCR_TRYAGAIN) {
+        /* The whole request is redirected: its unanswered keys stay
+         * pending for the next round (regrouped if the view changes). */
+        mget_redirected(m, s, r);
+        return MGET_DONE;
+    }
+    if (r->kind == MCR_VALUE) {
+        struct ringcache_value v;
+
+        /* Hits come in request order, misses omitted: find the key at
+         * or after pos; the slots skipped are misses. */
+        for (j = s->pos; j < s->n; j++) {
+            const struct route_key *k = &keys[s->idx[j]];
+
+            if (k->len == r->key_len && memcmp(k->key, r->key, r->key_len) == 0) {
+                break;
+            }
+        }
+        if (j == s->n || r->has_cas != g->with_cas) {
+            return RINGCACHE_EPROTO;
+        }
+        for (; s->pos < j; s->pos++) {
+            classic_report(g, m, s->idx[s->pos], (int)s->node, NULL);
+        }
+        /* The data is followed by \r\n in our buffer: terminate it
+         * in place for the callback (already validated). */
+        ((char *)r->data)[r->data_len] = '\0';
+        v.data = (char *)r->data;
+        v.len = r->data_len;
+        v.flags = r->flags;
+        v.cas = r->cas;
+        classic_report(g, m, s->idx[s->pos], (int)s->node, &v);
+        s->pos++;
+        return MGET_MORE;
+    }
+    if (r->kind == MCR_END || r->kind == MCR_ERROR || r->kind == MCR_CLIENT_ERROR ||
+        r->kind == MCR_SERVER_ERROR) {
+        /* END: the rest are misses. An error reply ends the request
+         * too; its keys are reported as misses (the node is fine). */
+        for (; s->pos < s->n; s->pos++) {
+            classic_report(g, m, s->idx[s->pos], (int)s->node, NULL);
+        }
+        return MGET_DONE;
+    }
+    return RINGCACHE_EPROTO;
+}
+
+static void
+classic_orphan(void *arg, size_t i)
+{
+    struct classic *g = arg;
+
+    g->fn(g->arg, i, -1, RINGCACHE_ENOTFOUND, NULL);
+}
+
+static const struct mget_proto classic_proto = { classic_check, classic_format, classic_unit,
+                                                 classic_orphan };
+
+int
+ringcache_mget_cb(struct ringcache *rc, const char *const *keys, const size_t *key_lens, size_t n,
+                  int with_cas, ringcache_mget_fn fn, void *arg)
+{
+    struct classic g = { .with_cas = with_cas != 0, .fn = fn, .arg = arg };
+
+    if (fn == NULL) {
+        return RINGCACHE_EINVAL;
+    }
+    return mget_keys(rc, keys, key_lens, n, &classic_proto, &g);
 }
 
 /* Collects mget results into the caller's arrays. */

@@ -3,8 +3,9 @@
  * it sees (never installed; the public API is ringcache.h). The handle,
  * its nodes and ring snapshots (view.c), one request on one node and the
  * redirect loop around keyed requests (node_io.c), the keyed operations
- * (ringcache.c) and the multi-get (mget.c). Names here never start with
- * ringcache_: the installed library exports exactly those.
+ * (ringcache.c), the multi-key read engine and the multi-get (mget.c) and
+ * the meta operations (meta.c). Names here never start with ringcache_:
+ * the installed library exports exactly those.
  */
 #ifndef CLIENT_RC_INTERNAL_H
 #define CLIENT_RC_INTERNAL_H
@@ -31,7 +32,9 @@ struct rc_node {
     struct pool_node pool;
     char             id[RING_ID_MAX + 1]; /* "" for a node known only by a MOVED address */
     char             addr[RING_ADDR_MAX + 1];
-    bool             no_ext; /* atomic: answered ERROR to `epoch`/`config` */
+    bool             no_ext;  /* atomic: answered ERROR to `epoch`/`config` */
+    int              meta;    /* atomic: 1 answered MN to `mn`, -1 ERROR, 0 not asked */
+    int64_t          meta_at; /* atomic: when meta was set to -1 (monotonic ms) */
 };
 
 /* One epoch's routing: immutable once published, freed with its last
@@ -168,5 +171,60 @@ int node_keyed_request(struct ringcache *rc, const char *key, size_t key_len, bo
 /* Sleep *backoff ms unless that passes deadline, then double it (up to
  * 512 ms). False when the budget is spent. */
 bool node_backoff_wait(int *backoff, int64_t deadline);
+
+/*
+ * mget.c: the multi-key read engine under ringcache_mget_cb and
+ * ringcache_mg_multi: rounds, keys grouped by first usable owner, every
+ * node's request in parallel within the op timeout, fail-over down the
+ * preference lists, MOVED and TRYAGAIN. A protocol (struct mget_proto)
+ * says what a node's request is and reads its reply.
+ */
+
+struct mget; /* one multi-key read (mget.c) */
+
+/* One node's share of a round, as its protocol sees it. */
+struct mget_share {
+    uint32_t      node; /* index in the round's view (a ringcache_node_id index) */
+    const size_t *idx;  /* the keys' indexes, in request order */
+    size_t        n;
+    size_t        pos; /* the first slot not answered yet: the protocol moves it */
+};
+
+/* What a protocol's unit handler says. */
+#define MGET_MORE 0 /* keep reading */
+#define MGET_DONE 1 /* the share's reply is complete (nothing may follow it) */
+
+struct mget_proto {
+    /* 0 when a key may be sent; anything else fails the call with
+     * RINGCACHE_EKEY before anything is sent. */
+    int (*check)(void *arg, const char *key, size_t len);
+    /* The request of share s into buf; with buf NULL, its size. */
+    size_t (*format)(void *arg, char *buf, const struct route_key *keys,
+                     const struct mget_share *s);
+    /* One reply unit of share s (never the declaration's ack): MGET_MORE,
+     * MGET_DONE or RINGCACHE_EPROTO (the connection is dropped and the
+     * unanswered keys move to their next owner). It reports each key it
+     * answers to its caller and calls mget_answered; a key redirected by
+     * MOVED or TRYAGAIN is left pending after mget_redirected. r's data
+     * block may be NUL-terminated in place (its "\r\n" follows). */
+    int (*unit)(void *arg, struct mget *m, struct mget_share *s, const struct route_key *keys,
+                struct mcr_reply *r);
+    /* Key i got no answer (no owner reachable, out of redirects): report
+     * it as a miss from no node. */
+    void (*orphan)(void *arg, size_t i);
+};
+
+/* Read n keys with protocol p (keys[i] of key_lens[i] bytes, or C strings
+ * when key_lens is NULL): every key is reported exactly once, by p->unit
+ * or p->orphan. 0, RINGCACHE_EKEY, RINGCACHE_EINVAL or RINGCACHE_ENOMEM. */
+int mget_keys(struct ringcache *rc, const char *const *keys, const size_t *key_lens, size_t n,
+              const struct mget_proto *p, void *arg);
+
+/* Key i has been reported: no further round asks for it. */
+void mget_answered(struct mget *m, size_t i);
+
+/* Share s got MOVED or TRYAGAIN (r) for keys that stay pending: the round
+ * then learns the epoch or backs off, as ringcache.h says. */
+void mget_redirected(struct mget *m, const struct mget_share *s, const struct mcr_reply *r);
 
 #endif

@@ -364,6 +364,240 @@ typedef void (*ringcache_stat_fn)(void *arg, const char *name, const char *value
  */
 int ringcache_stats(struct ringcache *rc, size_t i, ringcache_stat_fn fn, void *arg);
 
+/*
+ * Meta operations: memcached's meta protocol (mg, ms, md, ma, mn; see
+ * memcached's doc/protocol.txt) through the same routing, fail-over,
+ * epochs and timeouts as the calls above. One options struct drives every
+ * call; fill it with ringcache_meta_opts_init, then set what you need, so
+ * that options added later keep their defaults in old callers.
+ *
+ * Keys: any 1..250 bytes that make a text key (see RINGCACHE_EKEY) travel
+ * as they are; a key with bytes a text key cannot carry (a space, a
+ * control character, DEL, NUL) of at most RINGCACHE_META_BINARY_KEY_MAX
+ * bytes is sent base64-encoded with the b flag, transparently. Keys are
+ * routed by their bytes as given, so a binary key has one owner like any
+ * other.
+ *
+ * Routing: mg without ttl, vivify_ttl or recache_below (or new_cas) is a
+ * read (any owner, fail-over down the preference list, every owner down
+ * is a miss); every other meta call changes the item and is routed and
+ * failed over like a write (never re-sent after it may have reached a
+ * node; every owner down is RINGCACHE_EDOWN). A node that does not speak
+ * the meta protocol answers ERROR: RINGCACHE_ECLIENT. Before the first ms
+ * to a node, the handle checks with `mn` that the node speaks it, so a
+ * value is never read as a command by a node that does not.
+ */
+
+/* Leave a numeric option unsent (ttl, vivify_ttl, recache_below). */
+#define RINGCACHE_META_UNSET INT32_MIN
+
+/* The longest binary key: its base64 form is a 248-byte key. */
+#define RINGCACHE_META_BINARY_KEY_MAX 186
+
+/* What a meta reply should carry back (RINGCACHE_WANT_*, struct ringcache_meta_opts.want;
+ * struct ringcache_meta_result.got says what it did carry). A call sends
+ * only the ones its command knows: mg all of them, ms CAS, SIZE and KEY,
+ * md KEY, ma VALUE (the new number), CAS, TTL and KEY. */
+#define RINGCACHE_WANT_VALUE       (1u << 0) /* v: the value (mg) or the new number (ma) */
+#define RINGCACHE_WANT_CAS         (1u << 1) /* c: the CAS unique */
+#define RINGCACHE_WANT_FLAGS       (1u << 2) /* f: the client flags */
+#define RINGCACHE_WANT_TTL         (1u << 3) /* t: seconds left, -1 for never */
+#define RINGCACHE_WANT_SIZE        (1u << 4) /* s: the value's size */
+#define RINGCACHE_WANT_HIT         (1u << 5) /* h: fetched before this call */
+#define RINGCACHE_WANT_LAST_ACCESS (1u << 6) /* l: seconds since the last access */
+#define RINGCACHE_WANT_KEY         (1u << 7) /* k: the key echoed */
+
+/* ms modes (struct ringcache_meta_opts.mode). */
+#define RINGCACHE_MS_SET     0 /* store (default) */
+#define RINGCACHE_MS_ADD     1 /* only if absent: RINGCACHE_ENOTSTORED when present */
+#define RINGCACHE_MS_REPLACE 2 /* only if present: RINGCACHE_ENOTSTORED when absent */
+#define RINGCACHE_MS_APPEND  3 /* add bytes after a present value */
+#define RINGCACHE_MS_PREPEND 4 /* add bytes before a present value */
+
+/* ma modes (struct ringcache_meta_opts.mode). */
+#define RINGCACHE_MA_INCR 0 /* add delta (wraps at 2^64; default) */
+#define RINGCACHE_MA_DECR 1 /* subtract delta (stops at 0) */
+
+/* Options of a meta call. Each field says which commands use it (the
+ * meta flag in brackets); the others ignore it. */
+struct ringcache_meta_opts {
+    unsigned want; /* RINGCACHE_WANT_* to read back; default VALUE | FLAGS | CAS */
+    /* [T] mg, ma: a hit's new ttl; ms: the stored item's ttl (unset: 0,
+     * never expires); md with invalidate: the stale item's ttl. Same
+     * rules as ringcache_set's ttl. Default RINGCACHE_META_UNSET. */
+    int32_t ttl;
+    /* [N] mg: a miss creates an empty item with this ttl and this caller
+     * wins (result.won): the herd's one recache; ms append/prepend: a
+     * miss stores the value as new; ma: a miss creates the number
+     * `initial`. Default RINGCACHE_META_UNSET (off). */
+    int32_t vivify_ttl;
+    /* [R] mg: a hit with fewer seconds left than this wins the recache
+     * (once, until the item is stored again). Default UNSET (off). */
+    int32_t recache_below;
+    /* [C] ms, md, ma: only if the item's CAS unique is this (else
+     * RINGCACHE_EEXISTS, RINGCACHE_ENOTFOUND when absent); mg: the value
+     * is left out of a hit whose CAS still is this. 0 (default): none. */
+    uint64_t cas;
+    uint64_t new_cas; /* [E] ms, md, ma, mg vivify: the CAS unique the item gets; 0: the node's */
+    uint32_t flags;   /* [F] ms: the client flags stored; default 0 */
+    unsigned mode;    /* [M] ms: RINGCACHE_MS_*; ma: RINGCACHE_MA_*; default 0 */
+    int      invalidate; /* [I] md: mark stale (mg then says stale and hands out one win)
+                          * instead of deleting; ms with cas: a CAS older than the item's
+                          * still stores, marked stale. Default 0 */
+    int      no_bump;    /* [u] mg: no LRU bump, hit and last access untouched. Default 0 */
+    uint64_t delta;      /* [D] ma: default 1 */
+    uint64_t initial;    /* [J] ma with vivify_ttl: the number created; default 0 */
+    /* get_or_compute: how long a caller that did not win waits for the
+     * winner's value, in ms (default 2000) */
+    int wait_ms;
+};
+
+/* What the node answered (struct ringcache_meta_result.status). */
+#define RINGCACHE_META_HIT        1 /* mg: VA or HD */
+#define RINGCACHE_META_MISS       2 /* mg: EN */
+#define RINGCACHE_META_STORED     3 /* ms, ma: HD or VA */
+#define RINGCACHE_META_DELETED    4 /* md: HD (deleted, or marked stale with invalidate) */
+#define RINGCACHE_META_NOT_STORED 5 /* NS */
+#define RINGCACHE_META_EXISTS     6 /* EX: the CAS did not match */
+#define RINGCACHE_META_NOT_FOUND  7 /* NF */
+
+/* The reply of a meta call. Fields the reply did not carry are 0 (got
+ * says which it did). value is NUL-terminated (not counted in value_len)
+ * and malloc'd: release it with ringcache_meta_result_clear. In a
+ * ringcache_mg_multi callback value belongs to the library. */
+struct ringcache_meta_result {
+    int      status; /* RINGCACHE_META_*; 0 when no node answered */
+    unsigned got;    /* RINGCACHE_WANT_* the reply carried */
+    char    *value;  /* VALUE: the data (mg), NULL when none */
+    size_t   value_len;
+    uint64_t number; /* ma with VALUE: the new number */
+    uint64_t cas;
+    uint32_t flags;
+    int64_t  ttl; /* seconds left, -1: never expires */
+    uint64_t size;
+    int      hit_before;
+    uint64_t last_access;
+    int      won;                        /* W: this caller won the recache: compute and store */
+    int      stale;                      /* X: the item was invalidated (md invalidate) */
+    int      token_sent;                 /* Z: another caller already won the recache */
+    char     key[RINGCACHE_KEY_MAX + 1]; /* KEY: the key echoed (decoded), NUL-terminated */
+    size_t   key_len;
+};
+
+/**
+ * Fill *o with the defaults listed in struct ringcache_meta_opts.
+ */
+void ringcache_meta_opts_init(struct ringcache_meta_opts *o);
+
+/**
+ * Free the value of a meta result and zero it. NULL is allowed.
+ */
+void ringcache_meta_result_clear(struct ringcache_meta_result *r);
+
+/**
+ * Meta get (mg) of one key.
+ * @param opts  want, ttl, vivify_ttl, recache_below, cas, new_cas,
+ *              no_bump (NULL: the defaults)
+ * @param out   the reply (the caller clears it); filled on a miss too
+ * @return 0 on a hit, RINGCACHE_ENOTFOUND on a miss (or every owner
+ *         down for a read), RINGCACHE_EKEY, RINGCACHE_EINVAL, or the
+ *         errors of ringcache_get (a write's when routed as one)
+ */
+int ringcache_mg(struct ringcache *rc, const char *key, size_t key_len,
+                 const struct ringcache_meta_opts *opts, struct ringcache_meta_result *out);
+
+/**
+ * Meta set (ms): store value with opts->mode, ttl, flags, cas, new_cas,
+ * invalidate and vivify_ttl (append/prepend).
+ * @param out  the reply (may be NULL)
+ * @return 0 (stored), RINGCACHE_ENOTSTORED (NS), RINGCACHE_EEXISTS (EX:
+ *         stale cas), RINGCACHE_ENOTFOUND (NF: cas on a missing key),
+ *         RINGCACHE_EINVAL (bad mode), or the errors of ringcache_set
+ */
+int ringcache_ms(struct ringcache *rc, const char *key, size_t key_len, const void *value,
+                 size_t value_len, const struct ringcache_meta_opts *opts,
+                 struct ringcache_meta_result *out);
+
+/**
+ * Meta delete (md): delete the key, or with opts->invalidate mark it
+ * stale (its CAS bumped, ttl set when given) so that readers see the
+ * old value as stale and one of them wins the recache.
+ * @return 0, RINGCACHE_ENOTFOUND, RINGCACHE_EEXISTS (cas given and not
+ *         matching), or a write error
+ */
+int ringcache_md(struct ringcache *rc, const char *key, size_t key_len,
+                 const struct ringcache_meta_opts *opts, struct ringcache_meta_result *out);
+
+/**
+ * Meta arithmetic (ma): incr or decr (opts->mode) by opts->delta; with
+ * vivify_ttl a missing key is created as opts->initial (and not changed
+ * by this call). out->number is the new value when VALUE is wanted (the
+ * default).
+ * @return 0, RINGCACHE_ENOTFOUND, RINGCACHE_ENOTSTORED (not created),
+ *         RINGCACHE_EEXISTS, RINGCACHE_ENONNUMERIC, or a write error
+ */
+int ringcache_ma(struct ringcache *rc, const char *key, size_t key_len,
+                 const struct ringcache_meta_opts *opts, struct ringcache_meta_result *out);
+
+/**
+ * Called once per key of ringcache_mg_multi, in no particular order.
+ * @param index   position of the key in the request
+ * @param node    index of the node that answered, or -1 when none could
+ * @param status  0 (hit), RINGCACHE_ENOTFOUND (miss, or no owner
+ *                reachable), or the code of the node's error reply for
+ *                this key (RINGCACHE_ECLIENT, RINGCACHE_ESERVER, ...)
+ * @param r       the reply (status set even when no node answered: 0);
+ *                its value belongs to the library and is only valid
+ *                during the call
+ */
+typedef void (*ringcache_mg_fn)(void *arg, size_t index, int node, int status,
+                                const struct ringcache_meta_result *r);
+
+/**
+ * Meta get of many keys: keys are grouped by owner (as ringcache_mget
+ * does) and each node gets one pipeline `mg k1 ... O<i>` per key and a
+ * final `mn`, all nodes in parallel; replies are matched to keys by
+ * their opaque. Keys of nodes that fail, are down, or redirect (MOVED,
+ * TRYAGAIN) are handled as ringcache_mget_cb's. opts apply to every key
+ * (a vivifying multi-get is routed like a read: a key whose node fails
+ * is asked of its next owner).
+ * @return 0 when every key was reported to fn, RINGCACHE_EKEY (nothing
+ *         sent) when a key is invalid, RINGCACHE_EINVAL or RINGCACHE_ENOMEM
+ */
+int ringcache_mg_multi(struct ringcache *rc, const char *const *keys, const size_t *key_lens,
+                       size_t n, const struct ringcache_meta_opts *opts, ringcache_mg_fn fn,
+                       void *arg);
+
+/**
+ * Computes a missing or stale value for ringcache_get_or_compute: fill
+ * out->data (malloc'd; the library takes it over), out->len and
+ * out->flags. Return 0, or a negative code that the call then returns.
+ * Called with no lock held, on the calling thread.
+ */
+typedef int (*ringcache_compute_fn)(void *arg, const char *key, size_t key_len,
+                                    struct ringcache_value *out);
+
+/**
+ * Herd-safe "get or compute": mg with vivify (opts->vivify_ttl, default
+ * 30 s when unset) and opts->recache_below. Exactly one caller at a time
+ * wins a missing, stale or (with recache_below) expiring key: it runs
+ * compute and stores the value (ms with the stub's CAS, opts->ttl and
+ * the computed flags), and gets it in out with out->won set. A caller
+ * that did not win gets the present value (out->stale set when it is the
+ * stale one); when there is none yet (the winner's empty stub) it asks
+ * again with a back-off from 1 ms up to 50 ms for opts->wait_ms. A
+ * winner whose compute fails deletes its stub, so the next caller wins.
+ * A computed empty value looks like the stub to the others: store at
+ * least one byte. With every owner down, compute runs and its value is
+ * returned unstored.
+ * @param out  the value (the caller clears it)
+ * @return 0, RINGCACHE_ETIMEDOUT (no value within wait_ms), compute's
+ *         code, or the errors of ringcache_mg and ringcache_ms
+ */
+int ringcache_get_or_compute(struct ringcache *rc, const char *key, size_t key_len,
+                             const struct ringcache_meta_opts *opts, ringcache_compute_fn compute,
+                             void *arg, struct ringcache_meta_result *out);
+
 #ifdef __cplusplus
 }
 #endif

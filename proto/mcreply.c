@@ -1,8 +1,8 @@
 /*
- * mcreply: the reader of memcached replies (see mcreply.h). Strict where
- * being wrong would put the reader out of step (where a line ends, the
- * size of a data block), neutral about the rest: a line of no known shape
- * is MCR_OTHER, and the caller decides what it accepts.
+ * mcreply: the reader of memcached replies (see mcreply.h), classic and
+ * meta. Strict where being wrong would put the reader out of step (where a
+ * line ends, the size of a data block), neutral about the rest: a line of
+ * no known shape is MCR_OTHER, and the caller decides what it accepts.
  */
 #include <stdint.h>
 #include <string.h>
@@ -201,6 +201,175 @@ parse_redirect(struct mcr_reply *r)
     }
 }
 
+/* Clear what meta flags left in r (a line whose flags did not read). */
+static void
+meta_reset(struct mcr_reply *r)
+{
+    r->key = NULL;
+    r->key_len = 0;
+    r->flags = 0;
+    r->has_cas = false;
+    r->cas = 0;
+    r->mflags = NULL;
+    r->mflags_len = 0;
+    r->mseen = 0;
+    r->ttl = 0;
+    r->size = 0;
+    r->last_access = 0;
+    r->hit_before = false;
+    r->opaque = NULL;
+    r->opaque_len = 0;
+}
+
+/* One meta flag token t[0..n) (n >= 1) into r: 0, or -1 when a flag a
+ * reply can carry has an argument it cannot have. Other flag bytes are
+ * skipped. */
+static int
+meta_flag(const char *t, size_t n, struct mcr_reply *r)
+{
+    const char *a = t + 1;
+    size_t      an = n - 1;
+    uint64_t    v;
+
+    switch (t[0]) {
+    case 'b':
+    case 'W':
+    case 'X':
+    case 'Z':
+        if (an != 0) {
+            return -1;
+        }
+        r->mseen |= t[0] == 'b'   ? MCR_MF_B
+                    : t[0] == 'W' ? MCR_MF_W
+                    : t[0] == 'X' ? MCR_MF_X
+                                  : MCR_MF_Z;
+        return 0;
+    case 'c':
+        r->mseen |= MCR_MF_C;
+        r->has_cas = true;
+        return parse_u64(a, an, UINT64_MAX, &r->cas);
+    case 'f':
+        r->mseen |= MCR_MF_F;
+        if (parse_u64(a, an, UINT32_MAX, &v) != 0) {
+            return -1;
+        }
+        r->flags = (uint32_t)v;
+        return 0;
+    case 'h':
+        r->mseen |= MCR_MF_H;
+        if (an != 1 || (a[0] != '0' && a[0] != '1')) {
+            return -1;
+        }
+        r->hit_before = a[0] == '1';
+        return 0;
+    case 'k':
+        r->mseen |= MCR_MF_K;
+        r->key = a;
+        r->key_len = an;
+        return an > 0 ? 0 : -1;
+    case 'l':
+        r->mseen |= MCR_MF_L;
+        return parse_u64(a, an, UINT64_MAX, &r->last_access);
+    case 'O':
+        r->mseen |= MCR_MF_O;
+        r->opaque = a;
+        r->opaque_len = an;
+        return 0;
+    case 's':
+        r->mseen |= MCR_MF_S;
+        return parse_u64(a, an, UINT64_MAX, &r->size);
+    case 't':
+        r->mseen |= MCR_MF_T;
+        if (an == 2 && a[0] == '-' && a[1] == '1') {
+            r->ttl = -1;
+            return 0;
+        }
+        if (parse_u64(a, an, INT64_MAX, &v) != 0) {
+            return -1;
+        }
+        r->ttl = (int64_t)v;
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+/* The meta flags s[0..len) (after the code and one space; len 0: none)
+ * into r. 0, or -1 (r's meta fields cleared) when they are not single
+ * space separated flags that read (meta_flag). */
+static int
+parse_mflags(const char *s, size_t len, struct mcr_reply *r)
+{
+    size_t start = 0, i;
+
+    r->mflags = s;
+    r->mflags_len = len;
+    for (i = 0; len > 0 && i <= len; i++) {
+        if (i == len || s[i] == ' ') {
+            if (i == start || meta_flag(s + start, i - start, r) != 0) {
+                meta_reset(r);
+                return -1;
+            }
+            start = i + 1;
+        }
+    }
+    return 0;
+}
+
+/* True when line[0..len) is the two-letter code alone or followed by a
+ * space and flags that read (parse_mflags fills r). */
+static bool
+meta_code(const char *line, size_t len, const char *code, struct mcr_reply *r)
+{
+    if (len < 2 || line[0] != code[0] || line[1] != code[1]) {
+        return false;
+    }
+    if (len == 2) {
+        r->mflags = line + 2;
+        return true;
+    }
+    return line[2] == ' ' && len > 3 && parse_mflags(line + 3, len - 3, r) == 0;
+}
+
+/* "VA <size>[ <flags>]" (r->line_len bytes at buf) and its data block. */
+static long
+parse_va(const char *buf, size_t avail, size_t max_value, struct mcr_reply *r, size_t *need)
+{
+    size_t   len = r->line_len, at = 3;
+    uint64_t v;
+
+    if (field_u64(buf, len, &at, max_value, &v) != 0) {
+        return MCR_EPROTO;
+    }
+    r->data_len = (size_t)v;
+    if (at < len && (at + 1 == len || parse_mflags(buf + at + 1, len - at - 1, r) != 0)) {
+        return MCR_EPROTO;
+    }
+    if (at == len) {
+        r->mflags = buf + len;
+    }
+    return data_block(buf, avail, MCR_META_VA, r, need);
+}
+
+/* "ME <key>[ <k=v>...]": a non-empty key, the rest as data. */
+static enum mcr_kind
+parse_me(const char *line, size_t len, struct mcr_reply *r)
+{
+    const char *key = line + 3, *sp;
+    size_t      rest = len - 3;
+
+    sp = memchr(key, ' ', rest);
+    r->key = key;
+    r->key_len = sp != NULL ? (size_t)(sp - key) : rest;
+    if (r->key_len == 0) {
+        r->key = NULL;
+        return MCR_OTHER;
+    }
+    r->data = sp != NULL ? sp + 1 : line + len;
+    r->data_len = sp != NULL ? rest - r->key_len - 1 : 0;
+    return MCR_META_ME;
+}
+
 /* "STAT <name> <value>": a non-empty name, the value is the rest. */
 static enum mcr_kind
 parse_stat(const char *line, size_t len, struct mcr_reply *r)
@@ -267,6 +436,25 @@ classify(const char *line, size_t len, struct mcr_reply *r)
         if (word_msg(line, len, "ERROR", 5, r)) {
             return MCR_ERROR;
         }
+        if (meta_code(line, len, "EN", r)) {
+            return MCR_META_EN;
+        }
+        if (meta_code(line, len, "EX", r)) {
+            return MCR_META_EX;
+        }
+        break;
+    case 'H':
+        if (meta_code(line, len, "HD", r)) {
+            return MCR_META_HD;
+        }
+        break;
+    case 'M':
+        if (WORD("MN")) {
+            return MCR_META_MN;
+        }
+        if (len > 3 && starts(line, len, "ME ", 3)) {
+            return parse_me(line, len, r);
+        }
         break;
     case 'N':
         if (WORD("NOT_FOUND")) {
@@ -274,6 +462,12 @@ classify(const char *line, size_t len, struct mcr_reply *r)
         }
         if (WORD("NOT_STORED")) {
             return MCR_NOT_STORED;
+        }
+        if (meta_code(line, len, "NF", r)) {
+            return MCR_META_NF;
+        }
+        if (meta_code(line, len, "NS", r)) {
+            return MCR_META_NS;
         }
         break;
     case 'O':
@@ -364,6 +558,9 @@ mcr_parse(const char *buf, size_t len, size_t max_value, struct mcr_reply *r, si
     }
     if (starts(buf, r->line_len, "CONFIG ", 7)) {
         return parse_config(buf, len, max_value, r, need);
+    }
+    if (starts(buf, r->line_len, "VA ", 3)) {
+        return parse_va(buf, len, max_value, r, need);
     }
     r->kind = classify(buf, r->line_len, r);
     return n;

@@ -71,6 +71,7 @@ check_unit(const char *buf, long n, const struct mcr_reply *r)
     }
     switch (r->kind) {
     case MCR_VALUE:
+    case MCR_META_VA:
     case MCR_CONFIG:
         /* The unit is the head, the block, "\r\n", and nothing else. */
         if (r->data != buf + r->line_len + 2 || r->data_len > MAX_VALUE ||
