@@ -31,29 +31,28 @@
 #include "server/store.h"
 #include "server/thread.h"
 
-#define LINE_MAX_NONGET 2048 /* bytes without '\n' before we hang up */
+#define LINE_MAX_NONGET 2048 /* past this many bytes without '\n' we hang up */
 #define GET_PREFIX_MAX  100  /* leading spaces allowed before a long get */
-#define MAX_TOKENS      8
+#define LINE_MIN        4    /* a shorter line, "\r\n" or "\n" included, is malformed */
+#define MAX_TOKENS      23   /* memcached's tokenizer keeps this many; the rest is ignored */
 #define VALUE_HDR_MAX   (6 + KEY_MAX + 1 + 10 + 1 + 10 + 1 + 20 + 2)
 
-/* Split [p, end) at runs of spaces into at most max tokens; returns the
- * count, or max + 1 when there are more. */
+/* Split [p, end) at runs of spaces into at most max tokens and return the
+ * count; as memcached's tokenizer does, whatever follows the max-th token
+ * is ignored (so a noreply there is not seen). */
 static int
 tokenize(const char *p, const char *end, struct token *t, int max)
 {
     int n = 0;
 
-    for (;;) {
+    while (n < max) {
         const char *s;
 
         while (p < end && *p == ' ') {
             p++;
         }
         if (p == end) {
-            return n;
-        }
-        if (n == max) {
-            return max + 1;
+            break;
         }
         s = p;
         p = memchr(p, ' ', (size_t)(end - p));
@@ -64,24 +63,14 @@ tokenize(const char *p, const char *end, struct token *t, int max)
         t[n].len = (size_t)(p - s);
         n++;
     }
+    return n;
 }
 
-/* The last token of [p, end), or an empty token. */
-static struct token
-last_token(const char *p, const char *end)
+/* Is the last of n tokens "noreply"? memcached looks there only. */
+static bool
+last_is_noreply(const struct token *t, int n)
 {
-    struct token t = { end, 0 };
-    const char  *e = end;
-
-    while (e > p && e[-1] == ' ') {
-        e--;
-    }
-    t.p = e;
-    while (t.p > p && t.p[-1] != ' ') {
-        t.p--;
-    }
-    t.len = (size_t)(e - t.p);
-    return t;
+    return n > 0 && TOK_IS(&t[n - 1], "noreply");
 }
 
 static inline struct store *
@@ -207,9 +196,11 @@ get_continue(struct conn *c)
 }
 
 /* get/gets/gat/gats: keys in [p, end). Every key is checked before any
- * reply so a bad key gives the error alone, with no partial VALUEs; then
- * the cluster decision for the keys (route_get: a plain client's keys
- * owned elsewhere are relayed), then the local ones are served. */
+ * reply so a bad key gives the error alone, with no partial VALUEs (and,
+ * unlike memcached 1.6.45, without an empty line after it); then the
+ * cluster decision for the keys (route_get: a plain client's keys owned
+ * elsewhere are relayed), then the local ones are served. noreply is not
+ * recognized. */
 static enum proto_status
 process_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp, const char *p,
             const char *end, bool with_cas, bool touch, int64_t exptime)
@@ -243,10 +234,12 @@ process_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *ex
 
 static void update_block_done(struct conn *c);
 
-/* set/add/replace/append/prepend/cas: validate, route, allocate the item
- * and switch to reading its data block (or swallow it on a rejection). */
+/* set/add/replace/append/prepend/cas on the line [t[0].p, end): validate,
+ * route, allocate the item and switch to reading its data block (or
+ * swallow it on a rejection). Tokens past the command's are ignored, and
+ * noreply counts only as the last token (memcached 1.6.45). */
 static void
-process_update(struct conn *c, struct token *t, int ntok, enum store_op op)
+process_update(struct conn *c, struct token *t, int ntok, const char *end, enum store_op op)
 {
     struct store        *s = conn_store(c);
     struct thread_stats *ts = &c->w->stats;
@@ -254,25 +247,30 @@ process_update(struct conn *c, struct token *t, int ntok, enum store_op op)
     struct store_item   *it;
     uint32_t             flags;
     int32_t              exptime, vlen;
-    uint64_t             cas = 0, hash;
+    uint64_t             cas = 0, hash, flags64;
+    int64_t              exptime64;
     int                  err = 0;
 
-    if (ntok != base && ntok != base + 1) {
+    /* Without a length there is no block to skip: what follows is read as
+     * commands, and noreply is not looked at yet. */
+    if (ntok < 5 || !proto_tok_i32(&t[4], &vlen) || vlen < 0 || vlen > INT_MAX - 2) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
         return;
     }
-    c->noreply = TOK_IS(&t[ntok - 1], "noreply");
-    if (!proto_parse_i32(&t[4], &vlen) || vlen < 0 || vlen > INT_MAX - 2) {
-        proto_reply_line(c, PROTO_ERR_FORMAT);
-        return;
-    }
-    if (t[1].len > KEY_MAX || !proto_parse_u32(&t[2], &flags) ||
-        !proto_parse_i32(&t[3], &exptime) ||
-        (op == STORE_OP_CAS && !proto_parse_u64(&t[5], &cas))) {
+    c->noreply = last_is_noreply(t, ntok);
+    /* The length parsed, so any other fault swallows the block: a missing
+     * cas unique too. Flags of 2^32 or more are refused (the notes' choice;
+     * memcached keeps their low 32 bits); an exptime is strtol's long cut
+     * to 32 bits, as memcached's safe_strtol stores it. */
+    if (t[1].len > KEY_MAX || !proto_strtoul(t[2].p, end, &flags64) || flags64 > UINT32_MAX ||
+        !proto_strtol(t[3].p, end, &exptime64) ||
+        (op == STORE_OP_CAS && (ntok < 6 || !proto_tok_u64(&t[5], &cas)))) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
         proto_swallow(c, (size_t)vlen + 2);
         return;
     }
+    flags = (uint32_t)flags64;
+    exptime = (int32_t)(uint32_t)(uint64_t)exptime64;
     hash = ring_hash(t[1].p, t[1].len);
     switch (route_update(c, hash, t, base, (size_t)vlen)) {
     case ROUTE_SERVE:
@@ -368,7 +366,9 @@ update_block_done(struct conn *c)
     store_release(s, it);
 }
 
-/* delete <key> [0] [noreply] */
+/* delete <key> [0] [noreply]. Any other token is a format error: 1.6.18's
+ * rule, which memccapable checks (memcached 1.6.45 ignores extra tokens);
+ * see the shared notes. */
 static void
 process_delete(struct conn *c, struct token *t, int ntok)
 {
@@ -415,16 +415,17 @@ process_delete(struct conn *c, struct token *t, int ntok)
 }
 
 /* `<cmd> <key> <arg> [noreply]` (incr, decr, touch): true when the line
- * has that shape and the key is not too long (noreply is set); otherwise
- * the format error is queued. */
+ * has at least those tokens (more are ignored, as memcached 1.6.45 does)
+ * and the key is not too long (noreply, the last token, is set);
+ * otherwise the format error is queued. */
 static bool
 key_arg_line(struct conn *c, const struct token *t, int ntok)
 {
-    if (ntok != 3 && ntok != 4) {
+    if (ntok < 3) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
         return false;
     }
-    c->noreply = TOK_IS(&t[ntok - 1], "noreply");
+    c->noreply = last_is_noreply(t, ntok);
     if (t[1].len > KEY_MAX) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
         return false;
@@ -445,7 +446,7 @@ process_arith(struct conn *c, struct token *t, int ntok, bool incr)
     if (!key_arg_line(c, t, ntok)) {
         return;
     }
-    if (!proto_parse_u64(&t[2], &delta)) {
+    if (!proto_tok_u64(&t[2], &delta)) {
         REPLY(c, "CLIENT_ERROR invalid numeric delta argument");
         return;
     }
@@ -500,7 +501,7 @@ process_touch(struct conn *c, struct token *t, int ntok)
     if (!key_arg_line(c, t, ntok)) {
         return;
     }
-    if (!proto_parse_i32(&t[2], &exptime)) {
+    if (!proto_tok_i32(&t[2], &exptime)) {
         REPLY(c, "CLIENT_ERROR invalid exptime argument");
         return;
     }
@@ -520,22 +521,19 @@ process_touch(struct conn *c, struct token *t, int ntok)
     }
 }
 
-/* flush_all [delay] [noreply] */
+/* flush_all [delay] [noreply]. As memcached 1.6.45: the delay is the
+ * second token unless the line is just `flush_all [noreply]`, and further
+ * tokens are ignored. */
 static void
 process_flush(struct conn *c, struct token *t, int ntok)
 {
     struct store *s = conn_store(c);
     int32_t       delay = 0;
     char          line[48];
-    int           nargs, n;
+    int           n;
 
-    if (ntok > 3) {
-        proto_reply_line(c, PROTO_ERR_FORMAT);
-        return;
-    }
-    c->noreply = ntok > 1 && TOK_IS(&t[ntok - 1], "noreply");
-    nargs = ntok - 1 - (c->noreply ? 1 : 0);
-    if (nargs > 0 && !proto_parse_i32(&t[1], &delay)) {
+    c->noreply = last_is_noreply(t, ntok);
+    if (ntok != (c->noreply ? 2 : 1) && !proto_tok_i32(&t[1], &delay)) {
         REPLY(c, "CLIENT_ERROR invalid exptime argument");
         return;
     }
@@ -549,12 +547,12 @@ process_flush(struct conn *c, struct token *t, int ntok)
 
 /* verbosity <level> [noreply]; extra tokens are ignored. */
 static void
-process_verbosity(struct conn *c, struct token *t, int ntok, struct token last)
+process_verbosity(struct conn *c, struct token *t, int ntok)
 {
     uint32_t level;
 
-    c->noreply = ntok > 1 && TOK_IS(&last, "noreply");
-    if (ntok < 2 || !proto_parse_u32(&t[1], &level)) {
+    c->noreply = last_is_noreply(t, ntok);
+    if (ntok < 2 || !proto_tok_u32(&t[1], &level)) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
         return;
     }
@@ -562,23 +560,53 @@ process_verbosity(struct conn *c, struct token *t, int ntok, struct token last)
     REPLY(c, "OK");
 }
 
-/* Execute one command line [line, end) (no "\r\n"). */
+/*
+ * The commands memcached's tokenizer does not know (its text_cmd_entries,
+ * and ours for peers), found by their first token even after leading
+ * spaces; false when t[0] is none of them.
+ */
+static bool
+process_extra(struct conn *c, struct token *t, int ntok)
+{
+    if (TOK_IS(&t[0], "flush_all")) {
+        process_flush(c, t, ntok);
+    } else if (TOK_IS(&t[0], "verbosity")) {
+        process_verbosity(c, t, ntok);
+    } else if (TOK_IS(&t[0], "epoch")) {
+        proto_peer_epoch(c, t, ntok);
+    } else if (TOK_IS(&t[0], "rc_set")) {
+        proto_peer_rc_set(c, t, ntok);
+    } else if (TOK_IS(&t[0], "rc_del")) {
+        proto_peer_rc_del(c, t, ntok);
+    } else if (TOK_IS(&t[0], "rc_peer")) {
+        proto_peer_rc_peer(c, t, ntok);
+    } else if (TOK_IS(&t[0], "config") && ntok == 1) {
+        proto_peer_config(c);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+/*
+ * Execute one command line [line, end) (no "\r\n"). As in memcached
+ * 1.6.45, the command is what precedes the first space, so a line that
+ * starts with a space names none of the commands it dispatches on that
+ * (get, set, ..., stats, version, quit).
+ */
 static enum proto_status
 process_command(struct conn *c, const char *line, const char *end)
 {
     struct token t[MAX_TOKENS];
-    const char  *p = line;
-    const char  *cmd;
+    const char  *cmd = line;
+    const char  *p;
     size_t       ncmd;
     int          ntok;
 
     c->noreply = false;
-    while (p < end && *p == ' ') {
-        p++;
-    }
-    cmd = p;
-    while (p < end && *p != ' ') {
-        p++;
+    p = memchr(line, ' ', (size_t)(end - line));
+    if (p == NULL) {
+        p = end;
     }
     ncmd = (size_t)(p - cmd);
 
@@ -590,19 +618,20 @@ process_command(struct conn *c, const char *line, const char *end)
         return process_get(c, cmd, ncmd, NULL, p, end, true, false, 0);
     }
     if ((ncmd == 3 && memcmp(cmd, "gat", 3) == 0) || (ncmd == 4 && memcmp(cmd, "gats", 4) == 0)) {
-        struct token e;
+        struct token e[2];
         int32_t      exptime;
 
-        ntok = tokenize(p, end, &e, 1);
-        if (ntok == 0) {
+        /* An exptime and a key, or a format error before the exptime is
+         * looked at. */
+        if (tokenize(p, end, e, 2) < 2) {
             proto_reply_line(c, PROTO_ERR_FORMAT);
             return PROTO_MORE;
         }
-        if (!proto_parse_i32(&e, &exptime)) {
+        if (!proto_tok_i32(&e[0], &exptime)) {
             REPLY(c, "CLIENT_ERROR invalid exptime argument");
             return PROTO_MORE;
         }
-        return process_get(c, cmd, ncmd, &e, e.p + e.len, end, ncmd == 4, true,
+        return process_get(c, cmd, ncmd, &e[0], e[0].p + e[0].len, end, ncmd == 4, true,
                            store_exptime(conn_store(c), exptime));
     }
 
@@ -612,22 +641,19 @@ process_command(struct conn *c, const char *line, const char *end)
         return PROTO_MORE;
     }
     ntok = tokenize(line, end, t, MAX_TOKENS);
-    if (ntok == 0) {
-        conn_out_add(c, "ERROR\r\n", 7);
-        return PROTO_MORE;
-    }
+    /* With ncmd > 0, t[0] is the command. */
     switch (ncmd) {
     case 3:
         if (TOK_IS(&t[0], "set")) {
-            process_update(c, t, ntok, STORE_OP_SET);
+            process_update(c, t, ntok, end, STORE_OP_SET);
             return PROTO_MORE;
         }
         if (TOK_IS(&t[0], "add")) {
-            process_update(c, t, ntok, STORE_OP_ADD);
+            process_update(c, t, ntok, end, STORE_OP_ADD);
             return PROTO_MORE;
         }
         if (TOK_IS(&t[0], "cas")) {
-            process_update(c, t, ntok, STORE_OP_CAS);
+            process_update(c, t, ntok, end, STORE_OP_CAS);
             return PROTO_MORE;
         }
         break;
@@ -653,10 +679,6 @@ process_command(struct conn *c, const char *line, const char *end)
             proto_stats(c, t, ntok);
             return PROTO_MORE;
         }
-        if (TOK_IS(&t[0], "epoch")) {
-            proto_peer_epoch(c, t, ntok);
-            return PROTO_MORE;
-        }
         break;
     case 6:
         if (TOK_IS(&t[0], "delete")) {
@@ -664,33 +686,17 @@ process_command(struct conn *c, const char *line, const char *end)
             return PROTO_MORE;
         }
         if (TOK_IS(&t[0], "append")) {
-            process_update(c, t, ntok, STORE_OP_APPEND);
-            return PROTO_MORE;
-        }
-        if (TOK_IS(&t[0], "rc_set")) {
-            proto_peer_rc_set(c, t, ntok);
-            return PROTO_MORE;
-        }
-        if (TOK_IS(&t[0], "rc_del")) {
-            proto_peer_rc_del(c, t, ntok);
-            return PROTO_MORE;
-        }
-        if (TOK_IS(&t[0], "config") && ntok == 1) {
-            proto_peer_config(c);
+            process_update(c, t, ntok, end, STORE_OP_APPEND);
             return PROTO_MORE;
         }
         break;
     case 7:
-        if (TOK_IS(&t[0], "rc_peer")) {
-            proto_peer_rc_peer(c, t, ntok);
-            return PROTO_MORE;
-        }
         if (TOK_IS(&t[0], "replace")) {
-            process_update(c, t, ntok, STORE_OP_REPLACE);
+            process_update(c, t, ntok, end, STORE_OP_REPLACE);
             return PROTO_MORE;
         }
         if (TOK_IS(&t[0], "prepend")) {
-            process_update(c, t, ntok, STORE_OP_PREPEND);
+            process_update(c, t, ntok, end, STORE_OP_PREPEND);
             return PROTO_MORE;
         }
         if (TOK_IS(&t[0], "version")) {
@@ -699,29 +705,20 @@ process_command(struct conn *c, const char *line, const char *end)
             return PROTO_MORE;
         }
         break;
-    case 9:
-        if (TOK_IS(&t[0], "flush_all")) {
-            process_flush(c, t, ntok);
-            return PROTO_MORE;
-        }
-        if (TOK_IS(&t[0], "verbosity")) {
-            process_verbosity(c, t, ntok, last_token(line, end));
-            return PROTO_MORE;
-        }
-        break;
     default:
         break;
     }
-    {
-        /* Unknown command. A last token of "HTTP/..." is a browser or a
-         * cross-protocol attack: hang up without a word. */
-        struct token last = last_token(line, end);
-
-        if (last.len >= 5 && memcmp(last.p, "HTTP/", 5) == 0) {
-            return PROTO_CLOSE;
-        }
+    if (ntok > 0 && process_extra(c, t, ntok)) {
+        return PROTO_MORE;
     }
-    conn_out_add(c, "ERROR\r\n", 7);
+    /* Unknown command. With two tokens or more, a last one of "HTTP/..."
+     * is a browser or a cross-protocol attack: hang up without a word. */
+    if (ntok > 1 && t[ntok - 1].len >= 5 && memcmp(t[ntok - 1].p, "HTTP/", 5) == 0) {
+        return PROTO_CLOSE;
+    }
+    /* memcached honours a last noreply even here. */
+    c->noreply = last_is_noreply(t, ntok);
+    REPLY(c, "ERROR");
     return PROTO_MORE;
 }
 
@@ -798,7 +795,7 @@ proto_text_process(struct conn *c)
         }
         nl = memchr(start, '\n', avail);
         if (nl == NULL) {
-            if (avail >= LINE_MAX_NONGET && !is_get_prefix(start, avail)) {
+            if (avail > LINE_MAX_NONGET && !is_get_prefix(start, avail)) {
                 return PROTO_CLOSE;
             }
             return PROTO_MORE;
@@ -808,6 +805,12 @@ proto_text_process(struct conn *c)
             end--;
         }
         c->rpos += (uint32_t)(nl + 1 - start);
+        if ((size_t)(nl + 1 - start) < LINE_MIN) {
+            /* memcached 1.6.45 refuses such a line before reading it. */
+            c->noreply = false;
+            proto_reply_line(c, PROTO_ERR_FORMAT);
+            continue;
+        }
         st = process_command(c, start, end);
         if (st != PROTO_MORE) {
             return st;

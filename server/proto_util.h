@@ -54,6 +54,32 @@ bool proto_parse_u32(const struct token *t, uint32_t *out);
 /* A signed 32-bit decimal (exptime, bytes, delay). */
 bool proto_parse_i32(const struct token *t, int32_t *out);
 
+/*
+ * The classic commands read their numbers as memcached 1.6.45 does; see
+ * shared notes/memcached-protocol.md. Tokens (lengths, cas uniques, deltas,
+ * touch/gat/flush_all exptimes, verbosity levels) are read like its
+ * mcmc_toktou32/toktou64/tokto32: decimal digits only, no '+', at most 11
+ * characters (32-bit) or 22 (64-bit), no overflow; the signed form takes a
+ * leading '-', and a lone "-" reads as 0.
+ */
+bool proto_tok_u32(const struct token *t, uint32_t *out);
+bool proto_tok_u64(const struct token *t, uint64_t *out);
+bool proto_tok_i32(const struct token *t, int32_t *out);
+
+/*
+ * A storage command's flags and exptime, read as memcached's
+ * safe_strtoul/safe_strtol read them: strtoul/strtol (base 10, C locale) on
+ * the line from p, which need not stop at the token's end: leading
+ * whitespace (even tabs and spaces that run into the next token) is
+ * skipped, a '+' or '-' sign taken, and the number must be followed by
+ * whitespace, a NUL or the end of the line [p, end) (the byte there is the
+ * line's '\r' or '\n'). proto_strtoul gives the unsigned long (a '-'
+ * negates it, and a result negative as a long is refused); proto_strtol
+ * the long, which memcached then truncates to 32 bits.
+ */
+bool proto_strtoul(const char *p, const char *end, uint64_t *out);
+bool proto_strtol(const char *p, const char *end, int64_t *out);
+
 /* The next key of a get's key list [*p, end): true with it in k, *p moved
  * past it; false at the end of the list. */
 static inline bool

@@ -119,8 +119,12 @@ static const struct pcase cases[] = {
       PROTO_MORE },
     { "bare newlines", "set a 0 0 1\na\r\nget a\n", "STORED\r\nVALUE a 0 1\r\na\r\nEND\r\n",
       PROTO_MORE },
-    { "runs of spaces", "  set   a  1  0  1 \r\nb\r\nget  a \r\n",
+    { "runs of spaces", "set   a  1  0  1 \r\nb\r\nget  a \r\n",
       "STORED\r\nVALUE a 1 1\r\nb\r\nEND\r\n", PROTO_MORE },
+    /* memcached 1.6.45: the command is what precedes the first space. */
+    { "leading spaces name no command", "  set a 0 0 1\r\nbb\r\n  get a\r\n",
+      "ERROR\r\nERROR\r\nERROR\r\n", PROTO_MORE },
+    { "leading spaces before flush_all", " flush_all\r\n", "OK\r\n", PROTO_MORE },
     { "empty value", "set a 0 0 0\r\n\r\nget a\r\n", "STORED\r\nVALUE a 0 0\r\n\r\nEND\r\n",
       PROTO_MORE },
     { "value with crlf inside", "set a 0 0 4\r\n\r\n\r\n\r\nget a\r\n",
@@ -131,25 +135,48 @@ static const struct pcase cases[] = {
       E_FMT "END\r\n", PROTO_MORE },
     { "negative flags", "set a -1 0 1\r\na\r\nget a\r\n", E_FMT "END\r\n", PROTO_MORE },
     { "bad exptime swallowed", "set a 0 abc 1\r\na\r\nget a\r\n", E_FMT "END\r\n", PROTO_MORE },
-    { "exptime over int32", "set a 0 2147483648 1\r\na\r\n", E_FMT, PROTO_MORE },
+    /* strtol's long cut to 32 bits, as memcached's safe_strtol stores it */
+    { "exptime 2^31 is negative", "set a 0 2147483648 1\r\na\r\nget a\r\n", "STORED\r\nEND\r\n",
+      PROTO_MORE },
+    { "exptime 2^32+100 is 100", "set a 0 4294967396 1\r\na\r\nget a\r\n",
+      "STORED\r\nVALUE a 0 1\r\na\r\nEND\r\n", PROTO_MORE },
+    { "exptime out of long range swallowed", "set a 0 99999999999999999999 1\r\na\r\nget a\r\n",
+      E_FMT "END\r\n", PROTO_MORE },
+    { "flags end at a tab (strtoul)", "set a 5\t 0 1\r\nx\r\nset b 6\tjunk 0 1\r\ny\r\nget a b\r\n",
+      "STORED\r\nSTORED\r\nVALUE a 5 1\r\nx\r\nVALUE b 6 1\r\ny\r\nEND\r\n", PROTO_MORE },
+    { "exptime reads on into the next token (strtol)", "set a 7 \t 0\r\n\r\nget a\r\n",
+      "STORED\r\nVALUE a 7 0\r\n\r\nEND\r\n", PROTO_MORE },
     { "negative bytes: no swallow", "set a 0 0 -1\r\nget a\r\n", E_FMT "END\r\n", PROTO_MORE },
     { "bad bytes: no swallow", "set a 0 0 x\r\nget a\r\n", E_FMT "END\r\n", PROTO_MORE },
     { "bytes over INT_MAX-2", "set a 0 0 2147483646\r\nversion\r\n",
       E_FMT "VERSION " PROTO_VERSION_STRING "\r\n", PROTO_MORE },
     { "too few tokens", "set a 0 0\r\n", E_FMT, PROTO_MORE },
-    { "too many tokens", "set a 0 0 1 noreply x\r\n", E_FMT, PROTO_MORE },
+    { "extra tokens ignored, noreply only last", "set a 0 0 1 noreply x\r\na\r\nget a\r\n",
+      "STORED\r\nVALUE a 0 1\r\na\r\nEND\r\n", PROTO_MORE },
+    { "noreply as the 23rd token", "set a 0 0 1 a b c d e f g h i j k l m n o p q noreply\r\na\r\n",
+      "", PROTO_MORE },
+    { "noreply past the 23rd token",
+      "set a 0 0 1 a b c d e f g h i j k l m n o p q r noreply\r\na\r\n", "STORED\r\n",
+      PROTO_MORE },
+    { "bad length: noreply not seen", "set a 0 0 x noreply\r\n", E_FMT, PROTO_MORE },
+    { "length: no plus, at most 11 characters, lone minus is 0",
+      "set a 0 0 +1\r\nset a 0 0 000000000001\r\nset a 0 0 00000000001\r\nb\r\n"
+      "set c 0 0 -\r\n\r\nget a c\r\n",
+      E_FMT E_FMT "STORED\r\nSTORED\r\nVALUE a 0 1\r\nb\r\nVALUE c 0 0\r\n\r\nEND\r\n",
+      PROTO_MORE },
     { "extra 6th token ignored", "set a 0 0 1 x\r\na\r\n", "STORED\r\n", PROTO_MORE },
     { "key 250", "set " K250 " 0 0 1\r\na\r\nget " K250 "\r\n",
       "STORED\r\nVALUE " K250 " 0 1\r\na\r\nEND\r\n", PROTO_MORE },
     { "key 251 swallowed", "set " K250 "k 0 0 1\r\na\r\nget a\r\n", E_FMT "END\r\n", PROTO_MORE },
+    /* The leftover "\n" is a line under 4 bytes. */
     { "bad data chunk", "set a 0 0 1\r\nab\r\nget a\r\n",
-      "CLIENT_ERROR bad data chunk\r\nERROR\r\nEND\r\n", PROTO_MORE },
+      "CLIENT_ERROR bad data chunk\r\n" E_FMT "END\r\n", PROTO_MORE },
     { "bad data chunk keeps old", "set a 0 0 1\r\nx\r\nset a 0 0 1\r\nyzw\r\nget a\r\n",
-      "STORED\r\nCLIENT_ERROR bad data chunk\r\nERROR\r\nVALUE a 0 1\r\nx\r\nEND\r\n", PROTO_MORE },
+      "STORED\r\nCLIENT_ERROR bad data chunk\r\n" E_FMT "VALUE a 0 1\r\nx\r\nEND\r\n", PROTO_MORE },
     { "noreply set", "set a 0 0 1 noreply\r\na\r\nget a\r\n", "VALUE a 0 1\r\na\r\nEND\r\n",
       PROTO_MORE },
     { "noreply hides bad chunk", "set a 0 0 1 noreply\r\nab\r\nversion\r\n",
-      "ERROR\r\nVERSION " PROTO_VERSION_STRING "\r\n", PROTO_MORE },
+      E_FMT "VERSION " PROTO_VERSION_STRING "\r\n", PROTO_MORE },
     { "noreply hides format error", "set a x 0 1 noreply\r\na\r\nversion\r\n",
       "VERSION " PROTO_VERSION_STRING "\r\n", PROTO_MORE },
     { "negative exptime stores then expires", "set a 0 -1 1\r\na\r\nget a\r\n", "STORED\r\nEND\r\n",
@@ -174,7 +201,11 @@ static const struct pcase cases[] = {
       "STORED\r\nEXISTS\r\nEXISTS\r\nVALUE a 0 1\r\na\r\nEND\r\n", PROTO_MORE },
     { "cas bad unique swallowed", "cas a 0 0 1 x\r\na\r\nversion\r\n",
       E_FMT "VERSION " PROTO_VERSION_STRING "\r\n", PROTO_MORE },
-    { "cas missing unique", "cas a 0 0 1\r\n", E_FMT, PROTO_MORE },
+    { "cas missing unique swallowed", "cas a 0 0 1 \r\na\r\nget a\r\n", E_FMT "END\r\n",
+      PROTO_MORE },
+    { "cas missing unique, noreply", "cas a 0 0 1 noreply\r\na\r\nget a\r\n", "END\r\n",
+      PROTO_MORE },
+    { "cas unique: digits only", "cas a 0 0 1 +1\r\na\r\nget a\r\n", E_FMT "END\r\n", PROTO_MORE },
     { "cas noreply", "cas a 0 0 1 5 noreply\r\na\r\nversion\r\n",
       "VERSION " PROTO_VERSION_STRING "\r\n", PROTO_MORE },
     /* retrieval */
@@ -196,6 +227,9 @@ static const struct pcase cases[] = {
     { "gat without key", "gat 10\r\n", E_FMT, PROTO_MORE },
     { "gat without anything", "gat\r\n", E_FMT, PROTO_MORE },
     { "gats without key", "gats 1\r\n", E_FMT, PROTO_MORE },
+    { "gat bad exptime without key", "gat x\r\n", E_FMT, PROTO_MORE },
+    { "gat exptime: no plus, lone minus is 0", "gat +1 a\r\ngat - a\r\n",
+      "CLIENT_ERROR invalid exptime argument\r\nEND\r\n", PROTO_MORE },
     /* touch */
     { "touch", "touch a 10\r\nset a 0 0 1\r\n1\r\ntouch a 10\r\n",
       "NOT_FOUND\r\nSTORED\r\nTOUCHED\r\n", PROTO_MORE },
@@ -204,6 +238,7 @@ static const struct pcase cases[] = {
     { "touch bad exptime", "touch a x\r\n", "CLIENT_ERROR invalid exptime argument\r\n",
       PROTO_MORE },
     { "touch missing exptime", "touch a\r\n", E_FMT, PROTO_MORE },
+    { "touch extra tokens ignored", "touch a 0 1 2\r\n", "NOT_FOUND\r\n", PROTO_MORE },
     { "touch noreply", "touch a 1 noreply\r\nversion\r\n", "VERSION " PROTO_VERSION_STRING "\r\n",
       PROTO_MORE },
     /* delete */
@@ -234,6 +269,11 @@ static const struct pcase cases[] = {
     { "incr delta too big", "incr n 18446744073709551616\r\n",
       "CLIENT_ERROR invalid numeric delta argument\r\n", PROTO_MORE },
     { "incr missing delta", "incr n\r\n", E_FMT, PROTO_MORE },
+    { "incr extra tokens ignored", "incr n 1 2 3\r\n", "NOT_FOUND\r\n", PROTO_MORE },
+    { "incr delta of 22 characters", "incr n 0000000000000000000001\r\n", "NOT_FOUND\r\n",
+      PROTO_MORE },
+    { "incr delta of 23 characters", "incr n 00000000000000000000001\r\n",
+      "CLIENT_ERROR invalid numeric delta argument\r\n", PROTO_MORE },
     { "incr noreply", "set n 0 0 1\r\n1\r\nincr n 1 noreply\r\nget n\r\n",
       "STORED\r\nVALUE n 0 1\r\n2\r\nEND\r\n", PROTO_MORE },
     { "incr noreply hides error", "set n 0 0 1\r\nx\r\nincr n 1 noreply\r\n", "STORED\r\n",
@@ -254,7 +294,10 @@ static const struct pcase cases[] = {
       "STORED\r\nEND\r\n", PROTO_MORE },
     { "flush_all bad delay", "flush_all x\r\n", "CLIENT_ERROR invalid exptime argument\r\n",
       PROTO_MORE },
-    { "flush_all too many", "flush_all 1 2 3\r\n", E_FMT, PROTO_MORE },
+    { "flush_all extra tokens ignored", "flush_all 0 2 3\r\nflush_all 0 x noreply\r\n", "OK\r\n",
+      PROTO_MORE },
+    { "flush_all delay: no plus, lone minus is 0", "flush_all +0\r\nflush_all -\r\n",
+      "CLIENT_ERROR invalid exptime argument\r\nOK\r\n", PROTO_MORE },
     /* misc */
     { "version", "version\r\nversion extra tokens\r\n",
       "VERSION " PROTO_VERSION_STRING "\r\nVERSION " PROTO_VERSION_STRING "\r\n", PROTO_MORE },
@@ -262,24 +305,37 @@ static const struct pcase cases[] = {
       "OK\r\nOK\r\n", PROTO_MORE },
     { "verbosity errors", "verbosity\r\nverbosity invalid\r\nverbosity noreply\r\n", E_FMT E_FMT,
       PROTO_MORE },
+    { "verbosity level: digits only", "verbosity +0\r\nverbosity 4294967296\r\n", E_FMT E_FMT,
+      PROTO_MORE },
     { "quit", "version\r\nquit\r\nversion\r\n", "VERSION " PROTO_VERSION_STRING "\r\n",
       PROTO_QUIT },
     { "quit with tokens", "quit now\r\n", "", PROTO_QUIT },
     { "unknown", "bogus\r\n", "ERROR\r\n", PROTO_MORE },
+    { "unknown honours noreply", "bogus noreply\r\nnoreply\r\nversion\r\n",
+      "VERSION " PROTO_VERSION_STRING "\r\n", PROTO_MORE },
     { "wrong case", "SET a 0 0 1\r\nGET a\r\n", "ERROR\r\nERROR\r\n", PROTO_MORE },
-    { "empty line", "\r\n\n", "ERROR\r\nERROR\r\n", PROTO_MORE },
+    /* memcached 1.6.45 refuses a line of fewer than 4 bytes, its end included. */
+    { "empty line", "\r\n\n", E_FMT E_FMT, PROTO_MORE },
+    { "lines under 4 bytes", "a\r\nab\n\r\r\nab\r\n", E_FMT E_FMT E_FMT "ERROR\r\n", PROTO_MORE },
     { "meta not spoken", "mn\r\n", "ERROR\r\n", PROTO_MORE },
     { "http closes", "version\r\nGET / HTTP/1.1\r\nversion\r\n",
       "VERSION " PROTO_VERSION_STRING "\r\n", PROTO_CLOSE },
     { "binary magic closes", "\x80\x01\x00\x00version\r\n", "", PROTO_CLOSE },
-    { "0x80 later is a command", "version\r\n\x80\r\n",
+    { "0x80 later is a command", "version\r\n\x80x\r\n",
       "VERSION " PROTO_VERSION_STRING "\r\nERROR\r\n", PROTO_MORE },
+    { "HTTP/ alone is unknown", "HTTP/1.1\r\n", "ERROR\r\n", PROTO_MORE },
+    { "HTTP/ past the 23rd token is not seen",
+      "x 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 HTTP/1.1\r\n", "ERROR\r\n",
+      PROTO_MORE },
     { "stats bogus", "stats bogus\r\nstats noreply\r\n", "ERROR\r\nERROR\r\n", PROTO_MORE },
     { "stats reset", "stats reset\r\n", "RESET\r\n", PROTO_MORE },
     { "stats items slabs sizes", "stats items\r\nstats slabs\r\nstats sizes\r\n",
       "END\r\nEND\r\nSTAT sizes_status disabled\r\nEND\r\n", PROTO_MORE },
-    { "leading plus like strtoul", "set a +1 +0 +1\r\n5\r\nincr a +5\r\nget a\r\n",
+    /* Flags and exptime are strtoul/strtol's; the other numbers are digits only. */
+    { "leading plus like strtoul", "set a +1 +0 1\r\n5\r\nincr a 5\r\nget a\r\n",
       "STORED\r\n10\r\nVALUE a 1 2\r\n10\r\nEND\r\n", PROTO_MORE },
+    { "no plus in length or delta", "set a 0 0 +1\r\nincr a +5\r\n",
+      E_FMT "CLIENT_ERROR invalid numeric delta argument\r\n", PROTO_MORE },
     { "lone plus is not a number", "incr a +\r\nset a + 0 1\r\n1\r\n",
       "CLIENT_ERROR invalid numeric delta argument\r\n" E_FMT, PROTO_MORE },
     { "partial command waits", "set a 0 0 5\r\nab", "", PROTO_MORE },
@@ -402,8 +458,9 @@ START_TEST(test_too_large)
 }
 END_TEST
 
-/* A non-get line of 2048 bytes without a newline closes; a get line may
- * be longer; a long line with its newline is processed. */
+/* A non-get line past 2048 bytes without a newline closes (2048 waits, as
+ * in memcached); a get line may be longer; a long line with its newline
+ * is processed. */
 START_TEST(test_line_limit)
 {
     enum proto_status st;
@@ -412,10 +469,10 @@ START_TEST(test_line_limit)
 
     ck_assert_ptr_nonnull(in);
     memset(in, 'x', len);
-    out = run_fresh(in, 2047, 0, &st, &n);
+    out = run_fresh(in, 2048, 0, &st, &n);
     ck_assert_int_eq(st, PROTO_MORE);
     free(out);
-    out = run_fresh(in, 2048, 0, &st, &n);
+    out = run_fresh(in, 2049, 0, &st, &n);
     ck_assert_int_eq(st, PROTO_CLOSE);
     ck_assert_uint_eq(n, 0);
     free(out);
