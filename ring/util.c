@@ -151,3 +151,94 @@ util_set_err(char *err, size_t errlen, const char *fmt, ...)
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
 }
+
+static const char b64_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+size_t
+util_b64_encode(const unsigned char *src, size_t n, char *out)
+{
+    size_t i, o = 0;
+
+    for (i = 0; i + 3 <= n; i += 3) {
+        uint32_t v = (uint32_t)src[i] << 16 | (uint32_t)src[i + 1] << 8 | src[i + 2];
+
+        out[o++] = b64_alphabet[v >> 18];
+        out[o++] = b64_alphabet[(v >> 12) & 63];
+        out[o++] = b64_alphabet[(v >> 6) & 63];
+        out[o++] = b64_alphabet[v & 63];
+    }
+    if (i < n) {
+        uint32_t v = (uint32_t)src[i] << 16 | (i + 1 < n ? (uint32_t)src[i + 1] << 8 : 0);
+
+        out[o++] = b64_alphabet[v >> 18];
+        out[o++] = b64_alphabet[(v >> 12) & 63];
+        out[o++] = i + 1 < n ? b64_alphabet[(v >> 6) & 63] : '=';
+        out[o++] = '=';
+    }
+    return o;
+}
+
+/* The value of a base64 character, 64 for '=' (padding), -1 otherwise. */
+static int
+b64_value(unsigned char ch)
+{
+    if (ch >= 'A' && ch <= 'Z') {
+        return ch - 'A';
+    }
+    if (ch >= 'a' && ch <= 'z') {
+        return ch - 'a' + 26;
+    }
+    if (ch >= '0' && ch <= '9') {
+        return ch - '0' + 52;
+    }
+    if (ch == '+') {
+        return 62;
+    }
+    if (ch == '/') {
+        return 63;
+    }
+    return ch == '=' ? 64 : -1;
+}
+
+size_t
+util_b64_decode(const char *src, size_t len, unsigned char *out)
+{
+    size_t   i, count = 0, o = 0;
+    uint32_t block = 0;
+    int      pad = 0;
+
+    for (i = 0; i < len; i++) {
+        count += b64_value((unsigned char)src[i]) >= 0;
+    }
+    if (count == 0 || count % 4 != 0) {
+        return 0;
+    }
+    count = 0;
+    for (i = 0; i < len; i++) {
+        int v = b64_value((unsigned char)src[i]);
+
+        if (v < 0) {
+            continue;
+        }
+        if (v == 64) {
+            pad++;
+            v = 0;
+        }
+        block = block << 6 | (uint32_t)v;
+        if (++count == 4) {
+            out[o++] = (unsigned char)(block >> 16);
+            out[o++] = (unsigned char)(block >> 8);
+            out[o++] = (unsigned char)block;
+            if (pad > 2) {
+                return 0;
+            }
+            if (pad > 0) {
+                return o - (size_t)pad;
+            }
+            count = 0;
+            block = 0;
+        }
+    }
+    return o;
+}

@@ -29,6 +29,16 @@ bool util_parse_u64n(const char *p, size_t len, uint64_t *out);
 /* The same for a NUL-terminated string (a command-line option value). */
 bool util_parse_u64(const char *s, uint64_t *out);
 
+/* Base64 (RFC 4648 alphabet, '=' padding), as memcached's meta protocol
+ * uses for binary keys (the b flag). Encode n bytes of src into out (room
+ * for 4 * ((n + 2) / 3) bytes, no NUL written); returns the length.
+ * Decode len bytes of src into out (room for len * 3 / 4 bytes): bytes
+ * outside the alphabet are skipped, the rest must come in groups of four
+ * and decoding ends after the first group with padding; returns the
+ * length, or 0 when src does not decode (memcached's rules). */
+size_t util_b64_encode(const unsigned char *src, size_t n, char *out);
+size_t util_b64_decode(const char *src, size_t len, unsigned char *out);
+
 /*
  * Read the whole file at path ("-": standard input) into a malloc'd,
  * NUL-terminated buffer (*buf, *len bytes before the NUL). At most max

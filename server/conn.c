@@ -503,6 +503,8 @@ conn_close(struct conn *c)
     }
     free(c->fwd_buf);
     c->fwd_buf = NULL;
+    free(c->meta_set);
+    c->meta_set = NULL;
     conn_out_clear(c);
     if (c->fwd_order != NULL) {
         forward_conn_closed(c);

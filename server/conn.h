@@ -63,6 +63,8 @@ enum conn_pstate {
     CONN_PS_GET,     /* a multi-get paused on a full output queue */
 };
 
+struct mset_ctx;
+
 struct conn {
     struct worker *w;
     int            fd; /* -1 for an in-memory test connection */
@@ -103,13 +105,20 @@ struct conn {
 
     /* A storage command being forwarded (route.c): its line, then
      * its data block read in place (nread_dst points into it). */
-    char           *fwd_buf;
-    size_t          fwd_len;
-    bool            fwd_noreply;
-    uint64_t        fwd_epoch;
-    char            fwd_addr[256];
-    uint32_t        nholds;   /* holds not yet done */
-    struct repl_op *repl_gat; /* a replicated gat being served (replicate.c) */
+    char  *fwd_buf;
+    size_t fwd_len;
+    bool   fwd_noreply;
+    bool   fwd_meta; /* an ms: relayed as FWD_META with fwd_quiet */
+    /* An ms served here, between its line and its data block
+     * (proto_meta.c): the request, and the reply flags it asked for. */
+    struct mset_ctx *meta_set;
+    char             meta_set_flags[768];
+    size_t           meta_set_flags_len;
+    uint8_t          fwd_quiet; /* FWD_MQ_* */
+    uint64_t         fwd_epoch;
+    char             fwd_addr[256];
+    uint32_t         nholds;   /* holds not yet done */
+    struct repl_op  *repl_gat; /* a replicated gat being served (replicate.c) */
 
     /* The order of its relayed requests across retries (forward.c). */
     struct fwd_order *fwd_order;

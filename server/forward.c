@@ -59,6 +59,7 @@ struct fwd_req {
     struct fwd_up     *retry_up; /* waiting to be re-sent there */
     struct event      *retry_ev;
     bool               relayed;                /* some of its reply is in the hold */
+    uint8_t            quiet;                  /* FWD_META: FWD_MQ_* dropped */
     char               alt[RING_ADDR_MAX + 1]; /* a get: the next owner to try when
                                                 * this one refuses or resets ("") */
     struct fwd_order *ord;                     /* its client connection's order (or NULL) */
@@ -391,6 +392,7 @@ req_fail(struct fwd_req *r, const char *why, enum fwd_err err)
 
     switch (r->kind) {
     case FWD_LINE:
+    case FWD_META:
     case FWD_GET_WHOLE:
         n = snprintf(buf, sizeof(buf), "SERVER_ERROR %s\r\n", why);
         req_reply(r, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
@@ -932,6 +934,46 @@ up_parse_one(struct fwd_up *up)
         req_reply(r, line, llen + 2);
         req_free(r);
         return 1;
+    case FWD_META:
+        if (rep.kind == MCR_META_VA) {
+            struct evbuffer_ptr at;
+            char                crlf[2];
+
+            if (have < need) {
+                return 0;
+            }
+            if (evbuffer_ptr_set(in, &at, need - 2, EVBUFFER_PTR_SET) < 0 ||
+                evbuffer_copyout_from(in, &at, crlf, 2) != 2 || crlf[0] != '\r' ||
+                crlf[1] != '\n') {
+                return -1;
+            }
+            if (r->quiet & FWD_MQ_VA) {
+                evbuffer_drain(in, need);
+            } else {
+                move_to_hold(r, in, need);
+            }
+            up_pop(up);
+            req_done(r);
+            req_free(r);
+            return 1;
+        }
+        evbuffer_drain(in, llen + 2);
+        up_pop(up);
+        if (rep.kind == MCR_MOVED) {
+            req_moved(up, r, line, &rep);
+            return 1;
+        }
+        if (rep.kind == MCR_TRYAGAIN && req_tryagain(up, r)) {
+            return 1;
+        }
+        if ((rep.kind == MCR_META_HD && (r->quiet & FWD_MQ_HD)) ||
+            (rep.kind == MCR_META_EN && (r->quiet & FWD_MQ_EN))) {
+            req_done(r);
+        } else {
+            req_reply(r, line, llen + 2);
+        }
+        req_free(r);
+        return 1;
     case FWD_GET_WHOLE:
     case FWD_GET_SPLICE:
         if (rep.kind == MCR_VALUE) {
@@ -1318,10 +1360,29 @@ forward_request(struct conn *c, const char *addr, uint64_t epoch, enum fwd_kind 
     return forward_read(c, addr, NULL, epoch, kind, iov, iovcnt, want_reply);
 }
 
+static int forward_send(struct conn *c, const char *addr, const char *alt, uint64_t epoch,
+                        enum fwd_kind kind, const struct iovec *iov, int iovcnt, bool want_reply,
+                        unsigned quiet);
+
+/* A meta command; see forward.h. */
+int
+forward_meta(struct conn *c, const char *addr, uint64_t epoch, const struct iovec *iov, int iovcnt,
+             unsigned quiet)
+{
+    return forward_send(c, addr, NULL, epoch, FWD_META, iov, iovcnt, true, quiet);
+}
+
 /* The same with a next owner for a get; see forward.h. */
 int
 forward_read(struct conn *c, const char *addr, const char *alt, uint64_t epoch, enum fwd_kind kind,
              const struct iovec *iov, int iovcnt, bool want_reply)
+{
+    return forward_send(c, addr, alt, epoch, kind, iov, iovcnt, want_reply, 0);
+}
+
+static int
+forward_send(struct conn *c, const char *addr, const char *alt, uint64_t epoch, enum fwd_kind kind,
+             const struct iovec *iov, int iovcnt, bool want_reply, unsigned quiet)
 {
     struct fwd_worker *fw = fw_get(c->w);
     struct fwd_up     *up = fw != NULL ? up_find(fw, addr, false) : NULL;
@@ -1336,6 +1397,7 @@ forward_read(struct conn *c, const char *addr, const char *alt, uint64_t epoch, 
     }
     r->kind = kind;
     r->epoch = epoch;
+    r->quiet = (uint8_t)quiet;
     if (alt != NULL && strcmp(alt, addr) != 0) {
         snprintf(r->alt, sizeof(r->alt), "%s", alt);
     }

@@ -30,7 +30,15 @@ enum fwd_kind {
                      * an error line or a failure relays nothing (misses) */
     FWD_CALL,       /* one reply line handed to a callback (replication) */
     FWD_HELLO,      /* internal: the `epoch`/`rc_peer` lines of a new upstream */
+    FWD_META,       /* a meta command: one reply unit (a line, or VA and its block),
+                     * the quiet ones (forward_meta) dropped */
 };
+
+/* What a relayed meta command's q suppresses (its line went without q, so
+ * the owner always answers): FWD_MQ_* of the reply codes dropped. */
+#define FWD_MQ_HD 0x1u /* ms, md, ma: success */
+#define FWD_MQ_EN 0x2u /* mg: a miss */
+#define FWD_MQ_VA 0x4u /* ma with v: success */
 
 /* Why a FWD_CALL request got no reply line. */
 enum fwd_err {
@@ -78,6 +86,11 @@ typedef void (*fwd_call_fn)(void *arg, const char *line, size_t len, enum fwd_er
  */
 int forward_request(struct conn *c, const char *addr, uint64_t epoch, enum fwd_kind kind,
                     const struct iovec *iov, int iovcnt, bool want_reply);
+
+/* forward_request for a meta command (FWD_META) with a hold, dropping the
+ * replies in quiet (FWD_MQ_*): errors and the other codes still come. */
+int forward_meta(struct conn *c, const char *addr, uint64_t epoch, const struct iovec *iov,
+                 int iovcnt, unsigned quiet);
 
 /*
  * forward_request for a get (FWD_GET_WHOLE, FWD_GET_SPLICE) whose keys

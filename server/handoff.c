@@ -266,6 +266,10 @@ add_item(struct xfer *x, struct store_item *it, int64_t ttl)
     r.flags = it->flags;
     r.ttl = ttl;
     r.cas = it->cas;
+    r.mflags = store_item_mflags(it) & STORE_MF_REPLICATED;
+    if (r.mflags & STORE_MF_ECAS) {
+        r.client_cas = store_item_cas(it);
+    }
     if (it->nbytes <= CHUNK_BYTES) {
         r.value.data = (uint8_t *)store_item_value(it);
         r.value.len = it->nbytes;

@@ -97,6 +97,16 @@ in_link(struct handoff_in *in, struct store_item *it, uint64_t cas, bool merge)
     return store_put_import(in->s, it, cas);
 }
 
+/* The item a post-image record becomes (its meta state included), to fill
+ * with nbytes of value. */
+static struct store_item *
+import_alloc(struct store *s, const Ringcache__HandoffRecord *r, const char *key, uint64_t hash,
+             size_t nbytes, int *err)
+{
+    return store_import_alloc_meta(s, key, r->key.len, hash, r->flags, r->ttl, nbytes,
+                                   (uint8_t)(r->mflags & STORE_MF_REPLICATED), r->client_cas, err);
+}
+
 /* Apply one record; 0, 1 (store refused, err set) or -1 (a lie). */
 static int
 in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, size_t errlen)
@@ -147,7 +157,7 @@ in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, s
             snprintf(err, errlen, "first chunk longer than its value");
             return -1;
         }
-        in->it = store_import_alloc(s, key, r->key.len, hash, r->flags, r->ttl, r->total_bytes, &e);
+        in->it = import_alloc(s, r, key, hash, r->total_bytes, &e);
         if (in->it == NULL) {
             rc = e;
         } else {
@@ -162,7 +172,7 @@ in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, s
                 in_drop_chunk(in);
             }
         }
-    } else if (!merge) {
+    } else if (!merge && r->mflags == 0) {
         rc = store_import(s, key, r->key.len, hash, r->flags, r->ttl, r->cas,
                           (const char *)r->value.data, r->value.len);
         imported_add(in, 1, r->key.len + r->value.len);
@@ -170,12 +180,12 @@ in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, s
         struct store_item *it;
         int                e = 0;
 
-        it = store_import_alloc(s, key, r->key.len, hash, r->flags, r->ttl, r->value.len, &e);
+        it = import_alloc(s, r, key, hash, r->value.len, &e);
         if (it == NULL) {
             rc = e;
         } else {
             memcpy(store_item_value_mut(it), r->value.data, r->value.len);
-            rc = in_link(in, it, r->cas, true);
+            rc = in_link(in, it, r->cas, merge);
             store_release(s, it);
         }
         imported_add(in, 1, r->key.len + r->value.len);

@@ -93,9 +93,39 @@ rc_set_block_done(struct conn *c)
     }
 }
 
+/* An rc_set's meta state token: m<mflags>[,<client cas>], the client CAS
+ * present exactly when STORE_MF_ECAS is set. */
+static bool
+parse_meta_state(const struct token *t, uint64_t *mf, uint64_t *ecas)
+{
+    const char  *comma;
+    struct token a, b;
+
+    if (t->len < 2 || t->p[0] != 'm') {
+        return false;
+    }
+    a.p = t->p + 1;
+    a.len = t->len - 1;
+    comma = memchr(a.p, ',', a.len);
+    if (comma != NULL) {
+        b.p = comma + 1;
+        b.len = (size_t)(a.p + a.len - b.p);
+        a.len = (size_t)(comma - a.p);
+        if (!proto_parse_u64(&b, ecas)) {
+            return false;
+        }
+    }
+    if (!proto_parse_u64(&a, mf) || (*mf & ~(uint64_t)STORE_MF_REPLICATED) != 0) {
+        return false;
+    }
+    return ((*mf & STORE_MF_ECAS) != 0) == (comma != NULL);
+}
+
 /*
- * `rc_set <key> <flags> <ttl> <cas> <bytes>` + data: a post-image from the
- * key's primary (peers only). ttl is the remaining lifetime (0 never).
+ * `rc_set <key> <flags> <ttl> <cas> <bytes> [m<mflags>[,<client cas>]]` +
+ * data: a post-image from the key's primary (peers only). ttl is the
+ * remaining lifetime (0 never); the m token is its meta state (STORE_MF_*:
+ * stale, win token handed out, a client CAS, a binary key).
  * Answered OK once applied, or ignored when this node does not own the
  * key (it is not a replica of it any more) or holds a newer CAS.
  */
@@ -106,12 +136,18 @@ proto_peer_rc_set(struct conn *c, const struct token *t, int ntok)
     struct store_item *it;
     uint32_t           flags;
     int32_t            vlen;
-    uint64_t           cas, hash, ttl;
+    uint64_t           cas, hash, ttl, mf = 0, ecas = 0;
     int64_t            exptime = 0;
     int                err = 0;
 
-    if (ntok != 6 || !proto_parse_i32(&t[5], &vlen) || vlen < 0 || vlen > INT_MAX - 2) {
+    if ((ntok != 6 && ntok != 7) || !proto_parse_i32(&t[5], &vlen) || vlen < 0 ||
+        vlen > INT_MAX - 2) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
+        return;
+    }
+    if (ntok == 7 && !parse_meta_state(&t[6], &mf, &ecas)) {
+        proto_reply_line(c, PROTO_ERR_FORMAT);
+        proto_swallow(c, (size_t)vlen + 2);
         return;
     }
     if (t[1].len > KEY_MAX || !proto_parse_u32(&t[2], &flags) || !proto_parse_u64(&t[3], &ttl) ||
@@ -144,12 +180,14 @@ proto_peer_rc_set(struct conn *c, const struct token *t, int ntok)
     if (ttl > 0) {
         exptime = store_now(s) + (int64_t)ttl;
     }
-    it = store_alloc(s, t[1].p, t[1].len, hash, flags, exptime, (size_t)vlen, &err);
+    it = store_alloc_meta(s, t[1].p, t[1].len, hash, flags, exptime, (size_t)vlen,
+                          (mf & STORE_MF_ECAS) != 0, ecas, &err);
     if (it == NULL) {
         REPLY(c, "SERVER_ERROR out of memory storing object");
         proto_swallow(c, (size_t)vlen + 2);
         return;
     }
+    it->mflags |= (uint8_t)(mf & (STORE_MF_STALE | STORE_MF_WON | STORE_MF_BINKEY));
     c->nread_it = it;
     c->nread_cas = cas;
     proto_read_block(c, store_item_value_mut(it), (size_t)vlen + 2, rc_set_block_done);

@@ -53,8 +53,9 @@ static pthread_mutex_t    tomb_locks[TOMB_LOCKS] = { [0 ... TOMB_LOCKS - 1] =
                                                          PTHREAD_MUTEX_INITIALIZER };
 static uint32_t           tomb_ttl = REPLICATE_TOMB_TTL_S; /* atomic */
 
-#define OP_REPLY_MAX 48  /* longest held reply (an incr value is 22) */
-#define OP_POOL_MAX  256 /* free ops a worker keeps */
+#define OP_REPLY_MAX 48         /* a held reply kept in the op (an incr value is 22) */
+#define OP_BIG_MAX   (2u << 20) /* a longer one (meta replies, an mg with its value) */
+#define OP_POOL_MAX  256        /* free ops a worker keeps */
 
 struct repl_op;
 
@@ -80,6 +81,7 @@ struct repl_op {
     struct repl_call *calls; /* calls_in unless more were needed */
     struct repl_call  calls_in[RING_R_MAX];
     uint32_t          len;
+    char             *big;                 /* a reply over OP_REPLY_MAX (malloc'd), else NULL */
     char              reply[OP_REPLY_MAX]; /* the reply once every replica acked */
 };
 
@@ -229,6 +231,7 @@ op_take(struct worker *w)
         }
     }
     memset(op, 0, offsetof(struct repl_op, calls_in));
+    op->big = NULL;
     op->w = w;
     op->cl = w->srv->cluster;
     op->calls = op->calls_in;
@@ -245,6 +248,8 @@ op_put(struct repl_op *op)
     if (op->calls != op->calls_in) {
         free(op->calls);
     }
+    free(op->big);
+    op->big = NULL;
     if (w->nrepl_pool < OP_POOL_MAX) {
         op->next = w->repl_pool;
         w->repl_pool = op;
@@ -321,7 +326,7 @@ op_finish(struct repl_op *op)
             conn_hold_add(c, op->hold, REPLICA_UNAVAILABLE "\r\n",
                           sizeof(REPLICA_UNAVAILABLE "\r\n") - 1);
         } else if (op->len > 0) {
-            conn_hold_add(c, op->hold, op->reply, op->len);
+            conn_hold_add(c, op->hold, op->big != NULL ? op->big : op->reply, op->len);
         }
         conn_hold_done(c, op->hold);
         if (op->end != NULL) {
@@ -404,7 +409,7 @@ op_new(struct conn *c, const char *reply, size_t len, bool noreply)
 {
     struct repl_op *op;
 
-    if (len > OP_REPLY_MAX) {
+    if (len > OP_BIG_MAX) {
         log_msg(LOG_ERR, "replicate: a %zu-byte reply cannot be held", len);
         return NULL;
     }
@@ -412,9 +417,13 @@ op_new(struct conn *c, const char *reply, size_t len, bool noreply)
     if (op == NULL) {
         return NULL;
     }
+    if (len > OP_REPLY_MAX && (op->big = malloc(len)) == NULL) {
+        op_put(op);
+        return NULL;
+    }
     op->pending = 1;
     op->len = (uint32_t)len;
-    memcpy(op->reply, reply, len);
+    memcpy(op->big != NULL ? op->big : op->reply, reply, len);
     if (!noreply) {
         op->c = c;
         op->hold = conn_out_hold(c, op, op_gone);
@@ -464,6 +473,20 @@ send_image(struct conn *c, struct repl_op *op, const struct route *rt, const cha
         p = util_fmt_u64(p, it->cas);
         *p++ = ' ';
         p = util_fmt_u64(p, it->nbytes);
+        {
+            /* The meta state rides along: m<mflags>[,<client cas>]. */
+            uint8_t mf = store_item_mflags(it) & STORE_MF_REPLICATED;
+
+            if (mf != 0) {
+                *p++ = ' ';
+                *p++ = 'm';
+                p = util_fmt_u64(p, mf);
+                if (mf & STORE_MF_ECAS) {
+                    *p++ = ',';
+                    p = util_fmt_u64(p, store_item_cas(it));
+                }
+            }
+        }
         iov[1].iov_base = (void *)store_item_value(it);
         iov[1].iov_len = (size_t)it->nbytes + 2;
         niov = 2;
@@ -515,7 +538,7 @@ replicate_write(struct conn *c, const struct route *rt, const char *key, size_t 
         }
         return;
     }
-    it = store_get(s, key, nkey, rt->hash);
+    it = store_peek(s, key, nkey, rt->hash); /* not a read: no bump, no fetched mark */
     if (it != NULL) {
         tomb_cas = 0;
     }
@@ -611,7 +634,7 @@ replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas)
     int                rc = 0;
 
     replicate_lock(it->hash);
-    old = store_get(s, store_item_key(it), it->nkey, it->hash);
+    old = store_peek(s, store_item_key(it), it->nkey, it->hash);
     /* An absent key may be absent because a later write removed it: a
      * delete whose tombstone overtook this image on another connection, or
      * an eviction or expiry here of a newer copy. Its tombstone then holds
@@ -621,6 +644,12 @@ replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas)
      * key is ordered by its own CAS (only an absent one probes the table). */
     if (old != NULL) {
         apply = old->cas <= cas;
+        if (old->cas == cas) {
+            /* The same write's state again (a token handed out, a touch):
+             * a token once handed out for a CAS stays handed out, whatever
+             * order the images come in. */
+            it->mflags |= store_item_mflags(old) & STORE_MF_WON;
+        }
     } else {
         apply = !tomb_covers(it->hash, cas, store_now(s));
     }
@@ -642,7 +671,7 @@ replicate_apply_del(struct store *s, const char *key, size_t nkey, uint64_t hash
     struct store_item *old;
 
     replicate_lock(hash);
-    old = store_get(s, key, nkey, hash);
+    old = store_peek(s, key, nkey, hash);
     if (old == NULL || old->cas <= cas) {
         /* Remembered even when the key is already absent: the image this
          * tombstone follows may still be on its way (another worker's

@@ -346,9 +346,11 @@ plain_tryagain_forwards(const struct conn *c, struct route *rt)
 }
 
 /* Relay the command line made of tokens t[0..n-1] (noreply dropped: the
- * reply is read and discarded instead). */
+ * reply is read and discarded instead; a meta command's q likewise, its
+ * quiet replies dropped by the relay: meta, quiet). */
 static void
-forward_tokens(struct conn *c, const struct route *rt, const struct token *t, int n)
+forward_tokens(struct conn *c, const struct route *rt, const struct token *t, int n, bool meta,
+               unsigned quiet)
 {
     char         buf[LINE_FWD_MAX + 8];
     struct iovec iov;
@@ -370,13 +372,18 @@ forward_tokens(struct conn *c, const struct route *rt, const struct token *t, in
     buf[len++] = '\n';
     iov.iov_base = buf;
     iov.iov_len = len;
+    if (meta) {
+        forward_meta(c, cluster_view_addr(rt->view, rt->target), rt->view->epoch, &iov, 1, quiet);
+        return;
+    }
     forward_request(c, cluster_view_addr(rt->view, rt->target), rt->view->epoch, FWD_LINE, &iov, 1,
                     !c->noreply);
 }
 
-/* See route.h. */
-bool
-route_line(struct conn *c, uint64_t hash, const struct token *t, int nfwd, struct route *rt)
+/* route_line and route_meta. */
+static bool
+route_tokens(struct conn *c, uint64_t hash, const struct token *t, int nfwd, bool meta,
+             unsigned quiet, struct route *rt)
 {
     route_conn(c, hash, true, rt);
     if (rt->action == ROUTE_SERVE) {
@@ -385,11 +392,26 @@ route_line(struct conn *c, uint64_t hash, const struct token *t, int nfwd, struc
     plain_tryagain_forwards(c, rt);
     if (rt->action == ROUTE_FORWARD) {
         cluster_count(conn_cluster(c), CLUSTER_CTR_FORWARDED);
-        forward_tokens(c, rt, t, nfwd);
+        forward_tokens(c, rt, t, nfwd, meta, quiet);
     } else {
         reply_route(c, rt);
     }
     return false;
+}
+
+/* See route.h. */
+bool
+route_line(struct conn *c, uint64_t hash, const struct token *t, int nfwd, struct route *rt)
+{
+    return route_tokens(c, hash, t, nfwd, false, 0, rt);
+}
+
+/* See route.h. */
+bool
+route_meta(struct conn *c, uint64_t hash, const struct token *t, int nfwd, unsigned quiet,
+           struct route *rt)
+{
+    return route_tokens(c, hash, t, nfwd, true, quiet, rt);
 }
 
 /* The data block of a relayed storage command is in: send it. */
@@ -404,7 +426,11 @@ forward_block_done(struct conn *c)
     } else {
         iov.iov_base = c->fwd_buf;
         iov.iov_len = c->fwd_len;
-        forward_request(c, c->fwd_addr, c->fwd_epoch, FWD_LINE, &iov, 1, !c->noreply);
+        if (c->fwd_meta) {
+            forward_meta(c, c->fwd_addr, c->fwd_epoch, &iov, 1, c->fwd_quiet);
+        } else {
+            forward_request(c, c->fwd_addr, c->fwd_epoch, FWD_LINE, &iov, 1, !c->noreply);
+        }
     }
     free(c->fwd_buf);
     c->fwd_buf = NULL;
@@ -458,7 +484,19 @@ forward_update(struct conn *c, const struct route *rt, const struct token *t, in
 enum route_do
 route_update(struct conn *c, uint64_t hash, const struct token *t, int nfwd, size_t vlen)
 {
+    c->fwd_meta = false;
+    return route_update_meta(c, hash, t, nfwd, vlen, false, 0);
+}
+
+/* See route.h. */
+enum route_do
+route_update_meta(struct conn *c, uint64_t hash, const struct token *t, int nfwd, size_t vlen,
+                  bool meta, unsigned quiet)
+{
     struct route *rt = &c->route;
+
+    c->fwd_meta = meta;
+    c->fwd_quiet = (uint8_t)quiet;
 
     route_conn(c, hash, true, rt);
     if (rt->action == ROUTE_SERVE) {

@@ -82,6 +82,17 @@ void route_decide(const struct cluster_view *v, uint64_t hash, bool write, bool 
  */
 bool route_line(struct conn *c, uint64_t hash, const struct token *t, int nfwd, struct route *rt);
 
+/* route_line for a meta command (mg, md, ma, me; the line without q):
+ * relayed as FWD_META, the replies quiet (FWD_MQ_*) dropped. mg is routed
+ * like a write (to the key's acting primary): the win token of a key is
+ * decided in one place. */
+bool route_meta(struct conn *c, uint64_t hash, const struct token *t, int nfwd, unsigned quiet,
+                struct route *rt);
+
+/* route_update for ms (meta: relayed as FWD_META with quiet). */
+enum route_do route_update_meta(struct conn *c, uint64_t hash, const struct token *t, int nfwd,
+                                size_t vlen, bool meta, unsigned quiet);
+
 /*
  * Route a storage command (tokens t[0..nfwd), data block of vlen bytes
  * plus "\r\n" next in the stream): SERVE (the caller reads the block into

@@ -37,7 +37,7 @@ enum evicted {
     EV_EVICTED
 };
 
-_Static_assert(offsetof(struct store_item, data) == 60, "item header is 60 bytes");
+_Static_assert(offsetof(struct store_item, data) == 64, "item header is 64 bytes");
 _Static_assert(STRIPES == STORE_STRIPES, "store.h names the stripe count");
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -52,23 +52,6 @@ static inline void
 store32(uint32_t *p, uint32_t v)
 {
     __atomic_store_n(p, v, __ATOMIC_RELAXED);
-}
-
-/* Clamp an absolute time to the 32-bit field: 0 stays "never", anything
- * before 1970 becomes 1 (long expired). */
-static uint32_t
-time32(int64_t t)
-{
-    if (t == 0) {
-        return 0;
-    }
-    if (t < 0) {
-        return 1;
-    }
-    if (t > (int64_t)UINT32_MAX - 1) {
-        return UINT32_MAX - 1;
-    }
-    return (uint32_t)t;
 }
 
 /*
@@ -158,7 +141,7 @@ do_track(struct store *s, struct stripe *st, const struct store_item *it)
 static inline void
 do_publish_tail(struct stripe *st)
 {
-    store32(&st->tail_bump, st->lru_tail != NULL ? st->lru_tail->bump : TAIL_EMPTY);
+    store32(&st->tail_bump, st->lru_tail != NULL ? st->lru_tail->atime : TAIL_EMPTY);
 }
 
 static void
@@ -343,13 +326,11 @@ do_find(struct store *s, struct stripe *st, const char *key, size_t nkey, uint64
 static void
 do_bump(struct stripe *st, struct store_item *it, int64_t now)
 {
-    uint8_t m = minute8(now);
-
-    if ((it->gen & IF_FETCHED) && it->bump == m) {
+    if ((it->gen & IF_FETCHED) && now - (int64_t)it->atime < BUMP_SECONDS) {
         return;
     }
     it->gen |= IF_FETCHED;
-    it->bump = m;
+    it->atime = time32(now);
     if (st->lru_head != it) {
         do_lru_remove(st, it);
         do_lru_push(st, it);
@@ -436,7 +417,7 @@ static enum evicted
 evict_one(struct store *s, int64_t now)
 {
     uint32_t           start, i, found = 0, best_age = 0;
-    uint8_t            m = minute8(now);
+    uint32_t           m = time32(now);
     struct stripe     *best = NULL;
     struct store_item *it;
     enum dead          why;
@@ -451,7 +432,7 @@ evict_one(struct store *s, int64_t now)
             continue;
         }
         found++;
-        age = (uint8_t)(m - (uint8_t)a);
+        age = m - a; /* seconds since the tail was stored or moved (mod 2^32) */
         if (best == NULL || age > best_age) {
             best = st;
             best_age = age;
@@ -510,14 +491,14 @@ mem_reserve(struct store *s, size_t size, int64_t now, uint64_t *evicted)
 /* store_alloc, counting the live items it evicted in *evicted. */
 struct store_item *
 store_alloc_counted(struct store *s, const char *key, size_t nkey, uint64_t hash, uint32_t flags,
-                    int64_t exptime, size_t nbytes, int *err, uint64_t *evicted)
+                    int64_t exptime, size_t nbytes, bool ecas, int *err, uint64_t *evicted)
 {
     struct store_item *it;
-    size_t             size;
+    size_t             size, tail = ecas ? sizeof(uint64_t) : 0;
     int                rc;
 
-    if (nkey == 0 || nkey > STORE_KEY_MAX || nbytes > UINT32_MAX - 2 ||
-        (size = store_item_size(nkey, nbytes)) > s->item_size_max) {
+    if (nkey == 0 || nkey > STORE_KEY_MAX || nbytes > UINT32_MAX - 2 - tail ||
+        (size = store_item_size(nkey, nbytes + tail)) > s->item_size_max) {
         *err = STORE_TOO_LARGE;
         return NULL;
     }
@@ -530,7 +511,7 @@ store_alloc_counted(struct store *s, const char *key, size_t nkey, uint64_t hash
         *err = rc;
         return NULL;
     }
-    it = malloc(offsetof(struct store_item, data) + nkey + nbytes + 2);
+    it = malloc(offsetof(struct store_item, data) + nkey + nbytes + 2 + tail);
     if (it == NULL) {
         __atomic_fetch_sub(&s->mem_used, size, __ATOMIC_RELAXED);
         *err = STORE_NO_MEMORY;
@@ -544,8 +525,9 @@ store_alloc_counted(struct store *s, const char *key, size_t nkey, uint64_t hash
     it->nbytes = (uint32_t)nbytes;
     it->refcount = 1;
     it->nkey = (uint8_t)nkey;
-    it->bump = 0;
+    it->mflags = ecas ? STORE_MF_ECAS : 0;
     it->gen = 0;
+    it->atime = 0;
     memcpy(it->data, key, nkey);
     it->data[nkey + nbytes] = '\r';
     it->data[nkey + nbytes + 1] = '\n';
@@ -558,7 +540,21 @@ store_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash, uint32
 {
     uint64_t evicted = 0;
 
-    return store_alloc_counted(s, key, nkey, hash, flags, exptime, nbytes, err, &evicted);
+    return store_alloc_counted(s, key, nkey, hash, flags, exptime, nbytes, false, err, &evicted);
+}
+
+struct store_item *
+store_alloc_meta(struct store *s, const char *key, size_t nkey, uint64_t hash, uint32_t flags,
+                 int64_t exptime, size_t nbytes, bool has_ecas, uint64_t ecas, int *err)
+{
+    uint64_t           evicted = 0;
+    struct store_item *it =
+        store_alloc_counted(s, key, nkey, hash, flags, exptime, nbytes, has_ecas, err, &evicted);
+
+    if (it != NULL && has_ecas) {
+        memcpy(it->data + nkey + nbytes + 2, &ecas, sizeof(ecas));
+    }
+    return it;
 }
 
 void
@@ -576,7 +572,7 @@ do_replace(struct store *s, struct stripe *st, struct store_item *old, struct st
 {
     it->cas = cas_mint(s);
     it->gen = (uint16_t)(do_gen(s) | (it->gen & IF_FETCHED));
-    it->bump = minute8(now);
+    it->atime = time32(now);
     if (old != NULL) {
         do_unlink(s, st, old, NULL);
     }
@@ -616,34 +612,60 @@ replace_if_live(struct store *s, struct stripe *st, const char *key, size_t nkey
  * append/prepend: build a new item from the live one and it, outside the
  * lock, then link it only if the live item is still the one we read
  * (we hold a reference to it, so its address cannot be reused); else retry.
+ * cas_in (not 0) must equal the live item's client CAS (else EXISTS); a
+ * miss stores it as it is when o->vivify (ms MA/MP with N), else NOT_STORED.
+ * The new item keeps the old flags and expiry and takes it's client CAS
+ * (E), if any.
  */
 static int
-put_concat(struct store *s, struct store_item *it, bool append, uint64_t *cas_out)
+put_concat(struct store *s, struct store_item *it, bool append, uint64_t cas_in,
+           const struct store_mset *o, uint64_t *cas_out, uint32_t *nbytes_out)
 {
     struct stripe *st = stripe_of(s, it->hash);
     const char    *key = store_item_key(it);
+    bool           ecas = (it->mflags & STORE_MF_ECAS) != 0;
 
     for (;;) {
         struct store_item *old, *n;
         int64_t            now = clock_begin(s);
+        uint64_t           icas = 0;
         int                err;
         size_t             nb;
 
         pthread_mutex_lock(&st->lock);
         old = do_find(s, st, key, it->nkey, it->hash, now, false);
         if (old == NULL) {
+            int rc = STORE_NOT_STORED;
+
+            if (o != NULL && o->vivify) {
+                it->exptime = time32(o->viv_exptime);
+                do_replace(s, st, NULL, it, now);
+                if (cas_out != NULL) {
+                    *cas_out = store_item_cas(it);
+                }
+                if (nbytes_out != NULL) {
+                    *nbytes_out = it->nbytes;
+                }
+                rc = STORE_STORED;
+            }
             pthread_mutex_unlock(&st->lock);
-            return STORE_NOT_STORED;
+            return rc;
+        }
+        if (cas_in != 0 && store_item_cas(old) != cas_in) {
+            pthread_mutex_unlock(&st->lock);
+            return STORE_EXISTS;
         }
         item_ref(old);
         pthread_mutex_unlock(&st->lock);
 
         nb = (size_t)old->nbytes + it->nbytes;
-        n = store_alloc(s, key, it->nkey, it->hash, old->flags, 0, nb, &err);
+        n = store_alloc_meta(s, key, it->nkey, it->hash, old->flags, 0, nb, ecas,
+                             ecas ? store_item_cas(it) : 0, &err);
         if (n == NULL) {
             store_release(s, old);
             return err;
         }
+        n->mflags |= it->mflags & STORE_MF_BINKEY;
         if (append) {
             memcpy(store_item_value_mut(n), store_item_value(old), old->nbytes);
             memcpy(store_item_value_mut(n) + old->nbytes, store_item_value(it), it->nbytes);
@@ -651,15 +673,23 @@ put_concat(struct store *s, struct store_item *it, bool append, uint64_t *cas_ou
             memcpy(store_item_value_mut(n), store_item_value(it), it->nbytes);
             memcpy(store_item_value_mut(n) + it->nbytes, store_item_value(old), old->nbytes);
         }
-        if (replace_if_live(s, st, key, it->nkey, it->hash, old, n, 0, cas_out)) {
+        if (nbytes_out != NULL) {
+            *nbytes_out = n->nbytes;
+        }
+        if (replace_if_live(s, st, key, it->nkey, it->hash, old, n, 0, &icas)) {
+            if (cas_out != NULL) {
+                *cas_out = ecas ? store_item_cas(it) : icas; /* n is not ours any more */
+            }
             return STORE_STORED;
         }
     }
 }
 
-int
-store_put(struct store *s, struct store_item *it, enum store_op op, uint64_t cas_in,
-          uint64_t *cas_out)
+/* store_put and store_mset (o not NULL): see store.h. cas_out gets the
+ * store's CAS for store_put, the client CAS for store_mset. */
+static int
+put_common(struct store *s, struct store_item *it, enum store_op op, uint64_t cas_in,
+           const struct store_mset *o, uint64_t *cas_out, uint32_t *nbytes_out)
 {
     struct stripe     *st = stripe_of(s, it->hash);
     struct store_item *old;
@@ -670,7 +700,8 @@ store_put(struct store *s, struct store_item *it, enum store_op op, uint64_t cas
         return STORE_NOT_STORED; /* an item is stored once */
     }
     if (op == STORE_OP_APPEND || op == STORE_OP_PREPEND) {
-        return put_concat(s, it, op == STORE_OP_APPEND, cas_out);
+        return put_concat(s, it, op == STORE_OP_APPEND, o != NULL ? cas_in : 0, o, cas_out,
+                          nbytes_out);
     }
 
     now = clock_begin(s);
@@ -679,6 +710,7 @@ store_put(struct store *s, struct store_item *it, enum store_op op, uint64_t cas
     switch (op) {
     case STORE_OP_ADD:
         if (old != NULL) {
+            do_bump(st, old, now); /* memcached: an add that finds the key bumps it */
             rc = STORE_NOT_STORED;
         }
         break;
@@ -690,7 +722,14 @@ store_put(struct store *s, struct store_item *it, enum store_op op, uint64_t cas
     case STORE_OP_CAS:
         if (old == NULL) {
             rc = STORE_NOT_FOUND;
-        } else if (old->cas != cas_in) {
+        } else if (store_item_cas(old) == cas_in) {
+            break;
+        } else if (o != NULL && o->allow_stale && cas_in < store_item_cas(old)) {
+            /* ms I with an older CAS: stored, but stale, with the old TTL
+             * and the old win token (memcached's CAS_STALE). */
+            it->exptime = old->exptime;
+            it->mflags |= STORE_MF_STALE | (old->mflags & STORE_MF_WON);
+        } else {
             rc = STORE_EXISTS;
         }
         break;
@@ -700,11 +739,30 @@ store_put(struct store *s, struct store_item *it, enum store_op op, uint64_t cas
     if (rc == STORE_STORED) {
         do_replace(s, st, old, it, now);
         if (cas_out != NULL) {
-            *cas_out = it->cas;
+            *cas_out = o != NULL ? store_item_cas(it) : it->cas;
+        }
+        if (nbytes_out != NULL) {
+            *nbytes_out = it->nbytes;
         }
     }
     pthread_mutex_unlock(&st->lock);
     return rc;
+}
+
+int
+store_put(struct store *s, struct store_item *it, enum store_op op, uint64_t cas_in,
+          uint64_t *cas_out)
+{
+    return put_common(s, it, op, cas_in, NULL, cas_out, NULL);
+}
+
+int
+store_mset(struct store *s, struct store_item *it, enum store_op op, uint64_t cas_in,
+           const struct store_mset *o, uint64_t *cas_out, uint32_t *nbytes_out)
+{
+    static const struct store_mset none = { 0 };
+
+    return put_common(s, it, op, cas_in, o != NULL ? o : &none, cas_out, nbytes_out);
 }
 
 /* ---- lookups ------------------------------------------------------------ */
@@ -725,6 +783,22 @@ get_common(struct store *s, const char *key, size_t nkey, uint64_t hash, bool to
             do_track(s, st, it);
         }
         do_bump(st, it, now);
+        item_ref(it);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return it;
+}
+
+struct store_item *
+store_peek(struct store *s, const char *key, size_t nkey, uint64_t hash)
+{
+    struct stripe     *st = stripe_of(s, hash);
+    struct store_item *it;
+    int64_t            now = clock_begin(s);
+
+    pthread_mutex_lock(&st->lock);
+    it = do_find(s, st, key, nkey, hash, now, false);
+    if (it != NULL) {
         item_ref(it);
     }
     pthread_mutex_unlock(&st->lock);
@@ -889,11 +963,304 @@ store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash, bool i
             return err;
         }
         memcpy(store_item_value_mut(n), buf, len);
+        n->mflags |= old->mflags & (STORE_MF_STALE | STORE_MF_WON | STORE_MF_BINKEY);
         if (replace_if_live(s, st, key, nkey, hash, old, n, IF_FETCHED, cas_out)) {
             *value = v;
             return STORE_STORED;
         }
     }
+}
+
+/* ---- the meta protocol -------------------------------------------------- */
+
+/* Set or clear mflags bits of a linked item in place (stripe lock held):
+ * readers load them with store_item_mflags. */
+static inline void
+do_mflags(struct store_item *it, uint8_t set, uint8_t clear)
+{
+    __atomic_store_n(&it->mflags, (uint8_t)((it->mflags | set) & ~clear), __ATOMIC_RELEASE);
+}
+
+struct store_item *
+store_mget(struct store *s, const char *key, size_t nkey, uint64_t hash, const struct store_mget *q,
+           struct store_mget_res *r, int *err)
+{
+    struct stripe     *st = stripe_of(s, hash);
+    struct store_item *it, *stub = NULL;
+    int64_t            now;
+
+    memset(r, 0, sizeof(*r));
+    if (q->vivify) {
+        /* Allocated before the lock (an allocation may evict, taking other
+         * stripes' locks), dropped if the key is there after all. */
+        stub =
+            store_alloc_meta(s, key, nkey, hash, 0, q->viv_exptime, 0, q->has_ecas, q->ecas, err);
+        if (stub == NULL) {
+            return NULL;
+        }
+        if (q->binkey) {
+            stub->mflags |= STORE_MF_BINKEY;
+        }
+        if (q->touch && q->touch_after_viv) {
+            stub->exptime = time32(q->touch_exptime); /* N, then T */
+        }
+    }
+    now = clock_begin(s);
+    pthread_mutex_lock(&st->lock);
+    it = do_find(s, st, key, nkey, hash, now, true);
+    if (it == NULL && stub != NULL) {
+        stub->mflags |= STORE_MF_WON; /* this request's W */
+        do_replace(s, st, NULL, stub, now);
+        it = stub;
+        stub = NULL;
+        r->created = r->won = r->changed = true;
+        r->atime_before = it->atime; /* linked now: l0 */
+    } else if (it != NULL) {
+        uint8_t mf = it->mflags;
+
+        r->fetched_before = (it->gen & IF_FETCHED) != 0;
+        r->atime_before = it->atime;
+        r->exptime_before = it->exptime;
+        if (q->touch && q->touch_first) {
+            __atomic_store_n(&it->exptime, time32(q->touch_exptime), __ATOMIC_RELAXED);
+        }
+        if (q->recache && !(mf & STORE_MF_WON) && it->exptime != 0 &&
+            (int64_t)it->exptime < q->recache_at) {
+            r->won = true;
+        }
+        if (q->touch && !q->touch_first) {
+            __atomic_store_n(&it->exptime, time32(q->touch_exptime), __ATOMIC_RELAXED);
+        }
+        r->changed = q->touch;
+        r->token_sent = (mf & STORE_MF_WON) != 0;
+        if (mf & STORE_MF_STALE) {
+            r->stale = true;
+            r->won = r->won || !(mf & STORE_MF_WON); /* the first reader of a stale item wins */
+        }
+        if (r->won) {
+            do_mflags(it, STORE_MF_WON, 0);
+            r->changed = true;
+        }
+    }
+    if (it != NULL) {
+        if (r->changed) {
+            do_track(s, st, it);
+        }
+        if (q->bump) {
+            do_bump(st, it, now);
+        }
+        item_ref(it);
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (stub != NULL) {
+        store_release(s, stub);
+    }
+    return it;
+}
+
+/* md I, md x, ma: build n (a copy of old with changes, made by the caller
+ * outside the lock) and link it in place of old if old is still the live
+ * item; drops both references. True when linked; false: old changed,
+ * the caller reads again. */
+static bool
+relink_if_live(struct store *s, struct stripe *st, struct store_item *old, struct store_item *n,
+               uint16_t inherit, uint64_t *cas_out)
+{
+    struct store_item *cur;
+    int64_t            now = clock_begin(s);
+
+    pthread_mutex_lock(&st->lock);
+    cur = do_find(s, st, store_item_key(old), old->nkey, old->hash, now, false);
+    if (cur == old) {
+        n->gen |= old->gen & inherit;
+        do_replace(s, st, old, n, now);
+        if (cas_out != NULL) {
+            *cas_out = n->cas;
+        }
+    }
+    pthread_mutex_unlock(&st->lock);
+    store_release(s, old);
+    store_release(s, n);
+    return cur == old;
+}
+
+int
+store_mdel(struct store *s, const char *key, size_t nkey, uint64_t hash, const struct store_mdel *o,
+           bool *removed, uint64_t *tomb_cas)
+{
+    struct stripe *st = stripe_of(s, hash);
+
+    *removed = false;
+    *tomb_cas = 0;
+    for (;;) {
+        struct store_item *old, *n;
+        int64_t            now = clock_begin(s);
+        uint64_t           ccas;
+        size_t             nb;
+        int                err = 0;
+
+        pthread_mutex_lock(&st->lock);
+        old = do_find(s, st, key, nkey, hash, now, false);
+        if (old == NULL) {
+            pthread_mutex_unlock(&st->lock);
+            return STORE_NOT_FOUND;
+        }
+        if (o->has_cas && store_item_cas(old) != o->cas) {
+            pthread_mutex_unlock(&st->lock);
+            return STORE_EXISTS;
+        }
+        if (!o->stale && !o->empty) {
+            *tomb_cas = old->cas;
+            *removed = true;
+            do_unlink(s, st, old, NULL);
+            pthread_mutex_unlock(&st->lock);
+            return STORE_DELETED;
+        }
+        item_ref(old);
+        pthread_mutex_unlock(&st->lock);
+
+        /* x keeps the old client CAS (memcached), I takes a new one; E
+         * wins over both. */
+        ccas = o->has_ecas ? o->ecas : store_item_cas(old);
+        nb = o->empty ? 0 : old->nbytes;
+        n = store_alloc_meta(s, key, nkey, hash, o->empty ? o->flags : old->flags,
+                             o->empty ? o->exptime : 0, nb, o->has_ecas || (o->empty && !o->stale),
+                             ccas, &err);
+        if (n == NULL) {
+            store_release(s, old);
+            return err;
+        }
+        if (!o->empty) {
+            memcpy(store_item_value_mut(n), store_item_value(old), nb);
+            n->exptime = o->touch ? time32(o->exptime) : old->exptime;
+            n->mflags |= old->mflags & STORE_MF_STALE;
+        }
+        n->mflags |= old->mflags & STORE_MF_BINKEY;
+        if (o->stale) {
+            if (o->empty && o->touch) {
+                n->exptime = time32(o->exptime);
+            }
+            n->mflags |= STORE_MF_STALE; /* and no token: the next reader wins */
+        }
+        if (relink_if_live(s, st, old, n, IF_FETCHED, NULL)) {
+            return STORE_DELETED;
+        }
+    }
+}
+
+int
+store_marith(struct store *s, const char *key, size_t nkey, uint64_t hash,
+             const struct store_marith *o, struct store_marith_res *res)
+{
+    struct stripe *st = stripe_of(s, hash);
+
+    memset(res, 0, sizeof(*res));
+
+    for (;;) {
+        struct store_item *old, *n;
+        char               buf[20];
+        uint64_t           v;
+        size_t             len;
+        int64_t            now = clock_begin(s);
+        int                err = 0, rc;
+
+        pthread_mutex_lock(&st->lock);
+        old = do_find(s, st, key, nkey, hash, now, false);
+        if (old == NULL) {
+            pthread_mutex_unlock(&st->lock);
+            if (!o->vivify) {
+                return STORE_NOT_FOUND;
+            }
+            len = format_u64(buf, o->initial);
+            n = store_alloc_meta(s, key, nkey, hash, 0,
+                                 o->touch && o->touch_after_viv ? o->exptime : o->viv_exptime, len,
+                                 o->has_ecas, o->ecas, &err);
+            if (n == NULL) {
+                return err;
+            }
+            memcpy(store_item_value_mut(n), buf, len);
+            rc = put_common(s, n, STORE_OP_ADD, 0, NULL, NULL, NULL);
+            if (rc == STORE_STORED) {
+                res->value = o->initial;
+                res->cas = store_item_cas(n);
+                res->exptime = n->exptime;
+                res->created = true;
+            }
+            store_release(s, n);
+            if (rc == STORE_STORED) {
+                return STORE_STORED;
+            }
+            continue; /* created meanwhile: apply the delta to it */
+        }
+        res->exptime_before = old->exptime;
+        if (o->cas_in != 0 && store_item_cas(old) != o->cas_in) {
+            pthread_mutex_unlock(&st->lock);
+            return STORE_EXISTS;
+        }
+        if (!parse_u64(store_item_value(old), old->nbytes, &v)) {
+            pthread_mutex_unlock(&st->lock);
+            return STORE_NON_NUMERIC;
+        }
+        v = o->incr ? v + o->delta : (v > o->delta ? v - o->delta : 0);
+        len = format_u64(buf, v);
+        if (len == old->nbytes && !o->has_ecas && !(old->mflags & STORE_MF_ECAS) &&
+            __atomic_load_n(&old->refcount, __ATOMIC_ACQUIRE) == 1) {
+            memcpy(store_item_value_mut(old), buf, len);
+            old->cas = cas_mint(s);
+            if (o->touch) {
+                __atomic_store_n(&old->exptime, time32(o->exptime), __ATOMIC_RELAXED);
+            }
+            do_track(s, st, old);
+            do_bump(st, old, now);
+            res->value = v;
+            res->cas = old->cas;
+            res->exptime = old->exptime;
+            pthread_mutex_unlock(&st->lock);
+            return STORE_STORED;
+        }
+        item_ref(old);
+        pthread_mutex_unlock(&st->lock);
+
+        n = store_alloc_meta(s, key, nkey, hash, old->flags, 0, len, o->has_ecas, o->ecas, &err);
+        if (n == NULL) {
+            store_release(s, old);
+            return err;
+        }
+        memcpy(store_item_value_mut(n), buf, len);
+        n->exptime = o->touch ? time32(o->exptime) : old->exptime;
+        n->mflags |= old->mflags & (STORE_MF_STALE | STORE_MF_WON | STORE_MF_BINKEY);
+        res->exptime = n->exptime;
+        {
+            uint64_t icas = 0;
+
+            if (relink_if_live(s, st, old, n, IF_FETCHED, &icas)) {
+                res->value = v;
+                res->cas = o->has_ecas ? o->ecas : icas;
+                return STORE_STORED;
+            }
+        }
+    }
+}
+
+bool
+store_mdebug(struct store *s, const char *key, size_t nkey, uint64_t hash, struct store_mdebug *out)
+{
+    struct stripe     *st = stripe_of(s, hash);
+    struct store_item *it;
+    int64_t            now = clock_begin(s);
+
+    pthread_mutex_lock(&st->lock);
+    it = do_find(s, st, key, nkey, hash, now, false);
+    if (it != NULL) {
+        out->exp = it->exptime == 0 ? -1 : (int64_t)it->exptime - now;
+        out->la = (uint32_t)(now - (int64_t)it->atime);
+        out->cas = store_item_cas(it);
+        out->fetched = (it->gen & IF_FETCHED) != 0;
+        out->size = (uint32_t)item_charge(it);
+        out->mflags = it->mflags;
+    }
+    pthread_mutex_unlock(&st->lock);
+    return it != NULL;
 }
 
 /* ---- stats -------------------------------------------------------------- */

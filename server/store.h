@@ -4,7 +4,9 @@
  * eviction under a byte limit, lazy expiry plus a sweep, CAS, flush_all.
  * Every function here is thread-safe: it takes the stripe lock of the key.
  * Items are reference counted and immutable once stored, so a reply can be
- * written from one while other threads replace or delete the key.
+ * written from one while other threads replace or delete the key. The meta
+ * protocol's state (a stale mark, a win token handed out, a client-chosen
+ * CAS) lives in the item too: store_meta_* below.
  */
 #ifndef SERVER_STORE_H
 #define SERVER_STORE_H
@@ -12,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define STORE_KEY_MAX 250
 #define STORE_STRIPES 1024 /* lock stripes (store_cursor.stripe < this) */
@@ -51,15 +54,26 @@ struct store_config {
     bool     sweeper;       /* start a background expiry sweep thread */
 };
 
+/* An item's meta state (mflags). */
+#define STORE_MF_STALE  0x01u /* marked stale (md I, or ms I with an older CAS): mg says X */
+#define STORE_MF_WON    0x02u /* a win token (W) was handed out for it: mg says Z */
+#define STORE_MF_ECAS   0x04u /* the client set its CAS (E): 8 bytes after the "\r\n" */
+#define STORE_MF_BINKEY 0x08u /* the key came base64-encoded (b): mg k returns it so */
+/* What a post-image (replication, handoff) carries to the other owners. */
+#define STORE_MF_REPLICATED (STORE_MF_STALE | STORE_MF_WON | STORE_MF_ECAS | STORE_MF_BINKEY)
+
 /*
- * An item: one allocation holding this header (60 bytes: the key starts at
- * offsetof(data), inside what would be tail padding), the key, the value
- * and "\r\n". The public fields are readable by anyone holding a
- * reference; nobody writes them after store_put() accepted the item, except
- * exptime, which touch/gat update in place (an aligned 32-bit store: a
- * reader sees the old or the new value). Times are unsigned 32-bit unix
- * seconds (good until 2106). There is no per-item store time: flush_all
- * uses a flush generation (see store_flush).
+ * An item: one allocation holding this header (64 bytes), the key, the
+ * value, "\r\n" and, with STORE_MF_ECAS, the client's CAS. The public
+ * fields are readable by anyone holding a reference; nobody writes them
+ * after store_put() accepted the item, except exptime, which touch/gat
+ * update in place (an aligned 32-bit store: a reader sees the old or the
+ * new value), and mflags' WON bit, set in place under the key's stripe
+ * lock (read it with store_item_mflags). Times are unsigned 32-bit unix
+ * seconds (good until 2106). Flushes use a flush generation (see
+ * store_flush). cas is the store's own: it orders replicas and the handoff
+ * (always minted here or by the key's primary); the CAS a client sees is
+ * store_item_cas, which differs only for an item stored with E.
  */
 struct store_item {
     uint64_t hash; /* XXH3_64bits(key): table bucket, lock stripe, ring position */
@@ -74,15 +88,35 @@ struct store_item {
     /* private to the store */
     uint32_t refcount; /* atomic: one for the table while linked, one per holder */
     uint8_t  nkey;     /* public: key length, 1..250 */
-    uint8_t  bump;     /* minute (unix time / 60, mod 256) of the last LRU bump */
+    uint8_t  mflags;   /* public: STORE_MF_* */
     uint16_t gen;      /* flush generation when stored (14 bits), linked, fetched */
-    char     data[];   /* key bytes, then value bytes, then "\r\n" */
+    uint32_t atime;    /* when stored or last moved to the LRU head (mg l) */
+    char     data[];   /* key bytes, then value bytes, then "\r\n" [, client CAS] */
 };
 
 static inline const char *
 store_item_key(const struct store_item *it)
 {
     return it->data;
+}
+
+static inline uint8_t
+store_item_mflags(const struct store_item *it)
+{
+    return __atomic_load_n(&it->mflags, __ATOMIC_ACQUIRE);
+}
+
+/* The CAS clients see: the one they set with E, else the store's. */
+static inline uint64_t
+store_item_cas(const struct store_item *it)
+{
+    uint64_t c;
+
+    if (!(it->mflags & STORE_MF_ECAS)) {
+        return it->cas;
+    }
+    memcpy(&c, it->data + it->nkey + it->nbytes + 2, sizeof(c));
+    return c;
 }
 
 /* The value followed by "\r\n": nbytes + 2 readable bytes. */
@@ -162,6 +196,10 @@ struct store_item *store_get(struct store *s, const char *key, size_t nkey, uint
 struct store_item *store_get_touch(struct store *s, const char *key, size_t nkey, uint64_t hash,
                                    int64_t exptime);
 
+/* store_get without the LRU bump and the fetched mark (not a client's
+ * read: replication reading a key's state, me). */
+struct store_item *store_peek(struct store *s, const char *key, size_t nkey, uint64_t hash);
+
 /* Drop a reference; frees the item when it was unlinked and this was the
  * last reference. Any thread. */
 void store_release(struct store *s, struct store_item *it);
@@ -210,7 +248,7 @@ void store_reset_stats(struct store *s);
  * mem_limit and item_size_max: header + key + value + 2, plus what glibc
  * malloc adds (8-byte chunk header, 16-byte rounding; page rounding above
  * its 128 KiB mmap threshold). The header is offsetof(struct store_item,
- * data) = 60 bytes. The bucket arrays are not charged. */
+ * data) = 64 bytes. The bucket arrays are not charged. */
 size_t store_item_size(size_t nkey, size_t nbytes);
 
 /*
@@ -226,6 +264,127 @@ size_t store_item_size(size_t nkey, size_t nbytes);
  */
 typedef void (*store_drop_fn)(uint64_t hash, uint64_t cas, int64_t now, void *arg);
 void store_set_drop_hook(struct store *s, store_drop_fn fn, void *arg);
+
+/* ---- The meta protocol's operations (server/proto_meta.c) --------------
+ *
+ * Each runs under the key's stripe lock like the classic ones and follows
+ * memcached 1.6.45 (doc/protocol.txt, "Meta Commands"). Times are absolute
+ * (store_exptime). `ecas`, when has_ecas, is the CAS the client chose (E);
+ * otherwise the store mints one.
+ */
+
+/* Allocate like store_alloc, with room for a client CAS when ecas: the
+ * item carries STORE_MF_ECAS and store_item_cas returns ecas. */
+struct store_item *store_alloc_meta(struct store *s, const char *key, size_t nkey, uint64_t hash,
+                                    uint32_t flags, int64_t exptime, size_t nbytes, bool has_ecas,
+                                    uint64_t ecas, int *err);
+
+/* mg: what the request asks of the item. */
+struct store_mget {
+    bool     bump;            /* move it to the LRU head and mark it fetched (not u) */
+    bool     touch;           /* T: set exptime to touch_exptime */
+    bool     touch_first;     /* T came before R on the line (R then sees the new TTL) */
+    bool     touch_after_viv; /* T came after N (a vivified item takes T's TTL) */
+    bool     vivify;          /* N: on a miss create an empty item living until viv_exptime */
+    bool     recache;         /* R: win if the item expires before recache_at */
+    bool     has_ecas;        /* E: the vivified item's CAS */
+    bool     binkey;          /* b: mark a vivified item's key as binary */
+    int64_t  touch_exptime;   /* absolute, 0 never */
+    int64_t  viv_exptime;
+    int64_t  recache_at;
+    uint64_t ecas;
+};
+
+/* mg: what happened, and the state before the command (h, l). */
+struct store_mget_res {
+    bool     created;        /* vivified (N) */
+    bool     won;            /* this request gets W */
+    bool     token_sent;     /* Z: a token had been handed out before */
+    bool     stale;          /* X */
+    bool     fetched_before; /* h */
+    bool     changed;        /* the item changed (created, touched, token): replicate it */
+    uint32_t atime_before;   /* l: now - this */
+    uint32_t exptime_before; /* the expiry before T or N (0 for a vivified item) */
+};
+
+/* mg on key: the item (a reference, NULL on a miss without N) and r.
+ * NULL with *err set when N could not allocate its item. */
+struct store_item *store_mget(struct store *s, const char *key, size_t nkey, uint64_t hash,
+                              const struct store_mget *q, struct store_mget_res *r, int *err);
+
+/* ms: store it (from store_alloc_meta, filled) as op; cas_in (0: none)
+ * compares against the client CAS; allow_stale (I with a CAS): an older
+ * cas_in stores it marked stale, keeping the old TTL and win token;
+ * vivify (append/prepend with N): a miss stores it as is, living until
+ * viv_exptime. On success *cas_out gets the client CAS and *nbytes_out
+ * the stored value's size (after append). Results as store_put. */
+struct store_mset {
+    bool    allow_stale;
+    bool    vivify;
+    int64_t viv_exptime;
+};
+int store_mset(struct store *s, struct store_item *it, enum store_op op, uint64_t cas_in,
+               const struct store_mset *o, uint64_t *cas_out, uint32_t *nbytes_out);
+
+/* md: what the request asks. */
+struct store_mdel {
+    bool     has_cas; /* C: only if the client CAS equals cas */
+    uint64_t cas;
+    bool     stale;    /* I: mark stale, clear the token, new CAS, instead of deleting */
+    bool     touch;    /* T with I: new exptime */
+    int64_t  exptime;  /* T */
+    bool     empty;    /* x: replace the value by an empty one (flags, exptime as given) */
+    uint32_t flags;    /* x: the empty item's flags (F) */
+    bool     has_ecas; /* E */
+    uint64_t ecas;
+};
+/* md: STORE_DELETED (HD), STORE_NOT_FOUND (NF), STORE_EXISTS (EX),
+ * STORE_NOT_STORED (NS: x could not replace it) or STORE_NO_MEMORY.
+ * *removed: the key is gone (a tombstone with *tomb_cas follows), else it
+ * holds a new state (a post-image follows). */
+int store_mdel(struct store *s, const char *key, size_t nkey, uint64_t hash,
+               const struct store_mdel *o, bool *removed, uint64_t *tomb_cas);
+
+/* ma: incr or decr by delta if the client CAS equals cas_in (when not 0);
+ * on a miss with vivify, create it holding `initial` (flags 0) living until
+ * viv_exptime; on success with touch the exptime becomes exptime. The new
+ * value in *value and client CAS in *cas_out; *exptime_out for t.
+ * STORE_STORED, STORE_NOT_FOUND, STORE_EXISTS, STORE_NON_NUMERIC,
+ * STORE_NOT_STORED or STORE_NO_MEMORY. */
+struct store_marith {
+    bool     incr;
+    uint64_t delta;
+    uint64_t cas_in;
+    bool     vivify;
+    uint64_t initial;
+    int64_t  viv_exptime;
+    bool     touch;
+    bool     touch_after_viv; /* T came after N: a created item takes T's TTL */
+    int64_t  exptime;
+    bool     has_ecas;
+    uint64_t ecas;
+};
+struct store_marith_res {
+    uint64_t value;
+    uint64_t cas;            /* the client CAS after */
+    uint32_t exptime_before; /* before T or N (0 for a created item) */
+    uint32_t exptime;        /* after */
+    bool     created;
+};
+int store_marith(struct store *s, const char *key, size_t nkey, uint64_t hash,
+                 const struct store_marith *o, struct store_marith_res *res);
+
+/* me: a snapshot of the item's meta data without bumping it. */
+struct store_mdebug {
+    int64_t  exp; /* seconds left, -1 never */
+    uint32_t la;  /* seconds since last access */
+    uint64_t cas; /* client CAS */
+    bool     fetched;
+    uint32_t size; /* bytes charged */
+    uint8_t  mflags;
+};
+bool store_mdebug(struct store *s, const char *key, size_t nkey, uint64_t hash,
+                  struct store_mdebug *out);
 
 /* Take one more reference to an item someone already holds (a walk or
  * drain callback that keeps the item past its return). Release it with
@@ -381,6 +540,11 @@ struct store_item *store_import_alloc(struct store *s, const char *key, size_t n
                                       uint32_t flags, int64_t ttl_remaining, size_t nbytes,
                                       int *err);
 int                store_put_import(struct store *s, struct store_item *it, uint64_t cas);
+/* store_import_alloc with the post-image's meta state (STORE_MF_REPLICATED
+ * bits; ecas is the client CAS when STORE_MF_ECAS is among them). */
+struct store_item *store_import_alloc_meta(struct store *s, const char *key, size_t nkey,
+                                           uint64_t hash, uint32_t flags, int64_t ttl_remaining,
+                                           size_t nbytes, uint8_t mflags, uint64_t ecas, int *err);
 
 /* A tombstone from the source: delete the key. STORE_DELETED or
  * STORE_NOT_FOUND. */

@@ -37,9 +37,10 @@
 
 /* A get moves an item to its LRU head on its first fetch, then at most
  * once per minute (memcached: once per 60 s), so hot keys do not write to
- * their LRU neighbours on every read. The item keeps the minute of its last
- * bump in 8 bits; eviction compares those minutes (modulo 256, 4.2 hours)
- * across stripes, while within a stripe the list order is exact. */
+ * their LRU neighbours on every read. The item keeps the time it was stored
+ * or last moved (atime, which mg's l reports, as memcached's it->time);
+ * eviction compares the tails' atimes across stripes, while within a
+ * stripe the list order is exact. */
 #define BUMP_SECONDS 60
 
 /* it->gen: the flush generation in the low 14 bits, then two flags. */
@@ -153,8 +154,8 @@ STORE_INTERNAL void store_bump_gen(struct store *s);
 /* store_alloc, counting the live items it evicted in *evicted. */
 STORE_INTERNAL struct store_item *store_alloc_counted(struct store *s, const char *key, size_t nkey,
                                                       uint64_t hash, uint32_t flags,
-                                                      int64_t exptime, size_t nbytes, int *err,
-                                                      uint64_t *evicted);
+                                                      int64_t exptime, size_t nbytes, bool ecas,
+                                                      int *err, uint64_t *evicted);
 
 /* Rehash a chained table of n buckets into 2n; the item table and the
  * dirty sets both grow with it (see store.c). */
@@ -193,7 +194,8 @@ bucket_of(const struct stripe *st, uint64_t hash)
 static inline size_t
 item_charge(const struct store_item *it)
 {
-    return store_item_size(it->nkey, it->nbytes);
+    return store_item_size(it->nkey,
+                           it->nbytes + (it->mflags & STORE_MF_ECAS ? sizeof(uint64_t) : 0));
 }
 
 static inline void
@@ -214,10 +216,21 @@ cas_mint(struct store *s)
     return s->seed_bits | n;
 }
 
-static inline uint8_t
-minute8(int64_t now)
+/* Clamp an absolute time to the 32-bit field: 0 stays "never", anything
+ * before 1970 becomes 1 (long expired). */
+static inline uint32_t
+time32(int64_t t)
 {
-    return (uint8_t)(now / BUMP_SECONDS);
+    if (t == 0) {
+        return 0;
+    }
+    if (t < 0) {
+        return 1;
+    }
+    if (t > (int64_t)UINT32_MAX - 1) {
+        return UINT32_MAX - 1;
+    }
+    return (uint32_t)t;
 }
 
 static inline enum dead

@@ -314,6 +314,14 @@ struct store_item *
 store_import_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash, uint32_t flags,
                    int64_t ttl_remaining, size_t nbytes, int *err)
 {
+    return store_import_alloc_meta(s, key, nkey, hash, flags, ttl_remaining, nbytes, 0, 0, err);
+}
+
+struct store_item *
+store_import_alloc_meta(struct store *s, const char *key, size_t nkey, uint64_t hash,
+                        uint32_t flags, int64_t ttl_remaining, size_t nbytes, uint8_t mflags,
+                        uint64_t ecas, int *err)
+{
     uint64_t           evicted = 0;
     int64_t            exptime = 0;
     struct store_item *it;
@@ -324,7 +332,14 @@ store_import_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash,
         exptime = store_now(s) +
                   (ttl_remaining > (int64_t)UINT32_MAX ? (int64_t)UINT32_MAX : ttl_remaining);
     }
-    it = store_alloc_counted(s, key, nkey, hash, flags, exptime, nbytes, err, &evicted);
+    it = store_alloc_counted(s, key, nkey, hash, flags, exptime, nbytes,
+                             (mflags & STORE_MF_ECAS) != 0, err, &evicted);
+    if (it != NULL) {
+        if (mflags & STORE_MF_ECAS) {
+            memcpy(it->data + nkey + nbytes + 2, &ecas, sizeof(ecas));
+        }
+        it->mflags |= mflags & (STORE_MF_STALE | STORE_MF_WON | STORE_MF_BINKEY);
+    }
     if (evicted > 0) {
         __atomic_fetch_add(&s->import_evictions, evicted, __ATOMIC_RELAXED);
     }
@@ -357,7 +372,7 @@ store_put_import(struct store *s, struct store_item *it, uint64_t cas)
     } else {
         it->cas = cas != 0 ? cas : cas_mint(s);
         it->gen = (uint16_t)do_gen(s);
-        it->bump = minute8(now);
+        it->atime = time32(now);
         if (old != NULL) {
             do_unlink(s, st, old, NULL);
         }

@@ -317,7 +317,7 @@ static const struct pcase cases[] = {
     /* memcached 1.6.45 refuses a line of fewer than 4 bytes, its end included. */
     { "empty line", "\r\n\n", E_FMT E_FMT, PROTO_MORE },
     { "lines under 4 bytes", "a\r\nab\n\r\r\nab\r\n", E_FMT E_FMT E_FMT "ERROR\r\n", PROTO_MORE },
-    { "meta not spoken", "mn\r\n", "ERROR\r\n", PROTO_MORE },
+    { "mn answers MN", "mn\r\n", "MN\r\n", PROTO_MORE },
     { "http closes", "version\r\nGET / HTTP/1.1\r\nversion\r\n",
       "VERSION " PROTO_VERSION_STRING "\r\n", PROTO_CLOSE },
     { "binary magic closes", "\x80\x01\x00\x00version\r\n", "", PROTO_CLOSE },
