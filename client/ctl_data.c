@@ -1,16 +1,25 @@
 /*
- * ctl_data: ringctl's data subcommands (get, set, delete, mget, stats),
- * thin shells over libringcache. Output is tab-separated for scripts, or
- * aligned for people with --human. A miss is a line on stderr and exit 1.
+ * ctl_data: ringctl's data subcommands (get, set, delete, mget, stats, and
+ * the meta commands mg, ms, md), thin shells over libringcache. Output is
+ * tab-separated for scripts, or aligned for people with --human. A miss is
+ * a line on stderr and exit 1.
  */
 #include <getopt.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "client/ctl.h"
 #include "client/ctl_util.h"
+#include "client/mcproto.h"
 #include "client/ringcache.h"
+
+/* The meta subcommands (declared here for ringctl.c, which declares them
+ * too: client/ctl.h is to take them over). */
+int ctl_mg(struct ctl_globals *g, int argc, char **argv);
+int ctl_ms(struct ctl_globals *g, int argc, char **argv);
+int ctl_md(struct ctl_globals *g, int argc, char **argv);
 
 /* Open a handle from --seeds "host:port,host:port,...": the nodes are
  * asked for the membership (config); see ringcache_new_seeds. */
@@ -584,4 +593,320 @@ ctl_stats(struct ctl_globals *g, int argc, char **argv)
     free(width);
     ringcache_free(rc);
     return status;
+}
+
+/*
+ * Meta commands: mg KEY [FLAG...], ms KEY VALUE [FLAG...], md KEY [FLAG...]
+ * with memcached's meta flags (those libringcache's options carry), the
+ * reply printed field by field.
+ */
+
+enum meta_cmd {
+    META_MG,
+    META_MS,
+    META_MD
+};
+
+/* The flags each command takes, for usage lines and errors. */
+static const char *const meta_flag_help[] = {
+    "v c f t s h l k (what to show) u b T<ttl> N<ttl> R<secs> C<cas> E<cas>",
+    "c s k (what to show) b T<ttl> F<flags> C<cas> E<cas> I M<S|E|A|P|R> N<ttl>",
+    "k b I T<ttl> C<cas> E<cas>",
+};
+
+/* A meta flag's decimal argument a into *out, within [lo, hi]. */
+static bool
+meta_num(const char *a, long long lo, long long hi, long long *out)
+{
+    char *end;
+
+    if (*a == '\0') {
+        return false;
+    }
+    *out = strtoll(a, &end, 10);
+    return *end == '\0' && *out >= lo && *out <= hi;
+}
+
+static bool
+meta_u64(const char *a, uint64_t *out)
+{
+    char *end;
+
+    if (*a == '\0' || *a == '-') {
+        return false;
+    }
+    *out = strtoull(a, &end, 10);
+    return *end == '\0';
+}
+
+/* Parse the meta flags argv[first..argc) of cmd into *o; *b64 tells
+ * whether the key is given in base64 (b). 0, or -1 after printing why. */
+static int
+meta_parse_flags(enum meta_cmd cmd, const char *name, int argc, char **argv, int first,
+                 struct ringcache_meta_opts *o, bool *b64)
+{
+    static const char *const allowed[] = { "vcftshlkubTNRCE", "cskbTFCEIMN", "kbITCE" };
+    unsigned                 want = 0;
+    long long                n = 0;
+    int                      i;
+
+    ringcache_meta_opts_init(o);
+    *b64 = false;
+    for (i = first; i < argc; i++) {
+        const char *f = argv[i], *a = f + 1;
+        bool        ok = true;
+
+        if (f[0] == '\0' || strchr(allowed[cmd], f[0]) == NULL) {
+            ctl_error("%s: unknown flag '%s' (flags: %s)", name, f, meta_flag_help[cmd]);
+            return -1;
+        }
+        switch (f[0]) {
+        case 'v':
+        case 'c':
+        case 'f':
+        case 't':
+        case 's':
+        case 'h':
+        case 'l':
+        case 'k':
+        case 'u':
+        case 'b':
+        case 'I':
+            ok = *a == '\0';
+            want |= f[0] == 'v'   ? RINGCACHE_WANT_VALUE
+                    : f[0] == 'c' ? RINGCACHE_WANT_CAS
+                    : f[0] == 'f' ? RINGCACHE_WANT_FLAGS
+                    : f[0] == 't' ? RINGCACHE_WANT_TTL
+                    : f[0] == 's' ? RINGCACHE_WANT_SIZE
+                    : f[0] == 'h' ? RINGCACHE_WANT_HIT
+                    : f[0] == 'l' ? RINGCACHE_WANT_LAST_ACCESS
+                    : f[0] == 'k' ? RINGCACHE_WANT_KEY
+                                  : 0;
+            o->no_bump |= f[0] == 'u';
+            o->invalidate |= f[0] == 'I';
+            *b64 = *b64 || f[0] == 'b';
+            break;
+        case 'T':
+        case 'N':
+        case 'R':
+            ok = meta_num(a, INT32_MIN + 1, INT32_MAX, &n);
+            *(f[0] == 'T'   ? &o->ttl
+              : f[0] == 'N' ? &o->vivify_ttl
+                            : &o->recache_below) = (int32_t)n;
+            break;
+        case 'F':
+            ok = meta_num(a, 0, UINT32_MAX, &n);
+            o->flags = (uint32_t)n;
+            break;
+        case 'C':
+            ok = meta_u64(a, &o->cas);
+            break;
+        case 'E':
+            ok = meta_u64(a, &o->new_cas);
+            break;
+        case 'M':
+            ok = a[0] != '\0' && a[1] == '\0' && strchr("SEAPR", a[0]) != NULL;
+            o->mode = !ok           ? 0
+                      : a[0] == 'E' ? RINGCACHE_MS_ADD
+                      : a[0] == 'A' ? RINGCACHE_MS_APPEND
+                      : a[0] == 'P' ? RINGCACHE_MS_PREPEND
+                      : a[0] == 'R' ? RINGCACHE_MS_REPLACE
+                                    : RINGCACHE_MS_SET;
+            break;
+        default:
+            break;
+        }
+        if (!ok) {
+            ctl_error("%s: bad flag '%s' (flags: %s)", name, f, meta_flag_help[cmd]);
+            return -1;
+        }
+    }
+    if (want != 0) {
+        o->want = want;
+    } else if (cmd == META_MG) {
+        /* What an operator wants to see, without side effects on h/l. */
+        o->want = RINGCACHE_WANT_VALUE | RINGCACHE_WANT_FLAGS | RINGCACHE_WANT_CAS |
+                  RINGCACHE_WANT_TTL | RINGCACHE_WANT_SIZE;
+    } else {
+        o->want = cmd == META_MS ? RINGCACHE_WANT_CAS : 0;
+    }
+    return 0;
+}
+
+/* The words of a result status. */
+static const char *
+meta_status_word(int status)
+{
+    static const char *const words[] = { "none",    "hit",        "miss",   "stored",
+                                         "deleted", "not_stored", "exists", "not_found" };
+
+    return status >= 0 && status <= RINGCACHE_META_NOT_FOUND ? words[status] : "?";
+}
+
+/* One "name value" row of a meta reply. */
+static void meta_row(const struct ctl_globals *g, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void
+meta_row(const struct ctl_globals *g, const char *name, const char *fmt, ...)
+{
+    va_list ap;
+
+    printf(g->human ? "%-12s" : "%s\t", name);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+}
+
+/* Print the reply r to key (shown as given) on stdout: the status (of an
+ * md that invalidated), the key's owner, then every field the reply
+ * carried. */
+static void
+meta_print(const struct ctl_globals *g, struct ringcache *rc, const char *shown, const char *key,
+           size_t key_len, bool invalidated, const struct ringcache_meta_result *r)
+{
+    size_t owner;
+
+    meta_row(g, "key", "%s", shown);
+    meta_row(g, "status", "%s",
+             r->status == RINGCACHE_META_DELETED && invalidated ? "invalidated (marked stale)"
+                                                                : meta_status_word(r->status));
+    if (ringcache_locate(rc, key, key_len, &owner, 1) == 1) {
+        meta_row(g, "owner", "%s (%s)", ringcache_node_id(rc, owner),
+                 ringcache_node_addr(rc, owner));
+    }
+    if (r->got & RINGCACHE_WANT_VALUE) {
+        printf(g->human ? "%-12s" : "%s\t", "value");
+        fwrite(r->value, 1, r->value_len, stdout);
+        putchar('\n');
+    }
+    if (r->number != 0 || (r->got & RINGCACHE_WANT_VALUE && r->status == RINGCACHE_META_STORED)) {
+        meta_row(g, "number", "%llu", (unsigned long long)r->number);
+    }
+    if (r->got & RINGCACHE_WANT_FLAGS) {
+        meta_row(g, "flags", "%u", (unsigned)r->flags);
+    }
+    if (r->got & RINGCACHE_WANT_CAS) {
+        meta_row(g, "cas", "%llu", (unsigned long long)r->cas);
+    }
+    if (r->got & RINGCACHE_WANT_TTL) {
+        if (r->ttl < 0) {
+            meta_row(g, "ttl", "-1 (never expires)");
+        } else {
+            meta_row(g, "ttl", "%lld", (long long)r->ttl);
+        }
+    }
+    if (r->got & RINGCACHE_WANT_SIZE) {
+        meta_row(g, "size", "%llu", (unsigned long long)r->size);
+    }
+    if (r->got & RINGCACHE_WANT_HIT) {
+        meta_row(g, "hit_before", "%s", r->hit_before ? "yes" : "no");
+    }
+    if (r->got & RINGCACHE_WANT_LAST_ACCESS) {
+        meta_row(g, "last_access", "%llu s ago", (unsigned long long)r->last_access);
+    }
+    if (r->won) {
+        meta_row(g, "won", "yes (W: this call won the recache)");
+    }
+    if (r->stale) {
+        meta_row(g, "stale", "yes (X: invalidated)");
+    }
+    if (r->token_sent) {
+        meta_row(g, "win_taken", "yes (Z: another client won the recache)");
+    }
+}
+
+/* The shared body of mg, ms, md. */
+static int
+ctl_meta(enum meta_cmd cmd, struct ctl_globals *g, int argc, char **argv)
+{
+    static const char *const names[] = { "mg", "ms", "md" };
+    static const char *const usages[] = {
+        CTL_USAGE_DATA " mg KEY [FLAG...]",
+        CTL_USAGE_DATA " ms KEY VALUE [FLAG...]",
+        CTL_USAGE_DATA " md KEY [FLAG...]",
+    };
+    struct ringcache_meta_opts   o;
+    struct ringcache_meta_result r;
+    struct ringcache            *rc;
+    unsigned char                bin[RINGCACHE_KEY_MAX];
+    const char                  *name = names[cmd], *key, *value = NULL;
+    size_t                       key_len;
+    bool                         b64;
+    int                          first, ret;
+
+    first = ctl_no_options(argc, argv, usages[cmd], CTL_USAGE_ON_ERROR);
+    if (first < 0) {
+        return 2;
+    }
+    if (argc - first < (cmd == META_MS ? 2 : 1)) {
+        fprintf(stderr, "usage: %s\n  flags: %s\n", usages[cmd], meta_flag_help[cmd]);
+        return 2;
+    }
+    if (meta_parse_flags(cmd, name, argc, argv, first + (cmd == META_MS ? 2 : 1), &o, &b64) != 0) {
+        return 2;
+    }
+    key = argv[first];
+    key_len = strlen(key);
+    if (b64) {
+        long n = key_len <= RINGCACHE_KEY_MAX ? mcp_base64_decode(bin, key, key_len) : -1;
+
+        if (n <= 0) {
+            ctl_error("%s: b: '%s' is not base64 of 1..%d bytes", name, key,
+                      RINGCACHE_META_BINARY_KEY_MAX);
+            return 2;
+        }
+        key = (const char *)bin;
+        key_len = (size_t)n;
+    }
+    if (cmd == META_MS) {
+        value = argv[first + 1];
+    }
+    rc = open_cluster(g, name);
+    if (rc == NULL) {
+        return 2;
+    }
+    if (cmd == META_MG) {
+        ret = ringcache_mg(rc, key, key_len, &o, &r);
+    } else if (cmd == META_MS) {
+        ret = ringcache_ms(rc, key, key_len, value, strlen(value), &o, &r);
+    } else {
+        ret = ringcache_md(rc, key, key_len, &o, &r);
+    }
+    if (ret == 0) {
+        meta_print(g, rc, argv[first], key, key_len, cmd == META_MD && o.invalidate, &r);
+    } else if (r.status != 0) {
+        /* The node answered: a miss, NS, EX or NF. */
+        ctl_error("%s: %s (%s)", argv[first], meta_status_word(r.status), ringcache_strerror(ret));
+    } else {
+        char why[512];
+
+        ctl_error("%s %s: %s", name, argv[first],
+                  miss_reason(rc, b64 ? "" : argv[first], ret, why, sizeof(why)));
+    }
+    ringcache_meta_result_clear(&r);
+    ringcache_free(rc);
+    if (ret == 0) {
+        return 0;
+    }
+    return ret == RINGCACHE_EKEY || ret == RINGCACHE_ETOOBIG || ret == RINGCACHE_EINVAL ? 2 : 1;
+}
+
+int
+ctl_mg(struct ctl_globals *g, int argc, char **argv)
+{
+    return ctl_meta(META_MG, g, argc, argv);
+}
+
+int
+ctl_ms(struct ctl_globals *g, int argc, char **argv)
+{
+    return ctl_meta(META_MS, g, argc, argv);
+}
+
+int
+ctl_md(struct ctl_globals *g, int argc, char **argv)
+{
+    return ctl_meta(META_MD, g, argc, argv);
 }

@@ -12,6 +12,12 @@
 #include "client/ctl.h"
 #include "client/ctl_util.h"
 
+/* The meta data commands (client/ctl_data.c; client/ctl.h is to take
+ * these over). */
+int ctl_mg(struct ctl_globals *g, int argc, char **argv);
+int ctl_ms(struct ctl_globals *g, int argc, char **argv);
+int ctl_md(struct ctl_globals *g, int argc, char **argv);
+
 struct ctl_command {
     const char *name;
     int (*fn)(struct ctl_globals *g, int argc, char **argv);
@@ -35,6 +41,12 @@ static const struct ctl_command commands[] = {
     { "mget", ctl_mget, "mget < KEYS", "read keys from stdin (one a line), one request per node",
       NULL },
     { "stats", ctl_stats, "stats", "every node's stats side by side", NULL },
+    { "mg", ctl_mg, "mg KEY [v c f t s h l k u b T<ttl> N<ttl> R<s> C<cas> E<cas>]",
+      "meta get: the reply's fields (default v f c t s)", NULL },
+    { "ms", ctl_ms, "ms KEY VALUE [c s k b T<ttl> F<flags> C<cas> E<cas> I M<S|E|A|P|R> N<ttl>]",
+      "meta set: modes (M), CAS (C), invalidate (I)", NULL },
+    { "md", ctl_md, "md KEY [k b I T<ttl> C<cas> E<cas>]",
+      "meta delete; I marks the key stale instead", NULL },
     { "init", ctl_init, "init --members FILE", "store FILE as epoch 1 and send it to the nodes",
       "cluster (--store DIR --token-file FILE before the command):" },
     { "status", ctl_status, "status", "store epoch, pending transition, every node's state", NULL },

@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadgen  # noqa: E402
-from client_lib import BUILDDIR, Node, free_port, mc_stats  # noqa: E402
+from client_lib import BUILDDIR, RINGCTL, Node, free_port, mc_stats, run  # noqa: E402
 
 MEMCACHED = "/usr/bin/memcached"
 META_PROBE = os.path.join(BUILDDIR, "tests", "it", "meta_probe")
@@ -264,6 +264,48 @@ def check_mgm(t, p, label, n=60, ports=None):
              % label, (d_bytes, want_bytes))
 
 
+def check_ctl(t, members, label):
+    """ringctl mg, ms, md: the reply's fields as TSV rows, exit codes."""
+    def ctl(*args):
+        rc, out, err = run([RINGCTL, "--members", members] + list(args))
+        rows = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
+        return rc, rows, err
+
+    res = {}
+    res["ms"] = ctl("ms", "rk", "hello", "T100", "F3")
+    res["mg"] = ctl("mg", "rk")
+    res["add"] = ctl("ms", "rk", "x", "ME")
+    res["inval"] = ctl("md", "rk", "I")
+    res["win"] = ctl("mg", "rk", "v")
+    res["taken"] = ctl("mg", "rk", "v")
+    res["md"] = ctl("md", "rk")
+    res["miss"] = ctl("mg", "rk")
+    res["badflag"] = ctl("mg", "rk", "Q")
+    res["b64set"] = ctl("ms", "YSBiCg==", "bin", "b")
+    res["b64get"] = ctl("mg", "YSBiCg==", "b", "v")
+    checks = {
+        "ms": res["ms"][0] == 0 and res["ms"][1].get("status") == "stored"
+        and res["ms"][1].get("cas", "0") != "0",
+        "mg": res["mg"][0] == 0 and res["mg"][1].get("value") == "hello"
+        and res["mg"][1].get("flags") == "3" and 90 <= int(res["mg"][1].get("ttl", "0")) <= 100
+        and res["mg"][1].get("size") == "5",
+        "add": res["add"][0] == 1 and "not_stored" in res["add"][2],
+        "inval": res["inval"][0] == 0 and res["inval"][1].get("status", "").startswith("invalid"),
+        "win": res["win"][0] == 0 and res["win"][1].get("won", "").startswith("yes")
+        and res["win"][1].get("stale", "").startswith("yes"),
+        "taken": res["taken"][0] == 0 and res["taken"][1].get("win_taken", "").startswith("yes")
+        and "won" not in res["taken"][1],
+        "md": res["md"][0] == 0 and res["md"][1].get("status") == "deleted",
+        "miss": res["miss"][0] == 1 and "miss" in res["miss"][2],
+        "badflag": res["badflag"][0] == 2 and "unknown flag" in res["badflag"][2],
+        "b64": res["b64set"][0] == 0 and res["b64get"][0] == 0
+        and res["b64get"][1].get("value") == "bin",
+    }
+    t.ok(all(checks.values()), "%s: ringctl ms, mg, md print the reply's fields, exit 0/1/2"
+         % label, "\n".join("%s: %r" % (k, res.get(k, res.get("b64get"))) for k, v in
+                            checks.items() if not v))
+
+
 # ---------------------------------------------------------------- (a) memcached
 
 def run_memcached(t):
@@ -284,6 +326,7 @@ def run_memcached(t):
         check_ops(t, p, "memcached", newer=False)
         check_herd(t, p, "memcached", "herd-a")
         check_swr(t, p, "memcached", "swr-a")
+        check_ctl(t, path, "memcached")
 
         # Three nodes: the pipeline per node, then failures.
         three = [Node(free_port(), MEMCACHED).start() for _ in range(3)]
@@ -364,6 +407,7 @@ def run_cluster(t):
         check_herd(t, p, "ringcached R=2", "herd-b")
         check_swr(t, p, "ringcached R=2", "swr-b")
         check_mgm(t, p, "ringcached R=2")
+        check_ctl(t, path, "ringcached R=2")
         # A dead node: every key still reads from its other owner.
         for i in range(40):
             p.one("ms fk%d fv-%d" % (i, i))
