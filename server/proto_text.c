@@ -117,7 +117,7 @@ emit_value(struct conn *c, struct store_item *it, bool with_cas)
     p = util_fmt_u64(p, it->nbytes);
     if (with_cas) {
         *p++ = ' ';
-        p = util_fmt_u64(p, it->cas);
+        p = util_fmt_u64(p, store_item_cas(it)); /* the client's (E) or ours */
     }
     *p++ = '\r';
     *p++ = '\n';

@@ -17,6 +17,7 @@ main(void)
     srunner_add_suite(sr, members_suite());
     srunner_add_suite(sr, store_suite());
     srunner_add_suite(sr, store_range_suite());
+    srunner_add_suite(sr, store_meta_suite());
     srunner_add_suite(sr, proto_text_suite());
     srunner_add_suite(sr, conn_suite());
     srunner_add_suite(sr, client_suite());

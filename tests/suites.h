@@ -10,6 +10,7 @@ Suite *ring_suite(void);
 Suite *members_suite(void);
 Suite *store_suite(void);
 Suite *store_range_suite(void);
+Suite *store_meta_suite(void);
 Suite *proto_text_suite(void);
 Suite *conn_suite(void);
 Suite *client_suite(void);
