@@ -99,17 +99,32 @@ class Want:
 
 class MetaConn:
     """A client connection that sends a request in pieces and reads the
-    whole reply up to the end marker."""
+    whole reply up to the end marker. declare: an epoch to declare
+    (`epoch N`) on every (re)connection, so the node answers MOVED rather
+    than relaying."""
 
-    def __init__(self, addr, timeout=3.0):
+    def __init__(self, addr, timeout=3.0, declare=None):
         self.addr = addr
         self.timeout = timeout
+        self.declare = declare
         self.sock = None
 
     def open(self):
         if self.sock is None:
             self.sock = socket.create_connection(self.addr, timeout=self.timeout)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.declare is not None:
+                self.sock.sendall(b"epoch %d\r\n" % self.declare)
+                got = b""
+                while not got.endswith(b"\r\n"):
+                    d = self.sock.recv(64)
+                    if not d:
+                        break
+                    got += d
+                if got != b"OK\r\n":
+                    self.close()
+                    raise OSError("epoch %d at %s:%d: %r" % (self.declare, self.addr[0],
+                                                             self.addr[1], got))
         return self
 
     def close(self):
@@ -209,9 +224,10 @@ def case_env(prefix):
             "long": "L" * 251, "k250": (k + "-" + "x" * 250)[:250]}
 
 
-def run_case(conn, case, env, piece):
+def run_case(conn, case, env, piece, transcript=None):
     """Run case's steps on conn fed in pieces of `piece` bytes (0: whole).
-    Returns None if every step got its reply, else a diagnostic."""
+    Returns None if every step got its reply, else a diagnostic.
+    transcript: a list that gets each step's reply."""
     for i, st in enumerate(case.steps):
         if st.sleep:
             time.sleep(st.sleep)
@@ -221,6 +237,8 @@ def run_case(conn, case, env, piece):
         want_text = st.want + (PROBE_REPLY if st.probe else "")
         want = Want(want_text, env)
         got, status = conn.exchange(data, piece, case.timeout)
+        if transcript is not None:
+            transcript.append(got)
         caps = want.match(got) if status == "ok" else None
         if caps is None:
             conn.close()     # out of step: the next case starts afresh
