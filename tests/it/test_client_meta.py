@@ -301,9 +301,9 @@ def check_ctl(t, members, label):
         "b64": res["b64set"][0] == 0 and res["b64get"][0] == 0
         and res["b64get"][1].get("value") == "bin",
     }
+    res["b64"] = (res["b64set"], res["b64get"])
     t.ok(all(checks.values()), "%s: ringctl ms, mg, md print the reply's fields, exit 0/1/2"
-         % label, "\n".join("%s: %r" % (k, res.get(k, res.get("b64get"))) for k, v in
-                            checks.items() if not v))
+         % label, "\n".join("%s: %r" % (k, res[k]) for k, v in checks.items() if not v))
 
 
 # ---------------------------------------------------------------- (a) memcached
