@@ -637,7 +637,7 @@ ringcache_get_or_compute(struct ringcache *rc, const char *key, size_t key_len,
     struct ringcache_meta_opts   o;
     struct ringcache_meta_result res;
     int64_t                      deadline;
-    int                          ret, backoff = 1, left;
+    int                          ret, backoff = 1, left, last;
 
     if (out == NULL || compute == NULL) {
         return RINGCACHE_EINVAL;
@@ -666,24 +666,30 @@ ringcache_get_or_compute(struct ringcache *rc, const char *key, size_t key_len,
             ringcache_meta_result_clear(&res);
             return compute_and_store(rc, key, key_len, &o, NULL, true, compute, arg, out);
         }
-        if (ret != 0) {
+        if (ret == RINGCACHE_EUNAVAILABLE || ret == RINGCACHE_ETRYAGAIN ||
+            ret == RINGCACHE_EMOVED) {
+            /* An owner down until its failover, the key's range fenced
+             * or its owner moving for longer than a call: ask again while
+             * the wait lasts. */
+            last = ret;
+        } else if (ret != 0) {
             return ret;
-        }
-        if (res.won) {
+        } else if (res.won) {
             ret = compute_and_store(rc, key, key_len, &o, &res, true, compute, arg, out);
             ringcache_meta_result_clear(&res);
             return ret;
-        }
-        /* Not won: a value is good (the stale one too); an empty one with
-         * a win handed out is the winner's stub, still computing. */
-        if (res.value_len > 0 || !res.token_sent) {
+        } else if (res.value_len > 0 || !res.token_sent) {
+            /* Not won: a value is good (the stale one too); an empty one
+             * with a win handed out is the winner's stub, still computing. */
             *out = res;
             return 0;
+        } else {
+            last = RINGCACHE_ETIMEDOUT;
         }
         ringcache_meta_result_clear(&res);
         left = (int)(deadline - util_now_ms());
         if (left <= 0) {
-            return RINGCACHE_ETIMEDOUT;
+            return last;
         }
         sleep_ms(backoff < left ? backoff : left);
         if (backoff < COMPUTE_BACKOFF_MAX) {

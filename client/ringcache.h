@@ -385,7 +385,11 @@ int ringcache_stats(struct ringcache *rc, size_t i, ringcache_stat_fn fn, void *
  * node; every owner down is RINGCACHE_EDOWN). A node that does not speak
  * the meta protocol answers ERROR: RINGCACHE_ECLIENT. Before the first ms
  * to a node, the handle checks with `mn` that the node speaks it, so a
- * value is never read as a command by a node that does not.
+ * value is never read as a command by a node that does not. A ringcached
+ * cluster serves every mg at the key's acting primary (W, Z and X are one
+ * node's decision; docs/cluster.md): a secondary answers MOVED, and while
+ * an owner of the key is down and not yet failed over, mg fails with
+ * RINGCACHE_EUNAVAILABLE as writes do.
  */
 
 /* Leave a numeric option unsent (ttl, vivify_ttl, recache_below). */
@@ -589,10 +593,15 @@ typedef int (*ringcache_compute_fn)(void *arg, const char *key, size_t key_len,
  * winner whose compute fails deletes its stub, so the next caller wins.
  * A computed empty value looks like the stub to the others: store at
  * least one byte. With every owner down, compute runs and its value is
- * returned unstored.
+ * returned unstored (out->status 0). RINGCACHE_EUNAVAILABLE,
+ * RINGCACHE_ETRYAGAIN and RINGCACHE_EMOVED (an owner being failed over, a
+ * fenced range, an owner moving) are asked again the same way, within
+ * wait_ms: compute does not run while the cluster cannot say who wins.
  * @param out  the value (the caller clears it)
- * @return 0, RINGCACHE_ETIMEDOUT (no value within wait_ms), compute's
- *         code, or the errors of ringcache_mg and ringcache_ms
+ * @return 0, RINGCACHE_ETIMEDOUT (no value within wait_ms),
+ *         RINGCACHE_EUNAVAILABLE, RINGCACHE_ETRYAGAIN or RINGCACHE_EMOVED
+ *         (still so after wait_ms), compute's code, or the errors of
+ *         ringcache_mg and ringcache_ms
  */
 int ringcache_get_or_compute(struct ringcache *rc, const char *key, size_t key_len,
                              const struct ringcache_meta_opts *opts, ringcache_compute_fn compute,

@@ -8,10 +8,11 @@ tests/it/meta_probe against real servers:
     winner), then three nodes for the pipelined multi-get (one request per
     node, exact bytes, opaques) and failures (a killed node's keys are
     misses or EDOWN at once, a stopped node costs one timeout);
-(b) a ringcached R=2 cluster (ringctl init): the same scenarios, plus a
-    killed node's keys still read from their replica. Skipped with a
-    message while the node answers `mn` with anything but MN (the node's
-    meta protocol has not landed).
+(b) a ringcached R=2 cluster (ringctl init): the same scenarios, then a
+    killed node: no hang and no wrong value before its failover, every key
+    read again after `ringctl remove --failed`, a herd computing once.
+    Skipped with a message while the node answers `mn` with anything but
+    MN (a node before its meta protocol).
 """
 
 import os
@@ -24,7 +25,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadgen  # noqa: E402
-from client_lib import BUILDDIR, RINGCTL, Node, free_port, mc_stats, run  # noqa: E402
+from client_lib import (BUILDDIR, RINGCTL, Node, free_port, mc_stats, run,  # noqa: E402
+                        wait_for)
 
 MEMCACHED = "/usr/bin/memcached"
 META_PROBE = os.path.join(BUILDDIR, "tests", "it", "meta_probe")
@@ -83,6 +85,17 @@ def write_members(path, nodes, replicas):
         f.write("epoch 1\nvnodes 160\nreplicas %d\n" % replicas)
         for nid, port in nodes:
             f.write("node %s 127.0.0.1:%d\n" % (nid, port))
+
+
+def stopped(pid):
+    """True once every thread of pid is in the stopped state: kill(2)
+    returns before a multi-threaded process has actually stopped."""
+    try:
+        tasks = os.listdir("/proc/%d/task" % pid)
+        return all(open("/proc/%d/task/%s/stat" % (pid, tid)).read().rsplit(")", 1)[1].split()[0]
+                   == "T" for tid in tasks)
+    except OSError:
+        return False
 
 
 def speaks_meta(port):
@@ -356,6 +369,7 @@ def run_memcached(t):
              "memcached x3: a dead owner: mg is a miss, ms EDOWN", (r1, r2))
 
         three[2].signal(signal.SIGSTOP)
+        t.ok(wait_for(lambda: stopped(three[2].pid), 5.0), "memcached x3: %s is stopped" % hung)
         hk = next(k for k, o in owner.items() if o == hung)
         t0 = time.monotonic()
         r = p3.one("mg %s v" % hk)
@@ -408,18 +422,47 @@ def run_cluster(t):
         check_swr(t, p, "ringcached R=2", "swr-b")
         check_mgm(t, p, "ringcached R=2")
         check_ctl(t, path, "ringcached R=2")
-        # A dead node: every key still reads from its other owner.
+        # A dead node: until it is failed over, mg of a key it owns is
+        # never another value and never hangs (docs/cluster.md: mg is
+        # routed like a write, SERVER_ERROR UNAVAILABLE meanwhile); after
+        # `ringctl remove --failed` every key reads again, from the
+        # owners of the new epoch, which the client learns from MOVED.
         for i in range(40):
             p.one("ms fk%d fv-%d" % (i, i))
         cl.nodes["b"].stop(signal.SIGKILL)
-        out = p.cmd("mgm fk 40")
-        rows, tail = mgm_rows(out)
-        bad = [(k, r) for k, r in rows.items() if r[1:] != ("OK", "fv-%s" % k[2:])]
+        t0 = time.monotonic()
+        rows, tail = mgm_rows(p.cmd("mgm fk 40"))
+        ms = (time.monotonic() - t0) * 1000
+        wrong = [(k, r) for k, r in rows.items() if r[1] == "OK" and r[2] != "fv-" + k[2:]]
+        t.ok(not wrong and len(rows) == 40 and tail.startswith("result OK")
+             and ms < OP_TIMEOUT + SLACK,
+             "ringcached R=2: right after SIGKILL of b a meta multi-get returns within the "
+             "timeout, no wrong value (%d of 40 served, %.0f ms)"
+             % (sum(1 for r in rows.values() if r[1] == "OK"), ms), wrong[:10])
+        # get_or_compute on a key b owns: no compute while the cluster
+        # cannot say who wins, an error within the wait (W ms) instead.
+        ids = ["a", "b", "c"]
+        bk = next("bh%d" % i for i in range(200)
+                  if loadgen.locate(cl.members(ids), ["bh%d" % i])["bh%d" % i][0] == "b")
+        t0 = time.monotonic()
+        out = p.cmd("herd %s 5 50 W1000" % bk)
+        ms = (time.monotonic() - t0) * 1000
+        computes, callers = parse_herd(out)
+        t.ok(computes == 0 and ms < 1000 + 2 * OP_TIMEOUT + SLACK
+             and all(c.get("code") in ("EUNAVAILABLE", "EMOVED", "ETIMEDOUT") for c in callers),
+             "ringcached R=2: get_or_compute on a key of the dead primary: no compute, an "
+             "error within the wait (%s, %.0f ms)"
+             % (",".join(sorted({c.get("code", "?") for c in callers})), ms), "\n".join(out))
+        rc, out, err = cl.ctl("remove", "--failed", "b")
+        t.ok(rc == 0, "ringcached R=2: ringctl remove --failed b", (rc, out[-300:], err[-300:]))
+        rows, tail = mgm_rows(p.cmd("mgm fk 40"))
+        bad = [(k, r) for k, r in rows.items() if r[1:] != ("OK", "fv-" + k[2:])]
         t.ok(not bad and tail.startswith("result OK"),
-             "ringcached R=2: after SIGKILL of b every key reads from a replica (%s)" % tail,
-             bad[:10])
+             "ringcached R=2: after the failover every key reads from its new owners (%s)"
+             % tail, bad[:10])
         r = p.one("mg fk1 v")
-        t.ok(r.get("value") == "fv-1", "ringcached R=2: mg fails over to the replica", r)
+        t.ok(r.get("value") == "fv-1", "ringcached R=2: so does a single mg", r)
+        check_herd(t, p, "ringcached R=2 after the failover", "herd-c")
     finally:
         if p is not None:
             p.close()
