@@ -12,8 +12,8 @@
 
 #include "client/ctl.h"
 #include "client/ctl_util.h"
-#include "client/mcproto.h"
 #include "client/ringcache.h"
+#include "ring/util.h"
 
 /* The meta subcommands (declared here for ringctl.c, which declares them
  * too: client/ctl.h is to take them over). */
@@ -850,15 +850,15 @@ ctl_meta(enum meta_cmd cmd, struct ctl_globals *g, int argc, char **argv)
     key = argv[first];
     key_len = strlen(key);
     if (b64) {
-        long n = key_len <= RINGCACHE_KEY_MAX ? mcp_base64_decode(bin, key, key_len) : -1;
+        size_t n = key_len <= RINGCACHE_KEY_MAX ? util_b64_decode(key, key_len, bin) : 0;
 
-        if (n <= 0) {
+        if (n == 0 || n > RINGCACHE_META_BINARY_KEY_MAX) {
             ctl_error("%s: b: '%s' is not base64 of 1..%d bytes", name, key,
                       RINGCACHE_META_BINARY_KEY_MAX);
             return 2;
         }
         key = (const char *)bin;
-        key_len = (size_t)n;
+        key_len = n;
     }
     if (cmd == META_MS) {
         value = argv[first + 1];

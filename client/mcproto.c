@@ -10,6 +10,7 @@
 
 #include "client/mcproto.h"
 #include "client/ringcache.h"
+#include "ring/util.h"
 
 int
 mcp_check_key(const char *key, size_t len)
@@ -228,87 +229,6 @@ mcp_meta_key(const char *key, size_t len)
     return len <= RINGCACHE_META_BINARY_KEY_MAX ? 1 : RINGCACHE_EKEY;
 }
 
-static const char b64_alphabet[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-size_t
-mcp_base64_encode(char *dst, const void *src, size_t n)
-{
-    const unsigned char *s = src;
-    size_t               i, o = 0;
-
-    for (i = 0; i + 2 < n; i += 3) {
-        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
-
-        dst[o++] = b64_alphabet[v >> 18];
-        dst[o++] = b64_alphabet[(v >> 12) & 63];
-        dst[o++] = b64_alphabet[(v >> 6) & 63];
-        dst[o++] = b64_alphabet[v & 63];
-    }
-    if (i < n) {
-        uint32_t v = (uint32_t)s[i] << 16 | (i + 1 < n ? (uint32_t)s[i + 1] << 8 : 0);
-
-        dst[o++] = b64_alphabet[v >> 18];
-        dst[o++] = b64_alphabet[(v >> 12) & 63];
-        dst[o++] = i + 1 < n ? b64_alphabet[(v >> 6) & 63] : '=';
-        dst[o++] = '=';
-    }
-    return o;
-}
-
-/* The 6-bit value of a base64 character, -1 for any other byte. */
-static int
-b64_value(char c)
-{
-    if (c >= 'A' && c <= 'Z') {
-        return c - 'A';
-    }
-    if (c >= 'a' && c <= 'z') {
-        return c - 'a' + 26;
-    }
-    if (c >= '0' && c <= '9') {
-        return c - '0' + 52;
-    }
-    return c == '+' ? 62 : c == '/' ? 63 : -1;
-}
-
-long
-mcp_base64_decode(void *dst, const char *src, size_t n)
-{
-    unsigned char *d = dst;
-    size_t         i, o = 0;
-
-    if (n % 4 != 0) {
-        return -1;
-    }
-    for (i = 0; i < n; i += 4) {
-        int      v[4], j, pad = 0;
-        uint32_t w = 0;
-
-        for (j = 0; j < 4; j++) {
-            /* "=" only at the end: "xx==" or "xxx=". */
-            if (src[i + j] == '=' && i + 4 == n && j >= 2 && (j == 3 || src[i + 3] == '=')) {
-                v[j] = 0;
-                pad++;
-                continue;
-            }
-            v[j] = pad > 0 ? -1 : b64_value(src[i + j]);
-            if (v[j] < 0) {
-                return -1;
-            }
-        }
-        w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
-        d[o++] = (unsigned char)(w >> 16);
-        if (pad < 2) {
-            d[o++] = (unsigned char)(w >> 8);
-        }
-        if (pad < 1) {
-            d[o++] = (unsigned char)w;
-        }
-    }
-    return (long)o;
-}
-
 bool
 mcp_meta_writes(enum mcp_meta_cmd cmd, const struct ringcache_meta_opts *o)
 {
@@ -425,7 +345,7 @@ mcp_format_meta(char *buf, enum mcp_meta_cmd cmd, const char *key, size_t key_le
         return 0;
     }
     if (how == 1) {
-        key_len = mcp_base64_encode(kb, key, key_len);
+        key_len = util_b64_encode((const unsigned char *)key, key_len, kb);
         key = kb;
     }
     mline_put(&l, "%s %.*s", names[cmd], (int)key_len, key);

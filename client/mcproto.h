@@ -1,7 +1,7 @@
 /*
  * mcproto: the client side of the memcached text protocol. Key checks,
  * every request line libringcache sends (classic and meta, base64 keys
- * included), and which replies a client
+ * with ring/util's util_b64_*), and which replies a client
  * accepts (read by proto/mcreply, the reader the node shares) and what
  * they mean as RINGCACHE_E codes. Pure: no I/O, no allocation.
  */
@@ -103,14 +103,6 @@ enum mcp_meta_cmd {
  * key cannot carry), or RINGCACHE_EKEY (NULL, empty, or too long for
  * either). */
 int mcp_meta_key(const char *key, size_t len);
-
-/* Padded base64 (RFC 4648) of src[0..n) into dst, which holds
- * 4 * ((n + 2) / 3) bytes (no NUL written); returns that length. */
-size_t mcp_base64_encode(char *dst, const void *src, size_t n);
-
-/* Decode padded base64 src[0..n) into dst (room for 3 * n / 4 bytes):
- * the decoded length, or -1 when src is not padded base64. */
-long mcp_base64_decode(void *dst, const char *src, size_t n);
 
 /* The request line of a meta command for key (sent as mcp_meta_key
  * says) with the options o: "<cm> <key>[ <datalen>][ <flag>...]\r\n",

@@ -138,7 +138,9 @@ result_fill(struct ringcache_meta_result *out, const struct mcr_reply *r, const 
         long          n = (long)r->key_len;
 
         if ((r->mseen & MCR_MF_B) != 0) {
-            n = r->key_len <= RINGCACHE_KEY_MAX ? mcp_base64_decode(dec, r->key, r->key_len) : -1;
+            /* util_b64_decode: 0 when it does not decode. */
+            n = r->key_len <= RINGCACHE_KEY_MAX ? (long)util_b64_decode(r->key, r->key_len, dec)
+                                                : 0;
             echo = dec;
         }
         if (n != (long)key_len || memcmp(echo, key, key_len) != 0) {
