@@ -2,21 +2,40 @@
  * ringcached: a memcached-compatible cache node. main parses the flags,
  * builds the server (store, workers), listens, and runs until SIGTERM or
  * SIGINT; exit 0 after a clean stop, 1 on a start-up failure, 2 on a bad
- * command line.
+ * command line. memcached's process options live here too: -d (the parent
+ * exits once the child listens), -P, -u (dropped after binding), -k, -r.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "server/cluster.h"
 #include "server/cport.h"
 #include "server/log.h"
 #include "server/settings.h"
 #include "server/thread.h"
+
+/* -u: whom to become once the sockets are bound. */
+struct run_as {
+    bool  drop; /* started as root with -u */
+    uid_t uid;
+    gid_t gid;
+};
 
 /* The admin token: the first line of the file, 1-256 bytes. 0 or -1. */
 static int
@@ -93,13 +112,257 @@ start_cluster(struct server *srv, const struct settings *st, struct cport **cp)
     return 0;
 }
 
+/*
+ * -u as memcached: only a process started as root changes user, and as
+ * root -d needs -u (memcached asks it of every start as root; ringcached
+ * keeps running in the foreground as root without it, as its tests and
+ * scripts do). 0, -1 (logged: no such user) or -2 (usage).
+ */
+static int
+resolve_user(const struct settings *st, struct run_as *ra)
+{
+    struct passwd *pw;
+
+    memset(ra, 0, sizeof(*ra));
+    if (getuid() != 0 && geteuid() != 0) {
+        return 0;
+    }
+    if (st->user[0] == '\0') {
+        if (st->daemonize) {
+            fprintf(stderr, "ringcached: can't run as root without the -u switch\n");
+            return -2;
+        }
+        return 0;
+    }
+    errno = 0;
+    pw = getpwnam(st->user);
+    if (pw == NULL) {
+        log_msg(LOG_ERR, "can't find the user %s to switch to", st->user);
+        return -1;
+    }
+    ra->drop = true;
+    ra->uid = pw->pw_uid;
+    ra->gid = pw->pw_gid;
+    return 0;
+}
+
+/* Become the -u user: the files made as root first pass to it (memcached
+ * creates them after its switch), then groups, gid, uid. The state
+ * directory must be writable by it. 0 or -1 (logged). */
+static int
+drop_privileges(const struct settings *st, const struct run_as *ra)
+{
+    const char *files[2] = { st->pid_file, st->socket_path };
+    int         i;
+
+    if (!ra->drop) {
+        return 0;
+    }
+    for (i = 0; i < 2; i++) {
+        if (files[i][0] != '\0' && chown(files[i], ra->uid, ra->gid) < 0) {
+            log_msg(LOG_ERR, "-u %s: cannot give %s to the user: %s", st->user, files[i],
+                    strerror(errno));
+            return -1;
+        }
+    }
+    if (initgroups(st->user, ra->gid) < 0 || setgid(ra->gid) < 0 || setuid(ra->uid) < 0) {
+        log_msg(LOG_ERR, "failed to assume identity of user %s: %s", st->user, strerror(errno));
+        return -1;
+    }
+    if (ra->uid != 0 && setuid(0) == 0) {
+        log_msg(LOG_ERR, "-u %s: root could be regained; stopping", st->user);
+        return -1;
+    }
+    /* A change of user makes the process undumpable; -r asked for cores. */
+    if (st->core_dumps) {
+        prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+    }
+    if (st->state_dir[0] != '\0' && access(st->state_dir, W_OK | X_OK) < 0) {
+        log_msg(LOG_ERR, "--state-dir %s: not writable by user %s: %s", st->state_dir, st->user,
+                strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* -r, as memcached: unlimited core files, or at least the hard limit;
+ * a soft limit of 0 is a failure. 0 or -1 (logged). */
+static int
+raise_core_limit(void)
+{
+    struct rlimit rl = { RLIM_INFINITY, RLIM_INFINITY };
+
+    if (setrlimit(RLIMIT_CORE, &rl) < 0 && getrlimit(RLIMIT_CORE, &rl) == 0) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_CORE, &rl);
+    }
+    if (getrlimit(RLIMIT_CORE, &rl) < 0 || rl.rlim_cur == 0) {
+        log_msg(LOG_ERR, "-r: failed to ensure corefile creation");
+        return -1;
+    }
+    return 0;
+}
+
+/* A relative path made absolute in place (a daemon works from /).
+ * 0, or -1 when the result does not fit (reported). */
+static int
+make_absolute(char *path, size_t size, const char *opt)
+{
+    char   cwd[PATH_MAX], buf[PATH_MAX + 1024];
+    size_t n;
+
+    if (path[0] == '\0' || path[0] == '/') {
+        return 0;
+    }
+    if (getcwd(cwd, sizeof(cwd)) == NULL) {
+        fprintf(stderr, "ringcached: %s %s: cannot read the current directory: %s\n", opt, path,
+                strerror(errno));
+        return -1;
+    }
+    n = (size_t)snprintf(buf, sizeof(buf), "%s/%s", cwd, path);
+    if (n >= size || n >= sizeof(buf)) {
+        fprintf(stderr, "ringcached: %s %s: its absolute path is too long\n", opt, path);
+        return -1;
+    }
+    memcpy(path, buf, n + 1);
+    return 0;
+}
+
+/* With -d, every path the node still uses after start-up. 0 or -1. */
+static int
+absolute_paths(struct settings *st)
+{
+    if (make_absolute(st->pid_file, sizeof(st->pid_file), "-P") < 0 ||
+        make_absolute(st->socket_path, sizeof(st->socket_path), "-s") < 0 ||
+        make_absolute(st->state_dir, sizeof(st->state_dir), "--state-dir") < 0) {
+        return -1;
+    }
+    if (strstr(st->store, "://") == NULL &&
+        make_absolute(st->store, sizeof(st->store), "--store") < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * -d, first half: fork before any thread exists. The parent waits on a
+ * pipe: one byte means the child is listening (exit 0); end of file means
+ * it failed, after printing why on the stderr they share (exit with its
+ * status). The child starts its own session. Returns the pipe's write end
+ * in the child, -1 (logged) if fork failed; the parent never returns.
+ */
+static int
+daemon_fork(void)
+{
+    pid_t   pid;
+    int     p[2], status;
+    ssize_t n;
+    char    b;
+
+    if (pipe2(p, O_CLOEXEC) < 0) {
+        log_msg(LOG_ERR, "-d: pipe: %s", strerror(errno));
+        return -1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    if (pid < 0) {
+        log_msg(LOG_ERR, "-d: fork: %s", strerror(errno));
+        return -1;
+    }
+    if (pid > 0) {
+        close(p[1]);
+        do {
+            n = read(p[0], &b, 1);
+        } while (n < 0 && errno == EINTR);
+        if (n == 1) {
+            _exit(0);
+        }
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+            continue;
+        }
+        _exit(WIFEXITED(status) && WEXITSTATUS(status) != 0 ? WEXITSTATUS(status) : 1);
+    }
+    close(p[0]);
+    if (setsid() < 0) {
+        log_msg(LOG_ERR, "-d: setsid: %s", strerror(errno));
+        close(p[1]);
+        return -1;
+    }
+    return p[1];
+}
+
+/* -d, second half, once listening: leave the directory (unless -r, as
+ * memcached), put stdio on /dev/null (unless -v, as memcached), then let
+ * the parent go. 0 or -1 (logged). */
+static int
+daemon_ready(const struct settings *st, int ready_fd)
+{
+    int fd;
+
+    if (!st->core_dumps && chdir("/") < 0) {
+        log_msg(LOG_ERR, "-d: chdir /: %s", strerror(errno));
+        return -1;
+    }
+    if (st->verbose == 0) {
+        fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (fd < 0 || dup2(fd, STDIN_FILENO) < 0 || dup2(fd, STDOUT_FILENO) < 0 ||
+            dup2(fd, STDERR_FILENO) < 0) {
+            log_msg(LOG_ERR, "-d: /dev/null: %s", strerror(errno));
+            return -1;
+        }
+        close(fd);
+    }
+    if (write(ready_fd, "r", 1) != 1) {
+        return -1;
+    }
+    close(ready_fd);
+    return 0;
+}
+
+/* -P: the pid, written to FILE.tmp and renamed over FILE so a reader never
+ * sees it half written (memcached's way, and its warning when the old file
+ * names a live process). 0 or -1 (logged). */
+static int
+write_pid_file(const char *path)
+{
+    char  tmp[1040];
+    FILE *f;
+    long  old;
+
+    f = fopen(path, "r");
+    if (f != NULL) {
+        if (fscanf(f, "%ld", &old) == 1 && old > 0 && old != (long)getpid() &&
+            kill((pid_t)old, 0) == 0) {
+            fprintf(stderr, "ringcached: warning: the pid file %s contained the running pid %ld\n",
+                    path, old);
+        }
+        fclose(f);
+    }
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    f = fopen(tmp, "w");
+    if (f == NULL) {
+        log_msg(LOG_ERR, "cannot write the pid file %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "%ld\n", (long)getpid());
+    if (fclose(f) != 0 || rename(tmp, path) < 0) {
+        log_msg(LOG_ERR, "cannot write the pid file %s: %s", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
     struct settings settings;
-    struct server  *srv;
+    struct run_as   run_as;
+    struct server  *srv = NULL;
     struct cport   *cp = NULL;
-    int             rc;
+    bool            pid_written = false, listening = false;
+    int             rc, ready_fd = -1;
 
     settings_init(&settings);
     rc = settings_parse(&settings, argc, argv, stdout, stderr);
@@ -107,29 +370,64 @@ main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     }
     log_set_level(settings.verbose);
+    if (settings.daemonize && absolute_paths(&settings) < 0) {
+        return 2;
+    }
+    rc = resolve_user(&settings, &run_as);
+    if (rc < 0) {
+        return rc == -2 ? 2 : 1;
+    }
+    if (settings.core_dumps && raise_core_limit() < 0) {
+        return 1;
+    }
+    if (settings.daemonize && (ready_fd = daemon_fork()) < 0) {
+        return 1;
+    }
+    /* After the fork: memory locks are not inherited. */
+    if (settings.lock_memory && mlockall(MCL_CURRENT | MCL_FUTURE) < 0) {
+        fprintf(stderr, "ringcached: warning: -k: mlockall failed: %s\n", strerror(errno));
+    }
     /* A client that hangs up mid-reply must not kill the node. */
     signal(SIGPIPE, SIG_IGN);
 
+    rc = 1;
     srv = server_new(&settings);
     if (srv == NULL) {
-        return 1;
+        goto out;
     }
     if (server_listen(srv) < 0) {
-        server_free(srv);
-        return 1;
+        goto out;
     }
+    listening = true;
     if (settings.state_dir[0] != '\0' && start_cluster(srv, &settings, &cp) < 0) {
-        cport_free(cp);
-        cluster_free(srv->cluster);
-        srv->cluster = NULL;
-        server_free(srv);
-        return 1;
+        goto out;
     }
-    rc = server_run(srv);
+    if (settings.pid_file[0] != '\0') {
+        if (write_pid_file(settings.pid_file) < 0) {
+            goto out;
+        }
+        pid_written = true;
+    }
+    if (drop_privileges(&settings, &run_as) < 0) {
+        goto out;
+    }
+    if (ready_fd >= 0 && daemon_ready(&settings, ready_fd) < 0) {
+        goto out;
+    }
+    rc = server_run(srv) == 0 ? 0 : 1;
+out:
     /* Workers are joined: stop the cluster thread, then free its state. */
     cport_free(cp);
-    cluster_free(srv->cluster);
-    srv->cluster = NULL;
+    if (srv != NULL) {
+        cluster_free(srv->cluster);
+        srv->cluster = NULL;
+    }
     server_free(srv);
-    return rc == 0 ? 0 : 1;
+    if (pid_written && unlink(settings.pid_file) < 0) {
+        log_msg(LOG_ERR, "cannot remove the pid file %s: %s", settings.pid_file, strerror(errno));
+    }
+    if (listening && settings.socket_path[0] != '\0') {
+        unlink(settings.socket_path);
+    }
+    return rc;
 }

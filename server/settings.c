@@ -1,6 +1,8 @@
 /*
  * settings: option parsing with getopt_long. Values are validated here so
- * the rest of the node can trust them; every error names the flag.
+ * the rest of the node can trust them; every error names the flag. The
+ * memcached options that mean nothing here are accepted with one warning
+ * line each; the ones whose meaning cannot be kept stop the start.
  */
 #include "config.h"
 #include "server/settings.h"
@@ -29,6 +31,9 @@ settings_init(struct settings *s)
     s->verbose = 0;
     strcpy(s->cluster_name, "ringcache");
     s->forward_timeout_ms = 1000;
+    s->socket_mask = 0700;
+    s->backlog = 1024;
+    s->reqs_per_event = 20;
 }
 
 /* Print the usage text to f. */
@@ -55,7 +60,27 @@ settings_usage(FILE *f)
                "                             DIR or etcd://HOST:PORT,.../PREFIX): commit an\n"
                "                             epoch the store committed if its admin died\n"
                "  -h, --help                 print this help and exit\n"
-               "  -V, --version              print the version and exit\n");
+               "  -V, --version              print the version and exit\n"
+               "memcached's options, with memcached's meaning:\n"
+               "  -s, --unix-socket=<file>   listen on this unix socket, not on TCP\n"
+               "  -a, --unix-mask=<mask>     its permissions, octal (default: 0700)\n"
+               "  -b, --listen-backlog=<num> listen backlog (default: 1024)\n"
+               "  -d, --daemon               run in the background (once listening)\n"
+               "  -P, --pidfile=<file>       write the pid to this file\n"
+               "  -u, --user=<user>          when started as root: run as this user\n"
+               "                             (required as root with -d)\n"
+               "  -k, --lock-memory          lock all paged memory (mlockall)\n"
+               "  -r, --enable-coredumps     raise the core file size limit\n"
+               "  -B, --protocol=ascii       the only protocol spoken (binary, auto: no)\n"
+               "  -U, --udp-port=0           UDP is off (any other port: refused)\n"
+               "  -X, --disable-dumping      accepted (there is no dump command)\n"
+               "  -W, --disable-watch        accepted (there is no watch command)\n"
+               "  -o, --extended=<opts>      modern, no_modern, maxconns_fast; slab and\n"
+               "                             LRU tuning is accepted with a warning\n"
+               "  accepted with a warning, no effect here: -f -n -L (slab tuning),\n"
+               "     -C (CAS stays on), -R (requests per event), -A, -D, -N\n"
+               "  refused (not supported): -U <non-zero>, -B binary|auto, -e, -F, -M,\n"
+               "     -S, -Y, -Z, -o ext_*|ssl_*|proxy_*\n");
 }
 
 /* A decimal integer in [min, max]; 0 or -1. */
@@ -113,6 +138,164 @@ bad_value(FILE *err, char opt, const char *val, const char *why)
     return -1;
 }
 
+/* An option whose memcached meaning cannot be kept: one line, -1. */
+static int
+refuse(FILE *err, const char *opt, const char *why)
+{
+    fprintf(err, "ringcached: %s: %s\n", opt, why);
+    return -1;
+}
+
+/* An option that means nothing here: one warning line, then go on. */
+static void
+ignored(FILE *err, const char *opt, const char *val, const char *why)
+{
+    fprintf(err, "ringcached: warning: %s%s%s: %s; ignored\n", opt, val != NULL ? " " : "",
+            val != NULL ? val : "", why);
+}
+
+static const char SLAB_WHY[] = "slab allocator tuning does not apply (ringcached has no slabs: "
+                               "each item is its own allocation)";
+
+/* What ringcached does with a memcached -o sub-option. */
+enum sub_kind {
+    SUB_NOOP,   /* accepted: what ringcached does anyway */
+    SUB_SLAB,   /* slab, LRU or hash tuning: one warning */
+    SUB_IGNORE, /* accepted with one warning saying why */
+};
+
+/* A sub-option's value: none (one given is ignored, as memcached does),
+ * required, or optional. */
+enum sub_arg {
+    ARG_NONE,
+    ARG_REQUIRED,
+    ARG_OPTIONAL
+};
+
+struct subopt {
+    const char *name;
+    uint8_t     kind;
+    uint8_t     arg;
+    const char *why; /* SUB_IGNORE */
+};
+
+/* memcached 1.6's -o sub-options (memcached.c, subopts_tokens). */
+static const struct subopt SUBOPTS[] = {
+    { "modern", SUB_NOOP, ARG_NONE, NULL },
+    { "maxconns_fast", SUB_NOOP, ARG_NONE, NULL },
+    { "no_maxconns_fast", SUB_IGNORE, ARG_NONE,
+      "connections over -c are always answered with an error and closed" },
+    { "idle_timeout", SUB_IGNORE, ARG_REQUIRED, "idle connections are not timed out yet" },
+    { "drop_privileges", SUB_IGNORE, ARG_NONE, "there is no system call filter" },
+    { "no_drop_privileges", SUB_IGNORE, ARG_NONE, "there is no system call filter" },
+    { "watcher_logbuf_size", SUB_IGNORE, ARG_REQUIRED, "there is no watch command" },
+    { "worker_logbuf_size", SUB_IGNORE, ARG_REQUIRED, "there is no watch command" },
+    { "read_buf_mem_limit", SUB_IGNORE, ARG_REQUIRED,
+      "read buffers come from per-thread pools (ringcached(1), MEMORY)" },
+    { "resp_obj_mem_limit", SUB_IGNORE, ARG_REQUIRED, "deprecated in memcached too" },
+    { "no_modern", SUB_SLAB, ARG_NONE, NULL },
+    { "hashpower", SUB_SLAB, ARG_REQUIRED, NULL },
+    { "no_hashexpand", SUB_SLAB, ARG_NONE, NULL },
+    { "hash_algorithm", SUB_SLAB, ARG_REQUIRED, NULL },
+    { "slab_reassign", SUB_SLAB, ARG_NONE, NULL },
+    { "no_slab_reassign", SUB_SLAB, ARG_NONE, NULL },
+    { "slab_automove", SUB_SLAB, ARG_OPTIONAL, NULL },
+    { "no_slab_automove", SUB_SLAB, ARG_NONE, NULL },
+    { "slab_automove_ratio", SUB_SLAB, ARG_REQUIRED, NULL },
+    { "slab_automove_window", SUB_SLAB, ARG_REQUIRED, NULL },
+    { "slab_sizes", SUB_SLAB, ARG_REQUIRED, NULL },
+    { "slab_chunk_max", SUB_SLAB, ARG_REQUIRED, NULL },
+    { "no_chunked_items", SUB_SLAB, ARG_NONE, NULL },
+    { "tail_repair_time", SUB_SLAB, ARG_REQUIRED, NULL },
+    { "lru_crawler", SUB_SLAB, ARG_NONE, NULL },
+    { "no_lru_crawler", SUB_SLAB, ARG_NONE, NULL },
+    { "lru_crawler_sleep", SUB_SLAB, ARG_REQUIRED, NULL },
+    { "lru_crawler_tocrawl", SUB_SLAB, ARG_REQUIRED, NULL },
+    { "lru_maintainer", SUB_SLAB, ARG_NONE, NULL },
+    { "no_lru_maintainer", SUB_SLAB, ARG_NONE, NULL },
+    { "hot_lru_pct", SUB_SLAB, ARG_REQUIRED, NULL },
+    { "warm_lru_pct", SUB_SLAB, ARG_REQUIRED, NULL },
+    { "hot_max_factor", SUB_SLAB, ARG_REQUIRED, NULL },
+    { "warm_max_factor", SUB_SLAB, ARG_REQUIRED, NULL },
+    { "temporary_ttl", SUB_SLAB, ARG_REQUIRED, NULL },
+    { "track_sizes", SUB_SLAB, ARG_NONE, NULL },
+    { "inline_ascii_resp", SUB_SLAB, ARG_NONE, NULL },
+    { "no_inline_ascii_resp", SUB_SLAB, ARG_NONE, NULL },
+};
+
+/* Families of sub-options for features ringcached does not have. */
+static const struct {
+    const char *prefix;
+    const char *why;
+} SUBOPT_REFUSED[] = {
+    { "ext_", "extstore (items on flash) is not supported" },
+    { "ssl_", "TLS is not supported" },
+    { "proxy_", "proxy mode is not supported" },
+};
+
+/* One sub-option of -o, "name" or "name=value": 0 (accepted, maybe with
+ * a warning) or -1 (reported). */
+static int
+parse_subopt(FILE *err, char *one)
+{
+    char  *eq = strchr(one, '=');
+    char  *val = NULL;
+    size_t i;
+
+    if (eq != NULL) {
+        *eq = '\0';
+        val = eq + 1;
+    }
+    for (i = 0; i < sizeof(SUBOPT_REFUSED) / sizeof(SUBOPT_REFUSED[0]); i++) {
+        if (strncmp(one, SUBOPT_REFUSED[i].prefix, strlen(SUBOPT_REFUSED[i].prefix)) == 0) {
+            fprintf(err, "ringcached: -o %s: %s\n", one, SUBOPT_REFUSED[i].why);
+            return -1;
+        }
+    }
+    for (i = 0; i < sizeof(SUBOPTS) / sizeof(SUBOPTS[0]); i++) {
+        const struct subopt *so = &SUBOPTS[i];
+        char                 opt[80];
+
+        if (strcmp(one, so->name) != 0) {
+            continue;
+        }
+        if (so->arg == ARG_REQUIRED && (val == NULL || *val == '\0')) {
+            fprintf(err, "ringcached: -o %s: missing %s argument\n", one, one);
+            return -1;
+        }
+        snprintf(opt, sizeof(opt), "-o %s%s%s", one, so->arg != ARG_NONE && val != NULL ? "=" : "",
+                 so->arg != ARG_NONE && val != NULL ? val : "");
+        if (so->kind == SUB_SLAB) {
+            ignored(err, opt, NULL, SLAB_WHY);
+        } else if (so->kind == SUB_IGNORE) {
+            ignored(err, opt, NULL, so->why);
+        }
+        return 0;
+    }
+    fprintf(err, "ringcached: -o %s: illegal suboption \"%s\"\n", one, one);
+    return -1;
+}
+
+/* -o's comma-separated list, each checked in turn. */
+static int
+parse_extended(FILE *err, const char *arg)
+{
+    char *copy = strdup(arg);
+    char *one, *save = NULL;
+    int   rc = 0;
+
+    if (copy == NULL) {
+        fprintf(err, "ringcached: out of memory\n");
+        return -1;
+    }
+    for (one = strtok_r(copy, ",", &save); one != NULL && rc == 0;
+         one = strtok_r(NULL, ",", &save)) {
+        rc = parse_subopt(err, one);
+    }
+    free(copy);
+    return rc;
+}
+
 /* Long-only options (cluster mode). */
 enum {
     OPT_ID = 256,
@@ -158,14 +341,45 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         { "cluster-port", required_argument, NULL, OPT_CLUSTER_PORT },
         { "forward-timeout", required_argument, NULL, OPT_FORWARD_TIMEOUT },
         { "store", required_argument, NULL, OPT_STORE },
+        /* memcached's long names. */
+        { "unix-socket", required_argument, NULL, 's' },
+        { "unix-mask", required_argument, NULL, 'a' },
+        { "listen-backlog", required_argument, NULL, 'b' },
+        { "daemon", no_argument, NULL, 'd' },
+        { "pidfile", required_argument, NULL, 'P' },
+        { "user", required_argument, NULL, 'u' },
+        { "lock-memory", no_argument, NULL, 'k' },
+        { "enable-coredumps", no_argument, NULL, 'r' },
+        { "protocol", required_argument, NULL, 'B' },
+        { "udp-port", required_argument, NULL, 'U' },
+        { "max-reqs-per-event", required_argument, NULL, 'R' },
+        { "disable-cas", no_argument, NULL, 'C' },
+        { "disable-flush-all", no_argument, NULL, 'F' },
+        { "disable-dumping", no_argument, NULL, 'X' },
+        { "disable-watch", no_argument, NULL, 'W' },
+        { "disable-evictions", no_argument, NULL, 'M' },
+        { "slab-growth-factor", required_argument, NULL, 'f' },
+        { "slab-min-size", required_argument, NULL, 'n' },
+        { "enable-largepages", no_argument, NULL, 'L' },
+        { "enable-shutdown", no_argument, NULL, 'A' },
+        { "enable-sasl", no_argument, NULL, 'S' },
+        { "enable-ssl", no_argument, NULL, 'Z' },
+        { "auth-file", required_argument, NULL, 'Y' },
+        { "memory-file", required_argument, NULL, 'e' },
+        { "extended", required_argument, NULL, 'o' },
+        { "napi-ids", required_argument, NULL, 'N' },
         { NULL, 0, NULL, 0 },
     };
-    long v;
-    int  c;
+    double d;
+    char  *end;
+    long   v;
+    int    c;
 
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":p:l:t:m:c:I:vhV", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv,
+                            ":p:l:t:m:c:I:vhVs:a:b:dP:u:krB:U:R:CFXWMf:n:LAD:SZY:e:o:N:", longopts,
+                            NULL)) != -1) {
         switch (c) {
         case 'p':
             if (parse_int(optarg, 0, 65535, &v) < 0) {
@@ -248,6 +462,131 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
                 return -1;
             }
             break;
+        case 's':
+            if (optarg[0] == '\0' || strlen(optarg) >= sizeof(s->socket_path)) {
+                return bad_value(err, 's', optarg, "a unix socket path is 1-107 bytes");
+            }
+            strcpy(s->socket_path, optarg);
+            break;
+        case 'a':
+            errno = 0;
+            v = strtol(optarg, &end, 8);
+            if (errno != 0 || end == optarg || *end != '\0' || v < 0 || v > 0777) {
+                return bad_value(err, 'a', optarg, "not an octal mode (0-777)");
+            }
+            s->socket_mask = (int)v;
+            break;
+        case 'b':
+            if (parse_int(optarg, 1, INT_MAX, &v) < 0) {
+                return bad_value(err, 'b', optarg, "the backlog must be 1 or more");
+            }
+            s->backlog = (int)v;
+            break;
+        case 'd':
+            s->daemonize = true;
+            break;
+        case 'P':
+            if (optarg[0] == '\0' || strlen(optarg) >= sizeof(s->pid_file)) {
+                return bad_value(err, 'P', optarg, "a pid file path is 1-1023 bytes");
+            }
+            strcpy(s->pid_file, optarg);
+            break;
+        case 'u':
+            if (optarg[0] == '\0' || strlen(optarg) >= sizeof(s->user)) {
+                return bad_value(err, 'u', optarg, "not a user name");
+            }
+            strcpy(s->user, optarg);
+            break;
+        case 'k':
+            s->lock_memory = true;
+            break;
+        case 'r':
+            s->core_dumps = true;
+            break;
+        case 'B':
+            if (strcmp(optarg, "ascii") == 0) {
+                break;
+            }
+            if (strcmp(optarg, "binary") == 0 || strcmp(optarg, "auto") == 0) {
+                fprintf(err,
+                        "ringcached: -B %s: the binary protocol is not supported; "
+                        "only -B ascii\n",
+                        optarg);
+                return -1;
+            }
+            return bad_value(err, 'B', optarg, "should be one of auto, binary, or ascii");
+        case 'U':
+            if (parse_int(optarg, 0, 65535, &v) < 0) {
+                return bad_value(err, 'U', optarg, "not a port number (0-65535)");
+            }
+            if (v != 0) {
+                fprintf(err, "ringcached: -U %s: UDP is not supported; only -U 0 (off)\n", optarg);
+                return -1;
+            }
+            break;
+        case 'R':
+            if (parse_int(optarg, 1, INT_MAX, &v) < 0) {
+                return bad_value(err, 'R', optarg, "requests per event must be 1 or more");
+            }
+            s->reqs_per_event = (int)v;
+            ignored(err, "-R", optarg,
+                    "requests are not counted per event: a connection yields after 16 "
+                    "full reads");
+            break;
+        case 'C':
+            ignored(err, "-C", NULL,
+                    "CAS cannot be disabled: every item keeps its CAS unique (gets shows "
+                    "it, cas checks it)");
+            break;
+        case 'X':
+        case 'W':
+            /* Nothing to disable: there is no dump or watch command. */
+            break;
+        case 'f':
+            errno = 0;
+            d = strtod(optarg, &end);
+            if (errno != 0 || end == optarg || *end != '\0' || !(d > 1.0)) {
+                return bad_value(err, 'f', optarg, "the factor must be greater than 1");
+            }
+            ignored(err, "-f", optarg, SLAB_WHY);
+            break;
+        case 'n':
+            if (parse_int(optarg, 1, INT_MAX, &v) < 0) {
+                return bad_value(err, 'n', optarg, "the chunk size must be greater than 0");
+            }
+            ignored(err, "-n", optarg, SLAB_WHY);
+            break;
+        case 'L':
+            ignored(err, "-L", NULL, SLAB_WHY);
+            break;
+        case 'A':
+            ignored(err, "-A", NULL, "the shutdown command is not supported (stop with SIGTERM)");
+            break;
+        case 'D':
+            ignored(err, "-D", optarg, "per-prefix statistics (stats detail) are not supported");
+            break;
+        case 'N':
+            ignored(err, "-N", optarg, "NAPI ID thread selection does not apply");
+            break;
+        case 'F':
+            return refuse(err, "-F", "disabling flush_all is not supported yet");
+        case 'M':
+            return refuse(err, "-M",
+                          "not supported: a full cache always evicts its least recently "
+                          "used items");
+        case 'S':
+            return refuse(err, "-S", "SASL is not supported (it needs the binary protocol)");
+        case 'Y':
+            return refuse(err, "-Y", "authentication tokens are not supported");
+        case 'Z':
+            return refuse(err, "-Z", "TLS is not supported");
+        case 'e':
+            return refuse(err, "-e", "a restartable cache (memory file) is not supported yet");
+        case 'o':
+            if (parse_extended(err, optarg) < 0) {
+                return -1;
+            }
+            break;
         case 'h':
             settings_usage(out);
             return 1;
@@ -288,6 +627,11 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         fprintf(err,
                 "ringcached: --id, --token-file, --cluster-port and --store need --state-dir\n");
         settings_usage(err);
+        return -1;
+    }
+    if (s->socket_path[0] != '\0' && s->state_dir[0] != '\0') {
+        fprintf(err, "ringcached: -s cannot be used with --state-dir: peers and clients reach a "
+                     "cluster node at its TCP address\n");
         return -1;
     }
     if (s->item_size_max > s->maxbytes / 2) {

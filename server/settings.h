@@ -1,12 +1,17 @@
 /*
  * settings: ringcached's command-line options, named and defaulted as
- * memcached's (-p -l -t -m -c -I -v). Parsed once in main, read-only after.
+ * memcached 1.6's (-p -l -t -m -c -I -v, -s -a -u -P -d ...; the slab
+ * tuning ones are accepted and ignored). Parsed once in main, read-only
+ * after.
  */
 #ifndef SERVER_SETTINGS_H
 #define SERVER_SETTINGS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
+
+#define SETTINGS_SOCKET_PATH_MAX 108 /* sizeof(sockaddr_un.sun_path) */
 
 struct settings {
     int    port;            /* -p, TCP port (0 = any free port) */
@@ -24,6 +29,16 @@ struct settings {
     int  cluster_port;       /* --cluster-port; 0 = client port + 10000 */
     int  forward_timeout_ms; /* --forward-timeout: forwards and replica acks */
     char store[2048];        /* --store: the membership store the node watches ("" none) */
+    /* memcached's process options (main.c applies them). */
+    char socket_path[SETTINGS_SOCKET_PATH_MAX]; /* -s: a unix socket instead of TCP ("" none) */
+    int  socket_mask;                           /* -a: its permissions (default 0700) */
+    int  backlog;                               /* -b: listen backlog (default 1024) */
+    int  reqs_per_event;                        /* -R: accepted, not applied (default 20) */
+    bool daemonize;                             /* -d */
+    char pid_file[1024];                        /* -P ("" none) */
+    char user[256];                             /* -u: drop to this user when root ("" none) */
+    bool lock_memory;                           /* -k: mlockall */
+    bool core_dumps;                            /* -r: raise the core file limit */
 };
 
 /* Fill in the defaults (port 11211, 127.0.0.1, 4 threads, 64 MiB, 1024

@@ -18,6 +18,8 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -146,6 +148,67 @@ listen_tcp(const char *addr, int port, int backlog, const char *what)
     return fd;
 }
 
+/* True when something accepts connections on the unix socket at sa. */
+static bool
+unix_socket_live(const struct sockaddr_un *sa)
+{
+    int  fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    bool live;
+
+    if (fd < 0) {
+        return false;
+    }
+    live = connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0 || errno == EAGAIN;
+    close(fd);
+    return live;
+}
+
+/*
+ * -s: a non-blocking unix stream socket at path with the permissions mask
+ * (memcached's -a). A socket file nobody listens on is a leftover and is
+ * replaced, as memcached does; one that answers is another server's. The
+ * umask around bind gives the file its mode from the start. The fd, or -1
+ * (logged).
+ */
+static int
+listen_unix(const char *path, int mask, int backlog)
+{
+    struct sockaddr_un sa;
+    struct stat        st;
+    mode_t             old;
+    int                fd, rc;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        log_msg(LOG_ERR, "-s %s: the path is too long for a unix socket", path);
+        return -1;
+    }
+    strcpy(sa.sun_path, path);
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+        if (unix_socket_live(&sa)) {
+            log_msg(LOG_ERR, "cannot listen on unix socket %s: another server is listening on it",
+                    path);
+            return -1;
+        }
+        unlink(path);
+    }
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        log_msg(LOG_ERR, "cannot listen on unix socket %s: %s", path, strerror(errno));
+        return -1;
+    }
+    old = umask((mode_t)(~mask & 0777));
+    rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+    umask(old);
+    if (rc < 0 || listen(fd, backlog) < 0) {
+        log_msg(LOG_ERR, "cannot listen on unix socket %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 /* Bind and listen; see thread.h. */
 int
 server_listen(struct server *srv)
@@ -155,7 +218,19 @@ server_listen(struct server *srv)
     int                     fd;
 
     raise_fd_limit(srv);
-    fd = listen_tcp(srv->settings.listen_addr, srv->settings.port, 1024, "client port");
+    if (srv->settings.socket_path[0] != '\0') {
+        /* As memcached: -s replaces the TCP port. */
+        fd = listen_unix(srv->settings.socket_path, srv->settings.socket_mask,
+                         srv->settings.backlog);
+        if (fd < 0) {
+            return -1;
+        }
+        srv->listen_fd = fd;
+        srv->bound_port = 0;
+        return 0;
+    }
+    fd = listen_tcp(srv->settings.listen_addr, srv->settings.port, srv->settings.backlog,
+                    "client port");
     if (fd < 0) {
         return -1;
     }
@@ -405,7 +480,9 @@ accept_cb(evutil_socket_t lfd, short what, void *arg)
             __atomic_add_fetch(&srv->rejected_conns, 1, __ATOMIC_RELAXED);
             continue;
         }
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (srv->settings.socket_path[0] == '\0') {
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        }
         __atomic_add_fetch(&srv->curr_conns, 1, __ATOMIC_RELAXED);
         __atomic_add_fetch(&srv->total_conns, 1, __ATOMIC_RELAXED);
         dispatch_conn(srv, fd);
@@ -466,7 +543,11 @@ server_run(struct server *srv)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 
     if (rc == 0 && event_add(srv->listen_ev, NULL) == 0) {
-        log_msg(LOG_INFO, "listening on %s:%d", srv->settings.listen_addr, srv->bound_port);
+        if (srv->settings.socket_path[0] != '\0') {
+            log_msg(LOG_INFO, "listening on unix socket %s", srv->settings.socket_path);
+        } else {
+            log_msg(LOG_INFO, "listening on %s:%d", srv->settings.listen_addr, srv->bound_port);
+        }
         event_base_dispatch(srv->main_base);
     }
 
