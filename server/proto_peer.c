@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "ring/ring.h"
+#include "ring/util.h"
 #include "server/cluster.h"
 #include "server/conn.h"
 #include "server/forward.h"
@@ -93,6 +94,26 @@ rc_set_block_done(struct conn *c)
     }
 }
 
+/* A base64 key token decoded into bin (KEY64_MAX bytes): false when it is
+ * not base64 or decodes to no key or too long a one. */
+#define KEY64_MAX (4 * ((KEY_MAX + 2) / 3))
+static bool
+peer_key64(struct token *key, unsigned char *bin)
+{
+    size_t n;
+
+    if (key->len > KEY64_MAX) {
+        return false;
+    }
+    n = util_b64_decode(key->p, key->len, bin);
+    if (n == 0 || n > KEY_MAX) {
+        return false;
+    }
+    key->p = (const char *)bin;
+    key->len = n;
+    return true;
+}
+
 /* An rc_set's meta state token: m<mflags>[,<client cas>], the client CAS
  * present exactly when STORE_MF_ECAS is set. */
 static bool
@@ -115,7 +136,8 @@ parse_meta_state(const struct token *t, uint64_t *mf, uint64_t *ecas)
             return false;
         }
     }
-    if (!proto_parse_u64(&a, mf) || (*mf & ~(uint64_t)STORE_MF_REPLICATED) != 0) {
+    if (!proto_parse_u64(&a, mf) ||
+        (*mf & ~(uint64_t)(STORE_MF_REPLICATED | STORE_MF_KEY64)) != 0) {
         return false;
     }
     return ((*mf & STORE_MF_ECAS) != 0) == (comma != NULL);
@@ -139,6 +161,8 @@ proto_peer_rc_set(struct conn *c, const struct token *t, int ntok)
     uint64_t           cas, hash, ttl, mf = 0, ecas = 0;
     int64_t            exptime = 0;
     int                err = 0;
+    struct token       key;
+    unsigned char      bin[KEY64_MAX];
 
     if ((ntok != 6 && ntok != 7) || !proto_parse_i32(&t[5], &vlen) || vlen < 0 ||
         vlen > INT_MAX - 2) {
@@ -150,7 +174,13 @@ proto_peer_rc_set(struct conn *c, const struct token *t, int ntok)
         proto_swallow(c, (size_t)vlen + 2);
         return;
     }
-    if (t[1].len > KEY_MAX || !proto_parse_u32(&t[2], &flags) || !proto_parse_u64(&t[3], &ttl) ||
+    key = t[1];
+    if ((mf & STORE_MF_KEY64) && !peer_key64(&key, bin)) {
+        proto_reply_line(c, PROTO_ERR_FORMAT);
+        proto_swallow(c, (size_t)vlen + 2);
+        return;
+    }
+    if (key.len > KEY_MAX || !proto_parse_u32(&t[2], &flags) || !proto_parse_u64(&t[3], &ttl) ||
         !proto_parse_u64(&t[4], &cas) || ttl > UINT32_MAX) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
         proto_swallow(c, (size_t)vlen + 2);
@@ -161,7 +191,7 @@ proto_peer_rc_set(struct conn *c, const struct token *t, int ntok)
         proto_swallow(c, (size_t)vlen + 2);
         return;
     }
-    hash = ring_hash(t[1].p, t[1].len);
+    hash = ring_hash(key.p, key.len);
     if (!route_has_membership(c)) {
         /* No state to check the key against: the primary must not count
          * this copy (it answers the client "replica unavailable"). */
@@ -180,7 +210,7 @@ proto_peer_rc_set(struct conn *c, const struct token *t, int ntok)
     if (ttl > 0) {
         exptime = store_now(s) + (int64_t)ttl;
     }
-    it = store_alloc_meta(s, t[1].p, t[1].len, hash, flags, exptime, (size_t)vlen,
+    it = store_alloc_meta(s, key.p, key.len, hash, flags, exptime, (size_t)vlen,
                           (mf & STORE_MF_ECAS) != 0, ecas, &err);
     if (it == NULL) {
         REPLY(c, "SERVER_ERROR out of memory storing object");
@@ -197,9 +227,13 @@ proto_peer_rc_set(struct conn *c, const struct token *t, int ntok)
 void
 proto_peer_rc_del(struct conn *c, const struct token *t, int ntok)
 {
-    uint64_t cas, hash;
+    uint64_t      cas, hash;
+    struct token  key = t[1];
+    unsigned char bin[KEY64_MAX];
 
-    if (ntok != 3 || t[1].len > KEY_MAX || !proto_parse_u64(&t[2], &cas)) {
+    /* `rc_del <key> <cas> b`: the key token is base64. */
+    if ((ntok != 3 && !(ntok == 4 && TOK_IS(&t[3], "b"))) || !proto_parse_u64(&t[2], &cas) ||
+        (ntok == 4 && !peer_key64(&key, bin)) || key.len > KEY_MAX) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
         return;
     }
@@ -207,7 +241,7 @@ proto_peer_rc_del(struct conn *c, const struct token *t, int ntok)
         REPLY(c, "CLIENT_ERROR rc_del is for cluster peers (rc_peer)");
         return;
     }
-    hash = ring_hash(t[1].p, t[1].len);
+    hash = ring_hash(key.p, key.len);
     if (!route_has_membership(c)) {
         REPLY(c, NO_MEMBERSHIP);
         return;
@@ -216,7 +250,7 @@ proto_peer_rc_del(struct conn *c, const struct token *t, int ntok)
         REPLY(c, NOT_OWNER);
         return;
     }
-    replicate_apply_del(conn_store(c), t[1].p, t[1].len, hash, cas);
+    replicate_apply_del(conn_store(c), key.p, key.len, hash, cas);
     REPLY(c, "OK");
 }
 

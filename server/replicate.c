@@ -444,9 +444,11 @@ send_image(struct conn *c, struct repl_op *op, const struct route *rt, const cha
     const struct cluster_view *v = rt->view;
     uint32_t                   i;
     struct iovec               iov[2];
-    char                       head[96 + STORE_KEY_MAX], *p = head;
+    char                       head[96 + 4 * ((STORE_KEY_MAX + 2) / 3)], *p = head;
     int64_t                    ttl = 0;
     int                        niov = 1;
+    bool                       key64 = false;
+    size_t                     i0;
 
     if (it != NULL) {
         ttl = store_item_ttl_remaining(s, it);
@@ -460,11 +462,20 @@ send_image(struct conn *c, struct repl_op *op, const struct route *rt, const cha
     if (nkey > STORE_KEY_MAX) {
         nkey = STORE_KEY_MAX; /* cannot happen: keys were checked */
     }
+    /* A key given base64 (meta b) may hold spaces or control bytes: such
+     * a key travels base64 too. */
+    for (i0 = 0; i0 < nkey && !key64; i0++) {
+        key64 = (unsigned char)key[i0] <= ' ' || (unsigned char)key[i0] == 0x7f;
+    }
     if (it != NULL) {
         memcpy(p, "rc_set ", 7);
         p += 7;
-        memcpy(p, key, nkey);
-        p += nkey;
+        if (key64) {
+            p += util_b64_encode((const unsigned char *)key, nkey, p);
+        } else {
+            memcpy(p, key, nkey);
+            p += nkey;
+        }
         *p++ = ' ';
         p = util_fmt_u64(p, it->flags);
         *p++ = ' ';
@@ -477,6 +488,9 @@ send_image(struct conn *c, struct repl_op *op, const struct route *rt, const cha
             /* The meta state rides along: m<mflags>[,<client cas>]. */
             uint8_t mf = store_item_mflags(it) & STORE_MF_REPLICATED;
 
+            if (key64) {
+                mf |= STORE_MF_KEY64;
+            }
             if (mf != 0) {
                 *p++ = ' ';
                 *p++ = 'm';
@@ -493,10 +507,18 @@ send_image(struct conn *c, struct repl_op *op, const struct route *rt, const cha
     } else {
         memcpy(p, "rc_del ", 7);
         p += 7;
-        memcpy(p, key, nkey);
-        p += nkey;
+        if (key64) {
+            p += util_b64_encode((const unsigned char *)key, nkey, p);
+        } else {
+            memcpy(p, key, nkey);
+            p += nkey;
+        }
         *p++ = ' ';
         p = util_fmt_u64(p, tomb_cas);
+        if (key64) {
+            memcpy(p, " b", 2); /* the key token is base64 */
+            p += 2;
+        }
     }
     *p++ = '\r';
     *p++ = '\n';

@@ -59,6 +59,9 @@ struct store_config {
 #define STORE_MF_WON    0x02u /* a win token (W) was handed out for it: mg says Z */
 #define STORE_MF_ECAS   0x04u /* the client set its CAS (E): 8 bytes after the "\r\n" */
 #define STORE_MF_BINKEY 0x08u /* the key came base64-encoded (b): mg k returns it so */
+/* On the wire only (rc_set's m token): the key token is base64, the key
+ * holding bytes a text token cannot (a b key with spaces or controls). */
+#define STORE_MF_KEY64 0x10u
 /* What a post-image (replication, handoff) carries to the other owners. */
 #define STORE_MF_REPLICATED (STORE_MF_STALE | STORE_MF_WON | STORE_MF_ECAS | STORE_MF_BINKEY)
 
