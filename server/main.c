@@ -134,7 +134,6 @@ resolve_user(const struct settings *st, struct run_as *ra)
         }
         return 0;
     }
-    errno = 0;
     pw = getpwnam(st->user);
     if (pw == NULL) {
         log_msg(LOG_ERR, "can't find the user %s to switch to", st->user);
@@ -254,8 +253,8 @@ absolute_paths(struct settings *st)
 static int
 daemon_fork(void)
 {
-    pid_t   pid;
-    int     p[2], status;
+    pid_t   pid, rc;
+    int     p[2], status = 0;
     ssize_t n;
     char    b;
 
@@ -278,10 +277,10 @@ daemon_fork(void)
         if (n == 1) {
             _exit(0);
         }
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        while ((rc = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
             continue;
         }
-        _exit(WIFEXITED(status) && WEXITSTATUS(status) != 0 ? WEXITSTATUS(status) : 1);
+        _exit(rc == pid && WIFEXITED(status) && WEXITSTATUS(status) != 0 ? WEXITSTATUS(status) : 1);
     }
     close(p[0]);
     if (setsid() < 0) {
