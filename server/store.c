@@ -338,6 +338,22 @@ do_bump(struct stripe *st, struct store_item *it, int64_t now)
     do_publish_tail(st);
 }
 
+/* Refresh an item's LRU place without marking it fetched (memcached's
+ * do_item_update: an add that finds the key, incr/decr, ma). */
+static void
+do_lru_update(struct stripe *st, struct store_item *it, int64_t now)
+{
+    if (now - (int64_t)it->atime < BUMP_SECONDS) {
+        return;
+    }
+    it->atime = time32(now);
+    if (st->lru_head != it) {
+        do_lru_remove(st, it);
+        do_lru_push(st, it);
+    }
+    do_publish_tail(st);
+}
+
 /* ---- flush generations -------------------------------------------------- */
 
 /* Unlink every item of a generation other than gen. Takes each stripe
@@ -710,7 +726,7 @@ put_common(struct store *s, struct store_item *it, enum store_op op, uint64_t ca
     switch (op) {
     case STORE_OP_ADD:
         if (old != NULL) {
-            do_bump(st, old, now); /* memcached: an add that finds the key bumps it */
+            do_lru_update(st, old, now); /* memcached: an add that finds the key moves it */
             rc = STORE_NOT_STORED;
         }
         break;
@@ -946,7 +962,7 @@ store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash, bool i
             memcpy(store_item_value_mut(old), buf, len);
             old->cas = cas_mint(s);
             do_track(s, st, old);
-            do_bump(st, old, now);
+            do_lru_update(st, old, now);
             *value = v;
             if (cas_out != NULL) {
                 *cas_out = old->cas;
@@ -1211,7 +1227,7 @@ store_marith(struct store *s, const char *key, size_t nkey, uint64_t hash,
                 __atomic_store_n(&old->exptime, time32(o->exptime), __ATOMIC_RELAXED);
             }
             do_track(s, st, old);
-            do_bump(st, old, now);
+            do_lru_update(st, old, now);
             res->value = v;
             res->cas = old->cas;
             res->exptime = old->exptime;
