@@ -533,6 +533,12 @@ process_flush(struct conn *c, struct token *t, int ntok)
     int           n;
 
     c->noreply = last_is_noreply(t, ntok);
+    if (c->w->srv->settings.flush_disabled) {
+        /* -F: memcached counts it and refuses before reading the delay. */
+        STATS_ADD(&c->w->stats, cmd_flush, 1);
+        REPLY(c, "CLIENT_ERROR flush_all not allowed");
+        return;
+    }
     if (ntok != (c->noreply ? 2 : 1) && !proto_tok_i32(&t[1], &delay)) {
         REPLY(c, "CLIENT_ERROR invalid exptime argument");
         return;

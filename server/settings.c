@@ -569,7 +569,8 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
             ignored(err, "-N", optarg, "NAPI ID thread selection does not apply");
             break;
         case 'F':
-            return refuse(err, "-F", "disabling flush_all is not supported yet");
+            s->flush_disabled = true;
+            break;
         case 'M':
             return refuse(err, "-M",
                           "not supported: a full cache always evicts its least recently "

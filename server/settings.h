@@ -39,6 +39,7 @@ struct settings {
     char user[256];                             /* -u: drop to this user when root ("" none) */
     bool lock_memory;                           /* -k: mlockall */
     bool core_dumps;                            /* -r: raise the core file limit */
+    bool flush_disabled;                        /* -F: flush_all is refused */
 };
 
 /* Fill in the defaults (port 11211, 127.0.0.1, 4 threads, 64 MiB, 1024

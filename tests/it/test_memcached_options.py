@@ -356,6 +356,29 @@ try:
                "-U 0 -B ascii -o modern,maxconns_fast -b 64 -X -W: no warning, serves",
                (ok, rc, err))
 
+    # -F: flush_all is refused with memcached's error, the data stays.
+    node = Node(args=["-F"])
+    try:
+        node.start()
+        mc = Client(("127.0.0.1", node.port), timeout=10, connect_timeout=5)
+        mc.set("kept", b"1")
+        sock = socket.create_connection(("127.0.0.1", node.port), timeout=10)
+        sock.sendall(b"flush_all\r\nflush_all 0 noreply\r\nversion\r\n")
+        got = b""
+        while b"VERSION" not in got:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        sock.close()
+        kept = mc.get("kept")
+        mc.close()
+    finally:
+        node.stop()
+    tap.ok(got.startswith(b"CLIENT_ERROR flush_all not allowed\r\nVERSION") and kept == b"1",
+           "-F: flush_all answers CLIENT_ERROR flush_all not allowed (nothing for noreply) "
+           "and nothing is flushed", (got[:200], kept))
+
     # (4) What ringcached cannot do stops the start: one line, exit 2.
     with tempfile.TemporaryDirectory() as tmp:
         refused = [
@@ -368,7 +391,6 @@ try:
             (["-o", "modern,bogus=1"], 'illegal suboption "bogus"'),
             (["-o", "ext_path=/tmp/x:64m"], "extstore"),
             (["-o", "ssl_chain_cert=x"], "TLS"),
-            (["-F"], "flush_all"),
             (["-M"], "not supported"),
             (["-Z"], "TLS"),
             (["-s", os.path.join(tmp, "c.sock"), "--id", "a", "--state-dir", tmp],
