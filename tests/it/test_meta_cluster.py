@@ -100,6 +100,16 @@ ROUTE_CASE = Case("every meta command", [
     S("mg {bk} b v\r\n", "EN\r\n"),
 ])
 
+BIG = "x" * 300000
+# Large values: relayed whole, and one over the item size limit (swallowed
+# where it is refused, the older value removed as memcached does).
+BIG_CASE = Case("large values", [
+    S("ms {k} 300000 T0\r\n" + BIG + "\r\n", "HD\r\n"),
+    S("mg {k} s v\r\n", "VA 300000 s300000\r\n" + BIG + "\r\n"),
+    S("ms {k} 2000000\r\n" + "y" * 2000000 + "\r\n", "SERVER_ERROR object too large for cache\r\n"),
+    S("mg {k} v\r\n", "EN\r\n"),
+], timeout=10.0)
+
 _NUM_RE = re.compile(rb"(?<=[ =])(c|t|cas=|exp=|la=|size=|cls=)-?[0-9]+")
 
 
@@ -190,6 +200,18 @@ def routing(t, cl, keys):
                 diff = [(i, a, b) for i, (a, b) in enumerate(zip(ref, m)) if a != b]
                 t.ok(m == ref, "routing: at %s %s (%s) the replies are the primary's, byte for "
                      "byte but for CAS and TTL digits" % (label, nid, mode), diff[:3])
+
+    for label, nid, decl in (("primary, plain", p, None), ("primary, declared", p, 1),
+                             ("non-owner, plain (relayed)", n, None)):
+        env = ml.case_env("x")
+        env["k"] = keys.take(lambda o, _: o == own)[0]
+        conn = ml.MetaConn(addr[nid], declare=decl, timeout=10.0)
+        try:
+            d = ml.run_case(conn, BIG_CASE, env, 0)
+        finally:
+            conn.close()
+        t.ok(d is None, "routing: a 300 KB value and one over the size limit at %s %s"
+             % (label, nid), d and d[:600])
 
     # Declared clients: MOVED from a non-owner for every keyed command, and
     # from the secondary for the commands the primary decides.
