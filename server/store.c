@@ -1065,7 +1065,9 @@ store_mget(struct store *s, const char *key, size_t nkey, uint64_t hash, const s
         if (q->bump) {
             do_bump(st, it, now);
         }
-        item_ref(it);
+        if (!r->created) {
+            item_ref(it); /* a vivified item is returned with the allocation's */
+        }
     }
     pthread_mutex_unlock(&st->lock);
     if (stub != NULL) {
