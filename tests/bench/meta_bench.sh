@@ -14,7 +14,8 @@
 # Environment: RC_BUILDDIR (default ./_build), ROUNDS (7), SECS (3 per run),
 # THREADS (server -t, 2), MEM (-m, 64), LOAD_THREADS (2), CONNS (16 per load
 # thread), DEPTH (requests in flight per connection, 1), QDEPTH (quiet mg per
-# mn, 16), KEYS (100000), VSIZE (100), KEYLEN (32), MEMCACHED (/usr/bin/memcached).
+# mn, 16), KEYS (100000), VSIZE (100), KEYLEN (32), MEMCACHED (/usr/bin/memcached),
+# WORKLOADS (a space-separated subset of the five, all by default).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
@@ -134,7 +135,8 @@ median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? 
 # Both servers run side by side (an idle one costs nothing) and the runs
 # alternate, so a noisy neighbour hits both alike. The first run on each
 # server preloads the keys and warms it up; it is not counted.
-for wl in mg_hit mg_flags mg_miss mg_quiet_pipeline mg90_ms10; do
+for wl in ${WORKLOADS:-mg_hit mg_flags mg_miss mg_quiet_pipeline mg90_ms10}; do
+    [ -n "$(mix_of "$wl")" ] || { echo "unknown workload $wl" >&2; exit 1; }
     start_server ours; opid=$SRV_PID; oport=$SRV_PORT
     start_server memcached; tpid=$SRV_PID; tport=$SRV_PORT
     run_load "$opid" "$oport" "$wl" 1 >/dev/null
