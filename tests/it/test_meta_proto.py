@@ -329,7 +329,7 @@ CASES = [
     Case("ms key of 251 bytes: data swallowed", [S("ms {long} 2\r\nhi\r\n", BADFMT + CRLF)],
          old="1.6.18 does not swallow the data"),
     Case("ms b with a key that is not base64: data swallowed",
-         [S("ms {k}! 2 b\r\nhi\r\n", "CLIENT_ERROR error decoding key\r\n")]),
+         [S("ms !!!! 2 b\r\nhi\r\n", "CLIENT_ERROR error decoding key\r\n")]),
     Case("ms 19 flags: too many, data swallowed",
          [S("ms {k} 2 c f h k l O P L q s t u v T1 R1 N1 E1 C1 I\r\nhi\r\n", TOOMANY + CRLF)],
          old="1.6.18 words it differently and does not swallow the data"),
