@@ -436,6 +436,32 @@ forward_block_done(struct conn *c)
     c->fwd_buf = NULL;
 }
 
+/* A relayed storage command (tokens t[0..n-1]) that cannot be stored:
+ * delete its key at the owner (`md <key> [b]` for an ms, whose key may be
+ * base64; `delete <key>` for the classic ones), the reply read and dropped. */
+static void
+drop_at_owner(struct conn *c, const struct route *rt, const struct token *t, int n)
+{
+    char         buf[16 + 4 * KEY_MAX];
+    struct iovec iov;
+    size_t       len = 0;
+    bool         bin = false;
+    int          i;
+
+    if (n < 2 || t[1].len > 4 * KEY_MAX) {
+        return;
+    }
+    for (i = 3; c->fwd_meta && i < n; i++) {
+        bin = bin || (t[i].len == 1 && t[i].p[0] == 'b');
+    }
+    len = (size_t)snprintf(buf, sizeof(buf), "%s %.*s%s\r\n", c->fwd_meta ? "md" : "delete",
+                           (int)t[1].len, t[1].p, bin ? " b" : "");
+    iov.iov_base = buf;
+    iov.iov_len = len;
+    forward_request(c, cluster_view_addr(rt->view, rt->target), rt->view->epoch, FWD_LINE, &iov, 1,
+                    false);
+}
+
 /*
  * A plain client's storage command for a key owned elsewhere: keep the
  * command line (tokens t[0..n-1], without noreply) in fwd_buf and read the
@@ -448,6 +474,10 @@ forward_update(struct conn *c, const struct route *rt, const struct token *t, in
     int    i;
 
     if (vlen > c->w->srv->settings.item_size_max) {
+        /* Refused here without reading the block, but the owner must drop
+         * its older value as it would for a failed store (memcached): a
+         * delete goes there first, its reply dropped. */
+        drop_at_owner(c, rt, t, n);
         STATS_ADD(&c->w->stats, store_too_large, 1);
         REPLY(c, "SERVER_ERROR object too large for cache");
         proto_swallow(c, vlen + 2);

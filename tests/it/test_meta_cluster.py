@@ -108,6 +108,12 @@ BIG_CASE = Case("large values", [
     S("mg {k} s v\r\n", "VA 300000 s300000\r\n" + BIG + "\r\n"),
     S("ms {k} 2000000\r\n" + "y" * 2000000 + "\r\n", "SERVER_ERROR object too large for cache\r\n"),
     S("mg {k} v\r\n", "EN\r\n"),
+    # The classic set too (a relaying node refused it once without telling
+    # the owner, whose older value stayed).
+    S("set {k} 0 0 3\r\nold\r\n", "STORED\r\n"),
+    S("set {k} 0 0 2000000\r\n" + "y" * 2000000 + "\r\n",
+      "SERVER_ERROR object too large for cache\r\n"),
+    S("get {k}\r\n", "END\r\n"),
 ], timeout=10.0)
 
 _NUM_RE = re.compile(rb"(?<=[ =])(c|t|cas=|exp=|la=|size=|cls=)-?[0-9]+")
