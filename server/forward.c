@@ -858,6 +858,18 @@ req_moved(struct fwd_up *from, struct fwd_req *r, const char *line, const struct
     req_free(r);
 }
 
+/* Does the reply unit of `need` bytes at the front of in (a VALUE or VA
+ * line and its block) end in "\r\n"? */
+static bool
+block_ends_crlf(struct evbuffer *in, size_t need)
+{
+    struct evbuffer_ptr at;
+    char                crlf[2];
+
+    return evbuffer_ptr_set(in, &at, need - 2, EVBUFFER_PTR_SET) == 0 &&
+           evbuffer_copyout_from(in, &at, crlf, 2) == 2 && crlf[0] == '\r' && crlf[1] == '\n';
+}
+
 /*
  * Consume what the head request's reply has ready: 1 when progress was
  * made (call again), 0 when more bytes are needed, -1 on a protocol error.
@@ -936,15 +948,10 @@ up_parse_one(struct fwd_up *up)
         return 1;
     case FWD_META:
         if (rep.kind == MCR_META_VA) {
-            struct evbuffer_ptr at;
-            char                crlf[2];
-
             if (have < need) {
                 return 0;
             }
-            if (evbuffer_ptr_set(in, &at, need - 2, EVBUFFER_PTR_SET) < 0 ||
-                evbuffer_copyout_from(in, &at, crlf, 2) != 2 || crlf[0] != '\r' ||
-                crlf[1] != '\n') {
+            if (!block_ends_crlf(in, need)) {
                 return -1;
             }
             if (r->quiet & FWD_MQ_VA) {
@@ -981,15 +988,8 @@ up_parse_one(struct fwd_up *up)
             if (have < need) {
                 return 0;
             }
-            {
-                struct evbuffer_ptr at;
-                char                crlf[2];
-
-                if (evbuffer_ptr_set(in, &at, need - 2, EVBUFFER_PTR_SET) < 0 ||
-                    evbuffer_copyout_from(in, &at, crlf, 2) != 2 || crlf[0] != '\r' ||
-                    crlf[1] != '\n') {
-                    return -1;
-                }
+            if (!block_ends_crlf(in, need)) {
+                return -1;
             }
             move_to_hold(r, in, need);
             return 1;

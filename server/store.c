@@ -321,15 +321,19 @@ do_find(struct store *s, struct stripe *st, const char *key, size_t nkey, uint64
     return NULL;
 }
 
-/* Move a fetched item to the LRU head: always on its first fetch, then
- * at most once a minute. */
+/* Move an item to the LRU head at most once a minute (its atime says
+ * when it last moved): a read also marks it fetched, and moves it on its
+ * first fetch whatever the time (fetch); an add that finds the key,
+ * incr/decr and ma move it without the mark (memcached's do_item_update). */
 static void
-do_bump(struct stripe *st, struct store_item *it, int64_t now)
+do_lru_move(struct stripe *st, struct store_item *it, int64_t now, bool fetch)
 {
-    if ((it->gen & IF_FETCHED) && now - (int64_t)it->atime < BUMP_SECONDS) {
+    if ((!fetch || (it->gen & IF_FETCHED)) && now - (int64_t)it->atime < BUMP_SECONDS) {
         return;
     }
-    it->gen |= IF_FETCHED;
+    if (fetch) {
+        it->gen |= IF_FETCHED;
+    }
     it->atime = time32(now);
     if (st->lru_head != it) {
         do_lru_remove(st, it);
@@ -338,20 +342,18 @@ do_bump(struct stripe *st, struct store_item *it, int64_t now)
     do_publish_tail(st);
 }
 
-/* Refresh an item's LRU place without marking it fetched (memcached's
- * do_item_update: an add that finds the key, incr/decr, ma). */
-static void
+/* A read: see do_lru_move. */
+static inline void
+do_bump(struct stripe *st, struct store_item *it, int64_t now)
+{
+    do_lru_move(st, it, now, true);
+}
+
+/* Not a read: see do_lru_move. */
+static inline void
 do_lru_update(struct stripe *st, struct store_item *it, int64_t now)
 {
-    if (now - (int64_t)it->atime < BUMP_SECONDS) {
-        return;
-    }
-    it->atime = time32(now);
-    if (st->lru_head != it) {
-        do_lru_remove(st, it);
-        do_lru_push(st, it);
-    }
-    do_publish_tail(st);
+    do_lru_move(st, it, now, false);
 }
 
 /* ---- flush generations -------------------------------------------------- */
