@@ -16,36 +16,9 @@
 #include <time.h>
 
 #include "client/ringcache.h"
+#include "tests/it/probe_common.h"
 
 static struct ringcache *rc;
-
-static double
-now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-/* Short names of the codes, for the test to match. */
-static const char *
-code_name(int code)
-{
-    static const char *names[] = {
-        "OK",          "ENOTFOUND", "ENOTSTORED", "EEXISTS",   "EINVAL",       "EKEY",    "ETOOBIG",
-        "ENOMEM",      "EDOWN",     "ETIMEDOUT",  "EIO",       "EPROTO",       "ECLIENT", "ESERVER",
-        "ENONNUMERIC", "EMEMBERS",  "EMOVED",     "ETRYAGAIN", "EUNAVAILABLE",
-    };
-
-    _Static_assert(sizeof(names) / sizeof(names[0]) == 1 - RINGCACHE_ERRNO_MIN,
-                   "a name for every code");
-
-    if (code > 0 || code < RINGCACHE_ERRNO_MIN) {
-        return "E?";
-    }
-    return names[-code];
-}
 
 static const char *
 owner_of(const char *key)
