@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -299,6 +300,50 @@ format_config(const struct ring_members *m, char **out, size_t *outlen)
     return 0;
 }
 
+/* Held by cluster_snapshot while it reads a view, and taken (then dropped)
+ * by cluster_publish before it frees one: readers that are not workers
+ * (the metrics thread) are not covered by the worker barrier. */
+static pthread_mutex_t snapshot_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Copy what the metrics endpoint shows; see cluster.h. */
+void
+cluster_snapshot(const struct cluster *cl, struct cluster_snapshot *out,
+                 cluster_snapshot_node_fn node_fn, void *arg)
+{
+    const struct cluster_view *v;
+    const struct cluster_live *l = &cl->live;
+
+    memset(out, 0, sizeof(*out));
+    /* cl->phase is a word written by the cluster thread alone; a gauge may
+     * read it a moment late. */
+    out->phase = (enum cluster_phase)__atomic_load_n((const int *)&cl->phase, __ATOMIC_RELAXED);
+    out->recovering = __atomic_load_n(&l->recovering, __ATOMIC_RELAXED) != 0;
+    out->suspect = __atomic_load_n(&l->suspect, __ATOMIC_RELAXED) != 0;
+    out->isolated = __atomic_load_n(&l->isolated, __ATOMIC_RELAXED) != 0;
+    out->behind_epoch = __atomic_load_n(&l->behind_epoch, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&snapshot_lock);
+    v = cluster_view(cl);
+    if (v != NULL) {
+        out->epoch = v->epoch;
+        out->pending_epoch = v->pending_epoch;
+        out->self = v->self;
+        if (v->ring != NULL) {
+            const struct ring_members *m = ring_members(v->ring);
+            uint32_t                   i;
+
+            out->n_nodes = m->n_nodes;
+            for (i = 0; node_fn != NULL && i < m->n_nodes; i++) {
+                node_fn(arg, m->nodes[i].id, m->nodes[i].addr, (int32_t)i == v->self,
+                        cluster_mask_has(l->down, i), cluster_mask_has(l->empty, i));
+            }
+        }
+    }
+    if (out->pending_epoch == 0) {
+        out->phase = CLUSTER_PHASE_NONE;
+    }
+    pthread_mutex_unlock(&snapshot_lock);
+}
+
 /* Build a view of the current state, publish it, wait for every worker
  * to pass a barrier, then free the old one. */
 int
@@ -353,6 +398,9 @@ cluster_publish(struct cluster *cl)
         /* A stuck worker might still read it: leak it rather than free. */
         return 0;
     }
+    /* A cluster_snapshot reader that loaded `old` holds this lock. */
+    pthread_mutex_lock(&snapshot_lock);
+    pthread_mutex_unlock(&snapshot_lock);
     view_free(old, v->ring);
     return 0;
 }

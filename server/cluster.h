@@ -299,6 +299,27 @@ void     cluster_set_fence_held_ms(struct cluster *cl, uint64_t ms);
 /* What failure detection shares with the workers (atomics; any thread). */
 struct cluster_live *cluster_live(struct cluster *cl);
 
+/* What the metrics endpoint (server/metrics.c) shows of the cluster. */
+struct cluster_snapshot {
+    uint64_t           epoch, pending_epoch; /* of the current view */
+    enum cluster_phase phase;                /* NONE without a pending epoch */
+    bool               recovering, suspect, isolated;
+    uint64_t           behind_epoch;
+    uint32_t           n_nodes; /* in the active membership */
+    int32_t            self;    /* this node's index, -1 */
+};
+/* Called once per node of the active membership, in order: self is this
+ * node; down and empty as in struct cluster_live. Strings are valid for the
+ * call only. */
+typedef void (*cluster_snapshot_node_fn)(void *arg, const char *id, const char *addr, bool self,
+                                         bool down, bool empty);
+/* Copy the current view's figures and the live flags into out, calling
+ * node_fn (may be NULL) per member. Any thread, workers included: it holds
+ * a lock that cluster_publish waits for before it frees a view, so node_fn
+ * must be quick and must not call back into the cluster. */
+void cluster_snapshot(const struct cluster *cl, struct cluster_snapshot *out,
+                      cluster_snapshot_node_fn node_fn, void *arg);
+
 /* Phase names as written in the state directory's pending.phase. */
 const char *cluster_phase_name(enum cluster_phase ph);
 

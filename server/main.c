@@ -27,6 +27,7 @@
 #include "server/cluster.h"
 #include "server/cport.h"
 #include "server/log.h"
+#include "server/metrics.h"
 #include "server/settings.h"
 #include "server/thread.h"
 
@@ -360,6 +361,7 @@ main(int argc, char **argv)
     struct run_as   run_as;
     struct server  *srv = NULL;
     struct cport   *cp = NULL;
+    struct metrics *metrics = NULL;
     bool            pid_written = false, listening = false;
     int             rc, ready_fd = -1;
 
@@ -401,6 +403,11 @@ main(int argc, char **argv)
     if (settings.state_dir[0] != '\0' && start_cluster(srv, &settings, &cp) < 0) {
         goto out;
     }
+    /* After the cluster: a scrape reads srv->cluster. */
+    if (settings.metrics_addr[0] != '\0' &&
+        (metrics = metrics_start(srv, settings.metrics_addr, settings.metrics_port)) == NULL) {
+        goto out;
+    }
     if (settings.pid_file[0] != '\0') {
         if (write_pid_file(settings.pid_file) < 0) {
             goto out;
@@ -415,6 +422,8 @@ main(int argc, char **argv)
     }
     rc = server_run(srv) == 0 ? 0 : 1;
 out:
+    /* The metrics thread reads the cluster and the server: stop it first. */
+    metrics_free(metrics);
     /* Workers are joined: stop the cluster thread, then free its state. */
     cport_free(cp);
     if (srv != NULL) {

@@ -59,6 +59,9 @@ settings_usage(FILE *f)
                "      --store=<spec>         watch the membership store (ringctl's --store:\n"
                "                             DIR or etcd://HOST:PORT,.../PREFIX): commit an\n"
                "                             epoch the store committed if its admin died\n"
+               "      --metrics=<addr:port>  serve Prometheus metrics at GET /metrics on\n"
+               "                             this HTTP address (off by default; give a\n"
+               "                             loopback one, e.g. 127.0.0.1:9150)\n"
                "  -h, --help                 print this help and exit\n"
                "  -V, --version              print the version and exit\n"
                "memcached's options, with memcached's meaning:\n"
@@ -305,6 +308,7 @@ enum {
     OPT_CLUSTER_PORT,
     OPT_FORWARD_TIMEOUT,
     OPT_STORE,
+    OPT_METRICS,
 };
 
 /* Copy a string option into dst[size]; -1 (reported) when empty or long. */
@@ -318,6 +322,40 @@ copy_opt(FILE *err, const char *name, const char *val, char *dst, size_t size)
     }
     strcpy(dst, val);
     return 0;
+}
+
+/* --metrics: HOST:PORT or [V6]:PORT, port 1-65535. 0 or -1 (reported). */
+static int
+parse_metrics(FILE *err, const char *val, struct settings *s)
+{
+    const char *host = val, *colon = strrchr(val, ':');
+    size_t      hlen;
+    long        v;
+
+    if (colon == NULL) {
+        goto bad;
+    }
+    hlen = (size_t)(colon - val);
+    if (val[0] == '[') {
+        if (hlen < 3 || val[hlen - 1] != ']') {
+            goto bad;
+        }
+        host = val + 1;
+        hlen -= 2;
+    } else if (memchr(val, ':', hlen) != NULL) {
+        goto bad; /* a v6 literal needs its brackets */
+    }
+    if (hlen == 0 || hlen >= sizeof(s->metrics_addr) || parse_int(colon + 1, 1, 65535, &v) < 0) {
+        goto bad;
+    }
+    memcpy(s->metrics_addr, host, hlen);
+    s->metrics_addr[hlen] = '\0';
+    s->metrics_port = (int)v;
+    return 0;
+bad:
+    fprintf(err, "ringcached: --metrics %s: not ADDR:PORT (e.g. 127.0.0.1:9150)\n", val);
+    settings_usage(err);
+    return -1;
 }
 
 /* Parse the command line into s. */
@@ -341,6 +379,7 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         { "cluster-port", required_argument, NULL, OPT_CLUSTER_PORT },
         { "forward-timeout", required_argument, NULL, OPT_FORWARD_TIMEOUT },
         { "store", required_argument, NULL, OPT_STORE },
+        { "metrics", required_argument, NULL, OPT_METRICS },
         /* memcached's long names. */
         { "unix-socket", required_argument, NULL, 's' },
         { "unix-mask", required_argument, NULL, 'a' },
@@ -459,6 +498,11 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
             break;
         case OPT_STORE:
             if (copy_opt(err, "store", optarg, s->store, sizeof(s->store)) < 0) {
+                return -1;
+            }
+            break;
+        case OPT_METRICS:
+            if (parse_metrics(err, optarg, s) < 0) {
                 return -1;
             }
             break;

@@ -29,6 +29,9 @@ struct settings {
     int  cluster_port;       /* --cluster-port; 0 = client port + 10000 */
     int  forward_timeout_ms; /* --forward-timeout: forwards and replica acks */
     char store[2048];        /* --store: the membership store the node watches ("" none) */
+    /* --metrics ADDR:PORT: Prometheus /metrics over HTTP (server/metrics.h). */
+    char metrics_addr[64]; /* "" = off; brackets of a v6 literal removed */
+    int  metrics_port;
     /* memcached's process options (main.c applies them). */
     char socket_path[SETTINGS_SOCKET_PATH_MAX]; /* -s: a unix socket instead of TCP ("" none) */
     int  socket_mask;                           /* -a: its permissions (default 0700) */

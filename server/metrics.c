@@ -1,0 +1,365 @@
+/*
+ * metrics: Prometheus text exposition of the node's counters at GET
+ * /metrics (server/metrics.h). Every figure is read at scrape time from
+ * what `stats` reads (the workers' counters summed, the store's stripes,
+ * the cluster's atomics and a snapshot of its view), so nothing is counted
+ * twice and the data path pays nothing for it.
+ */
+#include "config.h"
+#include "server/metrics.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "server/cluster.h"
+#include "server/log.h"
+#include "server/proto_text.h"
+#include "server/stats.h"
+#include "server/store.h"
+#include "server/thread.h"
+
+#define METRICS_BACKLOG     64
+#define METRICS_TIMEOUT_S   10   /* a scraper that sends nothing is dropped */
+#define METRICS_MAX_HEADERS 8192 /* a GET needs little */
+
+struct metrics {
+    struct server     *srv;
+    struct event_base *base;
+    struct evhttp     *http;
+    struct event      *stop_ev;
+    int                stop_fd[2]; /* pipe: metrics_free writes, the thread stops */
+    int                listen_fd;
+    pthread_t          tid;
+    bool               started;
+};
+
+/* "# HELP" and "# TYPE" of one metric family. */
+static void
+family(struct evbuffer *b, const char *name, const char *type, const char *help)
+{
+    evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A family with one unlabelled sample. */
+static void
+one(struct evbuffer *b, const char *name, const char *type, const char *help, uint64_t v)
+{
+    family(b, name, type, help);
+    evbuffer_add_printf(b, "%s %" PRIu64 "\n", name, v);
+}
+
+/* a - b, 0 when b is larger (a `stats reset` between two reads). */
+static uint64_t
+sub0(uint64_t a, uint64_t b)
+{
+    return a > b ? a - b : 0;
+}
+
+/* memcached_exporter's families, from the figures `stats` prints. */
+static void
+render_memcached(struct server *srv, struct evbuffer *b)
+{
+    struct thread_stats ts;
+    struct store_stats  ss;
+    struct rusage       ru;
+    uint64_t            total_conns, rejected;
+    int64_t             now = store_now(srv->store);
+    static const char   CMD[] = "memcached_commands_total";
+
+    server_thread_stats(srv, &ts);
+    server_store_stats(srv, &ss);
+    server_conn_totals(srv, &total_conns, &rejected);
+    getrusage(RUSAGE_SELF, &ru);
+
+    one(b, "memcached_up", "gauge", "Could the memcached server be reached.", 1);
+    one(b, "memcached_uptime_seconds", "gauge", "Number of seconds since the server started.",
+        (uint64_t)(now > srv->started ? now - srv->started : 0));
+    one(b, "memcached_time_seconds", "gauge", "current UNIX time according to the server.",
+        (uint64_t)now);
+    family(b, "memcached_version", "gauge", "The version of this memcached server.");
+    evbuffer_add_printf(b, "memcached_version{version=\"%s\"} 1\n", PROTO_VERSION_STRING);
+
+    family(b, CMD, "counter",
+           "Total number of all requests broken down by command (get, set, etc.) and status.");
+#define CMD_SAMPLE(cmd, status, v) \
+    evbuffer_add_printf(b, "%s{command=\"%s\",status=\"%s\"} %" PRIu64 "\n", CMD, cmd, status, v)
+    CMD_SAMPLE("get", "hit", ts.get_hits);
+    CMD_SAMPLE("get", "miss", ts.get_misses);
+    CMD_SAMPLE("delete", "hit", ts.delete_hits);
+    CMD_SAMPLE("delete", "miss", ts.delete_misses);
+    CMD_SAMPLE("incr", "hit", ts.incr_hits);
+    CMD_SAMPLE("incr", "miss", ts.incr_misses);
+    CMD_SAMPLE("decr", "hit", ts.decr_hits);
+    CMD_SAMPLE("decr", "miss", ts.decr_misses);
+    CMD_SAMPLE("cas", "hit", ts.cas_hits);
+    CMD_SAMPLE("cas", "miss", ts.cas_misses);
+    CMD_SAMPLE("cas", "badval", ts.cas_badval);
+    CMD_SAMPLE("touch", "hit", ts.touch_hits);
+    CMD_SAMPLE("touch", "miss", ts.touch_misses);
+    CMD_SAMPLE("flush", "hit", ts.cmd_flush);
+    /* cmd_set counts cas too, as memcached's; the exporter subtracts it. */
+    CMD_SAMPLE("set", "hit", sub0(ts.cmd_set, ts.cas_hits + ts.cas_misses + ts.cas_badval));
+#undef CMD_SAMPLE
+
+    family(b, "memcached_process_user_cpu_seconds_total", "counter",
+           "Accumulated user time for this process.");
+    evbuffer_add_printf(b, "memcached_process_user_cpu_seconds_total %ld.%06ld\n",
+                        (long)ru.ru_utime.tv_sec, (long)ru.ru_utime.tv_usec);
+    family(b, "memcached_process_system_cpu_seconds_total", "counter",
+           "Accumulated system time for this process.");
+    evbuffer_add_printf(b, "memcached_process_system_cpu_seconds_total %ld.%06ld\n",
+                        (long)ru.ru_stime.tv_sec, (long)ru.ru_stime.tv_usec);
+
+    one(b, "memcached_current_bytes", "gauge", "Current number of bytes used to store items.",
+        ss.bytes);
+    one(b, "memcached_limit_bytes", "gauge",
+        "Number of bytes this server is allowed to use for storage.",
+        (uint64_t)srv->settings.maxbytes);
+    one(b, "memcached_current_items", "gauge", "Current number of items stored by this instance.",
+        ss.curr_items);
+    one(b, "memcached_items_total", "counter",
+        "Total number of items stored during the life of this instance.", ss.total_items);
+    one(b, "memcached_items_evicted_total", "counter",
+        "Total number of valid items removed from cache to free memory for new items.",
+        ss.evictions);
+    one(b, "memcached_items_reclaimed_total", "counter",
+        "Total number of times an entry was stored using memory from an expired entry.",
+        ss.reclaimed);
+    one(b, "memcached_read_bytes_total", "counter",
+        "Total number of bytes read by this server from network.", ts.bytes_read);
+    one(b, "memcached_written_bytes_total", "counter",
+        "Total number of bytes sent by this server to network.", ts.bytes_written);
+    one(b, "memcached_current_connections", "gauge", "Current number of open connections.",
+        (uint64_t)__atomic_load_n(&srv->curr_conns, __ATOMIC_RELAXED));
+    one(b, "memcached_max_connections", "gauge", "Maximum number of clients allowed.",
+        (uint64_t)srv->settings.maxconns);
+    one(b, "memcached_connections_total", "counter",
+        "Total number of connections opened since the server started running.", total_conns);
+    one(b, "memcached_connections_rejected_total", "counter",
+        "Total number of connections rejected due to hitting the memcached's -c limit in "
+        "maxconns_fast mode.",
+        rejected);
+    one(b, "memcached_connections_yielded_total", "counter",
+        "Total number of connections yielded running due to hitting the memcached's -R limit.",
+        ts.conn_yields);
+}
+
+/* One ringcache_peer_up sample per other member (cluster_snapshot_node_fn). */
+static void
+peer_sample(void *arg, const char *id, const char *addr, bool self, bool down, bool empty)
+{
+    (void)empty;
+    if (!self) {
+        evbuffer_add_printf(arg, "ringcache_peer_up{peer=\"%s\",addr=\"%s\"} %d\n", id, addr,
+                            down ? 0 : 1);
+    }
+}
+
+/* The cluster's figures: `stats` cluster counters, epochs, phase, health. */
+static void
+render_cluster(struct server *srv, struct evbuffer *b)
+{
+    static const char *const PHASES[] = { "none", "prepared", "copying", "fenced" };
+    struct cluster_counters  cc;
+    struct cluster_snapshot  cs;
+    struct thread_stats      ts;
+    unsigned                 i;
+
+    memset(&cc, 0, sizeof(cc));
+    memset(&cs, 0, sizeof(cs));
+    if (srv->cluster != NULL) {
+        cluster_counters_get(srv->cluster, &cc);
+        family(b, "ringcache_peer_up", "gauge",
+               "Whether this node's heartbeats see the peer up (1) or down (0).");
+        cluster_snapshot(srv->cluster, &cs, peer_sample, b);
+    }
+    server_thread_stats(srv, &ts);
+
+    one(b, "ringcache_cluster_epoch", "gauge", "Active membership epoch (0: none).", cs.epoch);
+    one(b, "ringcache_cluster_pending_epoch", "gauge", "Epoch of the pending transition (0: none).",
+        cs.pending_epoch);
+    family(b, "ringcache_cluster_phase", "gauge",
+           "1 for the phase of the pending transition as this node sees it.");
+    for (i = 0; i < sizeof(PHASES) / sizeof(PHASES[0]); i++) {
+        evbuffer_add_printf(b, "ringcache_cluster_phase{phase=\"%s\"} %d\n", PHASES[i],
+                            (unsigned)cs.phase == i ? 1 : 0);
+    }
+    one(b, "ringcache_cluster_members", "gauge", "Nodes in the active membership.", cs.n_nodes);
+    one(b, "ringcache_cluster_recovering", "gauge",
+        "1 while this node restarted empty and waits for its ranges (owned keys TRYAGAIN).",
+        cs.recovering);
+    one(b, "ringcache_cluster_suspect", "gauge",
+        "1 after this process stalled, until a heartbeat round (TRYAGAIN).", cs.suspect);
+    one(b, "ringcache_cluster_isolated", "gauge", "1 while no peer answers heartbeats (TRYAGAIN).",
+        cs.isolated);
+    one(b, "ringcache_cluster_behind_epoch", "gauge",
+        "A higher epoch a peer runs (0: none); everything TRYAGAIN meanwhile.", cs.behind_epoch);
+    one(b, "ringcache_forwarded_total", "counter", "Requests forwarded to the key's owner.",
+        cc.forwarded);
+    one(b, "ringcache_moved_total", "counter", "MOVED replies (the client's epoch is stale).",
+        cc.moved);
+    one(b, "ringcache_tryagain_total", "counter", "TRYAGAIN replies.", cc.tryagain);
+    one(b, "ringcache_misrouted_total", "counter",
+        "Writes acknowledged by a node that no longer owned the key.", cc.misrouted);
+    one(b, "ringcache_replication_acks_total", "counter", "Post-images a replica acknowledged.",
+        cc.replicated);
+    one(b, "ringcache_replication_failures_total", "counter",
+        "Post-images a replica did not acknowledge.", cc.replica_failures);
+    one(b, "ringcache_replication_skipped_total", "counter",
+        "Post-images not sent: the owner is declared failed.", cc.replica_skipped);
+    one(b, "ringcache_unavailable_total", "counter",
+        "Writes refused: an owner seen down but not declared failed.", cc.unavailable);
+    one(b, "ringcache_handoff_imported_items", "gauge",
+        "Items imported by the handoff since the last PREPARE.", cc.items_imported);
+    one(b, "ringcache_handoff_imported_bytes", "gauge",
+        "Bytes imported by the handoff since the last PREPARE.", cc.bytes_imported);
+    one(b, "ringcache_route_lookups_total", "counter", "Ring lookups made for keyed requests.",
+        ts.route_lookups);
+}
+
+/* Every request: GET /metrics, else 404 (405 for /metrics by another
+ * method). */
+static void
+request_cb(struct evhttp_request *req, void *arg)
+{
+    struct metrics   *m = arg;
+    const char       *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+    struct evbuffer  *b;
+    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+
+    if (path == NULL || strcmp(path, "/metrics") != 0) {
+        evhttp_send_error(req, HTTP_NOTFOUND, "Not Found");
+        return;
+    }
+    if (evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
+        evhttp_add_header(out, "Allow", "GET");
+        evhttp_send_error(req, HTTP_BADMETHOD, "Method Not Allowed");
+        return;
+    }
+    b = evbuffer_new();
+    if (b == NULL) {
+        evhttp_send_error(req, HTTP_INTERNAL, "Out of memory");
+        return;
+    }
+    render_memcached(m->srv, b);
+    render_cluster(m->srv, b);
+    evhttp_add_header(out, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+    evhttp_send_reply(req, HTTP_OK, "OK", b);
+    evbuffer_free(b);
+}
+
+/* metrics_free wrote to the pipe: leave the loop. */
+static void
+stop_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct metrics *m = arg;
+
+    (void)fd;
+    (void)what;
+    event_base_loopbreak(m->base);
+}
+
+static void *
+metrics_main(void *arg)
+{
+    struct metrics *m = arg;
+
+    event_base_dispatch(m->base);
+    return NULL;
+}
+
+/* Start the thread; see metrics.h. */
+struct metrics *
+metrics_start(struct server *srv, const char *addr, int port)
+{
+    struct metrics *m = calloc(1, sizeof(*m));
+    sigset_t        block, old;
+
+    if (m == NULL) {
+        log_msg(LOG_ERR, "metrics: out of memory");
+        return NULL;
+    }
+    m->srv = srv;
+    m->stop_fd[0] = m->stop_fd[1] = -1;
+    m->listen_fd = listen_tcp(addr, port, METRICS_BACKLOG, "metrics port");
+    if (m->listen_fd < 0) {
+        goto fail;
+    }
+    if (pipe(m->stop_fd) < 0) {
+        log_msg(LOG_ERR, "metrics: pipe: %s", strerror(errno));
+        goto fail;
+    }
+    m->base = event_base_new();
+    m->http = m->base != NULL ? evhttp_new(m->base) : NULL;
+    m->stop_ev = m->base != NULL ? event_new(m->base, m->stop_fd[0], EV_READ, stop_cb, m) : NULL;
+    if (m->http == NULL || m->stop_ev == NULL || event_add(m->stop_ev, NULL) < 0 ||
+        evhttp_accept_socket(m->http, m->listen_fd) < 0) {
+        log_msg(LOG_ERR, "metrics: cannot set up the HTTP server");
+        goto fail;
+    }
+    m->listen_fd = -1; /* evhttp's now: evhttp_free closes it */
+    evhttp_set_timeout(m->http, METRICS_TIMEOUT_S);
+    evhttp_set_max_headers_size(m->http, METRICS_MAX_HEADERS);
+    evhttp_set_max_body_size(m->http, 0);
+    evhttp_set_gencb(m->http, request_cb, m);
+
+    /* The main thread's event base takes SIGTERM and SIGINT, not this one. */
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    m->started = pthread_create(&m->tid, NULL, metrics_main, m) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!m->started) {
+        log_msg(LOG_ERR, "metrics: cannot start its thread");
+        goto fail;
+    }
+    log_msg(LOG_INFO, "metrics on http://%s:%d/metrics", addr, port);
+    return m;
+fail:
+    metrics_free(m);
+    return NULL;
+}
+
+/* Stop and free; see metrics.h. */
+void
+metrics_free(struct metrics *m)
+{
+    if (m == NULL) {
+        return;
+    }
+    if (m->started) {
+        if (write(m->stop_fd[1], "s", 1) != 1) {
+            log_msg(LOG_ERR, "metrics: cannot stop its thread: %s", strerror(errno));
+        }
+        pthread_join(m->tid, NULL);
+    }
+    if (m->http != NULL) {
+        evhttp_free(m->http);
+    }
+    if (m->stop_ev != NULL) {
+        event_free(m->stop_ev);
+    }
+    if (m->base != NULL) {
+        event_base_free(m->base);
+    }
+    if (m->listen_fd >= 0) {
+        close(m->listen_fd);
+    }
+    if (m->stop_fd[0] >= 0) {
+        close(m->stop_fd[0]);
+        close(m->stop_fd[1]);
+    }
+    free(m);
+}

@@ -1,0 +1,26 @@
+/*
+ * metrics: `--metrics ADDR:PORT`, the node's counters as Prometheus text
+ * (format 0.0.4) at GET /metrics, with memcached_exporter's names and
+ * labels (so its dashboards work unchanged) plus ringcache_* cluster
+ * figures. Served by libevent's evhttp on a thread and event base of its
+ * own: a scrape never runs on a worker.
+ */
+#ifndef SERVER_METRICS_H
+#define SERVER_METRICS_H
+
+struct server;
+struct metrics;
+
+/*
+ * Bind addr:port and start the metrics thread, which reads srv (its
+ * counters, store figures and srv->cluster, which must be set by now) until
+ * metrics_free. NULL after logging why (the port cannot be bound, no
+ * memory, no thread).
+ */
+struct metrics *metrics_start(struct server *srv, const char *addr, int port);
+
+/* Stop the thread, close the port, free everything; NULL is a no-op. Call
+ * it before srv->cluster or srv is freed. */
+void metrics_free(struct metrics *m);
+
+#endif /* SERVER_METRICS_H */
