@@ -34,6 +34,7 @@
 #include "proto/frame.h"
 #include "proto/members_pb.h"
 #include "proto/ringcache.pb-c.h"
+#include "ring/sha256.h"
 #include "server/cluster.h"
 #include "server/handoff.h"
 #include "server/handoff_in.h"
@@ -80,6 +81,32 @@
 #define CPORT_DROP_LOG_MS     1000
 #define CPORT_SRC_LEN         9 /* family + 8 address bytes (see source_key) */
 
+/*
+ * Failed Hellos (docs/security.md). A source (as source_key) whose Hello
+ * carried a wrong token has its later Hellos checked no sooner than a
+ * penalty after its previous check: CPORT_AUTH_BASE_MS doubled per
+ * consecutive failure, at most CPORT_AUTH_CAP_MS. A throttled Hello is not
+ * refused, it waits in its connection (input paused) until its turn, in
+ * accept order, so the admin and the peers that share the address (on
+ * loopback, behind NAT) still get in: with at most CPORT_PREAUTH_PER_SRC
+ * Hellos waiting per source, a correct one is checked within 16 * 160 ms,
+ * inside its Hello deadline. A source's failures are forgotten
+ * CPORT_AUTH_FORGET_MS after its last one. The table is bounded: when
+ * full, the source whose last failure is oldest gives up its entry.
+ */
+#define CPORT_AUTH_SRCS      256
+#define CPORT_AUTH_BASE_MS   10
+#define CPORT_AUTH_CAP_MS    160
+#define CPORT_AUTH_FORGET_MS 60000
+
+struct auth_src {
+    uint8_t  src[CPORT_SRC_LEN];
+    bool     used;
+    uint32_t fails;        /* consecutive wrong tokens */
+    uint64_t last_fail_ms; /* monotonic */
+    uint64_t next_ms;      /* no Hello from it is checked before this */
+};
+
 enum cpc_state {
     CPC_HELLO = 0, /* waiting for Hello */
     CPC_ADMIN,
@@ -90,9 +117,10 @@ struct cp_conn {
     struct cport       *cp;
     struct bufferevent *bev;
     enum cpc_state      state;
-    bool                closing; /* close once the output is written */
-    bool                waiting; /* a reply is pending (Fence): input paused */
-    struct handoff_in  *in;      /* peer: import state */
+    bool                closing;  /* close once the output is written */
+    bool                waiting;  /* a reply is pending (Fence): input paused */
+    bool                deferred; /* its Hello waits for its source's turn (auth_src) */
+    struct handoff_in  *in;       /* peer: import state */
     struct cp_conn     *prev, *next;
     bool                preauth;            /* in the pre-auth table (no Hello accepted yet) */
     uint64_t            accepted_ms;        /* monotonic; the Hello deadline runs from here */
@@ -123,8 +151,12 @@ struct cport {
     struct handoff    *ho;
     struct transition *tr;
     struct health     *health;
-    struct storewatch *sw;           /* --store: the node's own watch (or NULL) */
-    struct cp_conn    *fence_waiter; /* its Fence waits for the drain */
+    struct storewatch *sw;                             /* --store: the node's own watch (or NULL) */
+    struct cp_conn    *fence_waiter;                   /* its Fence waits for the drain */
+    struct auth_src    auth[CPORT_AUTH_SRCS];          /* sources with failed Hellos */
+    struct event      *auth_ev;                        /* wakes the deferred Hellos */
+    uint64_t           n_auth_failed, n_auth_deferred; /* since the last auth line */
+    uint64_t           auth_log_ms;
 };
 
 static void conn_read_cb(struct bufferevent *bev, void *arg);
@@ -553,6 +585,170 @@ admin_request(struct cp_conn *c, const struct frame *f)
  * Frames
  */
 
+/* The failure record of src, or NULL when it has none (or it is
+ * forgotten). */
+static struct auth_src *
+auth_find(struct cport *cp, const uint8_t *src, uint64_t now)
+{
+    int i;
+
+    for (i = 0; i < CPORT_AUTH_SRCS; i++) {
+        struct auth_src *a = &cp->auth[i];
+
+        if (a->used && memcmp(a->src, src, CPORT_SRC_LEN) == 0) {
+            if (now - a->last_fail_ms >= CPORT_AUTH_FORGET_MS) {
+                a->used = false;
+                return NULL;
+            }
+            return a;
+        }
+    }
+    return NULL;
+}
+
+/* The wait after n consecutive failures (n >= 1). */
+static uint64_t
+auth_penalty_ms(uint32_t n)
+{
+    uint64_t ms = CPORT_AUTH_BASE_MS;
+
+    while (--n > 0 && ms < CPORT_AUTH_CAP_MS) {
+        ms *= 2;
+    }
+    return ms < CPORT_AUTH_CAP_MS ? ms : CPORT_AUTH_CAP_MS;
+}
+
+/* At most one line a second about failed and delayed Hellos. */
+static void
+auth_log(struct cport *cp, uint64_t now)
+{
+    if (cp->n_auth_failed == 0 || now - cp->auth_log_ms < CPORT_DROP_LOG_MS) {
+        return;
+    }
+    log_msg(LOG_INFO,
+            "cluster port: %" PRIu64 " Hellos with a wrong token, %" PRIu64
+            " delayed (a source's Hellos wait up to %d ms after its failures)",
+            cp->n_auth_failed, cp->n_auth_deferred, CPORT_AUTH_CAP_MS);
+    cp->n_auth_failed = cp->n_auth_deferred = 0;
+    cp->auth_log_ms = now;
+}
+
+/* c's Hello had a wrong token: its source waits longer for the next. */
+static void
+auth_failed(struct cp_conn *c)
+{
+    struct cport    *cp = c->cp;
+    uint64_t         now = mono_ms();
+    struct auth_src *a = auth_find(cp, c->src, now);
+    int              i;
+
+    if (a == NULL) {
+        /* A free entry, else the one whose last failure is oldest. */
+        for (i = 0; i < CPORT_AUTH_SRCS; i++) {
+            struct auth_src *o = &cp->auth[i];
+
+            if (!o->used) {
+                a = o;
+                break;
+            }
+            if (a == NULL || o->last_fail_ms < a->last_fail_ms) {
+                a = o;
+            }
+        }
+        memset(a, 0, sizeof(*a));
+        a->used = true;
+        memcpy(a->src, c->src, CPORT_SRC_LEN);
+    }
+    if (a->fails < UINT32_MAX) {
+        a->fails++;
+    }
+    a->last_fail_ms = now;
+    a->next_ms = now + auth_penalty_ms(a->fails);
+    cp->n_auth_failed++;
+    auth_log(cp, now);
+}
+
+/* Arm auth_ev for the earliest turn of a deferred Hello, if any. */
+static void
+auth_arm(struct cport *cp, uint64_t now)
+{
+    struct cp_conn *o;
+    uint64_t        first = UINT64_MAX;
+
+    for (o = cp->pa_head; o != NULL; o = o->pa_next) {
+        struct auth_src *a;
+
+        if (!o->deferred) {
+            continue;
+        }
+        a = auth_find(cp, o->src, now);
+        first = a == NULL || a->next_ms <= now ? now : (a->next_ms < first ? a->next_ms : first);
+        if (first == now) {
+            break;
+        }
+    }
+    if (first != UINT64_MAX) {
+        uint64_t       ms = first - now;
+        struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000) };
+
+        evtimer_add(cp->auth_ev, &tv);
+    }
+}
+
+/*
+ * Whether c's Hello may be checked now. A source with failures gets one
+ * check per penalty: this one takes the turn (next_ms moves on), or c
+ * waits (deferred, input paused) and auth_cb resumes it.
+ */
+static bool
+auth_turn(struct cp_conn *c)
+{
+    struct cport    *cp = c->cp;
+    uint64_t         now = mono_ms();
+    struct auth_src *a = auth_find(cp, c->src, now);
+
+    if (a == NULL) {
+        return true;
+    }
+    if (now >= a->next_ms) {
+        /* Until this check's outcome, its source's next one waits. */
+        a->next_ms = now + auth_penalty_ms(a->fails);
+        return true;
+    }
+    if (!c->deferred) {
+        cp->n_auth_deferred++;
+    }
+    c->deferred = true;
+    c->waiting = true;
+    /* Nothing more is read meanwhile: the frame limit is checked only
+     * when frames are decoded. */
+    bufferevent_disable(c->bev, EV_READ);
+    auth_arm(cp, now);
+    return false;
+}
+
+/* A deferred Hello's turn may have come: resume them in accept order (the
+ * first one of a source takes its turn, the others wait again). */
+static void
+auth_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct cport   *cp = arg;
+    struct cp_conn *o, *next;
+
+    (void)fd;
+    (void)what;
+    for (o = cp->pa_head; o != NULL; o = next) {
+        next = o->pa_next;
+        if (o->deferred && !o->closing) {
+            o->deferred = false;
+            o->waiting = false;
+            bufferevent_enable(o->bev, EV_READ);
+            conn_read_cb(o->bev, o);
+        }
+    }
+    auth_arm(cp, mono_ms());
+}
+
 /* The first frame of a connection: check cluster, token and role, make
  * it an ADMIN or PEER connection and answer with our Hello. */
 static void
@@ -572,7 +768,10 @@ hello(struct cp_conn *c, const struct frame *f)
         send_error(c, "wrong cluster");
     } else if (!cluster_has_token(cl)) {
         send_error(c, "this node has no --token-file: the cluster port is closed");
-    } else if (m->token.len != token_len || memcmp(m->token.data, token, token_len) != 0) {
+    } else if (!sha256_ct_equal(m->token.data, m->token.len, token, token_len)) {
+        /* Constant time: a timing must not tell how much of a guess was
+         * right. */
+        auth_failed(c);
         send_error(c, "wrong token");
     } else if (m->role != RINGCACHE__HELLO__ROLE__ADMIN &&
                m->role != RINGCACHE__HELLO__ROLE__PEER) {
@@ -682,6 +881,9 @@ conn_read_cb(struct bufferevent *bev, void *arg)
             return;
         }
         bufferevent_setwatermark(bev, EV_READ, 0, 0);
+        if (c->state == CPC_HELLO && f.type == FRAME_HELLO && !auth_turn(c)) {
+            break; /* the frame stays buffered until auth_cb */
+        }
         /* c stays allocated: an error leaves an Error frame to write, and
          * the connection is freed by the write callback. */
         dispatch(c, &f);
@@ -937,8 +1139,9 @@ cport_new(struct server *srv, struct cluster *cl, const char *listen_addr, int p
     cp->health = health_new(cl, cp->base);
     cp->stop_ev = event_new(cp->base, cp->stop_fd[0], EV_READ, stop_cb, cp);
     cp->sweep_ev = event_new(cp->base, -1, EV_PERSIST, sweep_cb, cp);
+    cp->auth_ev = evtimer_new(cp->base, auth_cb, cp);
     if (cp->ho == NULL || cp->tr == NULL || cp->health == NULL || cp->stop_ev == NULL ||
-        cp->sweep_ev == NULL) {
+        cp->sweep_ev == NULL || cp->auth_ev == NULL) {
         goto fail;
     }
     return cp;
@@ -1055,6 +1258,9 @@ cport_free(struct cport *cp)
     }
     if (cp->sweep_ev != NULL) {
         event_free(cp->sweep_ev);
+    }
+    if (cp->auth_ev != NULL) {
+        event_free(cp->auth_ev);
     }
     if (cp->base != NULL) {
         event_base_free(cp->base);

@@ -21,6 +21,7 @@ Suite *cluster_suite(void);
 Suite *mstore_suite(void);
 Suite *forward_suite(void);
 Suite *replicate_suite(void);
+Suite *sha256_suite(void);
 
 /* Absolute path of the source tree (for test data such as the vectors). */
 #ifndef RC_SRCDIR
