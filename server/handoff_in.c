@@ -97,6 +97,16 @@ in_link(struct handoff_in *in, struct store_item *it, uint64_t cas, bool merge)
     return store_put_import(in->s, it, cas);
 }
 
+/* Copy a record's value (or chunk) to dst: an empty one (a vivified meta
+ * item) has no data pointer at all. */
+static inline void
+copy_value(char *dst, const Ringcache__HandoffRecord *r)
+{
+    if (r->value.len > 0) {
+        memcpy(dst, r->value.data, r->value.len);
+    }
+}
+
 /* The item a post-image record becomes (its meta state included), to fill
  * with nbytes of value. */
 static struct store_item *
@@ -137,7 +147,7 @@ in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, s
                      (int)(r->key.len > 64 ? 64 : r->key.len), key);
             return -1;
         }
-        memcpy(store_item_value_mut(in->it) + in->got, r->value.data, r->value.len);
+        copy_value(store_item_value_mut(in->it) + in->got, r);
         in->got += r->value.len;
         imported_add(in, 0, r->value.len);
         if (in->got == in->it->nbytes) {
@@ -163,7 +173,7 @@ in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, s
         } else {
             in->cas = r->cas;
             in->merge = merge;
-            memcpy(store_item_value_mut(in->it), r->value.data, r->value.len);
+            copy_value(store_item_value_mut(in->it), r);
             in->got = r->value.len;
             imported_add(in, 0, r->key.len + r->value.len);
             if (in->got == r->total_bytes) {
@@ -184,7 +194,7 @@ in_record(struct handoff_in *in, const Ringcache__HandoffRecord *r, char *err, s
         if (it == NULL) {
             rc = e;
         } else {
-            memcpy(store_item_value_mut(it), r->value.data, r->value.len);
+            copy_value(store_item_value_mut(it), r);
             rc = in_link(in, it, r->cas, merge);
             store_release(s, it);
         }

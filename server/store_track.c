@@ -400,7 +400,9 @@ store_import(struct store *s, const char *key, size_t nkey, uint64_t hash, uint3
     if (it == NULL) {
         return err;
     }
-    memcpy(store_item_value_mut(it), value, nbytes);
+    if (nbytes > 0) {
+        memcpy(store_item_value_mut(it), value, nbytes); /* an empty value may have no pointer */
+    }
     rc = store_put_import(s, it, cas);
     store_release(s, it);
     return rc;

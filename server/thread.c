@@ -209,6 +209,18 @@ listen_unix(const char *path, int mask, int backlog)
     return fd;
 }
 
+/* Block or unblock SIGTERM and SIGINT in the calling thread. */
+static void
+block_stop_signals(int how)
+{
+    sigset_t set;
+
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(how, &set, NULL);
+}
+
 /* Bind and listen; see thread.h. */
 int
 server_listen(struct server *srv)
@@ -218,6 +230,11 @@ server_listen(struct server *srv)
     int                     fd;
 
     raise_fd_limit(srv);
+    /* From the moment clients can connect until server_run listens for
+     * them, SIGTERM and SIGINT wait (blocked, inherited by every thread
+     * started meanwhile) instead of killing the node without its clean
+     * exit (pid file, unix socket). */
+    block_stop_signals(SIG_BLOCK);
     if (srv->settings.socket_path[0] != '\0') {
         /* As memcached: -s replaces the TCP port. */
         fd = listen_unix(srv->settings.socket_path, srv->settings.socket_mask,
@@ -504,8 +521,7 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 int
 server_run(struct server *srv)
 {
-    sigset_t block, old;
-    int      i, rc = 0;
+    int i, rc = 0;
 
     srv->main_base = event_base_new();
     if (srv->main_base == NULL) {
@@ -523,10 +539,7 @@ server_run(struct server *srv)
     }
 
     /* Workers never take the signals; the main thread's base does. */
-    sigemptyset(&block);
-    sigaddset(&block, SIGTERM);
-    sigaddset(&block, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &block, &old);
+    block_stop_signals(SIG_BLOCK);
     for (i = 0; i < srv->nworkers; i++) {
         struct worker *w = &srv->workers[i];
 
@@ -540,7 +553,9 @@ server_run(struct server *srv)
         }
         w->started = true;
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    /* The handlers are in: a signal that came since server_listen is
+     * delivered now, to the loop. */
+    block_stop_signals(SIG_UNBLOCK);
 
     if (rc == 0 && event_add(srv->listen_ev, NULL) == 0) {
         if (srv->settings.socket_path[0] != '\0') {
