@@ -99,7 +99,8 @@ struct conn {
     bool               get_ordered; /* route.c: its keys are read at their acting primary */
     int64_t            get_exptime;
     uint64_t           declared_epoch; /* `epoch <n>`: MOVED instead of forwarding */
-    bool               peer;           /* `rc_peer <auth>`: a cluster peer (replicate.c) */
+    bool               peer;           /* `rc_peer` proven: a cluster peer (replicate.c) */
+    char               peer_nonce[33]; /* `rc_peer`'s challenge, hex ("": none; proto_peer.c) */
 
     struct route route; /* the decision for the data block coming in */
 

@@ -30,6 +30,7 @@
 #include <event2/util.h>
 
 #include "proto/mcreply.h"
+#include "ring/peerauth.h"
 #include "ring/ring.h"
 #include "server/cluster.h"
 #include "server/conn.h"
@@ -67,6 +68,7 @@ struct fwd_req {
     bool              ahead;                   /* on ord's ahead list: later ones wait for it */
     struct fwd_req   *aprev, *anext;           /* ord's ahead list */
     struct fwd_up    *held_up;                 /* held on ord: where it goes when released */
+    bool              challenge;               /* FWD_HELLO `rc_peer`: its reply is the NONCE */
 };
 
 /*
@@ -117,6 +119,10 @@ struct fwd_up {
     bool                dirty; /* has output the flush has not seen */
     struct event       *timer;
     struct fwd_req     *head, *tail;
+    /* Between `rc_peer` and its NONCE reply the requests' bytes wait in
+     * held: they may go only after the proof (up_challenge). */
+    bool             authing;
+    struct evbuffer *held;
 };
 
 /* A worker's upstreams, by address (a linear table: a few peers). */
@@ -643,6 +649,10 @@ up_fail(struct fwd_up *up, const char *why, enum fwd_err err)
     }
     up->connected = false;
     up->dirty = false;
+    up->authing = false;
+    if (up->held != NULL) {
+        evbuffer_drain(up->held, evbuffer_get_length(up->held));
+    }
     evtimer_del(up->timer);
     for (; r != NULL; r = next) {
         next = r->next;
@@ -871,6 +881,67 @@ block_ends_crlf(struct evbuffer *in, size_t need)
 }
 
 /*
+ * The reply to our `rc_peer` (docs/cluster.md, "Replication"):
+ * `NONCE <node id> <hex>`. Answer `rc_peer <our id> <proof>` (its OK is
+ * the same request's reply, checked as a hello line), then release the
+ * requests held meanwhile. 1, or -1 (the upstream fails) when the peer
+ * refused the challenge: a node that speaks only the old fixed proof
+ * answers ERROR here.
+ */
+static int
+up_challenge(struct fwd_up *up, struct fwd_req *r, const char *line, size_t llen)
+{
+    struct cluster  *cl = up->fw->w->srv != NULL ? up->fw->w->srv->cluster : NULL;
+    struct evbuffer *in = bufferevent_get_input(up->bev), *out = bufferevent_get_output(up->bev);
+    char             id[PEERAUTH_ID_MAX + 1], nonce[PEERAUTH_NONCE_HEX + 1];
+    char             proof[PEERAUTH_PROOF_HEX + 1], msg[PEERAUTH_ID_MAX + PEERAUTH_PROOF_HEX + 16];
+    const uint8_t   *token;
+    size_t           token_len, n = llen;
+    const char      *sp, *me;
+    int              len;
+
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) {
+        n--;
+    }
+    sp = n > 6 ? memchr(line + 6, ' ', n - 6) : NULL;
+    if (cl == NULL || n <= 6 || memcmp(line, "NONCE ", 6) != 0 || sp == NULL ||
+        (size_t)(sp - line - 6) > PEERAUTH_ID_MAX ||
+        (size_t)(line + n - sp - 1) != PEERAUTH_NONCE_HEX) {
+        log_msg(LOG_ERR,
+                "forward to %s: peer refused the rc_peer challenge: %.*s (does it speak only "
+                "the old fixed peer proof? every node needs this version)",
+                up->addr, (int)n, line);
+        return -1;
+    }
+    memcpy(id, line + 6, (size_t)(sp - line - 6));
+    id[sp - line - 6] = '\0';
+    memcpy(nonce, sp + 1, PEERAUTH_NONCE_HEX);
+    nonce[PEERAUTH_NONCE_HEX] = '\0';
+    evbuffer_drain(in, llen);
+    token = cluster_token(cl, &token_len);
+    me = cluster_node_id(cl);
+    if (me == NULL || me[0] == '\0') {
+        me = "-";
+    }
+    peerauth_proof(token, token_len, cluster_name(cl), id, nonce, me, proof);
+    len = snprintf(msg, sizeof(msg), "rc_peer %s %s\r\n", me, proof);
+    if (len < 0 || (size_t)len >= sizeof(msg) || evbuffer_add(out, msg, (size_t)len) < 0 ||
+        (up->held != NULL && evbuffer_add_buffer(out, up->held) < 0)) {
+        return -1;
+    }
+    /* The same request now waits for the proof's OK. */
+    r->challenge = false;
+    r->deadline = util_now_ms() + timeout_ms(up->fw);
+    up->authing = false;
+    up->dirty = true;
+    if (!up->fw->flush_armed) {
+        up->fw->flush_armed = true;
+        event_active(up->fw->flush_ev, EV_TIMEOUT, 1);
+    }
+    return 1;
+}
+
+/*
  * Consume what the head request's reply has ready: 1 when progress was
  * made (call again), 0 when more bytes are needed, -1 on a protocol error.
  * The reply's first line is copied out and read by mcr_parse; a VALUE's
@@ -907,6 +978,9 @@ up_parse_one(struct fwd_up *up)
     llen = (size_t)e.pos + 1 < MCR_LINE_MAX ? (size_t)e.pos + 1 : MCR_LINE_MAX;
     if (evbuffer_copyout(in, line, llen) != (ev_ssize_t)llen) {
         return -1;
+    }
+    if (r->kind == FWD_HELLO && r->challenge) {
+        return up_challenge(up, r, line, llen);
     }
     got = mcr_parse(line, llen, FWD_VALUE_MAX, &rep, &need);
     if (got < 0 || rep.kind == 0) {
@@ -1222,6 +1296,7 @@ up_hello(struct fwd_up *up, const char *text)
         return -1;
     }
     r->kind = FWD_HELLO;
+    r->challenge = strcmp(text, "rc_peer\r\n") == 0;
     if (bufferevent_write(up->bev, text, strlen(text)) < 0) {
         req_free(r);
         return -1;
@@ -1265,13 +1340,15 @@ up_connect(struct fwd_up *up, uint64_t epoch)
         goto fail;
     }
     if (cl != NULL && cluster_has_token(cl)) {
-        char auth[CLUSTER_PEER_AUTH_LEN + 1];
-
-        cluster_peer_auth(cl, auth);
-        snprintf(line, sizeof(line), "rc_peer %s\r\n", auth);
-        if (up_hello(up, line) < 0) {
+        /* The challenge: requests wait in held until up_challenge has
+         * sent the proof (a node takes none of them before it). */
+        if (up_hello(up, "rc_peer\r\n") < 0) {
             goto fail;
         }
+        if (up->held == NULL && (up->held = evbuffer_new()) == NULL) {
+            goto fail;
+        }
+        up->authing = true;
     }
     return 0;
 fail:
@@ -1333,7 +1410,9 @@ up_send(struct fwd_up *up, struct fwd_req *r, const struct iovec *iov, int iovcn
         return -1;
     }
     for (i = 0; i < iovcnt; i++) {
-        if (bufferevent_write(up->bev, iov[i].iov_base, iov[i].iov_len) < 0) {
+        struct evbuffer *dst = up->authing ? up->held : bufferevent_get_output(up->bev);
+
+        if (evbuffer_add(dst, iov[i].iov_base, iov[i].iov_len) < 0) {
             up_push(up, r);
             up_fail(up, "forward failed", FWD_EOTHER);
             return -1;
@@ -1474,6 +1553,9 @@ forward_worker_free(struct worker *w)
 
         up_fail(up, "shutting down", FWD_EOTHER);
         event_free(up->timer);
+        if (up->held != NULL) {
+            evbuffer_free(up->held);
+        }
         free(up);
     }
     free(fw->ups);

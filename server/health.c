@@ -79,7 +79,11 @@ struct health {
     uint64_t           round_start;
     pthread_t          tid;
     bool               ticker_started;
-    int                stop; /* atomic: the ticker exits */
+    int                stop;         /* atomic: the ticker exits */
+    uint64_t           epoch_margin; /* HEALTH_EPOCH_MARGIN_DEFAULT, or set */
+    uint64_t           store_epoch;  /* the highest the store said */
+    uint64_t           far_log_ms;   /* the last "far ahead" line */
+    uint64_t           far_ignored;  /* claims ignored since that line */
 };
 
 /* See health.h. */
@@ -138,6 +142,33 @@ sigcont_handler(int sig)
     }
 }
 
+/* Whether a peer's epoch e is beyond the margin past the highest epoch
+ * this node knows (its own, the store's, one it already learnt): logged
+ * (at most once a second, with a count) and ignored. */
+static bool
+too_far(struct health *h, uint64_t e, uint64_t active, uint64_t pending, uint64_t was)
+{
+    uint64_t known = active, now;
+
+    known = pending > known ? pending : known;
+    known = was > known ? was : known;
+    known = h->store_epoch > known ? h->store_epoch : known;
+    if (e - known <= h->epoch_margin) {
+        return false;
+    }
+    h->far_ignored++;
+    now = util_coarse_ms();
+    if (h->far_log_ms == 0 || now - h->far_log_ms >= 1000) {
+        log_msg(LOG_ERR,
+                "ignored %" PRIu64 " peer claims of an epoch more than %" PRIu64
+                " beyond the highest this node knows (%" PRIu64 "), the last %" PRIu64,
+                h->far_ignored, h->epoch_margin, known, e);
+        h->far_log_ms = now;
+        h->far_ignored = 0;
+    }
+    return true;
+}
+
 /* A peer `from` (NULL: the store) tells us an epoch: above both of ours,
  * we are behind (removed, or a commit never reached us) and must serve
  * nothing until a transition includes us again. A node without a
@@ -151,7 +182,13 @@ learn_epoch(struct health *h, const char *from, uint64_t e)
     uint64_t             pending = cluster_pending_epoch(cl);
     uint64_t             was = __atomic_load_n(&live->behind_epoch, __ATOMIC_RELAXED);
 
+    if (from == NULL && e > h->store_epoch) {
+        h->store_epoch = e;
+    }
     if (active == 0 || e <= active || e <= pending || e <= was) {
+        return;
+    }
+    if (from != NULL && too_far(h, e, active, pending, was)) {
         return;
     }
     __atomic_store_n(&live->behind_epoch, e, __ATOMIC_RELEASE);
@@ -578,6 +615,7 @@ health_new(struct cluster *cl, struct event_base *base)
     }
     h->cl = cl;
     h->base = base;
+    h->epoch_margin = HEALTH_EPOCH_MARGIN_DEFAULT;
     h->timer = evtimer_new(base, timer_cb, h);
     if (h->timer == NULL) {
         free(h);
@@ -719,6 +757,13 @@ health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
     ringcache__ping__free_unpacked(m, NULL);
     rc = peer_send(bev, FRAME_PONG, cluster_frame_id(cl), &r);
     return rc < 0 ? -1 : 0;
+}
+
+/* See health.h. */
+void
+health_set_epoch_margin(struct health *h, uint64_t margin)
+{
+    h->epoch_margin = margin != 0 ? margin : HEALTH_EPOCH_MARGIN_DEFAULT;
 }
 
 /* See health.h. */

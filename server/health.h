@@ -68,6 +68,19 @@ size_t health_status(struct health *h, struct health_peer *out, size_t max);
  * thread. */
 void health_learn_epoch(struct health *h, uint64_t epoch);
 
+/*
+ * A peer's claim of an epoch more than this beyond the highest this node
+ * knows (its active and pending epochs, and what the membership store
+ * said) is logged and ignored: epochs are minted one at a time by the
+ * store, so such a claim is a bug or a forgery, and adopting it would
+ * make this node serve nothing (behind) until a transition. The store's
+ * own epoch is always believed.
+ */
+#define HEALTH_EPOCH_MARGIN_DEFAULT 1000
+
+/* Set that margin (0: the default). Before health_start. */
+void health_set_epoch_margin(struct health *h, uint64_t margin);
+
 /* Name of a state for logs and ringctl. */
 const char *health_state_name(enum peer_health s);
 

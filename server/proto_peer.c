@@ -12,7 +12,9 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 
+#include "ring/peerauth.h"
 #include "ring/ring.h"
 #include "ring/util.h"
 #include "server/cluster.h"
@@ -254,6 +256,29 @@ proto_peer_rc_del(struct conn *c, const struct token *t, int ntok)
     REPLY(c, "OK");
 }
 
+/* n bytes as lowercase hex in out (2n + 1 bytes). */
+static void
+hex(const uint8_t *p, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    size_t            i;
+
+    for (i = 0; i < n; i++) {
+        out[2 * i] = digits[p[i] >> 4];
+        out[2 * i + 1] = digits[p[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+/* This node's id in the peer challenge ("-" for none). */
+static const char *
+peer_node_id(const struct cluster *cl)
+{
+    const char *id = cluster_node_id(cl);
+
+    return id != NULL && id[0] != '\0' ? id : "-";
+}
+
 /* Replica tombstone lifetime for a forward timeout (ms, <= 0: the
  * default): every retry of a post-image plus 2 s, at least
  * REPLICATE_TOMB_TTL_S. */
@@ -266,15 +291,27 @@ tomb_ttl(int forward_timeout_ms)
     return s > REPLICATE_TOMB_TTL_S ? (uint32_t)s : REPLICATE_TOMB_TTL_S;
 }
 
-/* `rc_peer <auth>`: the connection is a cluster peer (docs/cluster.md:
- * it may send replication post-images and is never forwarded). */
+/*
+ * `rc_peer`: the challenge. The node answers `NONCE <node id> <hex>`, a
+ * fresh random nonce (PEERAUTH_NONCE_LEN bytes) kept on the connection.
+ * `rc_peer <peer id> <proof>`: the response, HMAC-SHA256 of the nonce and
+ * both ids keyed with the token (ring/peerauth.h); the nonce is used up by
+ * the attempt, right or wrong, so a proof seen once proves nothing again.
+ * Proven, the connection is a cluster peer (docs/cluster.md: it may send
+ * replication post-images and is never forwarded). The old fixed proof,
+ * `rc_peer <16 hex digits>`, gets an error that says so.
+ */
 void
 proto_peer_rc_peer(struct conn *c, const struct token *t, int ntok)
 {
     struct cluster *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
-    char            auth[CLUSTER_PEER_AUTH_LEN + 1];
+    uint8_t         rnd[PEERAUTH_NONCE_LEN];
+    char            nonce[PEERAUTH_NONCE_HEX + 1], id[PEERAUTH_ID_MAX + 1];
+    const uint8_t  *token;
+    size_t          token_len;
+    bool            ok;
 
-    if (ntok != 2) {
+    if (ntok < 1 || ntok > 3) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
         return;
     }
@@ -282,9 +319,42 @@ proto_peer_rc_peer(struct conn *c, const struct token *t, int ntok)
         conn_out_add(c, "CLIENT_ERROR not a cluster node\r\n", 33);
         return;
     }
-    cluster_peer_auth(cl, auth);
-    if (t[1].len != CLUSTER_PEER_AUTH_LEN || memcmp(t[1].p, auth, CLUSTER_PEER_AUTH_LEN) != 0) {
-        log_msg(LOG_INFO, "connection %d: rc_peer with a wrong token", c->fd);
+    if (ntok == 1) {
+        if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+            REPLY(c, "SERVER_ERROR no randomness for the peer challenge");
+            return;
+        }
+        hex(rnd, sizeof(rnd), c->peer_nonce);
+        proto_reply_printf(c, "NONCE %s %s\r\n", peer_node_id(cl), c->peer_nonce);
+        return;
+    }
+    if (ntok == 2) {
+        log_msg(LOG_INFO,
+                "connection %d: rc_peer with the old fixed proof: that peer runs an older "
+                "version (every node needs the rc_peer challenge)",
+                c->fd);
+        REPLY(c, "CLIENT_ERROR old peer proof: this node wants `rc_peer`, then `rc_peer <id> "
+                 "<proof>` (upgrade the peer)");
+        return;
+    }
+    if (c->peer_nonce[0] == '\0') {
+        REPLY(c, "CLIENT_ERROR no peer challenge on this connection (send rc_peer first)");
+        return;
+    }
+    /* One attempt per nonce. */
+    memcpy(nonce, c->peer_nonce, sizeof(nonce));
+    c->peer_nonce[0] = '\0';
+    if (t[1].len > PEERAUTH_ID_MAX) {
+        proto_reply_line(c, PROTO_ERR_FORMAT);
+        return;
+    }
+    memcpy(id, t[1].p, t[1].len);
+    id[t[1].len] = '\0';
+    token = cluster_token(cl, &token_len);
+    ok = peerauth_check(token, token_len, cluster_name(cl), peer_node_id(cl), nonce, id, t[2].p,
+                        t[2].len);
+    if (!ok) {
+        log_msg(LOG_INFO, "connection %d: rc_peer from %.64s with a wrong proof", c->fd, id);
         conn_out_add(c, "CLIENT_ERROR bad peer authentication\r\n", 38);
         return;
     }

@@ -10,16 +10,36 @@
    under 15 a second over the last 2 s); meanwhile `ringctl status`
    succeeds within 5 s, and a fresh Hello with the right token is
    accepted within 3 s.
+2. The rc_peer challenge on the client port: replica writes are refused
+   before it; `rc_peer` answers `NONCE a <32 hex>`, a fresh one each
+   time; the proof (HMAC-SHA256 keyed with the token, as ring/peerauth.h)
+   makes the connection a peer and its rc_set is applied; the same proof
+   replayed on another connection (with or without a new challenge) is
+   refused and its rc_set too; a nonce is used up by a wrong proof; the
+   old fixed proof gets an error that names it; replication between the
+   nodes (which now authenticate this way) works: a set at a is read at b.
+3. A peer's epoch far ahead is not believed: a peer connection (Hello as
+   PEER with the token) whose Ping claims epoch 10^12 leaves a's
+   behind_epoch at 0 (the node keeps serving) and a's log says so; a Ping
+   claiming a's epoch + 5 (within the margin, HEALTH_EPOCH_MARGIN_DEFAULT
+   = 1000) still makes it behind, as before.
 """
+import hashlib
+import hmac
 import os
 import socket
+import struct
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadgen as lg  # noqa: E402
-from test_cport import frame, read_frame, fb, HELLO, ERROR  # noqa: E402
+from rctest import recv_until  # noqa: E402
+from test_cport import frame, read_frame, fb, fv, one, Admin  # noqa: E402
+from test_cport import HELLO, ERROR  # noqa: E402
+
+PING, PONG = 8, 9       # proto/frame.h
 
 FLOOD_S = 4.0
 THREADS = 4
@@ -77,8 +97,8 @@ def good_hello(port, timeout):
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     try:
         with open(CL.token_file, "rb") as f:
-            token = f.read().strip()
-        s.sendall(frame(HELLO, fb(1, "ringcache") + fb(2, token)))
+            tok = f.read().strip()
+        s.sendall(frame(HELLO, fb(1, "ringcache") + fb(2, tok)))
         r = read_frame(s, timeout=timeout)
         return time.monotonic() - t0 if r is not None and r[0] == HELLO else None
     finally:
@@ -86,6 +106,131 @@ def good_hello(port, timeout):
 
 
 CL = None
+
+
+def token():
+    with open(CL.token_file, "rb") as f:
+        return f.read().strip()
+
+
+def proof(node_id, nonce, peer_id, cluster=b"ringcache"):
+    """ring/peerauth.c: HMAC-SHA256(token, domain || length-prefixed fields)."""
+    msg = b"ringcache rc_peer v2"
+    for f in (cluster, node_id, nonce, peer_id):
+        msg += struct.pack(">I", len(f)) + f
+    return hmac.new(token(), msg, hashlib.sha256).hexdigest().encode()
+
+
+def line(sock, data):
+    sock.sendall(data)
+    return recv_until(sock, b"\r\n", timeout=10)
+
+
+def challenge(sock):
+    r = line(sock, b"rc_peer\r\n").split()
+    return r[2] if len(r) == 3 and r[0] == b"NONCE" and r[1] == b"a" else None
+
+
+def peer_proof(t, cl):
+    a, b = cl.nodes["a"], cl.nodes["b"]
+    s1 = lg_connect(a)
+    r = line(s1, b"rc_set k1 0 0 1 1\r\nx\r\n")
+    t.ok(r.startswith(b"CLIENT_ERROR rc_set is for cluster peers"),
+         "rc_set before rc_peer is refused", r)
+    n1 = challenge(s1)
+    n2 = challenge(lg_connect(a))
+    t.ok(n1 is not None and len(n1) == 32 and n2 is not None and n1 != n2,
+         "rc_peer answers NONCE a <32 hex>, a fresh nonce each time", (n1, n2))
+    p1 = proof(b"a", n1, b"b")
+    r = line(s1, b"rc_peer b " + p1 + b"\r\n")
+    t.ok(r == b"OK\r\n", "the proof for that nonce makes the connection a peer", r)
+    r = line(s1, b"rc_set pk1 0 0 99 3\r\nabc\r\n")
+    t.ok(r == b"OK\r\n", "its rc_set is applied", r)
+
+    s2 = lg_connect(a)
+    r = line(s2, b"rc_peer b " + p1 + b"\r\n")
+    t.ok(r.startswith(b"CLIENT_ERROR no peer challenge"),
+         "the proof replayed on a new connection without a challenge is refused", r)
+    n3 = challenge(s2)
+    r = line(s2, b"rc_peer b " + p1 + b"\r\n")
+    t.ok(n3 is not None and r == b"CLIENT_ERROR bad peer authentication\r\n",
+         "the proof replayed after a new challenge is refused", r)
+    r = line(s2, b"rc_peer b " + proof(b"a", n3, b"b") + b"\r\n")
+    t.ok(r.startswith(b"CLIENT_ERROR no peer challenge"),
+         "a nonce is used up by a wrong proof (the right one comes too late)", r)
+    r = line(s2, b"rc_set pk2 0 0 99 3\r\nabc\r\n")
+    t.ok(r.startswith(b"CLIENT_ERROR rc_set is for cluster peers"),
+         "the replaying connection's rc_set is refused", r)
+    r = line(s2, b"rc_peer 0123456789abcdef\r\n")
+    t.ok(r.startswith(b"CLIENT_ERROR old peer proof"),
+         "the old fixed proof gets an error that names it", r)
+    n4 = challenge(s2)
+    r = line(s2, b"rc_peer b " + proof(b"b", n4, b"b") + b"\r\n")
+    t.ok(r == b"CLIENT_ERROR bad peer authentication\r\n",
+         "a proof made for another node id is refused", r)
+    for s in (s1, s2):
+        s.close()
+
+    # Replication between the nodes authenticates with the challenge.
+    c = lg.Conn(a.addr)
+    try:
+        r = c.simple("set rk 0 0 5\r\nhello")
+    finally:
+        c.close()
+    got = lg.read_keys(b.addr, ["rk"])
+    t.ok(r == b"STORED" and got.get("rk") in (b"hello", "hello"),
+         "a set at a is replicated to b (peers pass the challenge)", (r, got))
+
+
+def fake_ping(port, epoch):
+    """A peer connection that sends one Ping claiming epoch; True once
+    its Pong came."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        s.sendall(frame(HELLO, fb(1, "ringcache") + fb(2, token()) + fv(3, 1) + fb(4, "zz")))
+        r = read_frame(s)
+        if r is None or r[0] != HELLO:
+            return False
+        s.sendall(frame(PING, fb(1, "zz") + fv(2, epoch) + fv(3, 1)))
+        r = read_frame(s)
+        return r is not None and r[0] == PONG
+    finally:
+        s.close()
+
+
+def far_epoch(t, cl):
+    a = cl.nodes["a"]
+    cport = a.port + 10000
+    adm = Admin(cport, token())
+    try:
+        st = adm.status()
+        active = one(st, 3)
+        t.ok(fake_ping(cport, 10 ** 12), "a fake peer's Ping claiming epoch 10^12 is answered")
+        st = adm.status()
+        t.ok(one(st, 18) == 0 and one(st, 3) == active,
+             "a is not behind after it (behind_epoch 0, still at epoch %d)" % active,
+             {k: st[k] for k in (3, 18) if k in st})
+        r = lg.Conn(a.addr)
+        try:
+            got = r.simple("set fk 0 0 1\r\nx")
+        finally:
+            r.close()
+        t.ok(got == b"STORED", "a still serves writes", got)
+        t.ok(lg.wait_for(lambda: b"beyond the highest this node knows" in
+                         open(a.log, "rb").read(), 5),
+             "a logs the ignored claim", a.tail(5))
+        t.ok(fake_ping(cport, active + 5), "a Ping claiming epoch %d is answered" % (active + 5))
+        ok = lg.wait_for(lambda: one(adm.status(), 18) == active + 5, 5)
+        t.ok(ok, "an epoch within the margin still makes a behind (%d)" % (active + 5),
+             one(adm.status(), 18))
+    finally:
+        adm.close()
+
+
+def lg_connect(node):
+    s = socket.create_connection(node.addr, timeout=10)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
 
 
 def throttle(t, cl):
@@ -128,6 +273,8 @@ def scenario(t):
                     "2 nodes, R=2: ringctl init, every node at epoch 1", (rc, err, conv)):
             return
         throttle(t, cl)
+        peer_proof(t, cl)
+        far_epoch(t, cl)
     finally:
         lg.close_cluster(t, cl)
 
