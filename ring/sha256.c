@@ -208,13 +208,19 @@ hmac_sha256(const void *key, size_t keylen, const void *data, size_t len, uint8_
 bool
 sha256_ct_equal(const void *a, size_t alen, const void *b, size_t blen)
 {
-    const volatile uint8_t *pa = a, *pb = b;
-    size_t                  n = alen < blen ? alen : blen, i;
-    /* Nonzero when the lengths differ, folded without a branch. */
-    uint64_t diff = (uint64_t)(alen ^ blen);
-    uint8_t  acc = 0;
+    uint8_t                 da[SHA256_LEN], db[SHA256_LEN];
+    const volatile uint8_t *pa = da, *pb = db;
+    uint64_t                diff = (uint64_t)(alen ^ blen);
+    uint8_t                 acc = 0;
+    size_t                  i;
 
-    for (i = 0; i < n; i++) {
+    /* Comparing digests, the loop is always SHA256_LEN long: a loop over
+     * min(alen, blen) would tell, by its time, the length of the secret
+     * to whoever sends longer and longer guesses. Hashing a takes a time
+     * that depends on alen only, b on blen only. */
+    sha256(a, alen, da);
+    sha256(b, blen, db);
+    for (i = 0; i < SHA256_LEN; i++) {
         acc |= (uint8_t)(pa[i] ^ pb[i]);
     }
     diff |= acc;

@@ -46,10 +46,11 @@ void hmac_sha256(const void *key, size_t keylen, const void *data, size_t len,
                  uint8_t out[SHA256_LEN]);
 
 /*
- * Whether a (alen bytes) equals b (blen bytes), in time that depends only
- * on alen and blen, never on where they differ: every byte of the shorter
- * length is looked at and the lengths are folded into the same result
- * (a caller compares against a secret of fixed, public length).
+ * Whether a (alen bytes) equals b (blen bytes), in a time that never
+ * depends on where they differ nor on how long the other one is: the
+ * SHA-256 of each (its time depends on its own length only) is compared
+ * over all 32 bytes with no early exit, and the lengths are folded into
+ * the same result. For secrets (the cluster token, a peer proof).
  */
 bool sha256_ct_equal(const void *a, size_t alen, const void *b, size_t blen);
 
