@@ -32,6 +32,7 @@
 #define METRICS_BACKLOG     64
 #define METRICS_TIMEOUT_S   10   /* a scraper that sends nothing is dropped */
 #define METRICS_MAX_HEADERS 8192 /* a GET needs little */
+#define METRICS_MAX_BODY    4096 /* read, so another method still gets its 405 */
 
 struct metrics {
     struct server     *srv;
@@ -311,7 +312,7 @@ metrics_start(struct server *srv, const char *addr, int port)
     m->listen_fd = -1; /* evhttp's now: evhttp_free closes it */
     evhttp_set_timeout(m->http, METRICS_TIMEOUT_S);
     evhttp_set_max_headers_size(m->http, METRICS_MAX_HEADERS);
-    evhttp_set_max_body_size(m->http, 0);
+    evhttp_set_max_body_size(m->http, METRICS_MAX_BODY);
     evhttp_set_gencb(m->http, request_cb, m);
 
     /* The main thread's event base takes SIGTERM and SIGINT, not this one. */
