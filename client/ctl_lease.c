@@ -112,6 +112,12 @@ renew_once(struct leased *l)
             ctl_info("%s: the lease expired (the store was out of reach?)%s", l->name,
                      held ? ": the role is lost" : ": taking a new one");
         }
+        if (held) {
+            /* Lost: said now, so taking it again below is said too. */
+            pthread_mutex_lock(&l->mu);
+            l->held = false;
+            pthread_mutex_unlock(&l->mu);
+        }
         held = false;
         rc = take(l, err, sizeof(err));
     }
