@@ -70,15 +70,6 @@ cluster_count(struct cluster *cl, enum cluster_counter k)
     __atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
 }
 
-/* Peer authentication string; see cluster.h. */
-void
-cluster_peer_auth(const struct cluster *cl, char out[CLUSTER_PEER_AUTH_LEN + 1])
-{
-    uint64_t h = ring_hash_seeded(cl->token, cl->token_len, cl->cluster_id ^ 0x72635f7065657221ull);
-
-    snprintf(out, CLUSTER_PEER_AUTH_LEN + 1, "%016" PRIx64, h);
-}
-
 void
 cluster_counters_get(const struct cluster *cl, struct cluster_counters *out)
 {

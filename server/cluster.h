@@ -187,12 +187,6 @@ void cluster_started(struct cluster *cl);
  * callback returns. */
 const struct cluster_view *cluster_view(const struct cluster *cl);
 
-/* `rc_peer <auth>` (server/replicate.c): auth is CLUSTER_PEER_AUTH_LEN hex
- * digits of a hash of the admin token keyed by the cluster id, so peers
- * prove they share the token without sending it on the client port. */
-#define CLUSTER_PEER_AUTH_LEN 16
-void cluster_peer_auth(const struct cluster *cl, char out[CLUSTER_PEER_AUTH_LEN + 1]);
-
 /* The counters a request bumps (any thread). */
 enum cluster_counter {
     CLUSTER_CTR_MOVED = 0,
