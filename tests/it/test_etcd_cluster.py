@@ -168,15 +168,19 @@ def scenario(t):
                                                                  f.addr_s))
         t.ok(rc == 0 and cl.store_epoch() == 6, "etcd back: the same join succeeds (epoch 6)",
              (rc, lg.tail(out), lg.tail(err)))
+        # It holds the role again after the outage began (a frozen etcd may
+        # still log a failed read after that): within its lease's renewals.
+        def regained_role():
+            with open(w2log_path, errors="replace") as fh:
+                text = fh.read()
+            first = min(i for i in (text.find("cannot read the store"),
+                                    text.find("role/watch: etcd"), len(text)) if i >= 0)
+            return text.rfind("this process holds the role") > first
+        regained = lg.wait_for(regained_role, 30, 0.2)
         alive = watch2.poll() is None
         lg.stop_proc(watch2)
         with open(w2log_path, errors="replace") as fh:
             w2text = fh.read()
-        # It held the role again after the outage began (a frozen etcd may
-        # still log a failed read after that).
-        first = min(i for i in (w2text.find("cannot read the store"),
-                                w2text.find("role/watch: etcd"), len(w2text)) if i >= 0)
-        regained = w2text.rfind("this process holds the role") > first
         t.ok(alive and watch2.returncode == 0 and saw_outage(w2text) and regained,
              "etcd down: ringctl watch logged the outage, kept running through it, held the "
              "watch role again after it and stopped on SIGTERM (exit 0)",

@@ -16,6 +16,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rctest import Tap, Node, RINGCACHED, free_port, request, wait_until  # noqa: E402
@@ -426,6 +427,12 @@ try:
         node = Node(args=["-u", "nobody"])
         try:
             node.start()
+            # The port accepts (into its backlog) a moment before the drop,
+            # which comes once the state and pid file are written.
+            deadline = time.monotonic() + 10
+            while (proc_status(node.pid).get("Uid", "0").split() or ["0"])[0] == "0" and \
+                    time.monotonic() < deadline:
+                time.sleep(0.02)
             st = proc_status(node.pid)
             tap.eq(st.get("Uid", "").split(), [str(nobody.pw_uid)] * 4, "-u nobody: Uid")
             tap.eq(st.get("Gid", "").split(), [str(nobody.pw_gid)] * 4, "-u nobody: Gid")
