@@ -1007,19 +1007,6 @@ up_parse_one(struct fwd_up *up)
         r->fn(r->fn_arg, line, llen, FWD_OK);
         req_free(r);
         return 1;
-    case FWD_LINE:
-        evbuffer_drain(in, llen + 2);
-        up_pop(up);
-        if (rep.kind == MCR_MOVED) {
-            req_moved(up, r, line, &rep);
-            return 1;
-        }
-        if (rep.kind == MCR_TRYAGAIN && req_tryagain(up, r)) {
-            return 1;
-        }
-        req_reply(r, line, llen + 2);
-        req_free(r);
-        return 1;
     case FWD_META:
         if (rep.kind == MCR_META_VA) {
             if (have < need) {
@@ -1038,6 +1025,9 @@ up_parse_one(struct fwd_up *up)
             req_free(r);
             return 1;
         }
+        /* A line: relayed as FWD_LINE's are, less what q hides. */
+        /* fall through */
+    case FWD_LINE:
         evbuffer_drain(in, llen + 2);
         up_pop(up);
         if (rep.kind == MCR_MOVED) {

@@ -599,21 +599,24 @@ do_replace(struct store *s, struct stripe *st, struct store_item *old, struct st
 
 /*
  * The second half of a read-copy-update: link n in place of old if old is
- * still the live item of the key (n takes old's expiry, which a touch may
- * have changed meanwhile, and old's gen bits in inherit), then drop our
- * references to both. True when n was linked; else the caller retries.
+ * still the live item of its key (with take_exptime n takes old's expiry,
+ * which a touch may have changed meanwhile; n takes old's gen bits in
+ * inherit), then drop our references to both. True when n was linked
+ * (*cas_out, when not NULL, gets its CAS); else the caller reads again.
  */
-static inline bool
-replace_if_live(struct store *s, struct stripe *st, const char *key, size_t nkey, uint64_t hash,
-                struct store_item *old, struct store_item *n, uint16_t inherit, uint64_t *cas_out)
+static bool
+relink_if_live(struct store *s, struct stripe *st, struct store_item *old, struct store_item *n,
+               uint16_t inherit, bool take_exptime, uint64_t *cas_out)
 {
     struct store_item *cur;
     int64_t            now = clock_begin(s);
 
     pthread_mutex_lock(&st->lock);
-    cur = do_find(s, st, key, nkey, hash, now, false);
+    cur = do_find(s, st, store_item_key(old), old->nkey, old->hash, now, false);
     if (cur == old) {
-        n->exptime = old->exptime;
+        if (take_exptime) {
+            n->exptime = old->exptime;
+        }
         n->gen |= old->gen & inherit;
         do_replace(s, st, old, n, now);
         if (cas_out != NULL) {
@@ -694,7 +697,7 @@ put_concat(struct store *s, struct store_item *it, bool append, uint64_t cas_in,
         if (nbytes_out != NULL) {
             *nbytes_out = n->nbytes;
         }
-        if (replace_if_live(s, st, key, it->nkey, it->hash, old, n, 0, &icas)) {
+        if (relink_if_live(s, st, old, n, 0, true, &icas)) {
             if (cas_out != NULL) {
                 *cas_out = ecas ? store_item_cas(it) : icas; /* n is not ours any more */
             }
@@ -982,7 +985,7 @@ store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash, bool i
         }
         memcpy(store_item_value_mut(n), buf, len);
         n->mflags |= old->mflags & (STORE_MF_STALE | STORE_MF_WON | STORE_MF_BINKEY);
-        if (replace_if_live(s, st, key, nkey, hash, old, n, IF_FETCHED, cas_out)) {
+        if (relink_if_live(s, st, old, n, IF_FETCHED, true, cas_out)) {
             *value = v;
             return STORE_STORED;
         }
@@ -1078,32 +1081,6 @@ store_mget(struct store *s, const char *key, size_t nkey, uint64_t hash, const s
     return it;
 }
 
-/* md I, md x, ma: build n (a copy of old with changes, made by the caller
- * outside the lock) and link it in place of old if old is still the live
- * item; drops both references. True when linked; false: old changed,
- * the caller reads again. */
-static bool
-relink_if_live(struct store *s, struct stripe *st, struct store_item *old, struct store_item *n,
-               uint16_t inherit, uint64_t *cas_out)
-{
-    struct store_item *cur;
-    int64_t            now = clock_begin(s);
-
-    pthread_mutex_lock(&st->lock);
-    cur = do_find(s, st, store_item_key(old), old->nkey, old->hash, now, false);
-    if (cur == old) {
-        n->gen |= old->gen & inherit;
-        do_replace(s, st, old, n, now);
-        if (cas_out != NULL) {
-            *cas_out = n->cas;
-        }
-    }
-    pthread_mutex_unlock(&st->lock);
-    store_release(s, old);
-    store_release(s, n);
-    return cur == old;
-}
-
 int
 store_mdel(struct store *s, const char *key, size_t nkey, uint64_t hash, const struct store_mdel *o,
            bool *removed, uint64_t *tomb_cas)
@@ -1162,7 +1139,7 @@ store_mdel(struct store *s, const char *key, size_t nkey, uint64_t hash, const s
             }
             n->mflags |= STORE_MF_STALE; /* and no token: the next reader wins */
         }
-        if (relink_if_live(s, st, old, n, IF_FETCHED, NULL)) {
+        if (relink_if_live(s, st, old, n, IF_FETCHED, false, NULL)) {
             return STORE_DELETED;
         }
     }
@@ -1253,7 +1230,7 @@ store_marith(struct store *s, const char *key, size_t nkey, uint64_t hash,
         {
             uint64_t icas = 0;
 
-            if (relink_if_live(s, st, old, n, IF_FETCHED, &icas)) {
+            if (relink_if_live(s, st, old, n, IF_FETCHED, false, &icas)) {
                 res->value = v;
                 res->cas = o->has_ecas ? o->ecas : icas;
                 return STORE_STORED;
