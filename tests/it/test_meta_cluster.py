@@ -596,12 +596,26 @@ def join(t, cl, keys):
         herd_out.extend(ml.herd([cl.nodes[i].addr for i in ("a", "b", "c")],
                                 ("mg %s N30 v\r\n" % herd_key).encode(), NHERD, timeout=15.0))
     ths = [threading.Thread(target=plain_mg), threading.Thread(target=herd_mg)]
+    sent = time.monotonic()
     for th in ths:
         th.start()
     time.sleep(0.4)
     rc, out, err = cl.ctl("resume")
+    lifted = time.monotonic() - sent
     for th in ths:
         th.join(20)
+    # A relay retries TRYAGAIN for FWD_RETRY_TIMEOUTS (3) x the 1 s forward
+    # timeout: a fence held longer (a slow sanitizer build) is answered
+    # TRYAGAIN, as documented; then the same requests, sent again after the
+    # lift, must be served (and the herd still has exactly one winner).
+    budget = 3.0
+    if lifted > budget and plain and plain[0][0].startswith(b"SERVER_ERROR TRYAGAIN"):
+        plain = []
+        plain_mg()
+    if lifted > budget and herd_out and \
+            all(rl.startswith(b"SERVER_ERROR TRYAGAIN") for _, rl, _ in herd_out):
+        herd_out = []
+        herd_mg()
     t.ok(rc == 0, "join: ringctl resume exits 0", (rc, lg.tail(out), lg.tail(err)))
     conv = cl.converged(2, ["a", "b", "c", "d"])
     t.ok(all(v == (2, 0) for v in conv.values()), "join: every node reports EPOCH 2 0", conv)
