@@ -23,6 +23,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "server/cluster.h"
+#include "server/hotkeys.h"
 #include "server/log.h"
 #include "server/proto_text.h"
 #include "server/stats.h"
@@ -229,6 +230,42 @@ render_cluster(struct server *srv, struct evbuffer *b)
         ts.route_lookups);
 }
 
+/* The node's hot keys (server/hotkeys.h): estimated requests and the
+ * bound on their overestimate, per key. */
+static void
+render_hotkeys(struct server *srv, struct evbuffer *b)
+{
+    struct hotkeys_entry *e = malloc(HOTKEYS_K * sizeof(*e));
+    size_t                n = e != NULL ? server_hotkeys(srv, e, HOTKEYS_K) : 0, i, pass;
+    static const char *NAMES[] = { "ringcache_hotkey_requests", "ringcache_hotkey_overestimate" };
+    static const char *HELP[] = {
+        "Estimated requests for one of the node's most requested keys (sampled; stats hotkeys).",
+        "Bound on the overestimate of ringcache_hotkey_requests for the key.",
+    };
+
+    for (pass = 0; pass < 2; pass++) {
+        family(b, NAMES[pass], "gauge", HELP[pass]);
+        for (i = 0; i < n; i++) {
+            char key[HOTKEYS_TEXT_MAX];
+            bool binary;
+
+            /* A text key has no space, control byte, quote or backslash
+             * but the last two: escape those (the text format's rule). */
+            hotkeys_key_text(&e[i], key, &binary);
+            evbuffer_add_printf(b, "%s{key=\"", NAMES[pass]);
+            for (const char *p = key; *p != '\0'; p++) {
+                if (*p == '"' || *p == '\\') {
+                    evbuffer_add(b, "\\", 1);
+                }
+                evbuffer_add(b, p, 1);
+            }
+            evbuffer_add_printf(b, "\"%s} %" PRIu64 "\n", binary ? ",encoding=\"base64\"" : "",
+                                pass == 0 ? e[i].count : e[i].err);
+        }
+    }
+    free(e);
+}
+
 /* Every request: GET /metrics, else 404 (405 for /metrics by another
  * method). */
 static void
@@ -255,6 +292,7 @@ request_cb(struct evhttp_request *req, void *arg)
     }
     render_memcached(m->srv, b);
     render_cluster(m->srv, b);
+    render_hotkeys(m->srv, b);
     evhttp_add_header(out, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
     evhttp_send_reply(req, HTTP_OK, "OK", b);
     evbuffer_free(b);

@@ -421,7 +421,7 @@ meta_route(struct conn *c, const struct mreq *r, unsigned quiet, struct route *r
     struct token fwd[META_TOK_MAX];
     int          n = relay_tokens(r, fwd);
 
-    if (!route_meta(c, ring_hash(r->key, r->nkey), fwd, n, quiet, rt)) {
+    if (!route_meta(c, proto_key_hash(c, r->key, r->nkey), fwd, n, quiet, rt)) {
         return false;
     }
     route_write_begin(rt);
@@ -661,7 +661,7 @@ meta_set(struct conn *c, struct mreq *r, int32_t vlen)
             return;
         }
     }
-    hash = ring_hash(r->key, r->nkey);
+    hash = proto_key_hash(c, r->key, r->nkey);
     n = relay_tokens(r, fwd);
     switch (route_update_meta(c, hash, fwd, n, (size_t)vlen, true, r->quiet ? FWD_MQ_HD : 0)) {
     case ROUTE_SERVE:

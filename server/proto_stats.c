@@ -7,6 +7,7 @@
 #include "server/proto_stats.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 
 #include "server/cluster.h"
 #include "server/conn.h"
+#include "server/hotkeys.h"
 #include "server/log.h"
 #include "server/proto_text.h"
 #include "server/stats.h"
@@ -150,10 +152,33 @@ stats_settings(struct conn *c)
     proto_reply_printf(c, "STAT item_size_max %zu\r\n", st->item_size_max);
     proto_reply_printf(c, "STAT maxconns_fast yes\r\n");
     proto_reply_printf(c, "STAT client_flags_size 4\r\n");
+    proto_reply_printf(c, "STAT hotkeys_sample %u\r\n", st->hotkeys_sample);
+    proto_reply_printf(c, "STAT hotkeys_decay %u\r\n", st->hotkeys_decay_s);
     conn_out_add(c, "END\r\n", 5);
 }
 
-/* stats [settings|reset|items|slabs|sizes]; see proto_stats.h. */
+/* `stats hotkeys`: the node's hot keys, most requested first, one line
+ * each: `STAT hotkey:<rank> <key> <estimated requests> <overestimate
+ * bound>`, a binary key (meta's b flag) in base64 with a trailing ` b`. */
+static void
+stats_hotkeys(struct conn *c)
+{
+    struct hotkeys_entry *e = malloc(HOTKEYS_K * sizeof(*e));
+    size_t                n = e != NULL ? server_hotkeys(c->w->srv, e, HOTKEYS_K) : 0, i;
+
+    for (i = 0; i < n; i++) {
+        char key[HOTKEYS_TEXT_MAX];
+        bool binary;
+
+        hotkeys_key_text(&e[i], key, &binary);
+        proto_reply_printf(c, "STAT hotkey:%zu %s %" PRIu64 " %" PRIu64 "%s\r\n", i + 1, key,
+                           e[i].count, e[i].err, binary ? " b" : "");
+    }
+    free(e);
+    conn_out_add(c, "END\r\n", 5);
+}
+
+/* stats [settings|reset|items|slabs|sizes|hotkeys]; see proto_stats.h. */
 void
 proto_stats(struct conn *c, const struct token *t, int ntok)
 {
@@ -167,6 +192,8 @@ proto_stats(struct conn *c, const struct token *t, int ntok)
     } else if (TOK_IS(&t[1], "items") || TOK_IS(&t[1], "slabs")) {
         /* No slab classes here; an empty group keeps exporters happy. */
         conn_out_add(c, "END\r\n", 5);
+    } else if (TOK_IS(&t[1], "hotkeys")) {
+        stats_hotkeys(c);
     } else if (TOK_IS(&t[1], "sizes")) {
         /* memcached's answer when the size histogram is off. */
         conn_out_add(c, "STAT sizes_status disabled\r\nEND\r\n", 33);

@@ -2,7 +2,7 @@
  * proto_text: the classic memcached text protocol (see
  * shared notes/memcached-protocol.md for every reply and edge case): parse,
  * dispatch, reply. Lines are tokenized in place inside the connection's
- * read buffer; each key is hashed once (ring_hash) and the hash serves the
+ * read buffer; each key is hashed once (proto_key_hash) and the hash serves the
  * cluster decision (server/route.h) and the store. Multi-gets stream: they
  * pause when the output queue is full and resume where they stopped, so no
  * buffer is sized from the request. Peer commands are in proto_peer.c,
@@ -156,7 +156,7 @@ get_continue(struct conn *c)
             route_get_paused(c);
             return PROTO_PAUSE;
         }
-        hash = ring_hash(k.p, k.len);
+        hash = proto_key_hash(c, k.p, k.len);
         STATS_ADD(ts, cmd_get, 1);
         switch (route_get_key(c, hash, c->get_touch, &rt)) {
         case ROUTE_KEY_SERVE:
@@ -271,7 +271,7 @@ process_update(struct conn *c, struct token *t, int ntok, const char *end, enum 
     }
     flags = (uint32_t)flags64;
     exptime = (int32_t)(uint32_t)(uint64_t)exptime64;
-    hash = ring_hash(t[1].p, t[1].len);
+    hash = proto_key_hash(c, t[1].p, t[1].len);
     switch (route_update(c, hash, t, base, (size_t)vlen)) {
     case ROUTE_SERVE:
         break;
@@ -396,7 +396,7 @@ process_delete(struct conn *c, struct token *t, int ntok)
         proto_reply_line(c, PROTO_ERR_FORMAT);
         return;
     }
-    hash = ring_hash(t[1].p, t[1].len);
+    hash = proto_key_hash(c, t[1].p, t[1].len);
     if (!route_line(c, hash, t, 2, &rt)) {
         return;
     }
@@ -450,7 +450,7 @@ process_arith(struct conn *c, struct token *t, int ntok, bool incr)
         REPLY(c, "CLIENT_ERROR invalid numeric delta argument");
         return;
     }
-    hash = ring_hash(t[1].p, t[1].len);
+    hash = proto_key_hash(c, t[1].p, t[1].len);
     if (!route_line(c, hash, t, 3, &rt)) {
         return;
     }
@@ -505,7 +505,7 @@ process_touch(struct conn *c, struct token *t, int ntok)
         REPLY(c, "CLIENT_ERROR invalid exptime argument");
         return;
     }
-    hash = ring_hash(t[1].p, t[1].len);
+    hash = proto_key_hash(c, t[1].p, t[1].len);
     if (!route_line(c, hash, t, 3, &rt)) {
         return;
     }

@@ -13,7 +13,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "ring/ring.h"
 #include "server/conn.h"
+#include "server/hotkeys.h"
+#include "server/thread.h"
 
 #define KEY_MAX 250 /* memcached's longest key */
 
@@ -27,6 +30,18 @@ struct token {
 
 /* Queue a literal reply unless the command said noreply. */
 #define REPLY(c, lit) proto_reply((c), lit "\r\n", sizeof(lit "\r\n") - 1)
+
+/* The ring hash of a key a client sent (each keyed request hashes its key
+ * once, here), counted in the worker's hot-key sketch. A request a peer
+ * relays was counted where its client sent it. */
+static inline uint64_t
+proto_key_hash(struct conn *c, const char *key, size_t nkey)
+{
+    uint64_t hash = ring_hash(key, nkey);
+
+    hotkeys_note(c->peer ? NULL : c->w->hot, key, nkey, hash);
+    return hash;
+}
 
 /* memcached's answer to a malformed line. */
 extern const char PROTO_ERR_FORMAT[];

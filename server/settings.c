@@ -34,6 +34,8 @@ settings_init(struct settings *s)
     s->socket_mask = 0700;
     s->backlog = 1024;
     s->reqs_per_event = 20;
+    s->hotkeys_sample = 100;
+    s->hotkeys_decay_s = 60;
 }
 
 /* Print the usage text to f. */
@@ -62,6 +64,10 @@ settings_usage(FILE *f)
                "      --metrics=<addr:port>  serve Prometheus metrics at GET /metrics on\n"
                "                             this HTTP address (off by default; give a\n"
                "                             loopback one, e.g. 127.0.0.1:9150)\n"
+               "      --hotkeys-sample=<n>   count 1 keyed request in n in the hot-key\n"
+               "                             sketch (stats hotkeys; default: 100, 0: off)\n"
+               "      --hotkeys-decay=<s>    halve the hot-key counts every s seconds\n"
+               "                             (default: 60, 0: never)\n"
                "  -h, --help                 print this help and exit\n"
                "  -V, --version              print the version and exit\n"
                "memcached's options, with memcached's meaning:\n"
@@ -309,6 +315,8 @@ enum {
     OPT_FORWARD_TIMEOUT,
     OPT_STORE,
     OPT_METRICS,
+    OPT_HOTKEYS_SAMPLE,
+    OPT_HOTKEYS_DECAY,
 };
 
 /* Copy a string option into dst[size]; -1 (reported) when empty or long. */
@@ -380,6 +388,8 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         { "forward-timeout", required_argument, NULL, OPT_FORWARD_TIMEOUT },
         { "store", required_argument, NULL, OPT_STORE },
         { "metrics", required_argument, NULL, OPT_METRICS },
+        { "hotkeys-sample", required_argument, NULL, OPT_HOTKEYS_SAMPLE },
+        { "hotkeys-decay", required_argument, NULL, OPT_HOTKEYS_DECAY },
         /* memcached's long names. */
         { "unix-socket", required_argument, NULL, 's' },
         { "unix-mask", required_argument, NULL, 'a' },
@@ -505,6 +515,24 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
             if (parse_metrics(err, optarg, s) < 0) {
                 return -1;
             }
+            break;
+        case OPT_HOTKEYS_SAMPLE:
+            if (parse_int(optarg, 0, 1000000, &v) < 0) {
+                fprintf(err, "ringcached: --hotkeys-sample %s: must be 0 (off) to 1000000\n",
+                        optarg);
+                settings_usage(err);
+                return -1;
+            }
+            s->hotkeys_sample = (uint32_t)v;
+            break;
+        case OPT_HOTKEYS_DECAY:
+            if (parse_int(optarg, 0, 86400, &v) < 0) {
+                fprintf(err, "ringcached: --hotkeys-decay %s: must be 0 (never) to 86400 s\n",
+                        optarg);
+                settings_usage(err);
+                return -1;
+            }
+            s->hotkeys_decay_s = (uint32_t)v;
             break;
         case 's':
             if (optarg[0] == '\0' || strlen(optarg) >= sizeof(s->socket_path)) {

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #define SETTINGS_SOCKET_PATH_MAX 108 /* sizeof(sockaddr_un.sun_path) */
@@ -43,6 +44,10 @@ struct settings {
     bool lock_memory;                           /* -k: mlockall */
     bool core_dumps;                            /* -r: raise the core file limit */
     bool flush_disabled;                        /* -F: flush_all is refused */
+    /* Hot keys (server/hotkeys.h): sample 1 keyed request in hotkeys_sample
+     * (0: off), counts halved every hotkeys_decay_s seconds (0: never). */
+    uint32_t hotkeys_sample;
+    uint32_t hotkeys_decay_s;
 };
 
 /* Fill in the defaults (port 11211, 127.0.0.1, 4 threads, 64 MiB, 1024

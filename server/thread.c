@@ -27,6 +27,7 @@
 
 #include "server/conn.h"
 #include "server/forward.h"
+#include "server/hotkeys.h"
 #include "server/replicate.h"
 #include "server/log.h"
 
@@ -81,6 +82,12 @@ server_new(const struct settings *settings)
         if (pipe2(w->notify_fd, O_NONBLOCK | O_CLOEXEC) < 0) {
             log_msg(LOG_ERR, "pipe: %s", strerror(errno));
             goto fail;
+        }
+        if (settings->hotkeys_sample > 0) {
+            w->hot = hotkeys_new(settings->hotkeys_sample, settings->hotkeys_decay_s);
+            if (w->hot == NULL) {
+                goto fail;
+            }
         }
     }
     return srv;
@@ -632,6 +639,7 @@ server_free(struct server *srv)
         }
         forward_worker_free(w);
         replicate_worker_free(w);
+        hotkeys_free(w->hot);
         while ((q = w->q_head) != NULL) {
             w->q_head = q->next;
             close(q->fd);
@@ -705,6 +713,40 @@ server_thread_stats(struct server *srv, struct thread_stats *out)
     pthread_mutex_lock(&srv->stats_lock);
     stats_subtract(out, &raw, &srv->base_thread);
     pthread_mutex_unlock(&srv->stats_lock);
+}
+
+/* Merge every worker's hot-key sketch; see thread.h. */
+size_t
+server_hotkeys(struct server *srv, struct hotkeys_entry *out, size_t max)
+{
+    size_t                 nw = (size_t)srv->nworkers, n = 0, got = 0, i;
+    struct hotkeys_entry **snaps = calloc(nw, sizeof(*snaps));
+    size_t                *counts = calloc(nw, sizeof(*counts));
+    uint64_t              *mins = calloc(nw, sizeof(*mins));
+
+    if (snaps == NULL || counts == NULL || mins == NULL) {
+        goto done;
+    }
+    for (i = 0; i < nw; i++) {
+        if (srv->workers[i].hot == NULL) {
+            continue;
+        }
+        snaps[n] = malloc(HOTKEYS_K * sizeof(**snaps));
+        if (snaps[n] == NULL) {
+            goto done;
+        }
+        counts[n] = hotkeys_snapshot(srv->workers[i].hot, snaps[n], &mins[n]);
+        n++;
+    }
+    got = hotkeys_merge(snaps, counts, mins, n, out, max);
+done:
+    for (i = 0; snaps != NULL && i < n; i++) {
+        free(snaps[i]);
+    }
+    free(snaps);
+    free(counts);
+    free(mins);
+    return got;
 }
 
 /* a - b, never below zero. */

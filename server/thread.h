@@ -36,6 +36,8 @@ struct conn_queue_item {
 
 /* One worker thread. Everything but the queue is touched only by the
  * worker itself (or by anyone before the threads start). */
+struct hotkeys;
+
 struct worker {
     struct server          *srv;
     int                     id;
@@ -52,6 +54,7 @@ struct worker {
     struct conn            *conns;         /* every open connection of this worker */
     int                     nconns;
     struct thread_stats     stats;
+    struct hotkeys         *hot; /* its hot-key sketch (server/hotkeys.h); NULL: off */
     /* Buffer pools, so idle connections hold no buffers (conn.c). */
     char             *rbuf_pool[WORKER_RBUF_POOL];
     int               nrbuf_pool;
@@ -120,6 +123,12 @@ void server_free(struct server *srv);
 
 /* Sum of every worker's counters minus the `stats reset` baseline. */
 void server_thread_stats(struct server *srv, struct thread_stats *out);
+
+/* The node's hot keys: every worker's sketch merged, at most max entries
+ * into out, highest estimated count first. Returns how many (0 when the
+ * sketches are off). Any thread. */
+struct hotkeys_entry;
+size_t server_hotkeys(struct server *srv, struct hotkeys_entry *out, size_t max);
 
 /* The store's figures. */
 void server_store_stats(struct server *srv, struct store_stats *out);

@@ -22,6 +22,7 @@ Suite *mstore_suite(void);
 Suite *forward_suite(void);
 Suite *replicate_suite(void);
 Suite *sha256_suite(void);
+Suite *hotkeys_suite(void);
 
 /* Absolute path of the source tree (for test data such as the vectors). */
 #ifndef RC_SRCDIR
