@@ -31,6 +31,7 @@ int ctl_set(struct ctl_globals *g, int argc, char **argv);
 int ctl_delete(struct ctl_globals *g, int argc, char **argv);
 int ctl_mget(struct ctl_globals *g, int argc, char **argv);
 int ctl_stats(struct ctl_globals *g, int argc, char **argv);
+int ctl_top(struct ctl_globals *g, int argc, char **argv);
 
 /* Cluster administration (docs/cluster.md): the front ends are in
  * ctl_admin.c, the transition they run in ctl_transition.c. Exit status

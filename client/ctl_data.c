@@ -514,13 +514,16 @@ ctl_stats(struct ctl_globals *g, int argc, char **argv)
     size_t             i, r;
     int               *width = NULL, name_width = 4, status = 0, ret;
 
-    if (ctl_no_options(argc, argv, CTL_USAGE_DATA " stats", CTL_USAGE_ON_ERROR) < 0) {
+    const char *group = NULL;
+
+    if (ctl_no_options(argc, argv, CTL_USAGE_DATA " stats [GROUP]", CTL_USAGE_ON_ERROR) < 0) {
         return 2;
     }
-    if (optind < argc) {
-        ctl_error("stats: takes no arguments");
+    if (argc - optind > 1) {
+        ctl_error("stats: takes one group at most (settings, hotkeys, ...)");
         return 2;
     }
+    group = optind < argc ? argv[optind] : NULL;
     rc = open_cluster(g, "stats");
     if (rc == NULL) {
         return 2;
@@ -533,7 +536,7 @@ ctl_stats(struct ctl_globals *g, int argc, char **argv)
     }
     for (i = 0; i < t.n_nodes; i++) {
         t.node = i;
-        ret = ringcache_stats(rc, i, stats_add, &t);
+        ret = ringcache_stats_group(rc, i, group, stats_add, &t);
         if (ret != 0) {
             ctl_error("%s (%s): %s", ringcache_node_id(rc, i), ringcache_node_addr(rc, i),
                       ringcache_strerror(ret));
@@ -591,6 +594,195 @@ ctl_stats(struct ctl_globals *g, int argc, char **argv)
     free(t.names);
     free(t.cells);
     free(width);
+    ringcache_free(rc);
+    return status;
+}
+
+/*
+ * top: the cluster's hot keys. Each node's `stats hotkeys` counts the
+ * requests its clients sent it; the same key seen at several nodes (plain
+ * clients spread over the nodes) is summed.
+ */
+
+#define TOP_DEFAULT 20
+
+struct top_key {
+    char              *key;    /* as stats hotkeys prints it (base64 if binary) */
+    bool               binary; /* key is base64 */
+    unsigned long long count, err;
+    char              *seen; /* node ids that reported it, comma-separated */
+};
+
+struct top_table {
+    struct top_key *keys;
+    size_t          n, cap;
+    const char     *node; /* the node being read */
+    bool            oom, garbled;
+};
+
+/* ringcache_stat_fn: "hotkey:<rank>" "<key> <count> <err>[ b]". */
+static void
+top_add(void *arg, const char *name, const char *value)
+{
+    struct top_table  *t = arg;
+    char               key[512], b[2] = "";
+    unsigned long long count, err;
+    size_t             i, len;
+    struct top_key    *k;
+
+    if (strncmp(name, "hotkey:", 7) != 0) {
+        return;
+    }
+    if (sscanf(value, "%511s %llu %llu %1s", key, &count, &err, b) < 3 ||
+        (b[0] != '\0' && b[0] != 'b')) {
+        t->garbled = true;
+        return;
+    }
+    for (i = 0; i < t->n; i++) {
+        if (strcmp(t->keys[i].key, key) == 0 && t->keys[i].binary == (b[0] == 'b')) {
+            break;
+        }
+    }
+    if (i == t->n) {
+        if (t->n == t->cap) {
+            size_t          ncap = t->cap == 0 ? 64 : 2 * t->cap;
+            struct top_key *nk = realloc(t->keys, ncap * sizeof(*nk));
+
+            if (nk == NULL) {
+                t->oom = true;
+                return;
+            }
+            t->keys = nk;
+            t->cap = ncap;
+        }
+        t->keys[i] =
+            (struct top_key){ .key = strdup(key), .binary = b[0] == 'b', .seen = strdup("") };
+        if (t->keys[i].key == NULL || t->keys[i].seen == NULL) {
+            free(t->keys[i].key);
+            free(t->keys[i].seen);
+            t->oom = true;
+            return;
+        }
+        t->n++;
+    }
+    k = &t->keys[i];
+    k->count += count;
+    k->err += err;
+    len = strlen(k->seen);
+    {
+        char *ns = realloc(k->seen, len + strlen(t->node) + 2);
+
+        if (ns == NULL) {
+            t->oom = true;
+            return;
+        }
+        sprintf(ns + len, "%s%s", len > 0 ? "," : "", t->node);
+        k->seen = ns;
+    }
+}
+
+static int
+top_by_count(const void *a, const void *b)
+{
+    const struct top_key *x = a, *y = b;
+
+    if (x->count != y->count) {
+        return x->count > y->count ? -1 : 1;
+    }
+    return strcmp(x->key, y->key);
+}
+
+/* The owners of k, "a,b", into out; "-" for a binary key (meta's b flag:
+ * ringcache_locate takes text-protocol keys only). */
+static void
+top_owners(struct ringcache *rc, const struct top_key *k, char *out, size_t size)
+{
+    size_t owners[16], n, i, used = 0;
+    int    got;
+
+    got = k->binary ? 0 : ringcache_locate(rc, k->key, strlen(k->key), owners, 16);
+    n = got > 0 ? (size_t)got : 0;
+    out[0] = '\0';
+    for (i = 0; i < n && used + 1 < size; i++) {
+        used += (size_t)snprintf(out + used, size - used, "%s%s", i > 0 ? "," : "",
+                                 ringcache_node_id(rc, owners[i]));
+    }
+    if (n == 0) {
+        snprintf(out, size, "-");
+    }
+}
+
+int
+ctl_top(struct ctl_globals *g, int argc, char **argv)
+{
+    static const struct option opts[] = { { "count", required_argument, NULL, 'n' },
+                                          { "help", no_argument, NULL, 'h' },
+                                          { NULL, 0, NULL, 0 } };
+    static const char          usage[] = CTL_USAGE_DATA " top [-n COUNT]";
+    struct top_table           t = { 0 };
+    struct ringcache          *rc;
+    long                       want = TOP_DEFAULT;
+    char                      *end;
+    size_t                     i;
+    int                        c, status = 0, ret;
+
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "hn:", opts, NULL)) != -1) {
+        switch (c) {
+        case 'n':
+            want = strtol(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || want < 1 || want > 100000) {
+                ctl_error("top: -n: expected a count of 1-100000, got '%s'", optarg);
+                return 2;
+            }
+            break;
+        case 'h':
+            printf("usage: %s\n", usage);
+            return 0;
+        default:
+            fprintf(stderr, "usage: %s\n", usage);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "usage: %s\n", usage);
+        return 2;
+    }
+    rc = open_cluster(g, "top");
+    if (rc == NULL) {
+        return 2;
+    }
+    for (i = 0; i < ringcache_node_count(rc); i++) {
+        t.node = ringcache_node_id(rc, i);
+        ret = ringcache_stats_group(rc, i, "hotkeys", top_add, &t);
+        if (ret != 0) {
+            ctl_error("%s (%s): %s", ringcache_node_id(rc, i), ringcache_node_addr(rc, i),
+                      ringcache_strerror(ret));
+            status = 1;
+        }
+    }
+    if (t.oom || t.garbled) {
+        ctl_error("top: %s", t.oom ? "out of memory" : "a node sent a malformed hotkey line");
+        status = 1;
+    }
+    qsort(t.keys, t.n, sizeof(*t.keys), top_by_count);
+    printf(g->human ? "%-4s  %-32s  %12s  %10s  %-16s  %s\n" : "%s\t%s\t%s\t%s\t%s\t%s\n", "rank",
+           "key", "requests", "overest", "seen_at", "owners");
+    for (i = 0; i < t.n; i++) {
+        if ((long)i < want) {
+            char owners[256];
+            char shown[520];
+
+            top_owners(rc, &t.keys[i], owners, sizeof(owners));
+            snprintf(shown, sizeof(shown), "%s%s", t.keys[i].key, t.keys[i].binary ? " (b64)" : "");
+            printf(g->human ? "%-4zu  %-32s  %12llu  %10llu  %-16s  %s\n"
+                            : "%zu\t%s\t%llu\t%llu\t%s\t%s\n",
+                   i + 1, shown, t.keys[i].count, t.keys[i].err, t.keys[i].seen, owners);
+        }
+        free(t.keys[i].key);
+        free(t.keys[i].seen);
+    }
+    free(t.keys);
     ringcache_free(rc);
     return status;
 }

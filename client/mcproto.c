@@ -207,10 +207,23 @@ mcp_format_config(char *buf)
 }
 
 size_t
-mcp_format_stats(char *buf)
+mcp_format_stats(char *buf, const char *group)
 {
-    memcpy(buf, "stats\r\n", 7);
-    return 7;
+    size_t n = group != NULL ? strlen(group) : 0, i;
+
+    if (n > 32) {
+        return 0;
+    }
+    for (i = 0; i < n; i++) {
+        if (!((group[i] >= 'a' && group[i] <= 'z') || (group[i] >= 'A' && group[i] <= 'Z'))) {
+            return 0;
+        }
+    }
+    if (n == 0) {
+        memcpy(buf, "stats\r\n", 7);
+        return 7;
+    }
+    return (size_t)snprintf(buf, MCP_STATS_LINE_MAX, "stats %s\r\n", group);
 }
 
 /*

@@ -79,11 +79,14 @@ size_t mcp_format_multiget(char *buf, bool with_cas, size_t n, mcp_key_fn key, v
  * first request routed with that epoch, into buf of MCP_DECLARE_MAX bytes. */
 size_t mcp_format_declare(char *buf, uint64_t epoch);
 
-/* "epoch\r\n" (the epoch poll), "config\r\n", "stats\r\n"; buf of 16 bytes
- * is enough. */
+/* "epoch\r\n" (the epoch poll), "config\r\n"; buf of 16 bytes is enough. */
 size_t mcp_format_epoch_poll(char *buf);
 size_t mcp_format_config(char *buf);
-size_t mcp_format_stats(char *buf);
+
+/* "stats\r\n", or "stats <group>\r\n" for a group of 1-32 letters, into
+ * buf[MCP_STATS_LINE_MAX]; 0 for a bad group. */
+#define MCP_STATS_LINE_MAX 48
+size_t mcp_format_stats(char *buf, const char *group);
 
 /*
  * Meta commands (mg ms md ma mn)

@@ -652,17 +652,25 @@ stats_reply(void *arg, const struct mcr_reply *r)
 int
 ringcache_stats(struct ringcache *rc, size_t i, ringcache_stat_fn fn, void *arg)
 {
+    return ringcache_stats_group(rc, i, NULL, fn, arg);
+}
+
+int
+ringcache_stats_group(struct ringcache *rc, size_t i, const char *group, ringcache_stat_fn fn,
+                      void *arg)
+{
     struct stats_ctx s = { .fn = fn, .arg = arg };
     struct op        op = { stats_reply, NULL, &s, &s.result };
-    char             line[16];
-    struct iovec     iov = { .iov_base = line, .iov_len = mcp_format_stats(line) };
+    char             line[MCP_STATS_LINE_MAX];
+    struct iovec     iov = { .iov_base = line };
     struct redirect  rd;
     struct rc_node  *node;
     bool             sent;
     int              ret;
 
     node = view_current_node(rc, i);
-    if (fn == NULL || node == NULL) {
+    iov.iov_len = mcp_format_stats(line, group);
+    if (fn == NULL || node == NULL || iov.iov_len == 0) {
         return RINGCACHE_EINVAL;
     }
     ret = node_request(rc, node, 0, &iov, 1, &op, &sent, &rd);

@@ -364,6 +364,14 @@ typedef void (*ringcache_stat_fn)(void *arg, const char *name, const char *value
  */
 int ringcache_stats(struct ringcache *rc, size_t i, ringcache_stat_fn fn, void *arg);
 
+/**
+ * The same for one group, `stats <group>` (e.g. "settings", "hotkeys");
+ * NULL or "" is plain `stats`. group is 1-32 letters.
+ * @return as ringcache_stats; RINGCACHE_EINVAL for a bad group name
+ */
+int ringcache_stats_group(struct ringcache *rc, size_t i, const char *group, ringcache_stat_fn fn,
+                          void *arg);
+
 /*
  * Meta operations: memcached's meta protocol (mg, ms, md, ma, mn; see
  * memcached's doc/protocol.txt) through the same routing, fail-over,

@@ -8,6 +8,7 @@
 #include "config.h"
 #include "server/hotkeys.h"
 
+#include "ring/ring.h"
 #include "ring/util.h"
 
 #include <stdlib.h>
@@ -215,8 +216,9 @@ decay(struct hotkeys *h)
 }
 
 void
-hotkeys_record(struct hotkeys *h, const char *key, size_t nkey, uint64_t hash)
+hotkeys_record(struct hotkeys *h, const char *key, size_t nkey)
 {
+    uint64_t     hash;
     uint32_t     pos;
     int16_t      sn;
     bool         fresh = h->n < HOTKEYS_K;
@@ -226,6 +228,7 @@ hotkeys_record(struct hotkeys *h, const char *key, size_t nkey, uint64_t hash)
     if (nkey > HOTKEYS_KEY_MAX) {
         return;
     }
+    hash = ring_hash(key, nkey);
     write_begin(h);
     if (h->decay_s > 0) {
         int64_t now = now_s();

@@ -45,17 +45,17 @@ struct hotkeys_entry {
 struct hotkeys *hotkeys_new(uint32_t every, uint32_t decay_s);
 void            hotkeys_free(struct hotkeys *h);
 
-/* Count one sampled request for key (nkey <= HOTKEYS_KEY_MAX, hash: its
- * ring hash). The owning worker only. */
-void hotkeys_record(struct hotkeys *h, const char *key, size_t nkey, uint64_t hash);
+/* Count one sampled request for key (longer than HOTKEYS_KEY_MAX:
+ * ignored). The owning worker only. */
+void hotkeys_record(struct hotkeys *h, const char *key, size_t nkey);
 
 /* The request path's one call: counts down to the next sample. Only a
  * decrement and a branch for the requests not sampled. */
 static inline void
-hotkeys_note(struct hotkeys *h, const char *key, size_t nkey, uint64_t hash)
+hotkeys_note(struct hotkeys *h, const char *key, size_t nkey)
 {
     if (h != NULL && --((struct hotkeys_tick *)h)->left == 0) {
-        hotkeys_record(h, key, nkey, hash);
+        hotkeys_record(h, key, nkey);
     }
 }
 

@@ -156,7 +156,7 @@ get_continue(struct conn *c)
             route_get_paused(c);
             return PROTO_PAUSE;
         }
-        hash = proto_key_hash(c, k.p, k.len);
+        hash = ring_hash(k.p, k.len);
         STATS_ADD(ts, cmd_get, 1);
         switch (route_get_key(c, hash, c->get_touch, &rt)) {
         case ROUTE_KEY_SERVE:
@@ -214,6 +214,7 @@ process_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *ex
             proto_reply_line(c, PROTO_ERR_FORMAT);
             return PROTO_MORE;
         }
+        proto_note_key(c, k.p, k.len);
         nkeys++;
     }
     if (nkeys == 0) {

@@ -31,16 +31,22 @@ struct token {
 /* Queue a literal reply unless the command said noreply. */
 #define REPLY(c, lit) proto_reply((c), lit "\r\n", sizeof(lit "\r\n") - 1)
 
-/* The ring hash of a key a client sent (each keyed request hashes its key
- * once, here), counted in the worker's hot-key sketch. A request a peer
- * relays was counted where its client sent it. */
+/* Count a key a client asked for in the worker's hot-key sketch, once per
+ * request (a get's keys as it checks them). A request a peer relays was
+ * counted where its client sent it. */
+static inline void
+proto_note_key(struct conn *c, const char *key, size_t nkey)
+{
+    hotkeys_note(c->peer ? NULL : c->w->hot, key, nkey);
+}
+
+/* The ring hash of the key of a single-key request (each hashes its key
+ * once, here), noted as proto_note_key does. */
 static inline uint64_t
 proto_key_hash(struct conn *c, const char *key, size_t nkey)
 {
-    uint64_t hash = ring_hash(key, nkey);
-
-    hotkeys_note(c->peer ? NULL : c->w->hot, key, nkey, hash);
-    return hash;
+    proto_note_key(c, key, nkey);
+    return ring_hash(key, nkey);
 }
 
 /* memcached's answer to a malformed line. */

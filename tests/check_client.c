@@ -300,7 +300,12 @@ START_TEST(test_request_lines)
     ck_assert_uint_lt(n, MCP_DECLARE_MAX);
     LINE_IS(mcp_format_epoch_poll(buf), "epoch\r\n");
     LINE_IS(mcp_format_config(buf), "config\r\n");
-    LINE_IS(mcp_format_stats(buf), "stats\r\n");
+    LINE_IS(mcp_format_stats(buf, NULL), "stats\r\n");
+    LINE_IS(mcp_format_stats(buf, ""), "stats\r\n");
+    LINE_IS(mcp_format_stats(buf, "hotkeys"), "stats hotkeys\r\n");
+    ck_assert_uint_eq(mcp_format_stats(buf, "hot keys"), 0);
+    ck_assert_uint_eq(mcp_format_stats(buf, "x\r\nflush_all"), 0);
+    ck_assert_uint_eq(mcp_format_stats(buf, "abcdefghijklmnopqrstuvwxyzabcdefg"), 0);
     ck_assert_uint_eq(mcp_multiget_size(3, 10), strlen("gets a bb user:42\r\n"));
     LINE_IS(mcp_format_multiget(buf, true, 3, array_key, (void *)keys), "gets a bb user:42\r\n");
     LINE_IS(mcp_format_multiget(buf, false, 1, array_key, (void *)keys), "get a\r\n");

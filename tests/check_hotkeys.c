@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ring/ring.h"
 #include "server/hotkeys.h"
 #include "tests/suites.h"
 
@@ -32,7 +31,7 @@ feed(struct hotkeys *h, unsigned k)
     size_t n;
 
     key_of(k, buf, &n);
-    hotkeys_note(h, buf, n, ring_hash(buf, n));
+    hotkeys_note(h, buf, n);
 }
 
 /* A Zipf(1.1) sampler over NKEYS keys: its cumulative weights. */
