@@ -6,7 +6,8 @@
 #   tps/... for each server, cpu_us_per_op/... (server CPU per operation),
 #   bytes_per_item/100B ours=... memcached=...
 # Environment: RC_BUILDDIR (default ./_build), ROUNDS (7), SECS (3 per run),
-# THREADS (server -t, 2), MEM (-m for the load runs, 64), CONC (memcaslap -c, 32).
+# THREADS (server -t, 2), MEM (-m for the load runs, 64), CONC (memcaslap -c, 32),
+# OURS_ARGS (more ringcached options, e.g. "--hotkeys-sample 0").
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
@@ -27,7 +28,8 @@ done
 start_server() {
     SRV_PORT=$(free_port)
     if [ "$1" = ours ]; then
-        "$ours_bin" -l 127.0.0.1 -p "$SRV_PORT" -t "$threads" -m "$2" -c 4096 &
+        # shellcheck disable=SC2086 # OURS_ARGS: extra options, word-split on purpose
+        "$ours_bin" -l 127.0.0.1 -p "$SRV_PORT" -t "$threads" -m "$2" -c 4096 ${OURS_ARGS:-} &
     else
         "$theirs_bin" -u nobody -l 127.0.0.1 -p "$SRV_PORT" -U 0 -t "$threads" -m "$2" -c 4096 &
     fi
