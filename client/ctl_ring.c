@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "client/ctl.h"
+#include "client/ctl_svg.h"
 #include "client/ctl_util.h"
 #include "ring/ring.h"
 
@@ -203,9 +204,10 @@ ctl_ring(struct ctl_globals *g, int argc, char **argv)
 {
     static const struct option opts[] = { { "members", required_argument, NULL, 'm' },
                                           { "human", no_argument, NULL, 'H' },
+                                          { "svg", required_argument, NULL, 's' },
                                           { "help", no_argument, NULL, 'h' },
                                           { NULL, 0, NULL, 0 } };
-    const char                *path = g->members;
+    const char                *path = g->members, *svg = NULL;
     bool                       human = g->human;
     struct ring_members       *m = NULL;
     struct ring               *r = NULL;
@@ -221,8 +223,11 @@ ctl_ring(struct ctl_globals *g, int argc, char **argv)
         case 'H':
             human = true;
             break;
+        case 's':
+            svg = optarg;
+            break;
         case 'h':
-            printf("usage: ringctl [--human] ring --members FILE\n");
+            printf("usage: ringctl [--human] ring --members FILE [--svg OUT.svg]\n");
             return 0;
         default:
             return 2;
@@ -247,6 +252,10 @@ ctl_ring(struct ctl_globals *g, int argc, char **argv)
         goto out;
     }
     ring_shares(r, share);
+    if (svg != NULL && ctl_ring_svg(r, share, path, svg) < 0) {
+        rc = 1;
+        goto out;
+    }
     wsum = weight_sum(m);
     for (i = 0; i < m->n_nodes; i++) {
         double ratio = share[i] / (m->nodes[i].weight / wsum);
