@@ -304,7 +304,7 @@ peer_views(struct admin *a, const struct tnode *n, char *sees, size_t slen, char
 }
 
 int
-ctl_status(struct ctl_globals *g, int argc, char **argv)
+ctl_status_print(struct ctl_globals *g, FILE *out)
 {
     struct admin         a = { .g = g };
     struct cport_request sreq = { .kind = CPORT_STATUS };
@@ -316,28 +316,28 @@ ctl_status(struct ctl_globals *g, int argc, char **argv)
     uint64_t             epoch;
     int                  rc;
 
-    rc = admin_begin(&a, argc, argv, CTL_USAGE_ADMIN " status");
+    rc = admin_load(&a, true);
     if (rc != EX_OK) {
         goto out;
     }
     epoch = a.old != NULL ? a.old->epoch : 0;
     /* Two header lines: TSV, or "name:  value" words for people. */
     sep = g->human ? " " : "\t";
-    printf("epoch%s%" PRIu64 "\n", g->human ? ":   " : "\t", epoch);
-    printf("pending%s", g->human ? ": " : "\t");
+    fprintf(out, "epoch%s%" PRIu64 "\n", g->human ? ":   " : "\t", epoch);
+    fprintf(out, "pending%s", g->human ? ": " : "\t");
     if (a.have_rec) {
-        printf("%" PRIu64 "%s%s%s%s\n", a.rec.epoch, sep, trec_phase_name(a.rec.phase), sep,
-               a.rec.op);
+        fprintf(out, "%" PRIu64 "%s%s%s%s\n", a.rec.epoch, sep, trec_phase_name(a.rec.phase), sep,
+                a.rec.op);
     } else if (a.new != NULL) {
-        printf("%" PRIu64 "%sINCOMPLETE%s%s without %s\n", a.new->epoch, sep, sep, REC_PENDING,
-               REC_PENDING_TREC);
+        fprintf(out, "%" PRIu64 "%sINCOMPLETE%s%s without %s\n", a.new->epoch, sep, sep,
+                REC_PENDING, REC_PENDING_TREC);
     } else {
-        printf("none\n");
+        fprintf(out, "none\n");
     }
-    printf("phase%s%s\n", g->human ? ":   " : "\t",
-           a.have_rec      ? trec_phase_name(a.rec.phase)
-           : a.new != NULL ? "INCOMPLETE"
-                           : "NONE");
+    fprintf(out, "phase%s%s\n", g->human ? ":   " : "\t",
+            a.have_rec      ? trec_phase_name(a.rec.phase)
+            : a.new != NULL ? "INCOMPLETE"
+                            : "NONE");
     if (a.old == NULL) {
         goto out;
     }
@@ -407,13 +407,54 @@ ctl_status(struct ctl_globals *g, int argc, char **argv)
             bad++;
         }
     }
-    ctl_table_print(&t, g->human, stdout);
+    ctl_table_print(&t, g->human, out);
     rc = bad > 0 ? EX_FAILED : EX_OK;
 out:
     free(share);
     ring_free(r);
     admin_free(&a);
     return rc;
+}
+
+int
+ctl_status(struct ctl_globals *g, int argc, char **argv)
+{
+    static const struct option opts[] = { { "watch", no_argument, NULL, 'w' },
+                                          { "interval", required_argument, NULL, 'i' },
+                                          { "help", no_argument, NULL, 'h' },
+                                          { NULL, 0, NULL, 0 } };
+    static const char          usage[] = CTL_USAGE_ADMIN " status [--watch [--interval S]]";
+    bool                       watch = false;
+    double                     interval = 1.0;
+    char                      *end;
+    int                        c;
+
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'w':
+            watch = true;
+            break;
+        case 'i':
+            interval = strtod(optarg, &end);
+            if (*optarg == '\0' || *end != '\0' || !(interval >= 0.05 && interval <= 3600)) {
+                ctl_error("status: --interval: expected seconds, 0.05-3600, got '%s'", optarg);
+                return EX_USAGE;
+            }
+            break;
+        case 'h':
+            printf("usage: %s\n", usage);
+            return EX_OK;
+        default:
+            fprintf(stderr, "usage: %s\n", usage);
+            return EX_USAGE;
+        }
+    }
+    if (optind != argc) {
+        ctl_error("usage: %s", usage);
+        return EX_USAGE;
+    }
+    return watch ? ctl_status_watch(g, interval) : ctl_status_print(g, stdout);
 }
 
 /*
@@ -580,7 +621,7 @@ ctl_admin_plan(struct ctl_globals *g, int argc, char **argv)
 static int
 reabort(struct admin *a)
 {
-    static const char *const names[] = {REC_ABORTED_TREC, REC_ABORTED};
+    static const char *const names[] = { REC_ABORTED_TREC, REC_ABORTED };
     struct cport_request     sreq = { .kind = CPORT_STATUS };
     struct cport_request     req;
     struct mstore_record     recs[2];

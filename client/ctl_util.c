@@ -14,16 +14,25 @@
 #include "client/ctl_util.h"
 #include "ring/ring.h"
 
+static FILE *error_sink; /* NULL: stderr */
+
+void
+ctl_error_to(FILE *f)
+{
+    error_sink = f;
+}
+
 void
 ctl_error(const char *fmt, ...)
 {
+    FILE   *f = error_sink != NULL ? error_sink : stderr;
     va_list ap;
 
-    fputs("ringctl: ", stderr);
+    fputs("ringctl: ", f);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vfprintf(f, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    fputc('\n', f);
 }
 
 char *

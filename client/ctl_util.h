@@ -16,8 +16,12 @@
 
 struct ring_members;
 
-/* Print "ringctl: <message>" on stderr. */
+/* Print "ringctl: <message>" on stderr (or where ctl_error_to said). */
 void ctl_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Send ctl_error's lines to f from now on (NULL: stderr again); the live
+ * view collects them into its frame. */
+void ctl_error_to(FILE *f);
 
 /* A progress or info line on stderr ("ringctl: phase: ..."): the same
  * shape as an error line, so ctl_error prints both. */
