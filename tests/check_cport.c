@@ -15,6 +15,8 @@
 
 #include "proto/frame.h"
 #include "proto/ringcache.pb-c.h"
+#include "ring/ring.h"
+#include "server/arcset.h"
 #include "server/cluster.h"
 #include "server/cport.h"
 #include "server/log.h"
@@ -137,16 +139,47 @@ next_reply(struct port *p, int i, const ProtobufCMessageDescriptor *desc, Protob
 }
 
 static void
-hello(struct port *p, int i, const char *cluster, Ringcache__Hello__Role role)
+hello_token(struct port *p, int i, const char *cluster, const char *token,
+            Ringcache__Hello__Role role)
 {
     Ringcache__Hello h = RINGCACHE__HELLO__INIT;
 
     h.cluster = (char *)cluster;
-    h.token.data = (uint8_t *)TOKEN;
-    h.token.len = strlen(TOKEN);
+    h.token.data = (uint8_t *)token;
+    h.token.len = strlen(token);
     h.role = role;
     h.node_id = (char *)"check";
     send_msg(p, i, FRAME_HELLO, &h.base);
+}
+
+static void
+hello(struct port *p, int i, const char *cluster, Ringcache__Hello__Role role)
+{
+    hello_token(p, i, cluster, TOKEN, role);
+}
+
+/* Client i sends raw bytes, and the port runs. */
+static void
+send_raw(struct port *p, int i, const void *buf, size_t n)
+{
+    int k;
+
+    bufferevent_write(p->client[i], buf, n);
+    for (k = 0; k < 4; k++) {
+        event_base_loop(cport_base(p->cp), EVLOOP_NONBLOCK);
+    }
+}
+
+/* Client i sends a frame of type t around payload[0..n). */
+static void
+send_payload(struct port *p, int i, uint8_t t, const void *payload, size_t n)
+{
+    uint8_t buf[FRAME_HEADER_SIZE + 64];
+
+    ck_assert_uint_le(n, 64);
+    frame_header_write(buf, (enum frame_type)t, frame_cluster_id(CLUSTER), (uint32_t)n);
+    memcpy(buf + FRAME_HEADER_SIZE, payload, n);
+    send_raw(p, i, buf, FRAME_HEADER_SIZE + n);
 }
 
 /* An admin request, and the AdminReply it gets (free it). */
@@ -282,6 +315,272 @@ START_TEST(test_error_taken_at_once)
 }
 END_TEST
 
+/*
+ * What the port answers to a bad frame at each stage: the Error frame's
+ * message (the connection then closes), or an AdminReply's error (it
+ * stays open). Each case starts on a fresh connection; the port serves
+ * the next one.
+ */
+enum stage {
+    ST_NEW,   /* nothing sent yet */
+    ST_ADMIN, /* after an admin Hello */
+    ST_PEER,  /* after a peer Hello */
+};
+static const struct refusal {
+    const char *what;
+    enum stage  stage;
+    uint8_t     type;    /* 0: send the header below alone */
+    const char *payload; /* raw payload bytes */
+    size_t      len;
+    const char *error;       /* expected in the Error frame */
+    const char *reply_error; /* or in the AdminReply (no Error) */
+} refusals[] = {
+    { "an AdminRequest before the Hello", ST_NEW, FRAME_ADMIN_REQUEST, "", 0,
+      "the first frame must be Hello", NULL },
+    { "a Hello that is not protobuf", ST_NEW, FRAME_HELLO, "\xff\xff\xff", 3, "bad Hello", NULL },
+    { "a Hello without a cluster name", ST_NEW, FRAME_HELLO, "", 0, "wrong cluster", NULL },
+    { "a frame of an unknown type", ST_NEW, 0, "RC\x01\x0a", 4, "bad frame: unknown frame type",
+      NULL },
+    { "a frame of another version", ST_NEW, 0, "RC\x02\x01", 4,
+      "bad frame: unsupported frame version", NULL },
+    { "an HTTP request on the cluster port", ST_NEW, 0, "GET / HTTP/1.1\r\n", 16,
+      "bad frame: bad frame magic", NULL },
+    { "a Ping on an admin connection", ST_ADMIN, FRAME_PING, "", 0,
+      "unexpected frame type 8 on an admin connection", NULL },
+    { "an AdminRequest that is not protobuf", ST_ADMIN, FRAME_ADMIN_REQUEST, "\xff\xff", 2,
+      "bad AdminRequest", NULL },
+    { "an empty AdminRequest", ST_ADMIN, FRAME_ADMIN_REQUEST, "", 0, NULL, "empty admin request" },
+    { "a Prepare without a membership", ST_ADMIN, FRAME_ADMIN_REQUEST, "\x0a\x00", 2, NULL,
+      "prepare: no membership" },
+    { "a Prepare whose membership has vnodes 0", ST_ADMIN, FRAME_ADMIN_REQUEST,
+      "\x0a\x15\x0a\x13\x08\x02\x18\x01\x22\x0d\x0a\x01\x61\x12\x06\x68\x3a\x31\x31\x31\x31\x18"
+      "\x01",
+      23, NULL, "vnodes must be 1..65535" },
+    { "a Commit of nothing (no membership, none pending)", ST_ADMIN, FRAME_ADMIN_REQUEST,
+      "\x22\x00", 2, NULL, "commit: no pending transition" },
+    { "a StartCopy without a pending transition", ST_ADMIN, FRAME_ADMIN_REQUEST, "\x12\x00", 2,
+      NULL, "no pending transition" },
+    { "an AdminRequest on a peer connection", ST_PEER, FRAME_ADMIN_REQUEST, "", 0,
+      "unexpected frame type 3 on a peer connection", NULL },
+    { "a Ping that is not protobuf", ST_PEER, FRAME_PING, "\xff", 1, "bad Ping", NULL },
+    { "a HandoffBatch without a pending transition", ST_PEER, FRAME_HANDOFF_BATCH, "", 0,
+      "does not match the pending transition", NULL },
+    { "a HandoffBatch that is not protobuf", ST_PEER, FRAME_HANDOFF_BATCH, "\xff", 1,
+      "bad HandoffBatch", NULL },
+};
+
+START_TEST(test_refusals)
+{
+    const struct refusal *c = &refusals[_i];
+    struct port           p;
+    ProtobufCMessage     *m;
+
+    port_open(&p);
+    port_connect(&p, 0);
+    if (c->stage != ST_NEW) {
+        hello(&p, 0, CLUSTER,
+              c->stage == ST_ADMIN ? RINGCACHE__HELLO__ROLE__ADMIN : RINGCACHE__HELLO__ROLE__PEER);
+        ck_assert_int_eq(next_reply(&p, 0, &ringcache__hello__descriptor, &m), FRAME_HELLO);
+        protobuf_c_message_free_unpacked(m, NULL);
+    }
+    if (c->type == 0) {
+        send_raw(&p, 0, c->payload, c->len);
+    } else {
+        send_payload(&p, 0, c->type, c->payload, c->len);
+    }
+    if (c->error != NULL) {
+        ck_assert_int_eq(next_reply(&p, 0, &ringcache__error__descriptor, &m), FRAME_ERROR);
+        ck_assert_msg(strstr(((Ringcache__Error *)m)->message, c->error) != NULL, "%s: got \"%s\"",
+                      c->what, ((Ringcache__Error *)m)->message);
+    } else {
+        Ringcache__AdminReply *r;
+
+        ck_assert_int_eq(next_reply(&p, 0, &ringcache__admin_reply__descriptor, &m),
+                         FRAME_ADMIN_REPLY);
+        r = (Ringcache__AdminReply *)m;
+        ck_assert_msg(!r->ok && strstr(r->error, c->reply_error) != NULL, "%s: got ok=%d \"%s\"",
+                      c->what, r->ok, r->error);
+    }
+    protobuf_c_message_free_unpacked(m, NULL);
+    ck_assert_int_eq(next_reply(&p, 0, NULL, &m), 0);
+
+    /* The next connection is served. */
+    port_connect(&p, 1);
+    hello(&p, 1, CLUSTER, RINGCACHE__HELLO__ROLE__ADMIN);
+    ck_assert_int_eq(next_reply(&p, 1, &ringcache__hello__descriptor, &m), FRAME_HELLO);
+    protobuf_c_message_free_unpacked(m, NULL);
+    port_close(&p);
+}
+END_TEST
+
+/* Hellos refused after they decode: an unknown role, a wrong token. */
+START_TEST(test_hello_refusals)
+{
+    struct port       p;
+    ProtobufCMessage *m;
+
+    port_open(&p);
+    port_connect(&p, 0);
+    hello(&p, 0, CLUSTER, (Ringcache__Hello__Role)7);
+    ck_assert_int_eq(next_reply(&p, 0, &ringcache__error__descriptor, &m), FRAME_ERROR);
+    ck_assert_str_eq(((Ringcache__Error *)m)->message, "unknown role");
+    protobuf_c_message_free_unpacked(m, NULL);
+    port_connect(&p, 1);
+    hello_token(&p, 1, CLUSTER, "not-the-token", RINGCACHE__HELLO__ROLE__ADMIN);
+    ck_assert_int_eq(next_reply(&p, 1, &ringcache__error__descriptor, &m), FRAME_ERROR);
+    ck_assert_str_eq(((Ringcache__Error *)m)->message, "wrong token");
+    protobuf_c_message_free_unpacked(m, NULL);
+    port_close(&p);
+}
+END_TEST
+
+/* A key (key<n>, from *n on) that p's node imports, or does not. */
+static void
+key_for(struct port *p, bool imported, unsigned *n, char out[32])
+{
+    for (;; (*n)++) {
+        snprintf(out, 32, "key%u", *n);
+        if (arcset_has(cluster_importing(p->cl), ring_hash(out, strlen(out))) == imported) {
+            (*n)++;
+            return;
+        }
+    }
+}
+
+/* A peer connection sends one batch of records[0..n) for epoch 2 with
+ * token tok; the Error it gets (NULL: an ack without error). */
+static char *
+batch_answer(struct port *p, int i, const char *tok, Ringcache__HandoffRecord *recs, size_t n)
+{
+    Ringcache__HandoffBatch   b = RINGCACHE__HANDOFF_BATCH__INIT;
+    Ringcache__HandoffRecord *ptrs[4];
+    ProtobufCMessage         *m;
+    char                     *msg = NULL;
+    size_t                    k;
+    uint8_t                   hdr[4];
+
+    for (k = 0; k < n; k++) {
+        ptrs[k] = &recs[k];
+    }
+    b.token.data = (uint8_t *)tok;
+    b.token.len = strlen(tok);
+    b.epoch = 2;
+    b.seq = 1;
+    b.records = ptrs;
+    b.n_records = n;
+    if (p->client[i] != NULL) {
+        bufferevent_free(p->client[i]);
+    }
+    port_connect(p, i);
+    hello(p, i, CLUSTER, RINGCACHE__HELLO__ROLE__PEER);
+    ck_assert_int_eq(next_reply(p, i, &ringcache__hello__descriptor, &m), FRAME_HELLO);
+    protobuf_c_message_free_unpacked(m, NULL);
+    send_msg(p, i, FRAME_HANDOFF_BATCH, &b.base);
+    /* An Error or an ack: the header's type byte says which. */
+    ck_assert_uint_ge(evbuffer_get_length(bufferevent_get_input(p->client[i])), 4);
+    evbuffer_copyout(bufferevent_get_input(p->client[i]), hdr, 4);
+    if (hdr[3] == FRAME_ERROR) {
+        ck_assert_int_eq(next_reply(p, i, &ringcache__error__descriptor, &m), FRAME_ERROR);
+        msg = strdup(((Ringcache__Error *)m)->message);
+    } else {
+        ck_assert_int_eq(next_reply(p, i, &ringcache__handoff_ack__descriptor, &m),
+                         FRAME_HANDOFF_ACK);
+        ck_assert_str_eq(((Ringcache__HandoffAck *)m)->error, "");
+    }
+    protobuf_c_message_free_unpacked(m, NULL);
+    return msg;
+}
+
+static Ringcache__HandoffRecord
+record(const char *key, const char *value)
+{
+    Ringcache__HandoffRecord r = RINGCACHE__HANDOFF_RECORD__INIT;
+
+    r.key.data = (uint8_t *)key;
+    r.key.len = strlen(key);
+    r.value.data = (uint8_t *)value;
+    r.value.len = strlen(value);
+    r.cas = 5;
+    return r;
+}
+
+/* A peer that lies in its HandoffBatch (docs/cluster.md, COPY) gets an
+ * Error naming the lie and is closed; an honest batch is acked. */
+START_TEST(test_handoff_lies)
+{
+    static const char *const bc[] = { "b", "c" }, *const abc[] = { "a", "b", "c" };
+    struct port              p;
+    Ringcache__AdminRequest  rq = RINGCACHE__ADMIN_REQUEST__INIT;
+    Ringcache__Commit        commit = RINGCACHE__COMMIT__INIT;
+    Ringcache__Prepare       prep = RINGCACHE__PREPARE__INIT;
+    Ringcache__AdminReply   *r;
+    Ringcache__HandoffRecord recs[2];
+    ProtobufCMessage        *m;
+    ProtobufCBinaryData      tok = { 2, (uint8_t *)"t1" };
+    char                     in1[32], in2[32], out[32], *e;
+    unsigned                 n = 0;
+
+    port_open(&p);
+    port_connect(&p, 0);
+    hello(&p, 0, CLUSTER, RINGCACHE__HELLO__ROLE__ADMIN);
+    ck_assert_int_eq(next_reply(&p, 0, &ringcache__hello__descriptor, &m), FRAME_HELLO);
+    protobuf_c_message_free_unpacked(m, NULL);
+    rq.req_case = RINGCACHE__ADMIN_REQUEST__REQ_COMMIT;
+    commit.membership = membership(1, bc, 2);
+    rq.commit = &commit;
+    r = admin(&p, &rq);
+    ck_assert(r->ok);
+    ringcache__admin_reply__free_unpacked(r, NULL);
+    rq.req_case = RINGCACHE__ADMIN_REQUEST__REQ_PREPARE;
+    prep.membership = membership(2, abc, 3);
+    prep.token = tok;
+    prep.from_epoch = 1;
+    rq.prepare = &prep;
+    r = admin(&p, &rq);
+    ck_assert_msg(r->ok, "prepare: %s", r->error);
+    ringcache__admin_reply__free_unpacked(r, NULL);
+    key_for(&p, true, &n, in1);
+    key_for(&p, true, &n, in2);
+    n = 0;
+    key_for(&p, false, &n, out);
+
+    recs[0] = record(in1, "v");
+    ck_assert_ptr_null(batch_answer(&p, 1, "t1", recs, 1));
+
+    e = batch_answer(&p, 1, "t2", recs, 1);
+    ck_assert_ptr_nonnull(strstr(e, "does not match the pending transition"));
+    free(e);
+    recs[0] = record(out, "v");
+    e = batch_answer(&p, 1, "t1", recs, 1);
+    ck_assert_ptr_nonnull(strstr(e, "is outside the arcs this node imports"));
+    free(e);
+    recs[0] = record("", "v");
+    e = batch_answer(&p, 1, "t1", recs, 1);
+    ck_assert_str_eq(e, "record with a key of 0 bytes");
+    free(e);
+    recs[0] = record(in1, "abcdef");
+    recs[0].total_bytes = 3;
+    e = batch_answer(&p, 1, "t1", recs, 1);
+    ck_assert_str_eq(e, "first chunk longer than its value");
+    free(e);
+    /* A chunk for another key while one is being assembled. */
+    recs[0] = record(in1, "abc");
+    recs[0].total_bytes = 6;
+    recs[1] = record(in2, "def");
+    recs[1].offset = 3;
+    e = batch_answer(&p, 1, "t1", recs, 2);
+    ck_assert_ptr_nonnull(strstr(e, "broken chunk sequence"));
+    free(e);
+    /* A continuation with nothing begun. */
+    recs[0] = record(in1, "def");
+    recs[0].offset = 3;
+    e = batch_answer(&p, 1, "t1", recs, 1);
+    ck_assert_ptr_nonnull(strstr(e, "broken chunk sequence"));
+    free(e);
+    port_close(&p);
+}
+END_TEST
+
 Suite *
 cport_suite(void)
 {
@@ -291,6 +590,9 @@ cport_suite(void)
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_fence_not_source);
     tcase_add_test(tc, test_error_taken_at_once);
+    tcase_add_loop_test(tc, test_refusals, 0, sizeof(refusals) / sizeof(refusals[0]));
+    tcase_add_test(tc, test_hello_refusals);
+    tcase_add_test(tc, test_handoff_lies);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -3,11 +3,10 @@
  * back to back as a connection would, and each payload as its type's
  * message (every frame type: Hello, Membership, AdminRequest, AdminReply,
  * HandoffBatch, HandoffAck, Error, Ping, Pong), walking what a receiver
- * reads of it; a message that decodes must survive a wire round trip, and
- * a valid membership (alone or in a Prepare or Commit, as the node
- * converts it) must round trip unchanged. The node's handlers behind the
- * frames are tests/fuzz/cport_fuzz.c's; this one is the decoders alone.
- * RC_FUZZ_SEEDS=DIR writes one seed per frame type into DIR and exits.
+ * reads of it and packing it again; a valid membership (alone or in a
+ * Prepare or Commit, as the node converts it) must round trip unchanged. The node's handlers behind
+ * the frames are tests/fuzz/cport_fuzz.c's; this one is the decoders alone. RC_FUZZ_SEEDS=DIR
+ * writes one seed per frame type into DIR and exits.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -183,7 +182,11 @@ descriptor(uint8_t type)
 }
 
 /* Decode a payload as its type's message, walk it, and check that it
- * packs to bytes that decode again. */
+ * packs to the size it claims. (Packed again, it need not decode:
+ * protobuf-c keeps unknown fields, and takes a field number 0 in a tag
+ * of two bytes, which it writes back in one byte and then refuses. The
+ * node never forwards a message it received; a Membership it re-packs,
+ * from a Prepare or Commit, is refused then, as it should be.) */
 static void
 check_payload(uint8_t type, const uint8_t *payload, size_t len)
 {
@@ -203,11 +206,14 @@ check_payload(uint8_t type, const uint8_t *payload, size_t len)
     n = protobuf_c_message_get_packed_size(m);
     buf = malloc(n > 0 ? n : 1);
     if (buf != NULL) {
-        if (protobuf_c_message_pack(m, buf) != n ||
-            (again = protobuf_c_message_unpack(d, NULL, n, buf)) == NULL) {
+        if (protobuf_c_message_pack(m, buf) != n) {
             abort();
         }
-        protobuf_c_message_free_unpacked(again, NULL);
+        again = protobuf_c_message_unpack(d, NULL, n, buf);
+        if (again != NULL) {
+            walk(type, again);
+            protobuf_c_message_free_unpacked(again, NULL);
+        }
         free(buf);
     }
     protobuf_c_message_free_unpacked(m, NULL);
