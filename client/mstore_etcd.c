@@ -123,14 +123,19 @@ b64_value(char c)
 
 /* Decode a base64 string into a malloc'd buffer with room for `head`
  * bytes in front and a NUL after (out, *outlen = decoded length). -1 on
- * bad input, -2 on ENOMEM. */
+ * bad input (NULL too: what json_object_get_string makes of a JSON null),
+ * -2 on ENOMEM. */
 static int
 b64_decode(const char *src, size_t head, char **out, size_t *outlen)
 {
-    size_t len = strlen(src), i, n = 0;
+    size_t len, i, n = 0;
     char  *buf;
     int    v[4];
 
+    if (src == NULL) {
+        return -1;
+    }
+    len = strlen(src);
     while (len > 0 && src[len - 1] == '=') {
         len--;
     }
@@ -582,6 +587,7 @@ authenticate(struct etcd_store *e, char *err, size_t errlen)
         return rc;
     }
     if (!json_object_object_get_ex(rep, "token", &tok) ||
+        !json_object_is_type(tok, json_type_string) ||
         (e->token = strdup(json_object_get_string(tok))) == NULL) {
         util_set_err(err, errlen, "etcd: authenticate as %s: no token in the reply", e->user);
         json_object_put(rep);

@@ -126,6 +126,8 @@ struct cp_conn {
     uint64_t            accepted_ms;        /* monotonic; the Hello deadline runs from here */
     uint8_t             src[CPORT_SRC_LEN]; /* source address (per-source share) */
     struct cp_conn     *pa_prev, *pa_next;  /* pre-auth table, oldest first */
+    int                 reading;            /* conn_read_cb depth: the outermost frees c
+                                               if it closed meanwhile */
 };
 
 struct cport {
@@ -220,13 +222,15 @@ cpc_free(struct cp_conn *c)
     free(c);
 }
 
-/* Close once what is queued is written. */
+/* Close once what is queued is written. Nothing queued (the Error frame
+ * did not fit in memory, or the transport took it at once): now, unless
+ * conn_read_cb is still using c (it frees c on its way out). */
 static void
 cpc_close_after_write(struct cp_conn *c)
 {
     c->closing = true;
     bufferevent_disable(c->bev, EV_READ);
-    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
+    if (c->reading == 0 && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
         cpc_free(c);
     }
 }
@@ -461,8 +465,13 @@ fence_done(void *arg, const char *err)
     send_reply(c, err == NULL, err);
     if (!c->closing) {
         bufferevent_enable(c->bev, EV_READ);
-        /* Requests that came while we waited are already buffered. */
-        conn_read_cb(c->bev, c);
+        /* Requests that came while we waited are already buffered. A
+         * drain over at once (not a source, a copy that cannot start)
+         * answers from inside do_fence: the read loop we are in goes on
+         * (reading the Fence again from here would fence forever). */
+        if (c->reading == 0) {
+            conn_read_cb(c->bev, c);
+        }
     }
 }
 
@@ -864,6 +873,7 @@ conn_read_cb(struct bufferevent *bev, void *arg)
     struct cp_conn  *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
 
+    c->reading++;
     while (!c->closing && !c->waiting) {
         struct frame f;
         size_t       used;
@@ -878,16 +888,19 @@ conn_read_cb(struct bufferevent *bev, void *arg)
         }
         if (rc != FRAME_OK) {
             send_error(c, "bad frame: %s", frame_strerror(rc));
-            return;
+            break;
         }
         bufferevent_setwatermark(bev, EV_READ, 0, 0);
         if (c->state == CPC_HELLO && f.type == FRAME_HELLO && !auth_turn(c)) {
             break; /* the frame stays buffered until auth_cb */
         }
-        /* c stays allocated: an error leaves an Error frame to write, and
-         * the connection is freed by the write callback. */
+        /* c stays allocated while we read (c->reading): a closed one is
+         * freed below, or by the write callback once its Error is out. */
         dispatch(c, &f);
         evbuffer_drain(in, used);
+    }
+    if (--c->reading == 0 && c->closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+        cpc_free(c);
     }
 }
 
@@ -994,6 +1007,32 @@ preauth_make_room(struct cport *cp, const uint8_t *src)
     }
 }
 
+/* A new connection c (bev and src set) joins cp: pre-auth, with its
+ * Hello deadline running from now, reading. */
+static void
+cpc_start(struct cport *cp, struct cp_conn *c)
+{
+    c->cp = cp;
+    c->next = cp->conns;
+    if (cp->conns != NULL) {
+        cp->conns->prev = c;
+    }
+    cp->conns = c;
+    cp->nconns++;
+    c->preauth = true;
+    c->accepted_ms = mono_ms();
+    c->pa_prev = cp->pa_tail;
+    if (cp->pa_tail != NULL) {
+        cp->pa_tail->pa_next = c;
+    } else {
+        cp->pa_head = c;
+    }
+    cp->pa_tail = c;
+    cp->npreauth++;
+    bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+}
+
 /* Accept every pending connection; each starts pre-auth, waiting for its
  * Hello (preauth_make_room evicts an older one if needed). Only when every
  * one of CPORT_CONNS_MAX connections is authenticated is a new one closed
@@ -1042,33 +1081,37 @@ accept_cb(evutil_socket_t lfd, short what, void *arg)
             continue;
         }
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        c->cp = cp;
         c->bev = bufferevent_socket_new(cp->base, fd, BEV_OPT_CLOSE_ON_FREE);
         if (c->bev == NULL) {
             close(fd);
             free(c);
             continue;
         }
-        c->next = cp->conns;
-        if (cp->conns != NULL) {
-            cp->conns->prev = c;
-        }
-        cp->conns = c;
-        cp->nconns++;
-        c->preauth = true;
-        c->accepted_ms = mono_ms();
-        c->pa_prev = cp->pa_tail;
-        if (cp->pa_tail != NULL) {
-            cp->pa_tail->pa_next = c;
-        } else {
-            cp->pa_head = c;
-        }
-        cp->pa_tail = c;
-        cp->npreauth++;
-        bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
-        bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+        cpc_start(cp, c);
     }
     drop_log(cp, mono_ms());
+}
+
+/* See cport.h. The connection comes from nowhere (source key zero). */
+int
+cport_adopt(struct cport *cp, struct bufferevent *bev)
+{
+    struct cp_conn *c = calloc(1, sizeof(*c));
+
+    if (c == NULL) {
+        return -1;
+    }
+    preauth_make_room(cp, c->src);
+    c->bev = bev;
+    cpc_start(cp, c);
+    return 0;
+}
+
+/* See cport.h. */
+struct event_base *
+cport_base(struct cport *cp)
+{
+    return cp->base;
 }
 
 /* Every CPORT_SWEEP_MS: close the pre-auth connections past their Hello

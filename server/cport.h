@@ -10,7 +10,9 @@
 
 #include <stddef.h>
 
+struct bufferevent;
 struct cluster;
+struct event_base;
 struct server;
 struct cport;
 
@@ -24,6 +26,13 @@ int cport_watch_store(struct cport *cp, const char *spec, char *err, size_t errl
 
 /* Bind, listen and start the thread. 0, or -1 (logged). */
 int cport_start(struct cport *cp);
+
+/* Serve bev, a bufferevent on cport_base(cp), as one more accepted
+ * connection (from no address): how tests and the fuzz target drive the
+ * port in memory (bufferevent_pair_new), without a socket or the thread.
+ * The port owns bev from then on. 0, or -1 (out of memory). */
+int                cport_adopt(struct cport *cp, struct bufferevent *bev);
+struct event_base *cport_base(struct cport *cp);
 
 /* Stop the thread (if started), close every connection, free. NULL is
  * fine. The workers may still run; the store must still exist. */

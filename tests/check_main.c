@@ -25,6 +25,7 @@ main(void)
     srunner_add_suite(sr, mcreply_suite());
     srunner_add_suite(sr, proto_suite());
     srunner_add_suite(sr, cluster_suite());
+    srunner_add_suite(sr, cport_suite());
     srunner_add_suite(sr, forward_suite());
     srunner_add_suite(sr, mstore_suite());
     srunner_add_suite(sr, replicate_suite());

@@ -40,19 +40,7 @@ fi
 
 if [ "$fuzz_seconds" -gt 0 ] && command -v clang >/dev/null; then
     step "fuzz targets, ${fuzz_seconds}s each"
-    (cd _build && make -j"$jobs" fuzz >/dev/null)
-    for t in _build/tests/fuzz/*_fuzz; do
-        [ -x "$t" ] || continue
-        name=$(basename "$t" _fuzz)
-        work=_build/tests/fuzz/corpus-work/$name
-        mkdir -p "$work"
-        dirs=("$work")
-        [ -d "$top/tests/fuzz/corpus/$name" ] && dirs+=("$top/tests/fuzz/corpus/$name")
-        echo "fuzz $name"
-        "$t" -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 \
-            "${dirs[@]}" >"$work.log" 2>&1 || { tail -40 "$work.log"; exit 1; }
-        tail -1 "$work.log"
-    done
+    RC_FUZZ_BUILD="$top/_build" tests/fuzz/run.sh "$fuzz_seconds"
 fi
 
 step "all tests passed"

@@ -18,6 +18,7 @@ Suite *client_epoch_suite(void);
 Suite *mcreply_suite(void);
 Suite *proto_suite(void);
 Suite *cluster_suite(void);
+Suite *cport_suite(void);
 Suite *mstore_suite(void);
 Suite *forward_suite(void);
 Suite *replicate_suite(void);
