@@ -73,7 +73,8 @@ struct handoff {
     struct arcset      track_arcs; /* predicate of the dirty tracking */
     bool               tracking;
     bool               copying;
-    uint64_t           rate; /* bytes/s, 0 = unlimited */
+    uint64_t           rate;   /* bytes/s, 0 = unlimited */
+    uint32_t           window; /* unacknowledged batches per stream */
     double             tokens;
     uint64_t           refill_ms;
     struct event      *pump_ev;
@@ -368,7 +369,7 @@ refill(struct handoff *h)
 static bool
 can_send(const struct handoff *h, const struct xfer *x)
 {
-    return x->state == XS_STREAMING && x->unacked < HANDOFF_WINDOW &&
+    return x->state == XS_STREAMING && x->unacked < h->window &&
            (h->rate == 0 || h->fence_fn != NULL || h->tokens > 0);
 }
 
@@ -450,7 +451,7 @@ pump_cb(evutil_socket_t fd, short what, void *arg)
             batch_flush(x);
             budget--;
         }
-        if (!x->walk_done && x->state == XS_STREAMING && x->unacked < HANDOFF_WINDOW) {
+        if (!x->walk_done && x->state == XS_STREAMING && x->unacked < h->window) {
             more = true;
         }
     }
@@ -633,7 +634,7 @@ xfer_open(struct xfer *x)
 
 /* See handoff.h. */
 struct handoff *
-handoff_new(struct cluster *cl, struct store *s, struct event_base *base)
+handoff_new(struct cluster *cl, struct store *s, struct event_base *base, uint32_t window)
 {
     struct handoff *h = calloc(1, sizeof(*h));
 
@@ -643,6 +644,7 @@ handoff_new(struct cluster *cl, struct store *s, struct event_base *base)
     h->cl = cl;
     h->s = s;
     h->base = base;
+    h->window = window > 0 ? window : 1;
     h->pump_ev = evtimer_new(base, pump_cb, h);
     if (h->pump_ev == NULL) {
         free(h);

@@ -278,7 +278,7 @@ START_TEST(test_output_cap)
     }
     pump_rounds(&f, 200, false);
     ck_assert_int_eq(f.w->nconns, 1);
-    ck_assert_uint_le(f.c->out_bytes, CONN_OUT_SOFT_CAP + vlen + 64);
+    ck_assert_uint_le(f.c->out_bytes, f.c->out_cap + vlen + 64);
     ck_assert_uint_gt(f.c->out_bytes, 0);
     hl = (size_t)snprintf(hdr, sizeof(hdr), "VALUE big 0 %zu\r\n", vlen);
     total = (size_t)ngets * (hl + vlen + 2 + 5);
@@ -323,7 +323,7 @@ START_TEST(test_never_reads_closed)
             sent += (size_t)n;
         }
         if (f.w->nconns > 0) {
-            ck_assert_uint_le(f.c->out_bytes, CONN_OUT_SOFT_CAP + vlen + 64);
+            ck_assert_uint_le(f.c->out_bytes, f.c->out_cap + vlen + 64);
             ck_assert_uint_le(f.c->rend - f.c->rpos, 2 * CONN_STALL_IN_CAP);
         }
         pump_once(&f, false);
