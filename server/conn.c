@@ -835,9 +835,11 @@ close:
     conn_close(c);
 }
 
-/* Close the connections idle past the timeout; see conn.h. A connection
- * mid data block counts as idle too when nothing more came (memcached only
- * times out a connection between commands). */
+/* Close the connections idle past the timeout; see conn.h. One we owe a
+ * reply is busy, not idle: its idle time starts once the reply is out
+ * (so a slow reader of a large reply is not closed as soon as it has it).
+ * A connection mid data block counts as idle too when nothing more came
+ * (memcached only times out a connection between commands). */
 int
 conn_idle_sweep(struct worker *w, int timeout)
 {
@@ -846,8 +848,11 @@ conn_idle_sweep(struct worker *w, int timeout)
 
     for (c = w->conns; c != NULL; c = next) {
         next = c->next;
-        if (c->fd < 0 || c->peer || c->close_after_write || c->out_head != NULL || c->nholds > 0 ||
-            c->pstate == CONN_PS_GET ||
+        if (c->out_head != NULL || c->nholds > 0 || c->pstate == CONN_PS_GET) {
+            c->last_active = w->idle_now;
+            continue;
+        }
+        if (c->fd < 0 || c->peer || c->close_after_write ||
             (uint32_t)(w->idle_now - c->last_active) <= (uint32_t)timeout) {
             continue;
         }
