@@ -39,6 +39,8 @@ conn_new(struct worker *w, int fd)
     }
     c->w = w;
     c->fd = fd;
+    c->out_cap = w->srv != NULL ? w->srv->settings.max_output_bytes : SETTINGS_MAX_OUTPUT_DEFAULT;
+    c->last_active = w->idle_now;
     c->next = w->conns;
     if (w->conns != NULL) {
         w->conns->prev = c;
@@ -634,6 +636,7 @@ conn_read(struct conn *c, bool *filled)
     }
     if (n > 0) {
         STATS_ADD(&c->w->stats, bytes_read, n);
+        c->last_active = c->w->idle_now;
     }
     *filled = (size_t)n == room;
     return n;
@@ -747,7 +750,7 @@ conn_event_cb(int fd, short what, void *arg)
         if (c->out_head != NULL) {
             /* Input stops at the soft cap, so only a bug or a huge -I gets
              * here; never hold more than this for one client. */
-            if (c->out_bytes > CONN_OUT_HARD_CAP + c->w->srv->settings.item_size_max) {
+            if (c->out_bytes > c->out_cap + CONN_OUT_HARD_CAP + c->w->srv->settings.item_size_max) {
                 log_msg(LOG_INFO, "connection %d: %zu bytes of replies queued, closing", c->fd,
                         c->out_bytes);
                 goto close;
@@ -830,4 +833,33 @@ conn_event_cb(int fd, short what, void *arg)
     }
 close:
     conn_close(c);
+}
+
+/* Close the connections idle past the timeout; see conn.h. One we owe a
+ * reply is busy, not idle: its idle time starts once the reply is out
+ * (so a slow reader of a large reply is not closed as soon as it has it).
+ * A connection mid data block counts as idle too when nothing more came
+ * (memcached only times out a connection between commands). */
+int
+conn_idle_sweep(struct worker *w, int timeout)
+{
+    struct conn *c, *next;
+    int          n = 0;
+
+    for (c = w->conns; c != NULL; c = next) {
+        next = c->next;
+        if (c->out_head != NULL || c->nholds > 0 || c->pstate == CONN_PS_GET) {
+            c->last_active = w->idle_now;
+            continue;
+        }
+        if (c->fd < 0 || c->peer || c->close_after_write ||
+            (uint32_t)(w->idle_now - c->last_active) <= (uint32_t)timeout) {
+            continue;
+        }
+        log_msg(LOG_DEBUG, "connection %d: idle for more than %d s, closing", c->fd, timeout);
+        STATS_ADD(&w->stats, idle_kicks, 1);
+        conn_close(c);
+        n++;
+    }
+    return n;
 }

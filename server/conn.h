@@ -2,12 +2,13 @@
  * conn: one client connection on a worker. Input arrives in a read buffer
  * that proto_text parses in place; replies are queued as chunks (copied
  * text, or a reference to an item's value) and written with writev, all the
- * replies of a pipelined batch in one call. Output past CONN_OUT_SOFT_CAP
+ * replies of a pipelined batch in one call. Output past --max-output-bytes
  * stops input processing until the client reads (its input is still taken,
  * unparsed, up to CONN_STALL_IN_CAP); a client that keeps sending but does
  * not read is closed when that cap is reached and no reply byte could be
  * written for CONN_STALL_TIMEOUT_MS. Buffers return to the worker's pools
- * when the connection is idle. A reply that another node gives
+ * when the connection is idle; with -o idle_timeout, one idle that long is
+ * closed (conn_idle_sweep). A reply that another node gives
  * (forwarding, replication) is a hold: a placeholder chunk that is filled
  * later, in place; writes stop at an unfilled hold, so replies keep their
  * request order.
@@ -30,8 +31,7 @@ struct fwd_order;
 #define CONN_RBUF_SIZE        16384u      /* default read buffer */
 #define CONN_LINE_MAX         (4u << 20)  /* longest get line we buffer */
 #define CONN_OUT_CHUNK        16384u      /* output buffer chunk */
-#define CONN_OUT_SOFT_CAP     (1u << 20)  /* stop processing input above this */
-#define CONN_OUT_HARD_CAP     (64u << 20) /* close above this plus -I */
+#define CONN_OUT_HARD_CAP     (64u << 20) /* close above this plus out_cap plus -I */
 #define CONN_COPY_MAX         2048u       /* values up to this are copied, not referenced */
 #define CONN_HOLD_INLINE      48u         /* a hold's own room for a short reply */
 #define CONN_STALL_IN_CAP     (1u << 20)  /* unparsed input while its replies are stuck */
@@ -127,6 +127,9 @@ struct conn {
     /* Output. */
     struct out_chunk *out_head, *out_tail;
     size_t            out_bytes; /* queued, not yet written */
+    size_t            out_cap;   /* --max-output-bytes: stop processing input above */
+
+    uint32_t last_active; /* w->idle_now when bytes last came in (idle_timeout) */
 };
 
 /* Create a connection for fd on worker w (fd < 0: in-memory, for tests:
@@ -197,5 +200,14 @@ void conn_rbuf_release(struct conn *c);
 
 /* The libevent callback: read, parse, reply, write. Exposed for tests. */
 void conn_event_cb(int fd, short what, void *arg);
+
+/*
+ * -o idle_timeout: close every connection of worker w that waits for a
+ * command (or for the rest of one) and has received nothing for more than
+ * timeout seconds, now being w->idle_now; not those we owe a reply (output
+ * queued, a hold, a paused get) nor cluster peers. Counts idle_kicks.
+ * Returns how many were closed. Worker thread.
+ */
+int conn_idle_sweep(struct worker *w, int timeout);
 
 #endif /* SERVER_CONN_H */

@@ -877,8 +877,10 @@ conn_read_cb(struct bufferevent *bev, void *arg)
     while (!c->closing && !c->waiting) {
         struct frame f;
         size_t       used;
-        /* Before the Hello, nobody gets to make us buffer megabytes. */
-        uint32_t max = c->state == CPC_HELLO ? CPORT_PREAUTH_PAYLOAD : HANDOFF_PAYLOAD_MAX;
+        /* Before the Hello, nobody gets to make us buffer megabytes; after
+         * it, --max-frame-bytes (a header past it is refused at once). */
+        uint32_t max = c->state == CPC_HELLO ? CPORT_PREAUTH_PAYLOAD
+                                             : (uint32_t)c->cp->srv->settings.max_frame_bytes;
         int      rc = peer_read_frame(in, cluster_frame_id(c->cp->cl), max, &f, &used);
 
         if (rc == FRAME_EAGAIN) {
@@ -1177,7 +1179,7 @@ cport_new(struct server *srv, struct cluster *cl, const char *listen_addr, int p
     if (cp->base == NULL || pipe2(cp->stop_fd, O_NONBLOCK | O_CLOEXEC) < 0) {
         goto fail;
     }
-    cp->ho = handoff_new(cl, srv->store, cp->base);
+    cp->ho = handoff_new(cl, srv->store, cp->base, (uint32_t)srv->settings.handoff_window);
     cp->tr = cp->ho != NULL ? transition_new(cl, srv->store, cp->ho, cp->base) : NULL;
     cp->health = health_new(cl, cp->base);
     cp->stop_ev = event_new(cp->base, cp->stop_fd[0], EV_READ, stop_cb, cp);

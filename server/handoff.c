@@ -5,7 +5,9 @@
  * record by record straight into their wire form (a HandoffBatch is its
  * header fields followed by repeated records, so records are packed as
  * they come). Why the copy converges is told in server/store.h ("Ranges");
- * this file keeps that order on one FIFO per destination.
+ * this file keeps that order on one FIFO per destination. What a walk or
+ * drain step yields past a full window waits as item references (carry),
+ * not as queued bytes, so a stream's output stays within its window.
  */
 #include "config.h"
 #include "ring/util.h"
@@ -46,6 +48,15 @@ enum xfer_state {
     XS_FAILED,
 };
 
+/* A record a walk or drain step yielded while its stream's window was
+ * full: sent, in order, before the stream walks or drains further. */
+struct carried {
+    struct store_item *it;    /* our reference; NULL: a tombstone */
+    bool               drain; /* from the drain: expired by then = tombstone */
+    uint8_t            nkey;  /* a tombstone's key */
+    char               key[STORE_KEY_MAX];
+};
+
 /* One outgoing transfer. */
 struct xfer {
     struct handoff        *h;
@@ -61,6 +72,8 @@ struct xfer {
     size_t                 len, cap;
     uint32_t               nrec;
     size_t                 kv_bytes; /* key+value bytes in the batch */
+    struct carried        *carry;    /* FIFO [carry_head, ncarry) of held records */
+    size_t                 ncarry, carry_head, carry_cap;
     struct transfer_status st;
 };
 
@@ -73,7 +86,8 @@ struct handoff {
     struct arcset      track_arcs; /* predicate of the dirty tracking */
     bool               tracking;
     bool               copying;
-    uint64_t           rate; /* bytes/s, 0 = unlimited */
+    uint64_t           rate;   /* bytes/s, 0 = unlimited */
+    uint32_t           window; /* unacknowledged batches per stream */
     double             tokens;
     uint64_t           refill_ms;
     struct event      *pump_ev;
@@ -144,6 +158,22 @@ set_background(struct handoff *h, bool bg)
  * Source: batches
  */
 
+/* Release every carried record of x. */
+static void
+carry_clear(struct xfer *x)
+{
+    size_t i;
+
+    for (i = x->carry_head; i < x->ncarry; i++) {
+        if (x->carry[i].it != NULL) {
+            store_release(x->h->s, x->carry[i].it);
+        }
+    }
+    free(x->carry);
+    x->carry = NULL;
+    x->ncarry = x->carry_head = x->carry_cap = 0;
+}
+
 /* Fail a transfer once: log, keep why for Status, close its connection.
  * A waiting fence learns it on the next pump. */
 static void
@@ -152,6 +182,7 @@ xfer_fail(struct xfer *x, const char *why)
     if (x->state == XS_FAILED) {
         return;
     }
+    carry_clear(x);
     log_msg(LOG_ERR, "handoff to %s failed: %s", x->id, why);
     snprintf(x->st.error, sizeof(x->st.error), "%s", why);
     x->state = XS_FAILED;
@@ -302,6 +333,105 @@ add_tombstone(struct xfer *x, const char *key, size_t nkey)
     batch_add(x, &r);
 }
 
+/* Whether a record of nkey + nbytes keeps x within its window: the
+ * batches in flight once it is added (the one being built included; a
+ * value over CHUNK_BYTES is a batch per chunk) are at most the window, or
+ * nothing is in flight (so a value larger than the window still goes,
+ * alone). */
+static bool
+fits(const struct xfer *x, size_t nkey, size_t nbytes)
+{
+    uint64_t after = x->unacked;
+
+    if (nbytes > CHUNK_BYTES) {
+        after += (x->nrec > 0) + (nbytes + CHUNK_BYTES - 1) / CHUNK_BYTES;
+    } else if (x->nrec >= HANDOFF_BATCH_RECORDS ||
+               (x->nrec > 0 && x->kv_bytes + nkey + nbytes > HANDOFF_BATCH_BYTES)) {
+        after += 2;
+    } else {
+        after += 1;
+    }
+    return after <= x->h->window || x->unacked == 0;
+}
+
+/* Whether x's next record must wait in its carry: it does not fit, or
+ * older records wait there already. */
+static bool
+must_carry(const struct xfer *x, size_t nkey, size_t nbytes)
+{
+    return x->ncarry > x->carry_head || !fits(x, nkey, nbytes);
+}
+
+/* Hold a record (a reference to it, or a tombstone's key) at the end of
+ * x's carry. */
+static void
+carry_push(struct xfer *x, struct store_item *it, const char *key, size_t nkey, bool drain)
+{
+    struct carried *e;
+
+    if (x->state != XS_STREAMING) {
+        return;
+    }
+    if (x->ncarry == x->carry_cap) {
+        size_t          ncap = x->carry_cap == 0 ? HANDOFF_BATCH_RECORDS : x->carry_cap * 2;
+        struct carried *nc = realloc(x->carry, ncap * sizeof(*nc));
+
+        if (nc == NULL) {
+            xfer_fail(x, "out of memory holding records");
+            return;
+        }
+        x->carry = nc;
+        x->carry_cap = ncap;
+    }
+    e = &x->carry[x->ncarry++];
+    e->it = it;
+    e->drain = drain;
+    e->nkey = 0;
+    if (it != NULL) {
+        store_item_ref(it);
+    } else {
+        e->nkey = (uint8_t)nkey;
+        memcpy(e->key, key, nkey);
+    }
+}
+
+/* Send x's carried records while its window and the rate allow (their
+ * TTL as of now); true when none is left. */
+static bool can_send(const struct handoff *h, const struct xfer *x);
+static bool
+carry_send(struct xfer *x)
+{
+    struct handoff *h = x->h;
+
+    while (x->carry_head < x->ncarry && can_send(h, x)) {
+        struct carried *e = &x->carry[x->carry_head];
+        int64_t         ttl;
+
+        if (!(e->it == NULL ? fits(x, e->nkey, 0) : fits(x, e->it->nkey, e->it->nbytes))) {
+            break;
+        }
+        x->carry_head++;
+        if (e->it == NULL) {
+            add_tombstone(x, e->key, e->nkey);
+            continue;
+        }
+        ttl = store_item_ttl_remaining(h->s, e->it);
+        if (ttl >= 0) {
+            add_item(x, e->it, ttl);
+        } else if (e->drain) {
+            add_tombstone(x, store_item_key(e->it), e->it->nkey);
+        }
+        store_release(h->s, e->it);
+        e->it = NULL;
+    }
+    batch_flush(x);
+    if (x->carry_head < x->ncarry) {
+        return false;
+    }
+    x->ncarry = x->carry_head = 0;
+    return true;
+}
+
 /* store_walk callback: one live item of the stream's arcs. */
 static void
 walk_cb(struct store_item *it, void *arg)
@@ -309,7 +439,12 @@ walk_cb(struct store_item *it, void *arg)
     struct xfer *x = arg;
     int64_t      ttl = store_item_ttl_remaining(x->h->s, it);
 
-    if (ttl >= 0) {
+    if (ttl < 0) {
+        return;
+    }
+    if (must_carry(x, it->nkey, it->nbytes)) {
+        carry_push(x, it, NULL, 0, false);
+    } else {
         add_item(x, it, ttl);
     }
 }
@@ -329,7 +464,9 @@ drain_cb(const char *key, size_t nkey, uint64_t hash, struct store_item *it, voi
         if (x->state != XS_STREAMING || !arcset_has(&x->arcs, hash)) {
             continue;
         }
-        if (ttl >= 0) {
+        if (must_carry(x, nkey, ttl >= 0 ? it->nbytes : 0)) {
+            carry_push(x, ttl >= 0 ? it : NULL, key, nkey, true);
+        } else if (ttl >= 0) {
             add_item(x, it, ttl);
         } else {
             add_tombstone(x, key, nkey);
@@ -368,18 +505,22 @@ refill(struct handoff *h)
 static bool
 can_send(const struct handoff *h, const struct xfer *x)
 {
-    return x->state == XS_STREAMING && x->unacked < HANDOFF_WINDOW &&
+    return x->state == XS_STREAMING && x->unacked < h->window &&
            (h->rate == 0 || h->fence_fn != NULL || h->tokens > 0);
 }
 
-/* Every stream walked its arcs (failed ones do not count). */
+/* Every stream walked its arcs and sent what it carried (failed ones do
+ * not count). */
 static bool
 walks_done(const struct handoff *h)
 {
     uint32_t i;
 
     for (i = 0; i < h->nx; i++) {
-        if (h->x[i].state != XS_FAILED && (h->x[i].state != XS_STREAMING || !h->x[i].walk_done)) {
+        const struct xfer *x = &h->x[i];
+
+        if (x->state != XS_FAILED &&
+            (x->state != XS_STREAMING || !x->walk_done || x->ncarry > x->carry_head)) {
             return false;
         }
     }
@@ -405,7 +546,7 @@ fence_check(struct handoff *h)
             why = x->st.error;
             break;
         }
-        if (!x->walk_done || x->nrec > 0 || x->unacked > 0) {
+        if (!x->walk_done || x->nrec > 0 || x->unacked > 0 || x->ncarry > x->carry_head) {
             return;
         }
     }
@@ -441,7 +582,10 @@ pump_cb(evutil_socket_t fd, short what, void *arg)
     for (i = 0; i < h->nx; i++) {
         struct xfer *x = &h->x[i];
 
-        while (!x->walk_done && budget > 0 && can_send(h, x)) {
+        if (x->state == XS_STREAMING && !carry_send(x)) {
+            continue; /* its window is full again: the next ack pumps */
+        }
+        while (!x->walk_done && budget > 0 && can_send(h, x) && x->ncarry == 0) {
             if (store_walk(h->s, &x->cur, arcset_pred, &x->arcs, walk_cb, x,
                            HANDOFF_BATCH_RECORDS) == 0) {
                 x->walk_done = true;
@@ -450,7 +594,8 @@ pump_cb(evutil_socket_t fd, short what, void *arg)
             batch_flush(x);
             budget--;
         }
-        if (!x->walk_done && x->state == XS_STREAMING && x->unacked < HANDOFF_WINDOW) {
+        if (x->state == XS_STREAMING && x->unacked < h->window &&
+            (!x->walk_done || x->ncarry > x->carry_head)) {
             more = true;
         }
     }
@@ -462,7 +607,8 @@ pump_cb(evutil_socket_t fd, short what, void *arg)
             size_t n;
 
             for (i = 0; i < h->nx; i++) {
-                if (h->x[i].state == XS_STREAMING && !can_send(h, &h->x[i])) {
+                if (h->x[i].state == XS_STREAMING &&
+                    (!can_send(h, &h->x[i]) || h->x[i].ncarry > h->x[i].carry_head)) {
                     room = false;
                 }
             }
@@ -633,7 +779,7 @@ xfer_open(struct xfer *x)
 
 /* See handoff.h. */
 struct handoff *
-handoff_new(struct cluster *cl, struct store *s, struct event_base *base)
+handoff_new(struct cluster *cl, struct store *s, struct event_base *base, uint32_t window)
 {
     struct handoff *h = calloc(1, sizeof(*h));
 
@@ -643,6 +789,7 @@ handoff_new(struct cluster *cl, struct store *s, struct event_base *base)
     h->cl = cl;
     h->s = s;
     h->base = base;
+    h->window = window > 0 ? window : 1;
     h->pump_ev = evtimer_new(base, pump_cb, h);
     if (h->pump_ev == NULL) {
         free(h);
@@ -664,6 +811,7 @@ xfers_clear(struct handoff *h)
             bufferevent_free(x->bev);
         }
         arcset_clear(&x->arcs);
+        carry_clear(x);
         free(x->buf);
     }
     free(h->x);

@@ -24,14 +24,16 @@ struct handoff;
 
 #define HANDOFF_BATCH_RECORDS 256
 #define HANDOFF_BATCH_BYTES   (256u << 10) /* key + value bytes a batch */
-#define HANDOFF_WINDOW        8            /* unacknowledged batches */
-#define HANDOFF_PAYLOAD_MAX   (4u << 20)   /* frame payload ceiling (docs) */
 
 /* Called once when a fence finished (err NULL) or failed. */
 typedef void (*handoff_done_fn)(void *arg, const char *err);
 
-/* Create / free the handoff of a node. base is the cluster thread's. */
-struct handoff *handoff_new(struct cluster *cl, struct store *s, struct event_base *base);
+/* Create / free the handoff of a node. base is the cluster thread's;
+ * window (--handoff-window) is how many batches a stream sends ahead of
+ * the destination's acks, which bounds what a copy holds in flight (and
+ * buffers, on both sides) to window * HANDOFF_BATCH_BYTES per stream. */
+struct handoff *handoff_new(struct cluster *cl, struct store *s, struct event_base *base,
+                            uint32_t window);
 void            handoff_free(struct handoff *h);
 
 /* PREPARE, as a source: start dirty tracking of the arcs it sources (a

@@ -82,6 +82,10 @@ stats_general(struct conn *c)
     proto_reply_printf(c, "STAT store_too_large %" PRIu64 "\r\n", ts.store_too_large);
     proto_reply_printf(c, "STAT store_no_memory %" PRIu64 "\r\n", ts.store_no_memory);
     proto_reply_printf(c, "STAT auth_cmds 0\r\nSTAT auth_errors 0\r\n");
+    if (srv->settings.idle_timeout > 0) {
+        /* memcached shows it only with -o idle_timeout too. */
+        proto_reply_printf(c, "STAT idle_kicks %" PRIu64 "\r\n", ts.idle_kicks);
+    }
     proto_reply_printf(c, "STAT bytes_read %" PRIu64 "\r\n", ts.bytes_read);
     proto_reply_printf(c, "STAT bytes_written %" PRIu64 "\r\n", ts.bytes_written);
     proto_reply_printf(c, "STAT limit_maxbytes %zu\r\n", srv->settings.maxbytes);
@@ -151,6 +155,12 @@ stats_settings(struct conn *c)
     proto_reply_printf(c, "STAT auth_enabled_ascii no\r\n");
     proto_reply_printf(c, "STAT item_size_max %zu\r\n", st->item_size_max);
     proto_reply_printf(c, "STAT maxconns_fast yes\r\n");
+    proto_reply_printf(c, "STAT idle_timeout %d\r\n", st->idle_timeout);
+    /* ringcached's own limits (docs/operations.md, "Limits"). */
+    proto_reply_printf(c, "STAT max_output_bytes %zu\r\n", st->max_output_bytes);
+    proto_reply_printf(c, "STAT max_keys_per_get %d\r\n", st->max_keys_per_get);
+    proto_reply_printf(c, "STAT max_frame_bytes %zu\r\n", st->max_frame_bytes);
+    proto_reply_printf(c, "STAT handoff_window %d\r\n", st->handoff_window);
     proto_reply_printf(c, "STAT client_flags_size 4\r\n");
     proto_reply_printf(c, "STAT hotkeys_sample %u\r\n", st->hotkeys_sample);
     proto_reply_printf(c, "STAT hotkeys_decay %u\r\n", st->hotkeys_decay_s);

@@ -151,7 +151,7 @@ get_continue(struct conn *c)
         if (!proto_next_key(&p, end, &k)) {
             break;
         }
-        if (c->out_bytes >= CONN_OUT_SOFT_CAP && c->repl_gat == NULL) {
+        if (c->out_bytes >= c->out_cap && c->repl_gat == NULL) {
             c->get_pos = (uint32_t)(k.p - c->rbuf);
             route_get_paused(c);
             return PROTO_PAUSE;
@@ -197,10 +197,10 @@ get_continue(struct conn *c)
 
 /* get/gets/gat/gats: keys in [p, end). Every key is checked before any
  * reply so a bad key gives the error alone, with no partial VALUEs (and,
- * unlike memcached 1.6.45, without an empty line after it); then the
- * cluster decision for the keys (route_get: a plain client's keys owned
- * elsewhere are relayed), then the local ones are served. noreply is not
- * recognized. */
+ * unlike memcached 1.6.45, without an empty line after it), and so does a
+ * line of more keys than --max-keys-per-get; then the cluster decision for
+ * the keys (route_get: a plain client's keys owned elsewhere are relayed),
+ * then the local ones are served. noreply is not recognized. */
 static enum proto_status
 process_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp, const char *p,
             const char *end, bool with_cas, bool touch, int64_t exptime)
@@ -208,6 +208,7 @@ process_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *ex
     const char  *q = p;
     struct token k;
     size_t       nkeys = 0;
+    int          max_keys = c->w->srv->settings.max_keys_per_get;
 
     while (proto_next_key(&q, end, &k)) {
         if (k.len > KEY_MAX) {
@@ -219,6 +220,12 @@ process_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *ex
     }
     if (nkeys == 0) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
+        return PROTO_MORE;
+    }
+    if (max_keys > 0 && nkeys > (size_t)max_keys) {
+        /* The line is read whole, so the connection goes on with the next
+         * one, as after any CLIENT_ERROR. */
+        REPLY(c, "CLIENT_ERROR too many keys");
         return PROTO_MORE;
     }
     if (!route_get(c, cmd, ncmd, exp, p, end, touch)) {
@@ -736,7 +743,7 @@ proto_text_drain(struct conn *c)
     if (c->pstate != CONN_PS_GET) {
         return PROTO_MORE;
     }
-    if (c->out_bytes >= CONN_OUT_SOFT_CAP) {
+    if (c->out_bytes >= c->out_cap) {
         return PROTO_PAUSE;
     }
     return get_continue(c);
@@ -752,7 +759,7 @@ proto_text_process(struct conn *c)
         const char       *end;
         size_t            avail, n;
 
-        if (c->out_bytes >= CONN_OUT_SOFT_CAP) {
+        if (c->out_bytes >= c->out_cap) {
             return PROTO_PAUSE;
         }
         avail = c->rend - c->rpos;

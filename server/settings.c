@@ -14,8 +14,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/frame.h"
+
 #define ITEM_SIZE_MIN   1024u
 #define ITEM_SIZE_LIMIT (1024u * 1024u * 1024u)
+/* --max-output-bytes: at least one output chunk. --max-frame-bytes: at
+ * least a whole handoff batch or admin Membership of 256 nodes (both
+ * under 300 KiB), at most the frame decoder's ceiling (8 MiB). */
+#define OUTPUT_MIN   (16u * 1024u)
+#define OUTPUT_LIMIT (1024u * 1024u * 1024u)
+#define FRAME_MIN    (512u * 1024u)
+#define FRAME_LIMIT  FRAME_PAYLOAD_MAX
 
 /* Defaults as memcached's, except the listen address (loopback, safer). */
 void
@@ -36,6 +45,10 @@ settings_init(struct settings *s)
     s->reqs_per_event = 20;
     s->hotkeys_sample = 100;
     s->hotkeys_decay_s = 60;
+    s->max_output_bytes = SETTINGS_MAX_OUTPUT_DEFAULT;
+    s->max_keys_per_get = SETTINGS_MAX_KEYS_DEFAULT;
+    s->max_frame_bytes = SETTINGS_MAX_FRAME_DEFAULT;
+    s->handoff_window = SETTINGS_HANDOFF_WIN_DEFAULT;
 }
 
 /* Print the usage text to f. */
@@ -68,6 +81,17 @@ settings_usage(FILE *f)
                "                             sketch (stats hotkeys; default: 100, 0: off)\n"
                "      --hotkeys-decay=<s>    halve the hot-key counts every s seconds\n"
                "                             (default: 60, 0: never)\n"
+               "limits (docs/operations.md, Limits):\n"
+               "      --max-output-bytes=<n> replies queued for one client before its\n"
+               "                             requests wait for it to read, k/m suffix\n"
+               "                             allowed (default: 1m)\n"
+               "      --max-keys-per-get=<n> keys in one get/gets/gat/gats; more is a\n"
+               "                             CLIENT_ERROR (default: 100000; 0: no limit)\n"
+               "      --max-frame-bytes=<n>  largest cluster port frame payload from an\n"
+               "                             admin or peer, k/m suffix (default: 4m)\n"
+               "      --handoff-window=<n>   handoff batches (<= 256 KiB) a range copy\n"
+               "                             sends ahead of the destination's acks\n"
+               "                             (default: 8)\n"
                "  -h, --help                 print this help and exit\n"
                "  -V, --version              print the version and exit\n"
                "memcached's options, with memcached's meaning:\n"
@@ -84,7 +108,9 @@ settings_usage(FILE *f)
                "  -U, --udp-port=0           UDP is off (any other port: refused)\n"
                "  -X, --disable-dumping      accepted (there is no dump command)\n"
                "  -W, --disable-watch        accepted (there is no watch command)\n"
-               "  -o, --extended=<opts>      modern, no_modern, maxconns_fast; slab and\n"
+               "  -o, --extended=<opts>      modern, no_modern, maxconns_fast,\n"
+               "                             idle_timeout=<secs> (close a connection idle\n"
+               "                             that long; 0: never, the default); slab and\n"
                "                             LRU tuning is accepted with a warning\n"
                "  accepted with a warning, no effect here: -f -n -L (slab tuning),\n"
                "     -C (CAS stays on), -R (requests per event), -A, -D, -N\n"
@@ -171,6 +197,7 @@ enum sub_kind {
     SUB_NOOP,   /* accepted: what ringcached does anyway */
     SUB_SLAB,   /* slab, LRU or hash tuning: one warning */
     SUB_IGNORE, /* accepted with one warning saying why */
+    SUB_IDLE,   /* idle_timeout: applied */
 };
 
 /* A sub-option's value: none (one given is ignored, as memcached does),
@@ -194,7 +221,7 @@ static const struct subopt SUBOPTS[] = {
     { "maxconns_fast", SUB_NOOP, ARG_NONE, NULL },
     { "no_maxconns_fast", SUB_IGNORE, ARG_NONE,
       "connections over -c are always answered with an error and closed" },
-    { "idle_timeout", SUB_IGNORE, ARG_REQUIRED, "idle connections are not timed out yet" },
+    { "idle_timeout", SUB_IDLE, ARG_REQUIRED, NULL },
     { "drop_privileges", SUB_IGNORE, ARG_NONE, "there is no system call filter" },
     { "no_drop_privileges", SUB_IGNORE, ARG_NONE, "there is no system call filter" },
     { "watcher_logbuf_size", SUB_IGNORE, ARG_REQUIRED, "there is no watch command" },
@@ -245,7 +272,7 @@ static const struct {
 /* One sub-option of -o, "name" or "name=value": 0 (accepted, maybe with
  * a warning) or -1 (reported). */
 static int
-parse_subopt(FILE *err, char *one)
+parse_subopt(FILE *err, char *one, struct settings *s)
 {
     char  *eq = strchr(one, '=');
     char  *val = NULL;
@@ -274,7 +301,16 @@ parse_subopt(FILE *err, char *one)
         }
         snprintf(opt, sizeof(opt), "-o %s%s%s", one, so->arg != ARG_NONE && val != NULL ? "=" : "",
                  so->arg != ARG_NONE && val != NULL ? val : "");
-        if (so->kind == SUB_SLAB) {
+        if (so->kind == SUB_IDLE) {
+            long v;
+
+            /* memcached takes 0 (off) up to any positive int. */
+            if (parse_int(val, 0, INT_MAX, &v) < 0) {
+                fprintf(err, "ringcached: -o idle_timeout=%s: must be 0 or more seconds\n", val);
+                return -1;
+            }
+            s->idle_timeout = (int)v;
+        } else if (so->kind == SUB_SLAB) {
             ignored(err, opt, NULL, SLAB_WHY);
         } else if (so->kind == SUB_IGNORE) {
             ignored(err, opt, NULL, so->why);
@@ -287,7 +323,7 @@ parse_subopt(FILE *err, char *one)
 
 /* -o's comma-separated list, each checked in turn. */
 static int
-parse_extended(FILE *err, const char *arg)
+parse_extended(FILE *err, const char *arg, struct settings *s)
 {
     char *copy = strdup(arg);
     char *one, *save = NULL;
@@ -299,7 +335,7 @@ parse_extended(FILE *err, const char *arg)
     }
     for (one = strtok_r(copy, ",", &save); one != NULL && rc == 0;
          one = strtok_r(NULL, ",", &save)) {
-        rc = parse_subopt(err, one);
+        rc = parse_subopt(err, one, s);
     }
     free(copy);
     return rc;
@@ -317,6 +353,10 @@ enum {
     OPT_METRICS,
     OPT_HOTKEYS_SAMPLE,
     OPT_HOTKEYS_DECAY,
+    OPT_MAX_OUTPUT,
+    OPT_MAX_KEYS,
+    OPT_MAX_FRAME,
+    OPT_HANDOFF_WINDOW,
 };
 
 /* Copy a string option into dst[size]; -1 (reported) when empty or long. */
@@ -329,6 +369,23 @@ copy_opt(FILE *err, const char *name, const char *val, char *dst, size_t size)
         return -1;
     }
     strcpy(dst, val);
+    return 0;
+}
+
+/* A size option of the limits (k/m suffix) in [min, max]; 0 or -1
+ * (reported, naming the range). */
+static int
+parse_limit_size(FILE *err, const char *name, const char *val, size_t min, size_t max,
+                 const char *range, size_t *out)
+{
+    size_t v;
+
+    if (settings_parse_size(val, &v) < 0 || v < min || v > max) {
+        fprintf(err, "ringcached: --%s %s: must be %s bytes\n", name, val, range);
+        settings_usage(err);
+        return -1;
+    }
+    *out = v;
     return 0;
 }
 
@@ -390,6 +447,10 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         { "metrics", required_argument, NULL, OPT_METRICS },
         { "hotkeys-sample", required_argument, NULL, OPT_HOTKEYS_SAMPLE },
         { "hotkeys-decay", required_argument, NULL, OPT_HOTKEYS_DECAY },
+        { "max-output-bytes", required_argument, NULL, OPT_MAX_OUTPUT },
+        { "max-keys-per-get", required_argument, NULL, OPT_MAX_KEYS },
+        { "max-frame-bytes", required_argument, NULL, OPT_MAX_FRAME },
+        { "handoff-window", required_argument, NULL, OPT_HANDOFF_WINDOW },
         /* memcached's long names. */
         { "unix-socket", required_argument, NULL, 's' },
         { "unix-mask", required_argument, NULL, 'a' },
@@ -534,6 +595,36 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
             }
             s->hotkeys_decay_s = (uint32_t)v;
             break;
+        case OPT_MAX_OUTPUT:
+            if (parse_limit_size(err, "max-output-bytes", optarg, OUTPUT_MIN, OUTPUT_LIMIT,
+                                 "16k-1024m", &s->max_output_bytes) < 0) {
+                return -1;
+            }
+            break;
+        case OPT_MAX_KEYS:
+            /* A get line holds at most 4 MiB, so 2 bytes per key at least. */
+            if (parse_int(optarg, 0, 2 * 1024 * 1024, &v) < 0) {
+                fprintf(err, "ringcached: --max-keys-per-get %s: must be 0-2097152 (0: no limit)\n",
+                        optarg);
+                settings_usage(err);
+                return -1;
+            }
+            s->max_keys_per_get = (int)v;
+            break;
+        case OPT_MAX_FRAME:
+            if (parse_limit_size(err, "max-frame-bytes", optarg, FRAME_MIN, FRAME_LIMIT, "512k-8m",
+                                 &s->max_frame_bytes) < 0) {
+                return -1;
+            }
+            break;
+        case OPT_HANDOFF_WINDOW:
+            if (parse_int(optarg, 1, 1024, &v) < 0) {
+                fprintf(err, "ringcached: --handoff-window %s: must be 1-1024 batches\n", optarg);
+                settings_usage(err);
+                return -1;
+            }
+            s->handoff_window = (int)v;
+            break;
         case 's':
             if (optarg[0] == '\0' || strlen(optarg) >= sizeof(s->socket_path)) {
                 return bad_value(err, 's', optarg, "a unix socket path is 1-107 bytes");
@@ -656,7 +747,7 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         case 'e':
             return refuse(err, "-e", "a restartable cache (memory file) is not supported yet");
         case 'o':
-            if (parse_extended(err, optarg) < 0) {
+            if (parse_extended(err, optarg, s) < 0) {
                 return -1;
             }
             break;

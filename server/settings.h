@@ -14,6 +14,12 @@
 
 #define SETTINGS_SOCKET_PATH_MAX 108 /* sizeof(sockaddr_un.sun_path) */
 
+/* Defaults of the limits (docs/operations.md, "Limits"). */
+#define SETTINGS_MAX_OUTPUT_DEFAULT  (1u << 20) /* --max-output-bytes */
+#define SETTINGS_MAX_KEYS_DEFAULT    100000     /* --max-keys-per-get */
+#define SETTINGS_MAX_FRAME_DEFAULT   (4u << 20) /* --max-frame-bytes */
+#define SETTINGS_HANDOFF_WIN_DEFAULT 8          /* --handoff-window */
+
 struct settings {
     int    port;            /* -p, TCP port (0 = any free port) */
     char   listen_addr[64]; /* -l, IPv4 or IPv6 literal or host name */
@@ -48,10 +54,16 @@ struct settings {
      * (0: off), counts halved every hotkeys_decay_s seconds (0: never). */
     uint32_t hotkeys_sample;
     uint32_t hotkeys_decay_s;
+    /* Limits (docs/operations.md, "Limits"). */
+    int    idle_timeout;     /* -o idle_timeout: seconds, 0 = off */
+    size_t max_output_bytes; /* --max-output-bytes: replies queued per client */
+    int    max_keys_per_get; /* --max-keys-per-get: 0 = no limit */
+    size_t max_frame_bytes;  /* --max-frame-bytes: cluster port payload */
+    int    handoff_window;   /* --handoff-window: batches in flight per stream */
 };
 
 /* Fill in the defaults (port 11211, 127.0.0.1, 4 threads, 64 MiB, 1024
- * connections, 1 MiB items, quiet). */
+ * connections, 1 MiB items, quiet; the limits' SETTINGS_*_DEFAULT). */
 void settings_init(struct settings *s);
 
 /*

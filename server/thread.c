@@ -362,6 +362,31 @@ worker_notify_cb(evutil_socket_t fd, short what, void *arg)
     pthread_mutex_unlock(&w->srv->barrier_lock);
 }
 
+/* Monotonic seconds (the idle clock: connections compare against it). */
+static uint32_t
+mono_secs(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint32_t)ts.tv_sec;
+}
+
+/* Once a second with -o idle_timeout: advance the worker's idle clock and
+ * close the connections idle past the timeout (conn_idle_sweep). */
+static void
+worker_idle_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+
+    (void)fd;
+    (void)what;
+    w->idle_now = mono_secs();
+    if (!w->shutting_down) {
+        conn_idle_sweep(w, w->srv->settings.idle_timeout);
+    }
+}
+
 /* Worker thread body: run the base until shutdown, then close leftovers. */
 static void *
 worker_main(void *arg)
@@ -552,6 +577,17 @@ server_run(struct server *srv)
 
         w->notify_ev =
             event_new(w->base, w->notify_fd[0], EV_READ | EV_PERSIST, worker_notify_cb, w);
+        w->idle_now = mono_secs();
+        if (srv->settings.idle_timeout > 0) {
+            struct timeval sec = { 1, 0 };
+
+            w->idle_ev = event_new(w->base, -1, EV_PERSIST, worker_idle_cb, w);
+            if (w->idle_ev == NULL || event_add(w->idle_ev, &sec) < 0) {
+                log_msg(LOG_ERR, "cannot start worker %d's idle timer", i);
+                rc = -1;
+                break;
+            }
+        }
         if (w->notify_ev == NULL || event_add(w->notify_ev, NULL) < 0 ||
             pthread_create(&w->tid, NULL, worker_main, w) != 0) {
             log_msg(LOG_ERR, "cannot start worker %d", i);
@@ -647,6 +683,9 @@ server_free(struct server *srv)
         }
         if (w->notify_ev != NULL) {
             event_free(w->notify_ev);
+        }
+        if (w->idle_ev != NULL) {
+            event_free(w->idle_ev);
         }
         if (w->stop_timer != NULL) {
             event_free(w->stop_timer);

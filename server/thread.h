@@ -45,6 +45,8 @@ struct worker {
     bool                    started;
     struct event_base      *base;
     struct event           *notify_ev;
+    struct event           *idle_ev;      /* -o idle_timeout: the once-a-second sweep */
+    uint32_t                idle_now;     /* monotonic seconds at the last sweep */
     int                     notify_fd[2]; /* pipe: [0] read by the worker */
     pthread_mutex_t         q_lock;       /* protects q_head/q_tail/stop */
     struct conn_queue_item *q_head, *q_tail;

@@ -3,8 +3,8 @@
  * pair on a worker's event_base, pumped by hand in the test process:
  * partial lines, partial data blocks, large blocks read straight into the
  * item, pipelining, the output cap, a client that never reads, half-close,
- * quit, over-long lines, EOF, and buffers
- * going back to the pool when a connection is idle.
+ * quit, over-long lines, EOF, buffers going back to the pool when a
+ * connection is idle, and the idle timeout's sweep.
  */
 #include "config.h"
 
@@ -278,7 +278,7 @@ START_TEST(test_output_cap)
     }
     pump_rounds(&f, 200, false);
     ck_assert_int_eq(f.w->nconns, 1);
-    ck_assert_uint_le(f.c->out_bytes, CONN_OUT_SOFT_CAP + vlen + 64);
+    ck_assert_uint_le(f.c->out_bytes, f.c->out_cap + vlen + 64);
     ck_assert_uint_gt(f.c->out_bytes, 0);
     hl = (size_t)snprintf(hdr, sizeof(hdr), "VALUE big 0 %zu\r\n", vlen);
     total = (size_t)ngets * (hl + vlen + 2 + 5);
@@ -323,7 +323,7 @@ START_TEST(test_never_reads_closed)
             sent += (size_t)n;
         }
         if (f.w->nconns > 0) {
-            ck_assert_uint_le(f.c->out_bytes, CONN_OUT_SOFT_CAP + vlen + 64);
+            ck_assert_uint_le(f.c->out_bytes, f.c->out_cap + vlen + 64);
             ck_assert_uint_le(f.c->rend - f.c->rpos, 2 * CONN_STALL_IN_CAP);
         }
         pump_once(&f, false);
@@ -503,6 +503,48 @@ START_TEST(test_idle_releases_buffers)
 }
 END_TEST
 
+/* -o idle_timeout: the sweep closes a connection idle past the timeout,
+ * never one it owes a reply (whose idle time restarts once the reply is
+ * out) nor a cluster peer; each close counts in idle_kicks. */
+START_TEST(test_idle_sweep)
+{
+    struct cfix  f;
+    struct conn *owed, *idle;
+    int          sv[2], sv2[2];
+    char         b;
+
+    cfix_open(&f);
+    f.c->peer = true;
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv2), 0);
+    owed = conn_new(f.w, sv[0]);
+    idle = conn_new(f.w, sv2[0]);
+    ck_assert_ptr_nonnull(owed);
+    ck_assert_ptr_nonnull(idle);
+    conn_out_add(owed, "VERSION x\r\n", 11); /* queued, not yet written */
+
+    f.w->idle_now += 2;
+    ck_assert_int_eq(conn_idle_sweep(f.w, 2), 0); /* 2 s is not more than 2 */
+    f.w->idle_now += 1;
+    ck_assert_int_eq(conn_idle_sweep(f.w, 2), 1); /* idle: closed */
+    ck_assert_int_eq(read(sv2[1], &b, 1), 0);     /* the client sees EOF */
+    ck_assert_uint_eq(f.w->stats.idle_kicks, 1);
+
+    /* The reply goes out: idle from the last sweep that saw it owed. */
+    conn_out_clear(owed);
+    f.w->idle_now += 2;
+    ck_assert_int_eq(conn_idle_sweep(f.w, 2), 0);
+    f.w->idle_now += 1;
+    ck_assert_int_eq(conn_idle_sweep(f.w, 2), 1);
+    ck_assert_int_eq(read(sv[1], &b, 1), 0);
+    ck_assert_uint_eq(f.w->stats.idle_kicks, 2);
+    ck_assert_int_eq(f.w->nconns, 1); /* the peer stays */
+    close(sv[1]);
+    close(sv2[1]);
+    cfix_close(&f);
+}
+END_TEST
+
 Suite *
 conn_suite(void)
 {
@@ -523,6 +565,7 @@ conn_suite(void)
     tcase_add_test(tc, test_binary_magic_closes);
     tcase_add_test(tc, test_eof_mid_block);
     tcase_add_test(tc, test_idle_releases_buffers);
+    tcase_add_test(tc, test_idle_sweep);
     suite_add_tcase(s, tc);
     return s;
 }
