@@ -57,6 +57,7 @@ port_open(struct port *p)
     p->store = store_new(&cfg);
     ck_assert_ptr_nonnull(p->store);
     p->srv.store = p->store;
+    settings_init(&p->srv.settings); /* the limits a node runs with (--max-frame-bytes) */
     ck_assert_msg(cluster_new(no_barrier, NULL, "a", p->dir, CLUSTER, (const uint8_t *)TOKEN,
                               strlen(TOKEN), &p->cl, err, sizeof(err)) == 0,
                   "cluster_new: %s", err);

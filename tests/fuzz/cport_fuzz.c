@@ -97,6 +97,7 @@ setup(void)
         die("store", "out of memory");
     }
     srv.store = store;
+    settings_init(&srv.settings); /* the limits a node runs with (--max-frame-bytes) */
 }
 
 /* Start every input from an empty state directory. */
