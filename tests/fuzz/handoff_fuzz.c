@@ -26,6 +26,7 @@
 #include "server/handoff.h"
 #include "server/handoff_in.h"
 #include "server/log.h"
+#include "server/settings.h"
 #include "server/statedir.h"
 #include "server/store.h"
 
@@ -158,7 +159,7 @@ check_and_empty(struct cluster *cl, struct store *s, const uint8_t *data, size_t
         struct frame             f;
         size_t                   used, i;
 
-        if (frame_decode(data, size, cluster_frame_id(cl), HANDOFF_PAYLOAD_MAX, &f, &used) !=
+        if (frame_decode(data, size, cluster_frame_id(cl), SETTINGS_MAX_FRAME_DEFAULT, &f, &used) !=
             FRAME_OK) {
             break;
         }
@@ -221,8 +222,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint64_t     seq = 0;
         int          rc;
 
-        if (frame_decode(stream, left, cluster_frame_id(cl), HANDOFF_PAYLOAD_MAX, &f, &used) !=
-                FRAME_OK ||
+        if (frame_decode(stream, left, cluster_frame_id(cl), SETTINGS_MAX_FRAME_DEFAULT, &f,
+                         &used) != FRAME_OK ||
             f.type != FRAME_HANDOFF_BATCH) {
             break;
         }
