@@ -345,15 +345,20 @@ struct tagged {
     size_t                      from;
 };
 
+/* Keys in byte order, shorter first on a common prefix. */
+static int
+key_cmp(const struct hotkeys_entry *x, const struct hotkeys_entry *y)
+{
+    size_t n = x->nkey < y->nkey ? x->nkey : y->nkey;
+    int    c = memcmp(x->key, y->key, n);
+
+    return c != 0 ? c : (int)x->nkey - (int)y->nkey;
+}
+
 static int
 by_key(const void *a, const void *b)
 {
-    const struct hotkeys_entry *x = ((const struct tagged *)a)->e;
-    const struct hotkeys_entry *y = ((const struct tagged *)b)->e;
-    size_t                      n = x->nkey < y->nkey ? x->nkey : y->nkey;
-    int                         c = memcmp(x->key, y->key, n);
-
-    return c != 0 ? c : (int)x->nkey - (int)y->nkey;
+    return key_cmp(((const struct tagged *)a)->e, ((const struct tagged *)b)->e);
 }
 
 static int
@@ -364,7 +369,7 @@ by_count_desc(const void *a, const void *b)
     if (x->count != y->count) {
         return x->count > y->count ? -1 : 1;
     }
-    return by_key(&(struct tagged){ x, 0 }, &(struct tagged){ y, 0 });
+    return key_cmp(x, y);
 }
 
 size_t

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 BUILDDIR = os.environ.get("RC_BUILDDIR", os.getcwd())
@@ -31,6 +32,52 @@ def sanitized():
             return "#define RC_SANITIZERS 1" in f.read()
     except OSError:
         return False
+
+
+def rss_kb(pid):
+    """VmRSS of pid in KiB (0 if /proc has none)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def rss_bound_kb(base_kb, extra_mib):
+    """The RSS a case may reach: baseline + extra_mib (doubled + 24 MiB
+    under the sanitizers, whose shadow and quarantine grow with use)."""
+    if sanitized():
+        return base_kb + (2 * extra_mib + 24) * 1024
+    return base_kb + extra_mib * 1024
+
+
+class RssSampler(threading.Thread):
+    """Samples a process's VmRSS every 10 ms until stop(); peak in KiB.
+    base: the baseline to report (default: the RSS now)."""
+
+    def __init__(self, pid, base=None):
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.base = base if base is not None else rss_kb(pid)
+        self.peak = rss_kb(pid)
+        self.halt = threading.Event()
+
+    def run(self):
+        while not self.halt.is_set():
+            try:
+                self.peak = max(self.peak, rss_kb(self.pid))
+            except OSError:
+                return
+            time.sleep(0.01)
+
+    def stop(self):
+        self.halt.set()
+        self.join(5)
+        try:
+            self.peak = max(self.peak, rss_kb(self.pid))
+        except OSError:
+            pass
+        return self.peak
 
 
 class Tap:

@@ -9,18 +9,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rctest import (Tap, Node, request, recv_until, recv_exact_or_close,  # noqa: E402
-                    sanitized, wait_until)
+                    sanitized, wait_until, rss_kb)
 
 VERSION = b"VERSION 1.6.21-ringcache-0.1.0\r\n"
 tap = Tap()
-
-
-def rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def served(node, what):

@@ -37,7 +37,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rctest import (Tap, Node, RINGCACHED, request, recv_until, sanitized,  # noqa: E402
-                    wait_until)
+                    wait_until, rss_bound_kb as bound_kb, RssSampler as Rss)
 
 SAN = sanitized()
 SLOW = 4 if SAN else 1                  # deadline multiplier
@@ -50,47 +50,6 @@ if SAN:
     os.environ["ASAN_OPTIONS"] = (opts + ":" if opts else "") + "quarantine_size_mb=16"
 
 tap = Tap()
-
-
-def rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
-def bound_kb(base_kb, extra_mib):
-    """The RSS a case may reach: baseline + extra_mib (doubled + 24 MiB
-    under the sanitizers)."""
-    if SAN:
-        return base_kb + (2 * extra_mib + 24) * 1024
-    return base_kb + extra_mib * 1024
-
-
-class Rss(threading.Thread):
-    """Samples a process's VmRSS every 10 ms until stop(); peak in KiB."""
-
-    def __init__(self, pid):
-        super().__init__(daemon=True)
-        self.pid = pid
-        self.base = rss_kb(pid)
-        self.peak = self.base
-        self.halt = threading.Event()
-
-    def run(self):
-        while not self.halt.is_set():
-            try:
-                self.peak = max(self.peak, rss_kb(self.pid))
-            except OSError:
-                return
-            time.sleep(0.01)
-
-    def stop(self):
-        self.halt.set()
-        self.join(5)
-        self.peak = max(self.peak, rss_kb(self.pid))
-        return self.peak
 
 
 class Prober(threading.Thread):

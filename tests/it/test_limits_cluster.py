@@ -36,7 +36,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rctest import Tap, Node, wait_until, recv_until, free_cluster_ports, sanitized  # noqa: E402
+from rctest import (Tap, Node, wait_until, recv_until, free_cluster_ports, sanitized,  # noqa: E402
+                    rss_kb, rss_bound_kb as bound_kb, RssSampler as Rss)
 from test_cport import (frame, read_frame, decode, one, fb, fv, membership, Admin,  # noqa: E402
                         Client, closed_by_peer, cmd, TOKEN, CLUSTER_ID, HELLO, ADMIN_REQUEST,
                         ADMIN_REPLY, BATCH, ERROR)
@@ -49,44 +50,6 @@ if SAN:
     os.environ["ASAN_OPTIONS"] = (opts + ":" if opts else "") + "quarantine_size_mb=16"
 
 tap = Tap()
-
-
-def rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
-def bound_kb(base_kb, extra_mib):
-    if SAN:
-        return base_kb + (2 * extra_mib + 24) * 1024
-    return base_kb + extra_mib * 1024
-
-
-class Rss(threading.Thread):
-    """VmRSS of pid every 10 ms until stop(); peak in KiB."""
-
-    def __init__(self, pid, base=None):
-        super().__init__(daemon=True)
-        self.pid = pid
-        self.base = base if base is not None else rss_kb(pid)
-        self.peak = rss_kb(pid)
-        self.halt = threading.Event()
-
-    def run(self):
-        while not self.halt.is_set():
-            try:
-                self.peak = max(self.peak, rss_kb(self.pid))
-            except OSError:
-                return
-            time.sleep(0.01)
-
-    def stop(self):
-        self.halt.set()
-        self.join(5)
-        return self.peak
 
 
 def check_rss(r, extra_mib, what):
