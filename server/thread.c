@@ -34,6 +34,18 @@
 #define SHUTDOWN_FLUSH_SECS 5 /* bound on flushing replies at exit */
 static const char TOO_MANY[] = "ERROR Too many open connections\r\n";
 
+/* Block or unblock SIGTERM and SIGINT in the calling thread. */
+static void
+block_stop_signals(int how)
+{
+    sigset_t set;
+
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(how, &set, NULL);
+}
+
 /* Create the store and the workers' bases; see thread.h. */
 struct server *
 server_new(const struct settings *settings)
@@ -45,6 +57,14 @@ server_new(const struct settings *settings)
     if (srv == NULL) {
         return NULL;
     }
+    /* Until server_run's loop takes them, SIGTERM and SIGINT wait instead
+     * of killing the node without its clean exit (pid file, unix socket).
+     * They are blocked here, before the first thread (the store's sweeper)
+     * starts, so that every thread inherits the block: a signal goes to
+     * any thread that does not block it, and one started unblocked would
+     * take the default action (seen: SIGTERM just after listening killed
+     * 5 runs in 200). */
+    block_stop_signals(SIG_BLOCK);
     srv->settings = *settings;
     srv->listen_fd = -1;
     srv->stall_timeout_ms = CONN_STALL_TIMEOUT_MS;
@@ -216,18 +236,6 @@ listen_unix(const char *path, int mask, int backlog)
     return fd;
 }
 
-/* Block or unblock SIGTERM and SIGINT in the calling thread. */
-static void
-block_stop_signals(int how)
-{
-    sigset_t set;
-
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    pthread_sigmask(how, &set, NULL);
-}
-
 /* Bind and listen; see thread.h. */
 int
 server_listen(struct server *srv)
@@ -237,11 +245,6 @@ server_listen(struct server *srv)
     int                     fd;
 
     raise_fd_limit(srv);
-    /* From the moment clients can connect until server_run listens for
-     * them, SIGTERM and SIGINT wait (blocked, inherited by every thread
-     * started meanwhile) instead of killing the node without its clean
-     * exit (pid file, unix socket). */
-    block_stop_signals(SIG_BLOCK);
     if (srv->settings.socket_path[0] != '\0') {
         /* As memcached: -s replaces the TCP port. */
         fd = listen_unix(srv->settings.socket_path, srv->settings.socket_mask,
