@@ -19,6 +19,10 @@ struct ctl_globals {
     int         timeout_ms; /* --timeout MS */
     const char *cluster;    /* --cluster NAME (default "ringcache") */
     const char *seeds;      /* --seeds HOST:PORT,...: data commands learn the membership */
+    /* Data commands over TLS (--tls, or any --tls-* option): the nodes run
+     * with -Z (ringcache_options' tls fields). */
+    bool        tls, tls_skip_name_check;
+    const char *tls_ca, *tls_cert, *tls_key;
 };
 
 /* Ring subcommands (ctl_ring.c). */

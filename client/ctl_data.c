@@ -81,6 +81,11 @@ open_cluster(const struct ctl_globals *g, const char *cmd)
     if (opt.connect_timeout_ms > g->timeout_ms) {
         opt.connect_timeout_ms = g->timeout_ms;
     }
+    opt.tls = g->tls;
+    opt.tls_skip_name_check = g->tls_skip_name_check;
+    opt.tls_ca_file = g->tls_ca;
+    opt.tls_cert_file = g->tls_cert;
+    opt.tls_key_file = g->tls_key;
     if (g->seeds != NULL) {
         ret = open_seeds(&rc, g->seeds, &opt, err, sizeof(err));
     } else {
@@ -169,9 +174,9 @@ miss_reason(struct ringcache *rc, const char *key, int code, char *buf, size_t l
             return ringcache_strerror(code);
         }
     }
-    snprintf(buf, len, "not read: every owner is down or unreachable (%s at %s%s)",
+    snprintf(buf, len, "not read: every owner is down or unreachable (%s at %s%s: %s)",
              ringcache_node_id(rc, owners[0]), ringcache_node_addr(rc, owners[0]),
-             n > 1 ? ", ..." : "");
+             n > 1 ? ", ..." : "", ringcache_strerror(ringcache_node_error(rc, owners[0])));
     return buf;
 }
 

@@ -195,7 +195,7 @@ batch_fail(struct mget *m, struct mget_batch *b, int err)
         }
     }
     b->state = B_FAILED;
-    pool_node_failed(batch_pool(m, b), &m->rc->cfg);
+    pool_node_failed(batch_pool(m, b), &m->rc->cfg, err);
     for (j = b->s.pos; j < b->s.n; j++) {
         m->keys[b->s.idx[j]].next++;
     }
@@ -212,8 +212,9 @@ batch_step(struct mget *m, struct mget_batch *b, short revents)
         if (revents == 0) {
             return;
         }
-        if (pool_conn_finish_connect(b->conn) != 0) {
-            batch_fail(m, b, RINGCACHE_EIO);
+        ret = pool_conn_finish_connect(b->conn);
+        if (ret != 0) {
+            batch_fail(m, b, ret);
             return;
         }
         b->state = B_SENDING;
@@ -290,7 +291,8 @@ mget_run(struct mget *m, struct mget_batch *b, size_t nb)
                 wait = (int)(b[i].connect_deadline - now);
             }
             pfd[np].fd = b[i].conn->fd;
-            pfd[np].events = b[i].state == B_READING ? POLLIN : POLLOUT;
+            pfd[np].events = b[i].state == B_CONNECTING ? POLLOUT
+                                                        : pool_conn_events(b[i].conn, b[i].state == B_READING);
             pfd[np].revents = 0;
             map[np++] = i;
         }

@@ -18,7 +18,8 @@
 static bool
 is_node_failure(int err)
 {
-    return err == RINGCACHE_EIO || err == RINGCACHE_ETIMEDOUT || err == RINGCACHE_EPROTO;
+    return err == RINGCACHE_EIO || err == RINGCACHE_ETIMEDOUT || err == RINGCACHE_EPROTO ||
+           err == RINGCACHE_ETLS;
 }
 
 /* An ERROR or CLIENT_ERROR to `epoch` or `config`: rn is a plain
@@ -188,7 +189,7 @@ fail:
     if (ret == RINGCACHE_ENOMEM) {
         pool_node_ok(node);
     } else {
-        pool_node_failed(node, &rc->cfg);
+        pool_node_failed(node, &rc->cfg, ret);
     }
     return ret;
 }

@@ -27,7 +27,7 @@
 int
 pool_node_init(struct pool_node *n, const char *addr, char *err, size_t errlen)
 {
-    char            host[RINGCACHE_KEY_MAX + 8];
+    char           *host = n->host;
     const char     *colon, *port, *h;
     size_t          hlen;
     struct addrinfo hints, *res = NULL;
@@ -54,7 +54,7 @@ pool_node_init(struct pool_node *n, const char *addr, char *err, size_t errlen)
         hlen = (size_t)(colon - addr);
         port = colon + 1;
     }
-    if (hlen == 0 || hlen >= sizeof(host) || *port == '\0') {
+    if (hlen == 0 || hlen >= sizeof(n->host) || *port == '\0') {
         snprintf(err, errlen, "%s: expected host:port", addr);
         return RINGCACHE_EMEMBERS;
     }
@@ -92,6 +92,8 @@ pool_conn_close_how(struct pool_conn *c, bool reset)
     if (c == NULL) {
         return;
     }
+    /* close_notify only on a clean close: a reset discards it anyway. */
+    tls_client_close(c->ssl, !reset);
     if (c->fd >= 0) {
         if (reset) {
             struct linger lg = { 1, 0 };
@@ -159,6 +161,12 @@ pool_node_usable(struct pool_node *n, int64_t now)
     return ok;
 }
 
+int
+pool_node_error(struct pool_node *n)
+{
+    return __atomic_load_n(&n->last_err, __ATOMIC_RELAXED);
+}
+
 bool
 pool_node_is_down(struct pool_node *n, int64_t now)
 {
@@ -180,12 +188,13 @@ pool_node_ok(struct pool_node *n)
 }
 
 void
-pool_node_failed(struct pool_node *n, const struct pool_config *cfg)
+pool_node_failed(struct pool_node *n, const struct pool_config *cfg, int err)
 {
     struct pool_conn *idle;
     int64_t           wait;
     unsigned          shift;
 
+    __atomic_store_n(&n->last_err, err, __ATOMIC_RELAXED);
     pthread_mutex_lock(&n->lock);
     if (n->down && !n->probing) {
         /* Another thread already marked this outage (requests that were
@@ -227,7 +236,9 @@ pool_node_drop_idle(struct pool_node *n)
 
 /* A connect finished: from now on the socket blocks (every send passes
  * MSG_DONTWAIT and every wait is bounded), with a receive timeout of one
- * operation, so a reply can be awaited inside recv itself. */
+ * operation, so a reply can be awaited inside recv itself. Under TLS the
+ * socket stays non-blocking (OpenSSL's reads take no MSG_DONTWAIT) and
+ * the handshake runs now, bounded by one operation's timeout. */
 static int
 conn_connected(struct pool_conn *c)
 {
@@ -235,6 +246,12 @@ conn_connected(struct pool_conn *c)
     int            fl;
 
     c->connecting = false;
+    if (c->cfg->tls != NULL) {
+        c->tls_rwant = POLLIN;
+        c->tls_wwant = POLLOUT;
+        return tls_client_handshake(c->cfg->tls, c->fd, c->host, c->cfg->tls_check_name,
+                                    util_now_ms() + c->rcvtimeo_ms, &c->ssl);
+    }
     tv.tv_sec = c->rcvtimeo_ms / 1000;
     tv.tv_usec = (c->rcvtimeo_ms % 1000) * 1000;
     fl = fcntl(c->fd, F_GETFL);
@@ -249,7 +266,7 @@ int
 pool_acquire(struct pool_node *n, const struct pool_config *cfg, struct pool_conn **out)
 {
     struct pool_conn *c;
-    int               fd, one = 1;
+    int               fd, rc, one = 1;
 
     pthread_mutex_lock(&n->lock);
     c = n->idle;
@@ -275,6 +292,8 @@ pool_acquire(struct pool_node *n, const struct pool_config *cfg, struct pool_con
     }
     c->fd = fd;
     c->rcvtimeo_ms = cfg->op_timeout_ms;
+    c->cfg = cfg;
+    c->host = n->host;
     /* Requests are small and latency-bound: never wait for Nagle. */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (connect(fd, (struct sockaddr *)&n->addr, n->addr_len) != 0) {
@@ -283,9 +302,9 @@ pool_acquire(struct pool_node *n, const struct pool_config *cfg, struct pool_con
             return RINGCACHE_EIO;
         }
         c->connecting = true;
-    } else if (conn_connected(c) != 0) {
+    } else if ((rc = conn_connected(c)) != 0) {
         pool_conn_close(c);
-        return RINGCACHE_EIO;
+        return rc;
     }
     *out = c;
     return 0;
@@ -374,6 +393,15 @@ pool_release(struct pool_node *n, struct pool_conn *c, bool healthy, const struc
     pool_conn_close(c);
 }
 
+short
+pool_conn_events(const struct pool_conn *c, bool reading)
+{
+    if (c->ssl != NULL) {
+        return reading ? c->tls_rwant : c->tls_wwant;
+    }
+    return reading ? POLLIN : POLLOUT;
+}
+
 int
 pool_conn_send_some(struct pool_conn *c, struct iovec **iov, int *iovcnt)
 {
@@ -381,6 +409,14 @@ pool_conn_send_some(struct pool_conn *c, struct iovec **iov, int *iovcnt)
     ssize_t       n;
 
     while (*iovcnt > 0) {
+        if (c->ssl != NULL) {
+            if ((*iov)->iov_len == 0) {
+                n = 0; /* an empty part: dropped below */
+            } else if ((n = tls_client_write(c->ssl, *iov, *iovcnt, &c->tls_wwant)) <= 0) {
+                return (int)n;
+            }
+            goto sent;
+        }
         memset(&msg, 0, sizeof(msg));
         msg.msg_iov = *iov;
         msg.msg_iovlen = (size_t)*iovcnt;
@@ -394,6 +430,7 @@ pool_conn_send_some(struct pool_conn *c, struct iovec **iov, int *iovcnt)
             }
             return RINGCACHE_EIO;
         }
+    sent:
         /* Drop what was sent from the front of the vector. */
         while (*iovcnt > 0 && (size_t)n >= (*iov)->iov_len) {
             n -= (ssize_t)(*iov)->iov_len;
@@ -418,7 +455,7 @@ pool_conn_send(struct pool_conn *c, struct iovec *iov, int iovcnt, int64_t deadl
         if (rc != 0 || iovcnt == 0) {
             return rc;
         }
-        rc = wait_fd(c->fd, POLLOUT, deadline);
+        rc = wait_fd(c->fd, pool_conn_events(c, false), deadline);
         if (rc != 0) {
             return rc;
         }
@@ -455,6 +492,27 @@ pool_conn_reserve(struct pool_conn *c, size_t want)
     return 0;
 }
 
+/* Under TLS: read until OpenSSL needs the socket again, growing the
+ * buffer as it fills, so nothing decrypted stays behind where poll cannot
+ * see it (tls_client.h). */
+static long
+tls_recv_all(struct pool_conn *c)
+{
+    long total = 0, n;
+
+    for (;;) {
+        if (pool_conn_reserve(c, 16384) != 0) {
+            return total > 0 ? total : RINGCACHE_ENOMEM;
+        }
+        n = tls_client_read(c->ssl, c->buf + c->end, c->cap - c->end, &c->tls_rwant);
+        if (n <= 0) {
+            return total > 0 ? total : n;
+        }
+        c->end += (size_t)n;
+        total += n;
+    }
+}
+
 long
 pool_conn_recv_some(struct pool_conn *c)
 {
@@ -462,6 +520,9 @@ pool_conn_recv_some(struct pool_conn *c)
 
     if (pool_conn_reserve(c, 4096) != 0) {
         return RINGCACHE_ENOMEM;
+    }
+    if (c->ssl != NULL) {
+        return tls_recv_all(c);
     }
     for (;;) {
         n = recv(c->fd, c->buf + c->end, c->cap - c->end, MSG_DONTWAIT);
@@ -486,13 +547,14 @@ int
 pool_conn_recv(struct pool_conn *c, int64_t deadline)
 {
     ssize_t got;
+    short   ev = POLLIN;
     long    n;
     int     rc;
 
     /* The whole op timeout is still ahead (the usual case: the request
      * was just sent; the 1 ms slack covers a tick of the ms clock): wait
      * in recv, which SO_RCVTIMEO bounds by that timeout. */
-    if (deadline - util_now_ms() >= c->rcvtimeo_ms - 1) {
+    if (c->ssl == NULL && deadline - util_now_ms() >= c->rcvtimeo_ms - 1) {
         if (pool_conn_reserve(c, 4096) != 0) {
             return RINGCACHE_ENOMEM;
         }
@@ -511,7 +573,7 @@ pool_conn_recv(struct pool_conn *c, int64_t deadline)
     /* Part of the time is spent: wait with poll for what is left, then
      * read without blocking. */
     for (;;) {
-        rc = wait_fd(c->fd, POLLIN, deadline);
+        rc = wait_fd(c->fd, ev, deadline);
         if (rc != 0) {
             return rc;
         }
@@ -519,5 +581,8 @@ pool_conn_recv(struct pool_conn *c, int64_t deadline)
         if (n != 0) {
             return n > 0 ? 0 : (int)n;
         }
+        /* Only TLS records (say a session ticket) came, or OpenSSL wants
+         * to write first. */
+        ev = pool_conn_events(c, true);
     }
 }

@@ -14,7 +14,10 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "client/tls_client.h"
 #include "ring/util.h"
+
+struct pool_config;
 
 /* One connection. Owned by the pool while idle, by one thread while in use. */
 struct pool_conn {
@@ -28,18 +31,27 @@ struct pool_conn {
     size_t            start; /* first unconsumed byte */
     size_t            end;   /* one past the last received byte */
     struct pool_conn *next;  /* free list link */
+    /* TLS (cfg->tls set): the session once the handshake is done, and the
+     * poll event a read and a write that would block wait for (OpenSSL may
+     * need to write to read, or read to write). */
+    SSL                      *ssl;
+    short                     tls_rwant, tls_wwant;
+    const struct pool_config *cfg;  /* the handle's, for the handshake */
+    const char               *host; /* the node's host, for the name check */
 };
 
 struct pool_node {
     pthread_mutex_t         lock; /* guards everything below */
     struct sockaddr_storage addr; /* immutable after init */
     socklen_t               addr_len;
+    char                    host[256]; /* as in the address, for TLS's name check */
     struct pool_conn       *idle;
     unsigned                n_idle;
     bool                    down;       /* written under lock, read atomically */
     bool                    probing;    /* one thread is trying it again */
     unsigned                fails;      /* consecutive failures */
     int64_t                 down_until; /* monotonic ms */
+    int                     last_err;   /* why it was last marked down (atomic) */
 };
 
 /* Timing knobs shared by every node of a handle. */
@@ -49,6 +61,8 @@ struct pool_config {
     int      retry_interval_ms;
     int      retry_max_ms;
     unsigned pool_size;
+    SSL_CTX *tls;            /* non-NULL: every connection speaks TLS (tls_client.h) */
+    bool     tls_check_name; /* the certificate must name the node's host */
 };
 
 /* Resolve addr ("host:port" or "[v6]:port") and set the node up. 0, or
@@ -67,12 +81,16 @@ bool pool_node_usable(struct pool_node *n, int64_t now);
 /* Nonzero while the node is marked down (no side effect). */
 bool pool_node_is_down(struct pool_node *n, int64_t now);
 
+/* The error the node was last marked down for (0: never). */
+int pool_node_error(struct pool_node *n);
+
 /* The node answered: clear the down state. Takes the node lock. */
 void pool_node_ok(struct pool_node *n);
 
-/* The node failed: mark it down for retry_interval << (fails-1), capped,
- * and close its idle connections (they are likely dead too). */
-void pool_node_failed(struct pool_node *n, const struct pool_config *cfg);
+/* The node failed with err (a RINGCACHE_ code, kept for
+ * ringcache_node_error): mark it down for retry_interval << (fails-1),
+ * capped, and close its idle connections (they are likely dead too). */
+void pool_node_failed(struct pool_node *n, const struct pool_config *cfg, int err);
 
 /* Close the idle connections (one was found dead: the rest are likely
  * dead too, e.g. after the node restarted). Takes the node lock. */
@@ -83,11 +101,14 @@ void pool_node_drop_idle(struct pool_node *n);
  * RINGCACHE_ENOMEM. The caller owns *out until pool_release. */
 int pool_acquire(struct pool_node *n, const struct pool_config *cfg, struct pool_conn **out);
 
-/* Wait until a connecting conn is connected, at most until deadline.
- * 0, RINGCACHE_ETIMEDOUT or RINGCACHE_EIO. */
+/* Wait until a connecting conn is connected (and its TLS handshake done),
+ * at most until deadline. 0, RINGCACHE_ETIMEDOUT, RINGCACHE_EIO or
+ * RINGCACHE_ETLS. */
 int pool_conn_wait_connected(struct pool_conn *c, int64_t deadline);
 
-/* Finish a connect that poll reported ready: 0 or RINGCACHE_EIO. */
+/* Finish a connect that poll reported ready, with the TLS handshake when
+ * the handle speaks TLS: 0, RINGCACHE_EIO, RINGCACHE_ETIMEDOUT or
+ * RINGCACHE_ETLS. */
 int pool_conn_finish_connect(struct pool_conn *c);
 
 /* Give a connection back. A healthy one (in step with the protocol, no
@@ -100,6 +121,10 @@ void pool_release(struct pool_node *n, struct pool_conn *c, bool healthy,
 void pool_conn_close(struct pool_conn *c);
 /* Close c; reset: with a TCP reset (after a timeout: see pool.c). */
 void pool_conn_close_how(struct pool_conn *c, bool reset);
+
+/* The poll event to wait for before reading (reading) or writing on c
+ * again: POLLIN or POLLOUT, or under TLS what OpenSSL asked for. */
+short pool_conn_events(const struct pool_conn *c, bool reading);
 
 /* Send all of iov, waiting for the socket at most until deadline. 0,
  * RINGCACHE_ETIMEDOUT or RINGCACHE_EIO. */

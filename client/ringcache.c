@@ -76,6 +76,9 @@ ringcache_strerror(int code)
         return "the key's range is being moved (TRYAGAIN) for longer than the op timeout";
     case RINGCACHE_EUNAVAILABLE:
         return "an owner of the key is down: the write failed until failover declares it failed";
+    case RINGCACHE_ETLS:
+        return "TLS handshake with the node failed (untrusted certificate, a name that does not "
+               "match, a client certificate required, or no TLS on the node)";
     default:
         return "unknown error code";
     }
@@ -132,6 +135,16 @@ handle_new(struct ringcache **out, const struct ringcache_options *opt, char *er
     rc->cfg.retry_interval_ms = rc->opt.retry_interval_ms;
     rc->cfg.retry_max_ms = rc->opt.retry_max_ms;
     rc->cfg.pool_size = rc->opt.pool_size;
+    if (rc->opt.tls) {
+        rc->cfg.tls = tls_client_ctx_new(&rc->opt, err, errlen);
+        if (rc->cfg.tls == NULL) {
+            free(rc);
+            return RINGCACHE_EINVAL;
+        }
+        rc->cfg.tls_check_name = !rc->opt.tls_skip_name_check;
+    }
+    /* The options' file names are the caller's: they are not kept. */
+    rc->opt.tls_ca_file = rc->opt.tls_cert_file = rc->opt.tls_key_file = NULL;
     rc->poll_ms = POLL_DEFAULT_MS;
     pthread_mutex_init(&rc->view_lock, NULL);
     pthread_mutex_init(&rc->refresh_lock, NULL);
@@ -315,6 +328,7 @@ ringcache_free(struct ringcache *rc)
         free(rc->all[i]);
     }
     free(rc->all);
+    SSL_CTX_free(rc->cfg.tls);
     pthread_mutex_destroy(&rc->view_lock);
     pthread_mutex_destroy(&rc->refresh_lock);
     free(rc);

@@ -92,7 +92,11 @@ extern "C" {
  * unavailable: it may have reached the primary only); retry after the
  * failover (ringctl watch) */
 #define RINGCACHE_EUNAVAILABLE (-18)
-#define RINGCACHE_ERRNO_MIN    (-18) /* the lowest code, for iterating */
+/* the TLS handshake with the node failed: its certificate is not trusted
+ * or does not name its address, it requires a client certificate, or it
+ * does not speak TLS (see tls in struct ringcache_options) */
+#define RINGCACHE_ETLS      (-19)
+#define RINGCACHE_ERRNO_MIN (-19) /* the lowest code, for iterating */
 
 #define RINGCACHE_KEY_MAX 250 /* bytes in a key */
 
@@ -107,6 +111,18 @@ struct ringcache_options {
     int      retry_max_ms;       /* cap of the doubling back-off, default 8000 */
     size_t   max_value_bytes;    /* largest value sent, default 1 MiB (1048576) */
     unsigned pool_size;          /* idle connections kept per node, default 4 */
+    /* TLS to every node (nodes run with -Z; docs/security.md), default
+     * off. A node's certificate is verified against tls_ca_file (NULL: the
+     * system's CAs) and must name the host of the node's address (an IP
+     * address or DNS name in its subjectAltName) unless tls_skip_name_check.
+     * tls_cert_file and tls_key_file (PEM; both or neither) are the client
+     * certificate, for nodes that require one (-o ssl_verify_mode=2). The
+     * files are read when the handle is created; the strings are not kept. */
+    int         tls;
+    int         tls_skip_name_check;
+    const char *tls_ca_file;
+    const char *tls_cert_file;
+    const char *tls_key_file;
 };
 
 /* A value read from the cluster. data is NUL-terminated (not counted in
@@ -343,6 +359,13 @@ const char *ringcache_node_addr(const struct ringcache *rc, size_t i);
  * whenever any thread talks to the node).
  */
 int ringcache_node_is_down(struct ringcache *rc, size_t i);
+
+/**
+ * Why node i was last marked down: RINGCACHE_EIO, RINGCACHE_ETIMEDOUT,
+ * RINGCACHE_EPROTO or RINGCACHE_ETLS (0: never). Kept after the node is
+ * up again, so a read that missed because every owner failed can say why.
+ */
+int ringcache_node_error(struct ringcache *rc, size_t i);
 
 /**
  * The owners of a key in preference order (primary first), as node

@@ -94,6 +94,13 @@ usage(FILE *out)
                  "  --cluster NAME     cluster name (default ringcache); must match the nodes'\n"
                  "  --human            aligned output for people (default: TSV)\n"
                  "  --timeout MS       per-operation timeout (default 1000)\n"
+                 "  --tls              data commands over TLS (nodes started with -Z)\n"
+                 "  --tls-ca FILE      CA certificates that sign the nodes' (implies --tls;\n"
+                 "                     default: the system's)\n"
+                 "  --tls-cert FILE    client certificate, with --tls-key (implies --tls)\n"
+                 "  --tls-key FILE     its private key\n"
+                 "  --tls-skip-name-check  accept a trusted node certificate that does not\n"
+                 "                     name the node's address\n"
                  "  -h, --help         this text\n"
                  "  -V, --version      print the version\n"
                  "\nexit status: 0 ok, 1 an operation failed or a key was missing, 2 bad usage or\n"
@@ -108,7 +115,11 @@ main(int argc, char **argv)
         { "store", required_argument, NULL, 's' },   { "human", no_argument, NULL, 'H' },
         { "timeout", required_argument, NULL, 't' }, { "cluster", required_argument, NULL, 'c' },
         { "seeds", required_argument, NULL, 'S' },   { "help", no_argument, NULL, 'h' },
-        { "version", no_argument, NULL, 'V' },       { NULL, 0, NULL, 0 }
+        { "version", no_argument, NULL, 'V' },       { "tls", no_argument, NULL, 'T' },
+        { "tls-ca", required_argument, NULL, 'A' },  { "tls-cert", required_argument, NULL, 'C' },
+        { "tls-key", required_argument, NULL, 'K' },
+        { "tls-skip-name-check", no_argument, NULL, 'N' },
+        { NULL, 0, NULL, 0 }
     };
     struct ctl_globals g = { .timeout_ms = 1000, .cluster = "ringcache" };
     size_t             i;
@@ -149,6 +160,25 @@ main(int argc, char **argv)
                 return 2;
             }
             g.timeout_ms = (int)timeout;
+            break;
+        case 'T':
+            g.tls = true;
+            break;
+        case 'A':
+            g.tls = true;
+            g.tls_ca = optarg;
+            break;
+        case 'C':
+            g.tls = true;
+            g.tls_cert = optarg;
+            break;
+        case 'K':
+            g.tls = true;
+            g.tls_key = optarg;
+            break;
+        case 'N':
+            g.tls = true;
+            g.tls_skip_name_check = true;
             break;
         case 'h':
             usage(stdout);

@@ -275,6 +275,14 @@ ringcache_node_is_down(struct ringcache *rc, size_t i)
 }
 
 int
+ringcache_node_error(struct ringcache *rc, size_t i)
+{
+    struct rc_node *n = view_current_node(rc, i);
+
+    return n != NULL ? pool_node_error(&n->pool) : 0;
+}
+
+int
 ringcache_locate(const struct ringcache *rc, const char *key, size_t key_len, size_t *out,
                  size_t want)
 {

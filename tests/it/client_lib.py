@@ -189,16 +189,19 @@ class Cluster:
 class Probe:
     """A running client_probe: send a command, get its reply lines."""
 
-    def __init__(self, members, op_timeout=None, retry=None, retry_max=None, poll=None):
+    def __init__(self, members, op_timeout=None, retry=None, retry_max=None, poll=None,
+                 env=None):
         """members: a membership file, or "seeds:H:P,H:P". poll: the
-        epoch poll interval in ms (0 = off; None = the library default)."""
+        epoch poll interval in ms (0 = off; None = the library default).
+        env: added to the probe's environment (RC_PROBE_TLS*: TLS)."""
         args = [PROBE, members]
         if op_timeout is not None:
             args += [str(op_timeout), str(retry), str(retry_max)]
             if poll is not None:
                 args.append(str(poll))
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, bufsize=1)
+                                     text=True, bufsize=1,
+                                     env=dict(os.environ, **(env or {})))
 
     def cmd(self, line, timeout=60):
         self.proc.stdin.write(line + "\n")

@@ -7,7 +7,12 @@
  *   usage: client_probe MEMBERS|seeds:H:P,H:P [OP_TIMEOUT_MS RETRY_MS RETRY_MAX_MS [POLL_MS]]
  *
  * Besides the data commands: "epoch" prints the handle's epoch, "refresh"
- * calls ringcache_refresh, "nodes" prints "id addr" per node.
+ * calls ringcache_refresh, "nodes" prints "id addr" per node, "down"
+ * "id 0|1" and "errors" "id CODE" (ringcache_node_error).
+ *
+ * TLS from the environment: RC_PROBE_TLS=1 turns it on; RC_PROBE_TLS_CA,
+ * RC_PROBE_TLS_CERT, RC_PROBE_TLS_KEY name the files, and
+ * RC_PROBE_TLS_SKIP_NAME=1 sets tls_skip_name_check.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -323,6 +328,11 @@ main(int argc, char **argv)
         return 2;
     }
     ringcache_options_init(&opt);
+    opt.tls = getenv("RC_PROBE_TLS") != NULL;
+    opt.tls_ca_file = getenv("RC_PROBE_TLS_CA");
+    opt.tls_cert_file = getenv("RC_PROBE_TLS_CERT");
+    opt.tls_key_file = getenv("RC_PROBE_TLS_KEY");
+    opt.tls_skip_name_check = getenv("RC_PROBE_TLS_SKIP_NAME") != NULL;
     if (argc >= 5) {
         opt.op_timeout_ms = atoi(argv[2]);
         opt.retry_interval_ms = atoi(argv[3]);
@@ -377,6 +387,13 @@ main(int argc, char **argv)
 
             for (i = 0; i < ringcache_node_count(rc); i++) {
                 printf("%s %d\n", ringcache_node_id(rc, i), ringcache_node_is_down(rc, i));
+            }
+        } else if (strncmp(line, "errors", 6) == 0) {
+            size_t i;
+
+            for (i = 0; i < ringcache_node_count(rc); i++) {
+                printf("%s %s\n", ringcache_node_id(rc, i),
+                       code_name(ringcache_node_error(rc, i)));
             }
         } else {
             printf("unknown command\n");

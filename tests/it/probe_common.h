@@ -26,7 +26,7 @@ code_name(int code)
     static const char *names[] = {
         "OK",          "ENOTFOUND", "ENOTSTORED", "EEXISTS",   "EINVAL",       "EKEY",    "ETOOBIG",
         "ENOMEM",      "EDOWN",     "ETIMEDOUT",  "EIO",       "EPROTO",       "ECLIENT", "ESERVER",
-        "ENONNUMERIC", "EMEMBERS",  "EMOVED",     "ETRYAGAIN", "EUNAVAILABLE",
+        "ENONNUMERIC", "EMEMBERS",  "EMOVED",     "ETRYAGAIN", "EUNAVAILABLE", "ETLS",
     };
 
     _Static_assert(sizeof(names) / sizeof(names[0]) == 1 - RINGCACHE_ERRNO_MIN,

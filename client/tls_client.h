@@ -1,0 +1,56 @@
+/*
+ * tls_client: TLS to the nodes' data port (nodes started with -Z), for
+ * libringcache. One SSL_CTX per handle, built from ringcache_options; one
+ * SSL per pooled connection, over the connection's non-blocking socket.
+ *
+ * Every call here is non-blocking except the handshake, which pool.c runs
+ * once per new connection, bounded by a deadline. Reads drain the TLS
+ * layer whole (until it wants the socket again), so no decrypted byte ever
+ * waits inside OpenSSL where poll() cannot see it: a caller that polls the
+ * socket before reading again (node_io, mget) never misses a reply.
+ */
+#ifndef CLIENT_TLS_CLIENT_H
+#define CLIENT_TLS_CLIENT_H
+
+#include <poll.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include <openssl/ssl.h>
+
+struct ringcache_options;
+
+/* The handle's context: TLS 1.2 or later, the node's certificate verified
+ * against o->tls_ca_file (the system's CAs when NULL), o->tls_cert_file and
+ * o->tls_key_file as the client certificate when given. NULL with a reason
+ * in err (a file that cannot be read, a key that does not match). */
+SSL_CTX *tls_client_ctx_new(const struct ringcache_options *o, char *err, size_t errlen);
+
+/* Handshake on the connected non-blocking socket fd, waiting at most until
+ * deadline (monotonic ms). The node's certificate must name host (its DNS
+ * name or IP address, as in its subjectAltName) unless check_name is
+ * false. 0 with *out set, RINGCACHE_ETIMEDOUT, RINGCACHE_EIO (the socket
+ * failed), RINGCACHE_ETLS (the handshake or the verification failed) or
+ * RINGCACHE_ENOMEM. */
+int tls_client_handshake(SSL_CTX *ctx, int fd, const char *host, bool check_name, int64_t deadline,
+                         SSL **out);
+
+/* Read what the TLS layer has and the socket gives now into buf (up to
+ * len bytes, at least one record's room is expected: see pool.c). The
+ * bytes read (> 0), 0 when nothing is there yet, RINGCACHE_EIO when the
+ * node closed or the stream broke, RINGCACHE_ETLS on a TLS alert. *want is the poll event to wait for
+ * before calling again. */
+long tls_client_read(SSL *ssl, char *buf, size_t len, short *want);
+
+/* Write from iov what the socket takes now. The bytes written (>= 0; 0:
+ * wait for *want), RINGCACHE_EIO or RINGCACHE_ETLS. Small iov parts are gathered into one
+ * record, so a request costs one record, not one per part. */
+long tls_client_write(SSL *ssl, const struct iovec *iov, int iovcnt, short *want);
+
+/* Send close_notify if the socket takes it now, and free ssl (NULL: no-op).
+ * The caller closes the socket. */
+void tls_client_close(SSL *ssl, bool notify);
+
+#endif
