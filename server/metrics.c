@@ -228,6 +228,18 @@ render_cluster(struct server *srv, struct evbuffer *b)
         "Items imported by the handoff since the last PREPARE.", cc.items_imported);
     one(b, "ringcache_handoff_imported_bytes", "gauge",
         "Bytes imported by the handoff since the last PREPARE.", cc.bytes_imported);
+    one(b, "ringcache_handoff_planned_items", "gauge",
+        "Items this node's handoff streams found to copy when they opened, since the last "
+        "PREPARE.",
+        cc.items_planned);
+    one(b, "ringcache_handoff_planned_bytes", "gauge",
+        "Key and value bytes of ringcache_handoff_planned_items.", cc.bytes_planned);
+    one(b, "ringcache_handoff_sent_items", "gauge",
+        "Items and tombstones this node's handoff streams sent since the last PREPARE (re-sent "
+        "dirty keys included).",
+        cc.items_sent);
+    one(b, "ringcache_handoff_sent_bytes", "gauge",
+        "Key and value bytes of ringcache_handoff_sent_items.", cc.bytes_sent);
     one(b, "ringcache_route_lookups_total", "counter", "Ring lookups made for keyed requests.",
         ts.route_lookups);
 }
