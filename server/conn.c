@@ -95,6 +95,9 @@ chunk_free(struct conn *c, struct out_chunk *ch)
 {
     struct worker *w = c->w;
 
+    if (c->lat_hold == ch) {
+        c->lat_hold = NULL; /* a paused get's hold, filled and written */
+    }
     if (ch->owner != NULL) {
         /* An unfilled hold dropped with its connection: its filler must
          * forget it. */

@@ -124,7 +124,9 @@ latency_begin(struct conn *c, const char *cmd, size_t ncmd)
 }
 
 /* The command is executed: time it now, or hand its start to the last
- * hold it created (still unfilled) for latency_hold_done. */
+ * hold it created (still unfilled) for latency_hold_done. A hold already
+ * filled, or written and freed (a get paused across events; chunk_free
+ * forgets it), is not waited for. */
 void
 latency_end(struct conn *c)
 {

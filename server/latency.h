@@ -45,7 +45,7 @@ enum latency_cmd {
 #define LATENCY_ENUM_(e, name) LATENCY_##e,
     LATENCY_COMMANDS(LATENCY_ENUM_)
 #undef LATENCY_ENUM_
-        LATENCY_CMDS
+    LATENCY_CMDS
 };
 
 /* One histogram: counts per bucket (not cumulative; [LATENCY_BUCKETS] is

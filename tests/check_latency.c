@@ -3,7 +3,8 @@
  * recording and merging several workers' histograms (counts, cumulative
  * buckets, sums), the command words that are timed, and a connection's
  * commands timed once each: a reply queued at once, one queued in a hold
- * (timed when the hold is filled), a set whose data block comes later.
+ * (timed when the hold is filled, or at the end when that was earlier or
+ * the hold is already written), a set whose data block comes later.
  */
 #include "config.h"
 
@@ -241,7 +242,17 @@ START_TEST(test_conn_hold)
     latency_end(f.c);
     ck_assert_uint_eq(count_of(&f, LATENCY_DELETE), 1);
     ck_assert_uint_eq(count_of(&f, LATENCY_GET), 1);
+
+    /* A paused get's hold filled and written (freed) before the get ends. */
+    latency_batch(f.c);
+    latency_begin(f.c, "gets", 4);
+    h = conn_out_hold(f.c, &owner, gone);
+    conn_hold_add(f.c, h, "END\r\n", 5);
+    conn_hold_done(f.c, h);
     free(conn_out_take(f.c, &len));
+    ck_assert_ptr_null(f.c->lat_hold);
+    latency_end(f.c);
+    ck_assert_uint_eq(count_of(&f, LATENCY_GETS), 1);
     lfix_close(&f);
 }
 END_TEST
