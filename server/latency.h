@@ -9,7 +9,8 @@
  * A command is timed from when the read that brought it was first parsed
  * (one clock read per batch of pipelined requests) to when its reply is
  * queued; a reply another node gives (forwarded, replicated) is queued when
- * the request's last hold (server/conn.h) is filled.
+ * the last hold (server/conn.h) the command created is filled: for a get
+ * relayed to several owners, when the last one relayed answers.
  */
 #ifndef SERVER_LATENCY_H
 #define SERVER_LATENCY_H
