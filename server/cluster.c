@@ -79,6 +79,10 @@ cluster_counters_get(const struct cluster *cl, struct cluster_counters *out)
     out->misrouted = __atomic_load_n(&cl->ctr.misrouted, __ATOMIC_RELAXED);
     out->items_imported = __atomic_load_n(&cl->ctr.items_imported, __ATOMIC_RELAXED);
     out->bytes_imported = __atomic_load_n(&cl->ctr.bytes_imported, __ATOMIC_RELAXED);
+    out->items_planned = __atomic_load_n(&cl->ctr.items_planned, __ATOMIC_RELAXED);
+    out->bytes_planned = __atomic_load_n(&cl->ctr.bytes_planned, __ATOMIC_RELAXED);
+    out->items_sent = __atomic_load_n(&cl->ctr.items_sent, __ATOMIC_RELAXED);
+    out->bytes_sent = __atomic_load_n(&cl->ctr.bytes_sent, __ATOMIC_RELAXED);
     out->replicated = __atomic_load_n(&cl->ctr.replicated, __ATOMIC_RELAXED);
     out->replica_failures = __atomic_load_n(&cl->ctr.replica_failures, __ATOMIC_RELAXED);
     out->replica_skipped = __atomic_load_n(&cl->ctr.replica_skipped, __ATOMIC_RELAXED);
@@ -133,10 +137,28 @@ cluster_count_imported(struct cluster *cl, uint64_t items, uint64_t bytes)
 }
 
 void
-cluster_imported_reset(struct cluster *cl)
+cluster_count_planned(struct cluster *cl, uint64_t items, uint64_t bytes)
+{
+    __atomic_fetch_add(&cl->ctr.items_planned, items, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&cl->ctr.bytes_planned, bytes, __ATOMIC_RELAXED);
+}
+
+void
+cluster_count_sent(struct cluster *cl, uint64_t items, uint64_t bytes)
+{
+    __atomic_fetch_add(&cl->ctr.items_sent, items, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&cl->ctr.bytes_sent, bytes, __ATOMIC_RELAXED);
+}
+
+void
+cluster_handoff_reset(struct cluster *cl)
 {
     __atomic_store_n(&cl->ctr.items_imported, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&cl->ctr.bytes_imported, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&cl->ctr.items_planned, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&cl->ctr.bytes_planned, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&cl->ctr.items_sent, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&cl->ctr.bytes_sent, 0, __ATOMIC_RELAXED);
 }
 
 /*

@@ -141,6 +141,10 @@ cluster_view_addr(const struct cluster_view *v, uint32_t idx)
 struct cluster_counters {
     uint64_t moved, tryagain, forwarded, misrouted;
     uint64_t items_imported, bytes_imported; /* handoff, since the last PREPARE */
+    /* As a handoff source, since the last PREPARE: what its streams found
+     * to copy when they opened, and what they sent (re-sent dirty keys and
+     * tombstones included). */
+    uint64_t items_planned, bytes_planned, items_sent, bytes_sent;
     uint64_t replicated;                     /* post-images acknowledged by a replica */
     uint64_t replica_failures;               /* post-images a replica did not acknowledge */
     uint64_t replica_skipped; /* post-images not sent: the owner is declared failed */
@@ -251,9 +255,13 @@ bool cluster_holds_active(const struct cluster *cl, uint64_t hash);
  * worker barrier before freeing the old view. */
 int cluster_publish(struct cluster *cl);
 
-/* Handoff imports since the last PREPARE, in the counters (cluster thread). */
+/* Handoff figures since the last PREPARE, in the counters (cluster
+ * thread): imported as a destination, planned and sent as a source;
+ * cluster_handoff_reset zeroes them all. */
 void cluster_count_imported(struct cluster *cl, uint64_t items, uint64_t bytes);
-void cluster_imported_reset(struct cluster *cl);
+void cluster_count_planned(struct cluster *cl, uint64_t items, uint64_t bytes);
+void cluster_count_sent(struct cluster *cl, uint64_t items, uint64_t bytes);
+void cluster_handoff_reset(struct cluster *cl);
 
 /*
  * Accessors for the cluster port, the handoff and the heartbeats (cluster

@@ -18,6 +18,7 @@
 #include <event2/event.h>
 
 #include "server/forward.h"
+#include "server/latency.h"
 #include "server/log.h"
 #include "server/proto_text.h"
 #include "server/stats.h"
@@ -94,6 +95,9 @@ chunk_free(struct conn *c, struct out_chunk *ch)
 {
     struct worker *w = c->w;
 
+    if (c->lat_hold == ch) {
+        c->lat_hold = NULL; /* a paused get's hold, filled and written */
+    }
     if (ch->owner != NULL) {
         /* An unfilled hold dropped with its connection: its filler must
          * forget it. */
@@ -282,8 +286,10 @@ conn_out_hold(struct conn *c, void *owner, conn_hold_gone_fn gone)
     ch->owner = owner;
     ch->gone = gone;
     ch->ins = ch;
+    ch->lat_cmd = LATENCY_NONE;
     chunk_link(c, ch);
     c->nholds++;
+    c->lat_hold = ch;
     return ch;
 }
 
@@ -365,6 +371,7 @@ conn_hold_done(struct conn *c, struct out_chunk *h)
     h->owner = NULL;
     h->gone = NULL;
     c->nholds--;
+    latency_hold_done(c, h);
     if (c->ev != NULL) {
         event_active(c->ev, EV_WRITE, 0);
     }

@@ -52,6 +52,8 @@ struct out_chunk {
     void              *owner;  /* an unfilled hold: who fills it; else NULL */
     conn_hold_gone_fn  gone;   /* called with owner if the chunk is dropped */
     struct out_chunk  *ins;    /* a hold: last chunk inserted after it */
+    uint64_t           lat_t0;  /* a hold ending a timed command: its start (latency.h) */
+    uint8_t            lat_cmd; /* that command (enum latency_cmd), else LATENCY_NONE */
     char               buf[];
 };
 
@@ -130,6 +132,12 @@ struct conn {
     size_t            out_cap;   /* --max-output-bytes: stop processing input above */
 
     uint32_t last_active; /* w->idle_now when bytes last came in (idle_timeout) */
+
+    /* The command being timed (server/latency.h). */
+    uint64_t          lat_batch; /* clock of the batch being parsed; 0: not read yet */
+    uint64_t          lat_t0;    /* the command's start */
+    uint8_t           lat_cmd;   /* enum latency_cmd; LATENCY_NONE: none */
+    struct out_chunk *lat_hold;  /* the last hold it created */
 };
 
 /* Create a connection for fd on worker w (fd < 0: in-memory, for tests:

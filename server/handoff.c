@@ -243,6 +243,7 @@ batch_flush(struct xfer *x)
     x->unacked++;
     x->st.items_sent += x->nrec;
     x->st.bytes_sent += x->kv_bytes;
+    cluster_count_sent(cl, x->nrec, x->kv_bytes);
     if (h->rate > 0) {
         h->tokens -= (double)(hl + x->len);
     }
@@ -757,6 +758,7 @@ xfer_open(struct xfer *x)
     int rc;
 
     store_count(x->h->s, arcset_pred, &x->arcs, &x->st.items_total, &x->st.bytes_total);
+    cluster_count_planned(x->h->cl, x->st.items_total, x->st.bytes_total);
     x->bev = bufferevent_socket_new(x->h->base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (x->bev == NULL) {
         xfer_fail(x, "out of memory");

@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -24,6 +25,7 @@
 
 #include "server/cluster.h"
 #include "server/hotkeys.h"
+#include "server/latency.h"
 #include "server/log.h"
 #include "server/proto_text.h"
 #include "server/stats.h"
@@ -226,6 +228,18 @@ render_cluster(struct server *srv, struct evbuffer *b)
         "Items imported by the handoff since the last PREPARE.", cc.items_imported);
     one(b, "ringcache_handoff_imported_bytes", "gauge",
         "Bytes imported by the handoff since the last PREPARE.", cc.bytes_imported);
+    one(b, "ringcache_handoff_planned_items", "gauge",
+        "Items this node's handoff streams found to copy when they opened, since the last "
+        "PREPARE.",
+        cc.items_planned);
+    one(b, "ringcache_handoff_planned_bytes", "gauge",
+        "Key and value bytes of ringcache_handoff_planned_items.", cc.bytes_planned);
+    one(b, "ringcache_handoff_sent_items", "gauge",
+        "Items and tombstones this node's handoff streams sent since the last PREPARE (re-sent "
+        "dirty keys included).",
+        cc.items_sent);
+    one(b, "ringcache_handoff_sent_bytes", "gauge",
+        "Key and value bytes of ringcache_handoff_sent_items.", cc.bytes_sent);
     one(b, "ringcache_route_lookups_total", "counter", "Ring lookups made for keyed requests.",
         ts.route_lookups);
 }
@@ -266,6 +280,61 @@ render_hotkeys(struct server *srv, struct evbuffer *b)
     free(e);
 }
 
+/* The samples of one histogram (h summed over the workers): cumulative
+ * buckets with le in seconds, _sum, _count. label is "" or `name="v"`. */
+static void
+histogram(struct evbuffer *b, const char *name, const char *label, const struct latency_hist *h)
+{
+    const char *sep = *label != '\0' ? "," : "";
+    uint64_t    n = 0;
+    unsigned    i;
+
+    for (i = 0; i < LATENCY_BUCKETS; i++) {
+        uint64_t us = latency_bound_us(i);
+
+        n += h->bucket[i];
+        evbuffer_add_printf(b, "%s_bucket{%s%sle=\"%" PRIu64 ".%06" PRIu64 "\"} %" PRIu64 "\n",
+                            name, label, sep, us / 1000000, us % 1000000, n);
+    }
+    n += h->bucket[LATENCY_BUCKETS];
+    evbuffer_add_printf(b, "%s_bucket{%s%sle=\"+Inf\"} %" PRIu64 "\n", name, label, sep, n);
+    /* No empty braces on an unlabelled one's _sum and _count. */
+    if (*label != '\0') {
+        evbuffer_add_printf(b, "%s_sum{%s} %" PRIu64 ".%09" PRIu64 "\n%s_count{%s} %" PRIu64 "\n",
+                            name, label, h->sum_ns / 1000000000u, h->sum_ns % 1000000000u, name,
+                            label, n);
+    } else {
+        evbuffer_add_printf(b, "%s_sum %" PRIu64 ".%09" PRIu64 "\n%s_count %" PRIu64 "\n", name,
+                            h->sum_ns / 1000000000u, h->sum_ns % 1000000000u, name, n);
+    }
+}
+
+/* The latency histograms (server/latency.h): every timed command, then
+ * replication. */
+static void
+render_latency(struct server *srv, struct evbuffer *b)
+{
+    struct latency_stats *ls = malloc(sizeof(*ls));
+    unsigned              k;
+
+    if (ls == NULL) {
+        return;
+    }
+    latency_sum(srv, ls);
+    family(b, "ringcache_command_duration_seconds", "histogram",
+           "Time from parsing a command to queueing its reply (relayed ones included).");
+    for (k = LATENCY_NONE + 1; k < LATENCY_CMDS; k++) {
+        char label[48];
+
+        snprintf(label, sizeof(label), "command=\"%s\"", latency_cmd_name(k));
+        histogram(b, "ringcache_command_duration_seconds", label, &ls->cmd[k]);
+    }
+    family(b, "ringcache_replication_duration_seconds", "histogram",
+           "Time from sending a post-image to a replica to its acknowledgement.");
+    histogram(b, "ringcache_replication_duration_seconds", "", &ls->repl);
+    free(ls);
+}
+
 /* Every request: GET /metrics, else 404 (405 for /metrics by another
  * method). */
 static void
@@ -293,6 +362,7 @@ request_cb(struct evhttp_request *req, void *arg)
     render_memcached(m->srv, b);
     render_cluster(m->srv, b);
     render_hotkeys(m->srv, b);
+    render_latency(m->srv, b);
     evhttp_add_header(out, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
     evhttp_send_reply(req, HTTP_OK, "OK", b);
     evbuffer_free(b);

@@ -17,6 +17,7 @@
 #include "server/cluster.h"
 #include "server/conn.h"
 #include "server/hotkeys.h"
+#include "server/latency.h"
 #include "server/log.h"
 #include "server/proto_text.h"
 #include "server/stats.h"
@@ -188,7 +189,48 @@ stats_hotkeys(struct conn *c)
     conn_out_add(c, "END\r\n", 5);
 }
 
-/* stats [settings|reset|items|slabs|sizes|hotkeys]; see proto_stats.h. */
+/* One histogram of `stats latency` (none when it is empty): count, sum in
+ * microseconds, then cumulative counts up to each bound. */
+static void
+stats_histogram(struct conn *c, const char *name, const struct latency_hist *h)
+{
+    uint64_t n = latency_count(h), le = 0;
+    unsigned i;
+
+    if (n == 0) {
+        return;
+    }
+    proto_reply_printf(c, "STAT latency:%s:count %" PRIu64 "\r\n", name, n);
+    proto_reply_printf(c, "STAT latency:%s:sum_us %" PRIu64 "\r\n", name, h->sum_ns / 1000);
+    for (i = 0; i < LATENCY_BUCKETS; i++) {
+        le += h->bucket[i];
+        proto_reply_printf(c, "STAT latency:%s:le_%" PRIu64 "us %" PRIu64 "\r\n", name,
+                           latency_bound_us(i), le);
+    }
+    proto_reply_printf(c, "STAT latency:%s:le_inf %" PRIu64 "\r\n", name, n);
+}
+
+/* `stats latency`: the histograms of /metrics (server/latency.h) for each
+ * command seen and for replication, as `STAT latency:<command>:<field>`.
+ * `stats reset` does not clear them (Prometheus counters only go up). */
+static void
+stats_latency(struct conn *c)
+{
+    struct latency_stats *ls = malloc(sizeof(*ls));
+    unsigned              k;
+
+    if (ls != NULL) {
+        latency_sum(c->w->srv, ls);
+        for (k = LATENCY_NONE + 1; k < LATENCY_CMDS; k++) {
+            stats_histogram(c, latency_cmd_name(k), &ls->cmd[k]);
+        }
+        stats_histogram(c, "replication", &ls->repl);
+        free(ls);
+    }
+    conn_out_add(c, "END\r\n", 5);
+}
+
+/* stats [settings|reset|items|slabs|sizes|hotkeys|latency]; see proto_stats.h. */
 void
 proto_stats(struct conn *c, const struct token *t, int ntok)
 {
@@ -204,6 +246,8 @@ proto_stats(struct conn *c, const struct token *t, int ntok)
         conn_out_add(c, "END\r\n", 5);
     } else if (TOK_IS(&t[1], "hotkeys")) {
         stats_hotkeys(c);
+    } else if (TOK_IS(&t[1], "latency")) {
+        stats_latency(c);
     } else if (TOK_IS(&t[1], "sizes")) {
         /* memcached's answer when the size histogram is off. */
         conn_out_add(c, "STAT sizes_status disabled\r\nEND\r\n", 33);

@@ -21,6 +21,7 @@
 
 #include "ring/ring.h"
 #include "server/conn.h"
+#include "server/latency.h"
 #include "server/log.h"
 #include "server/proto_meta.h"
 #include "server/proto_peer.h"
@@ -623,6 +624,7 @@ process_command(struct conn *c, const char *line, const char *end)
         p = end;
     }
     ncmd = (size_t)(p - cmd);
+    latency_begin(c, cmd, ncmd);
 
     /* The get family reads its own keys: no token limit. */
     if (ncmd == 3 && memcmp(cmd, "get", 3) == 0) {
@@ -753,12 +755,18 @@ proto_text_drain(struct conn *c)
 enum proto_status
 proto_text_process(struct conn *c)
 {
+    latency_batch(c);
     for (;;) {
         enum proto_status st;
         char             *start, *nl;
         const char       *end;
         size_t            avail, n;
 
+        /* Back to a command line: the last command is done (its data
+         * block read, its get finished) and its reply queued. */
+        if (c->lat_cmd != LATENCY_NONE && c->pstate == CONN_PS_CMD) {
+            latency_end(c);
+        }
         if (c->out_bytes >= c->out_cap) {
             return PROTO_PAUSE;
         }

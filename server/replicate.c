@@ -19,6 +19,7 @@
 #include "server/cluster.h"
 #include "server/conn.h"
 #include "server/forward.h"
+#include "server/latency.h"
 #include "server/log.h"
 #include "server/proto_util.h"
 #include "server/route.h"
@@ -62,6 +63,7 @@ struct repl_op;
 /* One replica's share of an op. */
 struct repl_call {
     struct repl_op *op;
+    uint64_t        sent_ns; /* when it was sent (latency_now) */
 };
 
 /* One write waiting for its replicas (pooled per worker: ops are made and
@@ -361,6 +363,10 @@ op_ack(void *arg, const char *line, size_t len, enum fwd_err err)
     }
     if (op->cl != NULL) {
         cluster_count(op->cl, ok ? CLUSTER_CTR_REPLICATED : CLUSTER_CTR_REPLICA_FAILED);
+        if (ok) {
+            /* On the worker that sent it: the histogram's one writer. */
+            latency_record(&op->w->lat.repl, latency_now() - rc->sent_ns);
+        }
     }
     op_release(op);
 }
@@ -379,6 +385,7 @@ op_send(struct worker *w, struct repl_op *op, const struct cluster_view *v, cons
     }
     rc = &op->calls[op->ncalls++];
     rc->op = op;
+    rc->sent_ns = latency_now();
     op->pending++;
     forward_call(w, addr, v->epoch, iov, niov, op_ack, rc);
 }

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "server/latency.h"
 #include "server/settings.h"
 #include "server/stats.h"
 #include "server/store.h"
@@ -56,6 +57,7 @@ struct worker {
     struct conn            *conns;         /* every open connection of this worker */
     int                     nconns;
     struct thread_stats     stats;
+    struct latency_stats    lat; /* its latency histograms (server/latency.h) */
     struct hotkeys         *hot; /* its hot-key sketch (server/hotkeys.h); NULL: off */
     /* Buffer pools, so idle connections hold no buffers (conn.c). */
     char             *rbuf_pool[WORKER_RBUF_POOL];

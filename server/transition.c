@@ -170,7 +170,7 @@ transition_prepare(struct transition *t, const struct ring_members *next, const 
         /* Cleanup of an older epoch must not touch what we will import. */
         purge_importing(t);
         t->orphans_ms = 0; /* the importing arcs changed: recount */
-        cluster_imported_reset(t->cl);
+        cluster_handoff_reset(t->cl);
     }
     /* Sources track changes before they acknowledge. */
     return handoff_prepare(t->ho, err, errlen);

@@ -1,0 +1,153 @@
+/*
+ * latency: classifying and timing requests into the worker's histograms,
+ * and summing the workers' for readers (server/latency.h).
+ */
+#include "config.h"
+#include "server/latency.h"
+
+#include <string.h>
+
+#include "server/conn.h"
+#include "server/thread.h"
+
+/* Sum in into out; see latency.h. */
+void
+latency_accumulate(struct latency_hist *out, const struct latency_hist *in)
+{
+    unsigned i;
+
+    for (i = 0; i <= LATENCY_BUCKETS; i++) {
+        out->bucket[i] += __atomic_load_n(&in->bucket[i], __ATOMIC_RELAXED);
+    }
+    out->sum_ns += __atomic_load_n(&in->sum_ns, __ATOMIC_RELAXED);
+}
+
+uint64_t
+latency_count(const struct latency_hist *h)
+{
+    uint64_t n = 0;
+    unsigned i;
+
+    for (i = 0; i <= LATENCY_BUCKETS; i++) {
+        n += h->bucket[i];
+    }
+    return n;
+}
+
+#define IS(s) (ncmd == sizeof(s) - 1 && memcmp(cmd, s, sizeof(s) - 1) == 0)
+
+/* The command word's timed command; as proto_text.c dispatches on it. */
+enum latency_cmd
+latency_classify(const char *cmd, size_t ncmd)
+{
+    if (ncmd == 2 && cmd[0] == 'm') {
+        switch (cmd[1]) {
+        case 'g':
+            return LATENCY_META_GET;
+        case 's':
+            return LATENCY_META_SET;
+        case 'd':
+            return LATENCY_META_DELETE;
+        case 'a':
+            return LATENCY_META_ARITHMETIC;
+        case 'n':
+            return LATENCY_META_NOOP;
+        case 'e':
+            return LATENCY_META_DEBUG;
+        default:
+            return LATENCY_NONE;
+        }
+    }
+#define LATENCY_IS_(e, name) \
+    if (IS(name)) {          \
+        return LATENCY_##e;  \
+    }
+    LATENCY_TEXT_COMMANDS(LATENCY_IS_)
+#undef LATENCY_IS_
+    return LATENCY_NONE;
+}
+
+#undef IS
+
+const char *
+latency_cmd_name(enum latency_cmd k)
+{
+    static const char *const NAMES[LATENCY_CMDS] = {
+        [LATENCY_NONE] = "none",
+#define LATENCY_NAME_(e, name) [LATENCY_##e] = name,
+        LATENCY_COMMANDS(LATENCY_NAME_)
+#undef LATENCY_NAME_
+    };
+
+    return (unsigned)k < LATENCY_CMDS ? NAMES[k] : "none";
+}
+
+/* Sum every worker's; see latency.h. */
+void
+latency_sum(struct server *srv, struct latency_stats *out)
+{
+    int      i;
+    unsigned k;
+
+    memset(out, 0, sizeof(*out));
+    for (i = 0; i < srv->nworkers; i++) {
+        const struct latency_stats *ls = &srv->workers[i].lat;
+
+        for (k = 0; k < LATENCY_CMDS; k++) {
+            latency_accumulate(&out->cmd[k], &ls->cmd[k]);
+        }
+        latency_accumulate(&out->repl, &ls->repl);
+    }
+}
+
+/* A new batch of input is about to be parsed: its clock is read lazily,
+ * by the first command line of it. */
+void
+latency_batch(struct conn *c)
+{
+    c->lat_batch = 0;
+}
+
+/* A command line starts: note what it is and when its batch came. */
+void
+latency_begin(struct conn *c, const char *cmd, size_t ncmd)
+{
+    c->lat_cmd = (uint8_t)latency_classify(cmd, ncmd);
+    c->lat_hold = NULL;
+    if (c->lat_cmd == LATENCY_NONE) {
+        return;
+    }
+    if (c->lat_batch == 0) {
+        c->lat_batch = latency_now();
+    }
+    c->lat_t0 = c->lat_batch;
+}
+
+/* The command is executed: time it now, or hand its start to the last
+ * hold it created (still unfilled) for latency_hold_done. A hold already
+ * filled, or written and freed (a get paused across events; chunk_free
+ * forgets it), is not waited for. */
+void
+latency_end(struct conn *c)
+{
+    struct out_chunk *h = c->lat_hold;
+
+    if (h != NULL && h->owner != NULL) {
+        h->lat_cmd = c->lat_cmd;
+        h->lat_t0 = c->lat_t0;
+    } else {
+        latency_record(&c->w->lat.cmd[c->lat_cmd], latency_now() - c->lat_t0);
+    }
+    c->lat_cmd = LATENCY_NONE;
+    c->lat_hold = NULL;
+}
+
+/* Hold h was filled: the reply of the command it ends is queued. */
+void
+latency_hold_done(struct conn *c, struct out_chunk *h)
+{
+    if (h->lat_cmd != LATENCY_NONE) {
+        latency_record(&c->w->lat.cmd[h->lat_cmd], latency_now() - h->lat_t0);
+        h->lat_cmd = LATENCY_NONE;
+    }
+}

@@ -1,0 +1,133 @@
+/*
+ * latency: per-command and replication latency histograms. Each worker owns
+ * one struct latency_stats and is its only writer (relaxed atomic stores,
+ * as server/stats.h), so the request path takes no lock and shares no
+ * line; /metrics and `stats latency` sum every worker's. Buckets are fixed
+ * and log-spaced: bucket i counts durations of at most 2^i microseconds
+ * (1 us .. 1.048576 s), one more counts the rest.
+ *
+ * A command is timed from when the read that brought it was first parsed
+ * (one clock read per batch of pipelined requests) to when its reply is
+ * queued; a reply another node gives (forwarded, replicated) is queued when
+ * the last hold (server/conn.h) the command created is filled: for a get
+ * relayed to several owners, when the last one relayed answers.
+ */
+#ifndef SERVER_LATENCY_H
+#define SERVER_LATENCY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+struct conn;
+struct out_chunk;
+struct server;
+
+#define LATENCY_BUCKETS 21 /* finite bounds: 2^0 .. 2^20 us */
+
+/* X-macros of the timed commands: enum suffix, label. A classic command's
+ * label is its command word; a meta command's is spelt out. */
+/* clang-format off */
+#define LATENCY_TEXT_COMMANDS(X) \
+    X(GET, "get") X(GETS, "gets") X(GAT, "gat") X(GATS, "gats") \
+    X(SET, "set") X(ADD, "add") X(REPLACE, "replace") X(APPEND, "append") \
+    X(PREPEND, "prepend") X(CAS, "cas") X(DELETE, "delete") X(INCR, "incr") \
+    X(DECR, "decr") X(TOUCH, "touch") X(FLUSH_ALL, "flush_all")
+#define LATENCY_META_COMMANDS(X) \
+    X(META_GET, "meta_get") X(META_SET, "meta_set") X(META_DELETE, "meta_delete") \
+    X(META_ARITHMETIC, "meta_arithmetic") X(META_NOOP, "meta_noop") \
+    X(META_DEBUG, "meta_debug")
+#define LATENCY_COMMANDS(X) LATENCY_TEXT_COMMANDS(X) LATENCY_META_COMMANDS(X)
+/* clang-format on */
+
+/* LATENCY_NONE: not timed (stats, version, cluster commands, bad lines). */
+enum latency_cmd {
+    LATENCY_NONE = 0,
+#define LATENCY_ENUM_(e, name) LATENCY_##e,
+    LATENCY_COMMANDS(LATENCY_ENUM_)
+#undef LATENCY_ENUM_
+    LATENCY_CMDS
+};
+
+/* One histogram: counts per bucket (not cumulative; [LATENCY_BUCKETS] is
+ * the overflow) and the sum of the durations. The count is the sum of the
+ * buckets, so a reader never sees a count that disagrees with them. */
+struct latency_hist {
+    uint64_t bucket[LATENCY_BUCKETS + 1];
+    uint64_t sum_ns;
+};
+
+/* A worker's histograms; cmd[LATENCY_NONE] stays empty. */
+struct latency_stats {
+    struct latency_hist cmd[LATENCY_CMDS];
+    struct latency_hist repl; /* a post-image sent to a replica until its OK */
+};
+
+/* CLOCK_MONOTONIC in nanoseconds (vDSO: no system call). */
+static inline uint64_t
+latency_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Index of the bucket of a duration: the least i with ns <= 2^i us, or
+ * LATENCY_BUCKETS above the last bound. */
+static inline unsigned
+latency_bucket(uint64_t ns)
+{
+    uint64_t us = ns > 0 ? (ns - 1) / 1000 : 0; /* ns <= 2^i us  <=>  us < 2^i */
+    unsigned i = us == 0 ? 0 : 64u - (unsigned)__builtin_clzll(us);
+
+    return i < LATENCY_BUCKETS ? i : LATENCY_BUCKETS;
+}
+
+/* Upper bound of bucket i < LATENCY_BUCKETS in microseconds. */
+static inline uint64_t
+latency_bound_us(unsigned i)
+{
+    return (uint64_t)1 << i;
+}
+
+/* Count one duration in h; its owner only (the single writer). */
+static inline void
+latency_record(struct latency_hist *h, uint64_t ns)
+{
+    uint64_t *b = &h->bucket[latency_bucket(ns)];
+
+    __atomic_store_n(b, __atomic_load_n(b, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->sum_ns, __atomic_load_n(&h->sum_ns, __ATOMIC_RELAXED) + ns,
+                     __ATOMIC_RELAXED);
+}
+
+/* out += in with relaxed loads; in's owner may be writing. Any thread. */
+void latency_accumulate(struct latency_hist *out, const struct latency_hist *in);
+
+/* Sum of a histogram's buckets (its count). */
+uint64_t latency_count(const struct latency_hist *h);
+
+/* The timed command a command word names (the text before the first
+ * space of a line), or LATENCY_NONE. */
+enum latency_cmd latency_classify(const char *cmd, size_t ncmd);
+
+/* The label of a command ("get", "meta_get", ...). */
+const char *latency_cmd_name(enum latency_cmd k);
+
+/* Every worker's histograms summed into out (zeroed first). Any thread. */
+void latency_sum(struct server *srv, struct latency_stats *out);
+
+/*
+ * The request path (the connection's worker only). latency_begin: a
+ * command line is being executed (cmd, ncmd its command word); the first
+ * one since latency_batch takes the clock. latency_end: its reply is
+ * queued, or it is in the last hold it created, which latency_hold_done
+ * then times when filled.
+ */
+void latency_batch(struct conn *c);
+void latency_begin(struct conn *c, const char *cmd, size_t ncmd);
+void latency_end(struct conn *c);
+void latency_hold_done(struct conn *c, struct out_chunk *h);
+
+#endif /* SERVER_LATENCY_H */
