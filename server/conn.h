@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "server/latency.h"
 #include "server/route.h"
 #include "server/store.h"
 
@@ -138,6 +139,8 @@ struct conn {
     uint64_t          lat_t0;    /* the command's start */
     uint8_t           lat_cmd;   /* enum latency_cmd; LATENCY_NONE: none */
     struct out_chunk *lat_hold;  /* the last hold it created */
+    uint32_t          lat_mask;  /* bit k: lat_done[k] > 0 */
+    uint32_t          lat_done[LATENCY_CMDS]; /* answered here this batch, to count at its end */
 };
 
 /* Create a connection for fd on worker w (fd < 0: in-memory, for tests:

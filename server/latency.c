@@ -108,6 +108,26 @@ latency_batch(struct conn *c)
     c->lat_batch = 0;
 }
 
+/* The batch is parsed and its replies are about to be written: count the
+ * commands of it that were answered here, with one clock read. */
+void
+latency_batch_end(struct conn *c)
+{
+    uint64_t ns;
+
+    if (c->lat_mask == 0) {
+        return;
+    }
+    ns = latency_now() - c->lat_batch;
+    while (c->lat_mask != 0) {
+        unsigned k = (unsigned)__builtin_ctz(c->lat_mask);
+
+        latency_record_n(&c->w->lat.cmd[k], ns, c->lat_done[k]);
+        c->lat_done[k] = 0;
+        c->lat_mask &= c->lat_mask - 1;
+    }
+}
+
 /* A command line starts: note what it is and when its batch came. */
 void
 latency_begin(struct conn *c, const char *cmd, size_t ncmd)
@@ -123,10 +143,11 @@ latency_begin(struct conn *c, const char *cmd, size_t ncmd)
     c->lat_t0 = c->lat_batch;
 }
 
-/* The command is executed: time it now, or hand its start to the last
- * hold it created (still unfilled) for latency_hold_done. A hold already
- * filled, or written and freed (a get paused across events; chunk_free
- * forgets it), is not waited for. */
+/* The command is executed: hand its start to the last hold it created
+ * (still unfilled) for latency_hold_done, or count it at the end of the
+ * batch, or now when it began in an earlier batch (its data block came
+ * later, or its get paused). A hold already filled, or written and freed
+ * (chunk_free forgets it), is not waited for. */
 void
 latency_end(struct conn *c)
 {
@@ -135,6 +156,9 @@ latency_end(struct conn *c)
     if (h != NULL && h->owner != NULL) {
         h->lat_cmd = c->lat_cmd;
         h->lat_t0 = c->lat_t0;
+    } else if (c->lat_t0 == c->lat_batch) {
+        c->lat_done[c->lat_cmd]++;
+        c->lat_mask |= 1u << c->lat_cmd;
     } else {
         latency_record(&c->w->lat.cmd[c->lat_cmd], latency_now() - c->lat_t0);
     }

@@ -6,11 +6,14 @@
  * and log-spaced: bucket i counts durations of at most 2^i microseconds
  * (1 us .. 1.048576 s), one more counts the rest.
  *
- * A command is timed from when the read that brought it was first parsed
- * (one clock read per batch of pipelined requests) to when its reply is
- * queued; a reply another node gives (forwarded, replicated) is queued when
- * the last hold (server/conn.h) the command created is filled: for a get
- * relayed to several owners, when the last one relayed answers.
+ * A command is timed from when the batch of input that brought it was
+ * first parsed to when its reply is queued: a reply of its own at the end
+ * of that batch's parsing, just before the batch's replies are written
+ * (so a batch of pipelined commands costs two clock reads in all); a reply
+ * another node gives (forwarded, replicated) when the last hold
+ * (server/conn.h) the command created is filled, for a get relayed to
+ * several owners when the last one relayed answers; a command whose data
+ * block came in a later batch, when it is executed.
  */
 #ifndef SERVER_LATENCY_H
 #define SERVER_LATENCY_H
@@ -48,6 +51,8 @@ enum latency_cmd {
 #undef LATENCY_ENUM_
     LATENCY_CMDS
 };
+
+_Static_assert(LATENCY_CMDS <= 32, "a connection keeps its batch's commands in a 32-bit mask");
 
 /* One histogram: counts per bucket (not cumulative; [LATENCY_BUCKETS] is
  * the overflow) and the sum of the durations. The count is the sum of the
@@ -91,15 +96,22 @@ latency_bound_us(unsigned i)
     return (uint64_t)1 << i;
 }
 
-/* Count one duration in h; its owner only (the single writer). */
+/* Count n durations of ns each in h; its owner only (the single writer). */
 static inline void
-latency_record(struct latency_hist *h, uint64_t ns)
+latency_record_n(struct latency_hist *h, uint64_t ns, uint64_t n)
 {
     uint64_t *b = &h->bucket[latency_bucket(ns)];
 
-    __atomic_store_n(b, __atomic_load_n(b, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&h->sum_ns, __atomic_load_n(&h->sum_ns, __ATOMIC_RELAXED) + ns,
+    __atomic_store_n(b, __atomic_load_n(b, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->sum_ns, __atomic_load_n(&h->sum_ns, __ATOMIC_RELAXED) + ns * n,
                      __ATOMIC_RELAXED);
+}
+
+/* Count one duration. */
+static inline void
+latency_record(struct latency_hist *h, uint64_t ns)
+{
+    latency_record_n(h, ns, 1);
 }
 
 /* out += in with relaxed loads; in's owner may be writing. Any thread. */
@@ -119,15 +131,17 @@ const char *latency_cmd_name(enum latency_cmd k);
 void latency_sum(struct server *srv, struct latency_stats *out);
 
 /*
- * The request path (the connection's worker only). latency_begin: a
- * command line is being executed (cmd, ncmd its command word); the first
- * one since latency_batch takes the clock. latency_end: its reply is
- * queued, or it is in the last hold it created, which latency_hold_done
- * then times when filled.
+ * The request path (the connection's worker only). latency_batch: the
+ * parsing of a batch starts. latency_begin: a command line is being
+ * executed (cmd, ncmd its command word); the first one of the batch takes
+ * the clock. latency_end: it is done; its own reply is counted at
+ * latency_batch_end (the parsing of the batch is over), one in the last
+ * hold it created when latency_hold_done sees that hold filled.
  */
 void latency_batch(struct conn *c);
 void latency_begin(struct conn *c, const char *cmd, size_t ncmd);
 void latency_end(struct conn *c);
+void latency_batch_end(struct conn *c);
 void latency_hold_done(struct conn *c, struct out_chunk *h);
 
 #endif /* SERVER_LATENCY_H */

@@ -3,7 +3,8 @@
  * /metrics (server/metrics.h). Every figure is read at scrape time from
  * what `stats` reads (the workers' counters summed, the store's stripes,
  * the cluster's atomics and a snapshot of its view), so nothing is counted
- * twice and the data path pays nothing for it.
+ * twice; the data path pays only for the latency histograms
+ * (server/latency.h), kept for this page and `stats latency`.
  */
 #include "config.h"
 #include "server/metrics.h"
@@ -233,7 +234,8 @@ render_cluster(struct server *srv, struct evbuffer *b)
         "PREPARE.",
         cc.items_planned);
     one(b, "ringcache_handoff_planned_bytes", "gauge",
-        "Key and value bytes of ringcache_handoff_planned_items.", cc.bytes_planned);
+        "Memory the items of ringcache_handoff_planned_items take (as ringctl status counts).",
+        cc.bytes_planned);
     one(b, "ringcache_handoff_sent_items", "gauge",
         "Items and tombstones this node's handoff streams sent since the last PREPARE (re-sent "
         "dirty keys included).",

@@ -751,11 +751,10 @@ proto_text_drain(struct conn *c)
     return get_continue(c);
 }
 
-/* Parse and execute; see proto_text.h. */
-enum proto_status
-proto_text_process(struct conn *c)
+/* Parse and execute everything buffered (or up to a pause). */
+static enum proto_status
+process_batch(struct conn *c)
 {
-    latency_batch(c);
     for (;;) {
         enum proto_status st;
         char             *start, *nl;
@@ -838,4 +837,17 @@ proto_text_process(struct conn *c)
             return st;
         }
     }
+}
+
+/* Parse and execute; see proto_text.h. The batch's commands are timed
+ * around it (server/latency.h). */
+enum proto_status
+proto_text_process(struct conn *c)
+{
+    enum proto_status st;
+
+    latency_batch(c);
+    st = process_batch(c);
+    latency_batch_end(c);
+    return st;
 }

@@ -2,9 +2,10 @@
  * server/latency: the bucket of a duration at and around every bound,
  * recording and merging several workers' histograms (counts, cumulative
  * buckets, sums), the command words that are timed, and a connection's
- * commands timed once each: a reply queued at once, one queued in a hold
- * (timed when the hold is filled, or at the end when that was earlier or
- * the hold is already written), a set whose data block comes later.
+ * commands timed once each: replies queued at once (counted at the end of
+ * their batch, with one duration), one queued in a hold (timed when the
+ * hold is filled, or at the end of the batch when that was earlier or the
+ * hold is already written), a set whose data block comes later.
  */
 #include "config.h"
 
@@ -183,8 +184,9 @@ feed(struct lfix *f, const char *s)
     ck_assert_int_eq(proto_text_process(f->c), PROTO_MORE);
 }
 
-/* Pipelined commands are timed once each, untimed ones not at all; a set
- * is timed once its data block is in. */
+/* Pipelined commands are timed once each, untimed ones not at all, all
+ * with the batch's one duration; a set is timed once its data block is
+ * in. */
 START_TEST(test_conn_commands)
 {
     struct lfix          f;
@@ -196,6 +198,9 @@ START_TEST(test_conn_commands)
     ck_assert_uint_eq(count_of(&f, LATENCY_SET), 1);
     ck_assert_uint_eq(count_of(&f, LATENCY_GET), 2);
     ck_assert_uint_eq(count_of(&f, LATENCY_META_NOOP), 1);
+    latency_sum(f.srv, &ls);
+    ck_assert_uint_eq(ls.cmd[LATENCY_GET].sum_ns, 2 * ls.cmd[LATENCY_SET].sum_ns);
+    ck_assert_uint_eq(ls.cmd[LATENCY_META_NOOP].sum_ns, ls.cmd[LATENCY_SET].sum_ns);
     feed(&f, "xy");
     ck_assert_uint_eq(count_of(&f, LATENCY_SET), 1);
     feed(&f, "z\r\n");
@@ -215,7 +220,8 @@ gone(void *owner)
 }
 
 /* A command whose reply is held is timed when the hold is filled, not
- * when it is parsed; one whose hold was filled at once, at its end. */
+ * when it is parsed; one whose hold was filled at once, at the end of its
+ * batch. */
 START_TEST(test_conn_hold)
 {
     struct lfix       f;
@@ -240,6 +246,8 @@ START_TEST(test_conn_hold)
     conn_hold_done(f.c, h);
     ck_assert_uint_eq(count_of(&f, LATENCY_DELETE), 0);
     latency_end(f.c);
+    ck_assert_uint_eq(count_of(&f, LATENCY_DELETE), 0); /* at the end of the batch */
+    latency_batch_end(f.c);
     ck_assert_uint_eq(count_of(&f, LATENCY_DELETE), 1);
     ck_assert_uint_eq(count_of(&f, LATENCY_GET), 1);
 
@@ -252,6 +260,7 @@ START_TEST(test_conn_hold)
     free(conn_out_take(f.c, &len));
     ck_assert_ptr_null(f.c->lat_hold);
     latency_end(f.c);
+    latency_batch_end(f.c);
     ck_assert_uint_eq(count_of(&f, LATENCY_GETS), 1);
     lfix_close(&f);
 }

@@ -1,11 +1,11 @@
 /*
  * latency_bench: what timing a request costs (server/latency.h), no
  * network. Prints `figure value` lines: ns per clock read, ns per request
- * of the timing alone (latency_batch + latency_begin + latency_end, one
- * request per batch: two clock reads), ns per `get` through the text
+ * of the timing alone (latency_batch, _begin, _end, _batch_end: one
+ * request per batch, two clock reads), ns per `get` through the text
  * protocol on an in-memory connection (timing included), the share of
- * the timing in it, and ns per get when 100 come in one batch (one clock
- * read per reply, one for the batch). Usage: latency_bench [requests]
+ * the timing in it, and ns per get when 100 come in one batch (two clock
+ * reads for the batch). Usage: latency_bench [requests]
  */
 #include "config.h"
 
@@ -56,6 +56,7 @@ main(int argc, char **argv)
         latency_batch(c);
         latency_begin(c, "get", 3);
         latency_end(c);
+        latency_batch_end(c);
     }
     timing_ns = (double)(latency_now() - t0) / (double)n;
 
