@@ -22,6 +22,7 @@
 #include "ring/ring.h"
 #include "server/conn.h"
 #include "server/log.h"
+#include "server/proto_auth.h"
 #include "server/proto_meta.h"
 #include "server/proto_peer.h"
 #include "server/proto_stats.h"
@@ -806,6 +807,14 @@ proto_text_process(struct conn *c)
             if ((unsigned char)start[0] == 0x80) {
                 return PROTO_CLOSE;
             }
+        }
+        if (!c->authenticated) {
+            /* -Y: nothing is dispatched before a login. */
+            st = proto_auth(c);
+            if (st != PROTO_MORE || !c->authenticated) {
+                return st;
+            }
+            continue;
         }
         nl = memchr(start, '\n', avail);
         if (nl == NULL) {
