@@ -1,7 +1,10 @@
 /*
  * server/authfile: the -Y file's parser, table-driven over good files and
  * every refusal with its line number, memcached's limits at and past
- * their edge, the login check, and authfile_load on real files.
+ * their edge, the login check, and authfile_load on real files. Then the
+ * login itself (server/proto_auth.c) through proto_text_process on an
+ * in-memory connection of a node with a table: every case whole, in
+ * 7-byte pieces and byte by byte.
  */
 #include "config.h"
 
@@ -11,6 +14,11 @@
 #include <unistd.h>
 
 #include "server/authfile.h"
+#include "server/conn.h"
+#include "server/proto_auth.h"
+#include "server/proto_text.h"
+#include "server/settings.h"
+#include "server/thread.h"
 #include "tests/suites.h"
 
 /* A text with its length (it may hold NUL bytes). */
@@ -182,6 +190,136 @@ START_TEST(test_load)
 }
 END_TEST
 
+#define UNAUTH  "CLIENT_ERROR unauthenticated\r\n"
+#define FAILURE "CLIENT_ERROR authentication failure\r\n"
+#define LOGIN   "set foo 0 0 7\r\nfoo bar\r\n"
+#define BAD     "set foo 0 0 7\r\nfoo bab\r\n"
+
+static const struct {
+    const char       *name;
+    const char       *in;
+    const char       *out;
+    enum proto_status st;
+    uint64_t          cmds, errors, kicks; /* the worker's counters after it */
+} logins[] = {
+    { "get refused", "get a\r\n", UNAUTH, PROTO_MORE, 0, 0, 0 },
+    { "meta refused", "mn\r\nmg a v\r\n", UNAUTH UNAUTH, PROTO_MORE, 0, 0, 0 },
+    { "quit refused", "quit\r\n", UNAUTH, PROTO_MORE, 0, 0, 0 },
+    { "login then commands", LOGIN "set a 0 0 1\r\nx\r\nget a\r\nmn\r\n",
+      "STORED\r\nSTORED\r\nVALUE a 0 1\r\nx\r\nEND\r\nMN\r\n", PROTO_MORE, 1, 0, 0 },
+    { "failure then login", BAD LOGIN "mn\r\n", FAILURE "STORED\r\nMN\r\n", PROTO_MORE, 2, 1, 0 },
+    { "noreply login answered", "set k 1 2 7 noreply\r\nfoo bar\r\nmn\r\n", "STORED\r\nMN\r\n",
+      PROTO_MORE, 1, 0, 0 },
+    { "second user", "set k 0 0 10\r\nbaaaz quux\r\nmn\r\n", "STORED\r\nMN\r\n", PROTO_MORE, 1, 0,
+      0 },
+    { "password is the rest", "set k 0 0 8\r\nsp a b:c\r\nmn\r\n", "STORED\r\nMN\r\n", PROTO_MORE,
+      1, 0, 0 },
+    { "no space", "set foo 0 0 2\r\nhi\r\n", "CLIENT_ERROR bad authentication token format\r\n",
+      PROTO_MORE, 0, 0, 0 },
+    { "bad termination", "set foo 0 0 7\r\nfoo barXXmn\r\n",
+      "CLIENT_ERROR bad command line termination\r\n" UNAUTH, PROTO_MORE, 0, 0, 0 },
+    { "too long", "set foo 0 0 16385\r\n", "CLIENT_ERROR auth token too long\r\n", PROTO_MORE, 0,
+      0, 0 },
+    { "longest waits for its block", "set foo 0 0 16384\r\nfoo", "", PROTO_MORE, 0, 0, 0 },
+    { "leading space", " " LOGIN, UNAUTH UNAUTH, PROTO_MORE, 0, 0, 0 },
+    { "set with 3 arguments", "set foo 0 7\r\n", UNAUTH, PROTO_MORE, 0, 0, 0 },
+    { "bad length", "set foo 0 0 +7\r\n", UNAUTH, PROTO_MORE, 0, 0, 0 },
+    { "rc_peer outside a cluster", "rc_peer\r\n", UNAUTH, PROTO_MORE, 0, 0, 0 },
+    { "five failures close", BAD BAD BAD BAD BAD LOGIN, FAILURE FAILURE FAILURE FAILURE FAILURE,
+      PROTO_QUIT, 5, 5, 1 },
+    { "binary magic closes", "\x80\n", "", PROTO_CLOSE, 0, 0, 0 },
+};
+
+/* A node with the users of "foo:bar\nbaaaz:quux\nsp:a b:c\n" and a fresh
+ * connection of it, fed in steps of step bytes (0: at once). */
+START_TEST(test_login)
+{
+    static const char   users[] = "foo:bar\nbaaaz:quux\nsp:a b:c\n";
+    static const size_t steps[] = { 0, 7, 1 };
+    char                err[AUTHFILE_ERR_MAX];
+    size_t              i;
+
+    for (i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        const char       *in = logins[_i].in;
+        size_t            len = strlen(in), step = steps[i] != 0 ? steps[i] : len, off = 0, n = 0;
+        struct settings   st;
+        struct server    *srv;
+        struct authfile  *a = authfile_parse("u", users, sizeof(users) - 1, err, sizeof(err));
+        struct conn      *c;
+        enum proto_status ps = PROTO_MORE;
+        char              out[4096];
+
+        settings_init(&st);
+        st.num_threads = 1;
+        srv = server_new(&st);
+        ck_assert_ptr_nonnull(srv);
+        srv->auth = a;
+        c = conn_new(&srv->workers[0], -1);
+        ck_assert(!c->authenticated);
+        while (off < len && ps != PROTO_CLOSE && ps != PROTO_QUIT) {
+            size_t k = len - off < step ? len - off : step, clen;
+            char  *chunk;
+
+            ck_assert_int_eq(conn_feed(c, in + off, k), 0);
+            off += k;
+            ps = proto_text_process(c);
+            chunk = conn_out_take(c, &clen);
+            if (chunk != NULL) {
+                ck_assert_uint_lt(n + clen, sizeof(out));
+                memcpy(out + n, chunk, clen);
+                n += clen;
+                free(chunk);
+            }
+        }
+        out[n] = '\0';
+        ck_assert_msg(strcmp(out, logins[_i].out) == 0, "'%s' step %zu:\n got: '%s'\nwant: '%s'",
+                      logins[_i].name, steps[i], out, logins[_i].out);
+        ck_assert_msg(ps == logins[_i].st, "'%s' step %zu: status %d", logins[_i].name, steps[i],
+                      (int)ps);
+        ck_assert_uint_eq(srv->workers[0].stats.auth_cmds, logins[_i].cmds);
+        ck_assert_uint_eq(srv->workers[0].stats.auth_errors, logins[_i].errors);
+        ck_assert_uint_eq(srv->workers[0].stats.auth_kicks, logins[_i].kicks);
+        server_free(srv);
+        authfile_free(a);
+    }
+}
+END_TEST
+
+/* The longest login block (16384 bytes, past the 16 KiB read buffer)
+ * is read whole and checked: a failure, then the stream is in step. */
+START_TEST(test_login_longest)
+{
+    static const char users[] = "foo:bar\n";
+    char              err[AUTHFILE_ERR_MAX], *in, *out;
+    struct settings   st;
+    struct server    *srv;
+    struct authfile  *a = authfile_parse("u", users, sizeof(users) - 1, err, sizeof(err));
+    struct conn      *c;
+    size_t            n, len;
+
+    in = malloc(PROTO_AUTH_TOKEN_MAX + 64);
+    len = (size_t)sprintf(in, "set foo 0 0 %d\r\nfoo ", PROTO_AUTH_TOKEN_MAX);
+    memset(in + len, 'p', PROTO_AUTH_TOKEN_MAX - 4);
+    len += PROTO_AUTH_TOKEN_MAX - 4;
+    len += (size_t)sprintf(in + len, "\r\nmn\r\n");
+    settings_init(&st);
+    st.num_threads = 1;
+    srv = server_new(&st);
+    srv->auth = a;
+    c = conn_new(&srv->workers[0], -1);
+    ck_assert_int_eq(conn_feed(c, in, len), 0);
+    ck_assert_int_eq(proto_text_process(c), PROTO_MORE);
+    out = conn_out_take(c, &n);
+    ck_assert_ptr_nonnull(out);
+    ck_assert(n == sizeof(FAILURE UNAUTH) - 1 && memcmp(out, FAILURE UNAUTH, n) == 0);
+    ck_assert_uint_eq(srv->workers[0].stats.auth_errors, 1);
+    free(out);
+    free(in);
+    server_free(srv);
+    authfile_free(a);
+}
+END_TEST
+
 Suite *
 authfile_suite(void)
 {
@@ -192,6 +330,10 @@ authfile_suite(void)
     tcase_add_test(tc, test_line_limit);
     tcase_add_test(tc, test_check);
     tcase_add_test(tc, test_load);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("login");
+    tcase_add_loop_test(tc, test_login, 0, (int)(sizeof(logins) / sizeof(logins[0])));
+    tcase_add_test(tc, test_login_longest);
     suite_add_tcase(s, tc);
     return s;
 }
