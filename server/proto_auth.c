@@ -84,11 +84,12 @@ enum proto_status
 proto_auth(struct conn *c)
 {
     while (!c->authenticated) {
-        struct token t[AUTH_TOKENS];
-        const char  *start = c->rbuf + c->rpos, *nl, *end;
-        size_t       avail = c->rend - c->rpos, llen;
-        uint32_t     size;
-        int          ntok;
+        struct token      t[AUTH_TOKENS];
+        const char       *start = c->rbuf + c->rpos, *nl, *end;
+        size_t            avail = c->rend - c->rpos, llen;
+        uint32_t          size;
+        int               ntok;
+        enum proto_status st;
 
         if (c->out_bytes >= c->out_cap) {
             return PROTO_PAUSE;
@@ -104,7 +105,6 @@ proto_auth(struct conn *c)
             /* A peer proves the cluster token instead (forward.c sends
              * it first): that is its login. */
             c->rpos += (uint32_t)llen;
-            c->noreply = false;
             proto_peer_rc_peer(c, t, ntok);
             c->authenticated = c->peer;
             continue;
@@ -127,8 +127,9 @@ proto_auth(struct conn *c)
             return PROTO_MORE;
         }
         c->rpos += (uint32_t)(llen + size + 2);
-        if (auth_login(c, start + llen, size) != PROTO_MORE) {
-            return PROTO_QUIT;
+        st = auth_login(c, start + llen, size);
+        if (st != PROTO_MORE) {
+            return st;
         }
     }
     return PROTO_MORE;
