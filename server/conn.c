@@ -42,6 +42,7 @@ conn_new(struct worker *w, int fd)
     c->fd = fd;
     c->out_cap = w->srv != NULL ? w->srv->settings.max_output_bytes : SETTINGS_MAX_OUTPUT_DEFAULT;
     c->last_active = w->idle_now;
+    c->authenticated = w->srv == NULL || w->srv->auth == NULL;
     c->next = w->conns;
     if (w->conns != NULL) {
         w->conns->prev = c;

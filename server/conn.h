@@ -104,6 +104,8 @@ struct conn {
     uint64_t           declared_epoch; /* `epoch <n>`: MOVED instead of forwarding */
     bool               peer;           /* `rc_peer` proven: a cluster peer (replicate.c) */
     char               peer_nonce[33]; /* `rc_peer`'s challenge, hex ("": none; proto_peer.c) */
+    bool               authenticated;  /* -Y: logged in, or no -Y (server/proto_auth.h) */
+    uint8_t            auth_failures;  /* failed logins on this connection */
 
     struct route route; /* the decision for the data block coming in */
 

@@ -1287,7 +1287,8 @@ up_hello(struct fwd_up *up, const char *text)
     }
     r->kind = FWD_HELLO;
     r->challenge = strcmp(text, "rc_peer\r\n") == 0;
-    if (bufferevent_write(up->bev, text, strlen(text)) < 0) {
+    if (evbuffer_add(up->authing ? up->held : bufferevent_get_output(up->bev), text,
+                     strlen(text)) < 0) {
         req_free(r);
         return -1;
     }
@@ -1296,9 +1297,10 @@ up_hello(struct fwd_up *up, const char *text)
 }
 
 /*
- * Open the upstream: connect (non-blocking), declare the epoch so the
- * owner answers MOVED instead of forwarding again, and authenticate as a
- * peer when the node has a token (replication needs it). 0 or -1.
+ * Open the upstream: connect (non-blocking), authenticate as a peer when
+ * the node has a token (replication needs it, and a node started with -Y
+ * takes nothing else before), then declare the epoch so the owner
+ * answers MOVED instead of forwarding again. 0 or -1.
  */
 static int
 up_connect(struct fwd_up *up, uint64_t epoch)
@@ -1325,13 +1327,9 @@ up_connect(struct fwd_up *up, uint64_t epoch)
         up->bev = NULL;
         return -1;
     }
-    snprintf(line, sizeof(line), "epoch %" PRIu64 "\r\n", epoch);
-    if (up_hello(up, line) < 0) {
-        goto fail;
-    }
     if (cl != NULL && cluster_has_token(cl)) {
-        /* The challenge: requests wait in held until up_challenge has
-         * sent the proof (a node takes none of them before it). */
+        /* The challenge: the epoch line and the requests wait in held
+         * until up_challenge has sent the proof. */
         if (up_hello(up, "rc_peer\r\n") < 0) {
             goto fail;
         }
@@ -1339,6 +1337,10 @@ up_connect(struct fwd_up *up, uint64_t epoch)
             goto fail;
         }
         up->authing = true;
+    }
+    snprintf(line, sizeof(line), "epoch %" PRIu64 "\r\n", epoch);
+    if (up_hello(up, line) < 0) {
+        goto fail;
     }
     return 0;
 fail:

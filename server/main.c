@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "server/authfile.h"
 #include "server/cluster.h"
 #include "server/cport.h"
 #include "server/log.h"
@@ -362,6 +363,7 @@ main(int argc, char **argv)
     struct server  *srv = NULL;
     struct cport   *cp = NULL;
     struct metrics *metrics = NULL;
+    struct authfile *auth = NULL;
     bool            pid_written = false, listening = false;
     int             rc, ready_fd = -1;
 
@@ -390,12 +392,23 @@ main(int argc, char **argv)
     }
     /* A client that hangs up mid-reply must not kill the node. */
     signal(SIGPIPE, SIG_IGN);
+    /* Read before -u drops privileges and -d leaves the directory. */
+    if (settings.auth_file[0] != '\0') {
+        char err[AUTHFILE_ERR_MAX];
+
+        auth = authfile_load(settings.auth_file, err, sizeof(err));
+        if (auth == NULL) {
+            log_msg(LOG_ERR, "-Y: %s", err);
+            return 1;
+        }
+    }
 
     rc = 1;
     srv = server_new(&settings);
     if (srv == NULL) {
         goto out;
     }
+    srv->auth = auth;
     if (server_listen(srv) < 0) {
         goto out;
     }
@@ -431,6 +444,7 @@ out:
         srv->cluster = NULL;
     }
     server_free(srv);
+    authfile_free(auth);
     if (pid_written && unlink(settings.pid_file) < 0) {
         log_msg(LOG_ERR, "cannot remove the pid file %s: %s", settings.pid_file, strerror(errno));
     }

@@ -82,7 +82,12 @@ stats_general(struct conn *c)
     proto_reply_printf(c, "STAT touch_misses %" PRIu64 "\r\n", ts.touch_misses);
     proto_reply_printf(c, "STAT store_too_large %" PRIu64 "\r\n", ts.store_too_large);
     proto_reply_printf(c, "STAT store_no_memory %" PRIu64 "\r\n", ts.store_no_memory);
-    proto_reply_printf(c, "STAT auth_cmds 0\r\nSTAT auth_errors 0\r\n");
+    proto_reply_printf(c, "STAT auth_cmds %" PRIu64 "\r\n", ts.auth_cmds);
+    proto_reply_printf(c, "STAT auth_errors %" PRIu64 "\r\n", ts.auth_errors);
+    if (srv->auth != NULL) {
+        /* Ours: connections closed after PROTO_AUTH_FAILURES_MAX failed logins. */
+        proto_reply_printf(c, "STAT auth_kicks %" PRIu64 "\r\n", ts.auth_kicks);
+    }
     if (srv->settings.idle_timeout > 0) {
         /* memcached shows it only with -o idle_timeout too. */
         proto_reply_printf(c, "STAT idle_kicks %" PRIu64 "\r\n", ts.idle_kicks);
@@ -153,7 +158,9 @@ stats_settings(struct conn *c)
     proto_reply_printf(c, "STAT tcp_backlog 1024\r\n");
     proto_reply_printf(c, "STAT binding_protocol ascii\r\n");
     proto_reply_printf(c, "STAT auth_enabled_sasl no\r\n");
-    proto_reply_printf(c, "STAT auth_enabled_ascii no\r\n");
+    /* memcached shows the file's name. */
+    proto_reply_printf(c, "STAT auth_enabled_ascii %s\r\n",
+                       st->auth_file[0] != '\0' ? st->auth_file : "no");
     proto_reply_printf(c, "STAT item_size_max %zu\r\n", st->item_size_max);
     proto_reply_printf(c, "STAT maxconns_fast yes\r\n");
     proto_reply_printf(c, "STAT idle_timeout %d\r\n", st->idle_timeout);

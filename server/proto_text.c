@@ -23,6 +23,7 @@
 #include "server/conn.h"
 #include "server/latency.h"
 #include "server/log.h"
+#include "server/proto_auth.h"
 #include "server/proto_meta.h"
 #include "server/proto_peer.h"
 #include "server/proto_stats.h"
@@ -813,6 +814,14 @@ process_batch(struct conn *c)
             if ((unsigned char)start[0] == 0x80) {
                 return PROTO_CLOSE;
             }
+        }
+        if (!c->authenticated) {
+            /* -Y: nothing is dispatched before a login. */
+            st = proto_auth(c);
+            if (st != PROTO_MORE || !c->authenticated) {
+                return st;
+            }
+            continue;
         }
         nl = memchr(start, '\n', avail);
         if (nl == NULL) {

@@ -108,6 +108,9 @@ settings_usage(FILE *f)
                "  -U, --udp-port=0           UDP is off (any other port: refused)\n"
                "  -X, --disable-dumping      accepted (there is no dump command)\n"
                "  -W, --disable-watch        accepted (there is no watch command)\n"
+               "  -Y, --auth-file=<file>     clients log in first: a set whose data is\n"
+               "                             `user password`, users from this file of\n"
+               "                             user:password lines (docs/security.md)\n"
                "  -o, --extended=<opts>      modern, no_modern, maxconns_fast,\n"
                "                             idle_timeout=<secs> (close a connection idle\n"
                "                             that long; 0: never, the default); slab and\n"
@@ -115,7 +118,7 @@ settings_usage(FILE *f)
                "  accepted with a warning, no effect here: -f -n -L (slab tuning),\n"
                "     -C (CAS stays on), -R (requests per event), -A, -D, -N\n"
                "  refused (not supported): -U <non-zero>, -B binary|auto, -e, -F, -M,\n"
-               "     -S, -Y, -Z, -o ext_*|ssl_*|proxy_*\n");
+               "     -S, -Z, -o ext_*|ssl_*|proxy_*\n");
 }
 
 /* A decimal integer in [min, max]; 0 or -1. */
@@ -741,7 +744,10 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         case 'S':
             return refuse(err, "-S", "SASL is not supported (it needs the binary protocol)");
         case 'Y':
-            return refuse(err, "-Y", "authentication tokens are not supported");
+            if (copy_opt(err, "auth-file", optarg, s->auth_file, sizeof(s->auth_file)) < 0) {
+                return -1;
+            }
+            break;
         case 'Z':
             return refuse(err, "-Z", "TLS is not supported");
         case 'e':
@@ -791,6 +797,11 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         fprintf(err,
                 "ringcached: --id, --token-file, --cluster-port and --store need --state-dir\n");
         settings_usage(err);
+        return -1;
+    }
+    if (s->auth_file[0] != '\0' && s->state_dir[0] != '\0' && s->token_file[0] == '\0') {
+        fprintf(err, "ringcached: -Y with --state-dir needs --token-file: peers log in to "
+                     "each other's client port with the token's rc_peer proof\n");
         return -1;
     }
     if (s->socket_path[0] != '\0' && s->state_dir[0] != '\0') {

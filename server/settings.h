@@ -50,6 +50,7 @@ struct settings {
     bool lock_memory;                           /* -k: mlockall */
     bool core_dumps;                            /* -r: raise the core file limit */
     bool flush_disabled;                        /* -F: flush_all is refused */
+    char auth_file[1024]; /* -Y: users who must log in (server/authfile.h; "" none) */
     /* Hot keys (server/hotkeys.h): sample 1 keyed request in hotkeys_sample
      * (0: off), counts halved every hotkeys_decay_s seconds (0: never). */
     uint32_t hotkeys_sample;

@@ -17,7 +17,8 @@
     X(delete_misses) X(delete_hits) X(incr_misses) X(incr_hits) \
     X(decr_misses) X(decr_hits) X(cas_misses) X(cas_hits) X(cas_badval) \
     X(touch_hits) X(touch_misses) X(store_too_large) X(store_no_memory) \
-    X(bytes_read) X(bytes_written) X(conn_yields) X(route_lookups) X(idle_kicks)
+    X(bytes_read) X(bytes_written) X(conn_yields) X(route_lookups) X(idle_kicks) \
+    X(auth_cmds) X(auth_errors) X(auth_kicks)
 /* clang-format on */
 
 struct thread_stats {

@@ -26,6 +26,7 @@ struct out_chunk;
 struct fwd_worker;
 struct repl_op;
 struct server;
+struct authfile;
 
 /* A new socket on its way from the accept loop to a worker. */
 struct conn_queue_item {
@@ -98,6 +99,9 @@ struct server {
     uint64_t            base_total_conns, base_rejected_conns;
     /* Cluster mode (server/cluster.h); NULL: a plain single-node cache. */
     struct cluster *cluster;
+    /* -Y: the users who may log in (server/authfile.h, read only; main
+     * owns it); NULL: no login. */
+    const struct authfile *auth;
     pthread_mutex_t barrier_lock;
     pthread_cond_t  barrier_cond;
     uint64_t        barrier_gen;

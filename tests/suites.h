@@ -25,6 +25,7 @@ Suite *replicate_suite(void);
 Suite *sha256_suite(void);
 Suite *hotkeys_suite(void);
 Suite *latency_suite(void);
+Suite *authfile_suite(void);
 
 /* Absolute path of the source tree (for test data such as the vectors). */
 #ifndef RC_SRCDIR

@@ -2,7 +2,9 @@
  * libFuzzer target for the text protocol (server/proto_text.c) and the
  * connection's buffering: each input is fed to a fresh in-memory
  * connection of one long-lived server, once whole and once in 3-byte
- * pieces, with replies drained as they would be written.
+ * pieces, with replies drained as they would be written; then whole again
+ * on a connection that must log in first (-Y, user foo, password bar:
+ * server/proto_auth.c).
  */
 #include "config.h"
 
@@ -10,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "server/authfile.h"
 #include "server/conn.h"
 #include "server/log.h"
 #include "server/proto_text.h"
@@ -18,7 +21,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static struct server *srv;
+static struct server   *srv;
+static struct authfile *users;
 
 /* Feed data to a new connection in pieces of step bytes, then close it. */
 static void
@@ -59,17 +63,22 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (srv == NULL) {
         struct settings st;
+        char            err[AUTHFILE_ERR_MAX];
 
         settings_init(&st);
         st.num_threads = 1;
         st.maxbytes = 16u << 20;
         st.item_size_max = 64 * 1024;
         srv = server_new(&st);
-        if (srv == NULL) {
+        users = authfile_parse("fuzz", "foo:bar\n", 8, err, sizeof(err));
+        if (srv == NULL || users == NULL) {
             abort();
         }
     }
     feed(data, size, size > 0 ? size : 1);
     feed(data, size, 3);
+    srv->auth = users;
+    feed(data, size, size > 0 ? size : 1);
+    srv->auth = NULL;
     return 0;
 }
