@@ -250,7 +250,7 @@ conn_connected(struct pool_conn *c)
         c->tls_rwant = POLLIN;
         c->tls_wwant = POLLOUT;
         return tls_client_handshake(c->cfg->tls, c->fd, c->host, c->cfg->tls_check_name,
-                                    util_now_ms() + c->rcvtimeo_ms, &c->ssl);
+                                    util_now_ms() + c->rcvtimeo_ms, &c->ssl, NULL, 0);
     }
     tv.tv_sec = c->rcvtimeo_ms / 1000;
     tv.tv_usec = (c->rcvtimeo_ms % 1000) * 1000;

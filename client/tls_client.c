@@ -203,14 +203,31 @@ wait_for(int fd, short ev, int64_t deadline)
     }
 }
 
+/* Why the handshake of ssl failed, into why. */
+static void
+failure_reason(SSL *ssl, char *why, size_t whylen)
+{
+    long          v = SSL_get_verify_result(ssl);
+    unsigned long e = ERR_peek_last_error();
+
+    if (v != X509_V_OK) {
+        snprintf(why, whylen, "certificate: %s", X509_verify_cert_error_string(v));
+    } else if (e != 0) {
+        snprintf(why, whylen, "%s", ERR_reason_error_string(e));
+    }
+}
+
 int
 tls_client_handshake(SSL_CTX *ctx, int fd, const char *host, bool check_name, int64_t deadline,
-                     SSL **out)
+                     SSL **out, char *why, size_t whylen)
 {
     SSL *ssl = SSL_new(ctx);
     BIO *bio;
     int  rc, e;
 
+    if (why != NULL && whylen > 0) {
+        why[0] = '\0';
+    }
     if (ssl == NULL || (bio = sock_bio(fd)) == NULL) {
         SSL_free(ssl);
         return RINGCACHE_ENOMEM;
@@ -240,6 +257,9 @@ tls_client_handshake(SSL_CTX *ctx, int fd, const char *host, bool check_name, in
             rc = (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) || e == SSL_ERROR_ZERO_RETURN
                      ? RINGCACHE_EIO
                      : RINGCACHE_ETLS;
+            if (rc == RINGCACHE_ETLS && why != NULL && whylen > 0) {
+                failure_reason(ssl, why, whylen);
+            }
         }
         SSL_free(ssl);
         return rc;

@@ -42,6 +42,7 @@
 #include "server/storewatch.h"
 #include "server/log.h"
 #include "server/peer.h"
+#include "server/peer_tls.h"
 #include "server/store.h"
 #include "server/thread.h"
 #include "server/transition.h"
@@ -1083,9 +1084,8 @@ accept_cb(evutil_socket_t lfd, short what, void *arg)
             continue;
         }
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        c->bev = bufferevent_socket_new(cp->base, fd, BEV_OPT_CLOSE_ON_FREE);
+        c->bev = peer_tls_accept(cluster_peer_tls(cp->cl), cp->base, fd);
         if (c->bev == NULL) {
-            close(fd);
             free(c);
             continue;
         }
