@@ -70,6 +70,9 @@ settings_usage(FILE *f)
                "      --token-file=<file>    admin token (first line) for the cluster port\n"
                "      --cluster=<name>       cluster name (default: ringcache)\n"
                "      --cluster-port=<num>   cluster port (default: client port + 10000)\n"
+               "      --cluster-tls          mutual TLS on the cluster port and to peers' ones:\n"
+               "                             -o ssl_chain_cert, ssl_key (this node's) and\n"
+               "                             ssl_ca_cert (what peers and ringctl must show)\n"
                "      --forward-timeout=<ms> how long a forwarded request or a replica\n"
                "                             acknowledgement may take (default: 1000)\n"
                "      --store=<spec>         watch the membership store (ringctl's --store:\n"
@@ -357,20 +360,32 @@ parse_ssl(FILE *err, const char *name, const char *val, struct settings *s)
 static int
 check_ssl(FILE *err, struct settings *s)
 {
+    if (s->cluster_tls) {
+        if (s->state_dir[0] == '\0') {
+            fprintf(err, "ringcached: --cluster-tls needs --state-dir (cluster mode)\n");
+            return -1;
+        }
+        if (s->ssl_chain_cert[0] == '\0' || s->ssl_ca_cert[0] == '\0') {
+            fprintf(err, "ringcached: --cluster-tls needs -o ssl_chain_cert=<file> (this node's "
+                         "certificate) and ssl_ca_cert=<file> (the CA that signs the cluster's "
+                         "certificates)\n");
+            return -1;
+        }
+        if (s->ssl_key[0] == '\0') {
+            strcpy(s->ssl_key, s->ssl_chain_cert);
+        }
+    }
     if (!s->ssl_enabled) {
-        if (s->ssl_chain_cert[0] != '\0' || s->ssl_key[0] != '\0' || s->ssl_ca_cert[0] != '\0') {
-            fprintf(err, "ringcached: warning: -o ssl_*: TLS is off without -Z; ignored\n");
+        if (!s->cluster_tls &&
+            (s->ssl_chain_cert[0] != '\0' || s->ssl_key[0] != '\0' || s->ssl_ca_cert[0] != '\0')) {
+            fprintf(err, "ringcached: warning: -o ssl_*: TLS is off without -Z or --cluster-tls; "
+                         "ignored\n");
         }
         return 0;
     }
     if (s->socket_path[0] != '\0') {
         fprintf(err, "ringcached: -Z cannot be used with -s: TLS is served on the TCP client "
                      "port\n");
-        return -1;
-    }
-    if (s->state_dir[0] != '\0') {
-        fprintf(err, "ringcached: -Z cannot be used with --state-dir yet: cluster nodes forward "
-                     "to each other's client port in plaintext (docs/security.md, TLS)\n");
         return -1;
     }
     if (s->ssl_chain_cert[0] == '\0') {
@@ -465,6 +480,7 @@ enum {
     OPT_TOKEN_FILE,
     OPT_CLUSTER,
     OPT_CLUSTER_PORT,
+    OPT_CLUSTER_TLS,
     OPT_FORWARD_TIMEOUT,
     OPT_STORE,
     OPT_METRICS,
@@ -559,6 +575,7 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         { "token-file", required_argument, NULL, OPT_TOKEN_FILE },
         { "cluster", required_argument, NULL, OPT_CLUSTER },
         { "cluster-port", required_argument, NULL, OPT_CLUSTER_PORT },
+        { "cluster-tls", no_argument, NULL, OPT_CLUSTER_TLS },
         { "forward-timeout", required_argument, NULL, OPT_FORWARD_TIMEOUT },
         { "store", required_argument, NULL, OPT_STORE },
         { "metrics", required_argument, NULL, OPT_METRICS },
@@ -675,6 +692,9 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
                 return -1;
             }
             s->cluster_port = (int)v;
+            break;
+        case OPT_CLUSTER_TLS:
+            s->cluster_tls = true;
             break;
         case OPT_FORWARD_TIMEOUT:
             if (parse_int(optarg, 10, 600000, &v) < 0) {

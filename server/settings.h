@@ -69,6 +69,9 @@ struct settings {
     int  ssl_verify_mode;      /* 0 none, 1 request, 2 require, 3 once (memcached's) */
     int  ssl_min_version;      /* 0 tlsv1.0, 1 tlsv1.1, 2 tlsv1.2 (default), 3 tlsv1.3 */
     bool ssl_session_cache;    /* server-side session cache (resumption) */
+    /* --cluster-tls: mutual TLS on the cluster port and every link to one,
+     * with the files above (server/peer_tls.h). */
+    bool cluster_tls;
 };
 
 /* Fill in the defaults (port 11211, 127.0.0.1, 4 threads, 64 MiB, 1024
