@@ -128,7 +128,8 @@ usage(FILE *out)
                  "                     name the node's address\n"
                  "  --cluster-tls      admin commands over mutual TLS to the cluster port\n"
                  "                     (nodes started with --cluster-tls): --tls-ca, and\n"
-                 "                     --tls-cert/--tls-key as the admin's certificate\n"
+                 "                     --tls-cert/--tls-key as the admin's certificate;\n"
+                 "                     then data commands use TLS only with --tls\n"
                  "  -h, --help         this text\n"
                  "  -V, --version      print the version\n"
                  "\nexit status: 0 ok, 1 an operation failed or a key was missing, 2 bad usage or\n"
@@ -151,6 +152,7 @@ main(int argc, char **argv)
         { NULL, 0, NULL, 0 }
     };
     struct ctl_globals g = { .timeout_ms = 1000, .cluster = "ringcache" };
+    bool               tls_asked = false;
     size_t             i;
     long               timeout;
     char              *end;
@@ -191,7 +193,7 @@ main(int argc, char **argv)
             g.timeout_ms = (int)timeout;
             break;
         case 'T':
-            g.tls = true;
+            g.tls = tls_asked = true;
             break;
         case 'A':
             g.tls = true;
@@ -227,8 +229,13 @@ main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (g.cluster_tls && start_cluster_tls(&g) != 0) {
-        return 2;
+    /* With --cluster-tls the --tls-* files are the cluster port's; the
+     * data port speaks TLS only when --tls says so too. */
+    if (g.cluster_tls) {
+        g.tls = tls_asked;
+        if (start_cluster_tls(&g) != 0) {
+            return 2;
+        }
     }
     for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (commands[i].fn != NULL && strcmp(argv[optind], commands[i].name) == 0) {

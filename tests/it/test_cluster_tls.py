@@ -25,7 +25,7 @@ import loadgen as lg  # noqa: E402
 from rctest import Tap  # noqa: E402
 from test_client_tls import make_ca, make_cert  # noqa: E402
 
-from pymemcache.client.base import Client  # noqa: E402
+Client = lg.debian_import("pymemcache.client.base").Client
 
 N = 300
 
