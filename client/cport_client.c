@@ -19,13 +19,27 @@
 
 #include "config.h"
 #include "client/cport_client.h"
+#include "client/ringcache.h"
+#include "client/tls_client.h"
 #include "ring/util.h"
 #include "proto/frame.h"
 #include "proto/members_pb.h"
 #include "proto/ringcache.pb-c.h"
 
+/* See cport_set_tls. */
+static SSL_CTX *cport_tls;
+static bool     cport_tls_check_name;
+
+void
+cport_set_tls(SSL_CTX *ctx, bool check_name)
+{
+    cport_tls = ctx;
+    cport_tls_check_name = check_name;
+}
+
 struct cport_conn {
-    int      fd; /* -1 once dead */
+    SSL     *ssl; /* under TLS (cport_set_tls) */
+    int      fd;  /* -1 once dead */
     uint64_t cluster_id;
     uint8_t *rbuf;
     size_t   rlen, rcap;
@@ -110,6 +124,8 @@ cport_addr_of(const char *addr, char *out, size_t outlen)
 static void
 conn_kill(struct cport_conn *c)
 {
+    tls_client_close(c->ssl, c->fd >= 0);
+    c->ssl = NULL;
     if (c->fd >= 0) {
         close(c->fd);
         c->fd = -1;
@@ -183,7 +199,19 @@ send_frame(struct cport_conn *c, enum frame_type type, const uint8_t *payload, s
     for (i = 0; i < 2; i++) {
         off = 0;
         while (off < lens[i]) {
-            w = send(c->fd, parts[i] + off, lens[i] - off, MSG_NOSIGNAL);
+            short want = POLLOUT;
+
+            if (c->ssl != NULL) {
+                struct iovec v = { (void *)(parts[i] + off), lens[i] - off };
+
+                w = tls_client_write(c->ssl, &v, 1, &want);
+                if (w < 0) {
+                    snprintf(err, errlen, "send: the TLS session broke");
+                    return CPORT_EIO;
+                }
+            } else {
+                w = send(c->fd, parts[i] + off, lens[i] - off, MSG_NOSIGNAL);
+            }
             if (w > 0) {
                 off += (size_t)w;
                 continue;
@@ -192,7 +220,7 @@ send_frame(struct cport_conn *c, enum frame_type type, const uint8_t *payload, s
                 snprintf(err, errlen, "send: %s", strerror(errno));
                 return CPORT_EIO;
             }
-            rc = wait_fd(c->fd, POLLOUT, deadline);
+            rc = wait_fd(c->fd, want, deadline);
             if (rc <= 0) {
                 snprintf(err, errlen, "send: %s", rc == 0 ? "timed out" : strerror(errno));
                 return CPORT_EIO;
@@ -212,6 +240,7 @@ read_frame(struct cport_conn *c, struct frame *f, size_t *consumed, int64_t dead
            size_t errlen)
 {
     ssize_t got;
+    short   want;
     int     rc;
 
     for (;;) {
@@ -238,6 +267,27 @@ read_frame(struct cport_conn *c, struct frame *f, size_t *consumed, int64_t dead
             }
             c->rbuf = nb;
             c->rcap = ncap;
+        }
+        if (c->ssl != NULL) {
+            got = tls_client_read(c->ssl, (char *)c->rbuf + c->rlen, c->rcap - c->rlen, &want);
+            if (got > 0) {
+                c->rlen += (size_t)got;
+                continue;
+            }
+            if (got < 0) {
+                snprintf(err, errlen, "%s",
+                         got == RINGCACHE_ETLS
+                             ? "the node ended the TLS session (does it require a client "
+                               "certificate it trusts? --tls-cert, --tls-key)"
+                             : "the node closed the connection");
+                return CPORT_EIO;
+            }
+            rc = wait_fd(c->fd, want, deadline);
+            if (rc <= 0) {
+                snprintf(err, errlen, "recv: %s", rc == 0 ? "timed out" : strerror(errno));
+                return CPORT_EIO;
+            }
+            continue;
         }
         got = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
         if (got > 0) {
@@ -330,6 +380,32 @@ exchange(struct cport_conn *c, enum frame_type stype, const ProtobufCMessage *ms
     return rc;
 }
 
+/* The TLS handshake on c's new connection to addr (cport_set_tls). */
+static int
+tls_start(struct cport_conn *c, const char *addr, int64_t deadline, char *err, size_t errlen)
+{
+    char host[RING_ADDR_MAX + 1], port[16], why[256];
+    int  rc;
+
+    if (split_addr(addr, host, sizeof(host), port, sizeof(port)) != 0) {
+        snprintf(err, errlen, "%s: not host:port", addr);
+        return CPORT_EIO;
+    }
+    rc = tls_client_handshake(cport_tls, c->fd, host, cport_tls_check_name, deadline, &c->ssl, why,
+                              sizeof(why));
+    if (rc == 0) {
+        return CPORT_OK;
+    }
+    if (rc == RINGCACHE_ETLS) {
+        snprintf(err, errlen, "%s: TLS handshake failed: %s (is the node started with "
+                              "--cluster-tls, its certificate signed by --tls-ca?)",
+                 addr, why[0] != '\0' ? why : "no reason given");
+    } else {
+        snprintf(err, errlen, "%s: TLS handshake: %s", addr, ringcache_strerror(rc));
+    }
+    return CPORT_EIO;
+}
+
 int
 cport_connect(const char *addr, const char *cluster, const uint8_t *token, size_t token_len,
               int timeout_ms, struct cport_conn **out, struct cport_hello *hello, char *err,
@@ -352,6 +428,9 @@ cport_connect(const char *addr, const char *cluster, const uint8_t *token, size_
     c->fd = tcp_connect(addr, deadline, err, errlen);
     if (c->fd < 0) {
         rc = CPORT_EIO;
+        goto out;
+    }
+    if (cport_tls != NULL && (rc = tls_start(c, addr, deadline, err, errlen)) != CPORT_OK) {
         goto out;
     }
     h.cluster = (char *)cluster;

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <openssl/ssl.h>
+
 #include "proto/frame.h"
 #include "ring/ring.h"
 
@@ -110,6 +112,16 @@ struct cport_conn;
 int cport_connect(const char *addr, const char *cluster, const uint8_t *token, size_t token_len,
                   int timeout_ms, struct cport_conn **out, struct cport_hello *hello, char *err,
                   size_t errlen);
+
+/*
+ * TLS to every cluster port this process connects to from now on (nodes
+ * started with --cluster-tls): ctx from tls_client_ctx_new, with the
+ * client certificate the nodes require; it must outlive every connection.
+ * The node's certificate must name the host of the address dialled unless
+ * check_name is false. NULL: plain TCP again. Set it before any
+ * connection, from one thread (ringctl does, from its options).
+ */
+void cport_set_tls(SSL_CTX *ctx, bool check_name);
 
 /*
  * Send one request and read its reply within timeout_ms. Every reply

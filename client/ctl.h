@@ -22,6 +22,7 @@ struct ctl_globals {
     /* Data commands over TLS (--tls, or any --tls-* option): the nodes run
      * with -Z (ringcache_options' tls fields). */
     bool        tls, tls_skip_name_check;
+    bool        cluster_tls; /* --cluster-tls: the cluster port too, with the same files */
     const char *tls_ca, *tls_cert, *tls_key;
 };
 

@@ -250,7 +250,7 @@ conn_connected(struct pool_conn *c)
         c->tls_rwant = POLLIN;
         c->tls_wwant = POLLOUT;
         return tls_client_handshake(c->cfg->tls, c->fd, c->host, c->cfg->tls_check_name,
-                                    util_now_ms() + c->rcvtimeo_ms, &c->ssl);
+                                    util_now_ms() + c->rcvtimeo_ms, &c->ssl, NULL, 0);
     }
     tv.tv_sec = c->rcvtimeo_ms / 1000;
     tv.tv_usec = (c->rcvtimeo_ms % 1000) * 1000;
@@ -492,9 +492,9 @@ pool_conn_reserve(struct pool_conn *c, size_t want)
     return 0;
 }
 
-/* Under TLS: read until OpenSSL needs the socket again, growing the
- * buffer as it fills, so nothing decrypted stays behind where poll cannot
- * see it (tls_client.h). */
+/* Under TLS: read until OpenSSL holds nothing more, growing the buffer as
+ * it fills, so nothing decrypted stays behind where poll cannot see it
+ * (tls_client.h). */
 static long
 tls_recv_all(struct pool_conn *c)
 {
@@ -510,6 +510,9 @@ tls_recv_all(struct pool_conn *c)
         }
         c->end += (size_t)n;
         total += n;
+        if (!SSL_has_pending(c->ssl)) {
+            return total;
+        }
     }
 }
 

@@ -11,6 +11,9 @@
 #include "config.h"
 #include "client/ctl.h"
 #include "client/ctl_util.h"
+#include "client/cport_client.h"
+#include "client/ringcache.h"
+#include "client/tls_client.h"
 
 /* The meta data commands (client/ctl_data.c; client/ctl.h is to take
  * these over). */
@@ -73,6 +76,28 @@ static const struct ctl_command commands[] = {
       "remove (repair) members down (restarted empty) for S seconds", NULL },
 };
 
+/* --cluster-tls: one TLS context for every cluster-port connection, from
+ * the --tls-* files, for the process's lifetime. */
+static int
+start_cluster_tls(const struct ctl_globals *g)
+{
+    struct ringcache_options o;
+    SSL_CTX                 *ctx;
+    char                     err[512];
+
+    ringcache_options_init(&o);
+    o.tls_ca_file = g->tls_ca;
+    o.tls_cert_file = g->tls_cert;
+    o.tls_key_file = g->tls_key;
+    ctx = tls_client_ctx_new(&o, err, sizeof(err));
+    if (ctx == NULL) {
+        ctl_error("--cluster-tls: %s", err);
+        return -1;
+    }
+    cport_set_tls(ctx, !g->tls_skip_name_check);
+    return 0;
+}
+
 static void
 usage(FILE *out)
 {
@@ -101,6 +126,10 @@ usage(FILE *out)
                  "  --tls-key FILE     its private key\n"
                  "  --tls-skip-name-check  accept a trusted node certificate that does not\n"
                  "                     name the node's address\n"
+                 "  --cluster-tls      admin commands over mutual TLS to the cluster port\n"
+                 "                     (nodes started with --cluster-tls): --tls-ca, and\n"
+                 "                     --tls-cert/--tls-key as the admin's certificate;\n"
+                 "                     then data commands use TLS only with --tls\n"
                  "  -h, --help         this text\n"
                  "  -V, --version      print the version\n"
                  "\nexit status: 0 ok, 1 an operation failed or a key was missing, 2 bad usage or\n"
@@ -119,9 +148,11 @@ main(int argc, char **argv)
         { "tls-ca", required_argument, NULL, 'A' },  { "tls-cert", required_argument, NULL, 'C' },
         { "tls-key", required_argument, NULL, 'K' },
         { "tls-skip-name-check", no_argument, NULL, 'N' },
+        { "cluster-tls", no_argument, NULL, 'L' },
         { NULL, 0, NULL, 0 }
     };
     struct ctl_globals g = { .timeout_ms = 1000, .cluster = "ringcache" };
+    bool               tls_asked = false;
     size_t             i;
     long               timeout;
     char              *end;
@@ -162,7 +193,7 @@ main(int argc, char **argv)
             g.timeout_ms = (int)timeout;
             break;
         case 'T':
-            g.tls = true;
+            g.tls = tls_asked = true;
             break;
         case 'A':
             g.tls = true;
@@ -180,6 +211,9 @@ main(int argc, char **argv)
             g.tls = true;
             g.tls_skip_name_check = true;
             break;
+        case 'L':
+            g.cluster_tls = true;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -194,6 +228,14 @@ main(int argc, char **argv)
     if (optind >= argc) {
         usage(stderr);
         return 2;
+    }
+    /* With --cluster-tls the --tls-* files are the cluster port's; the
+     * data port speaks TLS only when --tls says so too. */
+    if (g.cluster_tls) {
+        g.tls = tls_asked;
+        if (start_cluster_tls(&g) != 0) {
+            return 2;
+        }
     }
     for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (commands[i].fn != NULL && strcmp(argv[optind], commands[i].name) == 0) {

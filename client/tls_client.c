@@ -120,6 +120,10 @@ tls_client_ctx_new(const struct ringcache_options *o, char *err, size_t errlen)
      * new gather buffer (the same bytes at a new address). */
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    /* Read the socket in big chunks, not a record header then its body:
+     * one recv per reply instead of two (tls_client_read stops once
+     * nothing is left inside OpenSSL). */
+    SSL_CTX_set_read_ahead(ctx, 1);
     /* A node that dies mid-stream is a closed connection (RINGCACHE_EIO,
      * retried on a fresh one), not a TLS failure: replies frame
      * themselves, so a cut cannot pass for a whole one. */
@@ -203,14 +207,31 @@ wait_for(int fd, short ev, int64_t deadline)
     }
 }
 
+/* Why the handshake of ssl failed, into why. */
+static void
+failure_reason(SSL *ssl, char *why, size_t whylen)
+{
+    long          v = SSL_get_verify_result(ssl);
+    unsigned long e = ERR_peek_last_error();
+
+    if (v != X509_V_OK) {
+        snprintf(why, whylen, "certificate: %s", X509_verify_cert_error_string(v));
+    } else if (e != 0) {
+        snprintf(why, whylen, "%s", ERR_reason_error_string(e));
+    }
+}
+
 int
 tls_client_handshake(SSL_CTX *ctx, int fd, const char *host, bool check_name, int64_t deadline,
-                     SSL **out)
+                     SSL **out, char *why, size_t whylen)
 {
     SSL *ssl = SSL_new(ctx);
     BIO *bio;
     int  rc, e;
 
+    if (why != NULL && whylen > 0) {
+        why[0] = '\0';
+    }
     if (ssl == NULL || (bio = sock_bio(fd)) == NULL) {
         SSL_free(ssl);
         return RINGCACHE_ENOMEM;
@@ -240,6 +261,9 @@ tls_client_handshake(SSL_CTX *ctx, int fd, const char *host, bool check_name, in
             rc = (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) || e == SSL_ERROR_ZERO_RETURN
                      ? RINGCACHE_EIO
                      : RINGCACHE_ETLS;
+            if (rc == RINGCACHE_ETLS && why != NULL && whylen > 0) {
+                failure_reason(ssl, why, whylen);
+            }
         }
         SSL_free(ssl);
         return rc;
@@ -285,6 +309,11 @@ tls_client_read(SSL *ssl, char *buf, size_t len, short *want)
             return got > 0 ? (long)got : r;
         }
         got += (size_t)rc;
+        /* Nothing read from the socket is left undecrypted or unread:
+         * poll sees whatever comes next. Stop without another recv. */
+        if (!SSL_has_pending(ssl)) {
+            break;
+        }
     }
     return (long)got;
 }

@@ -33,15 +33,17 @@ SSL_CTX *tls_client_ctx_new(const struct ringcache_options *o, char *err, size_t
  * name or IP address, as in its subjectAltName) unless check_name is
  * false. 0 with *out set, RINGCACHE_ETIMEDOUT, RINGCACHE_EIO (the socket
  * failed), RINGCACHE_ETLS (the handshake or the verification failed) or
- * RINGCACHE_ENOMEM. */
+ * RINGCACHE_ENOMEM. On RINGCACHE_ETLS, why (whylen bytes; may be NULL)
+ * says why: the certificate check's verdict or OpenSSL's reason. */
 int tls_client_handshake(SSL_CTX *ctx, int fd, const char *host, bool check_name, int64_t deadline,
-                         SSL **out);
+                         SSL **out, char *why, size_t whylen);
 
-/* Read what the TLS layer has and the socket gives now into buf (up to
- * len bytes, at least one record's room is expected: see pool.c). The
- * bytes read (> 0), 0 when nothing is there yet, RINGCACHE_EIO when the
- * node closed or the stream broke, RINGCACHE_ETLS on a TLS alert. *want is the poll event to wait for
- * before calling again. */
+/* Read what the TLS layer has and the socket gives now into buf, up to len
+ * bytes: the bytes read (> 0), 0 when nothing is there yet, RINGCACHE_EIO
+ * when the node closed or the stream broke, RINGCACHE_ETLS on a TLS alert.
+ * *want is the poll event to wait for before calling again. It stops once
+ * OpenSSL holds nothing more (SSL_has_pending false), so a caller that
+ * gets a full buffer must call again before it polls. */
 long tls_client_read(SSL *ssl, char *buf, size_t len, short *want);
 
 /* Write from iov what the socket takes now. The bytes written (>= 0; 0:

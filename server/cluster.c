@@ -22,6 +22,7 @@
 
 #include "proto/frame.h"
 #include "server/log.h"
+#include "server/peer_tls.h"
 #include "server/statedir.h"
 
 static void mark_served(struct cluster *cl);
@@ -677,6 +678,18 @@ install_pending(struct cluster *cl, const struct ring_members *next, const uint8
     return 0;
 }
 
+void
+cluster_set_peer_tls(struct cluster *cl, struct peer_tls *t)
+{
+    cl->tls = t;
+}
+
+const struct peer_tls *
+cluster_peer_tls(const struct cluster *cl)
+{
+    return cl != NULL ? cl->tls : NULL;
+}
+
 bool
 cluster_token_ok(const struct cluster *cl, const uint8_t *token, size_t len)
 {
@@ -1150,5 +1163,6 @@ cluster_free(struct cluster *cl)
     }
     view_free(cl->view, NULL);
     ring_members_free(cl->active);
+    peer_tls_free(cl->tls);
     free(cl);
 }

@@ -182,6 +182,13 @@ int  cluster_new(cluster_barrier_fn barrier, void *barrier_arg, const char *id,
                  struct cluster **out, char *err, size_t errlen);
 void cluster_free(struct cluster *cl);
 
+/* TLS between nodes (server/peer_tls.h): set once, before the cluster's
+ * threads start; the cluster owns t from then on. cluster_peer_tls is NULL
+ * when the cluster speaks plain TCP. */
+struct peer_tls;
+void                   cluster_set_peer_tls(struct cluster *cl, struct peer_tls *t);
+const struct peer_tls *cluster_peer_tls(const struct cluster *cl);
+
 /* The node process starts serving with this state (cport_start, not unit
  * tests): a member of its active epoch comes back empty, so it is
  * recovering until a transition copies its ranges back. */

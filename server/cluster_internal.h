@@ -26,6 +26,7 @@ struct cluster {
     size_t             token_len;
     bool               has_token;
     uint64_t           boot_id;
+    struct peer_tls   *tls; /* NULL: plain TCP between nodes */
 
     struct ring_members *active;      /* NULL = no membership */
     struct ring         *active_ring; /* shared with the current view */

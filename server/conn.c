@@ -23,6 +23,7 @@
 #include "server/proto_text.h"
 #include "server/stats.h"
 #include "server/thread.h"
+#include "server/tls.h"
 
 #define CONN_IOV_MAX    64
 #define CHUNK_POOL_MAX  64
@@ -79,6 +80,10 @@ conn_set_events(struct conn *c, short flags)
 int
 conn_start(struct conn *c)
 {
+    if (c->w->srv != NULL && c->w->srv->tls != NULL &&
+        (c->tls = tls_conn_new(c->w->srv->tls, c->fd)) == NULL) {
+        return -1;
+    }
     c->ev = event_new(c->w->base, c->fd, EV_READ | EV_PERSIST, conn_event_cb, c);
     if (c->ev == NULL) {
         return -1;
@@ -505,6 +510,7 @@ conn_close(struct conn *c)
     if (c->stall_ev != NULL) {
         event_free(c->stall_ev);
     }
+    tls_conn_free(c->tls);
     if (c->fd >= 0) {
         close(c->fd);
     }
@@ -539,6 +545,75 @@ conn_close(struct conn *c)
 }
 
 /*
+ * The seam between plaintext and TLS (server/tls.h): write from iov,
+ * returning the bytes taken, -2 when the socket is full, -1 on an error.
+ */
+static ssize_t
+conn_send(struct conn *c, const struct iovec *iov, int niov)
+{
+    struct msghdr msg;
+    ssize_t       n;
+
+    if (c->tls != NULL) {
+        return tls_send(c->tls, iov, niov);
+    }
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = (struct iovec *)iov;
+    msg.msg_iovlen = (size_t)niov;
+    do {
+        n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        return (errno == EAGAIN || errno == EWOULDBLOCK) ? -2 : -1;
+    }
+    return n;
+}
+
+/* The other half of the seam: read up to len bytes; bytes read, 0 at the
+ * end of the stream, -1 on an error, -2 when it would block. */
+static ssize_t
+conn_recv(struct conn *c, void *buf, size_t len)
+{
+    ssize_t n;
+
+    if (c->tls != NULL) {
+        return tls_recv(c->tls, buf, len);
+    }
+    n = read(c->fd, buf, len);
+    if (n < 0) {
+        return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? -2 : -1;
+    }
+    return n;
+}
+
+/* Input may be waiting where epoll cannot see it: decrypted or undecoded
+ * inside the SSL object, or behind a TLS read that had to write first. */
+static bool
+conn_tls_readable(const struct conn *c)
+{
+    return c->tls != NULL && (tls_pending(c->tls) || tls_want_write(c->tls));
+}
+
+/*
+ * Wait for more input: EV_READ (and EV_WRITE when a TLS read must write
+ * first), or straight away when TLS already holds some, since the socket
+ * will not become readable for bytes that were read from it.
+ */
+static int
+conn_wait_input(struct conn *c)
+{
+    short flags = c->tls != NULL && tls_want_write(c->tls) ? EV_READ | EV_WRITE : EV_READ;
+
+    if (conn_set_events(c, flags) < 0) {
+        return -1;
+    }
+    if (c->tls != NULL && tls_pending(c->tls)) {
+        event_active(c->ev, EV_READ, 0);
+    }
+    return 0;
+}
+
+/*
  * Write queued output with writev until it is all out (0), the socket
  * would block (1), an unfilled hold is next (2) or it fails (-1).
  */
@@ -549,7 +624,6 @@ conn_flush(struct conn *c)
 
     while (c->out_head != NULL) {
         struct out_chunk *ch;
-        struct msghdr     msg;
         ssize_t           n;
         int               niov = 0;
 
@@ -575,17 +649,11 @@ conn_flush(struct conn *c)
             iov[niov].iov_len = ch->len - ch->off;
             niov++;
         }
-        memset(&msg, 0, sizeof(msg));
-        msg.msg_iov = iov;
-        msg.msg_iovlen = (size_t)niov;
-        n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+        n = conn_send(c, iov, niov);
+        if (n == -2) {
+            return 1;
+        }
         if (n < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                return 1;
-            }
             return -1;
         }
         STATS_ADD(&c->w->stats, bytes_written, n);
@@ -611,10 +679,10 @@ conn_flush(struct conn *c)
 }
 
 /*
- * One read(2): straight into the item when a large data block is pending
- * and nothing is buffered, else into rbuf. Returns bytes read, 0 on EOF,
- * -1 on error, -2 when it would block. *filled says the read used all the
- * room it had (more may be waiting).
+ * One read (conn_recv): straight into the item when a large data block is
+ * pending and nothing is buffered, else into rbuf. Returns bytes read, 0
+ * on EOF, -1 on error, -2 when it would block. *filled says the read used
+ * all the room it had, or TLS holds more (more may be waiting).
  */
 static ssize_t
 conn_read(struct conn *c, bool *filled)
@@ -624,7 +692,7 @@ conn_read(struct conn *c, bool *filled)
 
     if (c->pstate == CONN_PS_NREAD && c->rpos == c->rend && c->nread_left >= 4096) {
         room = c->nread_left;
-        n = read(c->fd, c->nread_dst, room);
+        n = conn_recv(c, c->nread_dst, room);
         if (n > 0) {
             c->nread_dst += n;
             c->nread_left -= (size_t)n;
@@ -634,19 +702,17 @@ conn_read(struct conn *c, bool *filled)
             return -1;
         }
         room = c->rsize - c->rend;
-        n = read(c->fd, c->rbuf + c->rend, room);
+        n = conn_recv(c, c->rbuf + c->rend, room);
         if (n > 0) {
             c->rend += (uint32_t)n;
         }
     }
-    if (n < 0) {
-        return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? -2 : -1;
+    if (n <= 0) {
+        return n;
     }
-    if (n > 0) {
-        STATS_ADD(&c->w->stats, bytes_read, n);
-        c->last_active = c->w->idle_now;
-    }
-    *filled = (size_t)n == room;
+    STATS_ADD(&c->w->stats, bytes_read, n);
+    c->last_active = c->w->idle_now;
+    *filled = (size_t)n == room || conn_tls_readable(c);
     return n;
 }
 
@@ -734,10 +800,32 @@ conn_event_cb(int fd, short what, void *arg)
     /* Woken for writing only (the socket, or a hold that was filled):
      * nothing says input is waiting, so do not try a read first; epoll
      * reports it once EV_READ is registered again. */
-    bool filled = (what & EV_READ) != 0 || what == 0;
+    bool filled = (what & EV_READ) != 0 || what == 0 || conn_tls_readable(c);
     int  rounds = 0;
 
     (void)fd;
+    if (c->tls != NULL && !c->tls_ready) {
+        switch (tls_handshake(c->tls)) {
+        case TLS_HS_DONE:
+            /* The client's first request may have come with its last
+             * handshake message. */
+            c->tls_ready = true;
+            filled = true;
+            break;
+        case TLS_HS_WANT_READ:
+            if (conn_set_events(c, EV_READ) < 0) {
+                goto close;
+            }
+            return;
+        case TLS_HS_WANT_WRITE:
+            if (conn_set_events(c, EV_WRITE) < 0) {
+                goto close;
+            }
+            return;
+        case TLS_HS_FAILED:
+            goto close;
+        }
+    }
     for (;;) {
         enum proto_status st = PROTO_MORE;
         ssize_t           n;
@@ -811,7 +899,7 @@ conn_event_cb(int fd, short what, void *arg)
                 STATS_ADD(&c->w->stats, conn_yields, 1);
             }
             conn_rbuf_release(c);
-            if (conn_set_events(c, EV_READ) < 0) {
+            if (conn_wait_input(c) < 0) {
                 goto close;
             }
             return;
@@ -830,7 +918,7 @@ conn_event_cb(int fd, short what, void *arg)
         n = conn_read(c, &filled);
         if (n == -2) {
             conn_rbuf_release(c);
-            if (conn_set_events(c, EV_READ) < 0) {
+            if (conn_wait_input(c) < 0) {
                 goto close;
             }
             return;

@@ -8,7 +8,9 @@
  * not read is closed when that cap is reached and no reply byte could be
  * written for CONN_STALL_TIMEOUT_MS. Buffers return to the worker's pools
  * when the connection is idle; with -o idle_timeout, one idle that long is
- * closed (conn_idle_sweep). A reply that another node gives
+ * closed (conn_idle_sweep). With -Z the socket is read and written
+ * through server/tls.h (conn_recv/conn_send), after a handshake driven by
+ * the same event. A reply that another node gives
  * (forwarding, replication) is a hold: a placeholder chunk that is filled
  * later, in place; writes stop at an unfilled hold, so replies keep their
  * request order.
@@ -28,6 +30,7 @@ struct worker;
 struct event;
 struct repl_op;
 struct fwd_order;
+struct tls_conn;
 
 #define CONN_RBUF_SIZE        16384u      /* default read buffer */
 #define CONN_LINE_MAX         (4u << 20)  /* longest get line we buffer */
@@ -79,6 +82,9 @@ struct conn {
     bool           close_after_write;
     bool           eof; /* the client shut down its side */
     bool           closed;
+    /* -Z: every byte goes through this (server/tls.h); NULL: plaintext. */
+    struct tls_conn *tls;
+    bool             tls_ready; /* its handshake is done */
 
     /* Input: bytes [rpos, rend) of rbuf are unparsed. */
     char    *rbuf;
@@ -149,7 +155,8 @@ struct conn {
  * no event is registered). NULL on ENOMEM. Does not take fd on failure. */
 struct conn *conn_new(struct worker *w, int fd);
 
-/* Register the connection's read event on its worker's base; 0 or -1. */
+/* Register the connection's read event on its worker's base, and with
+ * -Z start its TLS side (the handshake comes first); 0 or -1. */
 int conn_start(struct conn *c);
 
 /* Close the socket, release every buffer and item reference, unlink from

@@ -29,6 +29,7 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 
 #include "proto/frame.h"
@@ -42,6 +43,7 @@
 #include "server/storewatch.h"
 #include "server/log.h"
 #include "server/peer.h"
+#include "server/peer_tls.h"
 #include "server/store.h"
 #include "server/thread.h"
 #include "server/transition.h"
@@ -158,6 +160,7 @@ struct cport {
     struct auth_src    auth[CPORT_AUTH_SRCS];          /* sources with failed Hellos */
     struct event      *auth_ev;                        /* wakes the deferred Hellos */
     uint64_t           n_auth_failed, n_auth_deferred; /* since the last auth line */
+    uint64_t           n_tls_failed, tls_log_ms;       /* since the last TLS line */
     uint64_t           auth_log_ms;
 };
 
@@ -247,13 +250,39 @@ conn_write_cb(struct bufferevent *bev, void *arg)
     }
 }
 
+/* A TLS handshake on the port failed (--cluster-tls): at most one line a
+ * second, with the count and the last reason (an untrusted or missing
+ * client certificate, plaintext sent to a TLS port). */
+static void
+tls_failed(struct cport *cp, struct bufferevent *bev)
+{
+    uint64_t now = mono_ms();
+    char     why[256];
+
+    cp->n_tls_failed++;
+    if (now - cp->tls_log_ms < CPORT_DROP_LOG_MS) {
+        return;
+    }
+    peer_tls_error(bev, why, sizeof(why));
+    log_msg(LOG_ERR, "cluster port: %" PRIu64 " TLS handshakes failed (the last: %s)",
+            cp->n_tls_failed, why[0] != '\0' ? why : "closed during the handshake");
+    cp->n_tls_failed = 0;
+    cp->tls_log_ms = now;
+}
+
 /* EOF or a socket error: free the connection (a Fence waiter is cancelled). */
 static void
 conn_event_cb(struct bufferevent *bev, short what, void *arg)
 {
-    (void)bev;
+    struct cp_conn *c = arg;
+
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-        cpc_free(arg);
+        SSL *ssl = bufferevent_openssl_get_ssl(bev);
+
+        if (ssl != NULL && !SSL_is_init_finished(ssl)) {
+            tls_failed(c->cp, bev);
+        }
+        cpc_free(c);
     }
 }
 
@@ -1083,9 +1112,8 @@ accept_cb(evutil_socket_t lfd, short what, void *arg)
             continue;
         }
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        c->bev = bufferevent_socket_new(cp->base, fd, BEV_OPT_CLOSE_ON_FREE);
+        c->bev = peer_tls_accept(cluster_peer_tls(cp->cl), cp->base, fd);
         if (c->bev == NULL) {
-            close(fd);
             free(c);
             continue;
         }

@@ -26,6 +26,7 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/util.h>
 
@@ -35,6 +36,7 @@
 #include "server/cluster.h"
 #include "server/conn.h"
 #include "server/log.h"
+#include "server/peer_tls.h"
 #include "server/thread.h"
 
 #define FWD_VALUE_MAX (1u << 30) /* a VALUE larger than this is a protocol error */
@@ -115,6 +117,7 @@ struct fwd_up {
     char                addr[RING_ADDR_MAX + 1];
     bool                calls; /* carries forward_call requests only */
     struct bufferevent *bev;   /* NULL: not connected */
+    bool                tls;   /* bev is OpenSSL's: it writes its own output */
     bool                connected;
     bool                dirty; /* has output the flush has not seen */
     struct event       *timer;
@@ -1159,6 +1162,14 @@ up_flush(struct fwd_up *up)
         return;
     }
     out = bufferevent_get_output(up->bev);
+    if (up->tls) {
+        /* TLS encrypts inside the bufferevent: let it write (up_write_cb
+         * stops watching once the output is drained). */
+        if (evbuffer_get_length(out) > 0) {
+            bufferevent_enable(up->bev, EV_WRITE);
+        }
+        return;
+    }
     /* A socket bufferevent keeps its output's front frozen (only it may
      * drain it): evbuffer_write on it fails at once without a syscall,
      * leaving a stale errno, so thaw it for the write as libevent's own
@@ -1237,9 +1248,15 @@ up_event_cb(struct bufferevent *bev, short what, void *arg)
         return;
     }
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-        log_msg(LOG_INFO, "forward to %s: %s", up->addr,
-                (what & BEV_EVENT_EOF) ? "connection closed"
-                                       : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        char why[256];
+
+        if (up->tls && peer_tls_error(bev, why, sizeof(why))[0] != '\0') {
+            log_msg(LOG_ERR, "forward to %s: %s", up->addr, why);
+        } else {
+            log_msg(LOG_INFO, "forward to %s: %s", up->addr,
+                    (what & BEV_EVENT_EOF) ? "connection closed"
+                                           : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        }
         up_fail(up, "forward failed", FWD_ECONN);
     }
 }
@@ -1276,6 +1293,29 @@ resolve(const char *addr, struct sockaddr_storage *ss, int *len)
     return 0;
 }
 
+/* The host of "host:port" or "[v6]:port", brackets removed. 0 or -1. */
+static int
+addr_host(const char *addr, char *host, size_t hostlen)
+{
+    const char *colon = strrchr(addr, ':');
+    size_t      n;
+
+    if (colon == NULL) {
+        return -1;
+    }
+    n = (size_t)(colon - addr);
+    if (addr[0] == '[' && n >= 2 && addr[n - 1] == ']') {
+        addr++;
+        n -= 2;
+    }
+    if (n == 0 || n >= hostlen) {
+        return -1;
+    }
+    memcpy(host, addr, n);
+    host[n] = '\0';
+    return 0;
+}
+
 /* Queue a hello line (its "OK" is checked and dropped). */
 static int
 up_hello(struct fwd_up *up, const char *text)
@@ -1308,17 +1348,19 @@ up_connect(struct fwd_up *up, uint64_t epoch)
     struct worker          *w = up->fw->w;
     struct cluster         *cl = w->srv != NULL ? w->srv->cluster : NULL;
     struct sockaddr_storage ss;
-    char                    line[96];
+    char                    line[96], host[RING_ADDR_MAX + 1];
     int                     len;
 
-    if (resolve(up->addr, &ss, &len) < 0) {
+    if (resolve(up->addr, &ss, &len) < 0 || addr_host(up->addr, host, sizeof(host)) < 0) {
         log_msg(LOG_ERR, "forward: cannot resolve %s", up->addr);
         return -1;
     }
-    up->bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    /* Over TLS when the client ports speak it (-Z): peer_tls.h. */
+    up->bev = peer_tls_dial(cl != NULL ? cluster_peer_tls(cl) : NULL, w->base, host, false);
     if (up->bev == NULL) {
         return -1;
     }
+    up->tls = bufferevent_openssl_get_ssl(up->bev) != NULL;
     bufferevent_setcb(up->bev, up_read_cb, up_write_cb, up_event_cb, up);
     /* EV_WRITE stays off: up_flush writes (the connect completes anyway). */
     if (bufferevent_enable(up->bev, EV_READ) < 0 ||

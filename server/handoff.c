@@ -759,7 +759,7 @@ xfer_open(struct xfer *x)
 
     store_count(x->h->s, arcset_pred, &x->arcs, &x->st.items_total, &x->st.bytes_total);
     cluster_count_planned(x->h->cl, x->st.items_total, x->st.bytes_total);
-    x->bev = bufferevent_socket_new(x->h->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    x->bev = peer_dial(x->h->base, cluster_peer_tls(x->h->cl), x->addr);
     if (x->bev == NULL) {
         xfer_fail(x, "out of memory");
         return;

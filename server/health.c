@@ -376,7 +376,7 @@ peer_connect_to(struct peer *p)
     int rc;
 
     p->attempt_ms = util_coarse_ms();
-    p->bev = bufferevent_socket_new(p->h->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    p->bev = peer_dial(p->h->base, cluster_peer_tls(p->h->cl), p->addr);
     if (p->bev == NULL) {
         peer_fail(p, "out of memory", false);
         return;

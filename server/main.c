@@ -29,6 +29,7 @@
 #include "server/cport.h"
 #include "server/log.h"
 #include "server/metrics.h"
+#include "server/peer_tls.h"
 #include "server/settings.h"
 #include "server/thread.h"
 
@@ -91,6 +92,18 @@ start_cluster(struct server *srv, const struct settings *st, struct cport **cp)
                     sizeof(err)) < 0) {
         log_msg(LOG_ERR, "%s", err);
         return -1;
+    }
+    /* TLS between nodes: the cluster port (--cluster-tls) and relays to
+     * peers' client ports (-Z), with the node's own files. */
+    if (st->cluster_tls || st->ssl_enabled) {
+        struct peer_tls *t = peer_tls_new(st->ssl_chain_cert, st->ssl_key, st->ssl_ca_cert,
+                                          st->cluster_tls, st->ssl_enabled, err, sizeof(err));
+
+        if (t == NULL) {
+            log_msg(LOG_ERR, "%s", err);
+            return -1;
+        }
+        cluster_set_peer_tls(srv->cluster, t);
     }
     port = st->cluster_port != 0 ? st->cluster_port : srv->bound_port + CLUSTER_PORT_OFFSET;
     if (port > 65535) {

@@ -17,6 +17,7 @@
 
 #include "proto/ringcache.pb-c.h"
 #include "server/cluster.h"
+#include "server/peer_tls.h"
 
 #define PORT_MAX 65535
 
@@ -140,6 +141,19 @@ cluster_addr(const char *addr, char *host, size_t hostlen, int *port)
     }
     *port = (int)p + CLUSTER_PORT_OFFSET;
     return 0;
+}
+
+/* See peer.h. */
+struct bufferevent *
+peer_dial(struct event_base *base, const struct peer_tls *tls, const char *addr)
+{
+    char host[RING_ADDR_MAX + 1];
+    int  port;
+
+    if (cluster_addr(addr, host, sizeof(host), &port) < 0) {
+        return bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE); /* peer_connect says why */
+    }
+    return peer_tls_dial(tls, base, host, true);
 }
 
 /* Connect to a member's cluster port; see peer.h. */

@@ -15,6 +15,8 @@
 
 struct bufferevent;
 struct cluster;
+struct event_base;
+struct peer_tls;
 struct evbuffer;
 
 /* peer_connect results (0 = connecting). */
@@ -54,5 +56,12 @@ void peer_error_text(const struct frame *f, const char *prefix, char *buf, size_
  * have run (with BEV_EVENT_ERROR) when this returns.
  */
 int peer_connect(struct bufferevent *bev, const char *addr);
+
+/* A bufferevent for peer_connect to the member at addr: over TLS when the
+ * cluster port speaks it (tls, server/peer_tls.h; NULL: plain), checking
+ * that the member's certificate names addr's host. NULL when out of memory
+ * (a malformed addr gets a plain one: peer_connect then says PEER_EADDR). */
+struct bufferevent *peer_dial(struct event_base *base, const struct peer_tls *tls,
+                              const char *addr);
 
 #endif /* SERVER_PEER_H */

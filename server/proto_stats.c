@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -23,6 +24,7 @@
 #include "server/stats.h"
 #include "server/store.h"
 #include "server/thread.h"
+#include "server/tls.h"
 
 /* `stats`: memcached's general statistics, names as in protocol.txt. */
 static void
@@ -88,6 +90,18 @@ stats_general(struct conn *c)
         /* Ours: connections closed after PROTO_AUTH_FAILURES_MAX failed logins. */
         proto_reply_printf(c, "STAT auth_kicks %" PRIu64 "\r\n", ts.auth_kicks);
     }
+    if (srv->tls != NULL) {
+        /* memcached's TLS counters, only with -Z, in its order. */
+        struct tls_stats tls;
+
+        tls_server_stats(srv->tls, &tls);
+        if (srv->settings.ssl_session_cache) {
+            proto_reply_printf(c, "STAT ssl_new_sessions %" PRIu64 "\r\n", tls.new_sessions);
+        }
+        proto_reply_printf(c, "STAT ssl_handshake_errors %" PRIu64 "\r\n", tls.handshake_errors);
+        proto_reply_printf(c, "STAT time_since_server_cert_refresh %" PRId64 "\r\n",
+                           (int64_t)time(NULL) - tls.last_refresh);
+    }
     if (srv->settings.idle_timeout > 0) {
         /* memcached shows it only with -o idle_timeout too. */
         proto_reply_printf(c, "STAT idle_kicks %" PRIu64 "\r\n", ts.idle_kicks);
@@ -132,6 +146,32 @@ stats_general(struct conn *c)
     conn_out_add(c, "END\r\n", 5);
 }
 
+/* memcached's ssl_* lines of `stats settings` (printed with or without
+ * -Z), its values: the verify mode as OpenSSL's flags (0, 1, 3, 7), unset
+ * files as NULL, the fixed ones (PEM keys, 16 KiB records) as it shows
+ * its defaults. */
+static void
+stats_settings_ssl(struct conn *c, const struct settings *st)
+{
+    static const int   VERIFY_FLAGS[] = { 0, 1, 3, 7 };
+    static const char *VERSIONS[] = { "tlsv1.0", "tlsv1.1", "tlsv1.2", "tlsv1.3" };
+
+    proto_reply_printf(c, "STAT ssl_enabled %s\r\n", st->ssl_enabled ? "yes" : "no");
+    proto_reply_printf(c, "STAT ssl_chain_cert %s\r\n",
+                       st->ssl_chain_cert[0] != '\0' ? st->ssl_chain_cert : "NULL");
+    proto_reply_printf(c, "STAT ssl_key %s\r\n", st->ssl_key[0] != '\0' ? st->ssl_key : "NULL");
+    proto_reply_printf(c, "STAT ssl_verify_mode %d\r\n", VERIFY_FLAGS[st->ssl_verify_mode]);
+    proto_reply_printf(c, "STAT ssl_keyformat 1\r\n");
+    proto_reply_printf(c, "STAT ssl_ciphers %s\r\n",
+                       st->ssl_ciphers[0] != '\0' ? st->ssl_ciphers : "NULL");
+    proto_reply_printf(c, "STAT ssl_ca_cert %s\r\n",
+                       st->ssl_ca_cert[0] != '\0' ? st->ssl_ca_cert : "NULL");
+    proto_reply_printf(c, "STAT ssl_wbuf_size 16384\r\n");
+    proto_reply_printf(c, "STAT ssl_session_cache %s\r\n", st->ssl_session_cache ? "yes" : "no");
+    proto_reply_printf(c, "STAT ssl_kernel_tls no\r\n");
+    proto_reply_printf(c, "STAT ssl_min_version %s\r\n", VERSIONS[st->ssl_min_version]);
+}
+
 /* `stats settings`: the options that clients and exporters look for. */
 static void
 stats_settings(struct conn *c)
@@ -172,6 +212,7 @@ stats_settings(struct conn *c)
     proto_reply_printf(c, "STAT client_flags_size 4\r\n");
     proto_reply_printf(c, "STAT hotkeys_sample %u\r\n", st->hotkeys_sample);
     proto_reply_printf(c, "STAT hotkeys_decay %u\r\n", st->hotkeys_decay_s);
+    stats_settings_ssl(c, st);
     conn_out_add(c, "END\r\n", 5);
 }
 

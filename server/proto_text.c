@@ -32,6 +32,7 @@
 #include "server/stats.h"
 #include "server/store.h"
 #include "server/thread.h"
+#include "server/tls.h"
 
 #define LINE_MAX_NONGET 2048 /* past this many bytes without '\n' we hang up */
 #define GET_PREFIX_MAX  100  /* leading spaces allowed before a long get */
@@ -577,6 +578,34 @@ process_verbosity(struct conn *c, struct token *t, int ntok)
 }
 
 /*
+ * refresh_certs: reload the TLS certificate chain, key and CAs from the
+ * files named at start (server/tls.h). OK, or the reason after
+ * SERVER_ERROR (memcached sends the bare reason, which no client can tell
+ * from a reply); the certificate in use stays then.
+ */
+static void
+process_refresh_certs(struct conn *c)
+{
+    struct server *srv = c->w->srv;
+    char           err[1536];
+
+    if (srv->tls == NULL) {
+        REPLY(c, "SERVER_ERROR TLS not enabled");
+        return;
+    }
+    if (tls_server_refresh(srv->tls, err, sizeof(err)) < 0) {
+        log_msg(LOG_ERR, "refresh_certs: certificates not reloaded, keeping the old ones: %s",
+                err);
+        conn_out_add(c, "SERVER_ERROR ", 13);
+        conn_out_add(c, err, strlen(err));
+        conn_out_add(c, "\r\n", 2);
+        return;
+    }
+    log_msg(LOG_INFO, "refresh_certs: certificates reloaded");
+    REPLY(c, "OK");
+}
+
+/*
  * The commands memcached's tokenizer does not know (its text_cmd_entries,
  * and ours for peers), found by their first token even after leading
  * spaces; false when t[0] is none of them.
@@ -598,6 +627,8 @@ process_extra(struct conn *c, struct token *t, int ntok)
         proto_peer_rc_peer(c, t, ntok);
     } else if (TOK_IS(&t[0], "config") && ntok == 1) {
         proto_peer_config(c);
+    } else if (TOK_IS(&t[0], "refresh_certs")) {
+        process_refresh_certs(c);
     } else {
         return false;
     }

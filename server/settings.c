@@ -49,6 +49,7 @@ settings_init(struct settings *s)
     s->max_keys_per_get = SETTINGS_MAX_KEYS_DEFAULT;
     s->max_frame_bytes = SETTINGS_MAX_FRAME_DEFAULT;
     s->handoff_window = SETTINGS_HANDOFF_WIN_DEFAULT;
+    s->ssl_min_version = 2; /* tlsv1.2, as memcached */
 }
 
 /* Print the usage text to f. */
@@ -69,6 +70,9 @@ settings_usage(FILE *f)
                "      --token-file=<file>    admin token (first line) for the cluster port\n"
                "      --cluster=<name>       cluster name (default: ringcache)\n"
                "      --cluster-port=<num>   cluster port (default: client port + 10000)\n"
+               "      --cluster-tls          mutual TLS on the cluster port and to peers' ones:\n"
+               "                             -o ssl_chain_cert, ssl_key (this node's) and\n"
+               "                             ssl_ca_cert (what peers and ringctl must show)\n"
                "      --forward-timeout=<ms> how long a forwarded request or a replica\n"
                "                             acknowledgement may take (default: 1000)\n"
                "      --store=<spec>         watch the membership store (ringctl's --store:\n"
@@ -111,14 +115,23 @@ settings_usage(FILE *f)
                "  -Y, --auth-file=<file>     clients log in first: a set whose data is\n"
                "                             `user password`, users from this file of\n"
                "                             user:password lines (docs/security.md)\n"
+               "  -Z, --enable-ssl           TLS on the client port (needs ssl_chain_cert)\n"
                "  -o, --extended=<opts>      modern, no_modern, maxconns_fast,\n"
                "                             idle_timeout=<secs> (close a connection idle\n"
                "                             that long; 0: never, the default); slab and\n"
                "                             LRU tuning is accepted with a warning\n"
+               "     TLS (with -Z): ssl_chain_cert=<file> (PEM chain), ssl_key=<file> (PEM\n"
+               "                             key; default: in the chain file),\n"
+               "                             ssl_ca_cert=<file> (CAs for client certs),\n"
+               "                             ssl_verify_mode=0|1|2|3 (client certs: none,\n"
+               "                             request, require, once; default 0),\n"
+               "                             ssl_min_version=tlsv1.2|tlsv1.3 (or 0-3;\n"
+               "                             default tlsv1.2), ssl_ciphers=<list>,\n"
+               "                             ssl_session_cache, ssl_keyformat=1 (PEM)\n"
                "  accepted with a warning, no effect here: -f -n -L (slab tuning),\n"
                "     -C (CAS stays on), -R (requests per event), -A, -D, -N\n"
                "  refused (not supported): -U <non-zero>, -B binary|auto, -e, -F, -M,\n"
-               "     -S, -Z, -o ext_*|ssl_*|proxy_*\n");
+               "     -S, -Z with -s, -o ext_*|proxy_*\n");
 }
 
 /* A decimal integer in [min, max]; 0 or -1. */
@@ -201,6 +214,7 @@ enum sub_kind {
     SUB_SLAB,   /* slab, LRU or hash tuning: one warning */
     SUB_IGNORE, /* accepted with one warning saying why */
     SUB_IDLE,   /* idle_timeout: applied */
+    SUB_SSL,    /* ssl_*: TLS settings (parse_ssl) */
 };
 
 /* A sub-option's value: none (one given is ignored, as memcached does),
@@ -232,6 +246,17 @@ static const struct subopt SUBOPTS[] = {
     { "read_buf_mem_limit", SUB_IGNORE, ARG_REQUIRED,
       "read buffers come from per-thread pools (ringcached(1), MEMORY)" },
     { "resp_obj_mem_limit", SUB_IGNORE, ARG_REQUIRED, "deprecated in memcached too" },
+    { "ssl_chain_cert", SUB_SSL, ARG_REQUIRED, NULL },
+    { "ssl_key", SUB_SSL, ARG_REQUIRED, NULL },
+    { "ssl_ca_cert", SUB_SSL, ARG_REQUIRED, NULL },
+    { "ssl_ciphers", SUB_SSL, ARG_REQUIRED, NULL },
+    { "ssl_verify_mode", SUB_SSL, ARG_REQUIRED, NULL },
+    { "ssl_min_version", SUB_SSL, ARG_REQUIRED, NULL },
+    { "ssl_keyformat", SUB_SSL, ARG_REQUIRED, NULL },
+    { "ssl_session_cache", SUB_SSL, ARG_NONE, NULL },
+    { "ssl_wbuf_size", SUB_IGNORE, ARG_REQUIRED,
+      "replies are encrypted from the connection's own output queue" },
+    { "ssl_kernel_tls", SUB_IGNORE, ARG_NONE, "kernel TLS offload is not supported" },
     { "no_modern", SUB_SLAB, ARG_NONE, NULL },
     { "hashpower", SUB_SLAB, ARG_REQUIRED, NULL },
     { "no_hashexpand", SUB_SLAB, ARG_NONE, NULL },
@@ -268,9 +293,114 @@ static const struct {
     const char *why;
 } SUBOPT_REFUSED[] = {
     { "ext_", "extstore (items on flash) is not supported" },
-    { "ssl_", "TLS is not supported" },
     { "proxy_", "proxy mode is not supported" },
 };
+
+/* -o ssl_min_version's values: memcached 1.6's numbers and their names. */
+static const char *const TLS_VERSIONS[] = { "tlsv1.0", "tlsv1.1", "tlsv1.2", "tlsv1.3" };
+
+/* A TLS sub-option (its value is there when the table requires one);
+ * 0 or -1 (reported). The files are only named here: server/tls.c reads
+ * them at start and on refresh_certs. */
+static int
+parse_ssl(FILE *err, const char *name, const char *val, struct settings *s)
+{
+    char  *dst = NULL;
+    size_t i;
+    long   v;
+
+    if (strcmp(name, "ssl_chain_cert") == 0) {
+        dst = s->ssl_chain_cert;
+    } else if (strcmp(name, "ssl_key") == 0) {
+        dst = s->ssl_key;
+    } else if (strcmp(name, "ssl_ca_cert") == 0) {
+        dst = s->ssl_ca_cert;
+    } else if (strcmp(name, "ssl_ciphers") == 0) {
+        dst = s->ssl_ciphers;
+    } else if (strcmp(name, "ssl_session_cache") == 0) {
+        s->ssl_session_cache = true;
+        return 0;
+    } else if (strcmp(name, "ssl_verify_mode") == 0) {
+        if (parse_int(val, 0, 3, &v) < 0) {
+            fprintf(err, "ringcached: -o ssl_verify_mode=%s: must be 0 (none), 1 (request), "
+                         "2 (require) or 3 (once)\n", val);
+            return -1;
+        }
+        s->ssl_verify_mode = (int)v;
+        return 0;
+    } else if (strcmp(name, "ssl_min_version") == 0) {
+        for (i = 0; i < sizeof(TLS_VERSIONS) / sizeof(TLS_VERSIONS[0]); i++) {
+            if (strcmp(val, TLS_VERSIONS[i]) == 0) {
+                s->ssl_min_version = (int)i;
+                return 0;
+            }
+        }
+        if (parse_int(val, 0, 3, &v) < 0) {
+            fprintf(err, "ringcached: -o ssl_min_version=%s: must be tlsv1.0, tlsv1.1, tlsv1.2, "
+                         "tlsv1.3 or 0-3\n", val);
+            return -1;
+        }
+        s->ssl_min_version = (int)v;
+        return 0;
+    } else if (strcmp(name, "ssl_keyformat") == 0) {
+        /* memcached passes it to OpenSSL: 1 is SSL_FILETYPE_PEM. */
+        if (strcmp(val, "1") != 0) {
+            fprintf(err, "ringcached: -o ssl_keyformat=%s: only 1 (PEM) is supported\n", val);
+            return -1;
+        }
+        return 0;
+    }
+    if (strlen(val) >= sizeof(s->ssl_chain_cert)) {
+        fprintf(err, "ringcached: -o %s: must be 1-%zu bytes\n", name,
+                sizeof(s->ssl_chain_cert) - 1);
+        return -1;
+    }
+    strcpy(dst, val);
+    return 0;
+}
+
+/* -Z against the rest of the command line; 0 or -1 (reported). */
+static int
+check_ssl(FILE *err, struct settings *s)
+{
+    if (s->cluster_tls) {
+        if (s->state_dir[0] == '\0') {
+            fprintf(err, "ringcached: --cluster-tls needs --state-dir (cluster mode)\n");
+            return -1;
+        }
+        if (s->ssl_chain_cert[0] == '\0' || s->ssl_ca_cert[0] == '\0') {
+            fprintf(err, "ringcached: --cluster-tls needs -o ssl_chain_cert=<file> (this node's "
+                         "certificate) and ssl_ca_cert=<file> (the CA that signs the cluster's "
+                         "certificates)\n");
+            return -1;
+        }
+        if (s->ssl_key[0] == '\0') {
+            strcpy(s->ssl_key, s->ssl_chain_cert);
+        }
+    }
+    if (!s->ssl_enabled) {
+        if (!s->cluster_tls &&
+            (s->ssl_chain_cert[0] != '\0' || s->ssl_key[0] != '\0' || s->ssl_ca_cert[0] != '\0')) {
+            fprintf(err, "ringcached: warning: -o ssl_*: TLS is off without -Z or --cluster-tls; "
+                         "ignored\n");
+        }
+        return 0;
+    }
+    if (s->socket_path[0] != '\0') {
+        fprintf(err, "ringcached: -Z cannot be used with -s: TLS is served on the TCP client "
+                     "port\n");
+        return -1;
+    }
+    if (s->ssl_chain_cert[0] == '\0') {
+        fprintf(err, "ringcached: -Z needs -o ssl_chain_cert=<file> (and ssl_key=<file> unless "
+                     "the key is in that file)\n");
+        return -1;
+    }
+    if (s->ssl_key[0] == '\0') {
+        strcpy(s->ssl_key, s->ssl_chain_cert);
+    }
+    return 0;
+}
 
 /* One sub-option of -o, "name" or "name=value": 0 (accepted, maybe with
  * a warning) or -1 (reported). */
@@ -313,6 +443,8 @@ parse_subopt(FILE *err, char *one, struct settings *s)
                 return -1;
             }
             s->idle_timeout = (int)v;
+        } else if (so->kind == SUB_SSL) {
+            return parse_ssl(err, one, val, s);
         } else if (so->kind == SUB_SLAB) {
             ignored(err, opt, NULL, SLAB_WHY);
         } else if (so->kind == SUB_IGNORE) {
@@ -351,6 +483,7 @@ enum {
     OPT_TOKEN_FILE,
     OPT_CLUSTER,
     OPT_CLUSTER_PORT,
+    OPT_CLUSTER_TLS,
     OPT_FORWARD_TIMEOUT,
     OPT_STORE,
     OPT_METRICS,
@@ -445,6 +578,7 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         { "token-file", required_argument, NULL, OPT_TOKEN_FILE },
         { "cluster", required_argument, NULL, OPT_CLUSTER },
         { "cluster-port", required_argument, NULL, OPT_CLUSTER_PORT },
+        { "cluster-tls", no_argument, NULL, OPT_CLUSTER_TLS },
         { "forward-timeout", required_argument, NULL, OPT_FORWARD_TIMEOUT },
         { "store", required_argument, NULL, OPT_STORE },
         { "metrics", required_argument, NULL, OPT_METRICS },
@@ -561,6 +695,9 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
                 return -1;
             }
             s->cluster_port = (int)v;
+            break;
+        case OPT_CLUSTER_TLS:
+            s->cluster_tls = true;
             break;
         case OPT_FORWARD_TIMEOUT:
             if (parse_int(optarg, 10, 600000, &v) < 0) {
@@ -749,7 +886,8 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
             }
             break;
         case 'Z':
-            return refuse(err, "-Z", "TLS is not supported");
+            s->ssl_enabled = true;
+            break;
         case 'e':
             return refuse(err, "-e", "a restartable cache (memory file) is not supported yet");
         case 'o':
@@ -807,6 +945,9 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
     if (s->socket_path[0] != '\0' && s->state_dir[0] != '\0') {
         fprintf(err, "ringcached: -s cannot be used with --state-dir: peers and clients reach a "
                      "cluster node at its TCP address\n");
+        return -1;
+    }
+    if (check_ssl(err, s) < 0) {
         return -1;
     }
     if (s->item_size_max > s->maxbytes / 2) {

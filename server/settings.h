@@ -61,6 +61,18 @@ struct settings {
     int    max_keys_per_get; /* --max-keys-per-get: 0 = no limit */
     size_t max_frame_bytes;  /* --max-frame-bytes: cluster port payload */
     int    handoff_window;   /* --handoff-window: batches in flight per stream */
+    /* TLS on the client port (server/tls.h): memcached's -Z and -o ssl_*. */
+    bool ssl_enabled;          /* -Z */
+    char ssl_chain_cert[1024]; /* certificate chain, PEM */
+    char ssl_key[1024];        /* private key, PEM (the chain file when not given) */
+    char ssl_ca_cert[1024];    /* CAs that client certificates must chain to ("" none) */
+    char ssl_ciphers[1024];    /* TLS 1.2 cipher list ("" OpenSSL's default) */
+    int  ssl_verify_mode;      /* 0 none, 1 request, 2 require, 3 once (memcached's) */
+    int  ssl_min_version;      /* 0 tlsv1.0, 1 tlsv1.1, 2 tlsv1.2 (default), 3 tlsv1.3 */
+    bool ssl_session_cache;    /* server-side session cache (resumption) */
+    /* --cluster-tls: mutual TLS on the cluster port and every link to one,
+     * with the files above (server/peer_tls.h). */
+    bool cluster_tls;
 };
 
 /* Fill in the defaults (port 11211, 127.0.0.1, 4 threads, 64 MiB, 1024

@@ -30,11 +30,13 @@
 #include "server/hotkeys.h"
 #include "server/replicate.h"
 #include "server/log.h"
+#include "server/tls.h"
 
 #define SHUTDOWN_FLUSH_SECS 5 /* bound on flushing replies at exit */
 static const char TOO_MANY[] = "ERROR Too many open connections\r\n";
 
-/* Block or unblock SIGTERM and SIGINT in the calling thread. */
+/* Block or unblock SIGTERM, SIGINT and SIGHUP (-Z's reload) in the
+ * calling thread. */
 static void
 block_stop_signals(int how)
 {
@@ -43,6 +45,7 @@ block_stop_signals(int how)
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
     pthread_sigmask(how, &set, NULL);
 }
 
@@ -82,6 +85,15 @@ server_new(const struct settings *settings)
         goto fail;
     }
     srv->started = store_now(srv->store);
+    if (settings->ssl_enabled) {
+        char err[1536];
+
+        srv->tls = tls_server_new(settings, err, sizeof(err));
+        if (srv->tls == NULL) {
+            log_msg(LOG_ERR, "-Z: %s", err);
+            goto fail;
+        }
+    }
     srv->workers = calloc((size_t)settings->num_threads, sizeof(*srv->workers));
     if (srv->workers == NULL) {
         goto fail;
@@ -552,6 +564,23 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
     event_base_loopbreak(srv->main_base);
 }
 
+/* SIGHUP with -Z: refresh_certs from the same files; a failure keeps the
+ * certificate in use. */
+static void
+sighup_cb(evutil_socket_t sig, short what, void *arg)
+{
+    struct server *srv = arg;
+    char           err[1536];
+
+    (void)sig;
+    (void)what;
+    if (tls_server_refresh(srv->tls, err, sizeof(err)) < 0) {
+        log_msg(LOG_ERR, "SIGHUP: certificates not reloaded, keeping the old ones: %s", err);
+        return;
+    }
+    log_msg(LOG_INFO, "SIGHUP: certificates reloaded");
+}
+
 /* Run until a signal; see thread.h. */
 int
 server_run(struct server *srv)
@@ -571,6 +600,12 @@ server_run(struct server *srv)
         srv->sigint_ev == NULL || event_add(srv->sigterm_ev, NULL) < 0 ||
         event_add(srv->sigint_ev, NULL) < 0) {
         return -1;
+    }
+    if (srv->tls != NULL) {
+        srv->sighup_ev = evsignal_new(srv->main_base, SIGHUP, sighup_cb, srv);
+        if (srv->sighup_ev == NULL || event_add(srv->sighup_ev, NULL) < 0) {
+            return -1;
+        }
     }
 
     /* Workers never take the signals; the main thread's base does. */
@@ -718,6 +753,9 @@ server_free(struct server *srv)
     if (srv->sigint_ev != NULL) {
         event_free(srv->sigint_ev);
     }
+    if (srv->sighup_ev != NULL) {
+        event_free(srv->sighup_ev);
+    }
     if (srv->main_base != NULL) {
         event_base_free(srv->main_base);
     }
@@ -727,6 +765,7 @@ server_free(struct server *srv)
     if (srv->store != NULL) {
         store_free(srv->store);
     }
+    tls_server_free(srv->tls);
     pthread_mutex_destroy(&srv->stats_lock);
     pthread_mutex_destroy(&srv->barrier_lock);
     pthread_cond_destroy(&srv->barrier_cond);

@@ -78,6 +78,8 @@ struct worker {
 };
 
 /* The whole node. */
+struct tls_server;
+
 struct server {
     struct settings    settings;
     struct store      *store;
@@ -90,6 +92,9 @@ struct server {
     int                stall_timeout_ms; /* see CONN_STALL_TIMEOUT_MS; tests shorten it */
     struct event_base *main_base;
     struct event      *listen_ev, *sigterm_ev, *sigint_ev, *accept_retry_ev;
+    struct event      *sighup_ev; /* -Z: SIGHUP reloads the certificates */
+    /* -Z (server/tls.h): the context new connections take; NULL: plaintext. */
+    struct tls_server *tls;
     int                curr_conns;     /* atomic */
     uint64_t           total_conns;    /* atomic */
     uint64_t           rejected_conns; /* atomic */

@@ -7,10 +7,14 @@
  * ratio, a rate the median of its bursts. client_bench.sh starts servers.
  *
  *   client_bench --ours MEMBERS --memcached H:P,H:P,H:P --proxy H:P
- *                 [--ours-mc MEMBERS] [--passes N] [--ops N]   (N ops per burst)
+ *                 [--ours-mc MEMBERS] [--ours-tls MEMBERS --tls-ca FILE]
+ *                 [--passes N] [--ops N]   (N ops per burst)
  *
  * --ours-mc (a membership naming the memcached servers) adds our library
  * against the very servers libmemcached uses, to separate client from node.
+ * --ours-tls (a membership naming memcached -Z servers, their CA in
+ * --tls-ca) adds our library over TLS: its ratio to --ours-mc is the cost
+ * of TLS in the client (libmemcached and twemproxy have no TLS to race).
  */
 #include <getopt.h>
 #include <libmemcached/memcached.h>
@@ -224,13 +228,18 @@ mc_new(const char *list, bool ketama)
     return mc;
 }
 
+/* Our handle on members; over TLS (verified against tls_ca) when given. */
 static struct ringcache *
-ours_new(const char *members)
+ours_new(const char *members, const char *tls_ca)
 {
-    struct ringcache *rc = NULL;
-    char              err[256];
+    struct ringcache        *rc = NULL;
+    struct ringcache_options o;
+    char                     err[256];
 
-    if (ringcache_new_members_file(&rc, members, NULL, err, sizeof(err)) != 0) {
+    ringcache_options_init(&o);
+    o.tls = tls_ca != NULL;
+    o.tls_ca_file = tls_ca;
+    if (ringcache_new_members_file(&rc, members, &o, err, sizeof(err)) != 0) {
         die(members, err);
     }
     return rc;
@@ -263,9 +272,13 @@ main(int argc, char **argv)
                                           { "proxy", required_argument, NULL, 'p' },
                                           { "passes", required_argument, NULL, 'n' },
                                           { "ops", required_argument, NULL, 'k' },
+                                          { "ours-tls", required_argument, NULL, 'T' },
+                                          { "tls-ca", required_argument, NULL, 'C' },
                                           { NULL, 0, NULL, 0 } };
-    struct contender           cs[4];
+    struct contender           cs[5];
     const char                *ours = NULL, *ours_mc = NULL, *mcs = NULL, *proxy = NULL;
+    const char                *ours_tls = NULL, *tls_ca = NULL;
+    int                        i_mc = -1, i_tls = -1;
     int                        passes = 40, ops = 1000, nc = 0, c, p, o, i;
     int                        ops_for[N_OPS];
     size_t                     k;
@@ -290,15 +303,23 @@ main(int argc, char **argv)
         case 'k':
             ops = atoi(optarg);
             break;
+        case 'T':
+            ours_tls = optarg;
+            break;
+        case 'C':
+            tls_ca = optarg;
+            break;
         default:
             return 2;
         }
     }
     if (ours == NULL || mcs == NULL || proxy == NULL || passes < 1 || passes > MAX_PASS ||
-        ops < 10) {
+        ops < 10 || (ours_tls != NULL) != (tls_ca != NULL) ||
+        (ours_tls != NULL && ours_mc == NULL)) {
         fprintf(stderr,
                 "usage: client_bench --ours MEMBERS --memcached H:P,... --proxy H:P "
-                "[--ours-mc MEMBERS] [--passes 1..%d] [--ops N]\n",
+                "[--ours-mc MEMBERS [--ours-tls MEMBERS --tls-ca FILE]] [--passes 1..%d] "
+                "[--ops N]\n",
                 MAX_PASS);
         return 2;
     }
@@ -308,14 +329,20 @@ main(int argc, char **argv)
     memset(value, 'v', sizeof(value));
     memset(cs, 0, sizeof(cs));
     cs[nc].name = "ours";
-    cs[nc++].rc = ours_new(ours);
+    cs[nc++].rc = ours_new(ours, NULL);
     cs[nc].name = "libmemcached";
     cs[nc++].mc = mc_new(mcs, true);
     cs[nc].name = "twemproxy";
     cs[nc++].mc = mc_new(proxy, false);
     if (ours_mc != NULL) {
+        i_mc = nc;
         cs[nc].name = "ours_on_memcached";
-        cs[nc++].rc = ours_new(ours_mc);
+        cs[nc++].rc = ours_new(ours_mc, NULL);
+    }
+    if (ours_tls != NULL) {
+        i_tls = nc;
+        cs[nc].name = "ours_tls_on_memcached";
+        cs[nc++].rc = ours_new(ours_tls, tls_ca);
     }
     /* Every contender's servers hold every key before any timing. */
     for (i = 0; i < nc; i++) {
@@ -337,7 +364,7 @@ main(int argc, char **argv)
         }
     }
     for (o = 0; o < N_OPS; o++) {
-        double m[4], r[MAX_PASS];
+        double m[5], r[MAX_PASS];
 
         for (i = 0; i < nc; i++) {
             m[i] = median(cs[i].rate[o], passes);
@@ -352,14 +379,20 @@ main(int argc, char **argv)
             r[p] = cs[0].rate[o][p] / cs[2].rate[o][p];
         }
         printf("client_ratio/twemproxy/%s %.3f\n", op_name[o], median(r, passes));
-        if (nc > 3) {
+        if (i_tls >= 0) {
             for (p = 0; p < passes; p++) {
-                r[p] = cs[3].rate[o][p] / cs[1].rate[o][p];
+                r[p] = cs[i_tls].rate[o][p] / cs[i_mc].rate[o][p];
+            }
+            printf("client_ratio_tls/ours_on_memcached/%s %.3f\n", op_name[o], median(r, passes));
+        }
+        if (i_mc >= 0) {
+            for (p = 0; p < passes; p++) {
+                r[p] = cs[i_mc].rate[o][p] / cs[1].rate[o][p];
             }
             printf("client_ratio_same_server/libmemcached/%s %.3f\n", op_name[o],
                    median(r, passes));
             for (p = 0; p < passes; p++) {
-                r[p] = cs[3].rate[o][p] / cs[2].rate[o][p];
+                r[p] = cs[i_mc].rate[o][p] / cs[2].rate[o][p];
             }
             printf("client_ratio_same_server/twemproxy/%s %.3f\n", op_name[o], median(r, passes));
         }

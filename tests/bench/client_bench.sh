@@ -68,6 +68,31 @@ for id in a b c; do
 "
     wait_accept "$p"
 done
+# Three memcached -Z for our library over TLS, with a throwaway CA.
+tls=()
+if command -v openssl >/dev/null; then
+    tls_members=$dir/memcached-tls.members
+    printf 'epoch 1\nvnodes 160\nreplicas 1\n' >"$tls_members"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$dir/ca.key" -out "$dir/ca.crt" \
+        -days 1 -subj /CN=bench-ca 2>/dev/null &&
+        openssl req -newkey rsa:2048 -nodes -keyout "$dir/node.key" -out "$dir/node.csr" \
+            -subj /CN=node 2>/dev/null &&
+        printf 'subjectAltName=IP:127.0.0.1\n' >"$dir/node.ext" &&
+        openssl x509 -req -in "$dir/node.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+            -CAcreateserial -out "$dir/node.crt" -days 1 -extfile "$dir/node.ext" 2>/dev/null ||
+        { echo "client_bench.sh: openssl could not make certificates" >&2; exit 1; }
+    chmod 644 "$dir/node.key"
+    for id in a b c; do
+        p=$(free_port)
+        memcached "${user[@]}" -p "$p" -l 127.0.0.1 -U 0 -t 1 -m 256 -Z \
+            -o "ssl_chain_cert=$dir/node.crt,ssl_key=$dir/node.key" >"$dir/mct-$id.log" 2>&1 &
+        pids+=($!)
+        echo "node mct-$id 127.0.0.1:$p" >>"$tls_members"
+        wait_accept "$p"
+    done
+    tls=(--ours-tls "$tls_members" --tls-ca "$dir/ca.crt")
+fi
+
 proxy=$(free_port)
 cat >"$dir/nutcracker.yml" <<YML
 bench:
@@ -84,5 +109,5 @@ nutcracker -c "$dir/nutcracker.yml" -s "$stats_port" -a 127.0.0.1 -o "$dir/nutcr
 pids+=($!)
 wait_accept "$proxy"
 
-"$bench" --ours "$rc_members" --ours-mc "$mc_members" --memcached "$mc_list" \
+"$bench" --ours "$rc_members" --ours-mc "$mc_members" "${tls[@]}" --memcached "$mc_list" \
     --proxy "127.0.0.1:$proxy" "$@"

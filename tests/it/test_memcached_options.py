@@ -412,9 +412,15 @@ try:
             (["-o", "bogus_option"], 'illegal suboption "bogus_option"'),
             (["-o", "modern,bogus=1"], 'illegal suboption "bogus"'),
             (["-o", "ext_path=/tmp/x:64m"], "extstore"),
-            (["-o", "ssl_chain_cert=x"], "TLS"),
             (["-M"], "not supported"),
-            (["-Z"], "TLS"),
+            (["-Z"], "-Z needs -o ssl_chain_cert"),
+            (["-Z", "-o", "ssl_verify_mode=4"], "must be 0 (none), 1 (request)"),
+            (["-Z", "-o", "ssl_min_version=tlsv9"], "must be tlsv1.0"),
+            (["-Z", "-s", os.path.join(tmp, "t.sock")], "-Z cannot be used with -s"),
+            (["--cluster-tls"], "--cluster-tls needs --state-dir"),
+            (["--cluster-tls", "--id", "a", "--state-dir", tmp],
+             "--cluster-tls needs -o ssl_chain_cert=<file> (this node's certificate) and "
+             "ssl_ca_cert=<file>"),
             (["-s", os.path.join(tmp, "c.sock"), "--id", "a", "--state-dir", tmp],
              "-s cannot be used with --state-dir"),
         ]
