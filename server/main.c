@@ -242,13 +242,17 @@ make_absolute(char *path, size_t size, const char *opt)
     return 0;
 }
 
-/* With -d, every path the node still uses after start-up. 0 or -1. */
+/* With -d, every path the node still uses after start-up (the -Z files
+ * are read after the fork, and again by refresh_certs). 0 or -1. */
 static int
 absolute_paths(struct settings *st)
 {
     if (make_absolute(st->pid_file, sizeof(st->pid_file), "-P") < 0 ||
         make_absolute(st->socket_path, sizeof(st->socket_path), "-s") < 0 ||
-        make_absolute(st->state_dir, sizeof(st->state_dir), "--state-dir") < 0) {
+        make_absolute(st->state_dir, sizeof(st->state_dir), "--state-dir") < 0 ||
+        make_absolute(st->ssl_chain_cert, sizeof(st->ssl_chain_cert), "-o ssl_chain_cert") < 0 ||
+        make_absolute(st->ssl_key, sizeof(st->ssl_key), "-o ssl_key") < 0 ||
+        make_absolute(st->ssl_ca_cert, sizeof(st->ssl_ca_cert), "-o ssl_ca_cert") < 0) {
         return -1;
     }
     if (strstr(st->store, "://") == NULL &&
