@@ -488,7 +488,7 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
     struct mstore             *ws = NULL;
     struct ctl_role           *role = NULL;
     bool                       force = false, once = false, admin_gone_seen = false;
-    bool                       standby = false;
+    bool                       standby = false, fatal = false;
     int                        c, rc = EX_OK;
     char                      *end;
 
@@ -578,6 +578,7 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
         rc = admin_open(&a, true);
         if (rc != EX_OK) {
             admin_free(&a); /* a bad store spec or token file */
+            fatal = true;
             break;
         }
         if (admin_load_state(&a) != EX_OK) {
@@ -752,5 +753,7 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
     ctl_role_stop(role);
     mstore_close(ws);
     free(w);
-    return rc;
+    /* Stopped by a signal, a daemon that ran as it should exits 0: its
+     * failed actions were printed as they happened. */
+    return watch_stop && !fatal ? EX_OK : rc;
 }

@@ -177,8 +177,38 @@ def watch_r1(t):
         except subprocess.TimeoutExpired:
             watch.kill()
             out, err = watch.communicate()
-        t.ok("watch\tc\tremove --failed\tdone" in out, "watch reports the removal and stops "
-             "on SIGTERM (exit %s)" % watch.returncode, (lg.tail(out), lg.tail(err)))
+        t.ok("watch\tc\tremove --failed\tdone" in out and watch.returncode == 0,
+             "watch reports the removal and stops on SIGTERM (exit %s)" % watch.returncode,
+             (lg.tail(out), lg.tail(err)))
+        watch = None
+
+        # A store it cannot read is tried again each round; SIGTERM still
+        # stops it cleanly (exit 0: it used to exit with the last round's 1).
+        bad = os.path.join(cl.dir, "bad-store")
+        os.makedirs(bad, exist_ok=True)
+        with open(os.path.join(bad, "active.members"), "w") as f:
+            f.write("epoch 3\nreplicas 2\nnode a nowhere\n")
+        wlog = os.path.join(cl.dir, "watch-bad.log")
+        with open(wlog, "wb") as fh:
+            watch = lg.track(subprocess.Popen(
+                [lg.RINGCTL, "--store", bad, "--token-file", cl.token_file, "watch",
+                 "--interval", "0.1"], stdin=subprocess.DEVNULL, stdout=fh, stderr=fh))
+
+        def logged():
+            with open(wlog, errors="replace") as fh:
+                return fh.read().count("cannot read the store") >= 2
+        tried = lg.wait_for(logged, 20, 0.05)
+        watch.send_signal(signal.SIGTERM)
+        try:
+            watch.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            watch.kill()
+            watch.wait()
+        with open(wlog, errors="replace") as fh:
+            text = fh.read()
+        t.ok(tried and watch.returncode == 0 and "active.members:" in text,
+             "watch on a malformed store: names file:line, tries again each round and exits 0 "
+             "on SIGTERM (exit %s)" % watch.returncode, lg.tail(text))
         watch = None
     finally:
         if watch is not None and watch.poll() is None:
