@@ -1,7 +1,9 @@
-# Shared by the node benchmarks (node_bench.sh, meta_bench.sh), sourced
-# after `set -euo pipefail`: a scratch directory ($work) removed at exit,
-# the servers started ($pids) stopped by PID at exit (TERM, then KILL after
-# 5 s), a free loopback port, and waiting for a port to accept.
+# Shared by the node benchmarks (node_bench.sh, meta_bench.sh,
+# tls_bench.sh), sourced after `set -euo pipefail`: a scratch directory
+# ($work) removed at exit, the servers started ($pids) stopped by PID at
+# exit (TERM, then KILL after 5 s) or one by one (stop_server), a free
+# loopback port, waiting for a port to accept, a server's CPU time, and
+# the median and ratio of the figures.
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -33,3 +35,26 @@ while time.monotonic() < deadline:
 sys.exit(1)
 PY
 }
+
+# stop_server: stop the server $SRV_PID now (TERM, then KILL after 5 s).
+stop_server() {
+    local keep=() p
+    for p in "${pids[@]}"; do [ "$p" = "$SRV_PID" ] || keep+=("$p"); done
+    pids=("${keep[@]+"${keep[@]}"}")
+    kill -TERM "$SRV_PID"
+    for _ in $(seq 100); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.05; done
+    kill -KILL "$SRV_PID" 2>/dev/null || true
+    wait "$SRV_PID" 2>/dev/null || true
+}
+
+# cpu_ticks PID: the process's user + system CPU so far, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# us_per_op T0 T1 N: microseconds of CPU per operation between two cpu_ticks.
+us_per_op() {
+    awk -v t=$(($2 - $1)) -v hz="$(getconf CLK_TCK)" -v n="$3" \
+        'BEGIN {printf "%.2f", (n > 0) ? t * 1e6 / hz / n : 0}'
+}
+# median: of the numbers on standard input (space or newline separated).
+median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+# ratio A B: A / B to three places (0 when B is 0).
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", (b > 0) ? a / b : 0}'; }

@@ -54,15 +54,6 @@ start_server() {
     pids+=("$SRV_PID")
     wait_port "$SRV_PORT" || { echo "$1 did not start" >&2; exit 1; }
 }
-stop_server() {
-    local keep=() p
-    for p in "${pids[@]}"; do [ "$p" = "$SRV_PID" ] || keep+=("$p"); done
-    pids=("${keep[@]+"${keep[@]}"}")
-    kill -TERM "$SRV_PID"
-    for _ in $(seq 100); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.05; done
-    kill -KILL "$SRV_PID" 2>/dev/null || true
-    wait "$SRV_PID" 2>/dev/null || true
-}
 
 # mix_of WORKLOAD: meta_load's -m and -d
 mix_of() {
@@ -79,11 +70,10 @@ mix_of() {
 # running server; prints "OPS_PER_S CPU_US_PER_OP" (server user+system CPU
 # per operation, which stays meaningful when other processes share the CPUs).
 run_load() {
-    local pid=$1 port=$2 wl=$3 s=$4 mix d t0 t1 hz ops rate
+    local pid=$1 port=$2 wl=$3 s=$4 mix d t0 t1 ops rate
     shift 4
     read -r mix d < <(mix_of "$wl")
-    hz=$(getconf CLK_TCK)
-    t0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    t0=$(cpu_ticks "$pid")
     if ! timeout $((${s%.*} + 60)) "$load_bin" -s "127.0.0.1:$port" -T "$load_threads" \
         -c "$conns" -d "$d" -t "$s" -k "$keys" -v "$vsize" -K "$keylen" -m "$mix" "$@" \
         >"$work/out" 2>"$work/err"; then
@@ -91,16 +81,14 @@ run_load() {
         cat "$work/out" "$work/err" >&2
         return 1
     fi
-    t1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    t1=$(cpu_ticks "$pid")
     read -r ops rate < <(awk '{for (i = 1; i < NF; i++) {if ($i == "ops") o = $(i + 1);
         if ($i == "ops_per_s") r = $(i + 1)}} END {print o, r}' "$work/out")
     if grep -q ' evicted [1-9]' "$work/out"; then
         echo "warning: $wl on port $port: hits answered EN: $(cat "$work/out")" >&2
     fi
-    echo "$rate $(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$ops" \
-        'BEGIN {printf "%.2f", (n > 0) ? t * 1e6 / hz / n : 0}')"
+    echo "$rate $(us_per_op "$t0" "$t1" "$ops")"
 }
-median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 # Both servers run side by side (an idle one costs nothing) and the runs
 # alternate, so a noisy neighbour hits both alike. The first run on each
@@ -118,13 +106,13 @@ for wl in ${WORKLOADS:-mg_hit mg_flags mg_miss mg_quiet_pipeline mg90_ms10}; do
         [ -n "$a" ] && [ -n "$b" ] || exit 1
         ours="$ours $a"; ours_cpu="$ours_cpu $ca"
         theirs="$theirs $b"; theirs_cpu="$theirs_cpu $cb"
-        ratios="$ratios $(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.3f", (b > 0) ? a / b : 0}')"
+        ratios="$ratios $(ratio "$a" "$b")"
     done
     SRV_PID=$opid; stop_server
     SRV_PID=$tpid; stop_server
     mo=$(echo "$ours" | median)
     mt=$(echo "$theirs" | median)
-    echo "tps_ratio/$wl $(awk -v a="$mo" -v b="$mt" 'BEGIN {printf "%.3f", (b > 0) ? a / b : 0}')   # paired:$ratios (median $(echo "$ratios" | median))"
+    echo "tps_ratio/$wl $(ratio "$mo" "$mt")   # paired:$ratios (median $(echo "$ratios" | median))"
     echo "tps/$wl ours=$mo memcached=$mt   # runs ours:$ours memcached:$theirs"
     echo "cpu_us_per_op/$wl ours=$(echo "$ours_cpu" | median) memcached=$(echo "$theirs_cpu" | median)"
 done

@@ -37,15 +37,6 @@ start_server() {
     pids+=("$SRV_PID")
     wait_port "$SRV_PORT" || { echo "$1 did not start" >&2; exit 1; }
 }
-stop_server() {
-    local keep=() p
-    for p in "${pids[@]}"; do [ "$p" = "$SRV_PID" ] || keep+=("$p"); done
-    pids=("${keep[@]}")
-    kill -TERM "$SRV_PID"
-    for _ in $(seq 100); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.05; done
-    kill -KILL "$SRV_PID" 2>/dev/null || true
-    wait "$SRV_PID" 2>/dev/null || true
-}
 
 cat > "$work/get90_set10.cfg" <<'CFG'
 key
@@ -61,19 +52,17 @@ CFG
 # prints "TPS CPU_US_PER_OP" (server user+system CPU per operation, which
 # stays meaningful when other processes share the CPUs).
 run_load() {
-    local extra=() t0 t1 hz tps ops
+    local extra=() t0 t1 tps ops
     [ "$3" = multiget10 ] && extra=(-d 10)
-    hz=$(getconf CLK_TCK)
-    t0=$(awk '{print $14 + $15}' "/proc/$1/stat")
+    t0=$(cpu_ticks "$1")
     timeout $((secs + 30)) memcaslap -s "127.0.0.1:$2" -F "$work/get90_set10.cfg" \
         -t "${secs}s" -T 2 -c "$conc" "${extra[@]}" >"$work/out" 2>&1 || true
-    t1=$(awk '{print $14 + $15}' "/proc/$1/stat")
+    t1=$(cpu_ticks "$1")
     tps=$(sed -n 's/.*TPS: \([0-9]*\).*/\1/p' "$work/out" | tail -1)
     ops=$(sed -n 's/.*Ops: \([0-9]*\).*/\1/p' "$work/out" | tail -1)
     [ -n "$tps" ] && [ -n "$ops" ] || { cat "$work/out" >&2; echo "0 0"; return; }
-    echo "$tps $(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$ops" 'BEGIN {printf "%.2f", t * 1e6 / hz / n}')"
+    echo "$tps $(us_per_op "$t0" "$t1" "$ops")"
 }
-median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 # Both servers run side by side (an idle one costs nothing) and the runs
 # alternate, so a noisy neighbour hits both alike; fresh servers per load.
@@ -86,7 +75,7 @@ for load in get90_set10 multiget10; do
         read -r b cb < <(run_load "$tpid" "$tport" "$load")
         ours="$ours $a"; ours_cpu="$ours_cpu $ca"
         theirs="$theirs $b"; theirs_cpu="$theirs_cpu $cb"
-        ratios="$ratios $(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.3f", (b > 0) ? a / b : 0}')"
+        ratios="$ratios $(ratio "$a" "$b")"
     done
     SRV_PID=$opid; stop_server
     SRV_PID=$tpid; stop_server
@@ -94,7 +83,7 @@ for load in get90_set10 multiget10; do
     mt=$(echo "$theirs" | median)
     echo "tps/$load/ringcached $mo   # runs:$ours"
     echo "tps/$load/memcached $mt   # runs:$theirs"
-    echo "tps_ratio/$load $(awk -v a="$mo" -v b="$mt" 'BEGIN {printf "%.3f", (b > 0) ? a / b : 0}')   # paired:$ratios"
+    echo "tps_ratio/$load $(ratio "$mo" "$mt")   # paired:$ratios"
     echo "cpu_us_per_op/$load ours=$(echo "$ours_cpu" | median) memcached=$(echo "$theirs_cpu" | median)"
 done
 

@@ -56,10 +56,9 @@ start_server() {
 # run_load PID PORT TLS(-Z or "") MODE(ops|handshakes): one run; prints
 # "RATE CPU_US_PER_OP" (server user+system CPU per operation).
 run_load() {
-    local pid=$1 port=$2 tls=$3 mode=$4 extra=() t0 t1 hz n rate
+    local pid=$1 port=$2 tls=$3 mode=$4 extra=() t0 t1 n rate
     [ "$mode" = handshakes ] && extra=(-H)
-    hz=$(getconf CLK_TCK)
-    t0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    t0=$(cpu_ticks "$pid")
     # shellcheck disable=SC2086 # $tls: -Z or nothing
     if ! timeout $((secs + 60)) "$load_bin" -p "$port" $tls -c "$conns" -d "$depth" -t "$secs" \
         -v "$vsize" "${extra[@]+"${extra[@]}"}" >"$work/out" 2>&1; then
@@ -67,13 +66,10 @@ run_load() {
         echo "0 0"
         return
     fi
-    t1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    t1=$(cpu_ticks "$pid")
     read -r n rate < <(awk '{print $2, $6}' "$work/out")
-    echo "$rate $(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$n" \
-        'BEGIN {printf "%.2f", (n > 0) ? t * 1e6 / hz / n : 0}')"
+    echo "$rate $(us_per_op "$t0" "$t1" "$n")"
 }
-median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", (b > 0) ? a / b : 0}'; }
 
 servers="ours ours_plain"
 [ $with_memcached = yes ] && servers="ours memcached ours_plain"

@@ -19,6 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadgen as lg  # noqa: E402  (lg.track: the watchdog kills etcd too)
+import tlscerts  # noqa: E402
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 ETCDCTL = shutil.which("etcdctl") or "/usr/bin/etcdctl"
@@ -40,33 +41,17 @@ def _free_port():
     return p
 
 
-def _openssl(*args, cwd):
-    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, timeout=60)
-
-
 def make_certs(d):
     """A CA, a server certificate for 127.0.0.1 and a client certificate
     in directory d: {'ca', 'server_cert', 'server_key', 'client_cert',
     'client_key'} paths."""
     os.makedirs(d, exist_ok=True)
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-             "/CN=ringcache test CA", "-keyout", "ca.key", "-out", "ca.crt", cwd=d)
-    with open(os.path.join(d, "server.ext"), "w") as f:
-        f.write("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
-    with open(os.path.join(d, "client.ext"), "w") as f:
-        f.write("extendedKeyUsage=clientAuth\n")
-    for who in ("server", "client"):
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=%s" % who,
-                 "-keyout", "%s.key" % who, "-out", "%s.csr" % who, cwd=d)
-        _openssl("x509", "-req", "-in", "%s.csr" % who, "-CA", "ca.crt", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-days", "2", "-extfile", "%s.ext" % who,
-                 "-out", "%s.crt" % who, cwd=d)
-    return {"ca": os.path.join(d, "ca.crt"),
-            "server_cert": os.path.join(d, "server.crt"),
-            "server_key": os.path.join(d, "server.key"),
-            "client_cert": os.path.join(d, "client.crt"),
-            "client_key": os.path.join(d, "client.key")}
+    ca = tlscerts.make_ca(d, "ca", "ringcache test CA")
+    server = tlscerts.make_cert(d, "server", ca, san="IP:127.0.0.1",
+                                usage="serverAuth,clientAuth")
+    client = tlscerts.make_cert(d, "client", ca, usage="clientAuth")
+    return {"ca": ca[1], "server_cert": server[1], "server_key": server[0],
+            "client_cert": client[1], "client_key": client[0]}
 
 
 class Etcd:

@@ -214,14 +214,33 @@ class ProtoError(Exception):
     """The peer sent something that is not a memcached reply."""
 
 
+_CLIENT_TLS = None  # an ssl.SSLContext every new Conn speaks TLS with (use_client_tls)
+
+
+def use_client_tls(ctx):
+    """From now on every new Conn speaks TLS with the ssl.SSLContext ctx
+    (the nodes run with -Z: Cluster(tls=..., data_tls=True)); None:
+    plaintext again."""
+    global _CLIENT_TLS
+    _CLIENT_TLS = ctx
+
+
 class Conn:
-    """One buffered memcached text-protocol connection."""
+    """One buffered memcached text-protocol connection (TLS after
+    use_client_tls)."""
 
     def __init__(self, addr, timeout=3.0):
         host, port = addr
         self.addr = addr
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = socket.create_connection((host, port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if _CLIENT_TLS is not None:
+            try:
+                sock = _CLIENT_TLS.wrap_socket(sock, server_hostname=host)
+            except (OSError, ValueError):
+                sock.close()
+                raise
+        self.sock = sock
         self.buf = bytearray()
         self.declared = None
         self.nread = 0      # bytes received so far (did a request get any answer)
@@ -1272,15 +1291,27 @@ class Cluster:
     """Nodes, a token, a membership store directory and ringctl. plain:
     nodes without a cluster identity (plain caches; the self-test)."""
 
-    def __init__(self, replicas=1, mem=256, vnodes=160, node_args=(), plain=False, etcd=None):
+    def __init__(self, replicas=1, mem=256, vnodes=160, node_args=(), plain=False, etcd=None,
+                 tls=None, data_tls=False):
         """etcd: an etcdlab.Etcd to keep the membership in (under a
-        prefix of this cluster's own) instead of a store directory."""
+        prefix of this cluster's own) instead of a store directory.
+        tls: certificates (cluster_certs): the cluster port speaks mutual
+        TLS (--cluster-tls) and ringctl shows the admin certificate;
+        data_tls: the client ports too (-Z; see use_client_tls)."""
         self.plain = plain
         self.dir = tempfile.mkdtemp(prefix="rc-cluster-")
         self.replicas = replicas
         self.vnodes = vnodes
         self.mem = mem
         self.node_args = list(node_args)
+        self.ctl_tls = []
+        if tls is not None:
+            self.node_args = ["--cluster-tls", "-o", "ssl_chain_cert=%s,ssl_key=%s,ssl_ca_cert=%s"
+                              % (tls["node"][1], tls["node"][0], tls["ca"][1])] + \
+                (["-Z"] if data_tls else []) + self.node_args
+            self.ctl_tls = ["--cluster-tls", "--tls-ca", tls["ca"][1], "--tls-cert",
+                            tls["admin"][1], "--tls-key", tls["admin"][0]] + \
+                (["--tls"] if data_tls else [])
         self.token_file = os.path.join(self.dir, "token")
         with open(self.token_file, "w") as f:
             f.write("%032x\n" % random.getrandbits(128))
@@ -1311,7 +1342,8 @@ class Cluster:
         return path
 
     def ctl_cmd(self, *args):
-        return [RINGCTL, "--store", self.store, "--token-file", self.token_file] + list(args)
+        return [RINGCTL, "--store", self.store, "--token-file", self.token_file] + \
+            self.ctl_tls + list(args)
 
     def ctl(self, *args, env=None, timeout=90):
         """Run ringctl to completion: (rc, stdout, stderr)."""
@@ -1515,12 +1547,25 @@ def fill_fast(hist, view, declare=True, batch=200, phase=0, keys=None):
 
 # ---------------------------------------------------------------- scenarios
 
-def start_cluster(t, ids, replicas=1, mem=256, node_args=(), etcd=None):
+def cluster_certs(d):
+    """Throwaway certificates in directory d for Cluster(tls=...): a CA,
+    one certificate every node shows on both ports (for 127.0.0.1) and
+    one for ringctl: {"ca", "node", "admin"}, each (key, crt)."""
+    import tlscerts
+    os.makedirs(d, exist_ok=True)
+    ca = tlscerts.make_ca(d, "ca")
+    return {"ca": ca, "node": tlscerts.make_cert(d, "node", ca, "IP:127.0.0.1"),
+            "admin": tlscerts.make_cert(d, "admin", ca, "DNS:admin")}
+
+
+def start_cluster(t, ids, replicas=1, mem=256, node_args=(), etcd=None, tls=None,
+                  data_tls=False):
     """Nodes ids started with cluster identities (and node_args, after
     the defaults) and `ringctl init` of them: returns (Cluster, ok) (the
     caller closes the cluster). TAP: init ok and every node at epoch 1.
-    etcd: keep the membership there (see Cluster)."""
-    cl = Cluster(replicas=replicas, mem=mem, node_args=node_args, etcd=etcd)
+    etcd: keep the membership there; tls, data_tls: see Cluster."""
+    cl = Cluster(replicas=replicas, mem=mem, node_args=node_args, etcd=etcd, tls=tls,
+                 data_tls=data_tls)
     for i in ids:
         cl.add(i)
     rc, out, err = cl.ctl("init", "--members", cl.write_members(ids))

@@ -21,38 +21,12 @@ sys.path.insert(0, os.path.dirname(__file__))
 import rctest  # noqa: E402
 from client_lib import Probe, parse_many, wait_for  # noqa: E402
 from rctest import Tap, free_port  # noqa: E402
+from tlscerts import make_ca, make_cert  # noqa: E402
 
 MEMCACHED = "/usr/bin/memcached"
 RINGCTL = os.path.join(os.environ.get("RC_BUILDDIR", "."), "client", "ringctl")
 OP_TIMEOUT, RETRY, RETRY_MAX = 2000, 200, 400
 N = 200
-
-
-def openssl(*args):
-    subprocess.run(["openssl"] + list(args), check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
-
-
-def make_ca(d, name):
-    key, crt = os.path.join(d, name + ".key"), os.path.join(d, name + ".crt")
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", crt,
-            "-days", "2", "-subj", "/CN=%s" % name)
-    return key, crt
-
-
-def make_cert(d, name, ca, san):
-    """A certificate for name signed by ca (key, crt), with subjectAltName san."""
-    key, csr, crt = (os.path.join(d, name + s) for s in (".key", ".csr", ".crt"))
-    ext = os.path.join(d, name + ".ext")
-    with open(ext, "w") as f:
-        f.write("subjectAltName=%s\n" % san)
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj",
-            "/CN=%s" % name)
-    openssl("x509", "-req", "-in", csr, "-CA", ca[1], "-CAkey", ca[0], "-CAcreateserial",
-            "-out", crt, "-days", "2", "-extfile", ext)
-    for p in (key, crt):
-        os.chmod(p, 0o644)  # the node may run as another user
-    return key, crt
 
 
 def tls_node(cert, extra=None, port=None):

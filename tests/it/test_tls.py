@@ -20,6 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rctest import Tap, Node, RINGCACHED, wait_until  # noqa: E402
+import tlscerts  # noqa: E402
 
 try:
     from pymemcache.client.base import Client
@@ -39,17 +40,13 @@ MEMCACHED = shutil.which("memcached") or "/usr/bin/memcached"
 TIMEOUT = 30.0  # generous: CI runs the tests in parallel under ASan
 
 
-def openssl(*args):
-    subprocess.run(["openssl"] + list(args), check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, timeout=60)
-
-
 class Pki:
     """A CA, two server certificates (serials 1001 and 2002), a client
     certificate, and a rogue CA with its own server and client certs."""
 
     def __init__(self, d):
         self.d = d
+        self.cas = {}
         self.ca = self.make_ca("ca", "ringcache test CA")
         self.rogue = self.make_ca("rogue", "rogue CA")
         self.srv1 = self.make_cert("srv1", "ca", "1001", server=True)
@@ -58,31 +55,15 @@ class Pki:
         self.rogue_srv = self.make_cert("rsrv", "rogue", "4004", server=True)
         self.rogue_cli = self.make_cert("rcli", "rogue", "5005", server=False)
 
-    def path(self, name):
-        return os.path.join(self.d, name)
-
     def make_ca(self, name, cn):
-        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                "-keyout", self.path(name + ".key"), "-out", self.path(name + ".crt"),
-                "-subj", "/CN=" + cn)
-        return self.path(name + ".crt")
+        self.cas[name] = tlscerts.make_ca(self.d, name, cn)
+        return self.cas[name][1]
 
     def make_cert(self, name, ca, serial, server):
-        ext = self.path(name + ".ext")
-        with open(ext, "w") as f:
-            if server:
-                f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                        "extendedKeyUsage=serverAuth\n")
-            else:
-                f.write("extendedKeyUsage=clientAuth\n")
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", self.path(name + ".key"),
-                "-out", self.path(name + ".csr"), "-subj", "/CN=" + name)
-        openssl("x509", "-req", "-in", self.path(name + ".csr"), "-CA", self.path(ca + ".crt"),
-                "-CAkey", self.path(ca + ".key"), "-set_serial", serial, "-days", "2",
-                "-extfile", ext, "-out", self.path(name + ".crt"))
-        # memcached drops to nobody: let it read them.
-        os.chmod(self.path(name + ".key"), 0o644)
-        return (self.path(name + ".crt"), self.path(name + ".key"))
+        key, crt = tlscerts.make_cert(
+            self.d, name, self.cas[ca], san="IP:127.0.0.1,DNS:localhost" if server else None,
+            usage="serverAuth" if server else "clientAuth", serial=serial)
+        return crt, key
 
 
 def client_ctx(pki, ca=None, cert=None, maxv=None, minv=None):

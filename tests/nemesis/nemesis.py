@@ -33,6 +33,11 @@ Known to fail today (docs/guarantees.md "open"), so not in the default set:
             as root only: elsewhere the fault is recorded as skipped and
             the cluster runs on 127.0.0.1
 
+With --tls every port speaks TLS: the client ports (-Z; the workloads,
+the relays between nodes and the replica copies) and the cluster ports
+(--cluster-tls, mutual: heartbeats, handoff streams, ringctl), with
+throwaway certificates for 127.0.0.1 (so not with partition).
+
 Checker classes: lost, stale, resurrected, counter, phantom, stuck fail the
 run; ryw (read-your-writes of pipelined set+get on one connection across a
 node's kill -9 or SIGSTOP) is known open (docs/guarantees.md, Per
@@ -45,7 +50,9 @@ import random
 import re
 import shutil
 import signal
+import ssl
 import sys
+import tempfile
 import threading
 import time
 
@@ -160,6 +167,7 @@ class Run:
         self.tap = lg.Tap()
         self.lab = None          # netns.NetLab when the cluster runs in namespaces
         self.lab_why = "partition not in --faults"
+        self.certs_dir = None    # --tls: the throwaway CA and certificates
 
     # ------------------------------------------------------------ cluster
 
@@ -170,6 +178,12 @@ class Run:
         t = self.tap
         if self.lab is not None:
             self.cl, ok = netns.start_cluster(t, self.lab, list(BASE), replicas=2, mem=64)
+        elif self.args.tls:
+            self.certs_dir = tempfile.mkdtemp(prefix="rc-nemesis-certs-")
+            certs = lg.cluster_certs(self.certs_dir)
+            lg.use_client_tls(ssl.create_default_context(cafile=certs["ca"][1]))
+            self.cl, ok = lg.start_cluster(t, list(BASE), replicas=2, mem=64, tls=certs,
+                                           data_tls=True)
         else:
             self.cl, ok = lg.start_cluster(t, list(BASE), replicas=2, mem=64)
         if not ok:
@@ -595,6 +609,8 @@ def main():
     ap.add_argument("--faults", default=",".join(DEFAULT_FAULTS))
     ap.add_argument("--ci", action="store_true", help="the fixed short CI schedule")
     ap.add_argument("--tap", action="store_true", help="TAP output (for make check)")
+    ap.add_argument("--tls", action="store_true",
+                    help="TLS on every port (-Z, --cluster-tls); not with partition")
     ap.add_argument("--strict-ryw", action="store_true",
                     help="fail on ryw violations too (known open today)")
     args = ap.parse_args()
@@ -605,9 +621,11 @@ def main():
     if bad or not kinds:
         ap.error("unknown fault(s) %s; known: %s" % (bad, ", ".join(DEFAULT_FAULTS +
                                                                    tuple(OPEN_FAULTS))))
-    print("# seed %d (replay: tests/nemesis/run.sh --seed %d --minutes %g --faults %s%s)"
-          % (args.seed, args.seed, args.minutes, ",".join(kinds), " --ci" if args.ci else ""),
-          flush=True)
+    if args.tls and "partition" in kinds:
+        ap.error("--tls: the certificates name 127.0.0.1, partition runs in namespaces")
+    print("# seed %d (replay: tests/nemesis/run.sh --seed %d --minutes %g --faults %s%s%s)"
+          % (args.seed, args.seed, args.minutes, ",".join(kinds), " --ci" if args.ci else "",
+             " --tls" if args.tls else ""), flush=True)
     for k in kinds:
         if k in OPEN_FAULTS:
             print("# fault %s is known to fail today: %s" % (k, OPEN_FAULTS[k]), flush=True)
@@ -716,6 +734,8 @@ def main():
         if run.lab is not None:
             run.lab.close()
         lg.kill_all()
+        if run.certs_dir is not None:
+            shutil.rmtree(run.certs_dir, ignore_errors=True)
     sys.exit(rc)
 
 

@@ -2,6 +2,7 @@
 # tests/nemesis/run.sh: a real ringcache cluster under injected faults.
 #   run.sh --minutes N --seed S [--faults LIST] [--strict-ryw]   random schedule
 #   run.sh --ci [--seed S]                                        fixed short schedule
+#   add --tls to either: TLS on every port (-Z, --cluster-tls)
 # Prints the seed first so a failing run can be replayed with --seed.
 # Run from the build directory (or set RC_BUILDDIR).
 #
@@ -19,7 +20,7 @@
 here=$(cd "$(dirname "$0")" && pwd)
 case "$1" in
 -h|--help)
-	sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
 	exec python3 "$here/nemesis.py" --help
 	;;
 esac
