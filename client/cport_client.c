@@ -184,47 +184,90 @@ tcp_connect(const char *addr, int64_t deadline, char *err, size_t errlen)
     return fd;
 }
 
-/* Write header + payload before the deadline. */
+/* The node ended a TLS session we could not write to or read from: a
+ * refused client certificate, most often. */
+static const char TLS_ENDED[] = "the node ended the TLS session (does it require a client "
+                                "certificate it trusts? --tls-cert, --tls-key)";
+
+/*
+ * A write on c's TLS session failed. With TLS 1.3 the client's half of
+ * the handshake ends before the node has checked the client's
+ * certificate, so a node that refuses it sends its alert and closes
+ * while we write our first frame; the write can then fail on the reset
+ * before the alert was read. Read what the node sent (for at most a
+ * second) so the error names the alert, whichever side won the race.
+ */
+static void
+tls_write_failed(struct cport_conn *c, int64_t deadline, char *err, size_t errlen)
+{
+    int64_t until = util_now_ms() + 1000;
+    char    buf[512];
+    short   want;
+    long    got;
+
+    if (until > deadline) {
+        until = deadline;
+    }
+    for (;;) {
+        got = tls_client_read(c->ssl, buf, sizeof(buf), &want);
+        if (got == RINGCACHE_ETLS) {
+            snprintf(err, errlen, "%s", TLS_ENDED);
+            return;
+        }
+        if (got < 0 || (got == 0 && wait_fd(c->fd, want, until) <= 0)) {
+            break;
+        }
+    }
+    snprintf(err, errlen, "send: the TLS session broke");
+}
+
+/* Write header + payload before the deadline, gathered: one TLS record
+ * (and one send) for a small frame. */
 static int
 send_frame(struct cport_conn *c, enum frame_type type, const uint8_t *payload, size_t len,
            int64_t deadline, char *err, size_t errlen)
 {
-    uint8_t        hdr[FRAME_HEADER_SIZE];
-    const uint8_t *parts[2] = { hdr, payload };
-    size_t         lens[2] = { sizeof(hdr), len }, off;
-    ssize_t        w;
-    int            i, rc;
+    uint8_t      hdr[FRAME_HEADER_SIZE];
+    struct iovec v[2] = { { hdr, sizeof(hdr) }, { (void *)payload, len } };
+    int          first = 0, rc;
+    ssize_t      w;
 
     frame_header_write(hdr, type, c->cluster_id, (uint32_t)len);
-    for (i = 0; i < 2; i++) {
-        off = 0;
-        while (off < lens[i]) {
-            short want = POLLOUT;
+    while (first < 2) {
+        short want = POLLOUT;
 
-            if (c->ssl != NULL) {
-                struct iovec v = { (void *)(parts[i] + off), lens[i] - off };
+        if (c->ssl != NULL) {
+            w = tls_client_write(c->ssl, v + first, 2 - first, &want);
+            if (w < 0) {
+                tls_write_failed(c, deadline, err, errlen);
+                return CPORT_EIO;
+            }
+        } else {
+            struct msghdr m = { .msg_iov = v + first, .msg_iovlen = (size_t)(2 - first) };
 
-                w = tls_client_write(c->ssl, &v, 1, &want);
-                if (w < 0) {
-                    snprintf(err, errlen, "send: the TLS session broke");
-                    return CPORT_EIO;
-                }
-            } else {
-                w = send(c->fd, parts[i] + off, lens[i] - off, MSG_NOSIGNAL);
-            }
-            if (w > 0) {
-                off += (size_t)w;
-                continue;
-            }
+            w = sendmsg(c->fd, &m, MSG_NOSIGNAL);
             if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
                 snprintf(err, errlen, "send: %s", strerror(errno));
                 return CPORT_EIO;
             }
-            rc = wait_fd(c->fd, want, deadline);
-            if (rc <= 0) {
-                snprintf(err, errlen, "send: %s", rc == 0 ? "timed out" : strerror(errno));
-                return CPORT_EIO;
+        }
+        if (w > 0) {
+            size_t n = (size_t)w;
+
+            while (first < 2 && n >= v[first].iov_len) {
+                n -= v[first].iov_len;
+                first++;
             }
+            if (first < 2) {
+                v[first].iov_base = (uint8_t *)v[first].iov_base + n;
+                v[first].iov_len -= n;
+            }
+            continue;
+        }
+        rc = wait_fd(c->fd, want, deadline);
+        if (rc <= 0) {
+            snprintf(err, errlen, "send: %s", rc == 0 ? "timed out" : strerror(errno));
+            return CPORT_EIO;
         }
     }
     return CPORT_OK;
@@ -276,10 +319,7 @@ read_frame(struct cport_conn *c, struct frame *f, size_t *consumed, int64_t dead
             }
             if (got < 0) {
                 snprintf(err, errlen, "%s",
-                         got == RINGCACHE_ETLS
-                             ? "the node ended the TLS session (does it require a client "
-                               "certificate it trusts? --tls-cert, --tls-key)"
-                             : "the node closed the connection");
+                         got == RINGCACHE_ETLS ? TLS_ENDED : "the node closed the connection");
                 return CPORT_EIO;
             }
             rc = wait_fd(c->fd, want, deadline);
