@@ -402,6 +402,26 @@ pool_conn_events(const struct pool_conn *c, bool reading)
     return reading ? POLLIN : POLLOUT;
 }
 
+/*
+ * A write on c's TLS session failed. Under TLS 1.3 a node that refuses
+ * the client's certificate judges it after the client's handshake is
+ * done: it sends its alert and closes, and the request written meanwhile
+ * meets a reset. The alert came in before the reset, so it is read now
+ * (without waiting): RINGCACHE_ETLS when it is there, else RINGCACHE_EIO.
+ */
+static int
+tls_write_broke(struct pool_conn *c)
+{
+    char  buf[512];
+    short want;
+    long  got;
+
+    do {
+        got = tls_client_read(c->ssl, buf, sizeof(buf), &want);
+    } while (got > 0);
+    return got == RINGCACHE_ETLS ? RINGCACHE_ETLS : RINGCACHE_EIO;
+}
+
 int
 pool_conn_send_some(struct pool_conn *c, struct iovec **iov, int *iovcnt)
 {
@@ -413,7 +433,7 @@ pool_conn_send_some(struct pool_conn *c, struct iovec **iov, int *iovcnt)
             if ((*iov)->iov_len == 0) {
                 n = 0; /* an empty part: dropped below */
             } else if ((n = tls_client_write(c->ssl, *iov, *iovcnt, &c->tls_wwant)) <= 0) {
-                return (int)n;
+                return n == RINGCACHE_EIO ? tls_write_broke(c) : (int)n;
             }
             goto sent;
         }
