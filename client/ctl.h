@@ -24,6 +24,9 @@ struct ctl_globals {
     bool        tls, tls_skip_name_check;
     bool        cluster_tls; /* --cluster-tls: the cluster port too, with the same files */
     const char *tls_ca, *tls_cert, *tls_key;
+    /* Data commands log in (nodes started with -Y): --auth-user, and the
+     * password from the first line of --auth-password-file. */
+    const char *auth_user, *auth_password_file;
 };
 
 /* Ring subcommands (ctl_ring.c). */

@@ -4,6 +4,7 @@
  * tab-separated for scripts, or aligned for people with --human. A miss is
  * a line on stderr and exit 1.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -57,6 +58,27 @@ out:
     return ret;
 }
 
+/* The password of --auth-password-file: its first line, without the line
+ * end, in a malloc'd string. NULL after printing why. */
+static char *
+read_password(const char *path)
+{
+    size_t len;
+    char  *text = ctl_read_file(path, &len);
+
+    if (text == NULL) {
+        ctl_error("--auth-password-file %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    text[strcspn(text, "\r\n")] = '\0';
+    if (text[0] == '\0') {
+        ctl_error("--auth-password-file %s: the first line is empty", path);
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
 /* Open the cluster named by --members or --seeds with --timeout. NULL
  * after printing why. */
 static struct ringcache *
@@ -64,7 +86,7 @@ open_cluster(const struct ctl_globals *g, const char *cmd)
 {
     struct ringcache_options opt;
     struct ringcache        *rc = NULL;
-    char                     err[512] = "";
+    char                     err[512] = "", *password = NULL;
     int                      ret;
 
     if (g->members == NULL && g->seeds == NULL) {
@@ -86,10 +108,22 @@ open_cluster(const struct ctl_globals *g, const char *cmd)
     opt.tls_ca_file = g->tls_ca;
     opt.tls_cert_file = g->tls_cert;
     opt.tls_key_file = g->tls_key;
+    if (g->auth_password_file != NULL) {
+        password = read_password(g->auth_password_file);
+        if (password == NULL) {
+            return NULL;
+        }
+        opt.auth_user = g->auth_user;
+        opt.auth_password = password;
+    }
     if (g->seeds != NULL) {
         ret = open_seeds(&rc, g->seeds, &opt, err, sizeof(err));
     } else {
         ret = ringcache_new_members_file(&rc, g->members, &opt, err, sizeof(err));
+    }
+    if (password != NULL) {
+        explicit_bzero(password, strlen(password));
+        free(password);
     }
     if (ret != 0) {
         ctl_error("%s", err[0] != '\0' ? err : ringcache_strerror(ret));

@@ -194,6 +194,13 @@ pool_node_failed(struct pool_node *n, const struct pool_config *cfg, int err)
     int64_t           wait;
     unsigned          shift;
 
+    if (err == RINGCACHE_EAUTH) {
+        /* The node answered: it is up, it refused our credentials. No
+         * back-off, no failover; the error says why. */
+        pool_node_ok(n);
+        __atomic_store_n(&n->last_err, err, __ATOMIC_RELAXED);
+        return;
+    }
     __atomic_store_n(&n->last_err, err, __ATOMIC_RELAXED);
     pthread_mutex_lock(&n->lock);
     if (n->down && !n->probing) {
@@ -239,6 +246,8 @@ pool_node_drop_idle(struct pool_node *n)
  * operation, so a reply can be awaited inside recv itself. Under TLS the
  * socket stays non-blocking (OpenSSL's reads take no MSG_DONTWAIT) and
  * the handshake runs now, bounded by one operation's timeout. */
+static int conn_login(struct pool_conn *c);
+
 static int
 conn_connected(struct pool_conn *c)
 {
@@ -247,10 +256,13 @@ conn_connected(struct pool_conn *c)
 
     c->connecting = false;
     if (c->cfg->tls != NULL) {
+        int rc;
+
         c->tls_rwant = POLLIN;
         c->tls_wwant = POLLOUT;
-        return tls_client_handshake(c->cfg->tls, c->fd, c->host, c->cfg->tls_check_name,
-                                    util_now_ms() + c->rcvtimeo_ms, &c->ssl, NULL, 0);
+        rc = tls_client_handshake(c->cfg->tls, c->fd, c->host, c->cfg->tls_check_name,
+                                  util_now_ms() + c->rcvtimeo_ms, &c->ssl, NULL, 0);
+        return rc != 0 || c->cfg->login == NULL ? rc : conn_login(c);
     }
     tv.tv_sec = c->rcvtimeo_ms / 1000;
     tv.tv_usec = (c->rcvtimeo_ms % 1000) * 1000;
@@ -259,7 +271,38 @@ conn_connected(struct pool_conn *c)
         setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
         return RINGCACHE_EIO;
     }
-    return 0;
+    return c->cfg->login == NULL ? 0 : conn_login(c);
+}
+
+/*
+ * memcached's -Y login on c's new connection (cfg->login): STORED lets
+ * the requests in; anything else (CLIENT_ERROR authentication failure,
+ * or a node without -Y refusing the over-long key) is RINGCACHE_EAUTH.
+ * Bounded by one operation's timeout.
+ */
+static int
+conn_login(struct pool_conn *c)
+{
+    static const char STORED[] = "STORED";
+    struct iovec      v = { c->cfg->login, c->cfg->login_len };
+    int64_t           deadline = util_now_ms() + c->rcvtimeo_ms;
+    const char       *line, *eol = NULL;
+    int               rc;
+
+    rc = pool_conn_send(c, &v, 1, deadline);
+    while (rc == 0 &&
+           (eol = memmem(c->buf + c->start, c->end - c->start, "\r\n", 2)) == NULL) {
+        rc = pool_conn_recv(c, deadline);
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    line = c->buf + c->start;
+    c->start = (size_t)(eol + 2 - c->buf);
+    if ((size_t)(eol - line) != sizeof(STORED) - 1 || memcmp(line, STORED, sizeof(STORED) - 1) != 0) {
+        return RINGCACHE_EAUTH;
+    }
+    return c->start == c->end ? 0 : RINGCACHE_EPROTO;
 }
 
 int

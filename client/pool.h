@@ -63,6 +63,8 @@ struct pool_config {
     unsigned pool_size;
     SSL_CTX *tls;            /* non-NULL: every connection speaks TLS (tls_client.h) */
     bool     tls_check_name; /* the certificate must name the node's host */
+    char    *login;          /* non-NULL: the -Y login every new connection sends first */
+    size_t   login_len;
 };
 
 /* Resolve addr ("host:port" or "[v6]:port") and set the node up. 0, or

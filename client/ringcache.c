@@ -79,6 +79,8 @@ ringcache_strerror(int code)
     case RINGCACHE_ETLS:
         return "TLS handshake with the node failed (untrusted certificate, a name that does not "
                "match, a client certificate required, or no TLS on the node)";
+    case RINGCACHE_EAUTH:
+        return "the node refused the login (a wrong user or password, or no -Y on the node)";
     default:
         return "unknown error code";
     }
@@ -109,11 +111,55 @@ check_options(const struct ringcache_options *o)
     return 0;
 }
 
+/*
+ * The -Y login from auth_user and auth_password into cfg: memcached's
+ * `set <key> 0 0 <len>` with "<user> <password>" as its data. The key is
+ * one byte over memcached's limit on purpose: a node with -Y does not
+ * look at it, and a node without -Y refuses the set (CLIENT_ERROR)
+ * instead of storing the password as a value. 0 or RINGCACHE_EINVAL
+ * (err says why) or RINGCACHE_ENOMEM.
+ */
+static int
+make_login(struct pool_config *cfg, const char *user, const char *password, char *err,
+           size_t errlen)
+{
+    size_t ulen, plen, i, n;
+
+    if (user == NULL && password == NULL) {
+        return 0;
+    }
+    if (user == NULL || password == NULL || user[0] == '\0' || password[0] == '\0') {
+        rc_set_err(err, errlen, "%s", "auth_user and auth_password: both, or neither");
+        return RINGCACHE_EINVAL;
+    }
+    ulen = strlen(user);
+    plen = strlen(password);
+    for (i = 0; i < ulen; i++) {
+        if ((unsigned char)user[i] <= ' ' || user[i] == 0x7f) {
+            rc_set_err(err, errlen, "%s", "auth_user: no spaces or control characters");
+            return RINGCACHE_EINVAL;
+        }
+    }
+    if (strpbrk(password, "\r\n") != NULL || ulen + 1 + plen > 16384) {
+        rc_set_err(err, errlen, "%s", "auth_password: no CR or LF, at most 16 KiB with the user");
+        return RINGCACHE_EINVAL;
+    }
+    n = 4 + RINGCACHE_KEY_MAX + 1 + 32 + ulen + 1 + plen + 2;
+    cfg->login = malloc(n);
+    if (cfg->login == NULL) {
+        return RINGCACHE_ENOMEM;
+    }
+    cfg->login_len = (size_t)snprintf(cfg->login, n, "set %0*d 0 0 %zu\r\n%s %s\r\n",
+                                      RINGCACHE_KEY_MAX + 1, 0, ulen + 1 + plen, user, password);
+    return 0;
+}
+
 /* A handle with no membership yet (rc->view NULL). */
 static int
 handle_new(struct ringcache **out, const struct ringcache_options *opt, char *err, size_t errlen)
 {
     struct ringcache *rc;
+    int               ret;
 
     rc = calloc(1, sizeof(*rc));
     if (rc == NULL) {
@@ -143,8 +189,15 @@ handle_new(struct ringcache **out, const struct ringcache_options *opt, char *er
         }
         rc->cfg.tls_check_name = !rc->opt.tls_skip_name_check;
     }
-    /* The options' file names are the caller's: they are not kept. */
+    ret = make_login(&rc->cfg, rc->opt.auth_user, rc->opt.auth_password, err, errlen);
+    if (ret != 0) {
+        SSL_CTX_free(rc->cfg.tls);
+        free(rc);
+        return ret;
+    }
+    /* The options' strings are the caller's: they are not kept. */
     rc->opt.tls_ca_file = rc->opt.tls_cert_file = rc->opt.tls_key_file = NULL;
+    rc->opt.auth_user = rc->opt.auth_password = NULL;
     rc->poll_ms = POLL_DEFAULT_MS;
     pthread_mutex_init(&rc->view_lock, NULL);
     pthread_mutex_init(&rc->refresh_lock, NULL);
@@ -329,6 +382,10 @@ ringcache_free(struct ringcache *rc)
     }
     free(rc->all);
     SSL_CTX_free(rc->cfg.tls);
+    if (rc->cfg.login != NULL) {
+        explicit_bzero(rc->cfg.login, rc->cfg.login_len);
+        free(rc->cfg.login);
+    }
     pthread_mutex_destroy(&rc->view_lock);
     pthread_mutex_destroy(&rc->refresh_lock);
     free(rc);

@@ -95,8 +95,11 @@ extern "C" {
 /* the TLS handshake with the node failed: its certificate is not trusted
  * or does not name its address, it requires a client certificate, or it
  * does not speak TLS (see tls in struct ringcache_options) */
-#define RINGCACHE_ETLS      (-19)
-#define RINGCACHE_ERRNO_MIN (-19) /* the lowest code, for iterating */
+#define RINGCACHE_ETLS (-19)
+/* the node (started with -Y) refused the login of auth_user and
+ * auth_password, or does not take logins (see struct ringcache_options) */
+#define RINGCACHE_EAUTH     (-20)
+#define RINGCACHE_ERRNO_MIN (-20) /* the lowest code, for iterating */
 
 #define RINGCACHE_KEY_MAX 250 /* bytes in a key */
 
@@ -123,6 +126,14 @@ struct ringcache_options {
     const char *tls_ca_file;
     const char *tls_cert_file;
     const char *tls_key_file;
+    /* memcached's text-protocol login, for nodes started with -Y FILE
+     * (docs/security.md), default none: both set, or both NULL. Every new
+     * connection logs in before its first request; a refused login is
+     * RINGCACHE_EAUTH and does not mark the node down. The user has no
+     * space or control character, the password no CR or LF; both are
+     * copied when the handle is created. */
+    const char *auth_user;
+    const char *auth_password;
 };
 
 /* A value read from the cluster. data is NUL-terminated (not counted in

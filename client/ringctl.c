@@ -130,6 +130,8 @@ usage(FILE *out)
                  "                     (nodes started with --cluster-tls): --tls-ca, and\n"
                  "                     --tls-cert/--tls-key as the admin's certificate;\n"
                  "                     then data commands use TLS only with --tls\n"
+                 "  --auth-user USER   data commands log in as USER (nodes started with -Y)\n"
+                 "  --auth-password-file FILE  its password: the file's first line\n"
                  "  -h, --help         this text\n"
                  "  -V, --version      print the version\n"
                  "\nexit status: 0 ok, 1 an operation failed or a key was missing, 2 bad usage or\n"
@@ -149,6 +151,8 @@ main(int argc, char **argv)
         { "tls-key", required_argument, NULL, 'K' },
         { "tls-skip-name-check", no_argument, NULL, 'N' },
         { "cluster-tls", no_argument, NULL, 'L' },
+        { "auth-user", required_argument, NULL, 'u' },
+        { "auth-password-file", required_argument, NULL, 'P' },
         { NULL, 0, NULL, 0 }
     };
     struct ctl_globals g = { .timeout_ms = 1000, .cluster = "ringcache" };
@@ -214,6 +218,12 @@ main(int argc, char **argv)
         case 'L':
             g.cluster_tls = true;
             break;
+        case 'u':
+            g.auth_user = optarg;
+            break;
+        case 'P':
+            g.auth_password_file = optarg;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -227,6 +237,10 @@ main(int argc, char **argv)
     }
     if (optind >= argc) {
         usage(stderr);
+        return 2;
+    }
+    if ((g.auth_user == NULL) != (g.auth_password_file == NULL)) {
+        ctl_error("--auth-user and --auth-password-file go together");
         return 2;
     }
     /* With --cluster-tls the --tls-* files are the cluster port's; the

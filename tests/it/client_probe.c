@@ -333,6 +333,8 @@ main(int argc, char **argv)
     opt.tls_cert_file = getenv("RC_PROBE_TLS_CERT");
     opt.tls_key_file = getenv("RC_PROBE_TLS_KEY");
     opt.tls_skip_name_check = getenv("RC_PROBE_TLS_SKIP_NAME") != NULL;
+    opt.auth_user = getenv("RC_PROBE_AUTH_USER");
+    opt.auth_password = getenv("RC_PROBE_AUTH_PASSWORD");
     if (argc >= 5) {
         opt.op_timeout_ms = atoi(argv[2]);
         opt.retry_interval_ms = atoi(argv[3]);

@@ -27,6 +27,7 @@ code_name(int code)
         "OK",          "ENOTFOUND", "ENOTSTORED", "EEXISTS",   "EINVAL",       "EKEY",    "ETOOBIG",
         "ENOMEM",      "EDOWN",     "ETIMEDOUT",  "EIO",       "EPROTO",       "ECLIENT", "ESERVER",
         "ENONNUMERIC", "EMEMBERS",  "EMOVED",     "ETRYAGAIN", "EUNAVAILABLE", "ETLS",
+        "EAUTH",
     };
 
     _Static_assert(sizeof(names) / sizeof(names[0]) == 1 - RINGCACHE_ERRNO_MIN,

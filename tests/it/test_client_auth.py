@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""The client library's -Y login (ringcache_options.auth_user and
+auth_password, docs/security.md "Clients"): every new connection logs in
+with memcached's text-protocol login before its first request.
+
+Against three ringcached -Y nodes and Debian's memcached -Y: the right
+user and password set, get, multi-get and share a handle across threads;
+a wrong password is RINGCACHE_EAUTH on every call, the nodes are never
+marked down for it (no EDOWN after it, ringcache_node_error says EAUTH);
+no login against a -Y node fails fast, with the node's CLIENT_ERROR; a
+login sent to a node without -Y is refused and stores nothing (the
+password never becomes a value); a login inside TLS (-Z with -Y); ringctl
+--auth-user/--auth-password-file, and its errors. TAP."""
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import rctest  # noqa: E402
+from client_lib import Probe, parse_many  # noqa: E402
+from rctest import Tap  # noqa: E402
+from tlscerts import available as tls_available, make_ca, make_cert  # noqa: E402
+
+MEMCACHED = "/usr/bin/memcached"
+RINGCTL = os.path.join(os.environ.get("RC_BUILDDIR", "."), "client", "ringctl")
+OP_TIMEOUT, RETRY, RETRY_MAX = 2000, 200, 400
+N = 100
+AUTHFILE = "foo:bar\nops:s3cret with spaces:and colons\n"
+
+
+def members(d, name, nodes):
+    path = os.path.join(d, name + ".members")
+    with open(path, "w") as f:
+        f.write("epoch 1\nvnodes 160\nreplicas 1\n")
+        for i, n in enumerate(nodes):
+            f.write("node n%d 127.0.0.1:%d\n" % (i, n.port))
+    return path
+
+
+def probe(path, user=None, password=None, **tls):
+    env = {}
+    if user is not None:
+        env["RC_PROBE_AUTH_USER"] = user
+        env["RC_PROBE_AUTH_PASSWORD"] = password
+    if tls:
+        env["RC_PROBE_TLS"] = "1"
+        for k, v in tls.items():
+            env["RC_PROBE_TLS_" + k.upper()] = v
+    return Probe(path, OP_TIMEOUT, RETRY, RETRY_MAX, poll=0, env=env)
+
+
+def codes(lines):
+    res, _ = parse_many(lines)
+    return sorted(set(c for _, c, _ in res.values())), len(res)
+
+
+def node_errors(p):
+    return dict(l.split() for l in p.cmd("errors"))
+
+
+def ringctl(*args):
+    r = subprocess.run([RINGCTL] + list(args), capture_output=True, text=True, timeout=60)
+    return r.returncode, r.stdout, r.stderr
+
+
+def curr_items(node):
+    """curr_items of a node without -Y, over a plain socket."""
+    with socket.create_connection(("127.0.0.1", node.port), timeout=5) as s:
+        s.sendall(b"stats\r\n")
+        text = rctest.recv_until(s, b"END\r\n").decode()
+    for line in text.splitlines():
+        if line.startswith("STAT curr_items "):
+            return int(line.split()[2])
+    return None
+
+
+def main():
+    t = Tap()
+    nodes, probes = [], []
+    tmp = tempfile.TemporaryDirectory()
+    d = tmp.name
+    os.chmod(d, 0o755)
+    authfile = os.path.join(d, "auth")
+    with open(authfile, "w") as f:
+        f.write(AUTHFILE)
+    try:
+        cluster = [rctest.Node(args=["-t", "2", "-m", "32", "-Y", authfile]).start()
+                   for _ in range(3)]
+        nodes += cluster
+        path = members(d, "auth", cluster)
+
+        # (1) The right credentials: every operation goes through.
+        p = probe(path, "foo", "bar")
+        probes.append(p)
+        t.eq(codes(p.cmd("many set k %d" % N)), (["OK"], N), "login foo: %d sets, each OK" % N)
+        t.eq(codes(p.cmd("many get k %d" % N)), (["OK"], N), "and %d gets, each a hit" % N)
+        got = p.cmd("mget k %d" % N)
+        rows = [l.split() for l in got[:-1]]
+        t.ok(len(rows) == N and all(r[2] == "OK" for r in rows),
+             "a multi-get over three -Y nodes (new connections, each logged in)", got[-1:])
+        th = p.cmd("threads 4 100", timeout=120)
+        t.ok(th and th[0].startswith("errors 0 "), "4 threads share the handle, no error", th)
+        q = probe(path, "ops", "s3cret with spaces:and colons")
+        probes.append(q)
+        t.eq(codes(q.cmd("many get k 20")), (["OK"], 20),
+             "a password with spaces and ':' logs in (everything after the user's space)")
+
+        # (2) A wrong password: EAUTH, and the nodes are not marked down.
+        bad = probe(path, "foo", "wrong")
+        probes.append(bad)
+        t.eq(codes(bad.cmd("many set z 20")), (["EAUTH"], 20), "wrong password: sets EAUTH")
+        t.eq(codes(bad.cmd("many get k 20")), (["EAUTH"], 20),
+             "and gets EAUTH again (not EDOWN, not a miss: no node was marked down)")
+        errs = node_errors(bad)
+        t.ok(set(errs.values()) == {"EAUTH"}, "ringcache_node_error says EAUTH", errs)
+        t.eq(codes(p.cmd("many get k 20")), (["OK"], 20),
+             "the nodes kept serving the logged-in client")
+        t.eq(codes(probe(path, "nobody", "bar").cmd("many get k 5")), (["EAUTH"], 5),
+             "an unknown user: EAUTH")
+
+        # (3) No login against a -Y node: the node's refusal, at once.
+        none = probe(path)
+        probes.append(none)
+        c, n = codes(none.cmd("many set y 5"))
+        t.ok(n == 5 and "OK" not in c and "ETIMEDOUT" not in c,
+             "no credentials against -Y nodes: refused by the node, no hang", c)
+
+        # (4) Debian's memcached -Y takes the same login.
+        if os.path.exists(MEMCACHED):
+            args = ["-U", "0", "-Y", authfile] + (["-u", "root"] if os.geteuid() == 0 else [])
+            mc = rctest.Node(args=args, binary=MEMCACHED, stderr=os.devnull).start()
+            nodes.append(mc)
+            mpath = members(d, "memcached", [mc])
+            m = probe(mpath, "foo", "bar")
+            probes.append(m)
+            t.eq(codes(m.cmd("many set m 20")), (["OK"], 20), "memcached -Y: login, 20 sets")
+            t.eq(codes(m.cmd("many get m 20")), (["OK"], 20), "memcached -Y: read back")
+            t.eq(codes(probe(mpath, "foo", "nope").cmd("many get m 5")), (["EAUTH"], 5),
+                 "memcached -Y, a wrong password: EAUTH")
+        else:
+            for desc in ("memcached -Y: login, 20 sets", "memcached -Y: read back",
+                         "memcached -Y, a wrong password: EAUTH"):
+                t.skip(desc, "no %s" % MEMCACHED)
+
+        # (5) A node without -Y refuses the login and stores nothing.
+        plain = rctest.Node(args=["-t", "2", "-m", "32"]).start()
+        nodes.append(plain)
+        ppath = members(d, "plain", [plain])
+        pp = probe(ppath, "foo", "bar")
+        probes.append(pp)
+        t.eq(codes(pp.cmd("many get x 5")), (["EAUTH"], 5),
+             "a login to a node without -Y: EAUTH")
+        t.eq(curr_items(plain), 0, "and the node stored nothing (the password is no value)")
+
+        # (6) A login inside TLS: -Z and -Y on one node.
+        why = tls_available()
+        if not why:
+            ca = make_ca(d, "ca")
+            srv = make_cert(d, "node", ca, "IP:127.0.0.1")
+            tn = rctest.Node(args=["-t", "2", "-m", "32", "-Y", authfile, "-Z", "-o",
+                                   "ssl_chain_cert=%s,ssl_key=%s" % (srv[1], srv[0])]).start()
+            nodes.append(tn)
+            tpath = members(d, "tls", [tn])
+            tp = probe(tpath, "foo", "bar", ca=ca[1])
+            probes.append(tp)
+            t.eq(codes(tp.cmd("many set s 20")), (["OK"], 20), "-Z -Y: login over TLS, 20 sets")
+            t.eq(codes(probe(tpath, "foo", "x", ca=ca[1]).cmd("many get s 5")), (["EAUTH"], 5),
+                 "-Z -Y: a wrong password over TLS is EAUTH, not ETLS")
+        else:
+            t.skip("-Z -Y: login over TLS, 20 sets", why)
+            t.skip("-Z -Y: a wrong password over TLS is EAUTH, not ETLS", why)
+
+        # (7) ringctl.
+        pw = os.path.join(d, "pw")
+        with open(pw, "w") as f:
+            f.write("bar\n")
+        wrong = os.path.join(d, "wrong")
+        with open(wrong, "w") as f:
+            f.write("nope\n")
+        auth = ["--members", path, "--auth-user", "foo", "--auth-password-file", pw]
+        rc, out, err = ringctl(*auth, "set", "ck", "hello")
+        t.ok(rc == 0, "ringctl --auth-user --auth-password-file set", err)
+        rc, out, err = ringctl(*auth, "get", "ck")
+        t.ok((rc, out) == (0, "ck\thello\n"), "ringctl get reads it back", (rc, out, err))
+        rc, out, err = ringctl("--members", path, "--auth-user", "foo",
+                               "--auth-password-file", wrong, "get", "ck")
+        t.ok(rc == 1 and "refused the login" in err, "ringctl, a wrong password: exit 1, said so",
+             (rc, err))
+        missing = os.path.join(d, "no-such-file")
+        rc, out, err = ringctl("--members", path, "--auth-user", "foo",
+                               "--auth-password-file", missing, "get", "ck")
+        t.ok(rc != 0 and missing in err, "ringctl, a missing password file: named", (rc, err))
+        rc, out, err = ringctl("--members", path, "--auth-user", "foo", "get", "ck")
+        t.ok(rc == 2 and "--auth-password-file" in err,
+             "ringctl --auth-user without a password file: usage error", (rc, err))
+    finally:
+        for p in probes:
+            p.close()
+        for n in nodes:
+            n.stop()
+        tmp.cleanup()
+    return t.done()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
