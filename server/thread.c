@@ -577,11 +577,12 @@ server_refresh_certs(struct server *srv, char *err, size_t errlen)
         snprintf(err, errlen, "TLS not enabled");
         return -1;
     }
-    if (peer != NULL && peer_tls_build(peer, &accept, &connect, err, errlen) < 0) {
+    /* The client port's first: with -Z a bad file gets memcached's wording. */
+    if (srv->tls != NULL && (data = tls_server_build(srv->tls, err, errlen)) == NULL) {
         return -1;
     }
-    if (srv->tls != NULL && (data = tls_server_build(srv->tls, err, errlen)) == NULL) {
-        peer_tls_discard(accept, connect);
+    if (peer != NULL && peer_tls_build(peer, &accept, &connect, err, errlen) < 0) {
+        SSL_CTX_free(data);
         return -1;
     }
     if (peer != NULL) {

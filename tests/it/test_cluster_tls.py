@@ -282,6 +282,26 @@ def main():
         t.ok(not bad, "every key reads back through every node over TLS", bad[:10])
         acks = sum(int(clients[n].stats().get(b"replicated", 0) or 0) for n in "abc")
         t.ok(acks >= N, "the replica copies were acknowledged over TLS (%d acks)" % acks)
+
+        # -Z and --cluster-tls: one refresh_certs reloads both ports, and a
+        # bad file changes neither.
+        za = cz.nodes["a"]
+        put_cert(d, "z2", ca, 5001, certs["node"][0], certs["node"][1])
+        zs = ctx.wrap_socket(socket.create_connection(za.addr, timeout=10))
+        t.eq(request(zs, b"refresh_certs\r\n"), b"OK\r\n", "-Z --cluster-tls: refresh_certs: OK")
+        t.eq((cport_serial(za.port, ca[1], certs["admin"]),
+              cport_serial(za.port + 10000, ca[1], certs["admin"])), (5001, 5001),
+             "both the client port and the cluster port show the new serial 5001")
+        with open(certs["node"][1], "w") as f:
+            f.write("not a certificate\n")
+        got = request(zs, b"refresh_certs\r\n")
+        t.ok(got.startswith(b"SERVER_ERROR Error loading the certificate chain: ")
+             and got.count(b"\r\n") == 1,
+             "a broken chain file: one SERVER_ERROR line, memcached's wording under -Z", got)
+        t.eq((cport_serial(za.port, ca[1], certs["admin"]),
+              cport_serial(za.port + 10000, ca[1], certs["admin"])), (5001, 5001),
+             "neither port changed its certificate")
+        zs.close()
         cz.close()
 
         reload_cases(t, d, ca, certs["admin"], clusters)
