@@ -684,7 +684,7 @@ cluster_set_peer_tls(struct cluster *cl, struct peer_tls *t)
     cl->tls = t;
 }
 
-const struct peer_tls *
+struct peer_tls *
 cluster_peer_tls(const struct cluster *cl)
 {
     return cl != NULL ? cl->tls : NULL;

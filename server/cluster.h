@@ -187,7 +187,7 @@ void cluster_free(struct cluster *cl);
  * when the cluster speaks plain TCP. */
 struct peer_tls;
 void                   cluster_set_peer_tls(struct cluster *cl, struct peer_tls *t);
-const struct peer_tls *cluster_peer_tls(const struct cluster *cl);
+struct peer_tls       *cluster_peer_tls(const struct cluster *cl);
 
 /* The node process starts serving with this state (cport_start, not unit
  * tests): a member of its active epoch comes back empty, so it is

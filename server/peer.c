@@ -145,7 +145,7 @@ cluster_addr(const char *addr, char *host, size_t hostlen, int *port)
 
 /* See peer.h. */
 struct bufferevent *
-peer_dial(struct event_base *base, const struct peer_tls *tls, const char *addr)
+peer_dial(struct event_base *base, struct peer_tls *tls, const char *addr)
 {
     char host[RING_ADDR_MAX + 1];
     int  port;

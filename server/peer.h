@@ -61,7 +61,7 @@ int peer_connect(struct bufferevent *bev, const char *addr);
  * cluster port speaks it (tls, server/peer_tls.h; NULL: plain), checking
  * that the member's certificate names addr's host. NULL when out of memory
  * (a malformed addr gets a plain one: peer_connect then says PEER_EADDR). */
-struct bufferevent *peer_dial(struct event_base *base, const struct peer_tls *tls,
+struct bufferevent *peer_dial(struct event_base *base, struct peer_tls *tls,
                               const char *addr);
 
 #endif /* SERVER_PEER_H */

@@ -75,6 +75,13 @@ fail:
     return NULL;
 }
 
+/* A copy of path ("" for NULL); NULL when out of memory. */
+static char *
+path_dup(const char *path)
+{
+    return strdup(path != NULL ? path : "");
+}
+
 struct peer_tls *
 peer_tls_new(const char *chain, const char *key, const char *ca, bool cport, bool data, char *err,
              size_t errlen)
@@ -85,22 +92,18 @@ peer_tls_new(const char *chain, const char *key, const char *ca, bool cport, boo
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    pthread_mutex_init(&t->lock, NULL);
     t->cport = cport;
     t->data = data;
-    if (cport && (ca == NULL || ca[0] == '\0')) {
-        snprintf(err, errlen, "--cluster-tls needs -o ssl_ca_cert (the CA of the cluster's "
-                              "certificates: peers and ringctl must show one it signed)");
+    t->chain = path_dup(chain);
+    t->key = path_dup(key);
+    t->ca = path_dup(ca);
+    if (t->chain == NULL || t->key == NULL || t->ca == NULL) {
+        snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    t->connect = ctx_new(TLS_client_method(), chain, key, ca, false, err, errlen);
-    if (t->connect == NULL) {
+    if (peer_tls_build(t, &t->accept, &t->connect, err, errlen) < 0) {
         goto fail;
-    }
-    if (cport) {
-        t->accept = ctx_new(TLS_server_method(), chain, key, ca, true, err, errlen);
-        if (t->accept == NULL) {
-            goto fail;
-        }
     }
     return t;
 
@@ -109,30 +112,105 @@ fail:
     return NULL;
 }
 
+int
+peer_tls_build(struct peer_tls *t, SSL_CTX **accept, SSL_CTX **connect, char *err, size_t errlen)
+{
+    *accept = NULL;
+    *connect = NULL;
+    if (t->cport && t->ca[0] == '\0') {
+        snprintf(err, errlen, "--cluster-tls needs -o ssl_ca_cert (the CA of the cluster's "
+                              "certificates: peers and ringctl must show one it signed)");
+        return -1;
+    }
+    *connect = ctx_new(TLS_client_method(), t->chain, t->key, t->ca, false, err, errlen);
+    if (*connect == NULL) {
+        return -1;
+    }
+    if (t->cport) {
+        *accept = ctx_new(TLS_server_method(), t->chain, t->key, t->ca, true, err, errlen);
+        if (*accept == NULL) {
+            SSL_CTX_free(*connect);
+            *connect = NULL;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void
+peer_tls_install(struct peer_tls *t, SSL_CTX *accept, SSL_CTX *connect)
+{
+    SSL_CTX *old_accept, *old_connect;
+
+    pthread_mutex_lock(&t->lock);
+    old_accept = t->accept;
+    old_connect = t->connect;
+    t->accept = accept;
+    t->connect = connect;
+    pthread_mutex_unlock(&t->lock);
+    /* Open connections hold their own references to the old ones. */
+    peer_tls_discard(old_accept, old_connect);
+}
+
+void
+peer_tls_discard(SSL_CTX *accept, SSL_CTX *connect)
+{
+    SSL_CTX_free(accept);
+    SSL_CTX_free(connect);
+}
+
+int
+peer_tls_refresh(struct peer_tls *t, char *err, size_t errlen)
+{
+    SSL_CTX *accept, *connect;
+
+    if (peer_tls_build(t, &accept, &connect, err, errlen) < 0) {
+        return -1;
+    }
+    peer_tls_install(t, accept, connect);
+    return 0;
+}
+
 void
 peer_tls_free(struct peer_tls *t)
 {
     if (t != NULL) {
         SSL_CTX_free(t->accept);
         SSL_CTX_free(t->connect);
+        pthread_mutex_destroy(&t->lock);
+        free(t->chain);
+        free(t->key);
+        free(t->ca);
         free(t);
     }
 }
 
+/* A new SSL of *ctx, taken under t's lock (a refresh may be swapping it). */
+static SSL *
+ssl_new(struct peer_tls *t, SSL_CTX *const *ctx)
+{
+    SSL *ssl;
+
+    pthread_mutex_lock(&t->lock);
+    ssl = SSL_new(*ctx);
+    pthread_mutex_unlock(&t->lock);
+    return ssl;
+}
+
 struct bufferevent *
-peer_tls_accept(const struct peer_tls *t, struct event_base *base, int fd)
+peer_tls_accept(struct peer_tls *t, struct event_base *base, int fd)
 {
     struct bufferevent *bev;
     SSL                *ssl;
 
-    if (t == NULL || t->accept == NULL) {
+    if (t == NULL || !t->cport) {
         bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
         if (bev == NULL) {
             close(fd);
         }
         return bev;
     }
-    ssl = SSL_new(t->accept);
+    ssl = ssl_new(t, &t->accept);
     if (ssl == NULL) {
         close(fd);
         return NULL;
@@ -161,7 +239,7 @@ expect_name(SSL *ssl, const char *host)
 }
 
 struct bufferevent *
-peer_tls_dial(const struct peer_tls *t, struct event_base *base, const char *host, bool cport)
+peer_tls_dial(struct peer_tls *t, struct event_base *base, const char *host, bool cport)
 {
     struct bufferevent *bev;
     SSL                *ssl;
@@ -169,7 +247,7 @@ peer_tls_dial(const struct peer_tls *t, struct event_base *base, const char *hos
     if (t == NULL || !(cport ? t->cport : t->data)) {
         return bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
     }
-    ssl = SSL_new(t->connect);
+    ssl = ssl_new(t, &t->connect);
     if (ssl == NULL) {
         return NULL;
     }

@@ -17,15 +17,20 @@
  * ssl_verify_mode=2).
  *
  * Connections are libevent bufferevents; TLS ones are bufferevent_openssl
- * over the same socket, so the code above them does not change. Everything
- * here is immutable once built, shared by the cluster thread, the
- * heartbeat and handoff threads and the workers.
+ * over the same socket, so the code above them does not change. The
+ * struct is shared by the cluster thread, the heartbeat and handoff threads
+ * and the workers; only the two contexts change after start
+ * (peer_tls_refresh, from refresh_certs and SIGHUP), swapped under lock.
+ * Readers hold the lock just long enough for SSL_new, and each SSL keeps
+ * its own reference to its context, so a swapped-out one lives on until
+ * the last connection made with it is freed.
  */
 #ifndef SERVER_PEER_TLS_H
 #define SERVER_PEER_TLS_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include <openssl/ssl.h>
@@ -34,11 +39,13 @@ struct bufferevent;
 struct event_base;
 
 struct peer_tls {
-    SSL_CTX *accept;  /* the cluster port's (client certificate required); NULL: plain port */
-    SSL_CTX *connect; /* links to peers: our certificate shown, theirs verified */
-    bool     cport;   /* cluster ports speak TLS (--cluster-tls) */
-    bool     data;    /* client ports speak TLS (-Z): relays use it */
-    uint64_t handshake_errors; /* failed handshakes on the cluster port (atomic) */
+    pthread_mutex_t lock;    /* guards accept and connect (a leaf) */
+    SSL_CTX        *accept;  /* the cluster port's (client certificate required); NULL: plain port */
+    SSL_CTX        *connect; /* links to peers: our certificate shown, theirs verified */
+    bool            cport;   /* cluster ports speak TLS (--cluster-tls) */
+    bool            data;    /* client ports speak TLS (-Z): relays use it */
+    uint64_t        handshake_errors; /* failed handshakes on the cluster port (atomic) */
+    char           *chain, *key, *ca; /* the files, read again by a refresh */
 };
 
 /* Build the contexts from the node's certificate chain, key and CA files
@@ -49,16 +56,29 @@ struct peer_tls *peer_tls_new(const char *chain, const char *key, const char *ca
 
 void peer_tls_free(struct peer_tls *t);
 
+/* New contexts from the files as they are now (peer_tls_new's checks and
+ * wording), to install or discard: 0, or -1 with the reason in err and
+ * nothing built. *accept stays NULL when the cluster port is plain. */
+int  peer_tls_build(struct peer_tls *t, SSL_CTX **accept, SSL_CTX **connect, char *err,
+                    size_t errlen);
+/* Swap in what peer_tls_build made; the old contexts are released. */
+void peer_tls_install(struct peer_tls *t, SSL_CTX *accept, SSL_CTX *connect);
+/* Discard what peer_tls_build made (another refresh failed). */
+void peer_tls_discard(SSL_CTX *accept, SSL_CTX *connect);
+/* Build both, and only when both were built, install them: 0, or -1 with
+ * the reason in err and the old contexts still in use. */
+int  peer_tls_refresh(struct peer_tls *t, char *err, size_t errlen);
+
 /* A bufferevent over the accepted socket fd of the cluster port: TLS in the
  * accepting state when t has a cluster port context, else a plain one.
  * BEV_OPT_CLOSE_ON_FREE; NULL when out of memory (fd is then closed). */
-struct bufferevent *peer_tls_accept(const struct peer_tls *t, struct event_base *base, int fd);
+struct bufferevent *peer_tls_accept(struct peer_tls *t, struct event_base *base, int fd);
 
 /* A bufferevent for a connection yet to be made (bufferevent_socket_connect)
  * to host's cluster port (cport true) or client port: TLS in the connecting
  * state when t says that port speaks it, checking that the certificate
  * names host; else a plain one. NULL when out of memory. */
-struct bufferevent *peer_tls_dial(const struct peer_tls *t, struct event_base *base,
+struct bufferevent *peer_tls_dial(struct peer_tls *t, struct event_base *base,
                                   const char *host, bool cport);
 
 /* The verification error of a TLS bufferevent's failed handshake, or the

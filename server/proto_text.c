@@ -578,24 +578,22 @@ process_verbosity(struct conn *c, struct token *t, int ntok)
 }
 
 /*
- * refresh_certs: reload the TLS certificate chain, key and CAs from the
- * files named at start (server/tls.h). OK, or the reason after
- * SERVER_ERROR (memcached sends the bare reason, which no client can tell
- * from a reply); the certificate in use stays then.
+ * refresh_certs: reload the TLS certificate chains, keys and CAs from the
+ * files named at start, the client port's and the cluster port's
+ * (server_refresh_certs). OK, or the reason after SERVER_ERROR (memcached
+ * sends the bare reason, which no client can tell from a reply); the
+ * certificates in use stay then.
  */
 static void
 process_refresh_certs(struct conn *c)
 {
-    struct server *srv = c->w->srv;
-    char           err[1536];
+    char err[1536];
 
-    if (srv->tls == NULL) {
-        REPLY(c, "SERVER_ERROR TLS not enabled");
-        return;
-    }
-    if (tls_server_refresh(srv->tls, err, sizeof(err)) < 0) {
-        log_msg(LOG_ERR, "refresh_certs: certificates not reloaded, keeping the old ones: %s",
-                err);
+    if (server_refresh_certs(c->w->srv, err, sizeof(err)) < 0) {
+        if (strcmp(err, "TLS not enabled") != 0) {
+            log_msg(LOG_ERR, "refresh_certs: certificates not reloaded, keeping the old ones: %s",
+                    err);
+        }
         conn_out_add(c, "SERVER_ERROR ", 13);
         conn_out_add(c, err, strlen(err));
         conn_out_add(c, "\r\n", 2);

@@ -25,11 +25,13 @@
 
 #include <event2/event.h>
 
+#include "server/cluster.h"
 #include "server/conn.h"
 #include "server/forward.h"
 #include "server/hotkeys.h"
 #include "server/replicate.h"
 #include "server/log.h"
+#include "server/peer_tls.h"
 #include "server/tls.h"
 
 #define SHUTDOWN_FLUSH_SECS 5 /* bound on flushing replies at exit */
@@ -564,8 +566,36 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
     event_base_loopbreak(srv->main_base);
 }
 
-/* SIGHUP with -Z: refresh_certs from the same files; a failure keeps the
- * certificate in use. */
+/* Refresh every TLS context; see thread.h. */
+int
+server_refresh_certs(struct server *srv, char *err, size_t errlen)
+{
+    struct peer_tls *peer = cluster_peer_tls(srv->cluster);
+    SSL_CTX         *data = NULL, *accept = NULL, *connect = NULL;
+
+    if (srv->tls == NULL && peer == NULL) {
+        snprintf(err, errlen, "TLS not enabled");
+        return -1;
+    }
+    /* The client port's first: with -Z a bad file gets memcached's wording. */
+    if (srv->tls != NULL && (data = tls_server_build(srv->tls, err, errlen)) == NULL) {
+        return -1;
+    }
+    if (peer != NULL && peer_tls_build(peer, &accept, &connect, err, errlen) < 0) {
+        SSL_CTX_free(data);
+        return -1;
+    }
+    if (peer != NULL) {
+        peer_tls_install(peer, accept, connect);
+    }
+    if (srv->tls != NULL) {
+        tls_server_install(srv->tls, data);
+    }
+    return 0;
+}
+
+/* SIGHUP with -Z or --cluster-tls: refresh_certs from the same files; a
+ * failure keeps the certificates in use. */
 static void
 sighup_cb(evutil_socket_t sig, short what, void *arg)
 {
@@ -574,7 +604,7 @@ sighup_cb(evutil_socket_t sig, short what, void *arg)
 
     (void)sig;
     (void)what;
-    if (tls_server_refresh(srv->tls, err, sizeof(err)) < 0) {
+    if (server_refresh_certs(srv, err, sizeof(err)) < 0) {
         log_msg(LOG_ERR, "SIGHUP: certificates not reloaded, keeping the old ones: %s", err);
         return;
     }
@@ -601,7 +631,7 @@ server_run(struct server *srv)
         event_add(srv->sigint_ev, NULL) < 0) {
         return -1;
     }
-    if (srv->tls != NULL) {
+    if (srv->tls != NULL || cluster_peer_tls(srv->cluster) != NULL) {
         srv->sighup_ev = evsignal_new(srv->main_base, SIGHUP, sighup_cb, srv);
         if (srv->sighup_ev == NULL || event_add(srv->sighup_ev, NULL) < 0) {
             return -1;

@@ -92,7 +92,7 @@ struct server {
     int                stall_timeout_ms; /* see CONN_STALL_TIMEOUT_MS; tests shorten it */
     struct event_base *main_base;
     struct event      *listen_ev, *sigterm_ev, *sigint_ev, *accept_retry_ev;
-    struct event      *sighup_ev; /* -Z: SIGHUP reloads the certificates */
+    struct event      *sighup_ev; /* -Z, --cluster-tls: SIGHUP reloads the certificates */
     /* -Z (server/tls.h): the context new connections take; NULL: plaintext. */
     struct tls_server *tls;
     int                curr_conns;     /* atomic */
@@ -130,6 +130,13 @@ int listen_tcp(const char *addr, int port, int backlog, const char *what);
 /* Start the workers and run the accept loop until SIGTERM or SIGINT, then
  * flush and join the workers. Returns 0, or -1 if threads failed to start. */
 int server_run(struct server *srv);
+
+/* refresh_certs and SIGHUP: reload, from the files named at start, the
+ * client port's TLS context (-Z) and the cluster's (--cluster-tls, and the
+ * relays' under -Z). Every new context is built before any is installed,
+ * so a bad file changes nothing: -1 with the reason (naming the file) in
+ * err. -1 with "TLS not enabled" when the node has no TLS at all. */
+int server_refresh_certs(struct server *srv, char *err, size_t errlen);
 
 /* Free everything; the threads must have stopped (or never started). */
 void server_free(struct server *srv);

@@ -213,15 +213,19 @@ tls_server_new(const struct settings *s, char *err, size_t errlen)
     return t;
 }
 
-/* Swap in a context built from the files as they are now; see tls.h. */
-int
-tls_server_refresh(struct tls_server *t, char *err, size_t errlen)
+/* A context from the files as they are now; see tls.h. */
+SSL_CTX *
+tls_server_build(struct tls_server *t, char *err, size_t errlen)
 {
-    SSL_CTX *ctx = ctx_build(t, err, errlen), *old;
+    return ctx_build(t, err, errlen);
+}
 
-    if (ctx == NULL) {
-        return -1;
-    }
+/* Swap in a built context; see tls.h. */
+void
+tls_server_install(struct tls_server *t, SSL_CTX *ctx)
+{
+    SSL_CTX *old;
+
     pthread_mutex_lock(&t->lock);
     old = t->ctx;
     t->ctx = ctx;
@@ -229,6 +233,18 @@ tls_server_refresh(struct tls_server *t, char *err, size_t errlen)
     /* Open connections hold their own references to the old one. */
     SSL_CTX_free(old);
     __atomic_store_n(&t->last_refresh, (int64_t)time(NULL), __ATOMIC_RELAXED);
+}
+
+/* Swap in a context built from the files as they are now; see tls.h. */
+int
+tls_server_refresh(struct tls_server *t, char *err, size_t errlen)
+{
+    SSL_CTX *ctx = tls_server_build(t, err, errlen);
+
+    if (ctx == NULL) {
+        return -1;
+    }
+    tls_server_install(t, ctx);
     return 0;
 }
 

@@ -56,6 +56,14 @@ struct tls_server *tls_server_new(const struct settings *s, char *err, size_t er
  */
 int tls_server_refresh(struct tls_server *t, char *err, size_t errlen);
 
+/* tls_server_refresh in two steps, for a refresh of several contexts that
+ * installs none unless all were built (server_refresh_certs): a context
+ * from the files as they are now (NULL, err set as above), then install
+ * it (the old one is released). SSL_CTX_free discards an unused one. */
+struct ssl_ctx_st; /* OpenSSL's SSL_CTX, without its headers here */
+struct ssl_ctx_st *tls_server_build(struct tls_server *t, char *err, size_t errlen);
+void               tls_server_install(struct tls_server *t, struct ssl_ctx_st *ctx);
+
 /* Free the context (connections must be closed). NULL is fine. */
 void tls_server_free(struct tls_server *t);
 

@@ -11,9 +11,18 @@ loopback with a throwaway CA made by the openssl CLI.
     stays as it was.
 (B) -Z and --cluster-tls: a client writes through one node over TLS; the
     relays to the owners' client ports and the replica copies (R=2) go over
-    TLS too, and every owner serves what was written."""
+    TLS too, and every owner serves what was written.
+(C) Reloading the cluster port's files (a node with --cluster-tls, no -Z):
+    refresh_certs on the client port puts a new certificate (same paths,
+    new serial) on the cluster port and ringctl still works; a broken chain
+    file gets one SERVER_ERROR line naming it, the old certificate stays
+    and the log says why; SIGHUP reloads too; a CA bundle (old + new CA) at
+    the ssl_ca_cert path lets in an admin certificate of the new CA only
+    after the reload."""
 
 import os
+import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -22,7 +31,8 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 import loadgen as lg  # noqa: E402
-from rctest import Tap  # noqa: E402
+import tlscerts  # noqa: E402
+from rctest import Tap, request, wait_until  # noqa: E402
 from test_client_tls import make_ca, make_cert  # noqa: E402
 
 Client = lg.debian_import("pymemcache.client.base").Client
@@ -73,6 +83,93 @@ def tls_probe(port, ca=None, cert=None):
                 return "closed" if data == b"" else "data"
     except (ssl.SSLError, OSError) as e:
         return "refused: %s" % e.__class__.__name__
+
+
+def cport_serial(port, ca, cert):
+    """The serial number of the certificate the cluster port shows to a new
+    session opened with cert (an int), or why there is none (a str)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.load_verify_locations(ca)
+    ctx.load_cert_chain(cert[1], cert[0])
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            with ctx.wrap_socket(s) as t:
+                return int(t.getpeercert()["serialNumber"], 16)
+    except (ssl.SSLError, OSError) as e:
+        return "no session: %s" % e
+
+
+def put_cert(d, name, ca, serial, key_path, crt_path):
+    """A new certificate for 127.0.0.1 from ca with serial, made in d and
+    moved over key_path and crt_path (as an operator's rotation does)."""
+    key, crt = tlscerts.make_cert(d, name, ca, "IP:127.0.0.1", serial=str(serial))
+    os.replace(key, key_path)
+    os.replace(crt, crt_path)
+
+
+def reload_cases(t, d, ca, admin, clusters):
+    """(C): see the module's docstring."""
+    live = os.path.join(d, "live")
+    os.makedirs(live)
+    os.chmod(live, 0o755)
+    node_key, node_crt = os.path.join(live, "node.key"), os.path.join(live, "node.crt")
+    ca_path = os.path.join(live, "ca.crt")
+    shutil.copy(ca[1], ca_path)
+    put_cert(d, "r1", ca, 4001, node_key, node_crt)
+    certs = {"ca": (ca[0], ca_path), "node": (node_key, node_crt), "admin": admin}
+    cr = TLSCluster(certs, mem=64)
+    clusters.append(cr)
+    cr.add("a")
+    rc, out, err = cr.ctl("init", "--members", cr.write_members(["a"]))
+    t.ok(rc == 0, "(C) --cluster-tls without -Z: init", err[-400:])
+    node = cr.nodes["a"]
+    cport = node.port + 10000
+    t.eq(cport_serial(cport, ca[1], admin), 4001, "the cluster port shows serial 4001 at start")
+
+    mc = socket.create_connection(node.addr, timeout=10)
+    put_cert(d, "r2", ca, 4002, node_key, node_crt)
+    t.eq(request(mc, b"refresh_certs\r\n"), b"OK\r\n",
+         "refresh_certs on the client port (no -Z): OK")
+    t.eq(cport_serial(cport, ca[1], admin), 4002,
+         "a new session on the cluster port sees the new certificate (serial 4002)")
+    rc, out, err = cr.ctl("status", timeout=30)
+    t.ok(rc == 0 and "a" in out, "ringctl --cluster-tls status still works", err[-300:])
+
+    with open(node_crt, "w") as f:
+        f.write("-----BEGIN CERTIFICATE-----\nbroken\n-----END CERTIFICATE-----\n")
+    got = request(mc, b"refresh_certs\r\n")
+    t.ok(got.startswith(b"SERVER_ERROR ssl_chain_cert " + node_crt.encode())
+         and got.count(b"\r\n") == 1,
+         "refresh_certs with a broken chain file: one SERVER_ERROR line naming it", got)
+    t.eq(cport_serial(cport, ca[1], admin), 4002, "the cluster port still shows serial 4002")
+    log = open(node.log, errors="replace").read()
+    t.ok("refresh_certs: certificates not reloaded, keeping the old ones: ssl_chain_cert "
+         + node_crt in log, "the node's log says why", log[-400:])
+
+    put_cert(d, "r3", ca, 4003, node_key, node_crt)
+    os.kill(node.pid, signal.SIGHUP)
+    t.ok(wait_until(lambda: cport_serial(cport, ca[1], admin) == 4003, 20),
+         "SIGHUP (no -Z) reloads: the cluster port shows serial 4003",
+         cport_serial(cport, ca[1], admin))
+    t.ok(node.alive() and request(mc, b"version\r\n").startswith(b"VERSION "),
+         "the node keeps serving, the client connection too")
+
+    new_ca = tlscerts.make_ca(d, "new-ca")
+    new_admin = tlscerts.make_cert(d, "new-admin", new_ca, "DNS:admin")
+    with open(ca_path, "w") as f:
+        f.write(open(ca[1]).read() + open(new_ca[1]).read())
+    t.ok(tls_probe(cport, ca[1], new_admin) != "handshake",
+         "CA rotation: before the reload an admin certificate of the new CA is refused")
+    os.kill(node.pid, signal.SIGHUP)
+    t.ok(wait_until(lambda: tls_probe(cport, ca[1], new_admin) == "handshake", 20),
+         "after SIGHUP with the bundle (old + new CA) it gets in",
+         tls_probe(cport, ca[1], new_admin))
+    t.eq(tls_probe(cport, ca[1], admin), "handshake", "and the old CA's admin still does")
+    rc, out, err = cr.ctl("status", timeout=30)
+    t.ok(rc == 0, "ringctl status after the reloads", err[-300:])
+    mc.close()
+    cr.close()
 
 
 def plaintext_probe(port):
@@ -189,7 +286,29 @@ def main():
         t.ok(not bad, "every key reads back through every node over TLS", bad[:10])
         acks = sum(int(clients[n].stats().get(b"replicated", 0) or 0) for n in "abc")
         t.ok(acks >= N, "the replica copies were acknowledged over TLS (%d acks)" % acks)
+
+        # -Z and --cluster-tls: one refresh_certs reloads both ports, and a
+        # bad file changes neither.
+        za = cz.nodes["a"]
+        put_cert(d, "z2", ca, 5001, certs["node"][0], certs["node"][1])
+        zs = ctx.wrap_socket(socket.create_connection(za.addr, timeout=10))
+        t.eq(request(zs, b"refresh_certs\r\n"), b"OK\r\n", "-Z --cluster-tls: refresh_certs: OK")
+        t.eq((cport_serial(za.port, ca[1], certs["admin"]),
+              cport_serial(za.port + 10000, ca[1], certs["admin"])), (5001, 5001),
+             "both the client port and the cluster port show the new serial 5001")
+        with open(certs["node"][1], "w") as f:
+            f.write("not a certificate\n")
+        got = request(zs, b"refresh_certs\r\n")
+        t.ok(got.startswith(b"SERVER_ERROR Error loading the certificate chain: ")
+             and got.count(b"\r\n") == 1,
+             "a broken chain file: one SERVER_ERROR line, memcached's wording under -Z", got)
+        t.eq((cport_serial(za.port, ca[1], certs["admin"]),
+              cport_serial(za.port + 10000, ca[1], certs["admin"])), (5001, 5001),
+             "neither port changed its certificate")
+        zs.close()
         cz.close()
+
+        reload_cases(t, d, ca, certs["admin"], clusters)
     finally:
         for c in clusters:
             c.close()
