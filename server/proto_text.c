@@ -588,9 +588,10 @@ static void
 process_refresh_certs(struct conn *c)
 {
     char err[1536];
+    int  rc = server_refresh_certs(c->w->srv, err, sizeof(err));
 
-    if (server_refresh_certs(c->w->srv, err, sizeof(err)) < 0) {
-        if (strcmp(err, "TLS not enabled") != 0) {
+    if (rc < 0) {
+        if (rc == -1) { /* not for -2, a node without TLS */
             log_msg(LOG_ERR, "refresh_certs: certificates not reloaded, keeping the old ones: %s",
                     err);
         }

@@ -575,7 +575,7 @@ server_refresh_certs(struct server *srv, char *err, size_t errlen)
 
     if (srv->tls == NULL && peer == NULL) {
         snprintf(err, errlen, "TLS not enabled");
-        return -1;
+        return -2;
     }
     /* The client port's first: with -Z a bad file gets memcached's wording. */
     if (srv->tls != NULL && (data = tls_server_build(srv->tls, err, errlen)) == NULL) {

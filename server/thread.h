@@ -135,7 +135,7 @@ int server_run(struct server *srv);
  * client port's TLS context (-Z) and the cluster's (--cluster-tls, and the
  * relays' under -Z). Every new context is built before any is installed,
  * so a bad file changes nothing: -1 with the reason (naming the file) in
- * err. -1 with "TLS not enabled" when the node has no TLS at all. */
+ * err. -2 with "TLS not enabled" when the node has no TLS at all. */
 int server_refresh_certs(struct server *srv, char *err, size_t errlen);
 
 /* Free everything; the threads must have stopped (or never started). */
