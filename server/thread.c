@@ -1,7 +1,7 @@
 /*
  * thread: accept loop and worker threads (memcached's thread.c model).
- * Lock order: a worker's q_lock is a leaf; stats_lock is a leaf. Counters
- * shared between threads (curr_conns, total_conns) are atomics.
+ * Lock order: a worker's q_lock is a leaf; stats_lock and auth_lock are
+ * leaves. Counters shared between threads (curr_conns, total_conns) are atomics.
  */
 #include "config.h"
 #include "server/thread.h"
@@ -29,14 +29,16 @@
 #include "server/forward.h"
 #include "server/hotkeys.h"
 #include "server/replicate.h"
+#include "server/authfile.h"
 #include "server/log.h"
+#include "server/proto_auth.h"
 #include "server/tls.h"
 
 #define SHUTDOWN_FLUSH_SECS 5 /* bound on flushing replies at exit */
 static const char TOO_MANY[] = "ERROR Too many open connections\r\n";
 
-/* Block or unblock SIGTERM, SIGINT and SIGHUP (-Z's reload) in the
- * calling thread. */
+/* Block or unblock SIGTERM, SIGINT and SIGHUP (-Z's and -Y's reload) in
+ * the calling thread. */
 static void
 block_stop_signals(int how)
 {
@@ -73,6 +75,7 @@ server_new(const struct settings *settings)
     srv->stall_timeout_ms = CONN_STALL_TIMEOUT_MS;
     pthread_mutex_init(&srv->stats_lock, NULL);
     pthread_mutex_init(&srv->barrier_lock, NULL);
+    pthread_mutex_init(&srv->auth_lock, NULL);
     pthread_cond_init(&srv->barrier_cond, NULL);
     memset(&cfg, 0, sizeof(cfg));
     cfg.mem_limit = settings->maxbytes;
@@ -564,8 +567,8 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
     event_base_loopbreak(srv->main_base);
 }
 
-/* SIGHUP with -Z: refresh_certs from the same files; a failure keeps the
- * certificate in use. */
+/* SIGHUP with -Y: re-read the users (proto_auth_reload); with -Z:
+ * refresh_certs from the same files. A failure keeps what is in use. */
 static void
 sighup_cb(evutil_socket_t sig, short what, void *arg)
 {
@@ -574,6 +577,10 @@ sighup_cb(evutil_socket_t sig, short what, void *arg)
 
     (void)sig;
     (void)what;
+    proto_auth_reload(srv);
+    if (srv->tls == NULL) {
+        return;
+    }
     if (tls_server_refresh(srv->tls, err, sizeof(err)) < 0) {
         log_msg(LOG_ERR, "SIGHUP: certificates not reloaded, keeping the old ones: %s", err);
         return;
@@ -601,7 +608,7 @@ server_run(struct server *srv)
         event_add(srv->sigint_ev, NULL) < 0) {
         return -1;
     }
-    if (srv->tls != NULL) {
+    if (srv->tls != NULL || srv->auth != NULL) {
         srv->sighup_ev = evsignal_new(srv->main_base, SIGHUP, sighup_cb, srv);
         if (srv->sighup_ev == NULL || event_add(srv->sighup_ev, NULL) < 0) {
             return -1;
@@ -766,6 +773,8 @@ server_free(struct server *srv)
         store_free(srv->store);
     }
     tls_server_free(srv->tls);
+    authfile_free(srv->auth_reloaded);
+    pthread_mutex_destroy(&srv->auth_lock);
     pthread_mutex_destroy(&srv->stats_lock);
     pthread_mutex_destroy(&srv->barrier_lock);
     pthread_cond_destroy(&srv->barrier_cond);
