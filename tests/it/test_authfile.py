@@ -342,10 +342,8 @@ def sighup_reload(t, tmp):
              "... and the node keeps serving")
         s.close()
 
-        # Unreadable (as after -u, the node reads it as its own user).
-        if os.geteuid() == 0:
-            t.skip("SIGHUP with an unreadable -Y file", "root reads any file")
-        else:
+        # Unreadable: the node reads the file again as its own user.
+        if os.geteuid() != 0:
             with open(path, "w") as f:
                 f.write("other:pw\n")
             os.chmod(path, 0)
@@ -355,6 +353,35 @@ def sighup_reload(t, tmp):
                  and login_reply(addr, b"foo bar") == b"STORED\r\n",
                  "SIGHUP with an unreadable file: logged, the old users kept", want)
             os.chmod(path, 0o644)
+    finally:
+        node.stop()
+
+    if os.geteuid() == 0:
+        sighup_after_u(t, tmp)
+
+
+def sighup_after_u(t, tmp):
+    """As root: -u nobody drops privileges after the first read, so a
+    SIGHUP reads the root-only file as nobody: Permission denied, logged,
+    and the users of the start kept."""
+    path = os.path.join(tmp, "root-only-auth")
+    log = os.path.join(tmp, "reload-u.log")
+    with open(path, "w") as f:
+        f.write(AUTHFILE)
+    os.chmod(path, 0o600)
+    node = Node(args=["-t", "1", "-m", "16", "-u", "nobody", "-Y", path], stderr=log).start()
+    lg.track(node.proc)
+    addr = ("127.0.0.1", node.port)
+    try:
+        with open(path, "w") as f:
+            f.write(AUTHFILE + "newu:newpw\n")
+        os.kill(node.pid, signal.SIGHUP)
+        want = "SIGHUP: -Y %s: Permission denied, keeping the old users" % path
+        t.ok(lg.wait_for(lambda: log_has(log, want), 10), "-u nobody, a root-only -Y file: "
+             "SIGHUP logs that it cannot read it", want)
+        t.ok(login_reply(addr, b"foo bar") == b"STORED\r\n"
+             and login_reply(addr, b"newu newpw") == FAILURE and node.alive(),
+             "... and keeps the users of the start (foo logs in, newu not)")
     finally:
         node.stop()
 
