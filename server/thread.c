@@ -1,7 +1,8 @@
 /*
  * thread: accept loop and worker threads (memcached's thread.c model).
  * Lock order: a worker's q_lock is a leaf; stats_lock and auth_lock are
- * leaves. Counters shared between threads (curr_conns, total_conns) are atomics.
+ * leaves. Counters shared between threads (curr_conns, total_conns) are
+ * atomics.
  */
 #include "config.h"
 #include "server/thread.h"
@@ -25,11 +26,11 @@
 
 #include <event2/event.h>
 
+#include "server/authfile.h"
 #include "server/conn.h"
 #include "server/forward.h"
 #include "server/hotkeys.h"
 #include "server/replicate.h"
-#include "server/authfile.h"
 #include "server/log.h"
 #include "server/proto_auth.h"
 #include "server/tls.h"
