@@ -286,6 +286,17 @@ def log_has(path, text):
         return text in f.read()
 
 
+def stopped_clean(t, node, log, what):
+    """Stop node: exit 0 and no sanitizer report in its log (under ASan
+    a leaked or twice-freed table of users shows here)."""
+    alive = node.alive()
+    rc = node.stop()
+    with open(log, errors="replace") as f:
+        text = f.read()
+    t.ok(alive and rc == 0 and "Sanitizer" not in text and "runtime error" not in text,
+         "%s: exits 0 on SIGTERM, no sanitizer report" % what, (alive, rc, text[-2000:]))
+
+
 def sighup_reload(t, tmp):
     """SIGHUP re-reads the -Y file (no -Z: today's SIGHUP only reloads
     certificates, and without a handler it would end the node). Each
@@ -356,7 +367,7 @@ def sighup_reload(t, tmp):
                  "SIGHUP with an unreadable file: logged, the old users kept", want)
             os.chmod(path, 0o644)
     finally:
-        node.stop()
+        stopped_clean(t, node, log, "the node whose -Y file was re-read")
 
     if os.geteuid() == 0:
         sighup_after_u(t, tmp)
@@ -385,7 +396,7 @@ def sighup_after_u(t, tmp):
              and login_reply(addr, b"newu newpw") == FAILURE and node.alive(),
              "... and keeps the users of the start (foo logs in, newu not)")
     finally:
-        node.stop()
+        stopped_clean(t, node, log, "the -u nobody node")
 
 
 def cluster(t, tmp):
