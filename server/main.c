@@ -243,13 +243,15 @@ make_absolute(char *path, size_t size, const char *opt)
 }
 
 /* With -d, every path the node still uses after start-up (the -Z files
- * are read after the fork, and again by refresh_certs). 0 or -1. */
+ * are read after the fork, and again by refresh_certs; the -Y file again
+ * at SIGHUP). 0 or -1. */
 static int
 absolute_paths(struct settings *st)
 {
     if (make_absolute(st->pid_file, sizeof(st->pid_file), "-P") < 0 ||
         make_absolute(st->socket_path, sizeof(st->socket_path), "-s") < 0 ||
         make_absolute(st->state_dir, sizeof(st->state_dir), "--state-dir") < 0 ||
+        make_absolute(st->auth_file, sizeof(st->auth_file), "-Y") < 0 ||
         make_absolute(st->ssl_chain_cert, sizeof(st->ssl_chain_cert), "-o ssl_chain_cert") < 0 ||
         make_absolute(st->ssl_key, sizeof(st->ssl_key), "-o ssl_key") < 0 ||
         make_absolute(st->ssl_ca_cert, sizeof(st->ssl_ca_cert), "-o ssl_ca_cert") < 0) {
@@ -409,7 +411,8 @@ main(int argc, char **argv)
     }
     /* A client that hangs up mid-reply must not kill the node. */
     signal(SIGPIPE, SIG_IGN);
-    /* Read before -u drops privileges and -d leaves the directory. */
+    /* Read before -u drops privileges and -d leaves the directory (a
+     * SIGHUP re-reads it as the node's user: proto_auth_reload). */
     if (settings.auth_file[0] != '\0') {
         char err[AUTHFILE_ERR_MAX];
 

@@ -8,6 +8,7 @@
 #include "config.h"
 #include "server/proto_auth.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -42,6 +43,21 @@ auth_tokenize(const char *p, const char *end, struct token *t, int max)
     return n;
 }
 
+/* Check a login against the users in use: the last SIGHUP's, else the
+ * start's. The lock is held through the check so that proto_auth_reload
+ * cannot free the table under it; logins are rare enough for one lock. */
+static bool
+auth_check(struct server *srv, const char *user, size_t ulen, const char *pass, size_t plen)
+{
+    bool ok;
+
+    pthread_mutex_lock(&srv->auth_lock);
+    ok = authfile_check(srv->auth_reloaded != NULL ? srv->auth_reloaded : srv->auth, user, ulen,
+                        pass, plen);
+    pthread_mutex_unlock(&srv->auth_lock);
+    return ok;
+}
+
 /*
  * The data block of a login, n bytes and its "\r\n" at p: `<user>
  * <password>`, split at the first space (the password may hold more).
@@ -63,7 +79,7 @@ auth_login(struct conn *c, const char *p, size_t n)
         return PROTO_MORE;
     }
     STATS_ADD(ts, auth_cmds, 1);
-    if (authfile_check(c->w->srv->auth, p, (size_t)(sp - p), sp + 1, (size_t)(p + n - sp - 1))) {
+    if (auth_check(c->w->srv, p, (size_t)(sp - p), sp + 1, (size_t)(p + n - sp - 1))) {
         c->authenticated = true;
         AUTH_REPLY(c, "STORED");
         return PROTO_MORE;
@@ -133,4 +149,30 @@ proto_auth(struct conn *c)
         }
     }
     return PROTO_MORE;
+}
+
+/* Re-read the -Y file; see proto_auth.h. */
+void
+proto_auth_reload(struct server *srv)
+{
+    char             err[AUTHFILE_ERR_MAX];
+    struct authfile *a, *old;
+
+    if (srv->auth == NULL) {
+        return;
+    }
+    /* Parsed whole before the swap: a bad file changes nothing. */
+    a = authfile_load(srv->settings.auth_file, err, sizeof(err));
+    if (a == NULL) {
+        log_msg(LOG_ERR, "SIGHUP: -Y %s, keeping the old users", err);
+        return;
+    }
+    pthread_mutex_lock(&srv->auth_lock);
+    old = srv->auth_reloaded;
+    srv->auth_reloaded = a;
+    pthread_mutex_unlock(&srv->auth_lock);
+    /* No worker holds old now: each takes the lock for its check. */
+    authfile_free(old);
+    log_msg(LOG_INFO, "SIGHUP: -Y %s reloaded, %zu users", srv->settings.auth_file,
+            authfile_count(a));
 }

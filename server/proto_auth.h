@@ -11,6 +11,7 @@
 #include "server/proto_text.h"
 
 struct conn;
+struct server;
 
 /* memcached's limit on a login's data block (its MAX_AUTH_REQ_LEN). */
 #define PROTO_AUTH_TOKEN_MAX 16384
@@ -30,5 +31,15 @@ struct conn;
  * and auth_kicks. Runs on c's worker.
  */
 enum proto_status proto_auth(struct conn *c);
+
+/*
+ * SIGHUP with -Y (a no-op without): re-read srv's -Y file with
+ * authfile_load's checks. A good file replaces the users for every login
+ * from then on (connections already logged in stay so) and logs one INFO
+ * line with their number; a bad or unreadable one (read as the node's
+ * user, after -u) logs one ERR line naming FILE:LINE and keeps the users
+ * in use. Main thread.
+ */
+void proto_auth_reload(struct server *srv);
 
 #endif /* SERVER_PROTO_AUTH_H */

@@ -1,7 +1,8 @@
 /*
  * thread: accept loop and worker threads (memcached's thread.c model).
- * Lock order: a worker's q_lock is a leaf; stats_lock is a leaf. Counters
- * shared between threads (curr_conns, total_conns) are atomics.
+ * Lock order: a worker's q_lock is a leaf; stats_lock and auth_lock are
+ * leaves. Counters shared between threads (curr_conns, total_conns) are
+ * atomics.
  */
 #include "config.h"
 #include "server/thread.h"
@@ -25,6 +26,7 @@
 
 #include <event2/event.h>
 
+#include "server/authfile.h"
 #include "server/cluster.h"
 #include "server/conn.h"
 #include "server/forward.h"
@@ -32,13 +34,14 @@
 #include "server/replicate.h"
 #include "server/log.h"
 #include "server/peer_tls.h"
+#include "server/proto_auth.h"
 #include "server/tls.h"
 
 #define SHUTDOWN_FLUSH_SECS 5 /* bound on flushing replies at exit */
 static const char TOO_MANY[] = "ERROR Too many open connections\r\n";
 
-/* Block or unblock SIGTERM, SIGINT and SIGHUP (-Z's reload) in the
- * calling thread. */
+/* Block or unblock SIGTERM, SIGINT and SIGHUP (-Z's and -Y's reload) in
+ * the calling thread. */
 static void
 block_stop_signals(int how)
 {
@@ -75,6 +78,7 @@ server_new(const struct settings *settings)
     srv->stall_timeout_ms = CONN_STALL_TIMEOUT_MS;
     pthread_mutex_init(&srv->stats_lock, NULL);
     pthread_mutex_init(&srv->barrier_lock, NULL);
+    pthread_mutex_init(&srv->auth_lock, NULL);
     pthread_cond_init(&srv->barrier_cond, NULL);
     memset(&cfg, 0, sizeof(cfg));
     cfg.mem_limit = settings->maxbytes;
@@ -594,8 +598,9 @@ server_refresh_certs(struct server *srv, char *err, size_t errlen)
     return 0;
 }
 
-/* SIGHUP with -Z or --cluster-tls: refresh_certs from the same files; a
- * failure keeps the certificates in use. */
+/* SIGHUP with -Y: re-read the users (proto_auth_reload); with -Z or
+ * --cluster-tls: refresh_certs from the same files. A failure keeps what
+ * is in use. */
 static void
 sighup_cb(evutil_socket_t sig, short what, void *arg)
 {
@@ -604,11 +609,16 @@ sighup_cb(evutil_socket_t sig, short what, void *arg)
 
     (void)sig;
     (void)what;
-    if (server_refresh_certs(srv, err, sizeof(err)) < 0) {
+    proto_auth_reload(srv);
+    switch (server_refresh_certs(srv, err, sizeof(err))) {
+    case -2: /* -Y without TLS */
+        return;
+    case -1:
         log_msg(LOG_ERR, "SIGHUP: certificates not reloaded, keeping the old ones: %s", err);
         return;
+    default:
+        log_msg(LOG_INFO, "SIGHUP: certificates reloaded");
     }
-    log_msg(LOG_INFO, "SIGHUP: certificates reloaded");
 }
 
 /* Run until a signal; see thread.h. */
@@ -631,7 +641,7 @@ server_run(struct server *srv)
         event_add(srv->sigint_ev, NULL) < 0) {
         return -1;
     }
-    if (srv->tls != NULL || cluster_peer_tls(srv->cluster) != NULL) {
+    if (srv->tls != NULL || cluster_peer_tls(srv->cluster) != NULL || srv->auth != NULL) {
         srv->sighup_ev = evsignal_new(srv->main_base, SIGHUP, sighup_cb, srv);
         if (srv->sighup_ev == NULL || event_add(srv->sighup_ev, NULL) < 0) {
             return -1;
@@ -796,6 +806,8 @@ server_free(struct server *srv)
         store_free(srv->store);
     }
     tls_server_free(srv->tls);
+    authfile_free(srv->auth_reloaded);
+    pthread_mutex_destroy(&srv->auth_lock);
     pthread_mutex_destroy(&srv->stats_lock);
     pthread_mutex_destroy(&srv->barrier_lock);
     pthread_cond_destroy(&srv->barrier_cond);

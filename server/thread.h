@@ -92,7 +92,7 @@ struct server {
     int                stall_timeout_ms; /* see CONN_STALL_TIMEOUT_MS; tests shorten it */
     struct event_base *main_base;
     struct event      *listen_ev, *sigterm_ev, *sigint_ev, *accept_retry_ev;
-    struct event      *sighup_ev; /* -Z, --cluster-tls: SIGHUP reloads the certificates */
+    struct event      *sighup_ev; /* -Z, --cluster-tls, -Y: SIGHUP reloads certificates, users */
     /* -Z (server/tls.h): the context new connections take; NULL: plaintext. */
     struct tls_server *tls;
     int                curr_conns;     /* atomic */
@@ -104,9 +104,16 @@ struct server {
     uint64_t            base_total_conns, base_rejected_conns;
     /* Cluster mode (server/cluster.h); NULL: a plain single-node cache. */
     struct cluster *cluster;
-    /* -Y: the users who may log in (server/authfile.h, read only; main
-     * owns it); NULL: no login. */
+    /* -Y: the users read at start (server/authfile.h, read only; main
+     * owns it); NULL: no login. Never written while the workers run, so
+     * it also tells, without a lock, whether a login is needed. */
     const struct authfile *auth;
+    /* The users of the last good SIGHUP re-read of the -Y file (the
+     * server owns it); NULL: still auth. Under auth_lock, held for the
+     * whole check of a login (proto_auth.c), so a swap never frees a
+     * table that a worker is reading. auth_lock is a leaf. */
+    pthread_mutex_t  auth_lock;
+    struct authfile *auth_reloaded;
     pthread_mutex_t barrier_lock;
     pthread_cond_t  barrier_cond;
     uint64_t        barrier_gen;

@@ -4,7 +4,7 @@
  * their edge, the login check, and authfile_load on real files. Then the
  * login itself (server/proto_auth.c) through proto_text_process on an
  * in-memory connection of a node with a table: every case whole, in
- * 7-byte pieces and byte by byte.
+ * 7-byte pieces and byte by byte; and SIGHUP's re-read of the file.
  */
 #include "config.h"
 
@@ -320,6 +320,84 @@ START_TEST(test_login_longest)
 }
 END_TEST
 
+/* The reply to one login on a new connection of srv. */
+static char *
+login_reply(struct server *srv, const char *in, char *out, size_t outlen)
+{
+    struct conn *c = conn_new(&srv->workers[0], -1);
+    char        *chunk;
+    size_t       n;
+
+    ck_assert_int_eq(conn_feed(c, in, strlen(in)), 0);
+    proto_text_process(c);
+    chunk = conn_out_take(c, &n);
+    ck_assert_ptr_nonnull(chunk);
+    ck_assert_uint_lt(n, outlen);
+    memcpy(out, chunk, n);
+    out[n] = '\0';
+    free(chunk);
+    return out;
+}
+
+/* SIGHUP's proto_auth_reload: a good file replaces the users for new
+ * logins, a connection logged in before stays so, a bad or missing file
+ * changes nothing; server_free frees the reloaded table (ASan). */
+START_TEST(test_reload)
+{
+    char             dir[] = "/tmp/check_authfile.XXXXXX", err[AUTHFILE_ERR_MAX], out[256];
+    struct settings  st;
+    struct server   *srv;
+    struct authfile *a = authfile_parse("u", T("foo:bar\n"), err, sizeof(err));
+    struct conn     *old;
+    FILE            *f;
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    settings_init(&st);
+    st.num_threads = 1;
+    snprintf(st.auth_file, sizeof(st.auth_file), "%s/auth", dir);
+    srv = server_new(&st);
+    ck_assert_ptr_nonnull(srv);
+    srv->auth = a;
+    old = conn_new(&srv->workers[0], -1);
+    ck_assert_int_eq(conn_feed(old, T(LOGIN)), 0);
+    proto_text_process(old);
+    ck_assert(old->authenticated);
+
+    f = fopen(st.auth_file, "w");
+    fputs("new:pw\n", f);
+    fclose(f);
+    proto_auth_reload(srv);
+    ck_assert_str_eq(login_reply(srv, "set k 0 0 6\r\nnew pw\r\n", out, sizeof(out)),
+                     "STORED\r\n");
+    ck_assert_str_eq(login_reply(srv, LOGIN, out, sizeof(out)), FAILURE);
+    ck_assert(old->authenticated);
+
+    /* A second good reload frees the first reloaded table. */
+    f = fopen(st.auth_file, "w");
+    fputs("foo:bar\nnew:pw\n", f);
+    fclose(f);
+    proto_auth_reload(srv);
+    ck_assert_str_eq(login_reply(srv, LOGIN, out, sizeof(out)), "STORED\r\n");
+
+    f = fopen(st.auth_file, "w");
+    fputs("other:pw\nbroken\n", f);
+    fclose(f);
+    proto_auth_reload(srv);
+    ck_assert_str_eq(login_reply(srv, LOGIN, out, sizeof(out)), "STORED\r\n");
+    ck_assert_str_eq(login_reply(srv, "set k 0 0 8\r\nother pw\r\n", out, sizeof(out)),
+                     FAILURE);
+
+    unlink(st.auth_file);
+    proto_auth_reload(srv);
+    ck_assert_str_eq(login_reply(srv, "set k 0 0 6\r\nnew pw\r\n", out, sizeof(out)),
+                     "STORED\r\n");
+
+    server_free(srv);
+    authfile_free(a);
+    rmdir(dir);
+}
+END_TEST
+
 Suite *
 authfile_suite(void)
 {
@@ -334,6 +412,7 @@ authfile_suite(void)
     tc = tcase_create("login");
     tcase_add_loop_test(tc, test_login, 0, (int)(sizeof(logins) / sizeof(logins[0])));
     tcase_add_test(tc, test_login_longest);
+    tcase_add_test(tc, test_reload);
     suite_add_tcase(s, tc);
     return s;
 }
