@@ -174,7 +174,8 @@ batch_parse(struct mget *m, struct mget_batch *b)
 
 /* A batch failed: drop its connection. A pooled connection found dead
  * before any byte came back is retried once on a fresh one; otherwise the
- * node is marked down and the unanswered keys move to their next owner. */
+ * node is marked down and the unanswered keys move to their next owner
+ * (a refused login: neither). */
 static void
 batch_fail(struct mget *m, struct mget_batch *b, int err)
 {
@@ -197,7 +198,12 @@ batch_fail(struct mget *m, struct mget_batch *b, int err)
     b->state = B_FAILED;
     pool_node_failed(batch_pool(m, b), &m->rc->cfg, err);
     for (j = b->s.pos; j < b->s.n; j++) {
-        m->keys[b->s.idx[j]].next++;
+        struct route_key *k = &m->keys[b->s.idx[j]];
+
+        /* A refused login is no outage (pool_node_failed): the keys are
+         * not read from a replica, they end as misses from no node, and
+         * ringcache_node_error says EAUTH. */
+        k->next = err == RINGCACHE_EAUTH ? k->n_owners : k->next + 1;
     }
 }
 

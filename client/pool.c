@@ -290,6 +290,8 @@ conn_login(struct pool_conn *c)
     int               rc;
 
     rc = pool_conn_send(c, &v, 1, deadline);
+    /* Nothing read yet is no line (and c->buf may still be NULL, which
+     * memmem must not be given). */
     while (rc == 0 && (c->end == c->start ||
                        (eol = memmem(c->buf + c->start, c->end - c->start, "\r\n", 2)) == NULL)) {
         rc = pool_conn_recv(c, deadline);

@@ -80,7 +80,8 @@ ringcache_strerror(int code)
         return "TLS handshake with the node failed (untrusted certificate, a name that does not "
                "match, a client certificate required, or no TLS on the node)";
     case RINGCACHE_EAUTH:
-        return "the node refused the login (a wrong user or password, or no -Y on the node)";
+        return "the node refused the login (authentication failure: a wrong user or password, or no "
+               "-Y on the node)";
     default:
         return "unknown error code";
     }

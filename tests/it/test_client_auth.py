@@ -186,7 +186,8 @@ def main():
         t.ok((rc, out) == (0, "ck\thello\n"), "ringctl get reads it back", (rc, out, err))
         rc, out, err = ringctl("--members", path, "--auth-user", "foo",
                                "--auth-password-file", wrong, "get", "ck")
-        t.ok(rc == 1 and "refused the login" in err, "ringctl, a wrong password: exit 1, said so",
+        t.ok(rc == 1 and "refused the login (authentication failure" in err,
+             "ringctl, a wrong password: exit 1, 'authentication failure'",
              (rc, err))
         missing = os.path.join(d, "no-such-file")
         rc, out, err = ringctl("--members", path, "--auth-user", "foo",
@@ -195,6 +196,20 @@ def main():
         rc, out, err = ringctl("--members", path, "--auth-user", "foo", "get", "ck")
         t.ok(rc == 2 and "--auth-password-file" in err,
              "ringctl --auth-user without a password file: usage error", (rc, err))
+
+        # (8) No failover on a refusal: with replicas 2, n0 knows foo with
+        # another password and n1 knows foo:bar. Were a refused login an
+        # outage, n0's keys would be written to and read from n1.
+        descs = ("replicas 2: the keys n0 primaries are EAUTH, n1's OK",
+                 "replicas 2: neither node marked down",
+                 "replicas 2: n1 holds only its own keys (no refused write failed over to it)",
+                 "replicas 2: a get refused by n0 is EAUTH, not read from n1",
+                 "replicas 2: a multi-get does not read n0's keys from n1 either")
+        if os.path.exists(MEMCACHED):
+            no_failover(t, d, nodes, probes, descs)
+        else:
+            for desc in descs:
+                t.skip(desc, "no %s" % MEMCACHED)
     finally:
         for p in probes:
             p.close()
@@ -202,6 +217,43 @@ def main():
             n.stop()
         tmp.cleanup()
     return t.done()
+
+
+def no_failover(t, d, nodes, probes, descs):
+    """Section (8) of main: two memcached -Y nodes with different users."""
+    pair = []
+    for name, users in (("n0", "foo:other\n"), ("n1", "foo:bar\n")):
+        path = os.path.join(d, name + ".auth")
+        with open(path, "w") as f:
+            f.write(users)
+        args = ["-U", "0", "-Y", path] + (["-u", "root"] if os.geteuid() == 0 else [])
+        pair.append(rctest.Node(args=args, binary=MEMCACHED, stderr=os.devnull).start())
+    nodes += pair
+    both = os.path.join(d, "both.members")
+    with open(both, "w") as f:
+        f.write("epoch 1\nvnodes 160\nreplicas 2\n")
+        for i, n in enumerate(pair):
+            f.write("node n%d 127.0.0.1:%d\n" % (i, n.port))
+    p = probe(both, "foo", "bar")
+    only_n1 = probe(members(d, "only-n1", pair[1:]), "foo", "bar")
+    probes += [p, only_n1]
+    res, _ = parse_many(p.cmd("many set f %d" % N))
+    on0 = sorted(k for k, (o, _, _) in res.items() if o == "n0")
+    on1 = sorted(k for k, (o, _, _) in res.items() if o == "n1")
+    t.ok(on0 and on1 and all(res[k][1] == "EAUTH" for k in on0) and
+         all(res[k][1] == "OK" for k in on1), descs[0], res)
+    t.eq(dict(l.split() for l in p.cmd("down")), {"n0": "0", "n1": "0"}, descs[1])
+    held, _ = parse_many(only_n1.cmd("many get f %d" % N))
+    t.eq(sorted(k for k, (_, c, _) in held.items() if c == "OK"), on1, descs[2])
+    # Now n1 holds every key: a read of n0's keys that went on to n1
+    # would be a hit.
+    only_n1.cmd("many set f %d" % N)
+    res, _ = parse_many(p.cmd("many get f %d" % N))
+    t.ok(all(res[k][1] == "EAUTH" for k in on0), descs[3], res)
+    got = p.cmd("mget f %d" % N)
+    rows = dict((r[0], r[1:]) for r in (l.split() for l in got[:-1]))
+    t.ok(len(rows) == N and all(rows[k][1] != "OK" for k in on0) and
+         all(rows[k][1] == "OK" for k in on1), descs[4], got)
 
 
 if __name__ == "__main__":
