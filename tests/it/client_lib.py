@@ -246,3 +246,25 @@ def parse_many(lines):
         else:
             res[p[0]] = (p[1], p[2], float(p[3]))
     return res, max_ms
+
+
+def members_file(d, name, nodes, replicas=1):
+    """A membership file d/NAME.members at epoch 1: nodes n0, n1, ... at
+    the nodes' loopback ports."""
+    path = os.path.join(d, name + ".members")
+    with open(path, "w") as f:
+        f.write("epoch 1\nvnodes 160\nreplicas %d\n" % replicas)
+        for i, n in enumerate(nodes):
+            f.write("node n%d 127.0.0.1:%d\n" % (i, n.port))
+    return path
+
+
+def many_codes(lines):
+    """The distinct result codes of a probe's `many` reply, and how many keys."""
+    res, _ = parse_many(lines)
+    return sorted(set(c for _, c, _ in res.values())), len(res)
+
+
+def node_errors(p):
+    """The probe's `errors`: node id -> the code it was last marked down for."""
+    return dict(l.split() for l in p.cmd("errors"))

@@ -19,7 +19,8 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rctest  # noqa: E402
-from client_lib import Probe, parse_many  # noqa: E402
+from client_lib import (Probe, many_codes, members_file, node_errors,  # noqa: E402
+                        parse_many)
 from rctest import Tap  # noqa: E402
 from tlscerts import available as tls_available, make_ca, make_cert  # noqa: E402
 
@@ -29,14 +30,6 @@ OP_TIMEOUT, RETRY, RETRY_MAX = 2000, 200, 400
 N = 100
 AUTHFILE = "foo:bar\nops:s3cret with spaces:and colons\n"
 
-
-def members(d, name, nodes):
-    path = os.path.join(d, name + ".members")
-    with open(path, "w") as f:
-        f.write("epoch 1\nvnodes 160\nreplicas 1\n")
-        for i, n in enumerate(nodes):
-            f.write("node n%d 127.0.0.1:%d\n" % (i, n.port))
-    return path
 
 
 def probe(path, user=None, password=None, **tls):
@@ -51,13 +44,6 @@ def probe(path, user=None, password=None, **tls):
     return Probe(path, OP_TIMEOUT, RETRY, RETRY_MAX, poll=0, env=env)
 
 
-def codes(lines):
-    res, _ = parse_many(lines)
-    return sorted(set(c for _, c, _ in res.values())), len(res)
-
-
-def node_errors(p):
-    return dict(l.split() for l in p.cmd("errors"))
 
 
 def ringctl(*args):
@@ -89,13 +75,13 @@ def main():
         cluster = [rctest.Node(args=["-t", "2", "-m", "32", "-Y", authfile]).start()
                    for _ in range(3)]
         nodes += cluster
-        path = members(d, "auth", cluster)
+        path = members_file(d, "auth", cluster)
 
         # (1) The right credentials: every operation goes through.
         p = probe(path, "foo", "bar")
         probes.append(p)
-        t.eq(codes(p.cmd("many set k %d" % N)), (["OK"], N), "login foo: %d sets, each OK" % N)
-        t.eq(codes(p.cmd("many get k %d" % N)), (["OK"], N), "and %d gets, each a hit" % N)
+        t.eq(many_codes(p.cmd("many set k %d" % N)), (["OK"], N), "login foo: %d sets, each OK" % N)
+        t.eq(many_codes(p.cmd("many get k %d" % N)), (["OK"], N), "and %d gets, each a hit" % N)
         got = p.cmd("mget k %d" % N)
         rows = [l.split() for l in got[:-1]]
         t.ok(len(rows) == N and all(r[2] == "OK" for r in rows),
@@ -104,26 +90,26 @@ def main():
         t.ok(th and th[0].startswith("errors 0 "), "4 threads share the handle, no error", th)
         q = probe(path, "ops", "s3cret with spaces:and colons")
         probes.append(q)
-        t.eq(codes(q.cmd("many get k 20")), (["OK"], 20),
+        t.eq(many_codes(q.cmd("many get k 20")), (["OK"], 20),
              "a password with spaces and ':' logs in (everything after the user's space)")
 
         # (2) A wrong password: EAUTH, and the nodes are not marked down.
         bad = probe(path, "foo", "wrong")
         probes.append(bad)
-        t.eq(codes(bad.cmd("many set z 20")), (["EAUTH"], 20), "wrong password: sets EAUTH")
-        t.eq(codes(bad.cmd("many get k 20")), (["EAUTH"], 20),
+        t.eq(many_codes(bad.cmd("many set z 20")), (["EAUTH"], 20), "wrong password: sets EAUTH")
+        t.eq(many_codes(bad.cmd("many get k 20")), (["EAUTH"], 20),
              "and gets EAUTH again (not EDOWN, not a miss: no node was marked down)")
         errs = node_errors(bad)
         t.ok(set(errs.values()) == {"EAUTH"}, "ringcache_node_error says EAUTH", errs)
-        t.eq(codes(p.cmd("many get k 20")), (["OK"], 20),
+        t.eq(many_codes(p.cmd("many get k 20")), (["OK"], 20),
              "the nodes kept serving the logged-in client")
-        t.eq(codes(probe(path, "nobody", "bar").cmd("many get k 5")), (["EAUTH"], 5),
+        t.eq(many_codes(probe(path, "nobody", "bar").cmd("many get k 5")), (["EAUTH"], 5),
              "an unknown user: EAUTH")
 
         # (3) No login against a -Y node: the node's refusal, at once.
         none = probe(path)
         probes.append(none)
-        c, n = codes(none.cmd("many set y 5"))
+        c, n = many_codes(none.cmd("many set y 5"))
         t.ok(n == 5 and "OK" not in c and "ETIMEDOUT" not in c,
              "no credentials against -Y nodes: refused by the node, no hang", c)
 
@@ -132,12 +118,12 @@ def main():
             args = ["-U", "0", "-Y", authfile] + (["-u", "root"] if os.geteuid() == 0 else [])
             mc = rctest.Node(args=args, binary=MEMCACHED, stderr=os.devnull).start()
             nodes.append(mc)
-            mpath = members(d, "memcached", [mc])
+            mpath = members_file(d, "memcached", [mc])
             m = probe(mpath, "foo", "bar")
             probes.append(m)
-            t.eq(codes(m.cmd("many set m 20")), (["OK"], 20), "memcached -Y: login, 20 sets")
-            t.eq(codes(m.cmd("many get m 20")), (["OK"], 20), "memcached -Y: read back")
-            t.eq(codes(probe(mpath, "foo", "nope").cmd("many get m 5")), (["EAUTH"], 5),
+            t.eq(many_codes(m.cmd("many set m 20")), (["OK"], 20), "memcached -Y: login, 20 sets")
+            t.eq(many_codes(m.cmd("many get m 20")), (["OK"], 20), "memcached -Y: read back")
+            t.eq(many_codes(probe(mpath, "foo", "nope").cmd("many get m 5")), (["EAUTH"], 5),
                  "memcached -Y, a wrong password: EAUTH")
         else:
             for desc in ("memcached -Y: login, 20 sets", "memcached -Y: read back",
@@ -147,10 +133,10 @@ def main():
         # (5) A node without -Y refuses the login and stores nothing.
         plain = rctest.Node(args=["-t", "2", "-m", "32"]).start()
         nodes.append(plain)
-        ppath = members(d, "plain", [plain])
+        ppath = members_file(d, "plain", [plain])
         pp = probe(ppath, "foo", "bar")
         probes.append(pp)
-        t.eq(codes(pp.cmd("many get x 5")), (["EAUTH"], 5),
+        t.eq(many_codes(pp.cmd("many get x 5")), (["EAUTH"], 5),
              "a login to a node without -Y: EAUTH")
         t.eq(curr_items(plain), 0, "and the node stored nothing (the password is no value)")
 
@@ -162,11 +148,11 @@ def main():
             tn = rctest.Node(args=["-t", "2", "-m", "32", "-Y", authfile, "-Z", "-o",
                                    "ssl_chain_cert=%s,ssl_key=%s" % (srv[1], srv[0])]).start()
             nodes.append(tn)
-            tpath = members(d, "tls", [tn])
+            tpath = members_file(d, "tls", [tn])
             tp = probe(tpath, "foo", "bar", ca=ca[1])
             probes.append(tp)
-            t.eq(codes(tp.cmd("many set s 20")), (["OK"], 20), "-Z -Y: login over TLS, 20 sets")
-            t.eq(codes(probe(tpath, "foo", "x", ca=ca[1]).cmd("many get s 5")), (["EAUTH"], 5),
+            t.eq(many_codes(tp.cmd("many set s 20")), (["OK"], 20), "-Z -Y: login over TLS, 20 sets")
+            t.eq(many_codes(probe(tpath, "foo", "x", ca=ca[1]).cmd("many get s 5")), (["EAUTH"], 5),
                  "-Z -Y: a wrong password over TLS is EAUTH, not ETLS")
         else:
             t.skip("-Z -Y: login over TLS, 20 sets", why)
@@ -229,13 +215,9 @@ def no_failover(t, d, nodes, probes, descs):
         args = ["-U", "0", "-Y", path] + (["-u", "root"] if os.geteuid() == 0 else [])
         pair.append(rctest.Node(args=args, binary=MEMCACHED, stderr=os.devnull).start())
     nodes += pair
-    both = os.path.join(d, "both.members")
-    with open(both, "w") as f:
-        f.write("epoch 1\nvnodes 160\nreplicas 2\n")
-        for i, n in enumerate(pair):
-            f.write("node n%d 127.0.0.1:%d\n" % (i, n.port))
+    both = members_file(d, "both", pair, replicas=2)
     p = probe(both, "foo", "bar")
-    only_n1 = probe(members(d, "only-n1", pair[1:]), "foo", "bar")
+    only_n1 = probe(members_file(d, "only-n1", pair[1:]), "foo", "bar")
     probes += [p, only_n1]
     res, _ = parse_many(p.cmd("many set f %d" % N))
     on0 = sorted(k for k, (o, _, _) in res.items() if o == "n0")

@@ -19,7 +19,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 import rctest  # noqa: E402
-from client_lib import Probe, parse_many, wait_for  # noqa: E402
+from client_lib import Probe, many_codes, members_file, node_errors, wait_for  # noqa: E402
 from rctest import Tap, free_port  # noqa: E402
 from tlscerts import make_ca, make_cert  # noqa: E402
 
@@ -43,14 +43,6 @@ def plain_node():
     return rctest.Node(args=args, binary=MEMCACHED, stderr=os.devnull).start()
 
 
-def members(d, name, nodes):
-    path = os.path.join(d, name + ".members")
-    with open(path, "w") as f:
-        f.write("epoch 1\nvnodes 160\nreplicas 1\n")
-        for i, n in enumerate(nodes):
-            f.write("node n%d 127.0.0.1:%d\n" % (i, n.port))
-    return path
-
 
 def probe(path, **tls):
     env = {"RC_PROBE_TLS": "1"}
@@ -59,13 +51,6 @@ def probe(path, **tls):
     return Probe(path, OP_TIMEOUT, RETRY, RETRY_MAX, poll=0, env=env)
 
 
-def codes(lines):
-    res, _ = parse_many(lines)
-    return sorted(set(c for _, c, _ in res.values())), len(res)
-
-
-def node_errors(p):
-    return dict(l.split() for l in p.cmd("errors"))
 
 
 def ringctl(*args, stdin=None):
@@ -89,13 +74,13 @@ def main():
 
         cluster = [tls_node(srv) for _ in range(3)]
         nodes += cluster
-        good = members(d, "tls", cluster)
+        good = members_file(d, "tls", cluster)
 
         # (1) Every operation over TLS, through one long-lived handle.
         p = probe(good, ca=ca[1])
         probes.append(p)
-        t.eq(codes(p.cmd("many set k %d" % N)), (["OK"], N), "TLS: %d sets, each OK" % N)
-        t.eq(codes(p.cmd("many get k %d" % N)), (["OK"], N), "TLS: %d gets, each a hit" % N)
+        t.eq(many_codes(p.cmd("many set k %d" % N)), (["OK"], N), "TLS: %d sets, each OK" % N)
+        t.eq(many_codes(p.cmd("many get k %d" % N)), (["OK"], N), "TLS: %d gets, each a hit" % N)
         got = p.cmd("mget k %d" % N)
         rows = [l.split() for l in got[:-1]]
         t.ok(len(rows) == N and all(r[2] == "OK" for r in rows) and
@@ -117,18 +102,18 @@ def main():
         back = tls_node(srv, port=port)
         nodes[nodes.index(victim)] = back
         cluster[1] = back
-        ok = wait_for(lambda: codes(p.cmd("many set r %d" % N)) == (["OK"], N), 20)
+        ok = wait_for(lambda: many_codes(p.cmd("many set r %d" % N)) == (["OK"], N), 20)
         t.ok(ok, "after a node's restart every set succeeds again over new TLS connections")
-        t.eq(codes(p.cmd("many get r %d" % N)), (["OK"], N),
+        t.eq(many_codes(p.cmd("many get r %d" % N)), (["OK"], N),
              "and reads them back from the restarted node")
 
         # (3) An untrusted CA: no request goes through, and the node is
         # down for a TLS reason, not an I/O one.
         bad = probe(good, ca=other_ca[1])
         probes.append(bad)
-        t.eq(codes(bad.cmd("many get k 20")), (["ENOTFOUND"], 20),
+        t.eq(many_codes(bad.cmd("many get k 20")), (["ENOTFOUND"], 20),
              "untrusted CA: reads miss (the library's read contract)")
-        t.eq(codes(bad.cmd("many set z 20")), (["EDOWN"], 20), "untrusted CA: writes EDOWN")
+        t.eq(many_codes(bad.cmd("many set z 20")), (["EDOWN"], 20), "untrusted CA: writes EDOWN")
         errs = node_errors(bad)
         t.ok(set(errs.values()) == {"ETLS"}, "untrusted CA: every node down for ETLS", errs)
 
@@ -136,40 +121,40 @@ def main():
         # check is skipped (the chain is still verified).
         misnamed = tls_node(wrong_name)
         nodes.append(misnamed)
-        mn = members(d, "misnamed", [misnamed])
+        mn = members_file(d, "misnamed", [misnamed])
         q = probe(mn, ca=ca[1])
         probes.append(q)
-        t.eq(codes(q.cmd("many set m 5")), (["EDOWN"], 5), "a certificate for another name: refused")
+        t.eq(many_codes(q.cmd("many set m 5")), (["EDOWN"], 5), "a certificate for another name: refused")
         t.eq(node_errors(q), {"n0": "ETLS"}, "for ETLS")
         q = probe(mn, ca=ca[1], skip_name="1")
         probes.append(q)
-        t.eq(codes(q.cmd("many set m 5")), (["OK"], 5), "tls_skip_name_check: served")
+        t.eq(many_codes(q.cmd("many set m 5")), (["OK"], 5), "tls_skip_name_check: served")
         q = probe(mn, ca=other_ca[1], skip_name="1")
         probes.append(q)
-        t.eq(codes(q.cmd("many set m 5")), (["EDOWN"], 5),
+        t.eq(many_codes(q.cmd("many set m 5")), (["EDOWN"], 5),
              "tls_skip_name_check still verifies the chain: an untrusted CA is refused")
 
         # (5) A node without TLS: the handshake fails (ETLS), and a plain
         # client cannot talk to a TLS node.
         plain = plain_node()
         nodes.append(plain)
-        pm = members(d, "plain", [plain])
+        pm = members_file(d, "plain", [plain])
         q = probe(pm, ca=ca[1])
         probes.append(q)
-        t.eq(codes(q.cmd("many set p 5")), (["EDOWN"], 5), "TLS to a node without TLS: refused")
+        t.eq(many_codes(q.cmd("many set p 5")), (["EDOWN"], 5), "TLS to a node without TLS: refused")
         t.eq(node_errors(q), {"n0": "ETLS"}, "for ETLS")
         q = Probe(good, OP_TIMEOUT, RETRY, RETRY_MAX, poll=0)
         probes.append(q)
-        c, n = codes(q.cmd("many set p 5"))
+        c, n = many_codes(q.cmd("many set p 5"))
         t.ok(n == 5 and "OK" not in c, "plain text to TLS nodes: nothing is stored", c)
 
         # (6) A node that requires a client certificate (ssl_verify_mode=2).
         strict = tls_node(srv, ",ssl_verify_mode=2,ssl_ca_cert=%s" % ca[1])
         nodes.append(strict)
-        sm = members(d, "strict", [strict])
+        sm = members_file(d, "strict", [strict])
         q = probe(sm, ca=ca[1])
         probes.append(q)
-        t.ok(codes(q.cmd("many set s 5"))[0] != ["OK"],
+        t.ok(many_codes(q.cmd("many set s 5"))[0] != ["OK"],
              "client certificate required, none given: refused")
         # Under TLS 1.3 the node judges the client's certificate after the
         # client's handshake is done: its alert arrives on the first read,
@@ -187,8 +172,8 @@ def main():
              [e for e in errs if e != {"n0": "ETLS"}][:3])
         q = probe(sm, ca=ca[1], cert=client[1], key=client[0])
         probes.append(q)
-        t.eq(codes(q.cmd("many set s 20")), (["OK"], 20), "with a client certificate: served")
-        t.eq(codes(q.cmd("many get s 20")), (["OK"], 20), "and read back")
+        t.eq(many_codes(q.cmd("many set s 20")), (["OK"], 20), "with a client certificate: served")
+        t.eq(many_codes(q.cmd("many get s 20")), (["OK"], 20), "and read back")
 
         # (7) ringctl over TLS, and its errors.
         rc, out, err = ringctl("--members", good, "--tls-ca", ca[1], "set", "tk", "hello")
