@@ -236,6 +236,19 @@ def run(args, stdin=None, timeout=20, env=None):
     return p.returncode, p.stdout, p.stderr
 
 
+def ringctl(*args, stdin=None):
+    """Run the built ringctl: (exit code, stdout, stderr)."""
+    return run([RINGCTL] + list(args), stdin=stdin, timeout=60)
+
+
+def write_file(d, name, text):
+    """Write d/NAME with text; its path."""
+    path = os.path.join(d, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
 def parse_many(lines):
     """client_probe "many" output -> ({key: (owner, code, ms)}, max_ms)."""
     res, max_ms = {}, None

@@ -13,19 +13,17 @@ password never becomes a value); a login inside TLS (-Z with -Y); ringctl
 --auth-user/--auth-password-file, and its errors. TAP."""
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rctest  # noqa: E402
 from client_lib import (Probe, many_codes, members_file, node_errors,  # noqa: E402
-                        parse_many)
+                        parse_many, ringctl, write_file)
 from rctest import Tap  # noqa: E402
 from tlscerts import available as tls_available, make_ca, make_cert  # noqa: E402
 
 MEMCACHED = "/usr/bin/memcached"
-RINGCTL = os.path.join(os.environ.get("RC_BUILDDIR", "."), "client", "ringctl")
 OP_TIMEOUT, RETRY, RETRY_MAX = 2000, 200, 400
 N = 100
 AUTHFILE = "foo:bar\nops:s3cret with spaces:and colons\n"
@@ -46,11 +44,6 @@ def probe(path, user=None, password=None, **tls):
 
 
 
-def ringctl(*args):
-    r = subprocess.run([RINGCTL] + list(args), capture_output=True, text=True, timeout=60)
-    return r.returncode, r.stdout, r.stderr
-
-
 def curr_items(node):
     """curr_items of a node without -Y, over a plain socket."""
     with socket.create_connection(("127.0.0.1", node.port), timeout=5) as s:
@@ -68,9 +61,7 @@ def main():
     tmp = tempfile.TemporaryDirectory()
     d = tmp.name
     os.chmod(d, 0o755)
-    authfile = os.path.join(d, "auth")
-    with open(authfile, "w") as f:
-        f.write(AUTHFILE)
+    authfile = write_file(d, "auth", AUTHFILE)
     try:
         cluster = [rctest.Node(args=["-t", "2", "-m", "32", "-Y", authfile]).start()
                    for _ in range(3)]
@@ -159,12 +150,8 @@ def main():
             t.skip("-Z -Y: a wrong password over TLS is EAUTH, not ETLS", why)
 
         # (7) ringctl.
-        pw = os.path.join(d, "pw")
-        with open(pw, "w") as f:
-            f.write("bar\n")
-        wrong = os.path.join(d, "wrong")
-        with open(wrong, "w") as f:
-            f.write("nope\n")
+        pw = write_file(d, "pw", "bar\n")
+        wrong = write_file(d, "wrong", "nope\n")
         auth = ["--members", path, "--auth-user", "foo", "--auth-password-file", pw]
         rc, out, err = ringctl(*auth, "set", "ck", "hello")
         t.ok(rc == 0, "ringctl --auth-user --auth-password-file set", err)
@@ -209,9 +196,7 @@ def no_failover(t, d, nodes, probes, descs):
     """Section (8) of main: two memcached -Y nodes with different users."""
     pair = []
     for name, users in (("n0", "foo:other\n"), ("n1", "foo:bar\n")):
-        path = os.path.join(d, name + ".auth")
-        with open(path, "w") as f:
-            f.write(users)
+        path = write_file(d, name + ".auth", users)
         args = ["-U", "0", "-Y", path] + (["-u", "root"] if os.geteuid() == 0 else [])
         pair.append(rctest.Node(args=args, binary=MEMCACHED, stderr=os.devnull).start())
     nodes += pair

@@ -13,18 +13,17 @@ speaks no TLS, a node that requires a client certificate (refused without
 one, served with one); bad files at handle creation name the file."""
 
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 import rctest  # noqa: E402
-from client_lib import Probe, many_codes, members_file, node_errors, wait_for  # noqa: E402
-from rctest import Tap, free_port  # noqa: E402
+from client_lib import (Probe, many_codes, members_file, node_errors, ringctl,  # noqa: E402
+                        wait_for)
+from rctest import Tap  # noqa: E402
 from tlscerts import make_ca, make_cert  # noqa: E402
 
 MEMCACHED = "/usr/bin/memcached"
-RINGCTL = os.path.join(os.environ.get("RC_BUILDDIR", "."), "client", "ringctl")
 OP_TIMEOUT, RETRY, RETRY_MAX = 2000, 200, 400
 N = 200
 
@@ -51,12 +50,6 @@ def probe(path, **tls):
     return Probe(path, OP_TIMEOUT, RETRY, RETRY_MAX, poll=0, env=env)
 
 
-
-
-def ringctl(*args, stdin=None):
-    r = subprocess.run([RINGCTL] + list(args), input=stdin, capture_output=True, text=True,
-                       timeout=60)
-    return r.returncode, r.stdout, r.stderr
 
 
 def main():
