@@ -236,6 +236,29 @@ def run(args, stdin=None, timeout=20, env=None):
     return p.returncode, p.stdout, p.stderr
 
 
+class Scene:
+    """A scratch directory (0755: a node run with -u reads its files there)
+    and the nodes and probes a test starts in it, all stopped and removed
+    on the way out of the with block."""
+
+    def __init__(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.dir = self._tmp.name
+        os.chmod(self.dir, 0o755)
+        self.nodes, self.probes = [], []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.probes:
+            p.close()
+        for n in self.nodes:
+            n.stop()
+        self._tmp.cleanup()
+        return False
+
+
 def ringctl(*args, stdin=None):
     """Run the built ringctl: (exit code, stdout, stderr)."""
     return run([RINGCTL] + list(args), stdin=stdin, timeout=60)

@@ -14,11 +14,10 @@ password never becomes a value); a login inside TLS (-Z with -Y); ringctl
 import os
 import socket
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rctest  # noqa: E402
-from client_lib import (Probe, many_codes, members_file, node_errors,  # noqa: E402
+from client_lib import (Probe, Scene, many_codes, members_file, node_errors,  # noqa: E402
                         parse_many, ringctl, write_file)
 from rctest import Tap  # noqa: E402
 from tlscerts import available as tls_available, make_ca, make_cert  # noqa: E402
@@ -57,12 +56,9 @@ def curr_items(node):
 
 def main():
     t = Tap()
-    nodes, probes = [], []
-    tmp = tempfile.TemporaryDirectory()
-    d = tmp.name
-    os.chmod(d, 0o755)
-    authfile = write_file(d, "auth", AUTHFILE)
-    try:
+    with Scene() as sc:
+        d, nodes, probes = sc.dir, sc.nodes, sc.probes
+        authfile = write_file(d, "auth", AUTHFILE)
         cluster = [rctest.Node(args=["-t", "2", "-m", "32", "-Y", authfile]).start()
                    for _ in range(3)]
         nodes += cluster
@@ -183,12 +179,6 @@ def main():
         else:
             for desc in descs:
                 t.skip(desc, "no %s" % MEMCACHED)
-    finally:
-        for p in probes:
-            p.close()
-        for n in nodes:
-            n.stop()
-        tmp.cleanup()
     return t.done()
 
 

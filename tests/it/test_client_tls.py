@@ -14,11 +14,10 @@ one, served with one); bad files at handle creation name the file."""
 
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 import rctest  # noqa: E402
-from client_lib import (Probe, many_codes, members_file, node_errors, ringctl,  # noqa: E402
+from client_lib import (Probe, Scene, many_codes, members_file, node_errors, ringctl,  # noqa: E402
                         wait_for)
 from rctest import Tap  # noqa: E402
 from tlscerts import make_ca, make_cert  # noqa: E402
@@ -54,11 +53,8 @@ def probe(path, **tls):
 
 def main():
     t = Tap()
-    nodes, probes = [], []
-    tmp = tempfile.TemporaryDirectory()
-    d = tmp.name
-    os.chmod(d, 0o755)
-    try:
+    with Scene() as sc:
+        d, nodes, probes = sc.dir, sc.nodes, sc.probes
         ca = make_ca(d, "ca")
         other_ca = make_ca(d, "other-ca")
         srv = make_cert(d, "node", ca, "IP:127.0.0.1,DNS:localhost")
@@ -184,12 +180,6 @@ def main():
                                "get", "s1")
         t.ok(rc != 0 and "tls_key_file" in err, "--tls-cert without --tls-key: refused, said so",
              (rc, err))
-    finally:
-        for p in probes:
-            p.close()
-        for n in nodes:
-            n.stop()
-        tmp.cleanup()
     t.done()
 
 
