@@ -205,9 +205,9 @@ def main():
         t.ok(rc == 0, "--cluster-tls: ringctl init over mutual TLS", err[-400:])
         conv = cl.converged(1, list("abc"))
         t.ok(all(v == (1, 0) for v in conv.values()), "every node at epoch 1", conv)
-        mc = Client(cl.nodes["a"].addr, timeout=10, connect_timeout=5)
-        for i in range(N):
-            mc.set("k%d" % i, ("v%d" % i).encode())
+        mc = Client(cl.nodes["a"].addr, timeout=10, connect_timeout=5, default_noreply=False)
+        t.ok(all(mc.set("k%d" % i, ("v%d" % i).encode()) for i in range(N)),
+             "--cluster-tls: %d sets through node a, each STORED" % N)
         rc, out, err = cl.ctl("status", timeout=30)
         t.ok(rc == 0 and all(i in out for i in "abc"), "ringctl status over TLS lists a b c",
              (rc, out[-400:], err[-300:]))
@@ -277,7 +277,8 @@ def main():
         t.ok(rc == 0, "-Z --cluster-tls: init", err[-400:])
         ctx = ssl.create_default_context(cafile=ca[1])
         ctx.check_hostname = False
-        clients = {i: Client(cz.nodes[i].addr, timeout=10, connect_timeout=5, tls_context=ctx)
+        clients = {i: Client(cz.nodes[i].addr, timeout=10, connect_timeout=5, tls_context=ctx,
+                          default_noreply=False)
                    for i in "abc"}
         ok = all(clients["a"].set("z%d" % i, ("w%d" % i).encode()) for i in range(N))
         t.ok(ok, "-Z: %d sets through node a over TLS (relayed to their owners)" % N)
