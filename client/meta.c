@@ -518,13 +518,13 @@ mgm_unit(void *arg, struct mget *m, struct mget_share *s, const struct route_key
 }
 
 static void
-mgm_orphan(void *arg, size_t i)
+mgm_orphan(void *arg, size_t i, int status)
 {
     struct mg_multi             *g = arg;
     struct ringcache_meta_result res;
 
     memset(&res, 0, sizeof(res));
-    g->fn(g->arg, i, -1, RINGCACHE_ENOTFOUND, &res);
+    g->fn(g->arg, i, -1, status, &res);
 }
 
 static const struct mget_proto mgm_proto = { mgm_check, mgm_format, mgm_unit, mgm_orphan };

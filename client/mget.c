@@ -72,7 +72,7 @@ static void
 mget_orphan(struct mget *m, size_t i)
 {
     m->keys[i].done = true;
-    m->p->orphan(m->arg, i);
+    m->p->orphan(m->arg, i, m->keys[i].refused ? RINGCACHE_EAUTH : RINGCACHE_ENOTFOUND);
 }
 
 /* Build the request of a batch (its protocol's). */
@@ -201,9 +201,14 @@ batch_fail(struct mget *m, struct mget_batch *b, int err)
         struct route_key *k = &m->keys[b->s.idx[j]];
 
         /* A refused login is no outage (pool_node_failed): the keys are
-         * not read from a replica, they end as misses from no node, and
-         * ringcache_node_error says EAUTH. */
-        k->next = err == RINGCACHE_EAUTH ? k->n_owners : k->next + 1;
+         * not read from a replica, they end as RINGCACHE_EAUTH from no
+         * node, and ringcache_node_error says EAUTH too. */
+        if (err == RINGCACHE_EAUTH) {
+            k->refused = true;
+            k->next = k->n_owners;
+        } else {
+            k->next++;
+        }
     }
 }
 
@@ -435,6 +440,7 @@ mget_route(struct mget *m)
         if (!k->done) {
             k->n_owners = route_owners(m->v->ring, m->v->replicas, k->key, k->len, k->owners);
             k->next = 0;
+            k->refused = false;
         }
     }
 }
@@ -641,11 +647,11 @@ classic_unit(void *arg, struct mget *m, struct mget_share *s, const struct route
 }
 
 static void
-classic_orphan(void *arg, size_t i)
+classic_orphan(void *arg, size_t i, int status)
 {
     struct classic *g = arg;
 
-    g->fn(g->arg, i, -1, RINGCACHE_ENOTFOUND, NULL);
+    g->fn(g->arg, i, -1, status, NULL);
 }
 
 static const struct mget_proto classic_proto = { classic_check, classic_format, classic_unit,

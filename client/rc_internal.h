@@ -209,9 +209,11 @@ struct mget_proto {
      * block may be NUL-terminated in place (its "\r\n" follows). */
     int (*unit)(void *arg, struct mget *m, struct mget_share *s, const struct route_key *keys,
                 struct mcr_reply *r);
-    /* Key i got no answer (no owner reachable, out of redirects): report
-     * it as a miss from no node. */
-    void (*orphan)(void *arg, size_t i);
+    /* Key i got no answer from any node: report status, from no node.
+     * status is RINGCACHE_EAUTH when an owner refused the login (the key
+     * was not asked of a replica), else RINGCACHE_ENOTFOUND (no owner
+     * reachable, or out of redirects): a miss. */
+    void (*orphan)(void *arg, size_t i, int status);
 };
 
 /* Read n keys with protocol p (keys[i] of key_lens[i] bytes, or C strings

@@ -321,7 +321,9 @@ int ringcache_touch(struct ringcache *rc, const char *key, size_t key_len, int32
  * @param index   position of the key in the request
  * @param node    index of the node that answered (see ringcache_node_id),
  *                or -1 when no owner could be reached
- * @param status  0 (hit: v is valid) or RINGCACHE_ENOTFOUND (miss)
+ * @param status  0 (hit: v is valid), RINGCACHE_ENOTFOUND (miss), or
+ *                RINGCACHE_EAUTH when the key's owner refused the login
+ *                (node -1: the key is not read from a replica)
  * @param v       the value on a hit; it belongs to the library and is only
  *                valid during the call (copy what you keep); NULL on a miss
  */
@@ -332,7 +334,8 @@ typedef void (*ringcache_mget_fn)(void *arg, size_t index, int node, int status,
  * Read many keys in one round trip: keys are grouped by owner and each node
  * gets a single `get k1 k2 ...` (or `gets`), all nodes in parallel. Keys of
  * nodes that fail or are down fall over down their preference lists, then
- * count as misses.
+ * count as misses; keys of a node that refuses the login (-Y) are
+ * RINGCACHE_EAUTH.
  * @param keys, key_lens  n keys (key_lens may be NULL: keys are C strings)
  * @param with_cas  nonzero sends gets and fills v->cas
  * @return 0 when every key was reported to fn (hits and misses),
@@ -344,8 +347,8 @@ int ringcache_mget_cb(struct ringcache *rc, const char *const *keys, const size_
 
 /**
  * Multi-get into arrays: for each i, status[i] is 0 (values[i] filled; the
- * caller clears it) or RINGCACHE_ENOTFOUND (values[i] zeroed). Returns as
- * ringcache_mget_cb.
+ * caller clears it), RINGCACHE_ENOTFOUND or RINGCACHE_EAUTH (values[i]
+ * zeroed). Returns as ringcache_mget_cb.
  */
 int ringcache_mget(struct ringcache *rc, const char *const *keys, const size_t *key_lens, size_t n,
                    struct ringcache_value *values, int *status);
@@ -590,7 +593,8 @@ int ringcache_ma(struct ringcache *rc, const char *key, size_t key_len,
  * @param index   position of the key in the request
  * @param node    index of the node that answered, or -1 when none could
  * @param status  0 (hit), RINGCACHE_ENOTFOUND (miss, or no owner
- *                reachable), or the code of the node's error reply for
+ *                reachable), RINGCACHE_EAUTH (the owner refused the
+ *                login), or the code of the node's error reply for
  *                this key (RINGCACHE_ECLIENT, RINGCACHE_ESERVER, ...)
  * @param r       the reply (status set even when no node answered: 0);
  *                its value belongs to the library and is only valid

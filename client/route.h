@@ -21,7 +21,8 @@ struct route_key {
     uint32_t    owners[ROUTE_R_MAX];
     uint32_t    n_owners;
     uint32_t    next; /* the owner to try next */
-    bool        done; /* already answered; skipped by planning */
+    bool        done;    /* already answered; skipped by planning */
+    bool        refused; /* an owner refused the login: reported as EAUTH */
 };
 
 /* Owners of a key, primary first, into owners[] (ROUTE_R_MAX entries);

@@ -86,6 +86,9 @@ def main():
         t.eq(many_codes(bad.cmd("many set z 20")), (["EAUTH"], 20), "wrong password: sets EAUTH")
         t.eq(many_codes(bad.cmd("many get k 20")), (["EAUTH"], 20),
              "and gets EAUTH again (not EDOWN, not a miss: no node was marked down)")
+        got = bad.cmd("mget k 20")
+        t.ok(len(got) == 21 and all(l.split()[1:] == ["-", "EAUTH"] for l in got[:-1]),
+             "and a multi-get reports each key as EAUTH from no node (not as a miss)", got)
         errs = node_errors(bad)
         t.ok(set(errs.values()) == {"EAUTH"}, "ringcache_node_error says EAUTH", errs)
         t.eq(many_codes(p.cmd("many get k 20")), (["OK"], 20),
@@ -173,7 +176,7 @@ def main():
                  "replicas 2: neither node marked down",
                  "replicas 2: n1 holds only its own keys (no refused write failed over to it)",
                  "replicas 2: a get refused by n0 is EAUTH, not read from n1",
-                 "replicas 2: a multi-get does not read n0's keys from n1 either")
+                 "replicas 2: a multi-get reports n0's keys as EAUTH from no node, not read from n1")
         if os.path.exists(MEMCACHED):
             no_failover(t, d, nodes, probes, descs)
         else:
@@ -209,7 +212,7 @@ def no_failover(t, d, nodes, probes, descs):
     t.ok(all(res[k][1] == "EAUTH" for k in on0), descs[3], res)
     got = p.cmd("mget f %d" % N)
     rows = dict((r[0], r[1:]) for r in (l.split() for l in got[:-1]))
-    t.ok(len(rows) == N and all(rows[k][1] != "OK" for k in on0) and
+    t.ok(len(rows) == N and all(rows[k] == ["-", "EAUTH"] for k in on0) and
          all(rows[k][1] == "OK" for k in on1), descs[4], got)
 
 
