@@ -20,6 +20,7 @@ SRCDIR = os.environ.get("RC_SRCDIR", os.path.dirname(os.path.dirname(
     os.path.dirname(os.path.abspath(__file__)))))
 RINGCACHED = os.path.join(BUILDDIR, "server", "ringcached")
 RINGCTL = os.path.join(BUILDDIR, "client", "ringctl")
+META_PROBE = os.path.join(BUILDDIR, "tests", "it", "meta_probe")
 PROBE = os.path.join(BUILDDIR, "tests", "it", "client_probe")
 
 
@@ -190,11 +191,13 @@ class Probe:
     """A running client_probe: send a command, get its reply lines."""
 
     def __init__(self, members, op_timeout=None, retry=None, retry_max=None, poll=None,
-                 env=None):
+                 env=None, binary=None):
         """members: a membership file, or "seeds:H:P,H:P". poll: the
         epoch poll interval in ms (0 = off; None = the library default).
-        env: added to the probe's environment (RC_PROBE_TLS*: TLS)."""
-        args = [PROBE, members]
+        env: added to the probe's environment (RC_PROBE_TLS*: TLS,
+        RC_PROBE_AUTH_*: login). binary: another probe with the same
+        command loop (META_PROBE: no poll argument)."""
+        args = [binary or PROBE, members]
         if op_timeout is not None:
             args += [str(op_timeout), str(retry), str(retry_max)]
             if poll is not None:

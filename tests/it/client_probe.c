@@ -10,9 +10,8 @@
  * calls ringcache_refresh, "nodes" prints "id addr" per node, "down"
  * "id 0|1" and "errors" "id CODE" (ringcache_node_error).
  *
- * TLS from the environment: RC_PROBE_TLS=1 turns it on; RC_PROBE_TLS_CA,
- * RC_PROBE_TLS_CERT, RC_PROBE_TLS_KEY name the files, and
- * RC_PROBE_TLS_SKIP_NAME=1 sets tls_skip_name_check.
+ * TLS and the -Y login come from the environment (probe_options in
+ * probe_common.h: RC_PROBE_TLS*, RC_PROBE_AUTH_USER and _PASSWORD).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -327,14 +326,7 @@ main(int argc, char **argv)
                         "RETRY_MAX_MS [POLL_MS]]\n");
         return 2;
     }
-    ringcache_options_init(&opt);
-    opt.tls = getenv("RC_PROBE_TLS") != NULL;
-    opt.tls_ca_file = getenv("RC_PROBE_TLS_CA");
-    opt.tls_cert_file = getenv("RC_PROBE_TLS_CERT");
-    opt.tls_key_file = getenv("RC_PROBE_TLS_KEY");
-    opt.tls_skip_name_check = getenv("RC_PROBE_TLS_SKIP_NAME") != NULL;
-    opt.auth_user = getenv("RC_PROBE_AUTH_USER");
-    opt.auth_password = getenv("RC_PROBE_AUTH_PASSWORD");
+    probe_options(&opt);
     if (argc >= 5) {
         opt.op_timeout_ms = atoi(argv[2]);
         opt.retry_interval_ms = atoi(argv[3]);

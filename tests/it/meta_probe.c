@@ -16,7 +16,8 @@
  *                               "KEY NODE CODE VALUE|-", then "result CODE ms X"
  *   owner KEY                   the key's primary node id
  *
- * A KEY written x:HEX is those bytes (binary keys).
+ * A KEY written x:HEX is those bytes (binary keys). The environment sets
+ * TLS and login options as for client_probe (probe_options).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -377,7 +378,7 @@ main(int argc, char **argv)
         fprintf(stderr, "usage: meta_probe MEMBERS [OP_TIMEOUT_MS RETRY_MS RETRY_MAX_MS]\n");
         return 2;
     }
-    ringcache_options_init(&opt);
+    probe_options(&opt);
     if (argc == 5) {
         opt.op_timeout_ms = atoi(argv[2]);
         opt.retry_interval_ms = atoi(argv[3]);

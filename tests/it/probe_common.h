@@ -1,11 +1,12 @@
 /*
  * What the client probes (client_probe.c, meta_probe.c) share: a monotonic
- * clock in ms and the short names of libringcache's return codes, which
- * the tests match.
+ * clock in ms, the short names of libringcache's return codes, which the
+ * tests match, and the options the tests set in the environment.
  */
 #ifndef TESTS_IT_PROBE_COMMON_H
 #define TESTS_IT_PROBE_COMMON_H
 
+#include <stdlib.h>
 #include <time.h>
 
 #include "client/ringcache.h"
@@ -36,6 +37,22 @@ code_name(int code)
         return "E?";
     }
     return names[-code];
+}
+
+/* Library defaults, then what the environment asks for: RC_PROBE_TLS (on
+ * when set), RC_PROBE_TLS_CA, _CERT, _KEY, RC_PROBE_TLS_SKIP_NAME (set),
+ * RC_PROBE_AUTH_USER and RC_PROBE_AUTH_PASSWORD (-Y login). */
+static inline void
+probe_options(struct ringcache_options *opt)
+{
+    ringcache_options_init(opt);
+    opt->tls = getenv("RC_PROBE_TLS") != NULL;
+    opt->tls_ca_file = getenv("RC_PROBE_TLS_CA");
+    opt->tls_cert_file = getenv("RC_PROBE_TLS_CERT");
+    opt->tls_key_file = getenv("RC_PROBE_TLS_KEY");
+    opt->tls_skip_name_check = getenv("RC_PROBE_TLS_SKIP_NAME") != NULL;
+    opt->auth_user = getenv("RC_PROBE_AUTH_USER");
+    opt->auth_password = getenv("RC_PROBE_AUTH_PASSWORD");
 }
 
 #endif

@@ -17,7 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rctest  # noqa: E402
-from client_lib import (Probe, Scene, many_codes, members_file, node_errors,  # noqa: E402
+from client_lib import (META_PROBE, Probe, Scene, many_codes, members_file, node_errors,  # noqa: E402
                         parse_many, ringctl, write_file)
 from rctest import Tap  # noqa: E402
 from tlscerts import available as tls_available, make_ca, make_cert  # noqa: E402
@@ -29,7 +29,8 @@ AUTHFILE = "foo:bar\nops:s3cret with spaces:and colons\n"
 
 
 
-def probe(path, user=None, password=None, **tls):
+def probe(path, user=None, password=None, binary=None, **tls):
+    """A client_probe (or binary, meta_probe) logging in as user."""
     env = {}
     if user is not None:
         env["RC_PROBE_AUTH_USER"] = user
@@ -38,7 +39,8 @@ def probe(path, user=None, password=None, **tls):
         env["RC_PROBE_TLS"] = "1"
         for k, v in tls.items():
             env["RC_PROBE_TLS_" + k.upper()] = v
-    return Probe(path, OP_TIMEOUT, RETRY, RETRY_MAX, poll=0, env=env)
+    return Probe(path, OP_TIMEOUT, RETRY, RETRY_MAX, poll=None if binary else 0, env=env,
+                 binary=binary)
 
 
 
@@ -89,6 +91,11 @@ def main():
         got = bad.cmd("mget k 20")
         t.ok(len(got) == 21 and all(l.split()[1:] == ["-", "EAUTH"] for l in got[:-1]),
              "and a multi-get reports each key as EAUTH from no node (not as a miss)", got)
+        mp = probe(path, "foo", "wrong", binary=META_PROBE)
+        probes.append(mp)
+        got = mp.cmd("mgm k 20 v")
+        t.ok(len(got) == 21 and all(l.split()[1:3] == ["-", "EAUTH"] for l in got[:-1]),
+             "and so does a meta multi-get (ringcache_mg_multi)", got)
         errs = node_errors(bad)
         t.ok(set(errs.values()) == {"EAUTH"}, "ringcache_node_error says EAUTH", errs)
         t.eq(many_codes(p.cmd("many get k 20")), (["OK"], 20),
