@@ -419,9 +419,12 @@ process_delete(struct conn *c, struct token *t, int ntok)
         STATS_ADD(ts, delete_hits, 1);
         route_write_end(c, &rt, t[1].p, t[1].len, tomb, "DELETED\r\n", 9);
     } else {
+        /* NOT_FOUND is an acknowledged delete too: the other owners get a
+         * tombstone newer than anything here, so a replica that missed an
+         * earlier delete (it failed, unacknowledged) drops its copy before
+         * the reply goes out. */
         STATS_ADD(ts, delete_misses, 1);
-        route_write_end(c, &rt, t[1].p, t[1].len, 0, NULL, 0);
-        REPLY(c, "NOT_FOUND");
+        route_write_end(c, &rt, t[1].p, t[1].len, store_cas_mint(s), "NOT_FOUND\r\n", 11);
     }
 }
 

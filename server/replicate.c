@@ -700,6 +700,7 @@ replicate_apply_del(struct store *s, const char *key, size_t nkey, uint64_t hash
     struct store_item *old;
 
     replicate_lock(hash);
+    store_cas_raise(s, cas);
     old = store_peek(s, key, nkey, hash);
     if (old == NULL || old->cas <= cas) {
         /* Remembered even when the key is already absent: the image this

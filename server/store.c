@@ -863,6 +863,12 @@ store_delete_cas(struct store *s, const char *key, size_t nkey, uint64_t hash, u
     return it != NULL ? STORE_DELETED : STORE_NOT_FOUND;
 }
 
+uint64_t
+store_cas_mint(struct store *s)
+{
+    return cas_mint(s);
+}
+
 int
 store_touch(struct store *s, const char *key, size_t nkey, uint64_t hash, int64_t exptime)
 {

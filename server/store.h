@@ -213,6 +213,15 @@ int store_delete(struct store *s, const char *key, size_t nkey, uint64_t hash);
  * the tombstone a replicated delete sends. */
 int store_delete_cas(struct store *s, const char *key, size_t nkey, uint64_t hash, uint64_t *cas);
 
+/* A CAS newer than any this store has minted or imported: the tombstone a
+ * primary sends for a delete that found nothing (a replica may still hold
+ * what an earlier, unacknowledged delete removed here). */
+uint64_t store_cas_mint(struct store *s);
+
+/* Make every CAS minted from now on newer than cas (a replica applying a
+ * tombstone: were it to become the primary, its writes must outrank it). */
+void store_cas_raise(struct store *s, uint64_t cas);
+
 /* STORE_TOUCHED or STORE_NOT_FOUND; exptime already converted. */
 int store_touch(struct store *s, const char *key, size_t nkey, uint64_t hash, int64_t exptime);
 

@@ -297,10 +297,9 @@ store_track_stop(struct store *s)
 
 /* ---- import (destination side) ------------------------------------------ */
 
-/* Raise the CAS counter so the next minted CAS has a larger counter part
- * than this imported one. */
-static void
-cas_raise(struct store *s, uint64_t cas)
+/* See store.h: the next minted CAS gets a larger counter part than cas. */
+void
+store_cas_raise(struct store *s, uint64_t cas)
 {
     uint64_t want = (cas & CAS_LOW_MASK) + 1;
     uint64_t cur = __atomic_load_n(&s->cas_next, __ATOMIC_RELAXED);
@@ -359,7 +358,7 @@ store_put_import(struct store *s, struct store_item *it, uint64_t cas)
     }
     now = clock_begin(s);
     if (cas != 0) {
-        cas_raise(s, cas);
+        store_cas_raise(s, cas);
     }
     pthread_mutex_lock(&st->lock);
     old = do_find(s, st, store_item_key(it), it->nkey, it->hash, now, false);
