@@ -2,7 +2,8 @@
 # tests/nemesis/run.sh: a real ringcache cluster under injected faults.
 #   run.sh --minutes N --seed S [--faults LIST] [--strict-ryw]   random schedule
 #   run.sh --ci [--seed S]                                        fixed short schedule
-#   add --tls to either: TLS on every port (-Z, --cluster-tls)
+#   add --tls to either: TLS on every port (-Z, --cluster-tls), with or
+#              without partition; --ci --tls adds two partitions
 # Prints the seed first so a failing run can be replayed with --seed.
 # Run from the build directory (or set RC_BUILDDIR).
 #
