@@ -1547,14 +1547,16 @@ def fill_fast(hist, view, declare=True, batch=200, phase=0, keys=None):
 
 # ---------------------------------------------------------------- scenarios
 
-def cluster_certs(d):
+def cluster_certs(d, ips=()):
     """Throwaway certificates in directory d for Cluster(tls=...): a CA,
-    one certificate every node shows on both ports (for 127.0.0.1) and
-    one for ringctl: {"ca", "node", "admin"}, each (key, crt)."""
+    one certificate every node shows on both ports (for 127.0.0.1 and
+    every address in ips: a netns lab's, netns.lab_certs) and one for
+    ringctl: {"ca", "node", "admin"}, each (key, crt)."""
     import tlscerts
     os.makedirs(d, exist_ok=True)
     ca = tlscerts.make_ca(d, "ca")
-    return {"ca": ca, "node": tlscerts.make_cert(d, "node", ca, "IP:127.0.0.1"),
+    san = ",".join("IP:" + a for a in ["127.0.0.1"] + [a for a in ips if a != "127.0.0.1"])
+    return {"ca": ca, "node": tlscerts.make_cert(d, "node", ca, san),
             "admin": tlscerts.make_cert(d, "admin", ca, "DNS:admin")}
 
 

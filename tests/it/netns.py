@@ -34,7 +34,9 @@ Call enter() before starting any thread: threads (and child processes)
 inherit the namespace of the thread that creates them. NetCluster is
 loadgen's Cluster with each node started by `ip netns exec` in its
 namespace, listening on its namespace's address (port 11211, cluster port
-21211: the namespaces do not share ports)."""
+21211: the namespaces do not share ports). With TLS (start_cluster(...,
+tls=lab_certs(lab, d), data_tls=True)) the node certificate names every
+address of the lab, so every TLS peer keeps checking names."""
 import atexit
 import ctypes
 import os
@@ -407,7 +409,9 @@ class NetNodeProc(lg.NodeProc):
 
 class NetCluster(lg.Cluster):
     """loadgen's Cluster whose nodes run in lab's namespaces (the caller
-    has entered the client namespace, where ringctl runs)."""
+    has entered the client namespace, where ringctl runs). tls, data_tls
+    as in lg.Cluster (its node and ringctl options, unchanged), with
+    certificates that name the lab's addresses (lab_certs)."""
 
     def __init__(self, lab, **kw):
         super().__init__(**kw)
@@ -419,12 +423,22 @@ class NetCluster(lg.Cluster):
         return n
 
 
-def start_cluster(t, lab, ids, replicas=2, mem=64, node_args=(), etcd=None, node_store=False):
+def lab_certs(lab, d):
+    """lg.cluster_certs for a lab (after setup): the node certificate
+    names every node's address, the client namespace's and 127.0.0.1, so
+    peers, clients and ringctl check the name they dial."""
+    return lg.cluster_certs(d, [lab.addr(i) for i in lab.ids] + [lab.client_addr])
+
+
+def start_cluster(t, lab, ids, replicas=2, mem=64, node_args=(), etcd=None, node_store=False,
+                  tls=None, data_tls=False):
     """lg.start_cluster in the lab: (NetCluster, ok) with TAP lines.
     etcd: an etcdlab.Etcd (maybe in a namespace of the lab) to keep the
     membership in; node_store: the nodes watch it too (--store), and with
-    etcd keep their liveness leases there."""
-    cl = NetCluster(lab, replicas=replicas, mem=mem, node_args=node_args, etcd=etcd)
+    etcd keep their liveness leases there; tls (lab_certs), data_tls: see
+    lg.Cluster (clients: lg.use_client_tls)."""
+    cl = NetCluster(lab, replicas=replicas, mem=mem, node_args=node_args, etcd=etcd, tls=tls,
+                    data_tls=data_tls)
     if node_store:
         cl.node_args += ["--store", cl.store]
     for i in ids:

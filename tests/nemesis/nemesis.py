@@ -35,8 +35,11 @@ Known to fail today (docs/guarantees.md "open"), so not in the default set:
 
 With --tls every port speaks TLS: the client ports (-Z; the workloads,
 the relays between nodes and the replica copies) and the cluster ports
-(--cluster-tls, mutual: heartbeats, handoff streams, ringctl), with
-throwaway certificates for 127.0.0.1 (so not with partition).
+(--cluster-tls, mutual: heartbeats, handoff streams, ringctl), with a
+throwaway CA and a node certificate naming 127.0.0.1, or with partition
+every address of the namespaces (names are checked on every connection).
+--ci --tls adds two partitions to the fixed schedule (one from the peers,
+one from everyone; skipped with a message when namespaces cannot be made).
 
 Checker classes: lost, stale, resurrected, counter, phantom, stuck fail the
 run; ryw (read-your-writes of pipelined set+get on one connection across a
@@ -66,9 +69,10 @@ import netns  # noqa: E402
 import freezer  # noqa: E402
 
 DEFAULT_FAULTS = ("kill", "pause", "admin", "lostdir")
-OPEN_FAULTS = {
-    "freeze": "finding 11: a node frozen > 2 s serves a value it missed",
-    "partition": "finding 4: no split brain is open (write failover by local health)",
+# Behind --faults only: each needs root and what the machine may lack.
+ROOT_FAULTS = {
+    "freeze": "needs a writable cgroup2 freezer (finding 11, fixed)",
+    "partition": "needs network namespaces and nftables (finding 4, fixed)",
 }
 BASE = ("a", "b", "c")
 SIZE = 40
@@ -174,18 +178,29 @@ class Run:
     def addr(self, nid):
         return self.cl.nodes[nid].addr
 
+    def certs(self):
+        """--tls: the throwaway certificates (naming the lab's addresses
+        when the cluster runs in namespaces), every harness connection
+        over TLS from now on; else None."""
+        if not self.args.tls:
+            return None
+        self.certs_dir = tempfile.mkdtemp(prefix="rc-nemesis-certs-")
+        if self.lab is not None:
+            certs = netns.lab_certs(self.lab, self.certs_dir)
+        else:
+            certs = lg.cluster_certs(self.certs_dir)
+        lg.use_client_tls(ssl.create_default_context(cafile=certs["ca"][1]))
+        return certs
+
     def start(self):
         t = self.tap
+        certs = self.certs()
+        tls = {"tls": certs, "data_tls": certs is not None}
         if self.lab is not None:
-            self.cl, ok = netns.start_cluster(t, self.lab, list(BASE), replicas=2, mem=64)
-        elif self.args.tls:
-            self.certs_dir = tempfile.mkdtemp(prefix="rc-nemesis-certs-")
-            certs = lg.cluster_certs(self.certs_dir)
-            lg.use_client_tls(ssl.create_default_context(cafile=certs["ca"][1]))
-            self.cl, ok = lg.start_cluster(t, list(BASE), replicas=2, mem=64, tls=certs,
-                                           data_tls=True)
+            self.cl, ok = netns.start_cluster(t, self.lab, list(BASE), replicas=2, mem=64,
+                                              **tls)
         else:
-            self.cl, ok = lg.start_cluster(t, list(BASE), replicas=2, mem=64)
+            self.cl, ok = lg.start_cluster(t, list(BASE), replicas=2, mem=64, **tls)
         if not ok:
             raise RuntimeError("the cluster did not start")
         self.cl.add("d")       # joins and leaves in the admin faults
@@ -576,13 +591,19 @@ def make_lab():
 
 # ---------------------------------------------------------------- schedules
 
-def ci_schedule():
-    """A fixed short schedule: a few of each default fault."""
-    return [("kill", "a"), ("pause", "b", 1.0), ("admin", "prepare", "abort"),
+def ci_schedule(tls=False):
+    """A fixed short schedule: a few of each default fault; with tls two
+    partitions too, one in each half (the TLS sessions a partition's
+    drops break and the heal re-opens)."""
+    half = [("kill", "a"), ("pause", "b", 1.0), ("admin", "prepare", "abort"),
             ("lostdir", "c"), ("pause", "a", 1.5), ("admin", "copy", "resume"),
             ("kill", "b"), ("admin", "fence", "resume"), ("pause", "c", 0.5),
             ("lostdir", "a"), ("admin", "commit", "resume"), ("kill", "c"),
-            ("admin", "fence", "abort")] * 2
+            ("admin", "fence", "abort")]
+    if not tls:
+        return half * 2
+    return (half[:6] + [("partition", "a", 3.0, "peers")] + half[6:] + half[:6]
+            + [("partition", "b", 3.0, "all")] + half[6:])
 
 
 def random_fault(rng, kinds):
@@ -610,25 +631,29 @@ def main():
     ap.add_argument("--ci", action="store_true", help="the fixed short CI schedule")
     ap.add_argument("--tap", action="store_true", help="TAP output (for make check)")
     ap.add_argument("--tls", action="store_true",
-                    help="TLS on every port (-Z, --cluster-tls); not with partition")
+                    help="TLS on every port (-Z, --cluster-tls), partition too; with --ci "
+                    "two partitions more")
     ap.add_argument("--strict-ryw", action="store_true",
                     help="fail on ryw violations too (known open today)")
     args = ap.parse_args()
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1, 2 ** 31)
     kinds = [k.strip() for k in args.faults.split(",") if k.strip()]
-    bad = [k for k in kinds if k not in DEFAULT_FAULTS and k not in OPEN_FAULTS]
+    bad = [k for k in kinds if k not in DEFAULT_FAULTS and k not in ROOT_FAULTS]
     if bad or not kinds:
         ap.error("unknown fault(s) %s; known: %s" % (bad, ", ".join(DEFAULT_FAULTS +
-                                                                   tuple(OPEN_FAULTS))))
-    if args.tls and "partition" in kinds:
-        ap.error("--tls: the certificates name 127.0.0.1, partition runs in namespaces")
+                                                                   tuple(ROOT_FAULTS))))
+    # --ci runs its fixed schedule (whatever --faults says): its kinds.
+    sched_list = ci_schedule(args.tls) if args.ci else None
+    if sched_list is not None:
+        order = DEFAULT_FAULTS + tuple(ROOT_FAULTS)
+        kinds = sorted({f[0] for f in sched_list}, key=order.index)
     print("# seed %d (replay: tests/nemesis/run.sh --seed %d --minutes %g --faults %s%s%s)"
           % (args.seed, args.seed, args.minutes, ",".join(kinds), " --ci" if args.ci else "",
              " --tls" if args.tls else ""), flush=True)
     for k in kinds:
-        if k in OPEN_FAULTS:
-            print("# fault %s is known to fail today: %s" % (k, OPEN_FAULTS[k]), flush=True)
+        if k in ROOT_FAULTS:
+            print("# fault %s (not in the default set): %s" % (k, ROOT_FAULTS[k]), flush=True)
     budget = 240 if args.ci else int(args.minutes * 60) + 240
     lg.watchdog(budget)
     why = lg.supports_cluster()
@@ -654,7 +679,7 @@ def main():
         run.start()
         run.start_workloads()
         if args.ci:
-            sched = iter(ci_schedule())
+            sched = iter(sched_list)
             deadline = None
         else:
             sched = None

@@ -2,12 +2,14 @@
 # tests/nemesis/run.sh: a real ringcache cluster under injected faults.
 #   run.sh --minutes N --seed S [--faults LIST] [--strict-ryw]   random schedule
 #   run.sh --ci [--seed S]                                        fixed short schedule
-#   add --tls to either: TLS on every port (-Z, --cluster-tls)
+#   add --tls to either: TLS on every port (-Z, --cluster-tls), with or
+#              without partition; --ci --tls adds two partitions
 # Prints the seed first so a failing run can be replayed with --seed.
 # Run from the build directory (or set RC_BUILDDIR).
 #
 # Default faults: kill,pause,admin,lostdir. Behind --faults only, because
-# they are known to fail today (docs/guarantees.md, open):
+# they need root and what a machine may lack (both findings are fixed:
+# docs/guarantees.md):
 #   freeze     cgroup-v2 freezer > 2 s without SIGCONT (finding 11); skips
 #              with a message when no writable cgroup2 is available
 #   partition  one node cut off 3-6 s from its peers or from everyone by
