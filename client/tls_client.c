@@ -1,7 +1,6 @@
 /*
  * tls_client: see tls_client.h.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -11,23 +10,14 @@
 #include <sys/socket.h>
 
 #include <openssl/err.h>
-#include <openssl/x509v3.h>
 
 #include "client/tls_client.h"
 #include "client/ringcache.h"
+#include "proto/tlsctx.h"
 #include "ring/util.h"
 
 /* Writes gather iov parts up to one TLS record's worth of plaintext. */
 #define GATHER_MAX 16384
-
-/* OpenSSL's most recent error, for a message about a file. */
-static const char *
-last_error(void)
-{
-    unsigned long e = ERR_peek_last_error();
-
-    return e != 0 ? ERR_reason_error_string(e) : "unknown error";
-}
 
 /*
  * The socket under a session. OpenSSL's own socket BIO writes with
@@ -109,17 +99,30 @@ sock_bio(int fd)
 SSL_CTX *
 tls_client_ctx_new(const struct ringcache_options *o, char *err, size_t errlen)
 {
-    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    struct tlsctx_spec spec = {
+        .role = TLSCTX_CLIENT,
+        .chain = o->tls_cert_file,
+        .key = o->tls_key_file,
+        .ca = o->tls_ca_file,
+        .system_ca = true,
+        .verify = SSL_VERIFY_PEER,
+        .min_version = TLS1_2_VERSION,
+    };
+    SSL_CTX *ctx;
+    char     why[512];
 
-    if (ctx == NULL) {
-        snprintf(err, errlen, "TLS: cannot create a context: %s", last_error());
+    if ((o->tls_cert_file == NULL) != (o->tls_key_file == NULL)) {
+        snprintf(err, errlen, "TLS: a client certificate needs both tls_cert_file and tls_key_file");
         return NULL;
     }
-    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    ctx = tlsctx_new(&spec, why, sizeof(why));
+    if (ctx == NULL) {
+        snprintf(err, errlen, "TLS: %s", why);
+        return NULL;
+    }
     /* A write may take part of a record's plaintext and finish it from a
      * new gather buffer (the same bytes at a new address). */
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
     /* Read the socket in big chunks, not a record header then its body:
      * one recv per reply instead of two (tls_client_read stops once
      * nothing is left inside OpenSSL). */
@@ -128,57 +131,7 @@ tls_client_ctx_new(const struct ringcache_options *o, char *err, size_t errlen)
      * retried on a fresh one), not a TLS failure: replies frame
      * themselves, so a cut cannot pass for a whole one. */
     SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
-    ERR_clear_error();
-    if (o->tls_ca_file != NULL) {
-        if (SSL_CTX_load_verify_locations(ctx, o->tls_ca_file, NULL) != 1) {
-            snprintf(err, errlen, "TLS CA file %s: %s", o->tls_ca_file, last_error());
-            goto fail;
-        }
-    } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
-        snprintf(err, errlen, "TLS: cannot load the system's CA certificates: %s", last_error());
-        goto fail;
-    }
-    if ((o->tls_cert_file == NULL) != (o->tls_key_file == NULL)) {
-        snprintf(err, errlen, "TLS: a client certificate needs both tls_cert_file and tls_key_file");
-        goto fail;
-    }
-    if (o->tls_cert_file != NULL) {
-        if (SSL_CTX_use_certificate_chain_file(ctx, o->tls_cert_file) != 1) {
-            snprintf(err, errlen, "TLS certificate %s: %s", o->tls_cert_file, last_error());
-            goto fail;
-        }
-        if (SSL_CTX_use_PrivateKey_file(ctx, o->tls_key_file, SSL_FILETYPE_PEM) != 1) {
-            snprintf(err, errlen, "TLS key %s: %s", o->tls_key_file, last_error());
-            goto fail;
-        }
-        if (SSL_CTX_check_private_key(ctx) != 1) {
-            snprintf(err, errlen, "TLS key %s does not match the certificate %s", o->tls_key_file,
-                     o->tls_cert_file);
-            goto fail;
-        }
-    }
     return ctx;
-
-fail:
-    SSL_CTX_free(ctx);
-    return NULL;
-}
-
-/* Ask that the node's certificate names host: an IP address is matched
- * against the certificate's IP entries, a name against its DNS entries
- * (and sent as SNI). 0, or -1 when OpenSSL refuses the name. */
-static int
-expect_name(SSL *ssl, const char *host)
-{
-    unsigned char ip[sizeof(struct in6_addr)];
-
-    if (inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1) {
-        return X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host) == 1 ? 0 : -1;
-    }
-    if (SSL_set_tlsext_host_name(ssl, host) != 1 || SSL_set1_host(ssl, host) != 1) {
-        return -1;
-    }
-    return 0;
 }
 
 /* Wait for ev on fd until deadline: 0, RINGCACHE_ETIMEDOUT or RINGCACHE_EIO. */
@@ -207,20 +160,6 @@ wait_for(int fd, short ev, int64_t deadline)
     }
 }
 
-/* Why the handshake of ssl failed, into why. */
-static void
-failure_reason(SSL *ssl, char *why, size_t whylen)
-{
-    long          v = SSL_get_verify_result(ssl);
-    unsigned long e = ERR_peek_last_error();
-
-    if (v != X509_V_OK) {
-        snprintf(why, whylen, "certificate: %s", X509_verify_cert_error_string(v));
-    } else if (e != 0) {
-        snprintf(why, whylen, "%s", ERR_reason_error_string(e));
-    }
-}
-
 int
 tls_client_handshake(SSL_CTX *ctx, int fd, const char *host, bool check_name, int64_t deadline,
                      SSL **out, char *why, size_t whylen)
@@ -237,7 +176,7 @@ tls_client_handshake(SSL_CTX *ctx, int fd, const char *host, bool check_name, in
         return RINGCACHE_ENOMEM;
     }
     SSL_set_bio(ssl, bio, bio);
-    if (check_name && expect_name(ssl, host) != 0) {
+    if (check_name && tlsctx_expect_name(ssl, host) != 0) {
         SSL_free(ssl);
         return RINGCACHE_ETLS;
     }
@@ -262,7 +201,7 @@ tls_client_handshake(SSL_CTX *ctx, int fd, const char *host, bool check_name, in
                      ? RINGCACHE_EIO
                      : RINGCACHE_ETLS;
             if (rc == RINGCACHE_ETLS && why != NULL && whylen > 0) {
-                failure_reason(ssl, why, whylen);
+                tlsctx_why(ssl, ERR_peek_last_error(), why, whylen);
             }
         }
         SSL_free(ssl);

@@ -1,7 +1,6 @@
 /*
  * peer_tls: see peer_tls.h.
  */
-#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,69 +9,28 @@
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <openssl/err.h>
-#include <openssl/x509v3.h>
 
+#include "proto/tlsctx.h"
 #include "server/peer_tls.h"
 
-/* OpenSSL's most recent error as text. */
-static const char *
-last_error(void)
-{
-    unsigned long e = ERR_peek_last_error();
-
-    return e != 0 ? ERR_reason_error_string(e) : "unknown error";
-}
-
-/* A context showing chain/key and verifying the other side against ca
- * ("" or NULL: the system's CAs); require: the other side must show a
- * certificate (the accepting side of mutual TLS). */
+/* A context showing chain/key and verifying the other side against ca;
+ * require: the other side must show a certificate (the accepting side of
+ * mutual TLS). */
 static SSL_CTX *
-ctx_new(const SSL_METHOD *method, const char *chain, const char *key, const char *ca, bool require,
+ctx_new(enum tlsctx_role role, const char *chain, const char *key, const char *ca, bool require,
         char *err, size_t errlen)
 {
-    SSL_CTX *ctx = SSL_CTX_new(method);
+    struct tlsctx_spec spec = {
+        .role = role,
+        .chain = chain,
+        .key = key,
+        .ca = ca,
+        .system_ca = true,
+        .verify = SSL_VERIFY_PEER | (require ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0),
+        .min_version = TLS1_2_VERSION,
+    };
 
-    if (ctx == NULL) {
-        snprintf(err, errlen, "TLS: cannot create a context: %s", last_error());
-        return NULL;
-    }
-    ERR_clear_error();
-    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | (require ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0),
-                       NULL);
-    if (SSL_CTX_use_certificate_chain_file(ctx, chain) != 1) {
-        snprintf(err, errlen, "ssl_chain_cert %s: %s", chain, last_error());
-        goto fail;
-    }
-    if (SSL_CTX_use_PrivateKey_file(ctx, key != NULL && key[0] != '\0' ? key : chain,
-                                    SSL_FILETYPE_PEM) != 1 ||
-        SSL_CTX_check_private_key(ctx) != 1) {
-        snprintf(err, errlen, "ssl_key %s: %s", key != NULL && key[0] != '\0' ? key : chain,
-                 last_error());
-        goto fail;
-    }
-    if (ca != NULL && ca[0] != '\0') {
-        if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1) {
-            snprintf(err, errlen, "ssl_ca_cert %s: %s", ca, last_error());
-            goto fail;
-        }
-        if (require) {
-            /* Tell clients which CA to show a certificate of. */
-            STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(ca);
-
-            if (names != NULL) {
-                SSL_CTX_set_client_CA_list(ctx, names);
-            }
-        }
-    } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
-        snprintf(err, errlen, "TLS: cannot load the system's CA certificates: %s", last_error());
-        goto fail;
-    }
-    return ctx;
-
-fail:
-    SSL_CTX_free(ctx);
-    return NULL;
+    return tlsctx_new(&spec, err, errlen);
 }
 
 /* A copy of path ("" for NULL); NULL when out of memory. */
@@ -122,12 +80,12 @@ peer_tls_build(struct peer_tls *t, SSL_CTX **accept, SSL_CTX **connect, char *er
                               "certificates: peers and ringctl must show one it signed)");
         return -1;
     }
-    *connect = ctx_new(TLS_client_method(), t->chain, t->key, t->ca, false, err, errlen);
+    *connect = ctx_new(TLSCTX_CLIENT, t->chain, t->key, t->ca, false, err, errlen);
     if (*connect == NULL) {
         return -1;
     }
     if (t->cport) {
-        *accept = ctx_new(TLS_server_method(), t->chain, t->key, t->ca, true, err, errlen);
+        *accept = ctx_new(TLSCTX_SERVER, t->chain, t->key, t->ca, true, err, errlen);
         if (*accept == NULL) {
             SSL_CTX_free(*connect);
             *connect = NULL;
@@ -226,18 +184,6 @@ peer_tls_accept(struct peer_tls *t, struct event_base *base, int fd)
     return bev;
 }
 
-/* Ask that the peer's certificate names host (an IP address or DNS name). */
-static int
-expect_name(SSL *ssl, const char *host)
-{
-    unsigned char ip[sizeof(struct in6_addr)];
-
-    if (inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1) {
-        return X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host) == 1 ? 0 : -1;
-    }
-    return SSL_set_tlsext_host_name(ssl, host) == 1 && SSL_set1_host(ssl, host) == 1 ? 0 : -1;
-}
-
 struct bufferevent *
 peer_tls_dial(struct peer_tls *t, struct event_base *base, const char *host, bool cport)
 {
@@ -251,7 +197,7 @@ peer_tls_dial(struct peer_tls *t, struct event_base *base, const char *host, boo
     if (ssl == NULL) {
         return NULL;
     }
-    if (expect_name(ssl, host) != 0) {
+    if (tlsctx_expect_name(ssl, host) != 0) {
         SSL_free(ssl);
         return NULL;
     }
@@ -266,19 +212,13 @@ peer_tls_dial(struct peer_tls *t, struct event_base *base, const char *host, boo
 const char *
 peer_tls_error(struct bufferevent *bev, char *buf, size_t len)
 {
-    SSL          *ssl = bufferevent_openssl_get_ssl(bev);
-    unsigned long e;
-    long          v;
+    SSL *ssl = bufferevent_openssl_get_ssl(bev);
+    char why[256];
 
     buf[0] = '\0';
-    if (ssl == NULL) {
-        return buf;
-    }
-    v = SSL_get_verify_result(ssl);
-    if (v != X509_V_OK) {
-        snprintf(buf, len, "certificate: %s", X509_verify_cert_error_string(v));
-    } else if ((e = bufferevent_get_openssl_error(bev)) != 0) {
-        snprintf(buf, len, "TLS: %s", ERR_reason_error_string(e));
+    if (ssl != NULL && tlsctx_why(ssl, bufferevent_get_openssl_error(bev), why, sizeof(why))[0] != '\0') {
+        /* The verification's verdict says "certificate: ..." itself. */
+        snprintf(buf, len, "%s%s", SSL_get_verify_result(ssl) != X509_V_OK ? "" : "TLS: ", why);
     }
     return buf;
 }

@@ -18,6 +18,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "proto/tlsctx.h"
 #include "server/log.h"
 #include "server/settings.h"
 
@@ -49,33 +50,6 @@ struct tls_conn {
     bool               broken;     /* a fatal error: no close_notify */
 };
 
-/* One line from OpenSSL's error queue (the most specific entry), or the
- * system's reason; the queue is emptied. */
-static void
-ssl_reason(char *buf, size_t len)
-{
-    unsigned long e = ERR_peek_last_error();
-    const char   *r = e != 0 ? ERR_reason_error_string(e) : NULL;
-
-    snprintf(buf, len, "%s", r != NULL ? r : e != 0 ? "unknown error" : strerror(errno));
-    ERR_clear_error();
-}
-
-/* A file the context needs must be readable; say why it is not (OpenSSL
- * would only say "system lib"). 0 or -1 with err set. */
-static int
-check_file(const char *what, const char *path, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "r");
-
-    if (f == NULL) {
-        snprintf(err, errlen, "Error loading the %s: %s : %s", what, path, strerror(errno));
-        return -1;
-    }
-    fclose(f);
-    return 0;
-}
-
 /* memcached's new-session callback: count, let OpenSSL keep the session. */
 static int
 new_session_cb(SSL *ssl, SSL_SESSION *sess)
@@ -84,51 +58,6 @@ new_session_cb(SSL *ssl, SSL_SESSION *sess)
 
     (void)sess;
     __atomic_add_fetch(&t->new_sessions, 1, __ATOMIC_RELAXED);
-    return 0;
-}
-
-/* Load the certificate chain, key (checked against it) and client CAs
- * into ctx, in memcached's order and with its messages. 0 or -1. */
-static int
-ctx_load_files(const struct tls_server *t, SSL_CTX *ctx, char *err, size_t errlen)
-{
-    char why[256];
-
-    if (check_file("certificate chain", t->chain_cert, err, errlen) < 0) {
-        return -1;
-    }
-    if (SSL_CTX_use_certificate_chain_file(ctx, t->chain_cert) != 1) {
-        ssl_reason(why, sizeof(why));
-        snprintf(err, errlen, "Error loading the certificate chain: %s : %s", t->chain_cert, why);
-        return -1;
-    }
-    if (check_file("key", t->key, err, errlen) < 0) {
-        return -1;
-    }
-    if (SSL_CTX_use_PrivateKey_file(ctx, t->key, SSL_FILETYPE_PEM) != 1) {
-        ssl_reason(why, sizeof(why));
-        snprintf(err, errlen, "Error loading the key: %s : %s", t->key, why);
-        return -1;
-    }
-    if (SSL_CTX_check_private_key(ctx) != 1) {
-        ssl_reason(why, sizeof(why));
-        snprintf(err, errlen, "Error validating the certificate: %s", why);
-        return -1;
-    }
-    if (t->ca_cert[0] != '\0') {
-        STACK_OF(X509_NAME) *names;
-
-        if (check_file("CA certificate", t->ca_cert, err, errlen) < 0) {
-            return -1;
-        }
-        if (SSL_CTX_load_verify_locations(ctx, t->ca_cert, NULL) != 1 ||
-            (names = SSL_load_client_CA_file(t->ca_cert)) == NULL) {
-            ssl_reason(why, sizeof(why));
-            snprintf(err, errlen, "Error loading the CA certificate: %s : %s", t->ca_cert, why);
-            return -1;
-        }
-        SSL_CTX_set_client_CA_list(ctx, names);
-    }
     return 0;
 }
 
@@ -142,19 +71,19 @@ ctx_build(struct tls_server *t, char *err, size_t errlen)
         SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
         SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT | SSL_VERIFY_CLIENT_ONCE,
     };
-    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
-    char     why[256];
+    struct tlsctx_spec spec = {
+        .role = TLSCTX_SERVER,
+        .chain = t->chain_cert,
+        .key = t->key,
+        .ca = t->ca_cert,
+        .verify = VERIFY[t->verify_mode],
+        .min_version = MIN_VERSIONS[t->min_version],
+    };
+    SSL_CTX *ctx = tlsctx_new(&spec, err, errlen);
 
     if (ctx == NULL) {
-        ssl_reason(why, sizeof(why));
-        snprintf(err, errlen, "Error creating the TLS context: %s", why);
         return NULL;
     }
-    if (SSL_CTX_set_min_proto_version(ctx, MIN_VERSIONS[t->min_version]) != 1 ||
-        ctx_load_files(t, ctx, err, errlen) < 0) {
-        goto fail;
-    }
-    SSL_CTX_set_verify(ctx, VERIFY[t->verify_mode], NULL);
     if (t->ciphers[0] != '\0' && SSL_CTX_set_cipher_list(ctx, t->ciphers) != 1) {
         ERR_clear_error();
         snprintf(err, errlen, "Error setting the provided cipher(s): %s", t->ciphers);
@@ -334,7 +263,7 @@ tls_handshake(struct tls_conn *tc)
     /* Plaintext on the TLS port, a certificate we do not accept, a client
      * that hung up: this connection's end, counted as memcached does. */
     tc->broken = true;
-    ssl_reason(why, sizeof(why));
+    tlsctx_reason(why, sizeof(why));
     log_msg(LOG_DEBUG, "connection %d: TLS handshake failed: %s", SSL_get_fd(tc->ssl), why);
     __atomic_add_fetch(&tc->srv->handshake_errors, 1, __ATOMIC_RELAXED);
     return TLS_HS_FAILED;
@@ -360,7 +289,7 @@ io_error(struct tls_conn *tc, int r, bool reading)
         return 0;
     }
     tc->broken = true;
-    ssl_reason(why, sizeof(why));
+    tlsctx_reason(why, sizeof(why));
     log_msg(LOG_DEBUG, "connection %d: TLS %s failed: %s", SSL_get_fd(tc->ssl),
             reading ? "read" : "write", why);
     return -1;

@@ -139,13 +139,13 @@ def reload_cases(t, d, ca, admin, clusters):
     with open(node_crt, "w") as f:
         f.write("-----BEGIN CERTIFICATE-----\nbroken\n-----END CERTIFICATE-----\n")
     got = request(mc, b"refresh_certs\r\n")
-    t.ok(got.startswith(b"SERVER_ERROR ssl_chain_cert " + node_crt.encode())
+    t.ok(got.startswith(b"SERVER_ERROR Error loading the certificate chain: " + node_crt.encode())
          and got.count(b"\r\n") == 1,
          "refresh_certs with a broken chain file: one SERVER_ERROR line naming it", got)
     t.eq(cport_serial(cport, ca[1], admin), 4002, "the cluster port still shows serial 4002")
     log = open(node.log, errors="replace").read()
-    t.ok("refresh_certs: certificates not reloaded, keeping the old ones: ssl_chain_cert "
-         + node_crt in log, "the node's log says why", log[-400:])
+    t.ok("refresh_certs: certificates not reloaded, keeping the old ones: "
+         "Error loading the certificate chain: " + node_crt in log, "the node's log says why", log[-400:])
 
     put_cert(d, "r3", ca, 4003, node_key, node_crt)
     os.kill(node.pid, signal.SIGHUP)
