@@ -893,12 +893,11 @@ meta_delete(struct conn *c, struct mreq *r)
     *p++ = '\n';
     /* NF is acknowledged with a fresh tombstone to the other owners, as
      * the classic delete's NOT_FOUND (process_delete). */
-    if (rc == STORE_NOT_FOUND) {
+    if (rc == STORE_NOT_FOUND && rt.replicate) {
         tomb = store_cas_mint(s);
     }
-    meta_done(c, &rt, r, rc == STORE_DELETED || rc == STORE_NOT_FOUND,
-              removed || rc == STORE_NOT_FOUND ? tomb : 0, hdr, (size_t)(p - hdr),
-              rc == STORE_DELETED && r->quiet);
+    meta_done(c, &rt, r, rc == STORE_DELETED || rc == STORE_NOT_FOUND, tomb, hdr,
+              (size_t)(p - hdr), rc == STORE_DELETED && r->quiet);
 }
 
 /* ---- ma ----------------------------------------------------------------- */

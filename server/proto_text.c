@@ -424,7 +424,8 @@ process_delete(struct conn *c, struct token *t, int ntok)
          * earlier delete (it failed, unacknowledged) drops its copy before
          * the reply goes out. */
         STATS_ADD(ts, delete_misses, 1);
-        route_write_end(c, &rt, t[1].p, t[1].len, store_cas_mint(s), "NOT_FOUND\r\n", 11);
+        route_write_end(c, &rt, t[1].p, t[1].len, rt.replicate ? store_cas_mint(s) : 0,
+                        "NOT_FOUND\r\n", 11);
     }
 }
 
