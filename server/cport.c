@@ -310,6 +310,7 @@ cpc_read_cb(struct bufferevent *bev, void *arg)
 /*
  * Listener and thread
  */
+
 /* A new connection c (bev and src set) joins cp: pre-auth, with its
  * Hello deadline running from now, reading. */
 static void

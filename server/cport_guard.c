@@ -41,6 +41,7 @@
 /*
  * Pre-auth table
  */
+
 /* See cport_guard.h. */
 void
 preauth_add(struct cp_conn *c)
