@@ -702,8 +702,11 @@ int
 cluster_prepare(struct cluster *cl, const struct ring_members *next, const uint8_t *token,
                 size_t token_len, uint64_t from_epoch, bool *again, char *err, size_t errlen)
 {
-    return cluster_prepare_failed(cl, next, token, token_len, from_epoch, NULL, 0, NULL, 0, again,
-                                  err, errlen);
+    struct cluster_prep p = {
+        .next = next, .token = token, .token_len = token_len, .from_epoch = from_epoch
+    };
+
+    return cluster_prepare_failed(cl, &p, again, err, errlen);
 }
 
 /* Does this node's health table see member `id` of the active epoch down,
@@ -728,10 +731,8 @@ failed_seen_down(struct cluster *cl, const char *id)
  * owns: like a node without a membership it accepts any from_epoch and
  * imports everything it owns in N+1. */
 int
-cluster_prepare_failed(struct cluster *cl, const struct ring_members *next, const uint8_t *token,
-                       size_t token_len, uint64_t from_epoch, const char *const *failed,
-                       uint32_t n_failed, const char *const *stale, uint32_t n_stale, bool *again,
-                       char *err, size_t errlen)
+cluster_prepare_failed(struct cluster *cl, const struct cluster_prep *p, bool *again, char *err,
+                       size_t errlen)
 {
     uint64_t active = cl->active != NULL ? cl->active->epoch : 0;
     bool     fresh =
@@ -740,12 +741,12 @@ cluster_prepare_failed(struct cluster *cl, const struct ring_members *next, cons
     uint32_t i;
 
     *again = false;
-    if (token_len == 0 || token_len > CLUSTER_TOKEN_MAX) {
+    if (p->token_len == 0 || p->token_len > CLUSTER_TOKEN_MAX) {
         snprintf(err, errlen, "prepare: the token must be 1-%d bytes", CLUSTER_TOKEN_MAX);
         return -1;
     }
     if (cl->pending != NULL) {
-        if (cluster_token_ok(cl, token, token_len) && cl->pending->epoch == next->epoch) {
+        if (cluster_token_ok(cl, p->token, p->token_len) && cl->pending->epoch == p->next->epoch) {
             *again = true;
             return 0;
         }
@@ -753,63 +754,63 @@ cluster_prepare_failed(struct cluster *cl, const struct ring_members *next, cons
                  cl->pending->epoch, cluster_phase_name(cl->phase));
         return -1;
     }
-    if (next->epoch != from_epoch + 1) {
-        snprintf(err, errlen, "prepare: epoch %" PRIu64 " does not follow %" PRIu64, next->epoch,
-                 from_epoch);
+    if (p->next->epoch != p->from_epoch + 1) {
+        snprintf(err, errlen, "prepare: epoch %" PRIu64 " does not follow %" PRIu64, p->next->epoch,
+                 p->from_epoch);
         return -1;
     }
     /* A node without a membership holds nothing anyone owns: it may join
      * any epoch. Otherwise the transition must start from our epoch. */
-    if (fresh && ring_members_find(next, cl->id) < 0) {
+    if (fresh && ring_members_find(p->next, cl->id) < 0) {
         snprintf(err, errlen, "prepare: node %s is %s and not in epoch %" PRIu64, cl->id,
-                 cl->live.recovering ? "recovering" : "behind", next->epoch);
+                 cl->live.recovering ? "recovering" : "behind", p->next->epoch);
         return -1;
     }
-    for (i = 0; i < n_failed; i++) {
-        if (strcmp(failed[i], cl->id) == 0) {
+    for (i = 0; i < p->n_failed; i++) {
+        if (strcmp(p->failed[i], cl->id) == 0) {
             snprintf(err, errlen, "prepare: this node (%s) is declared failed", cl->id);
             return -1;
         }
-        if (ring_members_find(next, failed[i]) >= 0) {
-            snprintf(err, errlen, "prepare: failed node %.64s is in epoch %" PRIu64, failed[i],
-                     next->epoch);
+        if (ring_members_find(p->next, p->failed[i]) >= 0) {
+            snprintf(err, errlen, "prepare: failed node %.64s is in epoch %" PRIu64, p->failed[i],
+                     p->next->epoch);
             return -1;
         }
-        if (!fresh && !failed_seen_down(cl, failed[i])) {
+        if (!fresh && !failed_seen_down(cl, p->failed[i])) {
             snprintf(err, errlen,
                      "prepare: node %.64s is declared failed but answers this node's "
                      "heartbeats (%s): refusing to take over from a live node",
-                     failed[i], cl->id);
+                     p->failed[i], cl->id);
             return -1;
         }
     }
-    if (!fresh && active != 0 && active != from_epoch) {
+    if (!fresh && active != 0 && active != p->from_epoch) {
         snprintf(err, errlen, "prepare: active epoch is %" PRIu64 ", not %" PRIu64, active,
-                 from_epoch);
+                 p->from_epoch);
         return -1;
     }
-    if (cl->self_old < 0 && ring_members_find(next, cl->id) < 0) {
+    if (cl->self_old < 0 && ring_members_find(p->next, cl->id) < 0) {
         snprintf(err, errlen, "prepare: node %s is in neither epoch", cl->id);
         return -1;
     }
-    if (n_failed + n_stale > 0) {
+    if (p->n_failed + p->n_stale > 0) {
         /* Both are "not a holder" for compute_arcs. */
-        cl->failed = calloc(n_failed + n_stale, sizeof(*cl->failed));
+        cl->failed = calloc(p->n_failed + p->n_stale, sizeof(*cl->failed));
         if (cl->failed == NULL) {
             snprintf(err, errlen, "out of memory");
             return -1;
         }
-        for (i = 0; i < n_failed; i++) {
-            snprintf(cl->failed[i], sizeof(cl->failed[i]), "%s", failed[i]);
+        for (i = 0; i < p->n_failed; i++) {
+            snprintf(cl->failed[i], sizeof(cl->failed[i]), "%s", p->failed[i]);
         }
-        for (i = 0; i < n_stale; i++) {
-            snprintf(cl->failed[n_failed + i], sizeof(cl->failed[0]), "%s", stale[i]);
+        for (i = 0; i < p->n_stale; i++) {
+            snprintf(cl->failed[p->n_failed + i], sizeof(cl->failed[0]), "%s", p->stale[i]);
         }
-        cl->n_failed = n_failed + n_stale;
-        cl->n_dead = n_failed;
+        cl->n_failed = p->n_failed + p->n_stale;
+        cl->n_dead = p->n_failed;
     }
     cl->fresh = fresh;
-    if (install_pending(cl, next, token, token_len, err, errlen) < 0) {
+    if (install_pending(cl, p->next, p->token, p->token_len, err, errlen) < 0) {
         return -1;
     }
     cl->phase = CLUSTER_PHASE_PREPARED;
@@ -829,7 +830,7 @@ cluster_prepare_failed(struct cluster *cl, const struct ring_members *next, cons
     log_msg(LOG_INFO,
             "prepared epoch %" PRIu64 ": importing %.4f, sourcing %.4f to %u, "
             "losing %.4f",
-            next->epoch, arcset_share(&cl->importing), arcset_share(&cl->sourcing), cl->n_dests,
+            p->next->epoch, arcset_share(&cl->importing), arcset_share(&cl->sourcing), cl->n_dests,
             arcset_share(&cl->losing));
     return 0;
 }

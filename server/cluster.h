@@ -218,20 +218,36 @@ void cluster_counters_get(const struct cluster *cl, struct cluster_counters *out
  * does that around them). They persist before they publish.
  */
 
+/*
+ * A PREPARE request as the node takes it: filled at the edge from the
+ * wire (server/admin.c), passed by pointer through transition_prepare to
+ * cluster_prepare_failed. Everything is borrowed from the caller.
+ */
+struct cluster_prep {
+    const struct ring_members *next;  /* the pending epoch's membership */
+    const uint8_t             *token; /* the transition's token */
+    size_t                     token_len;
+    uint64_t                   from_epoch; /* the epoch the transition starts from */
+    /* Nodes of the active epoch that hold nothing current: failed[] are
+     * dead (`ringctl remove --failed`: none may be in next), stale[]
+     * answer but are recovering or behind (the admin saw it in their
+     * Status: they stay members). */
+    const char *const *failed;
+    uint32_t           n_failed;
+    const char *const *stale;
+    uint32_t           n_stale;
+};
+
 /* Accept a pending epoch (docs/cluster.md PREPARE rules); *again is set
  * when it is a repeat of the same transition (same token and epoch). */
 int cluster_prepare(struct cluster *cl, const struct ring_members *next, const uint8_t *token,
                     size_t token_len, uint64_t from_epoch, bool *again, char *err, size_t errlen);
-/* The same with the nodes of the active epoch that hold nothing current:
- * failed[n_failed] are dead (`ringctl remove --failed`: none may be in
- * next), stale[n_stale] answer but are recovering or behind (the admin saw
- * it in their Status: they stay members). Neither is ever a copy source or
- * a holder: each changing arc is copied from its first other holder, and
- * a stale owner of next imports its arcs like any new owner. */
-int cluster_prepare_failed(struct cluster *cl, const struct ring_members *next,
-                           const uint8_t *token, size_t token_len, uint64_t from_epoch,
-                           const char *const *failed, uint32_t n_failed, const char *const *stale,
-                           uint32_t n_stale, bool *again, char *err, size_t errlen);
+/* The same for the whole request p, with its failed and stale nodes.
+ * Neither is ever a copy source or a holder: each changing arc is copied
+ * from its first other holder, and a stale owner of next imports its arcs
+ * like any new owner. */
+int cluster_prepare_failed(struct cluster *cl, const struct cluster_prep *p, bool *again, char *err,
+                           size_t errlen);
 /* Check a token against the pending transition. */
 bool cluster_token_ok(const struct cluster *cl, const uint8_t *token, size_t len);
 /* Record a phase (persisted); FENCED publishes the fence. */

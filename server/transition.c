@@ -2,7 +2,7 @@
  * transition: the node's side of a transition (docs/cluster.md, PREPARE,
  * COPY, FENCE, COMMIT, ABORT): the cluster state change, the purges and
  * the handoff around each one, the background CLEANUP after a commit, and
- * the orphan count for Status. The cluster port (server/cport.c) decodes
+ * the orphan count for Status. The cluster port (server/admin.c) decodes
  * the admin's frames and replies; everything here runs on its thread.
  */
 #include "config.h"
@@ -155,15 +155,11 @@ cleanup_start(struct transition *t)
 
 /* See transition.h. */
 int
-transition_prepare(struct transition *t, const struct ring_members *next, const uint8_t *token,
-                   size_t token_len, uint64_t from_epoch, const char *const *failed,
-                   uint32_t n_failed, const char *const *stale, uint32_t n_stale, char *err,
-                   size_t errlen)
+transition_prepare(struct transition *t, const struct cluster_prep *p, char *err, size_t errlen)
 {
     bool again;
 
-    if (cluster_prepare_failed(t->cl, next, token, token_len, from_epoch, failed, n_failed, stale,
-                               n_stale, &again, err, errlen) < 0) {
+    if (cluster_prepare_failed(t->cl, p, &again, err, errlen) < 0) {
         return -1;
     }
     if (!again) {

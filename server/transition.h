@@ -2,7 +2,7 @@
  * transition: the node's side of a transition (docs/cluster.md): what
  * PREPARE, COPY, FENCE, COMMIT and ABORT do on this node around the cluster
  * state change (purges, the handoff, the background CLEANUP), and the
- * orphan count for Status. The cluster port (server/cport.c) decodes the
+ * orphan count for Status. The cluster port (server/admin.c) decodes the
  * requests and sends the replies; every call runs on the cluster thread.
  * Each returns 0, or -1 with the reply's error text in err.
  */
@@ -16,6 +16,7 @@
 #include "ring/ring.h"
 
 struct cluster;
+struct cluster_prep;
 struct event_base;
 struct handoff;
 struct store;
@@ -35,12 +36,11 @@ void transition_free(struct transition *t);
  * restart: a source tracks its changes again (logged on failure). */
 void transition_resume(struct transition *t);
 
-/* PREPARE: accept next (cluster_prepare_failed; the caller keeps next),
- * purge leftovers of the arcs to import, start dirty tracking as a source.
- * A repeat of the same PREPARE only checks the tracking. */
-int transition_prepare(struct transition *t, const struct ring_members *next, const uint8_t *token,
-                       size_t token_len, uint64_t from_epoch, const char *const *failed,
-                       uint32_t n_failed, const char *const *stale, uint32_t n_stale, char *err,
+/* PREPARE: accept the request p (cluster_prepare_failed; the caller keeps
+ * p and what it points to), purge leftovers of the arcs to import, start
+ * dirty tracking as a source. A repeat of the same PREPARE only checks the
+ * tracking. */
+int transition_prepare(struct transition *t, const struct cluster_prep *p, char *err,
                        size_t errlen);
 
 /* COPY: enter the copying phase and start (or re-rate) the streams;
