@@ -634,6 +634,21 @@ keep_where(struct route_get *g, size_t nkeys, size_t j)
     return 0;
 }
 
+/* Keep rt, the route of a gat's key served here, in g (nkeys keys in
+ * all, nhere kept so far). -1: out of memory. */
+static int
+keep_here(struct route_get *g, size_t nkeys, size_t nhere, const struct route *rt)
+{
+    if (g->here == NULL) {
+        g->here = nkeys <= ROUTE_GAT_KEYS ? g->fixed_here : malloc(nkeys * sizeof(*rt));
+        if (g->here == NULL) {
+            return -1;
+        }
+    }
+    g->here[nhere] = *rt;
+    return 0;
+}
+
 /* The part of rt's key (relayed: rt->target and its fallback), added to
  * parts[0..*nparts) if new; WHERE_NOWHERE when there are too many. */
 static uint8_t
@@ -734,7 +749,7 @@ forward_get(struct conn *c, const struct cluster_view *v, char *buf, const struc
 
 /* See route.h. Every key is decided once, on one view; where it goes is
  * kept in g (from its first key not served here: an all-local get keeps
- * nothing). */
+ * nothing), and so is the route of each key of a gat served here. */
 bool
 route_get(struct conn *c, struct route_get *g, const char *cmd, size_t ncmd,
           const struct token *exp, const char *p, const char *end, size_t nkeys, bool touch)
@@ -751,7 +766,9 @@ route_get(struct conn *c, struct route_get *g, const char *cmd, size_t ncmd,
     bool                       whole;
 
     g->next = 0;
+    g->next_here = 0;
     g->where = NULL;
+    g->here = NULL;
     /* A plain client's writes at a node that is not the key's primary are
      * relayed; while replies queued before this get are still out
      * (c->nholds), or relayed requests of it are (a noreply write leaves
@@ -771,6 +788,10 @@ route_get(struct conn *c, struct route_get *g, const char *cmd, size_t ncmd,
 
         decide_for(c, v, ring_hash(k.p, k.len), touch, c->get_ordered, &rt);
         if (rt.action == ROUTE_SERVE) {
+            if (touch && keep_here(g, nkeys, nlocal, &rt) < 0) {
+                REPLY(c, "SERVER_ERROR out of memory");
+                return false;
+            }
             nlocal++;
             if (g->where != NULL) {
                 g->where[j] = WHERE_HERE;
@@ -828,7 +849,11 @@ route_get_done(struct route_get *g)
     if (g->where != g->fixed) {
         free(g->where);
     }
+    if (g->here != g->fixed_here) {
+        free(g->here);
+    }
     g->where = NULL;
+    g->here = NULL;
 }
 
 /* See route.h. */
@@ -843,9 +868,13 @@ route_get_key(struct conn *c, struct route_get *g, uint64_t hash, bool touch, st
             return ROUTE_KEY_RELAYED;
         }
         /* Served here: the decision stands while the get runs on in the
-         * callback that made it. A gat's key is decided again for its
-         * replication plan (rt). */
+         * callback that made it; a gat's carries its replication plan.
+         * (Without a cluster route_get kept no route.) */
         if (!touch) {
+            return ROUTE_KEY_SERVE;
+        }
+        if (g->here != NULL) {
+            *rt = g->here[g->next_here++];
             return ROUTE_KEY_SERVE;
         }
     }

@@ -110,8 +110,10 @@ enum route_do route_update(struct conn *c, uint64_t hash, const struct token *t,
  */
 bool route_update_ready(struct conn *c);
 
-/* Keys of a multi-get whose decisions route_get keeps without the heap. */
+/* Keys of a multi-get whose decisions route_get keeps without the heap,
+ * and keys of a gat whose routes (its replication plans) it keeps so. */
 #define ROUTE_GET_KEYS 64
+#define ROUTE_GAT_KEYS 4
 
 /*
  * A multi-get's decisions: route_get decides each key once, in line
@@ -120,10 +122,14 @@ bool route_update_ready(struct conn *c);
  * stack); route_get_done frees what route_get allocated.
  */
 struct route_get {
-    uint32_t next;  /* the key route_get_key takes next */
-    uint8_t *where; /* per key: served here, or the part it was relayed in;
-                     * NULL: every key so far is served here */
-    uint8_t fixed[ROUTE_GET_KEYS];
+    uint32_t next;      /* the key route_get_key takes next */
+    uint32_t next_here; /* the gat's route it takes next */
+    uint8_t *where;     /* per key: served here, or the part it was relayed
+                         * in; NULL: every key so far is served here */
+    struct route *here; /* a gat: the routes of its keys served here, in
+                         * line order; NULL for a get */
+    uint8_t      fixed[ROUTE_GET_KEYS];
+    struct route fixed_here[ROUTE_GAT_KEYS];
 };
 
 /*
@@ -150,11 +156,11 @@ enum route_key {
 };
 
 /*
- * The next key of a get being served, of hash: with g (the get has not
- * paused since route_get decided it), route_get's decision stands, and a
- * plain get's local key is not looked up again (a gat's is, for its
- * replication plan in rt); with g NULL (the get paused on a full output
- * queue and resumed in a later callback), the key is decided again.
+ * The next key of a get being served, of hash (rt is filled for a gat):
+ * with g (the get has not paused since route_get decided it), route_get's
+ * decision stands and the key is not looked up again; with g NULL (the
+ * get paused on a full output queue and resumed in a later callback), the
+ * key is decided again.
  */
 enum route_key route_get_key(struct conn *c, struct route_get *g, uint64_t hash, bool touch,
                              struct route *rt);

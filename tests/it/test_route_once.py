@@ -139,31 +139,39 @@ def multiget(t, replicas):
                 stored += [c.store("set", k, values[k]) for k in keys if owners[k][0] == n]
             finally:
                 c.close()
-        t.ok(len(local) >= 10 and all(len(r) >= 10 for r in remote.values()) and
+        t.ok(len(local) >= 20 and all(len(r) >= 20 for r in remote.values()) and
              stored == [b"STORED"] * len(keys),
              "R=%d: keys stored at their primaries, some owned by %s, some by each other node"
              % (replicas, here), {"local": len(local), "stored": set(stored)})
         lb, lc = remote["b"], remote["c"]
 
-        def want(line):
+        def want(line, touch):
             """The reply a relays: each relayed part's keys (a part per
-            owner list, in the order the line first names it), then the
-            local ones, each in line order; and the look-ups per node."""
+            owner list, or per primary for gat, in the order the line
+            first names it), then the local ones (any owner reads, the
+            primary touches), each in line order; and the look-ups per
+            node."""
+            def part(k):
+                return owners[k][:1] if touch else owners[k]
+
+            def is_local(k):
+                return here in part(k)[:1] if touch else here in owners[k]
+
             parts = []
             for k in line:
-                if here not in owners[k] and owners[k] not in parts:
-                    parts.append(owners[k])
-            seq = [k for p in parts for k in line if owners[k] == p]
-            seq += [k for k in line if here in owners[k]]
+                if not is_local(k) and part(k) not in parts:
+                    parts.append(part(k))
+            seq = [k for p in parts for k in line if not is_local(k) and part(k) == p]
+            seq += [k for k in line if is_local(k)]
             per = {n: 0 for n in cl.nodes}
             per[here] = len(line)
             for k in line:
-                if here not in owners[k]:
+                if not is_local(k):
                     per[owners[k][0]] += 1
             return [(k, values[k]) for k in seq], per
 
         def mget(desc, cmd, line):
-            expect, per = want(line)
+            expect, per = want(line, cmd.startswith(b"gat"))
             before = counts(cl)
             c = lg.Conn(cl.nodes[here].addr, 5.0)
             try:
@@ -184,7 +192,12 @@ def multiget(t, replicas):
         mget("gets of local and remote keys", b"gets", [lc[6], local[5], lb[6], local[6], lc[7]])
         mget("get of one owner's keys (relayed whole)", b"get", [lb[7], lb[8], lb[9]])
         mget("get of local keys", b"get", [local[7], local[8], local[9]])
-        mget("get of many keys", b"get", local[:10] + lb[:10] + lc[:10] + local[:10] + lc[:10])
+        mget("get of more keys than route_get keeps inline", b"get",
+             local[:20] + lb[:20] + lc[:20] + local[:10] + lc[:10])
+        prim = [k for k in local if owners[k][0] == here]
+        mget("gat of local and remote keys", b"gat 0",
+             [prim[0], lb[10], local[10], prim[1], lc[10], prim[0]])
+        mget("gat of many keys", b"gat 0", prim[:8] + lb[:4] + local[:4] + lc[:4])
     finally:
         lg.close_cluster(t, cl)
 
