@@ -586,6 +586,7 @@ route_update_ready(struct conn *c)
  * miss). Any other entry is the index of the key's part. */
 #define WHERE_HERE    UINT8_MAX
 #define WHERE_NOWHERE (UINT8_MAX - 1)
+_Static_assert(GET_OWNERS_MAX <= WHERE_NOWHERE, "a part index fits route_get's where[]");
 
 /* A relayed part of a plain client's get: where it goes (its owner and,
  * for a plain get, the next owner to read from if that one refuses the
