@@ -104,7 +104,6 @@ struct conn {
     uint32_t           get_end;  /* end of the key list, offset in rbuf */
     uint32_t           get_next; /* offset just past the line's '\n' */
     bool               get_cas, get_touch;
-    bool               get_decided; /* route.c: every key of this get is served here */
     bool               get_ordered; /* route.c: its keys are read at their acting primary */
     int64_t            get_exptime;
     uint64_t           declared_epoch; /* `epoch <n>`: MOVED instead of forwarding */

@@ -136,9 +136,11 @@ emit_value(struct conn *c, struct store_item *it, bool with_cas)
 }
 
 /* Serve keys of a (possibly paused) get from get_pos to get_end; pauses
- * when the output queue reaches its soft cap. */
+ * when the output queue reaches its soft cap. g: route_get's decisions,
+ * when the get starts in the callback that made them; NULL once it has
+ * paused (its keys are then decided again). */
 static enum proto_status
-get_continue(struct conn *c)
+get_continue(struct conn *c, struct route_get *g)
 {
     struct thread_stats *ts = &c->w->stats;
     struct store        *s = conn_store(c);
@@ -156,12 +158,11 @@ get_continue(struct conn *c)
         }
         if (c->out_bytes >= c->out_cap && c->repl_gat == NULL) {
             c->get_pos = (uint32_t)(k.p - c->rbuf);
-            route_get_paused(c);
             return PROTO_PAUSE;
         }
         hash = ring_hash(k.p, k.len);
         STATS_ADD(ts, cmd_get, 1);
-        switch (route_get_key(c, hash, c->get_touch, &rt)) {
+        switch (route_get_key(c, g, hash, c->get_touch, &rt)) {
         case ROUTE_KEY_SERVE:
             break;
         case ROUTE_KEY_RELAYED:
@@ -208,10 +209,12 @@ static enum proto_status
 process_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp, const char *p,
             const char *end, bool with_cas, bool touch, int64_t exptime)
 {
-    const char  *q = p;
-    struct token k;
-    size_t       nkeys = 0;
-    int          max_keys = c->w->srv->settings.max_keys_per_get;
+    const char       *q = p;
+    struct token      k;
+    size_t            nkeys = 0;
+    int               max_keys = c->w->srv->settings.max_keys_per_get;
+    struct route_get  g;
+    enum proto_status st;
 
     while (proto_next_key(&q, end, &k)) {
         if (k.len > KEY_MAX) {
@@ -231,7 +234,8 @@ process_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *ex
         REPLY(c, "CLIENT_ERROR too many keys");
         return PROTO_MORE;
     }
-    if (!route_get(c, cmd, ncmd, exp, p, end, touch)) {
+    if (!route_get(c, &g, cmd, ncmd, exp, p, end, nkeys, touch)) {
+        route_get_done(&g);
         return PROTO_MORE;
     }
     c->get_pos = (uint32_t)(p - c->rbuf);
@@ -240,7 +244,9 @@ process_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *ex
     c->get_touch = touch;
     c->get_exptime = exptime;
     c->pstate = CONN_PS_GET;
-    return get_continue(c);
+    st = get_continue(c, &g);
+    route_get_done(&g);
+    return st;
 }
 
 static void update_block_done(struct conn *c);
@@ -783,7 +789,7 @@ proto_text_drain(struct conn *c)
     if (c->out_bytes >= c->out_cap) {
         return PROTO_PAUSE;
     }
-    return get_continue(c);
+    return get_continue(c, NULL);
 }
 
 /* Parse and execute everything buffered (or up to a pause). */
@@ -807,7 +813,7 @@ process_batch(struct conn *c)
         avail = c->rend - c->rpos;
         switch (c->pstate) {
         case CONN_PS_GET:
-            st = get_continue(c);
+            st = get_continue(c, NULL);
             if (st != PROTO_MORE) {
                 return st;
             }

@@ -581,29 +581,29 @@ route_update_ready(struct conn *c)
  * Multi-gets
  */
 
-/*
- * Relay the remote keys of a plain client's get: one request per owner
- * with that owner's keys (cmd and exp are the command word and the raw
- * exptime of gat/gats, or NULL). With whole, the get has no local key and
- * one owner: its reply is relayed as is; else each owner's VALUEs are
- * spliced in ahead of the local ones and one END closes the reply. Parts
- * are split by owner and next owner (parts[], from route_get), so each can
- * fall back whole. The keys are located again here, one part at a time,
- * rather than keeping a list as long as the request.
- */
-/* Where a relayed part of a get goes: its owner and, for a plain get,
- * the next owner to read from if that one refuses the connection. */
+/* A key's entry in route_get's where[]: served here, or relayed in no
+ * part (its part would be past GET_OWNERS_MAX: the key is answered as a
+ * miss). Any other entry is the index of the key's part. */
+#define WHERE_HERE    UINT8_MAX
+#define WHERE_NOWHERE (UINT8_MAX - 1)
+_Static_assert(GET_OWNERS_MAX <= WHERE_NOWHERE, "a part index fits route_get's where[]");
+
+/* A relayed part of a plain client's get: where it goes (its owner and,
+ * for a plain get, the next owner to read from if that one refuses the
+ * connection) and its line. */
 struct relay {
     uint32_t target;
-    uint32_t alt; /* NO_ALT: none */
+    uint32_t alt;  /* NO_ALT: none */
+    size_t   keys; /* bytes of its keys, a space before each */
+    size_t   off;  /* its line in the parts' buffer (part_lines) */
+    size_t   len;
 };
 #define NO_ALT UINT32_MAX
 
 /* The next owner of rt's key to read from after rt->target: the first of
  * the others, in preference order, that is not this node (which would
  * have served the read); NO_ALT for writes or when there is none. Only
- * the view decides (not the health table, which may change between the
- * two passes of route_get and forward_get). */
+ * the view decides, not the health table. */
 static uint32_t
 fallback(const struct route *rt)
 {
@@ -622,70 +622,154 @@ fallback(const struct route *rt)
     return NO_ALT;
 }
 
-static void
-forward_get(struct conn *c, const struct cluster_view *v, const char *cmd, size_t ncmd,
-            const struct token *exp, const char *p, const char *end, const struct relay *parts,
-            uint32_t nparts, bool touch, bool whole)
+/* g's first key not served here is key j of nkeys: keep where each key
+ * goes from now on (keys 0..j-1 are served here). -1: out of memory. */
+static int
+keep_where(struct route_get *g, size_t nkeys, size_t j)
 {
-    size_t   cap = ncmd + (exp != NULL ? exp->len + 1 : 0) + (size_t)(end - p) + 4;
-    char    *buf = malloc(cap);
+    g->where = nkeys <= ROUTE_GET_KEYS ? g->fixed : malloc(nkeys);
+    if (g->where == NULL) {
+        return -1;
+    }
+    memset(g->where, WHERE_HERE, j);
+    return 0;
+}
+
+/* Keep rt, the route of a gat's key served here, in g (nkeys keys in
+ * all, nhere kept so far). -1: out of memory. */
+static int
+keep_here(struct route_get *g, size_t nkeys, size_t nhere, const struct route *rt)
+{
+    if (g->here == NULL) {
+        g->here = nkeys <= ROUTE_GAT_KEYS ? g->fixed_here : malloc(nkeys * sizeof(*rt));
+        if (g->here == NULL) {
+            return -1;
+        }
+    }
+    g->here[nhere] = *rt;
+    return 0;
+}
+
+/* The part of rt's key (relayed: rt->target and its fallback), added to
+ * parts[0..*nparts) if new; WHERE_NOWHERE when there are too many. */
+static uint8_t
+part_of(const struct route *rt, struct relay *parts, uint32_t *nparts)
+{
+    uint32_t alt = fallback(rt);
     uint32_t i;
 
+    for (i = 0; i < *nparts && (parts[i].target != rt->target || parts[i].alt != alt); i++) {
+        continue;
+    }
+    if (i == *nparts) {
+        if (*nparts == GET_OWNERS_MAX) {
+            return WHERE_NOWHERE;
+        }
+        parts[i] = (struct relay){ .target = rt->target, .alt = alt };
+        (*nparts)++;
+    }
+    return (uint8_t)i;
+}
+
+/*
+ * The lines of the parts of a get, in one buffer (the caller frees it):
+ * each is cmd (and exp, the raw exptime of gat/gats), then the keys
+ * g->where puts in that part, in line order, then "\r\n"; parts[].off
+ * and .len say where. No owner is looked up. NULL: out of memory.
+ */
+static char *
+part_lines(const struct route_get *g, const char *cmd, size_t ncmd, const struct token *exp,
+           const char *p, const char *end, struct relay *parts, uint32_t nparts)
+{
+    size_t       head = ncmd + (exp != NULL ? exp->len + 1 : 0);
+    size_t       total = 0, j;
+    struct token k;
+    char        *buf;
+    uint32_t     i;
+
+    for (i = 0; i < nparts; i++) {
+        parts[i].off = total;
+        parts[i].len = head;
+        total += head + parts[i].keys + 2;
+    }
+    buf = malloc(total);
     if (buf == NULL) {
-        REPLY(c, "SERVER_ERROR out of memory");
-        return;
+        return NULL;
     }
     for (i = 0; i < nparts; i++) {
-        const char  *q = p;
-        size_t       len = ncmd;
-        struct iovec iov;
-        struct token k;
+        char *o = buf + parts[i].off;
 
-        memcpy(buf, cmd, ncmd);
+        memcpy(o, cmd, ncmd);
         if (exp != NULL) {
-            buf[len++] = ' ';
-            memcpy(buf + len, exp->p, exp->len);
-            len += exp->len;
+            o[ncmd] = ' ';
+            memcpy(o + ncmd + 1, exp->p, exp->len);
         }
-        while (proto_next_key(&q, end, &k)) {
-            struct route rt;
+    }
+    for (j = 0; proto_next_key(&p, end, &k); j++) {
+        struct relay *r;
+        char         *o;
 
-            decide_for(c, v, ring_hash(k.p, k.len), touch, c->get_ordered, &rt);
-            if ((rt.action != ROUTE_FORWARD && rt.action != ROUTE_TRYAGAIN) ||
-                rt.target != parts[i].target || fallback(&rt) != parts[i].alt) {
-                continue;
-            }
-            buf[len++] = ' ';
-            memcpy(buf + len, k.p, k.len);
-            len += k.len;
+        if (g->where[j] >= nparts) {
+            continue;
         }
-        buf[len++] = '\r';
-        buf[len++] = '\n';
-        iov.iov_base = buf;
-        iov.iov_len = len;
+        r = &parts[g->where[j]];
+        o = buf + r->off + r->len;
+        o[0] = ' ';
+        memcpy(o + 1, k.p, k.len);
+        r->len += k.len + 1;
+    }
+    for (i = 0; i < nparts; i++) {
+        memcpy(buf + parts[i].off + parts[i].len, "\r\n", 2);
+        parts[i].len += 2;
+    }
+    return buf;
+}
+
+/*
+ * Relay the parts of a plain client's get, their lines in buf
+ * (part_lines). With whole, the get has no local key and one owner: its
+ * reply is relayed as is; else each owner's VALUEs are spliced in ahead
+ * of the local ones and one END closes the reply. Parts are split by
+ * owner and next owner, so each can fall back whole.
+ */
+static void
+forward_get(struct conn *c, const struct cluster_view *v, char *buf, const struct relay *parts,
+            uint32_t nparts, bool whole)
+{
+    uint32_t i;
+
+    for (i = 0; i < nparts; i++) {
+        struct iovec iov = { .iov_base = buf + parts[i].off, .iov_len = parts[i].len };
+
         cluster_count(conn_cluster(c), CLUSTER_CTR_FORWARDED);
         forward_read(c, cluster_view_addr(v, parts[i].target),
                      parts[i].alt != NO_ALT ? cluster_view_addr(v, parts[i].alt) : NULL, v->epoch,
                      whole ? FWD_GET_WHOLE : FWD_GET_SPLICE, &iov, 1, true);
     }
-    free(buf);
 }
 
-/* See route.h. */
+/* See route.h. Every key is decided once, on one view; where it goes is
+ * kept in g (from its first key not served here: an all-local get keeps
+ * nothing), and so is the route of each key of a gat served here. */
 bool
-route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp, const char *p,
-          const char *end, bool touch)
+route_get(struct conn *c, struct route_get *g, const char *cmd, size_t ncmd,
+          const struct token *exp, const char *p, const char *end, size_t nkeys, bool touch)
 {
     struct cluster            *cl = conn_cluster(c);
     const struct cluster_view *v = cl != NULL ? cluster_view(cl) : NULL;
     struct route               worst = { .action = ROUTE_SERVE };
     struct relay               parts[GET_OWNERS_MAX];
     uint32_t                   nparts = 0;
-    size_t                     nlocal = 0;
+    size_t                     nlocal = 0, j;
     const char                *q = p;
     struct token               k;
+    char                      *buf;
+    bool                       whole;
 
-    c->get_decided = false;
+    g->next = 0;
+    g->next_here = 0;
+    g->where = NULL;
+    g->here = NULL;
     /* A plain client's writes at a node that is not the key's primary are
      * relayed; while replies queued before this get are still out
      * (c->nholds), or relayed requests of it are (a noreply write leaves
@@ -700,26 +784,30 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
         REPLY(c, NO_MEMBERSHIP_REPLY);
         return false;
     }
-    while (proto_next_key(&q, end, &k)) {
+    for (j = 0; j < nkeys && proto_next_key(&q, end, &k); j++) {
         struct route rt;
-        uint32_t     i;
 
-        route_conn(c, ring_hash(k.p, k.len), touch, &rt);
+        decide_for(c, v, ring_hash(k.p, k.len), touch, c->get_ordered, &rt);
         if (rt.action == ROUTE_SERVE) {
+            if (touch && keep_here(g, nkeys, nlocal, &rt) < 0) {
+                REPLY(c, "SERVER_ERROR out of memory");
+                return false;
+            }
             nlocal++;
+            if (g->where != NULL) {
+                g->where[j] = WHERE_HERE;
+            }
             continue;
         }
         plain_tryagain_forwards(c, &rt);
         if (rt.action == ROUTE_FORWARD) {
-            uint32_t alt = fallback(&rt);
-
-            for (i = 0; i < nparts && (parts[i].target != rt.target || parts[i].alt != alt); i++) {
-                continue;
+            if (g->where == NULL && keep_where(g, nkeys, j) < 0) {
+                REPLY(c, "SERVER_ERROR out of memory");
+                return false;
             }
-            if (i == nparts && nparts < GET_OWNERS_MAX) {
-                parts[nparts].target = rt.target;
-                parts[nparts].alt = alt;
-                nparts++;
+            g->where[j] = part_of(&rt, parts, &nparts);
+            if (g->where[j] < nparts) {
+                parts[g->where[j]].keys += k.len + 1;
             }
         } else if (worst.action == ROUTE_SERVE || rt.action == ROUTE_TRYAGAIN) {
             worst = rt;
@@ -741,28 +829,55 @@ route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp,
         REPLY(c, "SERVER_ERROR out of memory");
         return false;
     }
-    if (nparts > 0) {
-        bool whole = nlocal == 0 && nparts == 1;
-
-        forward_get(c, v, cmd, ncmd, exp, p, end, parts, nparts, touch, whole);
-        if (whole) {
-            return false;
-        }
+    if (nparts == 0) {
+        return true;
     }
-    /* Every key of a plain get is served here: the decision just made
-     * stands for them while the get runs on in this callback (it is made
-     * again for each key once the get pauses, or for gat, whose keys each
-     * carry their replication plan). */
-    c->get_decided = !touch && nparts == 0;
-    return true;
+    whole = nlocal == 0 && nparts == 1;
+    buf = part_lines(g, cmd, ncmd, exp, p, end, parts, nparts);
+    if (buf == NULL) {
+        REPLY(c, "SERVER_ERROR out of memory");
+    } else {
+        forward_get(c, v, buf, parts, nparts, whole);
+        free(buf);
+    }
+    return !whole;
+}
+
+/* See route.h. */
+void
+route_get_done(struct route_get *g)
+{
+    if (g->where != g->fixed) {
+        free(g->where);
+    }
+    if (g->here != g->fixed_here) {
+        free(g->here);
+    }
+    g->where = NULL;
+    g->here = NULL;
 }
 
 /* See route.h. */
 enum route_key
-route_get_key(struct conn *c, uint64_t hash, bool touch, struct route *rt)
+route_get_key(struct conn *c, struct route_get *g, uint64_t hash, bool touch, struct route *rt)
 {
-    if (c->get_decided) {
-        return ROUTE_KEY_SERVE;
+    if (g != NULL) {
+        uint8_t where = g->where != NULL ? g->where[g->next] : WHERE_HERE;
+
+        g->next++;
+        if (where != WHERE_HERE) {
+            return ROUTE_KEY_RELAYED;
+        }
+        /* Served here: the decision stands while the get runs on in the
+         * callback that made it; a gat's carries its replication plan.
+         * (Without a cluster route_get kept no route.) */
+        if (!touch) {
+            return ROUTE_KEY_SERVE;
+        }
+        if (g->here != NULL) {
+            *rt = g->here[g->next_here++];
+            return ROUTE_KEY_SERVE;
+        }
     }
     route_conn(c, hash, touch, rt);
     if (rt->action == ROUTE_SERVE) {
@@ -775,13 +890,6 @@ route_get_key(struct conn *c, uint64_t hash, bool touch, struct route *rt)
         return ROUTE_KEY_RELAYED;
     }
     return ROUTE_KEY_MISS;
-}
-
-/* See route.h. */
-void
-route_get_paused(struct conn *c)
-{
-    c->get_decided = false;
 }
 
 /* See route.h. */

@@ -110,28 +110,60 @@ enum route_do route_update(struct conn *c, uint64_t hash, const struct token *t,
  */
 bool route_update_ready(struct conn *c);
 
+/* Keys of a multi-get whose decisions route_get keeps without the heap,
+ * and keys of a gat whose routes (its replication plans) it keeps so. */
+#define ROUTE_GET_KEYS 64
+#define ROUTE_GAT_KEYS 4
+
 /*
- * The cluster half of get/gets/gat/gats over the keys of [p, end) (each
- * checked by the caller): one key not served here and not relayable
+ * A multi-get's decisions: route_get decides each key once, in line
+ * order, and route_get_key takes them in the same order while the get
+ * runs on in the callback that decided. Kept by the caller (on its
+ * stack); route_get_done frees what route_get allocated.
+ */
+struct route_get {
+    uint32_t next;      /* the key route_get_key takes next */
+    uint32_t next_here; /* the gat's route it takes next */
+    uint8_t *where;     /* per key: served here, or the part it was relayed
+                         * in; NULL: every key so far is served here */
+    struct route *here; /* a gat: the routes of its keys served here, in
+                         * line order; NULL for a get */
+    uint8_t      fixed[ROUTE_GET_KEYS];
+    struct route fixed_here[ROUTE_GAT_KEYS];
+};
+
+/*
+ * The cluster half of get/gets/gat/gats over the nkeys keys of [p, end)
+ * (each checked by the caller): one key not served here and not relayable
  * answers the whole get (MOVED, TRYAGAIN); a plain client's remote keys
  * are relayed, one request per owner (cmd, and exp for gat, start each
- * line); a replicated gat holds its reply. True when the caller serves
+ * line); a replicated gat holds its reply. Each key's owners are looked
+ * up once, and the decisions are kept in g. True when the caller serves
  * the local keys (route_get_key for each), false when the reply is whole.
+ * Either way the caller ends with route_get_done(g).
  */
-bool route_get(struct conn *c, const char *cmd, size_t ncmd, const struct token *exp, const char *p,
-               const char *end, bool touch);
+bool route_get(struct conn *c, struct route_get *g, const char *cmd, size_t ncmd,
+               const struct token *exp, const char *p, const char *end, size_t nkeys, bool touch);
 
-/* One key of a get being served (it may have paused since route_get). */
+/* Free what route_get kept in g. */
+void route_get_done(struct route_get *g);
+
+/* One key of a get being served. */
 enum route_key {
-    ROUTE_KEY_SERVE = 0, /* serve it (rt filled for gat; a plain get whose keys
-                          * route_get found all local keeps that decision) */
+    ROUTE_KEY_SERVE = 0, /* serve it (rt filled for gat) */
     ROUTE_KEY_RELAYED,   /* an owner answers it (route_get relayed it): skip */
     ROUTE_KEY_MISS,      /* not served here any more: a miss, never a stale hit */
 };
-enum route_key route_get_key(struct conn *c, uint64_t hash, bool touch, struct route *rt);
-/* The get paused on a full output queue: its remaining keys are decided
- * again, one by one, when it resumes in a later callback. */
-void route_get_paused(struct conn *c);
+
+/*
+ * The next key of a get being served, of hash (rt is filled for a gat):
+ * with g (the get has not paused since route_get decided it), route_get's
+ * decision stands and the key is not looked up again; with g NULL (the
+ * get paused on a full output queue and resumed in a later callback), the
+ * key is decided again.
+ */
+enum route_key route_get_key(struct conn *c, struct route_get *g, uint64_t hash, bool touch,
+                             struct route *rt);
 
 /* A gat's key was touched under rt, between route_write_begin and this:
  * it is the item (the caller's reference) or NULL for a miss. Replicates
