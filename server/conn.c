@@ -17,7 +17,6 @@
 
 #include <event2/event.h>
 
-#include "server/forward.h"
 #include "server/latency.h"
 #include "server/log.h"
 #include "server/proto_text.h"
@@ -501,7 +500,8 @@ conn_feed(struct conn *c, const void *data, size_t len)
 void
 conn_close(struct conn *c)
 {
-    struct worker *w = c->w;
+    struct worker                     *w = c->w;
+    const struct worker_tenant *const *t;
 
     if (c->ev != NULL) {
         event_del(c->ev);
@@ -522,8 +522,10 @@ conn_close(struct conn *c)
     free(c->meta_set);
     c->meta_set = NULL;
     conn_out_clear(c);
-    if (c->fwd_order != NULL) {
-        forward_conn_closed(c);
+    for (t = worker_tenants; *t != NULL; t++) {
+        if ((*t)->conn_closed != NULL) {
+            (*t)->conn_closed(c);
+        }
     }
     c->pstate = CONN_PS_CMD;
     c->rpos = c->rend;

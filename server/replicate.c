@@ -474,15 +474,15 @@ send_image(struct conn *c, struct repl_op *op, const struct route *rt, const cha
     for (i0 = 0; i0 < nkey && !key64; i0++) {
         key64 = (unsigned char)key[i0] <= ' ' || (unsigned char)key[i0] == 0x7f;
     }
+    memcpy(p, it != NULL ? "rc_set " : "rc_del ", 7);
+    p += 7;
+    if (key64) {
+        p += util_b64_encode((const unsigned char *)key, nkey, p);
+    } else {
+        memcpy(p, key, nkey);
+        p += nkey;
+    }
     if (it != NULL) {
-        memcpy(p, "rc_set ", 7);
-        p += 7;
-        if (key64) {
-            p += util_b64_encode((const unsigned char *)key, nkey, p);
-        } else {
-            memcpy(p, key, nkey);
-            p += nkey;
-        }
         *p++ = ' ';
         p = util_fmt_u64(p, it->flags);
         *p++ = ' ';
@@ -512,14 +512,6 @@ send_image(struct conn *c, struct repl_op *op, const struct route *rt, const cha
         iov[1].iov_len = (size_t)it->nbytes + 2;
         niov = 2;
     } else {
-        memcpy(p, "rc_del ", 7);
-        p += 7;
-        if (key64) {
-            p += util_b64_encode((const unsigned char *)key, nkey, p);
-        } else {
-            memcpy(p, key, nkey);
-            p += nkey;
-        }
         *p++ = ' ';
         p = util_fmt_u64(p, tomb_cas);
         if (key64) {

@@ -5,8 +5,9 @@
  * Memory is one atomic byte counter against the limit; eviction samples the
  * LRU tails of several stripes and takes the oldest. See store.h for the API.
  * This file holds the items, the table, the LRU, eviction and the keyed
- * operations; store_range.c the sweep and the range walks, store_track.c
- * dirty tracking and import; store_internal.h what the three share.
+ * operations; store_meta.c the meta protocol's operations, store_range.c
+ * the sweep and the range walks, store_track.c dirty tracking and import;
+ * store_internal.h what they share.
  */
 #include "config.h"
 
@@ -127,16 +128,6 @@ store_exptime(const struct store *s, int64_t exptime)
 }
 
 /* ---- LRU and hash chains (do_: caller holds the stripe lock) ----------- */
-
-/* The hook every mutation calls with the item it changes: a plain load of
- * a field of the stripe it already holds locked when no session runs. */
-static inline void
-do_track(struct store *s, struct stripe *st, const struct store_item *it)
-{
-    if (__builtin_expect(st->tracking, 0)) {
-        do_track_key(s, st, it->data, it->nkey, it->hash);
-    }
-}
 
 static inline void
 do_publish_tail(struct stripe *st)
@@ -325,7 +316,7 @@ do_find(struct store *s, struct stripe *st, const char *key, size_t nkey, uint64
  * when it last moved): a read also marks it fetched, and moves it on its
  * first fetch whatever the time (fetch); an add that finds the key,
  * incr/decr and ma move it without the mark (memcached's do_item_update). */
-static void
+void
 do_lru_move(struct stripe *st, struct store_item *it, int64_t now, bool fetch)
 {
     if ((!fetch || (it->gen & IF_FETCHED)) && now - (int64_t)it->atime < BUMP_SECONDS) {
@@ -340,20 +331,6 @@ do_lru_move(struct stripe *st, struct store_item *it, int64_t now, bool fetch)
         do_lru_push(st, it);
     }
     do_publish_tail(st);
-}
-
-/* A read: see do_lru_move. */
-static inline void
-do_bump(struct stripe *st, struct store_item *it, int64_t now)
-{
-    do_lru_move(st, it, now, true);
-}
-
-/* Not a read: see do_lru_move. */
-static inline void
-do_lru_update(struct stripe *st, struct store_item *it, int64_t now)
-{
-    do_lru_move(st, it, now, false);
 }
 
 /* ---- flush generations -------------------------------------------------- */
@@ -584,7 +561,7 @@ store_release(struct store *s, struct store_item *it)
 }
 
 /* Stamp and link a new item in place of old (NULL if none). */
-static void
+void
 do_replace(struct store *s, struct stripe *st, struct store_item *old, struct store_item *it,
            int64_t now)
 {
@@ -604,15 +581,14 @@ do_replace(struct store *s, struct stripe *st, struct store_item *old, struct st
  * inherit), then drop our references to both. True when n was linked
  * (*cas_out, when not NULL, gets its CAS); else the caller reads again.
  */
-static bool
+bool
 relink_if_live(struct store *s, struct stripe *st, struct store_item *old, struct store_item *n,
                uint16_t inherit, bool take_exptime, uint64_t *cas_out)
 {
     struct store_item *cur;
-    int64_t            now = clock_begin(s);
+    int64_t            now;
 
-    pthread_mutex_lock(&st->lock);
-    cur = do_find(s, st, store_item_key(old), old->nkey, old->hash, now, false);
+    cur = stripe_lock_find(s, st, store_item_key(old), old->nkey, old->hash, false, &now);
     if (cur == old) {
         if (take_exptime) {
             n->exptime = old->exptime;
@@ -648,13 +624,12 @@ put_concat(struct store *s, struct store_item *it, bool append, uint64_t cas_in,
 
     for (;;) {
         struct store_item *old, *n;
-        int64_t            now = clock_begin(s);
+        int64_t            now;
         uint64_t           icas = 0;
         int                err;
         size_t             nb;
 
-        pthread_mutex_lock(&st->lock);
-        old = do_find(s, st, key, it->nkey, it->hash, now, false);
+        old = stripe_lock_find(s, st, key, it->nkey, it->hash, false, &now);
         if (old == NULL) {
             int rc = STORE_NOT_STORED;
 
@@ -725,9 +700,7 @@ put_common(struct store *s, struct store_item *it, enum store_op op, uint64_t ca
                           nbytes_out);
     }
 
-    now = clock_begin(s);
-    pthread_mutex_lock(&st->lock);
-    old = do_find(s, st, store_item_key(it), it->nkey, it->hash, now, false);
+    old = stripe_lock_find(s, st, store_item_key(it), it->nkey, it->hash, false, &now);
     switch (op) {
     case STORE_OP_ADD:
         if (old != NULL) {
@@ -793,11 +766,9 @@ get_common(struct store *s, const char *key, size_t nkey, uint64_t hash, bool to
            int64_t exptime)
 {
     struct stripe     *st = stripe_of(s, hash);
-    struct store_item *it;
-    int64_t            now = clock_begin(s);
+    int64_t            now;
+    struct store_item *it = stripe_lock_find(s, st, key, nkey, hash, true, &now);
 
-    pthread_mutex_lock(&st->lock);
-    it = do_find(s, st, key, nkey, hash, now, true);
     if (it != NULL) {
         if (touch) {
             __atomic_store_n(&it->exptime, time32(exptime), __ATOMIC_RELAXED);
@@ -814,11 +785,9 @@ struct store_item *
 store_peek(struct store *s, const char *key, size_t nkey, uint64_t hash)
 {
     struct stripe     *st = stripe_of(s, hash);
-    struct store_item *it;
-    int64_t            now = clock_begin(s);
+    int64_t            now;
+    struct store_item *it = stripe_lock_find(s, st, key, nkey, hash, false, &now);
 
-    pthread_mutex_lock(&st->lock);
-    it = do_find(s, st, key, nkey, hash, now, false);
     if (it != NULL) {
         item_ref(it);
     }
@@ -848,11 +817,9 @@ int
 store_delete_cas(struct store *s, const char *key, size_t nkey, uint64_t hash, uint64_t *cas)
 {
     struct stripe     *st = stripe_of(s, hash);
-    struct store_item *it;
-    int64_t            now = clock_begin(s);
+    int64_t            now;
+    struct store_item *it = stripe_lock_find(s, st, key, nkey, hash, false, &now);
 
-    pthread_mutex_lock(&st->lock);
-    it = do_find(s, st, key, nkey, hash, now, false);
     if (it != NULL) {
         if (cas != NULL) {
             *cas = it->cas;
@@ -873,11 +840,9 @@ int
 store_touch(struct store *s, const char *key, size_t nkey, uint64_t hash, int64_t exptime)
 {
     struct stripe     *st = stripe_of(s, hash);
-    struct store_item *it;
-    int64_t            now = clock_begin(s);
+    int64_t            now;
+    struct store_item *it = stripe_lock_find(s, st, key, nkey, hash, false, &now);
 
-    pthread_mutex_lock(&st->lock);
-    it = do_find(s, st, key, nkey, hash, now, false);
     if (it != NULL) {
         __atomic_store_n(&it->exptime, time32(exptime), __ATOMIC_RELAXED);
         do_track(s, st, it);
@@ -890,9 +855,10 @@ store_touch(struct store *s, const char *key, size_t nkey, uint64_t hash, int64_
 /* ---- incr/decr ---------------------------------------------------------- */
 
 /* A stored value as a u64: 1..20 decimal digits that fit, optionally
- * followed by spaces (memcached pads decremented values that way). */
-static bool
-parse_u64(const char *p, size_t n, uint64_t *out)
+ * followed by spaces (memcached pads decremented values that way). Also
+ * used by store_meta.c. */
+bool
+store_parse_u64(const char *p, size_t n, uint64_t *out)
 {
     uint64_t v = 0;
     size_t   i = 0;
@@ -917,8 +883,8 @@ parse_u64(const char *p, size_t n, uint64_t *out)
     return true;
 }
 
-static size_t
-format_u64(char *buf, uint64_t v)
+size_t
+store_format_u64(char *buf, uint64_t v)
 {
     char   tmp[20];
     size_t n = 0, i;
@@ -950,16 +916,15 @@ store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash, bool i
         char               buf[20];
         uint64_t           v;
         size_t             len;
-        int64_t            now = clock_begin(s);
+        int64_t            now;
         int                err;
 
-        pthread_mutex_lock(&st->lock);
-        old = do_find(s, st, key, nkey, hash, now, false);
+        old = stripe_lock_find(s, st, key, nkey, hash, false, &now);
         if (old == NULL) {
             pthread_mutex_unlock(&st->lock);
             return STORE_NOT_FOUND;
         }
-        if (!parse_u64(store_item_value(old), old->nbytes, &v)) {
+        if (!store_parse_u64(store_item_value(old), old->nbytes, &v)) {
             pthread_mutex_unlock(&st->lock);
             return STORE_NON_NUMERIC;
         }
@@ -968,7 +933,7 @@ store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash, bool i
         } else {
             v = v > delta ? v - delta : 0;
         }
-        len = format_u64(buf, v);
+        len = store_format_u64(buf, v);
         if (len == old->nbytes && __atomic_load_n(&old->refcount, __ATOMIC_ACQUIRE) == 1) {
             memcpy(store_item_value_mut(old), buf, len);
             old->cas = cas_mint(s);
@@ -996,274 +961,6 @@ store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash, bool i
             return STORE_STORED;
         }
     }
-}
-
-/* ---- the meta protocol -------------------------------------------------- */
-
-/* Set or clear mflags bits of a linked item in place (stripe lock held):
- * readers load them with store_item_mflags. */
-static inline void
-do_mflags(struct store_item *it, uint8_t set, uint8_t clear)
-{
-    __atomic_store_n(&it->mflags, (uint8_t)((it->mflags | set) & ~clear), __ATOMIC_RELEASE);
-}
-
-struct store_item *
-store_mget(struct store *s, const char *key, size_t nkey, uint64_t hash, const struct store_mget *q,
-           struct store_mget_res *r, int *err)
-{
-    struct stripe     *st = stripe_of(s, hash);
-    struct store_item *it, *stub = NULL;
-    int64_t            now;
-
-    memset(r, 0, sizeof(*r));
-    if (q->vivify) {
-        /* Allocated before the lock (an allocation may evict, taking other
-         * stripes' locks), dropped if the key is there after all. */
-        stub =
-            store_alloc_meta(s, key, nkey, hash, 0, q->viv_exptime, 0, q->has_ecas, q->ecas, err);
-        if (stub == NULL) {
-            return NULL;
-        }
-        if (q->binkey) {
-            stub->mflags |= STORE_MF_BINKEY;
-        }
-        if (q->touch && q->touch_after_viv) {
-            stub->exptime = time32(q->touch_exptime); /* N, then T */
-        }
-    }
-    now = clock_begin(s);
-    pthread_mutex_lock(&st->lock);
-    it = do_find(s, st, key, nkey, hash, now, true);
-    if (it == NULL && stub != NULL) {
-        stub->mflags |= STORE_MF_WON; /* this request's W */
-        do_replace(s, st, NULL, stub, now);
-        it = stub;
-        stub = NULL;
-        r->created = r->won = r->changed = true;
-        r->atime_before = it->atime; /* linked now: l0 */
-    } else if (it != NULL) {
-        uint8_t mf = it->mflags;
-
-        r->fetched_before = (it->gen & IF_FETCHED) != 0;
-        r->atime_before = it->atime;
-        r->exptime_before = it->exptime;
-        if (q->touch && q->touch_first) {
-            __atomic_store_n(&it->exptime, time32(q->touch_exptime), __ATOMIC_RELAXED);
-        }
-        if (q->recache && !(mf & STORE_MF_WON) && it->exptime != 0 &&
-            (int64_t)it->exptime < q->recache_at) {
-            r->won = true;
-        }
-        if (q->touch && !q->touch_first) {
-            __atomic_store_n(&it->exptime, time32(q->touch_exptime), __ATOMIC_RELAXED);
-        }
-        r->changed = q->touch;
-        r->token_sent = (mf & STORE_MF_WON) != 0;
-        if (mf & STORE_MF_STALE) {
-            r->stale = true;
-            r->won = r->won || !(mf & STORE_MF_WON); /* the first reader of a stale item wins */
-        }
-        if (r->won) {
-            do_mflags(it, STORE_MF_WON, 0);
-            r->changed = true;
-        }
-    }
-    if (it != NULL) {
-        if (r->changed) {
-            do_track(s, st, it);
-        }
-        if (q->bump) {
-            do_bump(st, it, now);
-        }
-        if (!r->created) {
-            item_ref(it); /* a vivified item is returned with the allocation's */
-        }
-    }
-    pthread_mutex_unlock(&st->lock);
-    if (stub != NULL) {
-        store_release(s, stub);
-    }
-    return it;
-}
-
-int
-store_mdel(struct store *s, const char *key, size_t nkey, uint64_t hash, const struct store_mdel *o,
-           bool *removed, uint64_t *tomb_cas)
-{
-    struct stripe *st = stripe_of(s, hash);
-
-    *removed = false;
-    *tomb_cas = 0;
-    for (;;) {
-        struct store_item *old, *n;
-        int64_t            now = clock_begin(s);
-        uint64_t           ccas;
-        size_t             nb;
-        int                err = 0;
-
-        pthread_mutex_lock(&st->lock);
-        old = do_find(s, st, key, nkey, hash, now, false);
-        if (old == NULL) {
-            pthread_mutex_unlock(&st->lock);
-            return STORE_NOT_FOUND;
-        }
-        if (o->has_cas && store_item_cas(old) != o->cas) {
-            pthread_mutex_unlock(&st->lock);
-            return STORE_EXISTS;
-        }
-        if (!o->stale && !o->empty) {
-            *tomb_cas = old->cas;
-            *removed = true;
-            do_unlink(s, st, old, NULL);
-            pthread_mutex_unlock(&st->lock);
-            return STORE_DELETED;
-        }
-        item_ref(old);
-        pthread_mutex_unlock(&st->lock);
-
-        /* x keeps the old client CAS (memcached), I takes a new one; E
-         * wins over both. */
-        ccas = o->has_ecas ? o->ecas : store_item_cas(old);
-        nb = o->empty ? 0 : old->nbytes;
-        n = store_alloc_meta(s, key, nkey, hash, o->empty ? o->flags : old->flags,
-                             o->empty ? o->exptime : 0, nb, o->has_ecas || (o->empty && !o->stale),
-                             ccas, &err);
-        if (n == NULL) {
-            store_release(s, old);
-            return err;
-        }
-        if (!o->empty) {
-            memcpy(store_item_value_mut(n), store_item_value(old), nb);
-            n->exptime = o->touch ? time32(o->exptime) : old->exptime;
-            n->mflags |= old->mflags & STORE_MF_STALE;
-        }
-        n->mflags |= old->mflags & STORE_MF_BINKEY;
-        if (o->stale) {
-            if (o->empty && o->touch) {
-                n->exptime = time32(o->exptime);
-            }
-            n->mflags |= STORE_MF_STALE; /* and no token: the next reader wins */
-        }
-        if (relink_if_live(s, st, old, n, IF_FETCHED, false, NULL)) {
-            return STORE_DELETED;
-        }
-    }
-}
-
-int
-store_marith(struct store *s, const char *key, size_t nkey, uint64_t hash,
-             const struct store_marith *o, struct store_marith_res *res)
-{
-    struct stripe *st = stripe_of(s, hash);
-
-    memset(res, 0, sizeof(*res));
-
-    for (;;) {
-        struct store_item *old, *n;
-        char               buf[20];
-        uint64_t           v;
-        size_t             len;
-        int64_t            now = clock_begin(s);
-        int                err = 0, rc;
-
-        pthread_mutex_lock(&st->lock);
-        old = do_find(s, st, key, nkey, hash, now, false);
-        if (old == NULL) {
-            pthread_mutex_unlock(&st->lock);
-            if (!o->vivify) {
-                return STORE_NOT_FOUND;
-            }
-            len = format_u64(buf, o->initial);
-            n = store_alloc_meta(s, key, nkey, hash, 0,
-                                 o->touch && o->touch_after_viv ? o->exptime : o->viv_exptime, len,
-                                 o->has_ecas, o->ecas, &err);
-            if (n == NULL) {
-                return err;
-            }
-            memcpy(store_item_value_mut(n), buf, len);
-            rc = put_common(s, n, STORE_OP_ADD, 0, NULL, NULL, NULL);
-            if (rc == STORE_STORED) {
-                res->value = o->initial;
-                res->cas = store_item_cas(n);
-                res->exptime = n->exptime;
-                res->created = true;
-            }
-            store_release(s, n);
-            if (rc == STORE_STORED) {
-                return STORE_STORED;
-            }
-            continue; /* created meanwhile: apply the delta to it */
-        }
-        res->exptime_before = old->exptime;
-        if (o->cas_in != 0 && store_item_cas(old) != o->cas_in) {
-            pthread_mutex_unlock(&st->lock);
-            return STORE_EXISTS;
-        }
-        if (!parse_u64(store_item_value(old), old->nbytes, &v)) {
-            pthread_mutex_unlock(&st->lock);
-            return STORE_NON_NUMERIC;
-        }
-        v = o->incr ? v + o->delta : (v > o->delta ? v - o->delta : 0);
-        len = format_u64(buf, v);
-        if (len == old->nbytes && !o->has_ecas && !(old->mflags & STORE_MF_ECAS) &&
-            __atomic_load_n(&old->refcount, __ATOMIC_ACQUIRE) == 1) {
-            memcpy(store_item_value_mut(old), buf, len);
-            old->cas = cas_mint(s);
-            if (o->touch) {
-                __atomic_store_n(&old->exptime, time32(o->exptime), __ATOMIC_RELAXED);
-            }
-            do_track(s, st, old);
-            do_lru_update(st, old, now);
-            res->value = v;
-            res->cas = old->cas;
-            res->exptime = old->exptime;
-            pthread_mutex_unlock(&st->lock);
-            return STORE_STORED;
-        }
-        item_ref(old);
-        pthread_mutex_unlock(&st->lock);
-
-        n = store_alloc_meta(s, key, nkey, hash, old->flags, 0, len, o->has_ecas, o->ecas, &err);
-        if (n == NULL) {
-            store_release(s, old);
-            return err;
-        }
-        memcpy(store_item_value_mut(n), buf, len);
-        n->exptime = o->touch ? time32(o->exptime) : old->exptime;
-        n->mflags |= old->mflags & (STORE_MF_STALE | STORE_MF_WON | STORE_MF_BINKEY);
-        res->exptime = n->exptime;
-        {
-            uint64_t icas = 0;
-
-            if (relink_if_live(s, st, old, n, IF_FETCHED, false, &icas)) {
-                res->value = v;
-                res->cas = o->has_ecas ? o->ecas : icas;
-                return STORE_STORED;
-            }
-        }
-    }
-}
-
-bool
-store_mdebug(struct store *s, const char *key, size_t nkey, uint64_t hash, struct store_mdebug *out)
-{
-    struct stripe     *st = stripe_of(s, hash);
-    struct store_item *it;
-    int64_t            now = clock_begin(s);
-
-    pthread_mutex_lock(&st->lock);
-    it = do_find(s, st, key, nkey, hash, now, false);
-    if (it != NULL) {
-        out->exp = it->exptime == 0 ? -1 : (int64_t)it->exptime - now;
-        out->la = (uint32_t)(now - (int64_t)it->atime);
-        out->cas = store_item_cas(it);
-        out->fetched = (it->gen & IF_FETCHED) != 0;
-        out->size = (uint32_t)item_charge(it);
-        out->mflags = it->mflags;
-    }
-    pthread_mutex_unlock(&st->lock);
-    return it != NULL;
 }
 
 /* ---- stats -------------------------------------------------------------- */

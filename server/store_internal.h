@@ -1,8 +1,9 @@
 /*
  * store_internal: the layout of the item store and the helpers shared by
  * server/store.c (items, table, LRU, eviction, keyed operations),
- * store_range.c (sweep, walk, count, purge) and store_track.c (dirty
- * tracking, import). Nothing outside server/store*.c includes this file;
+ * store_meta.c (the meta protocol's operations), store_range.c (sweep,
+ * walk, count, purge) and store_track.c (dirty tracking, import). Nothing
+ * outside server/store*.c includes this file;
  * the public API is server/store.h. do_ functions: the caller holds the
  * stripe lock.
  */
@@ -17,7 +18,7 @@
 #include "server/store.h"
 
 /* The functions below that are not static: hidden, so that a call between
- * the three files is a direct call and a call inside one may still be
+ * the files is a direct call and a call inside one may still be
  * inlined (-fPIC would otherwise treat them as interposable). */
 #define STORE_INTERNAL __attribute__((visibility("hidden")))
 
@@ -146,6 +147,31 @@ STORE_INTERNAL void do_link(struct store *s, struct stripe *st, struct store_ite
  * the last one. prevp is its chain link if known, else NULL. */
 STORE_INTERNAL void do_unlink(struct store *s, struct stripe *st, struct store_item *it,
                               struct store_item **prevp);
+
+/* Move an item to its LRU head, at most once a minute: a read (fetch)
+ * also marks it fetched and moves it on its first fetch whatever the time
+ * (memcached's do_item_update). Use do_bump or do_lru_update below. */
+STORE_INTERNAL void do_lru_move(struct stripe *st, struct store_item *it, int64_t now, bool fetch);
+
+/* Stamp (CAS, generation, atime) and link a new item in place of old (NULL
+ * if none). */
+STORE_INTERNAL void do_replace(struct store *s, struct stripe *st, struct store_item *old,
+                               struct store_item *it, int64_t now);
+
+/* The second half of a read-copy-update: link n in place of old if old is
+ * still the live item of its key, then drop the caller's references to
+ * both. Takes the stripe lock. See store.c. */
+STORE_INTERNAL bool relink_if_live(struct store *s, struct stripe *st, struct store_item *old,
+                                   struct store_item *n, uint16_t inherit, bool take_exptime,
+                                   uint64_t *cas_out);
+
+/* A stored value as a u64 for incr/decr: 1..20 decimal digits that fit,
+ * optionally followed by spaces. */
+STORE_INTERNAL bool store_parse_u64(const char *p, size_t n, uint64_t *out);
+
+/* Write v in decimal to buf (20 bytes at least), no NUL; returns the
+ * length. */
+STORE_INTERNAL size_t store_format_u64(char *buf, uint64_t v);
 
 /* A new flush generation: every item stored before is dead. Caller holds
  * flush_lock. */
@@ -304,6 +330,47 @@ clock_begin(struct store *s)
         pthread_mutex_unlock(&s->flush_lock);
     }
     return now;
+}
+
+/*
+ * The prologue of every keyed operation (memcached's item_get around
+ * do_item_get): settle a delayed flush that is due, lock the key's stripe
+ * st and find the key's live item (see do_find; borrowed). Returns with
+ * st->lock held: the caller unlocks. *now gets the operation's time.
+ */
+static inline struct store_item *
+stripe_lock_find(struct store *s, struct stripe *st, const char *key, size_t nkey, uint64_t hash,
+                 bool is_get, int64_t *now)
+{
+    int64_t t = clock_begin(s);
+
+    *now = t;
+    pthread_mutex_lock(&st->lock);
+    return do_find(s, st, key, nkey, hash, t, is_get);
+}
+
+/* The hook every mutation calls with the item it changes: a plain load of
+ * a field of the stripe it already holds locked when no session runs. */
+static inline void
+do_track(struct store *s, struct stripe *st, const struct store_item *it)
+{
+    if (__builtin_expect(st->tracking, 0)) {
+        do_track_key(s, st, it->data, it->nkey, it->hash);
+    }
+}
+
+/* A read: see do_lru_move. */
+static inline void
+do_bump(struct stripe *st, struct store_item *it, int64_t now)
+{
+    do_lru_move(st, it, now, true);
+}
+
+/* Not a read: see do_lru_move. */
+static inline void
+do_lru_update(struct stripe *st, struct store_item *it, int64_t now)
+{
+    do_lru_move(st, it, now, false);
 }
 
 #endif /* SERVER_STORE_INTERNAL_H */

@@ -29,12 +29,9 @@
 #include "server/authfile.h"
 #include "server/cluster.h"
 #include "server/conn.h"
-#include "server/forward.h"
 #include "server/hotkeys.h"
-#include "server/replicate.h"
 #include "server/log.h"
 #include "server/peer_tls.h"
-#include "server/proto_auth.h"
 #include "server/tls.h"
 
 #define SHUTDOWN_FLUSH_SECS 5 /* bound on flushing replies at exit */
@@ -301,6 +298,24 @@ worker_conn_closed(struct worker *w)
     }
 }
 
+/* The worker is done (its loop returned, or it never ran): close every
+ * connection, then let each tenant free what it keeps for the worker. */
+static void
+worker_release(struct worker *w)
+{
+    const struct worker_tenant *const *t;
+
+    w->shutting_down = true;
+    while (w->conns != NULL) {
+        conn_close(w->conns);
+    }
+    for (t = worker_tenants; *t != NULL; t++) {
+        if ((*t)->worker_free != NULL) {
+            (*t)->worker_free(w);
+        }
+    }
+}
+
 /* Shutdown deadline for a worker: stop flushing, leave the loop. */
 static void
 worker_stop_timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -423,12 +438,7 @@ worker_main(void *arg)
     w->barrier_live = false;
     pthread_cond_broadcast(&w->srv->barrier_cond);
     pthread_mutex_unlock(&w->srv->barrier_lock);
-    w->shutting_down = true;
-    while (w->conns != NULL) {
-        conn_close(w->conns);
-    }
-    forward_worker_free(w);
-    replicate_worker_free(w);
+    worker_release(w);
     return NULL;
 }
 
@@ -598,18 +608,23 @@ server_refresh_certs(struct server *srv, char *err, size_t errlen)
     return 0;
 }
 
-/* SIGHUP with -Y: re-read the users (proto_auth_reload); with -Z or
- * --cluster-tls: refresh_certs from the same files. A failure keeps what
- * is in use. */
+/* SIGHUP: every tenant's reload hook (with -Y, proto_auth_reload re-reads
+ * the users); with -Z or --cluster-tls: refresh_certs from the same files.
+ * A failure keeps what is in use. */
 static void
 sighup_cb(evutil_socket_t sig, short what, void *arg)
 {
-    struct server *srv = arg;
-    char           err[1536];
+    struct server                     *srv = arg;
+    const struct worker_tenant *const *t;
+    char                               err[1536];
 
     (void)sig;
     (void)what;
-    proto_auth_reload(srv);
+    for (t = worker_tenants; *t != NULL; t++) {
+        if ((*t)->reload != NULL) {
+            (*t)->reload(srv);
+        }
+    }
     switch (server_refresh_certs(srv, err, sizeof(err))) {
     case -2: /* -Y without TLS */
         return;
@@ -747,12 +762,7 @@ server_free(struct server *srv)
         struct worker          *w = &srv->workers[i];
         struct conn_queue_item *q;
 
-        w->shutting_down = true;
-        while (w->conns != NULL) {
-            conn_close(w->conns);
-        }
-        forward_worker_free(w);
-        replicate_worker_free(w);
+        worker_release(w);
         hotkeys_free(w->hot);
         while ((q = w->q_head) != NULL) {
             w->q_head = q->next;

@@ -114,9 +114,9 @@ struct server {
      * table that a worker is reading. auth_lock is a leaf. */
     pthread_mutex_t  auth_lock;
     struct authfile *auth_reloaded;
-    pthread_mutex_t barrier_lock;
-    pthread_cond_t  barrier_cond;
-    uint64_t        barrier_gen;
+    pthread_mutex_t  barrier_lock;
+    pthread_cond_t   barrier_cond;
+    uint64_t         barrier_gen;
 };
 
 /*
@@ -177,5 +177,29 @@ int server_barrier(struct server *srv);
 /* Called by conn.c when a worker's connection closes (conn count, and
  * ends the worker's loop once it is shutting down and has none left). */
 void worker_conn_closed(struct worker *w);
+
+/*
+ * A tenant of the worker runtime: a module that keeps state per worker or
+ * per connection (forwarding, replication) or per server (logins), and is
+ * told when it must let it go. The runtime calls the hooks by pointer, so
+ * it does not name its tenants. Any hook may be NULL.
+ */
+struct worker_tenant {
+    const char *name;
+    /* Worker w stopped (or never ran) and its connections are closed: free
+     * what the tenant keeps for it. On w's thread, or after it stopped. */
+    void (*worker_free)(struct worker *w);
+    /* SIGHUP: re-read what the tenant loaded at start, before the
+     * certificates are reloaded. Main thread. */
+    void (*reload)(struct server *srv);
+    /* Connection c closes (conn_close, its output dropped, its read buffer
+     * not yet released). On c's worker. */
+    void (*conn_closed)(struct conn *c);
+};
+
+/* The node's tenants, NULL-terminated (server/tenants.c, fixed at build
+ * time like nginx's ngx_modules[]). Each hook is called for every tenant
+ * that has it, in this order. */
+extern const struct worker_tenant *const worker_tenants[];
 
 #endif /* SERVER_THREAD_H */

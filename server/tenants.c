@@ -1,0 +1,49 @@
+/*
+ * tenants: the modules that live on the worker runtime (server/thread.h,
+ * struct worker_tenant), in the order the runtime calls their hooks. The
+ * runtime iterates this table and names none of them; a new tenant is one
+ * entry here.
+ */
+#include "config.h"
+
+#include <stddef.h>
+
+#include "server/conn.h"
+#include "server/forward.h"
+#include "server/proto_auth.h"
+#include "server/replicate.h"
+#include "server/thread.h"
+
+/* forward_conn_closed wants a connection that relayed something. */
+static void
+forward_tenant_conn_closed(struct conn *c)
+{
+    if (c->fwd_order != NULL) {
+        forward_conn_closed(c);
+    }
+}
+
+static const struct worker_tenant forward_tenant = {
+    .name = "forward",
+    .worker_free = forward_worker_free,
+    .conn_closed = forward_tenant_conn_closed,
+};
+
+/* After forward: its worker_free fails the relays in flight, which may
+ * finish replication ops into the pool this one frees. */
+static const struct worker_tenant replicate_tenant = {
+    .name = "replicate",
+    .worker_free = replicate_worker_free,
+};
+
+static const struct worker_tenant proto_auth_tenant = {
+    .name = "proto_auth",
+    .reload = proto_auth_reload,
+};
+
+const struct worker_tenant *const worker_tenants[] = {
+    &forward_tenant,
+    &replicate_tenant,
+    &proto_auth_tenant,
+    NULL,
+};
