@@ -5,7 +5,6 @@
  * behind it (struct fwd_order), then released in order.
  */
 #include "config.h"
-#include "ring/util.h"
 #include "server/fwd_order.h"
 
 #include <inttypes.h>
@@ -14,6 +13,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "ring/util.h"
 #include "server/conn.h"
 #include "server/log.h"
 #include "server/thread.h"

@@ -7,7 +7,6 @@
  * and the connection is closed (the next request reconnects).
  */
 #include "config.h"
-#include "ring/util.h"
 #include "server/upstream.h"
 
 #include <errno.h>
@@ -19,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -28,6 +26,7 @@
 #include <event2/util.h>
 
 #include "ring/peerauth.h"
+#include "ring/util.h"
 #include "server/cluster.h"
 #include "server/log.h"
 #include "server/peer_tls.h"
