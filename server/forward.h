@@ -7,7 +7,9 @@
  * must never queue behind a relayed write's held reply), on the worker's
  * own event_base; requests on each are answered in order, each by a reply
  * that fills a hold in the client connection's output queue
- * (conn_out_hold) or calls a callback.
+ * (conn_out_hold) or calls a callback. Written in three files: forward.c
+ * (requests, retries, replies), upstream.c (the connections) and
+ * fwd_order.c (a client connection's order across retries).
  */
 #ifndef SERVER_FORWARD_H
 #define SERVER_FORWARD_H

@@ -5,6 +5,8 @@
  * large reply inserted before later text, a dropped hold tells its owner,
  * and a forwarded request against a fake owner socket in this process:
  * relayed reply, MOVED retried at the named address, timeout, refusal.
+ * fwd_order_suite: a connection's relayed requests keep their order
+ * across TRYAGAIN and MOVED retries (server/fwd_order.c).
  */
 #include "config.h"
 
@@ -180,18 +182,18 @@ accept_pumping(struct worker *w, int lfd)
     }
 }
 
-/* Read from the peer side until `want` is a substring (pumping). */
+/* Read from the peer side into buf until `want` is a substring
+ * (pumping); buf holds what was read. */
 static void
-peer_expect(struct worker *w, int fd, const char *want)
+peer_recv(struct worker *w, int fd, const char *want, char *buf, size_t cap)
 {
-    char   buf[4096];
     size_t len = 0;
     double deadline = now_s() + 5.0;
 
     evutil_make_socket_nonblocking(fd);
     buf[0] = '\0';
     while (strstr(buf, want) == NULL) {
-        ssize_t n = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
+        ssize_t n = recv(fd, buf + len, cap - 1 - len, 0);
 
         if (n > 0) {
             len += (size_t)n;
@@ -200,6 +202,41 @@ peer_expect(struct worker *w, int fd, const char *want)
         ck_assert_msg(now_s() < deadline, "peer did not get %s (got %s)", want, buf);
         event_base_loop(w->base, EVLOOP_NONBLOCK);
     }
+}
+
+/* Read from the peer side until `want` is a substring (pumping). */
+static void
+peer_expect(struct worker *w, int fd, const char *want)
+{
+    char buf[4096];
+
+    peer_recv(w, fd, want, buf, sizeof(buf));
+}
+
+/* Read from the peer side until want came: it must be all that came. */
+static void
+peer_got(struct worker *w, int fd, const char *want)
+{
+    char buf[4096];
+
+    peer_recv(w, fd, want, buf, sizeof(buf));
+    ck_assert_str_eq(buf, want);
+}
+
+/* Pump the worker for about secs: the peer must get nothing meanwhile. */
+static void
+peer_quiet(struct worker *w, int fd, double secs)
+{
+    double  until = now_s() + secs;
+    char    buf[256];
+    ssize_t n;
+
+    while (now_s() < until) {
+        event_base_loop(w->base, EVLOOP_NONBLOCK);
+    }
+    n = recv(fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+    buf[n > 0 ? (size_t)n : 0] = '\0';
+    ck_assert_str_eq(buf, "");
 }
 
 /* Pump until the connection's queue flattens to text containing want
@@ -246,32 +283,80 @@ START_TEST(test_forward_relay)
 }
 END_TEST
 
+/* A client of a one-worker server and up to two fake owners (struct
+ * fields -1 until used). */
+struct owners {
+    struct server *srv;
+    struct worker *w;
+    struct conn   *c;
+    char           a1[64], a2[64];
+    int            l1, l2, p1, p2;
+};
+
+static void
+owners_open(struct owners *t, int timeout_ms)
+{
+    t->srv = new_server(timeout_ms);
+    t->w = &t->srv->workers[0];
+    t->c = conn_new(t->w, -1);
+    t->l1 = fake_owner(t->a1, sizeof(t->a1));
+    t->l2 = fake_owner(t->a2, sizeof(t->a2));
+    t->p1 = t->p2 = -1;
+}
+
+static void
+owners_close(struct owners *t)
+{
+    int *fds[] = { &t->p1, &t->p2, &t->l1, &t->l2 };
+    int  i;
+
+    if (t->c != NULL) {
+        conn_close(t->c);
+    }
+    for (i = 0; i < 4; i++) {
+        if (*fds[i] >= 0) {
+            close(*fds[i]);
+        }
+    }
+    server_free(t->srv);
+}
+
+/* Relay iov (its line: want) to the first owner, which answers MOVED to
+ * the second; pump until the second has it. */
+static void
+moved_to_second(struct owners *t, const struct iovec *iov, const char *want)
+{
+    char moved[128];
+
+    ck_assert_int_eq(forward_request(t->c, t->a1, 3, FWD_LINE, iov, 1, true), 0);
+    t->p1 = accept_pumping(t->w, t->l1);
+    peer_expect(t->w, t->p1, want);
+    snprintf(moved, sizeof(moved), "OK\r\nSERVER_ERROR MOVED 4 %s\r\n", t->a2);
+    send_str(t->p1, moved);
+    t->p2 = accept_pumping(t->w, t->l2);
+    peer_expect(t->w, t->p2, want);
+}
+
+/* Pump until c's replies are in; they must be want. */
+static void
+reply_is(struct worker *w, struct conn *c, const char *want)
+{
+    char *s = reply_pumping(w, c, 5.0);
+
+    ck_assert_str_eq(s, want);
+    free(s);
+}
+
 START_TEST(test_forward_moved)
 {
-    struct server *srv = new_server(2000);
-    struct worker *w = &srv->workers[0];
-    struct conn   *c = conn_new(w, -1);
-    char           a1[64], a2[64], moved[128], *s;
-    struct iovec   iov = { "incr n 1\r\n", 10 };
-    int            l1 = fake_owner(a1, sizeof(a1)), l2 = fake_owner(a2, sizeof(a2)), p1, p2;
+    struct owners t;
+    struct iovec  iov = { "incr n 1\r\n", 10 };
 
-    ck_assert_int_eq(forward_request(c, a1, 3, FWD_LINE, &iov, 1, true), 0);
-    p1 = accept_pumping(w, l1);
-    peer_expect(w, p1, "incr n 1\r\n");
-    snprintf(moved, sizeof(moved), "OK\r\nSERVER_ERROR MOVED 4 %s\r\n", a2);
-    send_str(p1, moved);
-    p2 = accept_pumping(w, l2);
-    peer_expect(w, p2, "incr n 1\r\n");
-    send_str(p2, "OK\r\n42\r\n");
-    s = reply_pumping(w, c, 5.0);
-    ck_assert_str_eq(s, "42\r\n");
-    free(s);
-    conn_close(c);
-    close(p1);
-    close(p2);
-    close(l1);
-    close(l2);
-    server_free(srv);
+    owners_open(&t, 2000);
+    moved_to_second(&t, &iov, "incr n 1\r\n");
+    send_str(t.p2, "OK\r\n42\r\n");
+    reply_is(t.w, t.c, "42\r\n");
+    owners_close(&t);
 }
 END_TEST
 
@@ -344,6 +429,102 @@ START_TEST(test_forward_client_gone)
     server_free(srv);
 }
 END_TEST
+
+/*
+ * A connection's order across retries (server/fwd_order.c), against fake
+ * owners: a request answered TRYAGAIN or MOVED is retried alone, what its
+ * connection sent after it waits until it is done, then goes in order.
+ */
+
+static const struct iovec inc_a = { "incr a 1\r\n", 10 }, inc_b = { "incr b 1\r\n", 10 };
+
+/* a, then b (with or without a reply), to the first owner: both are
+ * answered TRYAGAIN; a alone is sent again. */
+static void
+both_fenced(struct owners *t, bool b_reply)
+{
+    ck_assert_int_eq(forward_request(t->c, t->a1, 1, FWD_LINE, &inc_a, 1, true), 0);
+    ck_assert_int_eq(forward_request(t->c, t->a1, 1, FWD_LINE, &inc_b, 1, b_reply), 0);
+    t->p1 = accept_pumping(t->w, t->l1);
+    peer_expect(t->w, t->p1, "incr a 1\r\nincr b 1\r\n");
+    send_str(t->p1, "OK\r\nSERVER_ERROR TRYAGAIN 1\r\nSERVER_ERROR TRYAGAIN 1\r\n");
+    peer_got(t->w, t->p1, "incr a 1\r\n");
+}
+
+START_TEST(test_order_tryagain)
+{
+    struct owners t;
+    struct iovec  inc_c = { "incr c 1\r\n", 10 };
+
+    owners_open(&t, 2000);
+    both_fenced(&t, true);
+    /* A new request in the episode waits too, behind b. */
+    ck_assert_int_eq(forward_request(t.c, t.a1, 1, FWD_LINE, &inc_c, 1, true), 0);
+    ck_assert(forward_conn_busy(t.c));
+    peer_quiet(t.w, t.p1, 0.1);
+    /* a done: b and c are released together, in order. */
+    send_str(t.p1, "1\r\n");
+    peer_got(t.w, t.p1, "incr b 1\r\nincr c 1\r\n");
+    send_str(t.p1, "2\r\n3\r\n");
+    reply_is(t.w, t.c, "1\r\n2\r\n3\r\n");
+    ck_assert(!forward_conn_busy(t.c));
+    owners_close(&t);
+}
+END_TEST
+
+START_TEST(test_order_moved)
+{
+    struct owners t;
+
+    owners_open(&t, 2000);
+    moved_to_second(&t, &inc_a, "incr a 1\r\n");
+    /* b, to the first owner, must not overtake a at the second. */
+    ck_assert_int_eq(forward_request(t.c, t.a1, 3, FWD_LINE, &inc_b, 1, true), 0);
+    peer_quiet(t.w, t.p1, 0.1);
+    send_str(t.p2, "OK\r\n1\r\n");
+    peer_got(t.w, t.p1, "incr b 1\r\n");
+    send_str(t.p1, "2\r\n");
+    reply_is(t.w, t.c, "1\r\n2\r\n");
+    owners_close(&t);
+}
+END_TEST
+
+START_TEST(test_order_conn_closed)
+{
+    struct owners t;
+
+    owners_open(&t, 2000);
+    both_fenced(&t, false);
+    /* The client goes: what it held still goes, in order (a noreply
+     * write is applied), the replies dropped. */
+    conn_close(t.c);
+    send_str(t.p1, "1\r\n");
+    peer_got(t.w, t.p1, "incr b 1\r\n");
+    send_str(t.p1, "2\r\n");
+    /* The upstream still answers in order for another client. */
+    t.c = conn_new(t.w, -1);
+    ck_assert_int_eq(forward_request(t.c, t.a1, 1, FWD_LINE, &inc_a, 1, true), 0);
+    peer_expect(t.w, t.p1, "incr a 1\r\n");
+    send_str(t.p1, "3\r\n");
+    reply_is(t.w, t.c, "3\r\n");
+    owners_close(&t);
+}
+END_TEST
+
+/* The fwd_order suite: a connection's order across retries. */
+Suite *
+fwd_order_suite(void)
+{
+    Suite *s = suite_create("fwd_order");
+    TCase *tc = tcase_create("order");
+
+    tcase_set_timeout(tc, 20);
+    tcase_add_test(tc, test_order_tryagain);
+    tcase_add_test(tc, test_order_moved);
+    tcase_add_test(tc, test_order_conn_closed);
+    suite_add_tcase(s, tc);
+    return s;
+}
 
 Suite *
 forward_suite(void)

@@ -27,6 +27,7 @@ main(void)
     srunner_add_suite(sr, cluster_suite());
     srunner_add_suite(sr, cport_suite());
     srunner_add_suite(sr, forward_suite());
+    srunner_add_suite(sr, fwd_order_suite());
     srunner_add_suite(sr, mstore_suite());
     srunner_add_suite(sr, replicate_suite());
     srunner_add_suite(sr, sha256_suite());

@@ -21,6 +21,7 @@ Suite *cluster_suite(void);
 Suite *cport_suite(void);
 Suite *mstore_suite(void);
 Suite *forward_suite(void);
+Suite *fwd_order_suite(void);
 Suite *replicate_suite(void);
 Suite *sha256_suite(void);
 Suite *hotkeys_suite(void);
