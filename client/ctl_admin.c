@@ -36,6 +36,10 @@ admin_begin(struct admin *a, int argc, char **argv, const char *usage)
     return admin_load(a, true);
 }
 
+/* The --help lines of join and leave. */
+#define JOIN_USAGE  CTL_USAGE_ADMIN " join ID ADDR [--weight W] [--zone Z] [--rate MIB_PER_S]"
+#define LEAVE_USAGE CTL_USAGE_ADMIN " leave ID [--rate MIB_PER_S]"
+
 /* Parse join/leave arguments (after the subcommand name) into the new
  * membership. kind is "join" or "leave". */
 static int
@@ -78,13 +82,8 @@ parse_change(int argc, char **argv, const char *kind, bool with_rate, char *id, 
                 return EX_USAGE;
             }
             break;
-        case 'h':
-            printf("usage: " CTL_USAGE_ADMIN " %s\n",
-                   join ? "join ID ADDR [--weight W] [--zone Z] [--rate MIB_PER_S]"
-                        : "leave ID [--rate MIB_PER_S]");
-            exit(0);
         default:
-            return EX_USAGE;
+            return ctl_getopt_default(c, join ? JOIN_USAGE : LEAVE_USAGE, 0);
         }
     }
     if (argc - optind != (join ? 2 : 1)) {
@@ -182,6 +181,7 @@ ctl_init(struct ctl_globals *g, int argc, char **argv)
     static const struct option opts[] = { { "members", required_argument, NULL, 'm' },
                                           { "help", no_argument, NULL, 'h' },
                                           { NULL, 0, NULL, 0 } };
+    static const char          usage[] = CTL_USAGE_ADMIN " init --members FILE";
     struct admin               a = { .g = g };
     struct mstore_op           ops[2];
     const char                *file = g->members;
@@ -195,15 +195,12 @@ ctl_init(struct ctl_globals *g, int argc, char **argv)
         case 'm':
             file = optarg;
             break;
-        case 'h':
-            printf("usage: " CTL_USAGE_ADMIN " init --members FILE\n");
-            return EX_OK;
         default:
-            return EX_USAGE;
+            return ctl_getopt_default(c, usage, 0);
         }
     }
     if (file == NULL || optind != argc) {
-        ctl_error("usage: " CTL_USAGE_ADMIN " init --members FILE");
+        ctl_error("usage: %s", usage);
         return EX_USAGE;
     }
     rc = admin_open(&a, true);
@@ -281,12 +278,8 @@ ctl_status(struct ctl_globals *g, int argc, char **argv)
                 return EX_USAGE;
             }
             break;
-        case 'h':
-            printf("usage: %s\n", usage);
-            return EX_OK;
         default:
-            fprintf(stderr, "usage: %s\n", usage);
-            return EX_USAGE;
+            return ctl_getopt_default(c, usage, CTL_USAGE_ON_ERROR);
         }
     }
     if (optind != argc) {
