@@ -45,29 +45,6 @@ struct cport_conn {
     size_t   rlen, rcap;
 };
 
-/* Wait for events on fd until the deadline: 1 ready, 0 timed out, -1 error. */
-static int
-wait_fd(int fd, short events, int64_t deadline)
-{
-    struct pollfd p = { .fd = fd, .events = events };
-    int64_t       left;
-    int           rc;
-
-    for (;;) {
-        left = deadline - util_now_ms();
-        if (left <= 0) {
-            return 0;
-        }
-        rc = poll(&p, 1, (int)(left > 60000 ? 60000 : left));
-        if (rc > 0) {
-            return 1;
-        }
-        if (rc < 0 && errno != EINTR) {
-            return -1;
-        }
-    }
-}
-
 /* Split "host:port" or "[v6]:port" into host and port strings. */
 static int
 split_addr(const char *addr, char *host, size_t hostlen, char *port, size_t portlen)
@@ -164,13 +141,13 @@ tcp_connect(const char *addr, int64_t deadline, char *err, size_t errlen)
             break;
         }
         if (errno == EINPROGRESS) {
-            rc = wait_fd(fd, POLLOUT, deadline);
+            rc = tls_client_wait(fd, POLLOUT, deadline);
             sl = sizeof(soerr);
-            if (rc == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0) {
+            if (rc == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0) {
                 break;
             }
             snprintf(err, errlen, "%s: connect: %s", addr,
-                     rc == 0 ? "timed out" : strerror(rc == 1 ? soerr : errno));
+                     rc == RINGCACHE_ETIMEDOUT ? "timed out" : strerror(rc == 0 ? soerr : errno));
         } else {
             snprintf(err, errlen, "%s: connect: %s", addr, strerror(errno));
         }
@@ -214,7 +191,7 @@ tls_write_failed(struct cport_conn *c, int64_t deadline, char *err, size_t errle
             snprintf(err, errlen, "%s", TLS_ENDED);
             return;
         }
-        if (got < 0 || (got == 0 && wait_fd(c->fd, want, until) <= 0)) {
+        if (got < 0 || (got == 0 && tls_client_wait(c->fd, want, until) != 0)) {
             break;
         }
     }
@@ -264,9 +241,10 @@ send_frame(struct cport_conn *c, enum frame_type type, const uint8_t *payload, s
             }
             continue;
         }
-        rc = wait_fd(c->fd, want, deadline);
-        if (rc <= 0) {
-            snprintf(err, errlen, "send: %s", rc == 0 ? "timed out" : strerror(errno));
+        rc = tls_client_wait(c->fd, want, deadline);
+        if (rc != 0) {
+            snprintf(err, errlen, "send: %s",
+                     rc == RINGCACHE_ETIMEDOUT ? "timed out" : strerror(errno));
             return CPORT_EIO;
         }
     }
@@ -322,9 +300,10 @@ read_frame(struct cport_conn *c, struct frame *f, size_t *consumed, int64_t dead
                          got == RINGCACHE_ETLS ? TLS_ENDED : "the node closed the connection");
                 return CPORT_EIO;
             }
-            rc = wait_fd(c->fd, want, deadline);
-            if (rc <= 0) {
-                snprintf(err, errlen, "recv: %s", rc == 0 ? "timed out" : strerror(errno));
+            rc = tls_client_wait(c->fd, want, deadline);
+            if (rc != 0) {
+                snprintf(err, errlen, "recv: %s",
+                         rc == RINGCACHE_ETIMEDOUT ? "timed out" : strerror(errno));
                 return CPORT_EIO;
             }
             continue;
@@ -342,9 +321,10 @@ read_frame(struct cport_conn *c, struct frame *f, size_t *consumed, int64_t dead
             snprintf(err, errlen, "recv: %s", strerror(errno));
             return CPORT_EIO;
         }
-        rc = wait_fd(c->fd, POLLIN, deadline);
-        if (rc <= 0) {
-            snprintf(err, errlen, "recv: %s", rc == 0 ? "timed out" : strerror(errno));
+        rc = tls_client_wait(c->fd, POLLIN, deadline);
+        if (rc != 0) {
+            snprintf(err, errlen, "recv: %s",
+                     rc == RINGCACHE_ETIMEDOUT ? "timed out" : strerror(errno));
             return CPORT_EIO;
         }
     }

@@ -51,6 +51,14 @@ long tls_client_read(SSL *ssl, char *buf, size_t len, short *want);
  * record, so a request costs one record, not one per part. */
 long tls_client_write(SSL *ssl, const struct iovec *iov, int iovcnt, short *want);
 
+/* Wait until the non-blocking socket fd is ready for ev (POLLIN,
+ * POLLOUT) or deadline (monotonic ms) passes, through EINTR; a deadline
+ * already past still gets one look without waiting. 0 when ready,
+ * RINGCACHE_ETIMEDOUT, or RINGCACHE_EIO (poll failed; errno says why).
+ * Every blocking wait of the client's sockets (pool.c, cport_client.c,
+ * the handshake here) is this one. */
+int tls_client_wait(int fd, short ev, int64_t deadline);
+
 /* Send close_notify if the socket takes it now, and free ssl (NULL: no-op).
  * The caller closes the socket. */
 void tls_client_close(SSL *ssl, bool notify);
