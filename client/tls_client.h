@@ -8,6 +8,8 @@
  * layer whole (until it wants the socket again), so no decrypted byte ever
  * waits inside OpenSSL where poll() cannot see it: a caller that polls the
  * socket before reading again (node_io, mget) never misses a reply.
+ * tls_client_wait, the deadline-bounded poll of a socket, serves plain
+ * connections too.
  */
 #ifndef CLIENT_TLS_CLIENT_H
 #define CLIENT_TLS_CLIENT_H
