@@ -54,10 +54,10 @@ int ctl_top(struct ctl_globals *g, int argc, char **argv);
 
 int ctl_init(struct ctl_globals *g, int argc, char **argv);
 int ctl_status(struct ctl_globals *g, int argc, char **argv);
-/* One `status` report into out (ctl_admin.c); the exit status. */
+/* One `status` report into out (ctl_view.c); the exit status. */
 int ctl_status_print(struct ctl_globals *g, FILE *out);
 /* status --watch: the report redrawn in place every interval seconds
- * until q, SIGINT or SIGTERM (ctl_watch_view.c). */
+ * until q, SIGINT or SIGTERM (ctl_view.c). */
 int ctl_status_watch(struct ctl_globals *g, double interval);
 int ctl_join(struct ctl_globals *g, int argc, char **argv);
 int ctl_leave(struct ctl_globals *g, int argc, char **argv);

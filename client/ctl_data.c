@@ -277,12 +277,8 @@ ctl_set(struct ctl_globals *g, int argc, char **argv)
                 return 2;
             }
             break;
-        case 'h':
-            printf("usage: %s\n", usage);
-            return 0;
         default:
-            fprintf(stderr, "usage: %s\n", usage);
-            return 2;
+            return ctl_getopt_default(c, usage, CTL_USAGE_ON_ERROR);
         }
     }
     if (argc - optind != 2) {
@@ -775,12 +771,8 @@ ctl_top(struct ctl_globals *g, int argc, char **argv)
                 return 2;
             }
             break;
-        case 'h':
-            printf("usage: %s\n", usage);
-            return 0;
         default:
-            fprintf(stderr, "usage: %s\n", usage);
-            return 2;
+            return ctl_getopt_default(c, usage, CTL_USAGE_ON_ERROR);
         }
     }
     if (optind < argc) {

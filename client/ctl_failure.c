@@ -242,9 +242,10 @@ ctl_remove(struct ctl_globals *g, int argc, char **argv)
                                           { "rate", required_argument, NULL, 'r' },
                                           { "help", no_argument, NULL, 'h' },
                                           { NULL, 0, NULL, 0 } };
-    double                     rate = DEFAULT_RATE_MIB;
-    bool                       failed = false, force = false;
-    int                        c;
+    static const char usage[] = CTL_USAGE_ADMIN " remove --failed ID [--force] [--rate MIB_PER_S]";
+    double            rate = DEFAULT_RATE_MIB;
+    bool              failed = false, force = false;
+    int               c;
 
     /* No "+": options may follow the operands (remove --failed ID --force). */
     optind = 0;
@@ -261,12 +262,8 @@ ctl_remove(struct ctl_globals *g, int argc, char **argv)
                 return EX_USAGE;
             }
             break;
-        case 'h':
-            printf("usage: " CTL_USAGE_ADMIN " remove --failed ID [--force] "
-                   "[--rate MIB_PER_S]\n");
-            return EX_OK;
         default:
-            return EX_USAGE;
+            return ctl_getopt_default(c, usage, 0);
         }
     }
     if (!failed || argc - optind != 1 || strlen(argv[optind]) > RING_ID_MAX) {
@@ -346,9 +343,10 @@ ctl_repair(struct ctl_globals *g, int argc, char **argv)
                                           { "rate", required_argument, NULL, 'r' },
                                           { "help", no_argument, NULL, 'h' },
                                           { NULL, 0, NULL, 0 } };
-    double                     rate = DEFAULT_RATE_MIB;
-    bool                       force = false;
-    int                        c;
+    static const char usage[] = CTL_USAGE_ADMIN " repair ID [ADDR] [--force] [--rate MIB_PER_S]";
+    double            rate = DEFAULT_RATE_MIB;
+    bool              force = false;
+    int               c;
 
     /* No "+": options may follow the operands (repair ID --force). */
     optind = 0;
@@ -362,12 +360,8 @@ ctl_repair(struct ctl_globals *g, int argc, char **argv)
                 return EX_USAGE;
             }
             break;
-        case 'h':
-            printf("usage: " CTL_USAGE_ADMIN " repair ID [ADDR] [--force] "
-                   "[--rate MIB_PER_S]\n");
-            return EX_OK;
         default:
-            return EX_USAGE;
+            return ctl_getopt_default(c, usage, 0);
         }
     }
     if (argc - optind < 1 || argc - optind > 2 || strlen(argv[optind]) > RING_ID_MAX ||
@@ -479,18 +473,20 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
                                           { "once", no_argument, NULL, 'o' },
                                           { "help", no_argument, NULL, 'h' },
                                           { NULL, 0, NULL, 0 } };
-    struct sigaction           sa;
-    struct watched            *w = NULL;
-    uint32_t                   nw = 0;
-    double                     down_after = 1, interval = 0.5, tr_timeout = 30;
-    int64_t                    stuck_since = 0;
-    uint64_t                   seen_rev = 0;
-    struct mstore             *ws = NULL;
-    struct ctl_role           *role = NULL;
-    bool                       force = false, once = false, admin_gone_seen = false;
-    bool                       standby = false, fatal = false;
-    int                        c, rc = EX_OK;
-    char                      *end;
+    static const char          usage[] = CTL_USAGE_ADMIN
+        " watch [--down-after S] [--interval S] [--transition-timeout S] [--force] [--once]";
+    struct sigaction sa;
+    struct watched  *w = NULL;
+    uint32_t         nw = 0;
+    double           down_after = 1, interval = 0.5, tr_timeout = 30;
+    int64_t          stuck_since = 0;
+    uint64_t         seen_rev = 0;
+    struct mstore   *ws = NULL;
+    struct ctl_role *role = NULL;
+    bool             force = false, once = false, admin_gone_seen = false;
+    bool             standby = false, fatal = false;
+    int              c, rc = EX_OK;
+    char            *end;
 
     optind = 0;
     while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
@@ -519,12 +515,8 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
         case 'o':
             once = true;
             break;
-        case 'h':
-            printf("usage: " CTL_USAGE_ADMIN " watch [--down-after S] "
-                   "[--interval S] [--transition-timeout S] [--force] [--once]\n");
-            return EX_OK;
         default:
-            return EX_USAGE;
+            return ctl_getopt_default(c, usage, 0);
         }
     }
     if (optind != argc) {

@@ -84,6 +84,7 @@ ctl_locate(struct ctl_globals *g, int argc, char **argv)
                                           { "replicas", required_argument, NULL, 'r' },
                                           { "help", no_argument, NULL, 'h' },
                                           { NULL, 0, NULL, 0 } };
+    static const char          usage[] = "ringctl locate --members FILE [--replicas R] [KEY...]";
     const char                *path = g->members;
     struct ring_members       *m = NULL;
     struct ring               *r = NULL;
@@ -106,11 +107,8 @@ ctl_locate(struct ctl_globals *g, int argc, char **argv)
                 return 2;
             }
             break;
-        case 'h':
-            printf("usage: ringctl locate --members FILE [--replicas R] [KEY...]\n");
-            return 0;
         default:
-            return 2;
+            return ctl_getopt_default(c, usage, 0);
         }
     }
     if (path == NULL) {
@@ -207,6 +205,7 @@ ctl_ring(struct ctl_globals *g, int argc, char **argv)
                                           { "svg", required_argument, NULL, 's' },
                                           { "help", no_argument, NULL, 'h' },
                                           { NULL, 0, NULL, 0 } };
+    static const char          usage[] = "ringctl [--human] ring --members FILE [--svg OUT.svg]";
     const char                *path = g->members, *svg = NULL;
     bool                       human = g->human;
     struct ring_members       *m = NULL;
@@ -226,11 +225,8 @@ ctl_ring(struct ctl_globals *g, int argc, char **argv)
         case 's':
             svg = optarg;
             break;
-        case 'h':
-            printf("usage: ringctl [--human] ring --members FILE [--svg OUT.svg]\n");
-            return 0;
         default:
-            return 2;
+            return ctl_getopt_default(c, usage, 0);
         }
     }
     if (path == NULL) {
@@ -413,6 +409,7 @@ ctl_plan(struct ctl_globals *g, int argc, char **argv)
                                           { "human", no_argument, NULL, 'H' },
                                           { "help", no_argument, NULL, 'h' },
                                           { NULL, 0, NULL, 0 } };
+    static const char          usage[] = "ringctl [--human] plan --from A.members --to B.members";
     const char                *from = NULL, *to = NULL;
     bool                       human = g->human;
     struct ring_members       *ma = NULL, *mb = NULL;
@@ -434,11 +431,8 @@ ctl_plan(struct ctl_globals *g, int argc, char **argv)
         case 'H':
             human = true;
             break;
-        case 'h':
-            printf("usage: ringctl [--human] plan --from A.members --to B.members\n");
-            return 0;
         default:
-            return 2;
+            return ctl_getopt_default(c, usage, 0);
         }
     }
     if (from == NULL || to == NULL) {

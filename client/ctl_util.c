@@ -243,6 +243,19 @@ ctl_table_print(struct ctl_table *t, bool human, FILE *out)
 }
 
 int
+ctl_getopt_default(int c, const char *usage, unsigned flags)
+{
+    if (c == 'h') {
+        printf("usage: %s\n", usage);
+        exit(0);
+    }
+    if (flags & CTL_USAGE_ON_ERROR) {
+        fprintf(stderr, "usage: %s\n", usage);
+    }
+    return EX_USAGE;
+}
+
+int
 ctl_no_options(int argc, char **argv, const char *usage, unsigned flags)
 {
     static const struct option opts[] = { { "help", no_argument, NULL, 'h' },
@@ -251,13 +264,7 @@ ctl_no_options(int argc, char **argv, const char *usage, unsigned flags)
 
     optind = 0;
     while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
-        if (c == 'h') {
-            printf("usage: %s\n", usage);
-            exit(0);
-        }
-        if (flags & CTL_USAGE_ON_ERROR) {
-            fprintf(stderr, "usage: %s\n", usage);
-        }
+        ctl_getopt_default(c, usage, flags);
         return -1;
     }
     if ((flags & CTL_NO_OPERANDS) && optind != argc) {

@@ -86,6 +86,15 @@ void ctl_table_print(struct ctl_table *t, bool human, FILE *out);
 #define CTL_NO_OPERANDS    2 /* an operand is a usage error too */
 
 /*
+ * The default case of a subcommand's getopt switch (c: what getopt
+ * returned that the subcommand does not take itself): 'h' (--help) prints
+ * "usage: USAGE" on stdout and exits 0; anything else is a bad option
+ * getopt has already named: 2 (EX_USAGE), after "usage: USAGE" on stderr
+ * too with CTL_USAGE_ON_ERROR.
+ */
+int ctl_getopt_default(int c, const char *usage, unsigned flags);
+
+/*
  * Parse the argv of a subcommand that has no options of its own: --help
  * prints "usage: USAGE" on stdout and exits 0. Returns the index of the
  * first operand, or -1 on a usage error: a bad option (getopt says which;

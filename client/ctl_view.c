@@ -1,14 +1,14 @@
 /*
- * ctl_view: `ringctl status --watch`, the status report as a live view.
- * On a terminal it takes the alternate screen and redraws the report in
- * place every interval (cursor home, each line cut to the width and
- * cleared to its end, the rest of the screen cleared), reads q without
- * Enter, and gives the terminal back as it found it on q, Ctrl-C or
- * SIGTERM. Not on a terminal, it prints one report after another.
+ * ctl_view: `ringctl status`, the report (the store's epochs, then each
+ * node as it answers), and --watch, the report as a live view: on a
+ * terminal the alternate screen, redrawn in place every interval, q
+ * without Enter, the terminal given back on q, Ctrl-C or SIGTERM; not on
+ * a terminal, one report after another.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,6 +21,171 @@
 
 #include "client/ctl.h"
 #include "client/ctl_util.h"
+#include "client/cport_client.h"
+#include "client/ctl_pending.h"
+#include "client/ctl_transition.h"
+#include "ring/ring.h"
+
+/* Append ",x" (or "x") to a column cell. */
+static void
+cell_add(char *buf, size_t len, const char *x)
+{
+    size_t n = strlen(buf);
+
+    if (n + strlen(x) + 2 < len) {
+        snprintf(buf + n, len - n, "%s%s", n > 0 ? "," : "", x);
+    }
+}
+
+/* The heartbeat views around node n: which peers n sees suspect or down
+ * ("id:state"), and which nodes see n down or suspect. "-" when none. */
+static void
+peer_views(struct admin *a, const struct tnode *n, char *sees, size_t slen, char *by, size_t blen)
+{
+    uint32_t i, k;
+
+    sees[0] = by[0] = '\0';
+    for (k = 0; n->have_st && k < n->st.n_peers; k++) {
+        const struct cport_peer *p = &n->st.peers[k];
+        char                     cell[RING_ID_MAX + 16];
+
+        if (p->state == CPORT_PEER_DOWN || p->state == CPORT_PEER_SUSPECT) {
+            snprintf(cell, sizeof(cell), "%s:%s", p->node_id, cport_peer_health_name(p->state));
+            cell_add(sees, slen, cell);
+        }
+    }
+    for (i = 0; i < a->n_nodes; i++) {
+        const struct tnode *o = &a->nodes[i];
+
+        for (k = 0; o != n && o->have_st && k < o->st.n_peers; k++) {
+            const struct cport_peer *p = &o->st.peers[k];
+
+            if (strcmp(p->node_id, n->id) == 0 &&
+                (p->state == CPORT_PEER_DOWN || p->state == CPORT_PEER_SUSPECT)) {
+                cell_add(by, blen, o->id);
+            }
+        }
+    }
+    if (sees[0] == '\0') {
+        snprintf(sees, slen, "-");
+    }
+    if (by[0] == '\0') {
+        snprintf(by, blen, "-");
+    }
+}
+
+int
+ctl_status_print(struct ctl_globals *g, FILE *out)
+{
+    struct admin         a = { .g = g };
+    struct cport_request sreq = { .kind = CPORT_STATUS };
+    struct ctl_table     t = { .ncols = 15 };
+    const char          *sep;
+    struct ring         *r = NULL;
+    double              *share = NULL;
+    uint32_t             i, bad = 0;
+    uint64_t             epoch;
+    int                  rc;
+
+    rc = admin_load(&a, true);
+    if (rc != EX_OK) {
+        goto out;
+    }
+    epoch = a.old != NULL ? a.old->epoch : 0;
+    /* Two header lines: TSV, or "name:  value" words for people. */
+    sep = g->human ? " " : "\t";
+    fprintf(out, "epoch%s%" PRIu64 "\n", g->human ? ":   " : "\t", epoch);
+    fprintf(out, "pending%s", g->human ? ": " : "\t");
+    if (a.have_rec) {
+        fprintf(out, "%" PRIu64 "%s%s%s%s\n", a.rec.epoch, sep, trec_phase_name(a.rec.phase), sep,
+                a.rec.op);
+    } else if (a.new != NULL) {
+        fprintf(out, "%" PRIu64 "%sINCOMPLETE%s%s without %s\n", a.new->epoch, sep, sep,
+                REC_PENDING, REC_PENDING_TREC);
+    } else {
+        fprintf(out, "none\n");
+    }
+    fprintf(out, "phase%s%s\n", g->human ? ":   " : "\t",
+            a.have_rec      ? trec_phase_name(a.rec.phase)
+            : a.new != NULL ? "INCOMPLETE"
+                            : "NONE");
+    if (a.old == NULL) {
+        goto out;
+    }
+    r = ring_build(a.old);
+    share = calloc(a.old->n_nodes, sizeof(*share));
+    if (r == NULL || share == NULL) {
+        ctl_error("cannot build the ring of epoch %" PRIu64, epoch);
+        rc = EX_FAILED;
+        goto out;
+    }
+    ring_shares(r, share);
+    rc = nodes_build(&a);
+    if (rc != EX_OK) {
+        goto out;
+    }
+    ctl_table_row(&t, "id\taddr\tstate\tactive\tpending\tphase\titems\tbytes\tshare\tboot_changed"
+                      "\torphans\tmisrouted\tflags\tsees_down\tseen_down_by");
+    /* Every node first: the seen_down_by column needs the others' views. */
+    for (i = 0; i < a.n_nodes; i++) {
+        if (node_call(&a, &a.nodes[i], &sreq, g->timeout_ms) != CPORT_OK) {
+            a.nodes[i].have_st = false;
+        }
+    }
+    for (i = 0; i < a.n_nodes; i++) {
+        struct tnode *n = &a.nodes[i];
+        int           idx = ring_members_find(a.old, n->id);
+        char          sh[32];
+        uint64_t      want_boot = a.have_rec ? trec_boot_id(&a.rec, n->id) : 0;
+
+        snprintf(sh, sizeof(sh), g->human ? "%.1f%%" : "%.4f",
+                 idx >= 0 ? share[idx] * (g->human ? 100 : 1) : 0.0);
+        char flags[64], sees[512], by[512];
+
+        peer_views(&a, n, sees, sizeof(sees), by, sizeof(by));
+        if (!n->have_st) {
+            ctl_table_row(&t, "%s\t%s\tdown\t-\t-\t-\t-\t-\t%s\t-\t-\t-\t-\t-\t%s", n->id, n->addr,
+                          sh, by);
+            ctl_info("status: %s (%s): %s", n->id, n->addr, n->err);
+            bad++;
+            continue;
+        }
+        if (n->st.recovering) {
+            snprintf(flags, sizeof(flags), "recovering");
+        } else if (n->st.behind_epoch != 0) {
+            snprintf(flags, sizeof(flags), "behind:%" PRIu64, n->st.behind_epoch);
+        } else {
+            snprintf(flags, sizeof(flags), "-");
+        }
+        ctl_table_row(&t,
+                      "%s\t%s\tup\t%" PRIu64 "\t%" PRIu64 "\t%s\t%" PRIu64 "\t%" PRIu64
+                      "\t%s\t%s\t%" PRIu64 "\t%" PRIu64 "\t%s\t%s\t%s",
+                      n->id, n->addr, n->st.active_epoch, n->st.pending_epoch,
+                      cport_phase_name(n->st.phase), n->st.curr_items, n->st.bytes, sh,
+                      want_boot == 0               ? "-"
+                      : want_boot != n->st.boot_id ? "yes"
+                                                   : "no",
+                      n->st.orphans, n->st.misrouted, flags, sees, by);
+        if (n->st.recovering || n->st.behind_epoch != 0) {
+            ctl_info("status: %s is %s: `ringctl repair %s` brings its ranges back", n->id, flags,
+                     n->id);
+            bad++;
+        }
+        /* Nodes of the active epoch must be at it; a joining node is not yet. */
+        if (idx >= 0 && n->st.active_epoch != epoch) {
+            ctl_info("status: %s is at epoch %" PRIu64 ", the store at %" PRIu64, n->id,
+                     n->st.active_epoch, epoch);
+            bad++;
+        }
+    }
+    ctl_table_print(&t, g->human, out);
+    rc = bad > 0 ? EX_FAILED : EX_OK;
+out:
+    free(share);
+    ring_free(r);
+    admin_free(&a);
+    return rc;
+}
 
 static volatile sig_atomic_t view_stop;
 

@@ -104,6 +104,7 @@ node_request(struct ringcache *rc, struct rc_node *rn, uint64_t declare, const s
         /* A retried attempt starts clean: the stale one never ran. */
         *sent = false;
         got_bytes = false;
+        *op->result = 0;
         if (op->reset != NULL) {
             op->reset(op->ctx);
         }

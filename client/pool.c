@@ -355,39 +355,6 @@ pool_acquire(struct pool_node *n, const struct pool_config *cfg, struct pool_con
     return 0;
 }
 
-/* Milliseconds left before deadline, for poll (0 when past). */
-static int
-left_ms(int64_t deadline)
-{
-    int64_t left = deadline - util_now_ms();
-
-    if (left <= 0) {
-        return 0;
-    }
-    return left > 60000 ? 60000 : (int)left;
-}
-
-/* Wait for events on c->fd until deadline: 0 when ready, ETIMEDOUT, EIO. */
-static int
-wait_fd(int fd, short events, int64_t deadline)
-{
-    struct pollfd p = { .fd = fd, .events = events };
-    int           rc;
-
-    for (;;) {
-        rc = poll(&p, 1, left_ms(deadline));
-        if (rc > 0) {
-            return 0;
-        }
-        if (rc == 0) {
-            return RINGCACHE_ETIMEDOUT;
-        }
-        if (errno != EINTR) {
-            return RINGCACHE_EIO;
-        }
-    }
-}
-
 int
 pool_conn_finish_connect(struct pool_conn *c)
 {
@@ -408,7 +375,7 @@ pool_conn_wait_connected(struct pool_conn *c, int64_t deadline)
     if (!c->connecting) {
         return 0;
     }
-    rc = wait_fd(c->fd, POLLOUT, deadline);
+    rc = tls_client_wait(c->fd, POLLOUT, deadline);
     if (rc != 0) {
         return rc;
     }
@@ -520,7 +487,7 @@ pool_conn_send(struct pool_conn *c, struct iovec *iov, int iovcnt, int64_t deadl
         if (rc != 0 || iovcnt == 0) {
             return rc;
         }
-        rc = wait_fd(c->fd, pool_conn_events(c, false), deadline);
+        rc = tls_client_wait(c->fd, pool_conn_events(c, false), deadline);
         if (rc != 0) {
             return rc;
         }
@@ -641,7 +608,7 @@ pool_conn_recv(struct pool_conn *c, int64_t deadline)
     /* Part of the time is spent: wait with poll for what is left, then
      * read without blocking. */
     for (;;) {
-        rc = wait_fd(c->fd, ev, deadline);
+        rc = tls_client_wait(c->fd, ev, deadline);
         if (rc != 0) {
             return rc;
         }

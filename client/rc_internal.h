@@ -72,7 +72,8 @@ struct ringcache {
 typedef int (*reply_fn)(void *ctx, const struct mcr_reply *r);
 
 /* A request's reply handling: the handler, its context, how to clear the
- * context before another attempt, and where the handler leaves its code. */
+ * context before another attempt (may be NULL), and where the handler
+ * leaves its code (node_request zeroes it before each attempt). */
 struct op {
     reply_fn fn;
     void (*reset)(void *ctx);

@@ -458,7 +458,6 @@ get_reset(void *arg)
 
     ringcache_value_clear(&g->v);
     g->hit = false;
-    g->result = 0;
 }
 
 /* get (gets with with_cas) of one key, failing over down its preference
@@ -543,16 +542,6 @@ line_reply(void *arg, const struct mcr_reply *r)
     }
 }
 
-/* Clear a one-line context before another attempt. */
-static void
-line_reset(void *arg)
-{
-    struct line_ctx *l = arg;
-
-    l->result = 0;
-    l->number = 0;
-}
-
 /* A storage command (set/add/replace/append/prepend/cas): validate, then
  * header, value and \r\n in one sendmsg (no copy of the value). */
 static int
@@ -560,7 +549,7 @@ do_store(struct ringcache *rc, const char *cmd, const char *key, size_t key_len,
          size_t value_len, uint32_t flags, int32_t ttl, bool with_cas, uint64_t cas)
 {
     struct line_ctx l = { .ok = MCR_STORED };
-    struct op       op = { line_reply, line_reset, &l, &l.result };
+    struct op       op = { line_reply, NULL, &l, &l.result };
     char            head[MCP_LINE_MAX];
     struct iovec    iov[3];
     int             ret;
@@ -635,7 +624,7 @@ do_line(struct ringcache *rc, const char *key, size_t key_len, char *line, size_
         enum mcr_kind ok, uint64_t *number)
 {
     struct line_ctx l = { .ok = ok };
-    struct op       op = { line_reply, line_reset, &l, &l.result };
+    struct op       op = { line_reply, NULL, &l, &l.result };
     struct iovec    iov = { .iov_base = line, .iov_len = len };
     int             ret;
 
@@ -659,24 +648,29 @@ ringcache_delete(struct ringcache *rc, const char *key, size_t key_len)
                    NULL);
 }
 
+/* incr (incr true) or decr of key by delta; the new value into *result. */
+static int
+do_arith(struct ringcache *rc, bool incr, const char *key, size_t key_len, uint64_t delta,
+         uint64_t *result)
+{
+    char line[MCP_LINE_MAX];
+
+    return do_line(rc, key, key_len, line, mcp_format_arith(line, incr, key, key_len, delta),
+                   MCR_NUMBER, result);
+}
+
 int
 ringcache_incr(struct ringcache *rc, const char *key, size_t key_len, uint64_t delta,
                uint64_t *result)
 {
-    char line[MCP_LINE_MAX];
-
-    return do_line(rc, key, key_len, line, mcp_format_arith(line, true, key, key_len, delta),
-                   MCR_NUMBER, result);
+    return do_arith(rc, true, key, key_len, delta, result);
 }
 
 int
 ringcache_decr(struct ringcache *rc, const char *key, size_t key_len, uint64_t delta,
                uint64_t *result)
 {
-    char line[MCP_LINE_MAX];
-
-    return do_line(rc, key, key_len, line, mcp_format_arith(line, false, key, key_len, delta),
-                   MCR_NUMBER, result);
+    return do_arith(rc, false, key, key_len, delta, result);
 }
 
 int

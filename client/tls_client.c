@@ -134,9 +134,10 @@ tls_client_ctx_new(const struct ringcache_options *o, char *err, size_t errlen)
     return ctx;
 }
 
-/* Wait for ev on fd until deadline: 0, RINGCACHE_ETIMEDOUT or RINGCACHE_EIO. */
-static int
-wait_for(int fd, short ev, int64_t deadline)
+/* tls_client_wait: see tls_client.h. poll waits at most a minute at a
+ * time, and 0 ms (one last look) once the deadline has passed. */
+int
+tls_client_wait(int fd, short ev, int64_t deadline)
 {
     struct pollfd p = { .fd = fd, .events = ev };
     int64_t       left;
@@ -144,10 +145,7 @@ wait_for(int fd, short ev, int64_t deadline)
 
     for (;;) {
         left = deadline - util_now_ms();
-        if (left <= 0) {
-            return RINGCACHE_ETIMEDOUT;
-        }
-        rc = poll(&p, 1, left > 60000 ? 60000 : (int)left);
+        rc = poll(&p, 1, left <= 0 ? 0 : left > 60000 ? 60000 : (int)left);
         if (rc > 0) {
             return 0;
         }
@@ -189,7 +187,7 @@ tls_client_handshake(SSL_CTX *ctx, int fd, const char *host, bool check_name, in
         }
         e = SSL_get_error(ssl, rc);
         if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-            rc = wait_for(fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline);
+            rc = tls_client_wait(fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline);
             if (rc == 0) {
                 continue;
             }

@@ -8,6 +8,8 @@
  * layer whole (until it wants the socket again), so no decrypted byte ever
  * waits inside OpenSSL where poll() cannot see it: a caller that polls the
  * socket before reading again (node_io, mget) never misses a reply.
+ * tls_client_wait, the deadline-bounded poll of a socket, serves plain
+ * connections too.
  */
 #ifndef CLIENT_TLS_CLIENT_H
 #define CLIENT_TLS_CLIENT_H
@@ -50,6 +52,14 @@ long tls_client_read(SSL *ssl, char *buf, size_t len, short *want);
  * wait for *want), RINGCACHE_EIO or RINGCACHE_ETLS. Small iov parts are gathered into one
  * record, so a request costs one record, not one per part. */
 long tls_client_write(SSL *ssl, const struct iovec *iov, int iovcnt, short *want);
+
+/* Wait until the non-blocking socket fd is ready for ev (POLLIN,
+ * POLLOUT) or deadline (monotonic ms) passes, through EINTR; a deadline
+ * already past still gets one look without waiting. 0 when ready,
+ * RINGCACHE_ETIMEDOUT, or RINGCACHE_EIO (poll failed; errno says why).
+ * Every blocking wait of the client's sockets (pool.c, cport_client.c,
+ * the handshake here) is this one. */
+int tls_client_wait(int fd, short ev, int64_t deadline);
 
 /* Send close_notify if the socket takes it now, and free ssl (NULL: no-op).
  * The caller closes the socket. */

@@ -22,7 +22,7 @@
 #define RING_SCAN_MAX 16
 
 /* Lists of up to this many owners are located with a linear scan of the
- * chosen zones and nodes; longer ones use bitmaps (locate_bitmap). */
+ * chosen zones and nodes; longer ones use bitmaps (ring_locate_rank). */
 #define RANK_SCAN_MAX 16
 
 /* Most owners of a list ring_owned_arcs looks at (the list is on the
@@ -740,64 +740,73 @@ ring_primary(const struct ring *r, uint64_t hash)
     return r->node[ring_point_rank(r, hash)];
 }
 
-/*
- * Preference list for want > 16 (rare: R is usually 1-3): bitmaps of
- * chosen nodes and used zones on the stack (16 KiB at most) instead of
- * scanning out[].
- */
-static uint32_t
-locate_bitmap(const struct ring *r, uint32_t start, uint32_t want, uint32_t *out)
+/* Whether v is taken: set in bits when there is a bitmap, else among
+ * list[0..n). */
+static inline bool
+taken(const uint64_t *bits, const uint32_t *list, uint32_t n, uint32_t v)
 {
-    uint64_t chosen[(RING_NODES_MAX + 64) / 64];
-    uint64_t used[(RING_NODES_MAX + 64) / 64];
-    uint32_t words = (r->m->n_nodes + 63) / 64;
-    uint32_t np = r->n_points, cnt = 0, s, p;
+    uint32_t j;
 
-    memset(chosen, 0, words * sizeof(chosen[0]));
-    memset(used, 0, words * sizeof(used[0]));
-    for (s = 0, p = start; s < np; s++, p = (p + 1 == np) ? 0 : p + 1) {
-        uint32_t nd = r->node[p], z = r->zone[nd];
-
-        if (used[z / 64] & (1ull << (z % 64))) {
-            continue;
-        }
-        used[z / 64] |= 1ull << (z % 64);
-        chosen[nd / 64] |= 1ull << (nd % 64);
-        out[cnt++] = nd;
-        if (cnt == want) {
-            return cnt;
-        }
-        if (cnt == r->n_zones) {
-            break;
+    if (bits != NULL) {
+        return (bits[v / 64] >> (v % 64)) & 1;
+    }
+    for (j = 0; j < n; j++) {
+        if (list[j] == v) {
+            return true;
         }
     }
-    for (s = 0, p = start; s < np; s++, p = (p + 1 == np) ? 0 : p + 1) {
-        uint32_t nd = r->node[p];
+    return false;
+}
 
-        if (chosen[nd / 64] & (1ull << (nd % 64))) {
-            continue;
-        }
-        chosen[nd / 64] |= 1ull << (nd % 64);
-        out[cnt++] = nd;
-        if (cnt == want) {
-            break;
+/*
+ * The two passes of ring_locate_rank from rank start (want >= 1). Pass 1
+ * takes nodes whose zone is not used yet (a chosen node's zone is used,
+ * so this also skips chosen nodes) and ends once every zone is used; pass
+ * 2 fills with any node not chosen. Every node has at least one point, so
+ * want <= n_nodes is always reached within one turn. Chosen nodes and
+ * used zones are looked up in the bitmaps nodes and zones when given
+ * (zeroed, n_nodes bits each), else by scanning out[] and zl[] (the zone
+ * of each out[]; want entries).
+ */
+static inline uint32_t
+locate_passes(const struct ring *r, uint32_t start, uint32_t want, uint32_t *out, uint32_t *zl,
+              uint64_t *nodes, uint64_t *zones)
+{
+    uint32_t np = r->n_points, cnt = 0, s, p, pass;
+
+    for (pass = 1; pass <= 2; pass++) {
+        for (s = 0, p = start; s < np; s++, p = (p + 1 == np) ? 0 : p + 1) {
+            uint32_t nd = r->node[p], z = r->zone[nd];
+
+            if (pass == 1 ? taken(zones, zl, cnt, z) : taken(nodes, out, cnt, nd)) {
+                continue;
+            }
+            if (nodes != NULL) {
+                nodes[nd / 64] |= 1ull << (nd % 64);
+                zones[z / 64] |= 1ull << (z % 64);
+            } else {
+                zl[cnt] = z;
+            }
+            out[cnt++] = nd;
+            if (cnt == want) {
+                return cnt;
+            }
+            if (pass == 1 && cnt == r->n_zones) {
+                break;
+            }
         }
     }
     return cnt;
 }
 
-/*
- * ring_locate_rank: see ring_internal.h. Pass 1 takes nodes whose zone is
- * not used yet (a chosen node's zone is used, so this also skips chosen
- * nodes) and ends once every zone is used; pass 2 fills with any node not
- * chosen. Every node has at least one point, so want <= n_nodes is always
- * reached within one turn.
- */
+/* ring_locate_rank: see ring_internal.h. Lists of want > RANK_SCAN_MAX
+ * (rare: R is usually 1-3) keep their chosen nodes and used zones in
+ * bitmaps on the stack (16 KiB at most) instead of scanning out[]. */
 uint32_t
 ring_locate_rank(const struct ring *r, uint32_t start, uint32_t want, uint32_t *out)
 {
-    uint16_t zused[RANK_SCAN_MAX];
-    uint32_t np = r->n_points, cnt = 0, s, p, j;
+    uint64_t nodes[(RING_NODES_MAX + 64) / 64], zones[(RING_NODES_MAX + 64) / 64];
+    uint32_t zl[RANK_SCAN_MAX], words = (r->m->n_nodes + 63) / 64;
 
     if (want > r->m->n_nodes) {
         want = r->m->n_nodes;
@@ -805,47 +814,12 @@ ring_locate_rank(const struct ring *r, uint32_t start, uint32_t want, uint32_t *
     if (want == 0) {
         return 0;
     }
-    if (want > RANK_SCAN_MAX) {
-        return locate_bitmap(r, start, want, out);
+    if (want <= RANK_SCAN_MAX) {
+        return locate_passes(r, start, want, out, zl, NULL, NULL);
     }
-    for (s = 0, p = start; s < np; s++, p = (p + 1 == np) ? 0 : p + 1) {
-        uint32_t nd = r->node[p];
-        uint16_t z = r->zone[nd];
-
-        for (j = 0; j < cnt; j++) {
-            if (zused[j] == z) {
-                break;
-            }
-        }
-        if (j < cnt) {
-            continue;
-        }
-        zused[cnt] = z;
-        out[cnt++] = nd;
-        if (cnt == want) {
-            return cnt;
-        }
-        if (cnt == r->n_zones) {
-            break;
-        }
-    }
-    for (s = 0, p = start; s < np; s++, p = (p + 1 == np) ? 0 : p + 1) {
-        uint32_t nd = r->node[p];
-
-        for (j = 0; j < cnt; j++) {
-            if (out[j] == nd) {
-                break;
-            }
-        }
-        if (j < cnt) {
-            continue;
-        }
-        out[cnt++] = nd;
-        if (cnt == want) {
-            break;
-        }
-    }
-    return cnt;
+    memset(nodes, 0, words * sizeof(nodes[0]));
+    memset(zones, 0, words * sizeof(zones[0]));
+    return locate_passes(r, start, want, out, NULL, nodes, zones);
 }
 
 /* ring_locate: see ring.h. */
