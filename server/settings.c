@@ -26,30 +26,33 @@
 #define FRAME_MIN    (512u * 1024u)
 #define FRAME_LIMIT  FRAME_PAYLOAD_MAX
 
-/* Defaults as memcached's, except the listen address (loopback, safer). */
+/* Defaults as memcached's, except the listen address (loopback, safer);
+ * every field not named is zero. */
+static const struct settings defaults = {
+    .port = 11211,
+    .listen_addr = "127.0.0.1",
+    .num_threads = 4,
+    .maxbytes = (size_t)64 * 1024 * 1024,
+    .maxconns = 1024,
+    .item_size_max = 1024 * 1024,
+    .cluster_name = "ringcache",
+    .forward_timeout_ms = 1000,
+    .socket_mask = 0700,
+    .backlog = 1024,
+    .reqs_per_event = 20,
+    .hotkeys_sample = 100,
+    .hotkeys_decay_s = 60,
+    .max_output_bytes = SETTINGS_MAX_OUTPUT_DEFAULT,
+    .max_keys_per_get = SETTINGS_MAX_KEYS_DEFAULT,
+    .max_frame_bytes = SETTINGS_MAX_FRAME_DEFAULT,
+    .handoff_window = SETTINGS_HANDOFF_WIN_DEFAULT,
+    .ssl_min_version = 2, /* tlsv1.2, as memcached */
+};
+
 void
 settings_init(struct settings *s)
 {
-    memset(s, 0, sizeof(*s));
-    s->port = 11211;
-    strcpy(s->listen_addr, "127.0.0.1");
-    s->num_threads = 4;
-    s->maxbytes = (size_t)64 * 1024 * 1024;
-    s->maxconns = 1024;
-    s->item_size_max = 1024 * 1024;
-    s->verbose = 0;
-    strcpy(s->cluster_name, "ringcache");
-    s->forward_timeout_ms = 1000;
-    s->socket_mask = 0700;
-    s->backlog = 1024;
-    s->reqs_per_event = 20;
-    s->hotkeys_sample = 100;
-    s->hotkeys_decay_s = 60;
-    s->max_output_bytes = SETTINGS_MAX_OUTPUT_DEFAULT;
-    s->max_keys_per_get = SETTINGS_MAX_KEYS_DEFAULT;
-    s->max_frame_bytes = SETTINGS_MAX_FRAME_DEFAULT;
-    s->handoff_window = SETTINGS_HANDOFF_WIN_DEFAULT;
-    s->ssl_min_version = 2; /* tlsv1.2, as memcached */
+    *s = defaults;
 }
 
 /* Print the usage text to f. */
