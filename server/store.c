@@ -899,68 +899,23 @@ store_format_u64(char *buf, uint64_t v)
     return n;
 }
 
-/*
- * incr/decr. When only the table holds the item and the new number has the
- * same length, it is rewritten in place (nobody can be reading it: a reader
- * would hold a reference). Otherwise a new item is built outside the lock
- * and linked only if the item we read is still the live one.
- */
+/* incr/decr: the meta arithmetic (store_marith) with none of its options,
+ * as memcached's text and meta commands share do_add_delta. */
 int
 store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash, bool incr, uint64_t delta,
             uint64_t *value, uint64_t *cas_out)
 {
-    struct stripe *st = stripe_of(s, hash);
+    const struct store_marith o = {.incr = incr, .delta = delta};
+    struct store_marith_res   res;
+    int                       rc = store_marith(s, key, nkey, hash, &o, &res);
 
-    for (;;) {
-        struct store_item *old, *n;
-        char               buf[20];
-        uint64_t           v;
-        size_t             len;
-        int64_t            now;
-        int                err;
-
-        old = stripe_lock_find(s, st, key, nkey, hash, false, &now);
-        if (old == NULL) {
-            pthread_mutex_unlock(&st->lock);
-            return STORE_NOT_FOUND;
-        }
-        if (!store_parse_u64(store_item_value(old), old->nbytes, &v)) {
-            pthread_mutex_unlock(&st->lock);
-            return STORE_NON_NUMERIC;
-        }
-        if (incr) {
-            v += delta; /* wraps modulo 2^64 */
-        } else {
-            v = v > delta ? v - delta : 0;
-        }
-        len = store_format_u64(buf, v);
-        if (len == old->nbytes && __atomic_load_n(&old->refcount, __ATOMIC_ACQUIRE) == 1) {
-            memcpy(store_item_value_mut(old), buf, len);
-            old->cas = cas_mint(s);
-            do_track(s, st, old);
-            do_lru_update(st, old, now);
-            *value = v;
-            if (cas_out != NULL) {
-                *cas_out = old->cas;
-            }
-            pthread_mutex_unlock(&st->lock);
-            return STORE_STORED;
-        }
-        item_ref(old);
-        pthread_mutex_unlock(&st->lock);
-
-        n = store_alloc(s, key, nkey, hash, old->flags, 0, len, &err);
-        if (n == NULL) {
-            store_release(s, old);
-            return err;
-        }
-        memcpy(store_item_value_mut(n), buf, len);
-        n->mflags |= old->mflags & (STORE_MF_STALE | STORE_MF_WON | STORE_MF_BINKEY);
-        if (relink_if_live(s, st, old, n, IF_FETCHED, true, cas_out)) {
-            *value = v;
-            return STORE_STORED;
+    if (rc == STORE_STORED) {
+        *value = res.value;
+        if (cas_out != NULL) {
+            *cas_out = res.cas;
         }
     }
+    return rc;
 }
 
 /* ---- stats -------------------------------------------------------------- */

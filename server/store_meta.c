@@ -248,7 +248,9 @@ store_marith(struct store *s, const char *key, size_t nkey, uint64_t hash,
         {
             uint64_t icas = 0;
 
-            if (relink_if_live(s, st, old, n, IF_FETCHED, false, &icas)) {
+            /* Without T, n takes old's expiry as it is when linked (a touch
+             * may have changed it meanwhile). */
+            if (relink_if_live(s, st, old, n, IF_FETCHED, !o->touch, &icas)) {
                 res->value = v;
                 res->cas = o->has_ecas ? o->ecas : icas;
                 return STORE_STORED;

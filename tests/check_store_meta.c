@@ -258,6 +258,31 @@ START_TEST(test_arith)
 }
 END_TEST
 
+/* Text incr of an item stored with E: the value changes, so its client
+ * CAS must too (a gets before it and a cas after it must not match). It
+ * was rewritten in place, keeping the E value, before incr shared ma's
+ * code. */
+START_TEST(test_text_incr_client_cas)
+{
+    struct store      *s = mkstore(64 * MIB, false);
+    struct store_item *it;
+    uint64_t           v = 0, cas = 0;
+    int                err = 0;
+
+    it = store_alloc_meta(s, "e", 1, h("e"), 0, 0, 1, true, 12345, &err);
+    ck_assert_ptr_nonnull(it);
+    memcpy(store_item_value_mut(it), "5", 1);
+    ck_assert_int_eq(store_mset(s, it, STORE_OP_SET, 0, NULL, NULL, NULL), STORE_STORED);
+    store_release(s, it);
+    ck_assert_int_eq(store_arith(s, "e", 1, h("e"), true, 1, &v, &cas), STORE_STORED);
+    ck_assert_uint_eq(v, 6);
+    ck_assert_uint_ne(client_cas(s, "e"), 12345);
+    ck_assert_uint_eq(client_cas(s, "e"), cas);
+    ck_assert_int_eq(put(s, STORE_OP_CAS, "e", "7", 0, 0, 12345, NULL), STORE_EXISTS);
+    store_free(s);
+}
+END_TEST
+
 /* md x: the value goes, the item (and its client CAS) stays. Append with
  * vivify creates on a miss. */
 START_TEST(test_empty_and_append_vivify)
@@ -355,6 +380,7 @@ store_meta_suite(void)
     tcase_add_test(tc, test_hit_and_last_access);
     tcase_add_test(tc, test_client_cas);
     tcase_add_test(tc, test_arith);
+    tcase_add_test(tc, test_text_incr_client_cas);
     tcase_add_test(tc, test_empty_and_append_vivify);
     tcase_add_test(tc, test_import_state);
     tcase_add_test(tc, test_base64);
