@@ -35,7 +35,7 @@
 #include "proto/frame.h"
 #include "proto/members_pb.h"
 #include "proto/ringcache.pb-c.h"
-#include "ring/sha256.h"
+#include "server/peerauth.h"
 #include "server/cluster.h"
 #include "server/handoff.h"
 #include "server/handoff_in.h"
@@ -806,7 +806,7 @@ hello(struct cp_conn *c, const struct frame *f)
         send_error(c, "wrong cluster");
     } else if (!cluster_has_token(cl)) {
         send_error(c, "this node has no --token-file: the cluster port is closed");
-    } else if (!sha256_ct_equal(m->token.data, m->token.len, token, token_len)) {
+    } else if (!peerauth_equal(m->token.data, m->token.len, token, token_len)) {
         /* Constant time: a timing must not tell how much of a guess was
          * right. */
         auth_failed(c);

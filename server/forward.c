@@ -10,7 +10,6 @@
  * ones are held behind it (struct fwd_order).
  */
 #include "config.h"
-#include "ring/util.h"
 #include "server/forward.h"
 
 #include <errno.h>
@@ -30,13 +29,14 @@
 #include <event2/event.h>
 #include <event2/util.h>
 
+#include "lib/util.h"
 #include "proto/mcreply.h"
-#include "ring/peerauth.h"
 #include "ring/ring.h"
 #include "server/cluster.h"
 #include "server/conn.h"
 #include "server/log.h"
 #include "server/peer_tls.h"
+#include "server/peerauth.h"
 #include "server/thread.h"
 
 #define FWD_VALUE_MAX (1u << 30) /* a VALUE larger than this is a protocol error */

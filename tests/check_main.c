@@ -29,7 +29,7 @@ main(void)
     srunner_add_suite(sr, forward_suite());
     srunner_add_suite(sr, mstore_suite());
     srunner_add_suite(sr, replicate_suite());
-    srunner_add_suite(sr, sha256_suite());
+    srunner_add_suite(sr, peerauth_suite());
     srunner_add_suite(sr, hotkeys_suite());
     srunner_add_suite(sr, latency_suite());
     srunner_add_suite(sr, authfile_suite());

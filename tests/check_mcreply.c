@@ -13,8 +13,8 @@
 
 #include "client/mcproto.h"
 #include "client/ringcache.h"
+#include "lib/util.h"
 #include "proto/mcreply.h"
-#include "ring/util.h"
 #include "tests/suites.h"
 
 struct reply_case {

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ring/util.h"
+#include "lib/util.h"
 #include "server/store.h"
 #include "tests/check_store.h"
 #include "tests/suites.h"

@@ -22,7 +22,7 @@ Suite *cport_suite(void);
 Suite *mstore_suite(void);
 Suite *forward_suite(void);
 Suite *replicate_suite(void);
-Suite *sha256_suite(void);
+Suite *peerauth_suite(void);
 Suite *hotkeys_suite(void);
 Suite *latency_suite(void);
 Suite *authfile_suite(void);

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client/mstore.h"
+#include "lib/mstore.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

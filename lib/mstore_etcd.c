@@ -33,8 +33,8 @@
 #include <string.h>
 
 #include "config.h"
-#include "client/mstore.h"
-#include "ring/util.h"
+#include "lib/mstore.h"
+#include "lib/util.h"
 
 #define ETCD_ENDPOINTS_MAX 16
 #define ETCD_TIMEOUT_MS    5000                    /* default per-request limit */
