@@ -23,6 +23,7 @@ Suite *mstore_suite(void);
 Suite *forward_suite(void);
 Suite *replicate_suite(void);
 Suite *peerauth_suite(void);
+Suite *util_suite(void);
 Suite *hotkeys_suite(void);
 Suite *latency_suite(void);
 Suite *authfile_suite(void);
