@@ -1,10 +1,8 @@
 /*
- * peerauth: how the node checks secrets. The proof a cluster peer gives on
- * the client port before it may send replica writes (docs/cluster.md,
- * "Replication"; docs/security.md): the node hands out a fresh random nonce
- * per connection; the peer answers HMAC-SHA256 keyed with the cluster token
- * over the cluster name, both node ids and the nonce. And the one
- * constant-time comparison of secrets (tokens, passwords). On libcrypto.
+ * peerauth: how the node checks secrets, on libcrypto. The rc_peer proof a
+ * cluster peer gives on the client port before it may send replica writes
+ * (docs/cluster.md, "Replication"; docs/security.md), and the one
+ * constant-time comparison of secrets (tokens, passwords).
  */
 #ifndef SERVER_PEERAUTH_H
 #define SERVER_PEERAUTH_H
@@ -19,12 +17,14 @@
 #define PEERAUTH_ID_MAX    255 /* a node id on the wire */
 
 /*
- * The proof for the challenge nonce_hex (PEERAUTH_NONCE_HEX hex digits)
- * that node node_id gave peer peer_id in cluster: lowercase hex of
- * HMAC-SHA256(token, "ringcache rc_peer v2" || each of cluster, node_id,
- * nonce_hex, peer_id as a 4-byte big-endian length and its bytes). A NULL
- * field counts as empty. Should libcrypto fail (out of memory), out is the
- * empty string, which no peerauth_check accepts.
+ * The node hands out a fresh random nonce per connection (the caller draws
+ * it); the peer answers with the proof for the challenge nonce_hex
+ * (PEERAUTH_NONCE_HEX hex digits) that node node_id gave peer peer_id in
+ * cluster: lowercase hex of HMAC-SHA256(token, "ringcache rc_peer v2" ||
+ * each of cluster, node_id, nonce_hex, peer_id as a 4-byte big-endian
+ * length and its bytes). A NULL field counts as empty. Should libcrypto
+ * fail (out of memory), out is the empty string, which no peerauth_check
+ * accepts.
  */
 void peerauth_proof(const uint8_t *token, size_t token_len, const char *cluster,
                     const char *node_id, const char *nonce_hex, const char *peer_id,
