@@ -21,7 +21,7 @@
 #include "client/cport_client.h"
 #include "client/ringcache.h"
 #include "client/tls_client.h"
-#include "ring/util.h"
+#include "lib/util.h"
 #include "proto/frame.h"
 #include "proto/members_pb.h"
 #include "proto/ringcache.pb-c.h"

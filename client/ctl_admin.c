@@ -19,7 +19,7 @@
 #include "client/ctl_transition.h"
 #include "client/ctl_lease.h"
 #include "client/ctl_util.h"
-#include "client/mstore.h"
+#include "lib/mstore.h"
 #include "ring/ring.h"
 
 static char err_buf[MSTORE_WHERE_MAX + 1024];

@@ -14,7 +14,7 @@
 #include "client/ctl.h"
 #include "client/ctl_util.h"
 #include "client/ringcache.h"
-#include "ring/util.h"
+#include "lib/util.h"
 
 /* The meta subcommands (declared here for ringctl.c, which declares them
  * too: client/ctl.h is to take them over). */

@@ -21,7 +21,7 @@
 #include "client/ctl_transition.h"
 #include "client/ctl_lease.h"
 #include "client/ctl_util.h"
-#include "client/mstore.h"
+#include "lib/mstore.h"
 #include "ring/ring.h"
 
 #define PROBE_MS 1000 /* remove --failed: a node answering Hello this fast is alive */

@@ -14,7 +14,7 @@
 #include "config.h"
 #include "client/ctl_lease.h"
 #include "client/ctl_util.h"
-#include "client/mstore.h"
+#include "lib/mstore.h"
 
 #define ADMIN_LEASE_TTL_S 10   /* expires this long after the admin died */
 #define ADMIN_RENEW_MS    2000 /* renewed this often */

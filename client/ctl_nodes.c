@@ -15,7 +15,7 @@
 #include "client/cport_client.h"
 #include "client/ctl_transition.h"
 #include "client/ctl_util.h"
-#include "client/mstore.h"
+#include "lib/mstore.h"
 #include "ring/ring.h"
 
 static char err_buf[MSTORE_WHERE_MAX + 1024];

@@ -14,7 +14,7 @@
 #include "client/ctl.h"
 #include "client/ctl_pending.h"
 #include "client/ctl_util.h"
-#include "client/mstore.h"
+#include "lib/mstore.h"
 
 static const char *const tphase_names[] = {
     [TREC_PREPARED] = "PREPARED",
@@ -50,7 +50,7 @@ trec_format(const struct trec *m, size_t *len)
     if (buf == NULL) {
         return NULL;
     }
-    ctl_hex(m->token, TREC_TOKEN_BYTES, hex);
+    util_hex(m->token, TREC_TOKEN_BYTES, hex);
     n = (size_t)snprintf(buf, cap,
                          "token %s\nphase %s\nfrom_epoch %" PRIu64 "\nepoch %" PRIu64
                          "\nrate %" PRIu64 "\nstarted %" PRId64 "\nwritten %" PRId64
@@ -336,13 +336,13 @@ trec_aborted_text(struct mstore *s, const struct trec *t, size_t *len)
     if (buf == NULL) {
         return NULL;
     }
-    ctl_hex(t->token, TREC_TOKEN_BYTES, hex);
+    util_hex(t->token, TREC_TOKEN_BYTES, hex);
     used += (size_t)snprintf(buf + used, cap - used, "epoch %" PRIu64 " token %s\n", t->epoch, hex);
     for (i = 0; i < n; i++) {
         if (memcmp(old[i].token, t->token, TREC_TOKEN_BYTES) == 0) {
             continue;
         }
-        ctl_hex(old[i].token, TREC_TOKEN_BYTES, hex);
+        util_hex(old[i].token, TREC_TOKEN_BYTES, hex);
         used += (size_t)snprintf(buf + used, cap - used, "epoch %" PRIu64 " token %s\n",
                                  old[i].epoch, hex);
     }

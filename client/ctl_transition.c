@@ -21,7 +21,7 @@
 #include "client/ctl_transition.h"
 #include "client/ctl_lease.h"
 #include "client/ctl_util.h"
-#include "client/mstore.h"
+#include "lib/mstore.h"
 #include "ring/ring.h"
 
 #define POLL_MS           150  /* status poll period during COPY and CLEANUP */
@@ -71,7 +71,7 @@ print_pending(struct admin *a, FILE *out)
                 a->new != NULL ? REC_PENDING_TREC : REC_PENDING);
         return;
     }
-    ctl_hex(a->rec.token, TREC_TOKEN_BYTES, hex);
+    util_hex(a->rec.token, TREC_TOKEN_BYTES, hex);
     fprintf(out,
             "pending\t%s\tepoch %" PRIu64 " -> %" PRIu64 "\tphase %s\tadmin %s\t"
             "started %" PRId64 "\ttoken %s\n",

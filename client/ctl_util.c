@@ -97,19 +97,6 @@ ctl_sleep_ms(int ms)
     }
 }
 
-void
-ctl_hex(const uint8_t *b, size_t n, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    size_t            i;
-
-    for (i = 0; i < n; i++) {
-        out[2 * i] = digits[b[i] >> 4];
-        out[2 * i + 1] = digits[b[i] & 15];
-    }
-    out[2 * n] = '\0';
-}
-
 int
 ctl_unhex(const char *s, size_t slen, uint8_t *b, size_t n)
 {

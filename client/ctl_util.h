@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "ring/util.h"
+#include "lib/util.h"
 
 struct ring_members;
 
@@ -41,9 +41,6 @@ char *ctl_members_text(const struct ring_members *m, size_t *len);
 
 /* Sleep ms milliseconds (a poll period, never a wait for a result). */
 void ctl_sleep_ms(int ms);
-
-/* Lowercase hex of n bytes into out (2n+1 bytes). */
-void ctl_hex(const uint8_t *b, size_t n, char *out);
 
 /* Parse exactly 2n hex digits (either case) of s into b; -1 when s (slen
  * bytes) is not that. */

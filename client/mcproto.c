@@ -10,7 +10,7 @@
 
 #include "client/mcproto.h"
 #include "client/ringcache.h"
-#include "ring/util.h"
+#include "lib/util.h"
 
 int
 mcp_check_key(const char *key, size_t len)

@@ -1,7 +1,7 @@
 /*
  * mcproto: the client side of the memcached text protocol. Key checks,
  * every request line libringcache sends (classic and meta, base64 keys
- * with ring/util's util_b64_*), and which replies a client
+ * with lib/util's util_b64_*), and which replies a client
  * accepts (read by proto/mcreply, the reader the node shares) and what
  * they mean as RINGCACHE_E codes. Pure: no I/O, no allocation.
  */

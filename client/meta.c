@@ -264,7 +264,7 @@ mn_reply(void *arg, const struct mcr_reply *r)
 static int
 meta_ready(struct ringcache *rc, const char *key, size_t key_len)
 {
-    uint32_t        owners[ROUTE_R_MAX], n, i;
+    uint32_t        owners[RING_R_MAX], n, i;
     struct rc_view *v = view_get(rc);
     int             ret = 0;
 

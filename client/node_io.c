@@ -231,7 +231,7 @@ owners_once(struct ringcache *rc, struct rc_view *v, const char *key, size_t key
             const struct iovec *iov, int iovcnt, const struct op *op, struct redirect *rd,
             struct rc_node **from)
 {
-    uint32_t owners[ROUTE_R_MAX], n, i;
+    uint32_t owners[RING_R_MAX], n, i;
     uint64_t declare = view_declare_epoch(rc, v);
     bool     sent;
     int      ret;

@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "client/pool.h"
-#include "ring/util.h"
 #include "client/ringcache.h"
+#include "lib/util.h"
 
 #define POOL_BUF_MIN  16384
 #define POOL_BUF_KEEP (256 * 1024)

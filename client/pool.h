@@ -15,7 +15,7 @@
 #include <sys/uio.h>
 
 #include "client/tls_client.h"
-#include "ring/util.h"
+#include "lib/util.h"
 
 struct pool_config;
 

@@ -43,7 +43,7 @@ struct rc_view {
     unsigned         refs; /* atomic */
     uint64_t         epoch;
     struct ring     *ring;
-    uint32_t         replicas; /* preference list length, <= ROUTE_R_MAX */
+    uint32_t         replicas; /* preference list length, <= RING_R_MAX */
     size_t           n_nodes;
     struct rc_node **nodes; /* ring index -> node (the handle owns the nodes) */
 };

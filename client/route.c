@@ -11,8 +11,8 @@
 uint32_t
 route_owners(const struct ring *r, uint32_t replicas, const char *key, size_t len, uint32_t *owners)
 {
-    if (replicas > ROUTE_R_MAX) {
-        replicas = ROUTE_R_MAX;
+    if (replicas > RING_R_MAX) {
+        replicas = RING_R_MAX;
     }
     return ring_locate(r, ring_hash(key, len), replicas, owners);
 }

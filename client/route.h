@@ -12,21 +12,19 @@
 
 #include "ring/ring.h"
 
-#define ROUTE_R_MAX 8 /* longest preference list the client follows */
-
 /* One key of a multi-get and its place in its preference list. */
 struct route_key {
     const char *key;
     size_t      len;
-    uint32_t    owners[ROUTE_R_MAX];
+    uint32_t    owners[RING_R_MAX];
     uint32_t    n_owners;
-    uint32_t    next; /* the owner to try next */
+    uint32_t    next;    /* the owner to try next */
     bool        done;    /* already answered; skipped by planning */
     bool        refused; /* an owner refused the login: reported as EAUTH */
 };
 
-/* Owners of a key, primary first, into owners[] (ROUTE_R_MAX entries);
- * returns how many (min(replicas, nodes, ROUTE_R_MAX)). */
+/* Owners of a key, primary first, into owners[] (RING_R_MAX entries);
+ * returns how many (min(replicas, nodes, RING_R_MAX)). */
 uint32_t route_owners(const struct ring *r, uint32_t replicas, const char *key, size_t len,
                       uint32_t *owners);
 

@@ -13,8 +13,8 @@
 
 #include "client/tls_client.h"
 #include "client/ringcache.h"
+#include "lib/util.h"
 #include "proto/tlsctx.h"
-#include "ring/util.h"
 
 /* Writes gather iov parts up to one TLS record's worth of plaintext. */
 #define GATHER_MAX 16384

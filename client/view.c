@@ -152,7 +152,7 @@ view_build(struct ringcache *rc, const struct ring_members *m, struct rc_view **
         goto fail;
     }
     rm = ring_members(v->ring);
-    v->replicas = rm->replicas < ROUTE_R_MAX ? rm->replicas : ROUTE_R_MAX;
+    v->replicas = rm->replicas < RING_R_MAX ? rm->replicas : RING_R_MAX;
     if (v->replicas == 0) {
         v->replicas = 1;
     }
@@ -286,7 +286,7 @@ int
 ringcache_locate(const struct ringcache *rc, const char *key, size_t key_len, size_t *out,
                  size_t want)
 {
-    uint32_t        owners[ROUTE_R_MAX];
+    uint32_t        owners[RING_R_MAX];
     struct rc_view *v;
     uint32_t        n, i;
 

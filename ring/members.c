@@ -14,11 +14,19 @@
 #include "config.h"
 #include "ring/ring.h"
 #include "ring/ring_internal.h"
-#include "ring/util.h"
 
 #define MEMBERS_INITIAL_CAP 8
 #define RING_STR_(x)        #x
 #define RING_STR(x)         RING_STR_(x) /* a limit in an error message */
+
+/* printf into err (nothing when err is NULL or errlen 0); ring/ links
+ * nothing above it, not even lib/util. */
+#define SET_ERR(err, errlen, ...)                   \
+    do {                                            \
+        if ((err) != NULL && (errlen) > 0) {        \
+            snprintf((err), (errlen), __VA_ARGS__); \
+        }                                           \
+    } while (0)
 
 /* True when c may appear in a node id or a zone name. */
 static bool
@@ -351,25 +359,25 @@ ring_members_check_fields(const struct ring_members *m, char *err, size_t errlen
     uint32_t    i;
 
     if (m->vnodes == 0 || m->vnodes > RING_VNODES_MAX) {
-        util_set_err(err, errlen, "vnodes must be 1..65535");
+        SET_ERR(err, errlen, "vnodes must be 1..65535");
         return RING_EINVAL;
     }
     if (m->replicas == 0 || m->replicas > RING_R_MAX) {
-        util_set_err(err, errlen, "replicas must be 1.." RING_STR(RING_R_MAX));
+        SET_ERR(err, errlen, "replicas must be 1.." RING_STR(RING_R_MAX));
         return RING_EINVAL;
     }
     if (m->n_nodes == 0) {
-        util_set_err(err, errlen, "no nodes");
+        SET_ERR(err, errlen, "no nodes");
         return RING_EINVAL;
     }
     if (m->n_nodes > RING_NODES_MAX) {
-        util_set_err(err, errlen, "more than 65535 nodes");
+        SET_ERR(err, errlen, "more than 65535 nodes");
         return RING_EINVAL;
     }
     for (i = 0; i < m->n_nodes; i++) {
         why = check_node(&m->nodes[i]);
         if (why != NULL) {
-            util_set_err(err, errlen, "node %u: %s", i, why);
+            SET_ERR(err, errlen, "node %u: %s", i, why);
             return RING_EINVAL;
         }
     }
@@ -388,11 +396,11 @@ ring_members_validate(const struct ring_members *m, char *err, size_t errlen)
     }
     dup = find_duplicate(m);
     if (dup == -2) {
-        util_set_err(err, errlen, "out of memory");
+        SET_ERR(err, errlen, "out of memory");
         return RING_ENOMEM;
     }
     if (dup >= 0) {
-        util_set_err(err, errlen, "duplicate node id '%s'", m->nodes[dup].id);
+        SET_ERR(err, errlen, "duplicate node id '%s'", m->nodes[dup].id);
         return RING_EINVAL;
     }
     return RING_OK;
@@ -455,11 +463,11 @@ struct parse_state {
     uint32_t             epoch_line, vnodes_line, replicas_line;
 };
 
-#define PERR(st, ...)                                                                     \
-    do {                                                                                  \
-        char why_[160];                                                                   \
-        snprintf(why_, sizeof(why_), __VA_ARGS__);                                        \
-        util_set_err((st)->err, (st)->errlen, "%s:%u: %s", (st)->name, (st)->line, why_); \
+#define PERR(st, ...)                                                                \
+    do {                                                                             \
+        char why_[160];                                                              \
+        snprintf(why_, sizeof(why_), __VA_ARGS__);                                   \
+        SET_ERR((st)->err, (st)->errlen, "%s:%u: %s", (st)->name, (st)->line, why_); \
     } while (0)
 
 /* Handle "epoch N", "vnodes V" or "replicas R". */
@@ -694,7 +702,7 @@ ring_members_parse(const char *text, size_t len, const char *name, struct ring_m
     *out = NULL;
     st.m = ring_members_new();
     if (st.m == NULL) {
-        util_set_err(err, errlen, "%s: out of memory", st.name);
+        SET_ERR(err, errlen, "%s: out of memory", st.name);
         return RING_ENOMEM;
     }
     if (text == NULL) {
@@ -743,7 +751,7 @@ ring_members_parse(const char *text, size_t len, const char *name, struct ring_m
     dup = find_duplicate(st.m);
     if (dup == -2) {
         rc = RING_ENOMEM;
-        util_set_err(err, errlen, "%s: out of memory", st.name);
+        SET_ERR(err, errlen, "%s: out of memory", st.name);
         goto fail;
     }
     if (dup >= 0) {

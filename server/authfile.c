@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ring/sha256.h"
+#include "server/peerauth.h"
 
 /* A file this long holds more than AUTHFILE_USERS_MAX lines of at most
  * AUTHFILE_LINE_MAX bytes, whatever follows: reading one byte past the
@@ -168,8 +168,8 @@ authfile_check(const struct authfile *a, const char *user, size_t ulen, const ch
     for (i = 0; i < a->n; i++) {
         const struct authfile_user *u = &a->users[i];
 
-        ok |= (unsigned)sha256_ct_equal(user, ulen, u->user, u->ulen) &
-              (unsigned)sha256_ct_equal(pass, plen, u->pass, u->plen);
+        ok |= (unsigned)peerauth_equal(user, ulen, u->user, u->ulen) &
+              (unsigned)peerauth_equal(pass, plen, u->pass, u->plen);
     }
     return ok != 0;
 }

@@ -41,7 +41,7 @@ struct authfile *authfile_load(const char *path, char *err, size_t errlen);
 
 /*
  * Whether user (ulen bytes) and pass (plen bytes) are a user of a and its
- * password. Every entry is compared with sha256_ct_equal and none is
+ * password. Every entry is compared with peerauth_equal and none is
  * skipped, so the time says neither where a guess differs nor which user
  * matched. Any thread.
  */

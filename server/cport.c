@@ -31,10 +31,9 @@
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 
+#include "lib/util.h"
 #include "proto/frame.h"
 #include "proto/ringcache.pb-c.h"
-#include "ring/sha256.h"
-#include "ring/util.h"
 #include "server/admin.h"
 #include "server/cluster.h"
 #include "server/cport_guard.h"
@@ -44,6 +43,7 @@
 #include "server/health.h"
 #include "server/storewatch.h"
 #include "server/log.h"
+#include "server/peerauth.h"
 #include "server/peer.h"
 #include "server/peer_tls.h"
 #include "server/store.h"
@@ -178,7 +178,7 @@ hello(struct cp_conn *c, const struct frame *f)
         cpc_error(c, "wrong cluster");
     } else if (!cluster_has_token(cl)) {
         cpc_error(c, "this node has no --token-file: the cluster port is closed");
-    } else if (!sha256_ct_equal(m->token.data, m->token.len, token, token_len)) {
+    } else if (!peerauth_equal(m->token.data, m->token.len, token, token_len)) {
         /* Constant time: a timing must not tell how much of a guess was
          * right. */
         auth_failed(c);

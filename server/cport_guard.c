@@ -17,7 +17,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
-#include "ring/util.h"
+#include "lib/util.h"
 #include "server/log.h"
 
 /*

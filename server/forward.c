@@ -6,7 +6,6 @@
  * retries fwd_order.c's.
  */
 #include "config.h"
-#include "ring/util.h"
 #include "server/forward.h"
 
 #include <stdio.h>
@@ -19,6 +18,7 @@
 #include <event2/event.h>
 #include <event2/util.h>
 
+#include "lib/util.h"
 #include "proto/mcreply.h"
 #include "ring/ring.h"
 #include "server/conn.h"

@@ -13,7 +13,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
-#include "ring/util.h"
+#include "lib/util.h"
 #include "server/conn.h"
 #include "server/log.h"
 #include "server/thread.h"

@@ -10,7 +10,6 @@
  * not as queued bytes, so a stream's output stays within its window.
  */
 #include "config.h"
-#include "ring/util.h"
 #include "server/handoff.h"
 
 #include <errno.h>
@@ -26,6 +25,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include "lib/util.h"
 #include "proto/frame.h"
 #include "proto/ringcache.pb-c.h"
 #include "server/cluster.h"

@@ -7,7 +7,6 @@
  * serves nothing until one heartbeat round told it the cluster's epoch.
  */
 #include "config.h"
-#include "ring/util.h"
 #include "server/health.h"
 
 #include <errno.h>
@@ -25,6 +24,7 @@
 #include <event2/event.h>
 #include <event2/util.h>
 
+#include "lib/util.h"
 #include "proto/frame.h"
 #include "proto/ringcache.pb-c.h"
 #include "server/cluster.h"

@@ -8,12 +8,11 @@
 #include "config.h"
 #include "server/hotkeys.h"
 
+#include "lib/util.h"
 #include "ring/ring.h"
-#include "ring/util.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define TABLE_SIZE (2u * HOTKEYS_K) /* a power of two, at most half full */
 #define TABLE_MASK (TABLE_SIZE - 1u)
@@ -62,15 +61,6 @@ void
 hotkeys_free(struct hotkeys *h)
 {
     free(h);
-}
-
-static int64_t
-now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t)ts.tv_sec;
 }
 
 /*
@@ -231,7 +221,7 @@ hotkeys_record(struct hotkeys *h, const char *key, size_t nkey)
     hash = ring_hash(key, nkey);
     write_begin(h);
     if (h->decay_s > 0) {
-        int64_t now = now_s();
+        int64_t now = util_coarse_ms() / 1000;
 
         if (now >= h->next_decay) {
             if (h->next_decay != 0) {

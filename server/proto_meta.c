@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/util.h"
 #include "ring/ring.h"
-#include "ring/util.h"
 #include "server/conn.h"
 #include "server/forward.h"
 #include "server/proto_util.h"

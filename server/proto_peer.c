@@ -14,13 +14,13 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "ring/peerauth.h"
+#include "lib/util.h"
 #include "ring/ring.h"
-#include "ring/util.h"
 #include "server/cluster.h"
 #include "server/conn.h"
 #include "server/forward.h"
 #include "server/log.h"
+#include "server/peerauth.h"
 #include "server/replicate.h"
 #include "server/route.h"
 #include "server/store.h"
@@ -256,20 +256,6 @@ proto_peer_rc_del(struct conn *c, const struct token *t, int ntok)
     REPLY(c, "OK");
 }
 
-/* n bytes as lowercase hex in out (2n + 1 bytes). */
-static void
-hex(const uint8_t *p, size_t n, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    size_t            i;
-
-    for (i = 0; i < n; i++) {
-        out[2 * i] = digits[p[i] >> 4];
-        out[2 * i + 1] = digits[p[i] & 15];
-    }
-    out[2 * n] = '\0';
-}
-
 /* This node's id in the peer challenge ("-" for none). */
 static const char *
 peer_node_id(const struct cluster *cl)
@@ -295,7 +281,7 @@ tomb_ttl(int forward_timeout_ms)
  * `rc_peer`: the challenge. The node answers `NONCE <node id> <hex>`, a
  * fresh random nonce (PEERAUTH_NONCE_LEN bytes) kept on the connection.
  * `rc_peer <peer id> <proof>`: the response, HMAC-SHA256 of the nonce and
- * both ids keyed with the token (ring/peerauth.h); the nonce is used up by
+ * both ids keyed with the token (server/peerauth.h); the nonce is used up by
  * the attempt, right or wrong, so a proof seen once proves nothing again.
  * Proven, the connection is a cluster peer (docs/cluster.md: it may send
  * replication post-images and is never forwarded). The old fixed proof,
@@ -324,7 +310,7 @@ proto_peer_rc_peer(struct conn *c, const struct token *t, int ntok)
             REPLY(c, "SERVER_ERROR no randomness for the peer challenge");
             return;
         }
-        hex(rnd, sizeof(rnd), c->peer_nonce);
+        util_hex(rnd, sizeof(rnd), c->peer_nonce);
         proto_reply_printf(c, "NONCE %s %s\r\n", peer_node_id(cl), c->peer_nonce);
         return;
     }

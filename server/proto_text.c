@@ -9,7 +9,6 @@
  * `stats` in proto_stats.c.
  */
 #include "config.h"
-#include "ring/util.h"
 #include "server/proto_text.h"
 
 #include <inttypes.h>
@@ -19,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/util.h"
 #include "ring/ring.h"
 #include "server/conn.h"
 #include "server/latency.h"

@@ -4,7 +4,7 @@
 #include "config.h"
 #include "server/proto_util.h"
 
-#include "ring/util.h"
+#include "lib/util.h"
 #include "server/store.h"
 #include "server/thread.h"
 

@@ -5,7 +5,6 @@
  * pipelined round trip per replica and no extra thread.
  */
 #include "config.h"
-#include "ring/util.h"
 #include "server/replicate.h"
 
 #include <inttypes.h>
@@ -16,6 +15,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
+#include "lib/util.h"
 #include "server/cluster.h"
 #include "server/conn.h"
 #include "server/forward.h"

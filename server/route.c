@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "ring/util.h"
+#include "lib/util.h"
 #include "server/cluster.h"
 #include "server/conn.h"
 #include "server/forward.h"

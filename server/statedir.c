@@ -6,6 +6,7 @@
  */
 #include "config.h"
 #include "server/statedir.h"
+#include "lib/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +16,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ring/util.h"
 
 #define LEGACY_PHASE_FILE "pending.meta" /* its older name: read and removed, not written */
 #define STATE_FILE_MAX    (16u << 20)    /* largest state file we read */

@@ -16,9 +16,9 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "client/mstore.h"
+#include "lib/mstore.h"
+#include "lib/util.h"
 #include "ring/ring.h"
-#include "ring/util.h"
 #include "server/log.h"
 #include "server/storewatch.h"
 

@@ -26,6 +26,7 @@
 
 #include <event2/event.h>
 
+#include "lib/util.h"
 #include "server/authfile.h"
 #include "server/cluster.h"
 #include "server/conn.h"
@@ -398,16 +399,6 @@ worker_notify_cb(evutil_socket_t fd, short what, void *arg)
     pthread_mutex_unlock(&w->srv->barrier_lock);
 }
 
-/* Monotonic seconds (the idle clock: connections compare against it). */
-static uint32_t
-mono_secs(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint32_t)ts.tv_sec;
-}
-
 /* Once a second with -o idle_timeout: advance the worker's idle clock and
  * close the connections idle past the timeout (conn_idle_sweep). */
 static void
@@ -417,7 +408,7 @@ worker_idle_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    w->idle_now = mono_secs();
+    w->idle_now = (uint32_t)(util_now_ms() / 1000);
     if (!w->shutting_down) {
         conn_idle_sweep(w, w->srv->settings.idle_timeout);
     }
@@ -670,7 +661,7 @@ server_run(struct server *srv)
 
         w->notify_ev =
             event_new(w->base, w->notify_fd[0], EV_READ | EV_PERSIST, worker_notify_cb, w);
-        w->idle_now = mono_secs();
+        w->idle_now = (uint32_t)(util_now_ms() / 1000);
         if (srv->settings.idle_timeout > 0) {
             struct timeval sec = { 1, 0 };
 

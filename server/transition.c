@@ -6,7 +6,6 @@
  * the admin's frames and replies; everything here runs on its thread.
  */
 #include "config.h"
-#include "ring/util.h"
 #include "server/transition.h"
 
 #include <inttypes.h>
@@ -17,6 +16,7 @@
 
 #include <event2/event.h>
 
+#include "lib/util.h"
 #include "server/cluster.h"
 #include "server/cluster_internal.h"
 #include "server/handoff.h"

@@ -25,11 +25,11 @@
 #include <event2/event.h>
 #include <event2/util.h>
 
-#include "ring/peerauth.h"
-#include "ring/util.h"
+#include "lib/util.h"
 #include "server/cluster.h"
 #include "server/log.h"
 #include "server/peer_tls.h"
+#include "server/peerauth.h"
 #include "server/thread.h"
 
 static void up_flush(struct fwd_up *up);

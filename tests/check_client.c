@@ -398,7 +398,7 @@ make_keys(struct route_key *keys, char (*names)[32], const struct ring *r, uint3
 START_TEST(test_route_owners_is_ring_locate)
 {
     struct ring *r = build_ring(three_members);
-    uint32_t     mine[ROUTE_R_MAX], theirs[8], n;
+    uint32_t     mine[RING_R_MAX], theirs[8], n;
     char         key[32];
     int          i;
 

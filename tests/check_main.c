@@ -30,7 +30,8 @@ main(void)
     srunner_add_suite(sr, fwd_order_suite());
     srunner_add_suite(sr, mstore_suite());
     srunner_add_suite(sr, replicate_suite());
-    srunner_add_suite(sr, sha256_suite());
+    srunner_add_suite(sr, peerauth_suite());
+    srunner_add_suite(sr, util_suite());
     srunner_add_suite(sr, hotkeys_suite());
     srunner_add_suite(sr, latency_suite());
     srunner_add_suite(sr, authfile_suite());

@@ -13,8 +13,8 @@
 
 #include "client/mcproto.h"
 #include "client/ringcache.h"
+#include "lib/util.h"
 #include "proto/mcreply.h"
-#include "ring/util.h"
 #include "tests/suites.h"
 
 struct reply_case {
@@ -558,7 +558,7 @@ START_TEST(test_meta_keys)
     ck_assert_int_eq(mcp_meta_key(key, RINGCACHE_META_BINARY_KEY_MAX + 1), RINGCACHE_EKEY);
     ck_assert_int_eq(mcp_meta_key(NULL, 1), RINGCACHE_EKEY);
     /* The longest binary key still makes a key of at most 250 bytes
-     * (ring/util's base64, as the node decodes it). */
+     * (lib/util's base64, as the node decodes it). */
     for (i = 0; i < sizeof(bin); i++) {
         bin[i] = (unsigned char)(i * 7);
     }

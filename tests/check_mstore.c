@@ -22,8 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client/mstore.h"
-#include "ring/util.h"
+#include "lib/mstore.h"
+#include "lib/util.h"
 #include "tests/suites.h"
 
 #define RACERS 12

@@ -3,7 +3,7 @@
  * store_mget, store_mset, store_mdel, store_marith, store_mdebug) and the
  * meta state they keep in an item: the win token, the stale mark, a client
  * CAS (E), their life through replication images (store_put_import with the
- * state) and the base64 of binary keys (ring/util.c). memcached 1.6.45's
+ * state) and the base64 of binary keys (lib/util.c). memcached 1.6.45's
  * semantics; time moves with store_clock_shift.
  */
 #include "config.h"
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ring/util.h"
+#include "lib/util.h"
 #include "server/store.h"
 #include "tests/check_store.h"
 #include "tests/suites.h"

@@ -26,8 +26,8 @@
 
 #include "client/ringcache.h"
 #include "client/tls_client.h"
+#include "lib/util.h"
 #include "proto/tlsctx.h"
-#include "ring/util.h"
 #include "tests/suites.h"
 
 static char dir[64];

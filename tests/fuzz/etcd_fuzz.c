@@ -1,6 +1,6 @@
 /*
  * etcd_fuzz: libFuzzer target for what the etcd backend of the membership
- * store (client/mstore_etcd.c) makes of etcd's JSON gateway replies. The
+ * store (lib/mstore_etcd.c) makes of etcd's JSON gateway replies. The
  * target links this file's libcurl instead of the real one: every
  * curl_easy_perform hands the next reply of the input to the backend's
  * write callback (in pieces, as a network would), so each call of the
@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client/mstore.h"
+#include "lib/mstore.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -12,7 +12,7 @@
    accepted within 3 s.
 2. The rc_peer challenge on the client port: replica writes are refused
    before it; `rc_peer` answers `NONCE a <32 hex>`, a fresh one each
-   time; the proof (HMAC-SHA256 keyed with the token, as ring/peerauth.h)
+   time; the proof (HMAC-SHA256 keyed with the token, as server/peerauth.h)
    makes the connection a peer and its rc_set is applied; the same proof
    replayed on another connection (with or without a new challenge) is
    refused and its rc_set too; a nonce is used up by a wrong proof; the
@@ -114,7 +114,7 @@ def token():
 
 
 def proof(node_id, nonce, peer_id, cluster=b"ringcache"):
-    """ring/peerauth.c: HMAC-SHA256(token, domain || length-prefixed fields)."""
+    """server/peerauth.c: HMAC-SHA256(token, domain || length-prefixed fields)."""
     msg = b"ringcache rc_peer v2"
     for f in (cluster, node_id, nonce, peer_id):
         msg += struct.pack(">I", len(f)) + f

@@ -1,9 +1,9 @@
 /*
- * util: shared helpers; see util.h.
+ * util: shared helpers without I/O (util_read_file is util_io.c); see
+ * util.h.
  */
-#include "ring/util.h"
+#include "lib/util.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,65 +77,6 @@ bool
 util_parse_u64(const char *s, uint64_t *out)
 {
     return util_parse_u64n(s, strlen(s), out);
-}
-
-/* See util.h. */
-int
-util_read_file(const char *path, size_t max, char **buf, size_t *len, char *err, size_t errlen)
-{
-    bool   in = strcmp(path, "-") == 0;
-    FILE  *f = in ? stdin : fopen(path, "rb");
-    char  *b = NULL;
-    size_t n = 0, cap = 0;
-
-    if (f == NULL) {
-        if (errno == ENOENT) {
-            return 1;
-        }
-        util_set_err(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
-    for (;;) {
-        size_t got;
-
-        if (cap - n < 4096) {
-            char *nb;
-
-            if (cap >= max) {
-                util_set_err(err, errlen, "%s:1: file too large", path);
-                goto fail;
-            }
-            cap = cap == 0 ? 8192 : cap * 2;
-            nb = realloc(b, cap + 1);
-            if (nb == NULL) {
-                util_set_err(err, errlen, "%s: out of memory", path);
-                goto fail;
-            }
-            b = nb;
-        }
-        got = fread(b + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            break;
-        }
-    }
-    if (ferror(f)) {
-        util_set_err(err, errlen, "%s: read error", path);
-        goto fail;
-    }
-    if (!in) {
-        fclose(f);
-    }
-    b[n] = '\0';
-    *buf = b;
-    *len = n;
-    return 0;
-fail:
-    if (!in) {
-        fclose(f);
-    }
-    free(b);
-    return -1;
 }
 
 /* See util.h. */
@@ -241,4 +182,58 @@ util_b64_decode(const char *src, size_t len, unsigned char *out)
         }
     }
     return o;
+}
+
+/* See util.h. */
+bool
+util_b64_decode_strict(const char *src, size_t len, unsigned char *out, size_t *outlen)
+{
+    uint32_t block = 0;
+    size_t   i, o = 0;
+
+    while (len > 0 && src[len - 1] == '=') {
+        len--;
+    }
+    if (len % 4 == 1) {
+        return false;
+    }
+    for (i = 0; i < len; i++) {
+        int v = b64_value((unsigned char)src[i]);
+
+        if (v < 0 || v == 64) {
+            return false;
+        }
+        block = block << 6 | (uint32_t)v;
+        if (i % 4 == 3) {
+            out[o++] = (unsigned char)(block >> 16);
+            out[o++] = (unsigned char)(block >> 8);
+            out[o++] = (unsigned char)block;
+            block = 0;
+        }
+    }
+    /* A last group of 2 or 3 characters: 1 or 2 bytes. */
+    if (len % 4 != 0) {
+        block <<= 6 * (4 - len % 4);
+        out[o++] = (unsigned char)(block >> 16);
+        if (len % 4 == 3) {
+            out[o++] = (unsigned char)(block >> 8);
+        }
+    }
+    *outlen = o;
+    return true;
+}
+
+/* See util.h. */
+void
+util_hex(const void *src, size_t n, char *out)
+{
+    static const char    digits[] = "0123456789abcdef";
+    const unsigned char *p = src;
+    size_t               i;
+
+    for (i = 0; i < n; i++) {
+        out[2 * i] = digits[p[i] >> 4];
+        out[2 * i + 1] = digits[p[i] & 15];
+    }
+    out[2 * n] = '\0';
 }

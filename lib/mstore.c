@@ -23,8 +23,8 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "client/mstore.h"
-#include "ring/util.h"
+#include "lib/mstore.h"
+#include "lib/util.h"
 
 #define NAME_MAX_LEN 255
 

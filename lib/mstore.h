@@ -4,8 +4,8 @@
  * transaction (checks, then writes, all or nothing against other admins),
  * behind a backend vtable: a directory (mstore.c) or etcd (mstore_etcd.c).
  */
-#ifndef CLIENT_MSTORE_H
-#define CLIENT_MSTORE_H
+#ifndef LIB_MSTORE_H
+#define LIB_MSTORE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -94,7 +94,7 @@ struct mstore;
 
 /* Open a store: "DIR" (created if missing), "dir:DIR", or etcd v3:
  * "etcd://HOST:PORT[,HOST:PORT...]/PREFIX[?OPTIONS]" ("etcds://" for TLS;
- * OPTIONS in client/mstore_etcd.c and ringctl(1)). NULL with a reason in
+ * OPTIONS in lib/etcd_spec.c and ringctl(1)). NULL with a reason in
  * err on failure. Close with mstore_close. */
 struct mstore *mstore_open(const char *spec, char *err, size_t errlen);
 void           mstore_close(struct mstore *s);
@@ -162,7 +162,7 @@ void mstore_record_clear(struct mstore_record *rec);
 /* A short description of a result code. */
 const char *mstore_strerror(int rc);
 
-/* The backends: a directory (one host), etcd v3 (client/mstore_etcd.c). */
+/* The backends: a directory (one host), etcd v3 (lib/mstore_etcd.c). */
 extern const struct mstore_backend mstore_dir_backend;
 extern const struct mstore_backend mstore_etcd_backend;
 

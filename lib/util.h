@@ -1,11 +1,12 @@
 /*
  * util: the small helpers every part of ringcache shares (the node, the
  * client library, ringctl), one copy of each: monotonic time, decimal
- * numbers, reading a whole file, error messages. Not placement; they live
- * beside it because ring/ is the one library that every part links.
+ * numbers, base64 and hex, reading a whole file, error messages. lib/util.c
+ * (libutil.la) does no I/O; util_read_file is lib/util_io.c (libutil_io.la),
+ * which the node and ringctl link and the client library does not.
  */
-#ifndef RING_UTIL_H
-#define RING_UTIL_H
+#ifndef LIB_UTIL_H
+#define LIB_UTIL_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -39,8 +40,18 @@ bool util_parse_u64(const char *s, uint64_t *out);
 size_t util_b64_encode(const unsigned char *src, size_t n, char *out);
 size_t util_b64_decode(const char *src, size_t len, unsigned char *out);
 
+/* Base64 the strict way, as etcd's JSON gateway carries bytes: every byte
+ * of src[0..len) in the alphabet, '=' padding only at the end and
+ * optional. Decodes into out (room for len * 3 / 4 bytes), the length in
+ * *outlen; false, with nothing in *outlen, when src does not decode. */
+bool util_b64_decode_strict(const char *src, size_t len, unsigned char *out, size_t *outlen);
+
+/* Lowercase hex of n bytes of src into out (room for 2n + 1 bytes, NUL
+ * terminated). */
+void util_hex(const void *src, size_t n, char *out);
+
 /*
- * Read the whole file at path ("-": standard input) into a malloc'd,
+ * (lib/util_io.c) Read the whole file at path ("-": standard input) into a malloc'd,
  * NUL-terminated buffer (*buf, *len bytes before the NUL). At most max
  * bytes: a larger file is an error "path:1: file too large". 0, 1 when
  * the file does not exist (nothing set), or -1 with "path: reason" in err.
@@ -51,4 +62,4 @@ int util_read_file(const char *path, size_t max, char **buf, size_t *len, char *
 void util_set_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-#endif /* RING_UTIL_H */
+#endif /* LIB_UTIL_H */
