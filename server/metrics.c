@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,12 +65,48 @@ one(struct evbuffer *b, const char *name, const char *type, const char *help, ui
     evbuffer_add_printf(b, "%s %" PRIu64 "\n", name, v);
 }
 
+/* One family per row of a table of uint64_t fields of one struct. */
+struct metric_row {
+    const char *name, *type, *help;
+    size_t      off; /* offsetof the field */
+};
+
+static void
+rows(struct evbuffer *b, const struct metric_row *r, size_t n, const void *base)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        uint64_t v;
+
+        memcpy(&v, (const char *)base + r[i].off, sizeof(v));
+        one(b, r[i].name, r[i].type, r[i].help, v);
+    }
+}
+
 /* a - b, 0 when b is larger (a `stats reset` between two reads). */
 static uint64_t
 sub0(uint64_t a, uint64_t b)
 {
     return a > b ? a - b : 0;
 }
+
+/* The store's figures, as memcached_exporter names them. */
+static const struct metric_row STORE_ROWS[] = {
+    { "memcached_current_bytes", "gauge", "Current number of bytes used to store items.",
+      offsetof(struct store_stats, bytes) },
+    { "memcached_current_items", "gauge", "Current number of items stored by this instance.",
+      offsetof(struct store_stats, curr_items) },
+    { "memcached_items_total", "counter",
+      "Total number of items stored during the life of this instance.",
+      offsetof(struct store_stats, total_items) },
+    { "memcached_items_evicted_total", "counter",
+      "Total number of valid items removed from cache to free memory for new items.",
+      offsetof(struct store_stats, evictions) },
+    { "memcached_items_reclaimed_total", "counter",
+      "Total number of times an entry was stored using memory from an expired entry.",
+      offsetof(struct store_stats, reclaimed) },
+};
 
 /* memcached_exporter's families, from the figures `stats` prints. */
 static void
@@ -126,21 +163,10 @@ render_memcached(struct server *srv, struct evbuffer *b)
     evbuffer_add_printf(b, "memcached_process_system_cpu_seconds_total %ld.%06ld\n",
                         (long)ru.ru_stime.tv_sec, (long)ru.ru_stime.tv_usec);
 
-    one(b, "memcached_current_bytes", "gauge", "Current number of bytes used to store items.",
-        ss.bytes);
+    rows(b, STORE_ROWS, sizeof(STORE_ROWS) / sizeof(STORE_ROWS[0]), &ss);
     one(b, "memcached_limit_bytes", "gauge",
         "Number of bytes this server is allowed to use for storage.",
         (uint64_t)srv->settings.maxbytes);
-    one(b, "memcached_current_items", "gauge", "Current number of items stored by this instance.",
-        ss.curr_items);
-    one(b, "memcached_items_total", "counter",
-        "Total number of items stored during the life of this instance.", ss.total_items);
-    one(b, "memcached_items_evicted_total", "counter",
-        "Total number of valid items removed from cache to free memory for new items.",
-        ss.evictions);
-    one(b, "memcached_items_reclaimed_total", "counter",
-        "Total number of times an entry was stored using memory from an expired entry.",
-        ss.reclaimed);
     one(b, "memcached_read_bytes_total", "counter",
         "Total number of bytes read by this server from network.", ts.bytes_read);
     one(b, "memcached_written_bytes_total", "counter",
@@ -170,6 +196,49 @@ peer_sample(void *arg, const char *id, const char *addr, bool self, bool down, b
                             down ? 0 : 1);
     }
 }
+
+/* The cluster's counters (cluster_counters_get). */
+static const struct metric_row CLUSTER_ROWS[] = {
+    { "ringcache_forwarded_total", "counter", "Requests forwarded to the key's owner.",
+      offsetof(struct cluster_counters, forwarded) },
+    { "ringcache_moved_total", "counter", "MOVED replies (the client's epoch is stale).",
+      offsetof(struct cluster_counters, moved) },
+    { "ringcache_tryagain_total", "counter", "TRYAGAIN replies.",
+      offsetof(struct cluster_counters, tryagain) },
+    { "ringcache_misrouted_total", "counter",
+      "Writes acknowledged by a node that no longer owned the key.",
+      offsetof(struct cluster_counters, misrouted) },
+    { "ringcache_replication_acks_total", "counter", "Post-images a replica acknowledged.",
+      offsetof(struct cluster_counters, replicated) },
+    { "ringcache_replication_failures_total", "counter",
+      "Post-images a replica did not acknowledge.",
+      offsetof(struct cluster_counters, replica_failures) },
+    { "ringcache_replication_skipped_total", "counter",
+      "Post-images not sent: the owner is declared failed.",
+      offsetof(struct cluster_counters, replica_skipped) },
+    { "ringcache_unavailable_total", "counter",
+      "Writes refused: an owner seen down but not declared failed.",
+      offsetof(struct cluster_counters, unavailable) },
+    { "ringcache_handoff_imported_items", "gauge",
+      "Items imported by the handoff since the last PREPARE.",
+      offsetof(struct cluster_counters, items_imported) },
+    { "ringcache_handoff_imported_bytes", "gauge",
+      "Bytes imported by the handoff since the last PREPARE.",
+      offsetof(struct cluster_counters, bytes_imported) },
+    { "ringcache_handoff_planned_items", "gauge",
+      "Items this node's handoff streams found to copy when they opened, since the last PREPARE.",
+      offsetof(struct cluster_counters, items_planned) },
+    { "ringcache_handoff_planned_bytes", "gauge",
+      "Memory the items of ringcache_handoff_planned_items take (as ringctl status counts).",
+      offsetof(struct cluster_counters, bytes_planned) },
+    { "ringcache_handoff_sent_items", "gauge",
+      "Items and tombstones this node's handoff streams sent since the last PREPARE (re-sent dirty "
+      "keys included).",
+      offsetof(struct cluster_counters, items_sent) },
+    { "ringcache_handoff_sent_bytes", "gauge",
+      "Key and value bytes of ringcache_handoff_sent_items.",
+      offsetof(struct cluster_counters, bytes_sent) },
+};
 
 /* The cluster's figures: `stats` cluster counters, epochs, phase, health. */
 static void
@@ -210,38 +279,7 @@ render_cluster(struct server *srv, struct evbuffer *b)
         cs.isolated);
     one(b, "ringcache_cluster_behind_epoch", "gauge",
         "A higher epoch a peer runs (0: none); everything TRYAGAIN meanwhile.", cs.behind_epoch);
-    one(b, "ringcache_forwarded_total", "counter", "Requests forwarded to the key's owner.",
-        cc.forwarded);
-    one(b, "ringcache_moved_total", "counter", "MOVED replies (the client's epoch is stale).",
-        cc.moved);
-    one(b, "ringcache_tryagain_total", "counter", "TRYAGAIN replies.", cc.tryagain);
-    one(b, "ringcache_misrouted_total", "counter",
-        "Writes acknowledged by a node that no longer owned the key.", cc.misrouted);
-    one(b, "ringcache_replication_acks_total", "counter", "Post-images a replica acknowledged.",
-        cc.replicated);
-    one(b, "ringcache_replication_failures_total", "counter",
-        "Post-images a replica did not acknowledge.", cc.replica_failures);
-    one(b, "ringcache_replication_skipped_total", "counter",
-        "Post-images not sent: the owner is declared failed.", cc.replica_skipped);
-    one(b, "ringcache_unavailable_total", "counter",
-        "Writes refused: an owner seen down but not declared failed.", cc.unavailable);
-    one(b, "ringcache_handoff_imported_items", "gauge",
-        "Items imported by the handoff since the last PREPARE.", cc.items_imported);
-    one(b, "ringcache_handoff_imported_bytes", "gauge",
-        "Bytes imported by the handoff since the last PREPARE.", cc.bytes_imported);
-    one(b, "ringcache_handoff_planned_items", "gauge",
-        "Items this node's handoff streams found to copy when they opened, since the last "
-        "PREPARE.",
-        cc.items_planned);
-    one(b, "ringcache_handoff_planned_bytes", "gauge",
-        "Memory the items of ringcache_handoff_planned_items take (as ringctl status counts).",
-        cc.bytes_planned);
-    one(b, "ringcache_handoff_sent_items", "gauge",
-        "Items and tombstones this node's handoff streams sent since the last PREPARE (re-sent "
-        "dirty keys included).",
-        cc.items_sent);
-    one(b, "ringcache_handoff_sent_bytes", "gauge",
-        "Key and value bytes of ringcache_handoff_sent_items.", cc.bytes_sent);
+    rows(b, CLUSTER_ROWS, sizeof(CLUSTER_ROWS) / sizeof(CLUSTER_ROWS[0]), &cc);
     one(b, "ringcache_route_lookups_total", "counter", "Ring lookups made for keyed requests.",
         ts.route_lookups);
 }
