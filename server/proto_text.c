@@ -160,9 +160,8 @@ get_continue(struct conn *c, struct route_get *g)
             c->get_pos = (uint32_t)(k.p - c->rbuf);
             return PROTO_PAUSE;
         }
-        hash = ring_hash(k.p, k.len);
         STATS_ADD(ts, cmd_get, 1);
-        switch (route_get_key(c, g, hash, c->get_touch, &rt)) {
+        switch (route_get_key(c, g, &k, c->get_touch, &rt, &hash)) {
         case ROUTE_KEY_SERVE:
             break;
         case ROUTE_KEY_RELAYED:

@@ -770,6 +770,7 @@ route_get(struct conn *c, struct route_get *g, const char *cmd, size_t ncmd,
     g->next_here = 0;
     g->where = NULL;
     g->here = NULL;
+    g->hash = NULL;
     /* A plain client's writes at a node that is not the key's primary are
      * relayed; while replies queued before this get are still out
      * (c->nholds), or relayed requests of it are (a noreply write leaves
@@ -784,10 +785,16 @@ route_get(struct conn *c, struct route_get *g, const char *cmd, size_t ncmd,
         REPLY(c, NO_MEMBERSHIP_REPLY);
         return false;
     }
+    g->hash = nkeys <= ROUTE_GET_KEYS ? g->fixed_hash : malloc(nkeys * sizeof(*g->hash));
+    if (g->hash == NULL) {
+        REPLY(c, "SERVER_ERROR out of memory");
+        return false;
+    }
     for (j = 0; j < nkeys && proto_next_key(&q, end, &k); j++) {
         struct route rt;
 
-        decide_for(c, v, ring_hash(k.p, k.len), touch, c->get_ordered, &rt);
+        g->hash[j] = ring_hash(k.p, k.len);
+        decide_for(c, v, g->hash[j], touch, c->get_ordered, &rt);
         if (rt.action == ROUTE_SERVE) {
             if (touch && keep_here(g, nkeys, nlocal, &rt) < 0) {
                 REPLY(c, "SERVER_ERROR out of memory");
@@ -853,21 +860,27 @@ route_get_done(struct route_get *g)
     if (g->here != g->fixed_here) {
         free(g->here);
     }
+    if (g->hash != g->fixed_hash) {
+        free(g->hash);
+    }
     g->where = NULL;
     g->here = NULL;
+    g->hash = NULL;
 }
 
 /* See route.h. */
 enum route_key
-route_get_key(struct conn *c, struct route_get *g, uint64_t hash, bool touch, struct route *rt)
+route_get_key(struct conn *c, struct route_get *g, const struct token *k, bool touch,
+              struct route *rt, uint64_t *hash)
 {
     if (g != NULL) {
-        uint8_t where = g->where != NULL ? g->where[g->next] : WHERE_HERE;
+        uint32_t j = g->next++;
+        uint8_t  where = g->where != NULL ? g->where[j] : WHERE_HERE;
 
-        g->next++;
         if (where != WHERE_HERE) {
             return ROUTE_KEY_RELAYED;
         }
+        *hash = g->hash != NULL ? g->hash[j] : ring_hash(k->p, k->len);
         /* Served here: the decision stands while the get runs on in the
          * callback that made it; a gat's carries its replication plan.
          * (Without a cluster route_get kept no route.) */
@@ -878,8 +891,10 @@ route_get_key(struct conn *c, struct route_get *g, uint64_t hash, bool touch, st
             *rt = g->here[g->next_here++];
             return ROUTE_KEY_SERVE;
         }
+    } else {
+        *hash = ring_hash(k->p, k->len);
     }
-    route_conn(c, hash, touch, rt);
+    route_conn(c, *hash, touch, rt);
     if (rt->action == ROUTE_SERVE) {
         return ROUTE_KEY_SERVE;
     }

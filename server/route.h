@@ -128,7 +128,10 @@ struct route_get {
                          * in; NULL: every key so far is served here */
     struct route *here; /* a gat: the routes of its keys served here, in
                          * line order; NULL for a get */
+    uint64_t *hash;     /* per key: its hash, so no key is hashed twice;
+                         * NULL without a cluster view */
     uint8_t      fixed[ROUTE_GET_KEYS];
+    uint64_t     fixed_hash[ROUTE_GET_KEYS];
     struct route fixed_here[ROUTE_GAT_KEYS];
 };
 
@@ -156,14 +159,15 @@ enum route_key {
 };
 
 /*
- * The next key of a get being served, of hash (rt is filled for a gat):
- * with g (the get has not paused since route_get decided it), route_get's
- * decision stands and the key is not looked up again; with g NULL (the
- * get paused on a full output queue and resumed in a later callback), the
- * key is decided again.
+ * The next key of a get being served, k (rt is filled for a gat; *hash
+ * gets the key's hash for the store when it is served here): with g (the
+ * get has not paused since route_get decided it), route_get's decision and
+ * hash stand, and the key is neither looked up nor hashed again; with g
+ * NULL (the get paused on a full output queue and resumed in a later
+ * callback), the key is hashed and decided again.
  */
-enum route_key route_get_key(struct conn *c, struct route_get *g, uint64_t hash, bool touch,
-                             struct route *rt);
+enum route_key route_get_key(struct conn *c, struct route_get *g, const struct token *k, bool touch,
+                             struct route *rt, uint64_t *hash);
 
 /* A gat's key was touched under rt, between route_write_begin and this:
  * it is the item (the caller's reference) or NULL for a miss. Replicates
