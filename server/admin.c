@@ -150,10 +150,9 @@ status_done(void *arg, uint64_t orphans)
     }
 }
 
-/* STATUS: answer at once with a figure that will do (during a transition,
- * a count under 2 s old), else at the end of the count in progress or of
- * one started now (transition_orphans_wait: in slices, so the heartbeats
- * this thread answers never wait for a whole count); the connection reads
+/* STATUS: answer at once with a recent figure (transition_orphans_now),
+ * else at the end of the count in progress or of one started now (transition_orphans_wait: in
+ * slices, so the heartbeats this thread answers never wait for a whole count); the connection reads
  * nothing until then. */
 static void
 do_status(struct cp_conn *c)

@@ -25,7 +25,12 @@
 
 #define CLEANUP_ITEMS   2000 /* purged per cleanup tick */
 #define CLEANUP_TICK_MS 10   /* so cleanup stays under ~200k items/s */
-#define ORPHANS_TTL_MS  2000 /* orphan recount interval during a transition */
+/* A Status is answered at once with the last orphan count if it ended
+ * less than ORPHANS_FRESH_MS ago (or twice as long as it took, on a node
+ * whose count takes longer), and one older than ORPHANS_REFRESH_MS is
+ * counted again in the background. Else the Status waits for a count. */
+#define ORPHANS_FRESH_MS   2000
+#define ORPHANS_REFRESH_MS 1000
 /* Items read per slice of an orphan count (about 3 ms at 0.2 us an item):
  * between slices the cluster thread answers heartbeats and requests. */
 #define ORPHANS_SLICE 16384
@@ -50,8 +55,9 @@ struct transition {
     struct store_cursor   cleanup_cur;
     bool                  cleaning;
     uint64_t              orphans;    /* last complete orphan count */
-    uint64_t              orphans_ms; /* when its walk started (0: none for this state) */
-    struct event         *count_ev;   /* the next slice of the count in progress */
+    uint64_t              orphans_ms; /* when its count started (0: none for this state) */
+    uint64_t              orphans_end_ms, orphans_took_ms; /* when it ended, how long it took */
+    struct event         *count_ev; /* the next slice of the count in progress */
     bool                  counting;
     uint32_t              count_stripe;      /* where the count in progress resumes */
     uint64_t              count_n, count_ms; /* its partial figure; when it started */
@@ -147,6 +153,8 @@ count_cb(evutil_socket_t fd, short what, void *arg)
     t->counting = false;
     t->orphans = t->count_n;
     t->orphans_ms = t->count_ms;
+    t->orphans_end_ms = util_now_ms();
+    t->orphans_took_ms = t->orphans_end_ms - t->count_ms;
     done = t->count_seq;
     answer_waiters(t, done);
     if (t->n_waiters > 0 && !t->counting) {
@@ -158,9 +166,20 @@ count_cb(evutil_socket_t fd, short what, void *arg)
 bool
 transition_orphans_now(struct transition *t, uint64_t *orphans)
 {
-    if (t->cl->pending == NULL || t->orphans_ms == 0 ||
-        util_now_ms() - t->orphans_ms >= ORPHANS_TTL_MS) {
+    uint64_t now = util_now_ms(), age, fresh = ORPHANS_FRESH_MS;
+
+    if (t->orphans_ms == 0) {
+        return false; /* no count since the state changed */
+    }
+    age = now - t->orphans_end_ms;
+    if (fresh < 2 * t->orphans_took_ms) {
+        fresh = 2 * t->orphans_took_ms;
+    }
+    if (age >= fresh) {
         return false;
+    }
+    if (age >= ORPHANS_REFRESH_MS && !t->counting) {
+        count_start(t); /* for the next Status */
     }
     *orphans = t->orphans;
     return true;

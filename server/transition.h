@@ -93,18 +93,21 @@ int transition_abort(struct transition *t, const uint8_t *token, size_t token_le
  * Orphans for Status: items this node holds that it neither owns in the
  * active epoch nor imports. Counting reads every item (about 0.2 s per
  * million), and this thread answers the peers' heartbeats, so a count runs
- * in slices of a few ms between the thread's other events, and one count
- * answers every request that came while it ran.
+ * in slices of a few ms between the thread's other events, one count
+ * answers every request that came while it ran, and a recent figure
+ * answers at once.
  */
 
 /* Called with the figure of a count that was running or started when the
  * request came. */
 typedef void (*transition_orphans_fn)(void *arg, uint64_t orphans);
 
-/* The figure to answer with now, if one will do: during a pending
- * transition (when the count can only fall: cleanup of an older epoch,
- * expiry) a count that started less than 2 s ago. Else false: wait for a
- * count (transition_orphans_wait). */
+/* The figure to answer with now, if one will do: the last count's, if it
+ * ended less than 2 s ago (on a node where a count takes longer than 1 s,
+ * less than twice its duration ago) and no prepare, commit or abort came
+ * since it started; one over 1 s old is counted again in the background
+ * for the next request. Else false: wait for a count
+ * (transition_orphans_wait). */
 bool transition_orphans_now(struct transition *t, uint64_t *orphans);
 
 /* Queue fn(arg, orphans) for the end of the count in progress, or of one
