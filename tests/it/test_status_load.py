@@ -14,6 +14,12 @@ writer sets keys of every node. Meanwhile and after:
 - every write is STORED (none UNAVAILABLE or SERVER_ERROR), and
   cluster_unavailable and replica_failures move on no node;
 - the Status requests are answered, with orphans 0 (nothing is orphaned).
+The first Status requests wait for a count (in slices, shared by all of
+them); later ones get a count under 2 s old at once, and one count a
+second or so runs in the background meanwhile. On the old code every
+Status read every item in one go: a stalled at once, its peers answered
+its keys' writes UNAVAILABLE, and new admin connections timed out before
+their Hello.
 """
 import concurrent.futures
 import os
