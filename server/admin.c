@@ -69,9 +69,10 @@ send_status_reply(struct cp_conn *c, Ringcache__AdminReply *r, Ringcache__NodeSt
 }
 
 /* Answer an admin request: ok or err, with the node's whole NodeStatus
- * (store, transfers, imports, orphans, health). Cluster thread. */
+ * (store, transfers, imports, health, and the orphan count given).
+ * Cluster thread. */
 static void
-send_reply(struct cp_conn *c, bool ok, const char *err)
+send_reply_orphans(struct cp_conn *c, bool ok, const char *err, uint64_t orphans)
 {
     struct cport              *cp = c->cp;
     struct cluster            *cl = cp->cl;
@@ -116,12 +117,59 @@ send_reply(struct cp_conn *c, bool ok, const char *err)
     st.transfers = tsp;
     st.items_imported = cc.items_imported;
     st.bytes_imported = cc.bytes_imported;
-    st.orphans = transition_orphans(cp->tr);
+    st.orphans = orphans;
     st.misrouted = cc.misrouted;
     st.fence_held_ms = cluster_fence_held_ms(cl);
     st.recovering = __atomic_load_n(&live->recovering, __ATOMIC_RELAXED) != 0;
     st.behind_epoch = __atomic_load_n(&live->behind_epoch, __ATOMIC_RELAXED);
     send_status_reply(c, &r, &st, ok, err);
+}
+
+/* Answer a request other than Status: its NodeStatus carries the last
+ * orphan count, of any age (only a Status waits for a count). */
+static void
+send_reply(struct cp_conn *c, bool ok, const char *err)
+{
+    send_reply_orphans(c, ok, err, transition_orphans_last(c->cp->tr));
+}
+
+/* The count a Status waited for is done (arg: its connection): reply,
+ * then go on with what the connection sent meanwhile. */
+static void
+status_done(void *arg, uint64_t orphans)
+{
+    struct cp_conn *c = arg;
+
+    c->waiting = false;
+    send_reply_orphans(c, true, NULL, orphans);
+    if (!c->closing) {
+        bufferevent_enable(c->bev, EV_READ);
+        if (c->reading == 0) {
+            cpc_read_cb(c->bev, c);
+        }
+    }
+}
+
+/* STATUS: answer at once with a recent figure (transition_orphans_now),
+ * else at the end of the count in progress or of one started now (transition_orphans_wait: in
+ * slices, so the heartbeats this thread answers never wait for a whole count); the connection reads
+ * nothing until then. */
+static void
+do_status(struct cp_conn *c)
+{
+    struct cport *cp = c->cp;
+    uint64_t      orphans;
+
+    if (transition_orphans_now(cp->tr, &orphans)) {
+        send_reply_orphans(c, true, NULL, orphans);
+        return;
+    }
+    if (transition_orphans_wait(cp->tr, status_done, c) < 0) {
+        send_reply(c, false, "out of memory");
+        return;
+    }
+    c->waiting = true;
+    bufferevent_disable(c->bev, EV_READ);
 }
 
 /*
@@ -326,7 +374,7 @@ admin_request(struct cp_conn *c, const struct frame *f)
         do_abort(c, rq->abort);
         break;
     case RINGCACHE__ADMIN_REQUEST__REQ_STATUS:
-        send_reply(c, true, NULL);
+        do_status(c);
         break;
     default:
         send_reply(c, false, "empty admin request");
@@ -340,6 +388,7 @@ admin_conn_gone(struct cp_conn *c)
 {
     struct cport *cp = c->cp;
 
+    transition_orphans_cancel(cp->tr, c);
     if (cp->fence_waiter == c) {
         transition_fence_cancel(cp->tr);
         cp->fence_waiter = NULL;

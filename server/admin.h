@@ -16,7 +16,8 @@ struct frame;
  * A frame that does not decode is an Error and a close. Cluster thread. */
 void admin_request(struct cp_conn *c, const struct frame *f);
 
-/* c goes away: a Fence it waits for is cancelled (its reply never sent). */
+/* c goes away: a Fence or a Status it waits for is cancelled (its reply
+ * never sent). */
 void admin_conn_gone(struct cp_conn *c);
 
 #endif /* SERVER_ADMIN_H */

@@ -486,6 +486,17 @@ void store_count(struct store *s, store_hash_pred pred, void *arg, uint64_t *ite
                  uint64_t *bytes);
 
 /*
+ * store_count in slices, for a caller that must not hold its thread for a
+ * whole count: counts whole stripes from *stripe on (start at 0), adding
+ * to *items and *bytes, and stops after the stripe that brings the items
+ * read (matching or not) to max_items. Returns 1 while stripes remain
+ * (call again with the same *stripe), 0 when the count is complete. Items
+ * added or removed between calls may or may not be counted.
+ */
+int store_count_step(struct store *s, uint32_t *stripe, store_hash_pred pred, void *arg,
+                     size_t max_items, uint64_t *items, uint64_t *bytes);
+
+/*
  * Start dirty tracking: from the return of this call on, every change to a
  * key whose hash satisfies pred records the key (once, however often it
  * changes, until drained): set/add/replace/cas/append/prepend, incr/decr,

@@ -282,14 +282,15 @@ store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred, void
     return cur->stripe < STRIPES ? 1 : 0;
 }
 
-void
-store_count(struct store *s, store_hash_pred pred, void *arg, uint64_t *items, uint64_t *bytes)
+int
+store_count_step(struct store *s, uint32_t *stripe, store_hash_pred pred, void *arg,
+                 size_t max_items, uint64_t *items, uint64_t *bytes)
 {
-    uint64_t n = 0, nb = 0;
-    uint32_t i, b;
+    size_t   read = 0;
+    uint32_t b;
 
-    for (i = 0; i < STRIPES; i++) {
-        struct stripe *st = &s->stripes[i];
+    while (*stripe < STRIPES && read < max_items) {
+        struct stripe *st = &s->stripes[*stripe];
         int64_t        now = clock_begin(s);
         uint32_t       gen;
 
@@ -299,16 +300,29 @@ store_count(struct store *s, store_hash_pred pred, void *arg, uint64_t *items, u
             struct store_item *it;
 
             for (it = st->buckets[b]; it != NULL; it = it->h_next) {
+                read++;
                 if (do_selected(it, pred, arg, now, gen)) {
-                    n++;
-                    nb += item_charge(it);
+                    (*items)++;
+                    *bytes += item_charge(it);
                 }
             }
         }
         pthread_mutex_unlock(&st->lock);
+        (*stripe)++;
     }
-    *items = n;
-    *bytes = nb;
+    return *stripe < STRIPES ? 1 : 0;
+}
+
+void
+store_count(struct store *s, store_hash_pred pred, void *arg, uint64_t *items, uint64_t *bytes)
+{
+    uint32_t stripe = 0;
+
+    *items = 0;
+    *bytes = 0;
+    while (store_count_step(s, &stripe, pred, arg, SIZE_MAX, items, bytes) != 0) {
+        continue;
+    }
 }
 
 int

@@ -2,8 +2,8 @@
  * transition: the node's side of a transition (docs/cluster.md, PREPARE,
  * COPY, FENCE, COMMIT, ABORT): the cluster state change, the purges and
  * the handoff around each one, the background CLEANUP after a commit, and
- * the orphan count for Status. The cluster port (server/admin.c) decodes
- * the admin's frames and replies; everything here runs on its thread.
+ * the orphan count for Status, in slices between the thread's other work.
+ * server/admin.c decodes the admin's frames; all of this runs on its thread.
  */
 #include "config.h"
 #include "server/transition.h"
@@ -25,24 +25,49 @@
 
 #define CLEANUP_ITEMS   2000 /* purged per cleanup tick */
 #define CLEANUP_TICK_MS 10   /* so cleanup stays under ~200k items/s */
-#define ORPHANS_TTL_MS  2000 /* orphan recount interval during a transition */
+/* A Status is answered at once with the last orphan count if it ended
+ * less than ORPHANS_FRESH_MS ago (or twice as long as it took, on a node
+ * whose count takes longer), and one older than ORPHANS_REFRESH_MS is
+ * counted again in the background. Else the Status waits for a count. */
+#define ORPHANS_FRESH_MS   2000
+#define ORPHANS_REFRESH_MS 1000
+/* Items read per slice of an orphan count (about 3 ms at 0.2 us an item):
+ * between slices the cluster thread answers heartbeats and requests. */
+#define ORPHANS_SLICE 16384
 /* The store committed the epoch this node prepared: its admin's Commit
  * normally follows within milliseconds; after this long without one the
  * node commits by itself (the admin died after the store's commit). */
 #define STORE_COMMIT_GRACE_MS 1000
 
+/* A request for the orphan count: answered by count number need or later
+ * (the one running when the request came, or the next one). */
+struct orphan_waiter {
+    transition_orphans_fn fn;
+    void                 *arg;
+    uint64_t              need;
+};
+
 struct transition {
-    struct cluster     *cl;
-    struct store       *store;
-    struct handoff     *ho;
-    struct event       *cleanup_ev;
-    struct store_cursor cleanup_cur;
-    bool                cleaning;
-    uint64_t            orphans, orphans_ms; /* last count and when (0: none) */
-    transition_done_fn  fence_fn;            /* a fence waits for its drain */
-    void               *fence_arg;
-    struct event       *store_ev;    /* the grace before a store commit */
-    uint64_t            store_epoch; /* the epoch it waits to commit (0: none) */
+    struct cluster       *cl;
+    struct store         *store;
+    struct handoff       *ho;
+    struct event         *cleanup_ev;
+    struct store_cursor   cleanup_cur;
+    bool                  cleaning;
+    uint64_t              orphans;    /* last complete orphan count */
+    uint64_t              orphans_ms; /* when its count started (0: none for this state) */
+    uint64_t              orphans_end_ms, orphans_took_ms; /* when it ended, how long it took */
+    struct event         *count_ev; /* the next slice of the count in progress */
+    bool                  counting;
+    uint32_t              count_stripe;      /* where the count in progress resumes */
+    uint64_t              count_n, count_ms; /* its partial figure; when it started */
+    uint64_t              count_seq;         /* counts started (the running one's number) */
+    struct orphan_waiter *waiters;           /* Status requests waiting for a count */
+    size_t                n_waiters, cap_waiters;
+    transition_done_fn    fence_fn; /* a fence waits for its drain */
+    void                 *fence_arg;
+    struct event         *store_ev;    /* the grace before a store commit */
+    uint64_t              store_epoch; /* the epoch it waits to commit (0: none) */
 };
 
 /*
@@ -59,25 +84,154 @@ orphan_pred(uint64_t hash, void *arg)
     return !cluster_owned_active(cl, hash) && !arcset_has(&cl->importing, hash);
 }
 
-/*
- * Orphans for Status. Counting reads every item (tens of ms per million)
- * and the admin polls Status every 150 ms during a copy, which would take
- * a core from the foreground on a small box. While a transition is pending
- * the count can only fall (cleanup of the previous epoch, expiry; nothing
- * writes outside the arcs this node owns or imports), so then it is
- * recounted at most every ORPHANS_TTL_MS; otherwise (cleanup waits for it
- * to reach 0) it is exact.
- */
-uint64_t
-transition_orphans(struct transition *t)
+/* Start a count from the first stripe (a running one starts over: what it
+ * read was judged under another state, or before a waiter's request). */
+static void
+count_start(struct transition *t)
 {
-    uint64_t now = util_now_ms(), bytes;
+    struct timeval tv = { 0, 0 };
 
-    if (t->cl->pending == NULL || t->orphans_ms == 0 || now - t->orphans_ms >= ORPHANS_TTL_MS) {
-        store_count(t->store, orphan_pred, t->cl, &t->orphans, &bytes);
-        t->orphans_ms = now;
+    t->count_seq++;
+    t->count_stripe = 0;
+    t->count_n = 0;
+    t->count_ms = util_now_ms();
+    if (!t->counting) {
+        t->counting = true;
+        evtimer_add(t->count_ev, &tv);
     }
+}
+
+/* The state orphan_pred reads changed (prepare, commit, abort): the last
+ * figure no longer stands, and a count in progress starts over. */
+static void
+orphans_reset(struct transition *t)
+{
+    t->orphans_ms = 0;
+    if (t->counting) {
+        count_start(t);
+    }
+}
+
+/* Answer, one at a time, the waiters count number done answers. The array
+ * is searched again after each call: a callback may add a waiter (a
+ * Status that was buffered behind) or cancel one (a connection freed). */
+static void
+answer_waiters(struct transition *t, uint64_t done)
+{
+    for (;;) {
+        struct orphan_waiter w;
+        size_t               i;
+
+        for (i = 0; i < t->n_waiters && t->waiters[i].need > done; i++) {
+            continue;
+        }
+        if (i == t->n_waiters) {
+            return;
+        }
+        w = t->waiters[i];
+        t->waiters[i] = t->waiters[--t->n_waiters];
+        w.fn(w.arg, t->orphans);
+    }
+}
+
+/* One slice of the orphan count; the last one publishes the figure,
+ * answers the waiters, and starts the next count if some wait for it. */
+static void
+count_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct transition *t = arg;
+    struct timeval     tv = { 0, 0 };
+    uint64_t           bytes = 0, done;
+
+    (void)fd;
+    (void)what;
+    if (store_count_step(t->store, &t->count_stripe, orphan_pred, t->cl, ORPHANS_SLICE, &t->count_n,
+                         &bytes) != 0) {
+        evtimer_add(t->count_ev, &tv);
+        return;
+    }
+    t->counting = false;
+    t->orphans = t->count_n;
+    t->orphans_ms = t->count_ms;
+    t->orphans_end_ms = util_now_ms();
+    t->orphans_took_ms = t->orphans_end_ms - t->count_ms;
+    done = t->count_seq;
+    answer_waiters(t, done);
+    if (t->n_waiters > 0 && !t->counting) {
+        count_start(t);
+    }
+}
+
+/* See transition.h. */
+bool
+transition_orphans_now(struct transition *t, uint64_t *orphans)
+{
+    uint64_t now = util_now_ms(), age, fresh = ORPHANS_FRESH_MS;
+
+    if (t->orphans_ms == 0) {
+        return false; /* no count since the state changed */
+    }
+    age = now - t->orphans_end_ms;
+    if (fresh < 2 * t->orphans_took_ms) {
+        fresh = 2 * t->orphans_took_ms;
+    }
+    if (age >= fresh) {
+        return false;
+    }
+    if (age >= ORPHANS_REFRESH_MS && !t->counting) {
+        count_start(t); /* for the next Status */
+    }
+    *orphans = t->orphans;
+    return true;
+}
+
+/* See transition.h. */
+uint64_t
+transition_orphans_last(const struct transition *t)
+{
     return t->orphans;
+}
+
+/* See transition.h. */
+int
+transition_orphans_wait(struct transition *t, transition_orphans_fn fn, void *arg)
+{
+    if (t->n_waiters == t->cap_waiters) {
+        size_t                cap = t->cap_waiters > 0 ? 2 * t->cap_waiters : 8;
+        struct orphan_waiter *w = realloc(t->waiters, cap * sizeof(*w));
+
+        if (w == NULL) {
+            return -1;
+        }
+        t->waiters = w;
+        t->cap_waiters = cap;
+    }
+    /* The running count, if any, answers too: like one started now, it
+     * reads every item present from its start to its end, and it started
+     * after the last change of what orphan_pred reads (orphans_reset). */
+    t->waiters[t->n_waiters].fn = fn;
+    t->waiters[t->n_waiters].arg = arg;
+    t->waiters[t->n_waiters].need = t->counting ? t->count_seq : t->count_seq + 1;
+    t->n_waiters++;
+    if (!t->counting) {
+        count_start(t);
+    }
+    return 0;
+}
+
+/* See transition.h. */
+void
+transition_orphans_cancel(struct transition *t, void *arg)
+{
+    size_t i = 0;
+
+    while (i < t->n_waiters) {
+        if (t->waiters[i].arg == arg) {
+            t->waiters[i] = t->waiters[--t->n_waiters];
+        } else {
+            i++;
+        }
+    }
 }
 
 /*
@@ -165,7 +319,7 @@ transition_prepare(struct transition *t, const struct cluster_prep *p, char *err
     if (!again) {
         /* Cleanup of an older epoch must not touch what we will import. */
         purge_importing(t);
-        t->orphans_ms = 0; /* the importing arcs changed: recount */
+        orphans_reset(t); /* the importing arcs changed: recount */
         cluster_handoff_reset(t->cl);
     }
     /* Sources track changes before they acknowledge. */
@@ -272,6 +426,7 @@ transition_commit(struct transition *t, const struct ring_members *next, const u
     }
     if (!again) {
         handoff_stop(t->ho);
+        orphans_reset(t); /* the active epoch changed */
         cleanup_start(t);
     }
     return 0;
@@ -362,6 +517,7 @@ transition_abort(struct transition *t, const uint8_t *token, size_t token_len, u
                  void (*end_streams)(void *arg), void *arg, char *err, size_t errlen)
 {
     struct cluster *cl = t->cl;
+    int             rc;
 
     if (cl->pending == NULL) {
         return 0;
@@ -379,7 +535,9 @@ transition_abort(struct transition *t, const uint8_t *token, size_t token_len, u
     t->fence_fn = NULL;
     end_streams(arg);
     purge_importing(t);
-    return cluster_abort(cl, token, token_len, err, errlen);
+    rc = cluster_abort(cl, token, token_len, err, errlen);
+    orphans_reset(t); /* nothing imported any more */
+    return rc;
 }
 
 /* See transition.h. */
@@ -412,7 +570,8 @@ transition_new(struct cluster *cl, struct store *s, struct handoff *ho, struct e
     t->ho = ho;
     t->cleanup_ev = evtimer_new(base, cleanup_cb, t);
     t->store_ev = evtimer_new(base, store_commit_cb, t);
-    if (t->cleanup_ev == NULL || t->store_ev == NULL) {
+    t->count_ev = evtimer_new(base, count_cb, t);
+    if (t->cleanup_ev == NULL || t->store_ev == NULL || t->count_ev == NULL) {
         transition_free(t);
         return NULL;
     }
@@ -432,5 +591,9 @@ transition_free(struct transition *t)
     if (t->store_ev != NULL) {
         event_free(t->store_ev);
     }
+    if (t->count_ev != NULL) {
+        event_free(t->count_ev);
+    }
+    free(t->waiters);
     free(t);
 }

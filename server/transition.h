@@ -89,9 +89,38 @@ void transition_store_active(struct transition *t, const struct ring_members *m,
 int transition_abort(struct transition *t, const uint8_t *token, size_t token_len, uint64_t epoch,
                      void (*end_streams)(void *arg), void *arg, char *err, size_t errlen);
 
-/* Items this node holds that it neither owns in the active epoch nor
- * imports (Status). Exact without a pending transition; during one,
- * recounted at most every 2 s (the count can only fall then). */
-uint64_t transition_orphans(struct transition *t);
+/*
+ * Orphans for Status: items this node holds that it neither owns in the
+ * active epoch nor imports. Counting reads every item (about 0.2 s per
+ * million), and this thread answers the peers' heartbeats, so a count runs
+ * in slices of a few ms between the thread's other events, one count
+ * answers every request that came while it ran, and a recent figure
+ * answers at once.
+ */
+
+/* Called with the figure of a count that was running or started when the
+ * request came. */
+typedef void (*transition_orphans_fn)(void *arg, uint64_t orphans);
+
+/* The figure to answer with now, if one will do: the last count's, if it
+ * ended less than 2 s ago (on a node where a count takes longer than 1 s,
+ * less than twice its duration ago) and no prepare, commit or abort came
+ * since it started; one over 1 s old is counted again in the background
+ * for the next request. Else false: wait for a count
+ * (transition_orphans_wait). */
+bool transition_orphans_now(struct transition *t, uint64_t *orphans);
+
+/* Queue fn(arg, orphans) for the end of the count in progress, or of one
+ * started now if none runs. A change of the state the count depends on
+ * (prepare, commit, abort) starts the count over. Never calls fn from
+ * inside the call. -1: out of memory. */
+int transition_orphans_wait(struct transition *t, transition_orphans_fn fn, void *arg);
+
+/* Forget every queued call with this arg (its requester went away). */
+void transition_orphans_cancel(struct transition *t, void *arg);
+
+/* The figure of the last complete count, of any age (0 before the first):
+ * for replies other than Status, which do not wait for a count. */
+uint64_t transition_orphans_last(const struct transition *t);
 
 #endif /* SERVER_TRANSITION_H */

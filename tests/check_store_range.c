@@ -233,6 +233,24 @@ START_TEST(test_walk_static)
     ck_assert_uint_eq(all_items, st.curr_items);
     ck_assert_uint_eq(all_bytes, st.bytes);
 
+    /* the same count in slices of 100 items read: whole stripes, so a slice
+     * may read more, and it takes several calls */
+    {
+        uint64_t sliced = 0, sliced_bytes = 0;
+        uint32_t stripe = 0;
+        int      steps = 1;
+
+        while (store_count_step(s, &stripe, in_arc, &quarter, 100, &sliced, &sliced_bytes) == 1) {
+            steps++;
+        }
+        ck_assert_int_gt(steps, 1);
+        ck_assert_uint_eq(sliced, items);
+        ck_assert_uint_eq(sliced_bytes, bytes);
+        ck_assert_int_eq(
+            store_count_step(s, &stripe, in_arc, &quarter, 100, &sliced, &sliced_bytes), 0);
+        ck_assert_uint_eq(sliced, items);
+    }
+
     /* expired and flushed items are not visited */
     memset(v.seen, 0, N * sizeof(unsigned));
     v.total = 0;
