@@ -69,13 +69,71 @@ name_ok(const char *name)
     return true;
 }
 
+/*
+ * Crash injection (tests only). RC_MSTORE_CRASH_AT=N: the process
+ * _exit(137)s just before its Nth file operation in the directory backend
+ * (a create, write, fsync, rename, link, unlink or mkdir), after naming it
+ * on stderr. With RC_MSTORE_CRASH_TXN=NAME[#K] only the operations of the
+ * K-th (default the first) transaction of the process that writes record
+ * NAME count, so a test can stop an admin at each operation of one
+ * transaction while its other threads write too.
+ */
+static uint64_t      crash_ops;    /* operations counted so far (atomic) */
+static uint64_t      crash_txns;   /* transactions that wrote NAME so far (atomic) */
+static __thread bool crash_in_txn; /* this thread runs the selected transaction */
+
+static void
+crash_point(const char *what, const char *path)
+{
+    const char *at = getenv("RC_MSTORE_CRASH_AT");
+    uint64_t    n;
+
+    if (at == NULL || (getenv("RC_MSTORE_CRASH_TXN") != NULL && !crash_in_txn)) {
+        return;
+    }
+    n = __atomic_add_fetch(&crash_ops, 1, __ATOMIC_RELAXED);
+    if (n == strtoull(at, NULL, 10)) {
+        fprintf(stderr, "mstore: RC_MSTORE_CRASH_AT=%s: exiting before %s %s\n", at, what, path);
+        _exit(137);
+    }
+}
+
+/* Is this transaction (its writes about to be applied) the one
+ * RC_MSTORE_CRASH_TXN selects? Sets crash_in_txn for this thread. */
+static void
+crash_txn_begin(const struct mstore_op *ops, size_t n_ops)
+{
+    const char *sel = getenv("RC_MSTORE_CRASH_TXN");
+    const char *hash;
+    size_t      i, len;
+    uint64_t    k = 1;
+
+    crash_in_txn = false;
+    if (sel == NULL || getenv("RC_MSTORE_CRASH_AT") == NULL) {
+        return;
+    }
+    hash = strchr(sel, '#');
+    len = hash != NULL ? (size_t)(hash - sel) : strlen(sel);
+    if (hash != NULL) {
+        k = strtoull(hash + 1, NULL, 10);
+    }
+    for (i = 0; i < n_ops; i++) {
+        if (ops[i].kind != MSTORE_CHECK && strlen(ops[i].name) == len &&
+            memcmp(ops[i].name, sel, len) == 0) {
+            crash_in_txn = __atomic_add_fetch(&crash_txns, 1, __ATOMIC_RELAXED) == k;
+            return;
+        }
+    }
+}
+
 /* fsync a directory so a rename, link or unlink in it is durable. */
 static int
 fsync_dir(const char *path)
 {
-    int fd = open(path, O_RDONLY | O_DIRECTORY);
-    int rc = 0;
+    int fd, rc = 0;
 
+    crash_point("fsync", path);
+    fd = open(path, O_RDONLY | O_DIRECTORY);
     if (fd < 0) {
         return -1;
     }
@@ -236,11 +294,13 @@ write_atomic(const char *path, const char *head, size_t head_len, const char *da
         util_set_err(err, errlen, "%s: path too long", path);
         return MSTORE_EINVAL;
     }
+    crash_point("create", tmp);
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         util_set_err(err, errlen, "%s: %s", tmp, strerror(errno));
         return MSTORE_EIO;
     }
+    crash_point("write", tmp);
     for (i = 0; i < 2; i++) {
         size_t off = 0;
 
@@ -257,6 +317,7 @@ write_atomic(const char *path, const char *head, size_t head_len, const char *da
             off += (size_t)w;
         }
     }
+    crash_point("fsync", tmp);
     if (fsync(fd) != 0) {
         util_set_err(err, errlen, "%s: fsync: %s", tmp, strerror(errno));
         goto out;
@@ -264,6 +325,7 @@ write_atomic(const char *path, const char *head, size_t head_len, const char *da
     close(fd);
     fd = -1;
     if (exclusive) {
+        crash_point("link", path);
         if (link(tmp, path) != 0) {
             int e = errno;
 
@@ -276,8 +338,9 @@ write_atomic(const char *path, const char *head, size_t head_len, const char *da
             }
             goto out;
         }
+        crash_point("unlink", tmp);
         unlink(tmp);
-    } else if (rename(tmp, path) != 0) {
+    } else if (crash_point("rename", path), rename(tmp, path) != 0) {
         util_set_err(err, errlen, "%s: rename: %s", path, strerror(errno));
         unlink(tmp);
         goto out;
@@ -306,6 +369,7 @@ make_parents(const char *dir, const char *name, char *err, size_t errlen)
 
     while ((slash = strchr(p, '/')) != NULL) {
         snprintf(path, sizeof(path), "%s/%.*s", dir, (int)(slash - name), name);
+        crash_point("mkdir", path);
         if (mkdir(path, 0755) == 0) {
             if (fsync_dir(dir) != 0) {
                 util_set_err(err, errlen, "%s: fsync failed", dir);
@@ -528,6 +592,7 @@ dir_txn(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed, 
     if (i == n_ops) {
         goto out; /* checks only: nothing to stamp */
     }
+    crash_txn_begin(ops, n_ops);
     rev = counter + 1;
     hl = snprintf(head, sizeof(head), "%" PRIu64 "\n", rev);
     snprintf(path, sizeof(path), "%s/revision", d->dir);
@@ -550,6 +615,7 @@ dir_txn(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed, 
             }
             break;
         case MSTORE_DELETE:
+            crash_point("unlink", path);
             if (unlink(path) != 0 && errno != ENOENT) {
                 util_set_err(err, errlen, "%s: %s", path, strerror(errno));
                 rc = MSTORE_EIO;
@@ -575,6 +641,7 @@ dir_txn(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed, 
         *new_rev = rev;
     }
 out:
+    crash_in_txn = false;
     flock(d->lock_fd, LOCK_UN);
     return rc;
 }
