@@ -18,8 +18,16 @@ active.members). For each transaction of a join and of a leave, N goes
 Before the directory backend's journal, a crash right before the put of
 committed.meta (after the unlink of pending.meta) left the store at the
 new epoch with nothing to resume: resume exited 1, every node stayed
-fenced."""
+fenced.
+
+Then (f12) `ringctl watch` with its defaults beside the cluster, a join
+held right before its commit with the fence up (RINGCTL_PAUSE_AT=commit):
+7 s later (past the 5 s admin lease) the live admin still holds it; then
+it is killed with SIGKILL, and within 10 s every key answers through every
+node with its value (the watch resumed the join; before, it waited for its
+30 s --transition-timeout)."""
 import os
+import signal
 import sys
 import time
 
@@ -160,8 +168,8 @@ def scenario(t):
             if not t.ok(not bad, "%s: %d keys read back through %d members, no error" %
                         (what, NKEYS, len(ids)), bad[:5]):
                 return
-        for kind in ("join", "leave"):
-            pts = seen.get((kind, "active.members#1"), ["n/a"])
+        for kind in ("join", "leave") if (("join", "active.members#1")) in seen else ():
+            pts = seen[(kind, "active.members#1")]
             t.ok(any(p.startswith("unlink pending.meta") for p in pts) or
                  any("txn.journal" in p for p in pts),
                  "%s commit: the crash points include the store's commit point" % kind, pts)
@@ -174,8 +182,56 @@ def scenario(t):
         lg.close_cluster(t, cl)
 
 
+def admin_death(t):
+    cl, ok = lg.start_cluster(t, ["a", "b", "c"], replicas=2)
+    watch = adm = None
+    try:
+        if not ok:
+            return
+        d = cl.add("d")
+        ids = ["a", "b", "c"]
+        keys = ["ad-%d" % i for i in range(400)]
+        bad = write_all(cl, ids, keys, 1)
+        if not t.ok(not bad, "400 keys set (STORED)", bad[:5]):
+            return
+        watch = cl.ctl_bg("watch")
+        pause = os.path.join(cl.dir, "pause-commit")
+        adm = cl.ctl_bg("join", "d", d.addr_s, env={"RINGCTL_PAUSE_AT": "commit",
+                                                     "RINGCTL_PAUSE_FILE": pause})
+        lg.wait_for(lambda: os.path.exists(pause) or adm.poll() is not None, 60, 0.05)
+        if not t.ok(os.path.exists(pause), "the join is fenced, its admin held before the commit"):
+            return
+        time.sleep(7)
+        t.ok(adm.poll() is None and cl.store_pending() and cl.store_epoch() == 1,
+             "7 s later (past the 5 s admin lease) the live admin still holds the transition")
+        os.kill(adm.pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        adm.wait()
+        first = None
+        while True:
+            bad = read_all(cl, ids, keys, 1)
+            took = time.monotonic() - t0
+            first = bad if first is None else first
+            if not bad or took > 20:
+                break
+            time.sleep(0.1)
+        t.diag("right after the kill: %d reads wrong, e.g. %r" % (len(first), first[:3]))
+        t.ok(not bad and took < 10, "%.1f s after the admin's SIGKILL every key answers with its "
+             "value through a, b and c (bound 10 s)" % took, bad[:5])
+        conv = cl.converged(2, ids + ["d"])
+        t.ok(all(v == (2, 0) for v in conv.values()) and not cl.store_pending(),
+             "the watch finished the join: every node at epoch 2", conv)
+        bad = read_all(cl, ids + ["d"], keys, 1)
+        t.ok(not bad, "no acknowledged write lost: 400 keys through all 4 nodes", bad[:5])
+    finally:
+        for p in (adm, watch):
+            if p is not None:
+                lg.stop_proc(p, 10.0)
+        lg.close_cluster(t, cl)
+
+
 def main():
-    lg.tap_main(scenario, 600, "the admin killed at every store file operation")
+    lg.tap_main([scenario, admin_death], 600, "the admin killed in the store and with the fence up")
 
 
 if __name__ == "__main__":
