@@ -68,19 +68,27 @@ wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* A store without leases: write the record with the time at
+ * ("written_ms T"; 0: expired). */
+static int
+put_timed(struct leased *l, int64_t at, char *err, size_t errlen)
+{
+    char buf[sizeof(l->what) + 32];
+    int  len = snprintf(buf, sizeof(buf), "%swritten_ms %" PRId64 "\n", l->what, at);
+
+    return mstore_cas(l->st, l->name, MSTORE_ANY_REV, buf, (size_t)len, NULL, err, errlen);
+}
+
 /* Take a fresh lease; an admin's record is written on it at once, a role's
  * by the caller (renew_once). A store without leases: write the record
- * with the time now ("written_ms T"), which is its renewal. MSTORE_OK or
- * an error. */
+ * with the time now, which is its renewal. MSTORE_OK or an error. */
 static int
 take(struct leased *l, char *err, size_t errlen)
 {
-    char buf[sizeof(l->what) + 32];
-    int  rc;
+    int rc;
 
     if (l->timed) {
-        rc = snprintf(buf, sizeof(buf), "%swritten_ms %" PRId64 "\n", l->what, wall_ms());
-        return mstore_cas(l->st, l->name, MSTORE_ANY_REV, buf, (size_t)rc, NULL, err, errlen);
+        return put_timed(l, wall_ms(), err, errlen);
     }
     l->lease = 0;
     rc = mstore_lease(l->st, &l->lease, l->ttl_s, err, errlen);
@@ -284,7 +292,12 @@ leased_stop(struct leased *l)
     pthread_cond_signal(&l->cv);
     pthread_mutex_unlock(&l->mu);
     pthread_join(l->tid, NULL);
-    if (!l->create || still_ours(l, holder, sizeof(holder))) {
+    if (l->timed) {
+        /* Expired rather than deleted: a transition this admin leaves
+         * pending is taken over at once, as in etcd (the next admin
+         * clears the record). */
+        put_timed(l, 0, err, sizeof(err));
+    } else if (!l->create || still_ours(l, holder, sizeof(holder))) {
         mstore_delete(l->st, l->name, MSTORE_ANY_REV, err, sizeof(err));
     }
     pthread_mutex_destroy(&l->mu);

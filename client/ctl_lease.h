@@ -3,7 +3,9 @@
  * transition (join, leave, remove --failed, resume) it holds the record
  * admin/HOST-PID, which a thread of its own renews every second: in etcd
  * on a 5 s lease; in a directory store (no leases, one host) by writing
- * its time ("written_ms T") into it, expired 5 s after. A pending
+ * its time ("written_ms T") into it, expired 5 s after. When the
+ * admin ends, the record is deleted (etcd) or written expired (a
+ * directory; the next admin to start deletes the expired ones). A pending
  * transition with no live admin/ record has lost its admin: `ringctl
  * watch` resumes it at once, within about 6-7 s of the admin's death. A
  * live admin, however slow its transition, keeps renewing. With no timed
@@ -30,7 +32,8 @@ struct mstore;
  * when the store has no leases or the lease could not be taken (then
  * printed; the transition goes on, watched by time as with a directory). */
 struct admin_lease *admin_lease_start(const char *spec, const char *what);
-/* Stop renewing and delete the record. NULL is fine. */
+/* Stop renewing; delete the record (etcd) or write it expired (a
+ * directory). NULL is fine. */
 void admin_lease_stop(struct admin_lease *l);
 
 /* Does some admin hold a lease in store s (etcd), or a record renewed
