@@ -599,9 +599,10 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
 
             bool known, held = admin_lease_held(a.store, &known);
 
-            /* With leases (etcd): the admin holds admin/HOST-PID from
-             * before the pending record exists until it ends; none beside
-             * a pending record seen twice: its admin died. */
+            /* The admin holds admin/HOST-PID (an etcd lease, or a record
+             * renewed with its time: client/ctl_lease.h) from before the
+             * pending record exists until it ends; none live beside a
+             * pending record seen twice: its admin died. */
             if (known && !held && a.have_rec && admin_gone_seen) {
                 ctl_info("watch: the transition (%s) has no admin lease in the store: its "
                          "admin is gone; resuming it",

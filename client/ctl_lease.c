@@ -16,8 +16,8 @@
 #include "client/ctl_util.h"
 #include "lib/mstore.h"
 
-#define ADMIN_LEASE_TTL_S 10   /* expires this long after the admin died */
-#define ADMIN_RENEW_MS    2000 /* renewed this often */
+#define ADMIN_LEASE_TTL_S 5    /* expires this long after the admin died */
+#define ADMIN_RENEW_MS    1000 /* renewed this often */
 #define ROLE_LEASE_TTL_S  5    /* a standby takes a dead holder's role after this */
 #define ROLE_RENEW_MS     1000 /* renewed (or tried for) this often */
 
@@ -29,6 +29,7 @@ struct leased {
     int             ttl_s;
     int             renew_ms;
     bool            create; /* a role: written only if absent */
+    bool            timed;  /* a store without leases: the record carries its time */
     uint64_t        lease;
     pthread_t       tid;
     pthread_mutex_t mu;
@@ -57,13 +58,38 @@ host_pid(char *out, size_t len)
     snprintf(out, len, "%s-%ld", host, (long)getpid());
 }
 
+/* The wall clock in ms (the directory store is on one host). */
+static int64_t
+wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A store without leases: write the record with the time at
+ * ("written_ms T"; 0: expired). */
+static int
+put_timed(struct leased *l, int64_t at, char *err, size_t errlen)
+{
+    char buf[sizeof(l->what) + 32];
+    int  len = snprintf(buf, sizeof(buf), "%swritten_ms %" PRId64 "\n", l->what, at);
+
+    return mstore_cas(l->st, l->name, MSTORE_ANY_REV, buf, (size_t)len, NULL, err, errlen);
+}
+
 /* Take a fresh lease; an admin's record is written on it at once, a role's
- * by the caller (renew_once). MSTORE_OK or an error. */
+ * by the caller (renew_once). A store without leases: write the record
+ * with the time now, which is its renewal. MSTORE_OK or an error. */
 static int
 take(struct leased *l, char *err, size_t errlen)
 {
     int rc;
 
+    if (l->timed) {
+        return put_timed(l, wall_ms(), err, errlen);
+    }
     l->lease = 0;
     rc = mstore_lease(l->st, &l->lease, l->ttl_s, err, errlen);
     if (rc == MSTORE_OK && !l->create) {
@@ -104,6 +130,12 @@ renew_once(struct leased *l)
     pthread_mutex_lock(&l->mu);
     held = l->held;
     pthread_mutex_unlock(&l->mu);
+    if (l->timed) {
+        if (take(l, err, sizeof(err)) != MSTORE_OK) {
+            ctl_info("%s: %s", l->name, err);
+        }
+        return;
+    }
     if (l->lease != 0) {
         rc = mstore_lease(l->st, &l->lease, l->ttl_s, err, sizeof(err));
     }
@@ -169,17 +201,57 @@ renew_main(void *arg)
     return NULL;
 }
 
+/* In a store without leases: how many admin/ records have a time (*timed)
+ * and how many of them were renewed within the TTL (returned). gc: delete
+ * the expired ones (a new admin clears those of admins that died). */
+static size_t
+admin_fresh(struct mstore *s, bool gc, size_t *timed)
+{
+    char **names = NULL;
+    size_t n = 0, i, fresh = 0;
+    char   err[512], name[300];
+
+    *timed = 0;
+    if (mstore_list(s, "admin", &names, &n, err, sizeof(err)) != MSTORE_OK) {
+        return 0;
+    }
+    for (i = 0; i < n; i++) {
+        struct mstore_record rec;
+        const char          *w;
+        long long            t;
+
+        snprintf(name, sizeof(name), "admin/%s", names[i]);
+        if (mstore_get(s, name, &rec, err, sizeof(err)) != MSTORE_OK) {
+            continue;
+        }
+        w = strstr(rec.text, "\nwritten_ms ");
+        if (w != NULL && sscanf(w, "\nwritten_ms %lld", &t) == 1) {
+            (*timed)++;
+            if (wall_ms() - t < ADMIN_LEASE_TTL_S * 1000) {
+                fresh++;
+            } else if (gc) {
+                mstore_delete(s, name, rec.rev, err, sizeof(err));
+            }
+        }
+        mstore_record_clear(&rec);
+    }
+    mstore_names_free(names, n);
+    return fresh;
+}
+
 /* Open the store, make the record (first try in the caller's thread) and
- * start the renewing thread. false when the store has no leases, or an
- * admin's record could not be written. */
+ * start the renewing thread. false when a role's store has no leases, or
+ * an admin's record could not be written. */
 static bool
 leased_start(struct leased *l, const char *spec)
 {
-    char err[512];
-    int  rc;
+    char   err[512];
+    size_t n;
+    int    rc;
 
     l->st = mstore_open(spec, err, sizeof(err));
-    if (l->st == NULL || !mstore_has_leases(l->st)) {
+    l->timed = l->st != NULL && !mstore_has_leases(l->st);
+    if (l->st == NULL || (l->timed && l->create)) {
         mstore_close(l->st);
         return false;
     }
@@ -187,9 +259,14 @@ leased_start(struct leased *l, const char *spec)
     pthread_cond_init(&l->cv, NULL);
     if (l->create) {
         renew_once(l); /* held or not, the thread goes on standing */
-    } else if ((rc = take(l, err, sizeof(err))) != MSTORE_OK) {
-        ctl_info("admin lease: %s (the watch will judge this admin by time)", err);
-        goto fail;
+    } else {
+        if (l->timed) {
+            admin_fresh(l->st, true, &n); /* clear the records of admins that died */
+        }
+        if ((rc = take(l, err, sizeof(err))) != MSTORE_OK) {
+            ctl_info("admin lease: %s (the watch will judge this admin by time)", err);
+            goto fail;
+        }
     }
     if (pthread_create(&l->tid, NULL, renew_main, l) == 0) {
         return true;
@@ -215,7 +292,12 @@ leased_stop(struct leased *l)
     pthread_cond_signal(&l->cv);
     pthread_mutex_unlock(&l->mu);
     pthread_join(l->tid, NULL);
-    if (!l->create || still_ours(l, holder, sizeof(holder))) {
+    if (l->timed) {
+        /* Expired rather than deleted: a transition this admin leaves
+         * pending is taken over at once, as in etcd (the next admin
+         * clears the record). */
+        put_timed(l, 0, err, sizeof(err));
+    } else if (!l->create || still_ours(l, holder, sizeof(holder))) {
         mstore_delete(l->st, l->name, MSTORE_ANY_REV, err, sizeof(err));
     }
     pthread_mutex_destroy(&l->mu);
@@ -257,12 +339,19 @@ bool
 admin_lease_held(struct mstore *s, bool *known)
 {
     char **names = NULL;
-    size_t n = 0;
+    size_t n = 0, timed = 0, fresh;
     char   err[512];
 
     *known = false;
-    if (!mstore_has_leases(s) ||
-        mstore_list(s, "admin", &names, &n, err, sizeof(err)) != MSTORE_OK) {
+    if (!mstore_has_leases(s)) {
+        /* Judged by the records' times; none with one (an admin of an
+         * older version): unknown, the caller goes by the transition
+         * record's own `written` time. */
+        fresh = admin_fresh(s, false, &timed);
+        *known = timed > 0;
+        return fresh > 0;
+    }
+    if (mstore_list(s, "admin", &names, &n, err, sizeof(err)) != MSTORE_OK) {
         return false;
     }
     mstore_names_free(names, n);

@@ -1,11 +1,16 @@
 /*
- * ctl_lease: the admin's liveness, and roles, in an etcd store. While ringctl runs a
+ * ctl_lease: the admin's liveness, and roles (etcd). While ringctl runs a
  * transition (join, leave, remove --failed, resume) it holds the record
- * admin/HOST-PID on a lease a thread of its own renews every 2 s. A
- * pending transition with no admin/ record has lost its admin: `ringctl
- * watch` resumes it at once, with no clock compared across hosts (the
- * directory store, which has no leases, keeps the record's `written` time
- * and --transition-timeout instead).
+ * admin/HOST-PID, which a thread of its own renews every second: in etcd
+ * on a 5 s lease; in a directory store (no leases, one host) by writing
+ * its time ("written_ms T") into it, expired 5 s after. When the
+ * admin ends, the record is deleted (etcd) or written expired (a
+ * directory; the next admin to start deletes the expired ones). A pending
+ * transition with no live admin/ record has lost its admin: `ringctl
+ * watch` resumes it at once, within about 6-7 s of the admin's death. A
+ * live admin, however slow its transition, keeps renewing. With no timed
+ * record at all (an admin of an older version), the watch judges by the
+ * transition record's `written` time and --transition-timeout.
  *
  * A role (role/watch) is an election: the first to create role/NAME on
  * its lease holds it while the lease lives (5 s, renewed every second);
@@ -27,11 +32,13 @@ struct mstore;
  * when the store has no leases or the lease could not be taken (then
  * printed; the transition goes on, watched by time as with a directory). */
 struct admin_lease *admin_lease_start(const char *spec, const char *what);
-/* Stop renewing and delete the record. NULL is fine. */
+/* Stop renewing; delete the record (etcd) or write it expired (a
+ * directory). NULL is fine. */
 void admin_lease_stop(struct admin_lease *l);
 
-/* Does some admin hold a lease in store s? *known is false when s has no
- * leases (or could not be read: the caller falls back to time). */
+/* Does some admin hold a lease in store s (etcd), or a record renewed
+ * within the TTL (a directory)? *known is false when no admin record says
+ * (or the store could not be read: the caller falls back to time). */
 bool admin_lease_held(struct mstore *s, bool *known);
 
 /* Stand for role NAME in spec's store. NULL when the store has no leases

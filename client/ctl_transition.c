@@ -579,8 +579,9 @@ boot_changed_now(struct admin *a)
     return true;
 }
 
-/* The store's commit: active N -> N+1, history, delete pending (in this
- * order, so a crash leaves a state that resume completes). */
+/* The store's commit: active N -> N+1, history, delete pending, keep the
+ * record as committed.meta, in one transaction: a crash leaves it whole
+ * (resume re-sends Commit) or not begun (resume commits again). */
 static int
 store_commit(struct admin *a)
 {

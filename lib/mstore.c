@@ -3,8 +3,9 @@
  * directory backend serialises every transaction under flock(DIR/lock),
  * so two admins' checks-then-writes are linearizable; each record is a file
  * whose first line is "# rev N", written crash-safely (temp file, fsync,
- * rename or link, directory fsync). DIR/revision holds the store-wide
- * revision counter, so a revision is never reused (no ABA on pending).
+ * rename, directory fsync). DIR/revision holds the store-wide revision
+ * counter, so a revision is never reused (no ABA on pending). A transaction
+ * of several writes is all or nothing across a crash: DIR/txn.journal.
  */
 #include <errno.h>
 #include <dirent.h>
@@ -69,13 +70,63 @@ name_ok(const char *name)
     return true;
 }
 
-/* fsync a directory so a rename, link or unlink in it is durable. */
+/*
+ * Crash injection (tests only). RC_MSTORE_CRASH_AT=N: the process
+ * _exit(137)s just before its Nth file operation in the directory backend
+ * (a create, write, fsync, rename, unlink or mkdir), naming it on stderr.
+ * With RC_MSTORE_CRASH_TXN=NAME[#K] only the operations of the K-th
+ * (default the first) transaction of the process that writes record NAME
+ * count: a test stops an admin at each operation of one transaction while
+ * its other threads write too.
+ */
+static uint64_t      crash_ops, crash_txns; /* operations, transactions writing NAME */
+static __thread bool crash_in_txn;          /* this thread runs the selected transaction */
+
+static void
+crash_point(const char *what, const char *path)
+{
+    const char *at = getenv("RC_MSTORE_CRASH_AT");
+
+    if (at == NULL || (getenv("RC_MSTORE_CRASH_TXN") != NULL && !crash_in_txn)) {
+        return;
+    }
+    if (__atomic_add_fetch(&crash_ops, 1, __ATOMIC_RELAXED) == strtoull(at, NULL, 10)) {
+        fprintf(stderr, "mstore: RC_MSTORE_CRASH_AT=%s: exiting before %s %s\n", at, what, path);
+        _exit(137);
+    }
+}
+
+/* Is this transaction (its writes about to be applied) the one
+ * RC_MSTORE_CRASH_TXN selects? Sets crash_in_txn for this thread. */
+static void
+crash_txn_begin(const struct mstore_op *ops, size_t n_ops)
+{
+    const char        *sel = getenv("RC_MSTORE_CRASH_TXN");
+    char               name[NAME_MAX_LEN + 1];
+    unsigned long long k = 1;
+    size_t             i;
+
+    crash_in_txn = false;
+    if (sel == NULL || getenv("RC_MSTORE_CRASH_AT") == NULL ||
+        sscanf(sel, "%255[^#]#%llu", name, &k) < 1) {
+        return;
+    }
+    for (i = 0; i < n_ops; i++) {
+        if (ops[i].kind != MSTORE_CHECK && strcmp(ops[i].name, name) == 0) {
+            crash_in_txn = __atomic_add_fetch(&crash_txns, 1, __ATOMIC_RELAXED) == k;
+            return;
+        }
+    }
+}
+
+/* fsync a directory so a rename or unlink in it is durable. */
 static int
 fsync_dir(const char *path)
 {
-    int fd = open(path, O_RDONLY | O_DIRECTORY);
-    int rc = 0;
+    int fd, rc = 0;
 
+    crash_point("fsync", path);
+    fd = open(path, O_RDONLY | O_DIRECTORY);
     if (fd < 0) {
         return -1;
     }
@@ -108,11 +159,11 @@ parent_of(const char *path)
 
 /*
  * Read a whole file into a malloc'd NUL-terminated buffer. MSTORE_ENOENT
- * when it does not exist, MSTORE_ECORRUPT when it is larger than the store
- * accepts, MSTORE_EIO otherwise.
+ * when it does not exist, MSTORE_ECORRUPT when it is larger than max,
+ * MSTORE_EIO otherwise.
  */
 static int
-read_whole(const char *path, char **out, size_t *len, char *err, size_t errlen)
+read_whole(const char *path, size_t max, char **out, size_t *len, char *err, size_t errlen)
 {
     struct stat st;
     char       *buf = NULL;
@@ -133,9 +184,8 @@ read_whole(const char *path, char **out, size_t *len, char *err, size_t errlen)
         rc = MSTORE_EIO;
         goto out;
     }
-    if (!S_ISREG(st.st_mode) || st.st_size > (off_t)MSTORE_RECORD_MAX) {
-        util_set_err(err, errlen, "%s:1: not a regular file of at most %u bytes", path,
-                     MSTORE_RECORD_MAX);
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
+        util_set_err(err, errlen, "%s:1: not a regular file of at most %zu bytes", path, max);
         rc = MSTORE_ECORRUPT;
         goto out;
     }
@@ -202,7 +252,7 @@ read_record(const char *path, struct mstore_record *rec, char *err, size_t errle
 
     memset(rec, 0, sizeof(*rec));
     snprintf(rec->where, sizeof(rec->where), "%s", path);
-    rc = read_whole(path, &text, &len, err, errlen);
+    rc = read_whole(path, MSTORE_RECORD_MAX, &text, &len, err, errlen);
     if (rc != MSTORE_OK) {
         return rc;
     }
@@ -217,14 +267,12 @@ read_record(const char *path, struct mstore_record *rec, char *err, size_t errle
     return MSTORE_OK;
 }
 
-/* Write content to path crash-safely: path.tmp, fsync, then rename over
- * path (exclusive = false) or link to path, which fails if it exists
- * (exclusive = true: the O_EXCL create, but never half-written). Then the
- * directory is fsync'd. MSTORE_ECONFLICT when an exclusive create finds
- * the name taken. */
+/* Write head and data to path crash-safely: path.tmp, fsync, then rename
+ * over path; then (sync_dir) the directory is fsync'd, else the caller
+ * does it. */
 static int
 write_atomic(const char *path, const char *head, size_t head_len, const char *data, size_t len,
-             bool exclusive, char *err, size_t errlen)
+             bool sync_dir, char *err, size_t errlen)
 {
     char        tmp[MSTORE_WHERE_MAX + 8];
     char       *parent = NULL;
@@ -236,11 +284,13 @@ write_atomic(const char *path, const char *head, size_t head_len, const char *da
         util_set_err(err, errlen, "%s: path too long", path);
         return MSTORE_EINVAL;
     }
+    crash_point("create", tmp);
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         util_set_err(err, errlen, "%s: %s", tmp, strerror(errno));
         return MSTORE_EIO;
     }
+    crash_point("write", tmp);
     for (i = 0; i < 2; i++) {
         size_t off = 0;
 
@@ -257,33 +307,21 @@ write_atomic(const char *path, const char *head, size_t head_len, const char *da
             off += (size_t)w;
         }
     }
+    crash_point("fsync", tmp);
     if (fsync(fd) != 0) {
         util_set_err(err, errlen, "%s: fsync: %s", tmp, strerror(errno));
         goto out;
     }
     close(fd);
     fd = -1;
-    if (exclusive) {
-        if (link(tmp, path) != 0) {
-            int e = errno;
-
-            unlink(tmp);
-            if (e == EEXIST) {
-                util_set_err(err, errlen, "%s: exists", path);
-                rc = MSTORE_ECONFLICT;
-            } else {
-                util_set_err(err, errlen, "%s: %s", path, strerror(e));
-            }
-            goto out;
-        }
-        unlink(tmp);
-    } else if (rename(tmp, path) != 0) {
+    crash_point("rename", path);
+    if (rename(tmp, path) != 0) {
         util_set_err(err, errlen, "%s: rename: %s", path, strerror(errno));
         unlink(tmp);
         goto out;
     }
-    parent = parent_of(path);
-    if (parent == NULL || fsync_dir(parent) != 0) {
+    parent = sync_dir ? parent_of(path) : NULL;
+    if (sync_dir && (parent == NULL || fsync_dir(parent) != 0)) {
         util_set_err(err, errlen, "%s: fsync of the directory failed", path);
         goto out;
     }
@@ -305,7 +343,14 @@ make_parents(const char *dir, const char *name, char *err, size_t errlen)
     const char *slash;
 
     while ((slash = strchr(p, '/')) != NULL) {
+        struct stat st;
+
         snprintf(path, sizeof(path), "%s/%.*s", dir, (int)(slash - name), name);
+        p = slash + 1;
+        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+            continue;
+        }
+        crash_point("mkdir", path);
         if (mkdir(path, 0755) == 0) {
             if (fsync_dir(dir) != 0) {
                 util_set_err(err, errlen, "%s: fsync failed", dir);
@@ -315,7 +360,6 @@ make_parents(const char *dir, const char *name, char *err, size_t errlen)
             util_set_err(err, errlen, "%s: %s", path, strerror(errno));
             return MSTORE_EIO;
         }
-        p = slash + 1;
     }
     return MSTORE_OK;
 }
@@ -387,54 +431,6 @@ lock_fd(int fd, int op, const char *dir, char *err, size_t errlen)
     return MSTORE_OK;
 }
 
-/* Read one record under a shared lock (so the pending pair is seen whole
- * relative to other admins' transactions). */
-static int
-dir_get(void *state, const char *name, struct mstore_record *rec, char *err, size_t errlen)
-{
-    struct dir_store *d = state;
-    char              path[MSTORE_WHERE_MAX];
-    int               rc;
-
-    snprintf(path, sizeof(path), "%s/%s", d->dir, name);
-    rc = lock_fd(d->lock_fd, LOCK_SH, d->dir, err, errlen);
-    if (rc != MSTORE_OK) {
-        return rc;
-    }
-    rc = read_record(path, rec, err, errlen);
-    flock(d->lock_fd, LOCK_UN);
-    if (rc == MSTORE_ENOENT) {
-        util_set_err(err, errlen, "%s: no such record", path);
-    }
-    return rc;
-}
-
-/* Read n records under one shared lock: no transaction (which holds the
- * lock exclusively) lands between them. */
-static int
-dir_get_many(void *state, const char *const *names, size_t n, struct mstore_record *recs,
-             char *err, size_t errlen)
-{
-    struct dir_store *d = state;
-    char              path[MSTORE_WHERE_MAX];
-    size_t            i;
-    int               rc;
-
-    rc = lock_fd(d->lock_fd, LOCK_SH, d->dir, err, errlen);
-    if (rc != MSTORE_OK) {
-        return rc;
-    }
-    for (i = 0; i < n && rc == MSTORE_OK; i++) {
-        snprintf(path, sizeof(path), "%s/%s", d->dir, names[i]);
-        rc = read_record(path, &recs[i], err, errlen);
-        if (rc == MSTORE_ENOENT) {
-            rc = MSTORE_OK; /* absent: rev 0, no text */
-        }
-    }
-    flock(d->lock_fd, LOCK_UN);
-    return rc;
-}
-
 /* The store-wide revision counter (0 when DIR/revision does not exist). */
 static int
 read_counter(struct dir_store *d, uint64_t *out, char *err, size_t errlen)
@@ -445,7 +441,7 @@ read_counter(struct dir_store *d, uint64_t *out, char *err, size_t errlen)
     int    rc;
 
     snprintf(path, sizeof(path), "%s/revision", d->dir);
-    rc = read_whole(path, &text, &len, err, errlen);
+    rc = read_whole(path, MSTORE_RECORD_MAX, &text, &len, err, errlen);
     if (rc == MSTORE_ENOENT) {
         *out = 0;
         return MSTORE_OK;
@@ -462,30 +458,309 @@ read_counter(struct dir_store *d, uint64_t *out, char *err, size_t errlen)
 }
 
 /*
- * Check every op's condition, then stamp a new revision (the counter is
- * written first, so it is never behind a record), then apply the writes in
- * order. All under the exclusive flock: two admins' transactions are
- * serialised, which makes create_if_absent and CAS linearizable.
+ * The journal. A transaction of several writes is first written whole to
+ * DIR/txn.journal.tmp, fsync'd and renamed to DIR/txn.journal: that rename
+ * is its commit point. Then its writes are applied and the journal removed.
+ * Whoever takes the lock next (a writer, or a reader, which then takes it
+ * exclusively) applies a journal left in place by a writer that died: after
+ * a crash at any point a transaction is all there or not at all. One write alone needs none (its
+ * rename is atomic). Format: JOURNAL_MAGIC, "rev N", then per write
+ * "put NAME LEN\n" + LEN bytes + "\n" or "delete NAME", then "end".
+ */
+#define JOURNAL       "txn.journal"
+#define JOURNAL_MAGIC "ringcache-mstore-journal 1\n"
+#define JOURNAL_MAX   ((size_t)MSTORE_RECORD_MAX * 16)
+
+/* One write of a transaction, from its ops or from a journal. */
+struct jwrite {
+    bool        put; /* else delete */
+    const char *name;
+    const char *data;
+    size_t      len;
+};
+
+/* The directory backend's own files, which no record may be. */
+static bool
+dir_reserved(const char *name)
+{
+    return strcmp(name, "lock") == 0 || strcmp(name, "revision") == 0 ||
+           strncmp(name, JOURNAL, strlen(JOURNAL)) == 0;
+}
+
+/* A journal of n writes stamped rev (malloc'd, *len bytes); NULL on ENOMEM. */
+static char *
+journal_encode(const struct jwrite *w, size_t n, uint64_t rev, size_t *len)
+{
+    size_t i, cap = sizeof(JOURNAL_MAGIC) + 64, off;
+    char  *buf;
+
+    for (i = 0; i < n; i++) {
+        cap += strlen(w[i].name) + 48 + (w[i].put ? w[i].len : 0);
+    }
+    buf = malloc(cap);
+    if (buf == NULL) {
+        return NULL;
+    }
+    off = (size_t)snprintf(buf, cap, "%srev %" PRIu64 "\n", JOURNAL_MAGIC, rev);
+    for (i = 0; i < n; i++) {
+        if (!w[i].put) {
+            off += (size_t)snprintf(buf + off, cap - off, "delete %s\n", w[i].name);
+            continue;
+        }
+        off += (size_t)snprintf(buf + off, cap - off, "put %s %zu\n", w[i].name, w[i].len);
+        memcpy(buf + off, w[i].data, w[i].len);
+        off += w[i].len;
+        buf[off++] = '\n';
+    }
+    off += (size_t)snprintf(buf + off, cap - off, "end\n");
+    *len = off;
+    return buf;
+}
+
+/* Parse a journal (text: len bytes and a NUL, edited in place; the
+ * writes point into it). MSTORE_ECORRUPT "path:entry K: ..." unless it
+ * is whole and well formed. */
+static int
+journal_parse(char *text, size_t len, const char *path, uint64_t *rev, struct jwrite **out,
+              size_t *n, char *err, size_t errlen)
+{
+    char          *p = text + sizeof(JOURNAL_MAGIC) - 1, *end = text + len, *nl, *sp, *e;
+    struct jwrite *w = NULL, *grown;
+    size_t         cnt = 0;
+
+    if (len < sizeof(JOURNAL_MAGIC) + 4 || memcmp(text, JOURNAL_MAGIC, p - text) != 0 ||
+        memcmp(p, "rev ", 4) != 0 || parse_rev_digits(p + 4, end, rev) != 0) {
+        goto bad;
+    }
+    p = strchr(p, '\n') + 1;
+    while ((nl = memchr(p, '\n', (size_t)(end - p))) != NULL) {
+        *nl = '\0';
+        if (strcmp(p, "end") == 0 && nl + 1 == end && cnt > 0) {
+            *out = w;
+            *n = cnt;
+            return MSTORE_OK;
+        }
+        grown = realloc(w, (cnt + 1) * sizeof(*w));
+        if (grown == NULL) {
+            free(w);
+            return MSTORE_ENOMEM;
+        }
+        w = grown;
+        w[cnt] = (struct jwrite){ strncmp(p, "put ", 4) == 0, p + 4, NULL, 0 };
+        if (w[cnt].put) {
+            sp = strrchr(p, ' ');
+            *sp = '\0';
+            errno = 0;
+            w[cnt].len = strtoull(sp + 1, &e, 10);
+            w[cnt].data = nl + 1;
+            if (errno != 0 || *e != '\0' || w[cnt].len >= (size_t)(end - w[cnt].data) ||
+                w[cnt].data[w[cnt].len] != '\n') {
+                break;
+            }
+            nl = (char *)w[cnt].data + w[cnt].len;
+        } else if (strncmp(p, "delete ", 7) == 0) {
+            w[cnt].name = p + 7;
+        } else {
+            break;
+        }
+        if (!name_ok(w[cnt].name) || dir_reserved(w[cnt].name)) {
+            break;
+        }
+        cnt++;
+        p = nl + 1;
+    }
+    free(w);
+bad:
+    util_set_err(err, errlen, "%s:entry %zu: malformed journal", path, cnt + 1);
+    return MSTORE_ECORRUPT;
+}
+
+/* fsync DIR, then the directory of each write in a subdirectory. */
+static int
+fsync_dirs(struct dir_store *d, const struct jwrite *w, size_t n, char *err, size_t errlen)
+{
+    char        path[MSTORE_WHERE_MAX];
+    const char *slash;
+    size_t      i;
+
+    snprintf(path, sizeof(path), "%s", d->dir);
+    for (i = 0; i <= n; i++) {
+        if (i > 0 && (slash = strrchr(w[i - 1].name, '/')) == NULL) {
+            continue;
+        } else if (i > 0) {
+            snprintf(path, sizeof(path), "%s/%.*s", d->dir, (int)(slash - w[i - 1].name),
+                     w[i - 1].name);
+        }
+        if (fsync_dir(path) != 0) {
+            util_set_err(err, errlen, "%s: fsync failed", path);
+            return MSTORE_EIO;
+        }
+    }
+    return MSTORE_OK;
+}
+
+/*
+ * Apply n writes stamped rev, under the exclusive lock: the counter first
+ * (never behind a record), then each record (a temp file renamed over it,
+ * or an unlink), then one fsync per directory touched. Journaled, the
+ * journal is removed last, once all of that is durable; every step can be
+ * repeated, so a crash anywhere leaves it to be applied again. A single
+ * write is not journaled: the counter is made durable before it.
  */
 static int
-dir_txn(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed, uint64_t *new_rev,
-        char *err, size_t errlen)
+apply_writes(struct dir_store *d, uint64_t rev, const struct jwrite *w, size_t n, bool journaled,
+             char *err, size_t errlen)
+{
+    char     path[MSTORE_WHERE_MAX], head[64];
+    size_t   i;
+    uint64_t counter = 0;
+    int      rc, hl;
+
+    snprintf(path, sizeof(path), "%s/revision", d->dir);
+    rc = read_counter(d, &counter, err, errlen);
+    if (rc == MSTORE_OK && counter < rev) {
+        hl = snprintf(head, sizeof(head), "%" PRIu64 "\n", rev);
+        rc = write_atomic(path, head, (size_t)hl, "", 0, !journaled, err, errlen);
+    }
+    hl = snprintf(head, sizeof(head), "# rev %" PRIu64 "\n", rev);
+    for (i = 0; i < n && rc == MSTORE_OK; i++) {
+        snprintf(path, sizeof(path), "%s/%s", d->dir, w[i].name);
+        rc = make_parents(d->dir, w[i].name, err, errlen);
+        if (rc == MSTORE_OK && w[i].put) {
+            rc = write_atomic(path, head, (size_t)hl, w[i].data, w[i].len, false, err, errlen);
+        } else if (rc == MSTORE_OK) {
+            crash_point("unlink", path);
+            if (unlink(path) != 0 && errno != ENOENT) {
+                util_set_err(err, errlen, "%s: %s", path, strerror(errno));
+                rc = MSTORE_EIO;
+            }
+        }
+    }
+    if (rc == MSTORE_OK) {
+        rc = fsync_dirs(d, w, n, err, errlen);
+    }
+    if (rc == MSTORE_OK && journaled) {
+        snprintf(path, sizeof(path), "%s/" JOURNAL, d->dir);
+        crash_point("unlink", path);
+        if (unlink(path) != 0 || fsync_dir(d->dir) != 0) {
+            util_set_err(err, errlen, "%s: %s", path, strerror(errno));
+            rc = MSTORE_EIO;
+        }
+    }
+    return rc;
+}
+
+/* Under the exclusive lock: apply a journal left in place by a writer that
+ * died (the transaction happened), unless the counter went past it (a
+ * writer that knows no journal moved on). A txn.journal.tmp never got in
+ * place (the transaction did not happen): the next journal overwrites it. */
+static int
+journal_recover(struct dir_store *d, char *err, size_t errlen)
+{
+    char           path[MSTORE_WHERE_MAX];
+    char          *text = NULL;
+    struct jwrite *w = NULL;
+    size_t         len = 0, n = 0;
+    uint64_t       rev = 0, counter = 0;
+    int            rc;
+
+    snprintf(path, sizeof(path), "%s/" JOURNAL, d->dir);
+    rc = read_whole(path, JOURNAL_MAX, &text, &len, err, errlen);
+    if (rc == MSTORE_ENOENT) {
+        return MSTORE_OK;
+    }
+    if (rc == MSTORE_OK &&
+        (rc = journal_parse(text, len, path, &rev, &w, &n, err, errlen)) == MSTORE_OK &&
+        (rc = read_counter(d, &counter, err, errlen)) == MSTORE_OK) {
+        /* Past it: nothing to apply, the journal is only removed. */
+        rc = apply_writes(d, rev, w, counter > rev ? 0 : n, true, err, errlen);
+    }
+    free(w);
+    free(text);
+    return rc;
+}
+
+/* Lock the store to read it: shared, or exclusive when a journal is in
+ * place, which is applied first: no reader sees a transaction half
+ * applied. The caller unlocks (flock LOCK_UN). */
+static int
+lock_read(struct dir_store *d, char *err, size_t errlen)
+{
+    char path[MSTORE_WHERE_MAX];
+    int  rc = lock_fd(d->lock_fd, LOCK_SH, d->dir, err, errlen);
+
+    snprintf(path, sizeof(path), "%s/" JOURNAL, d->dir);
+    if (rc != MSTORE_OK || access(path, F_OK) != 0) {
+        return rc;
+    }
+    flock(d->lock_fd, LOCK_UN);
+    rc = lock_fd(d->lock_fd, LOCK_EX, d->dir, err, errlen);
+    if (rc == MSTORE_OK && (rc = journal_recover(d, err, errlen)) != MSTORE_OK) {
+        flock(d->lock_fd, LOCK_UN);
+    }
+    return rc;
+}
+
+/* Read one record under a shared lock (so the pending pair is seen whole
+ * relative to other admins' transactions). */
+static int
+dir_get(void *state, const char *name, struct mstore_record *rec, char *err, size_t errlen)
 {
     struct dir_store *d = state;
     char              path[MSTORE_WHERE_MAX];
-    char              head[64];
-    uint64_t          counter = 0, rev;
-    size_t            i;
-    int               rc, hl;
+    int               rc;
 
-    rc = lock_fd(d->lock_fd, LOCK_EX, d->dir, err, errlen);
+    snprintf(path, sizeof(path), "%s/%s", d->dir, name);
+    rc = lock_read(d, err, errlen);
     if (rc != MSTORE_OK) {
         return rc;
     }
-    rc = read_counter(d, &counter, err, errlen);
-    if (rc != MSTORE_OK) {
-        goto out;
+    rc = read_record(path, rec, err, errlen);
+    flock(d->lock_fd, LOCK_UN);
+    if (rc == MSTORE_ENOENT) {
+        util_set_err(err, errlen, "%s: no such record", path);
     }
+    return rc;
+}
+
+/* Read n records under one shared lock: no transaction (which holds the
+ * lock exclusively) lands between them. */
+static int
+dir_get_many(void *state, const char *const *names, size_t n, struct mstore_record *recs, char *err,
+             size_t errlen)
+{
+    struct dir_store *d = state;
+    char              path[MSTORE_WHERE_MAX];
+    size_t            i;
+    int               rc;
+
+    rc = lock_read(d, err, errlen);
+    if (rc != MSTORE_OK) {
+        return rc;
+    }
+    for (i = 0; i < n && rc == MSTORE_OK; i++) {
+        snprintf(path, sizeof(path), "%s/%s", d->dir, names[i]);
+        rc = read_record(path, &recs[i], err, errlen);
+        if (rc == MSTORE_ENOENT) {
+            rc = MSTORE_OK; /* absent: rev 0, no text */
+        }
+    }
+    flock(d->lock_fd, LOCK_UN);
+    return rc;
+}
+
+/* Check every op's condition against the records (the counter raised to
+ * any record's revision above it: a lost counter file never makes a
+ * revision be reused). MSTORE_ECONFLICT with *failed at the first that
+ * does not hold. */
+static int
+dir_check(struct dir_store *d, const struct mstore_op *ops, size_t n_ops, uint64_t *counter,
+          size_t *failed, char *err, size_t errlen)
+{
+    char   path[MSTORE_WHERE_MAX];
+    size_t i;
+    int    rc;
+
     for (i = 0; i < n_ops; i++) {
         struct mstore_record cur;
         uint64_t             have;
@@ -494,13 +769,12 @@ dir_txn(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed, 
         snprintf(path, sizeof(path), "%s/%s", d->dir, ops[i].name);
         rc = read_record(path, &cur, err, errlen);
         if (rc != MSTORE_OK && rc != MSTORE_ENOENT) {
-            goto out;
+            return rc;
         }
         have = rc == MSTORE_OK ? cur.rev : 0;
         mstore_record_clear(&cur);
-        rc = MSTORE_OK;
-        if (have > counter) {
-            counter = have; /* a lost counter file: never reuse a rev */
+        if (have > *counter) {
+            *counter = have;
         }
         switch (ops[i].kind) {
         case MSTORE_CHECK:
@@ -519,78 +793,94 @@ dir_txn(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed, 
             }
             util_set_err(err, errlen, "%s: revision is %" PRIu64 ", expected %s%" PRIu64, path,
                          have, ops[i].kind == MSTORE_CREATE ? "absent, " : "", ops[i].rev);
-            rc = MSTORE_ECONFLICT;
-            goto out;
+            return MSTORE_ECONFLICT;
         }
     }
-    for (i = 0; i < n_ops && ops[i].kind == MSTORE_CHECK; i++) {
+    return MSTORE_OK;
+}
+
+/*
+ * Under the exclusive flock (two admins' transactions are serialised,
+ * which makes create_if_absent and CAS linearizable): finish a transaction
+ * a dead writer left, check every op's condition, then stamp a new
+ * revision and apply the writes, through the journal when there are
+ * several (all or nothing across a crash).
+ */
+static int
+dir_txn(void *state, const struct mstore_op *ops, size_t n_ops, size_t *failed, uint64_t *new_rev,
+        char *err, size_t errlen)
+{
+    struct dir_store *d = state;
+    struct jwrite    *w = calloc(n_ops + 1, sizeof(*w));
+    char              path[MSTORE_WHERE_MAX];
+    char             *journal = NULL;
+    uint64_t          counter = 0;
+    size_t            i, n_w = 0, jlen = 0;
+    int               rc;
+
+    for (i = 0; i < n_ops && w != NULL; i++) {
+        if (ops[i].kind != MSTORE_CHECK) {
+            w[n_w++] = (struct jwrite){ ops[i].kind != MSTORE_DELETE, ops[i].name, ops[i].data,
+                                        ops[i].len };
+        }
+        if (dir_reserved(ops[i].name)) {
+            util_set_err(err, errlen, "%s: a file of the store, not a record", ops[i].name);
+            free(w);
+            return MSTORE_EINVAL;
+        }
     }
-    if (i == n_ops) {
+    rc = w == NULL ? MSTORE_ENOMEM : lock_fd(d->lock_fd, LOCK_EX, d->dir, err, errlen);
+    if (rc != MSTORE_OK) {
+        free(w);
+        return rc;
+    }
+    if ((rc = journal_recover(d, err, errlen)) != MSTORE_OK ||
+        (rc = read_counter(d, &counter, err, errlen)) != MSTORE_OK ||
+        (rc = dir_check(d, ops, n_ops, &counter, failed, err, errlen)) != MSTORE_OK || n_w == 0) {
         goto out; /* checks only: nothing to stamp */
     }
-    rev = counter + 1;
-    hl = snprintf(head, sizeof(head), "%" PRIu64 "\n", rev);
-    snprintf(path, sizeof(path), "%s/revision", d->dir);
-    rc = write_atomic(path, head, (size_t)hl, "", 0, false, err, errlen);
-    if (rc != MSTORE_OK) {
-        goto out;
+    crash_txn_begin(ops, n_ops);
+    if (n_w > 1) {
+        journal = journal_encode(w, n_w, counter + 1, &jlen);
+        snprintf(path, sizeof(path), "%s/" JOURNAL, d->dir);
+        rc = journal == NULL      ? MSTORE_ENOMEM
+             : jlen > JOURNAL_MAX ? MSTORE_EINVAL
+                                  : write_atomic(path, journal, jlen, "", 0, true, err, errlen);
     }
-    hl = snprintf(head, sizeof(head), "# rev %" PRIu64 "\n", rev);
-    for (i = 0; i < n_ops; i++) {
-        snprintf(path, sizeof(path), "%s/%s", d->dir, ops[i].name);
-        switch (ops[i].kind) {
-        case MSTORE_CHECK:
-            break;
-        case MSTORE_CREATE:
-        case MSTORE_PUT:
-            rc = make_parents(d->dir, ops[i].name, err, errlen);
-            if (rc == MSTORE_OK) {
-                rc = write_atomic(path, head, (size_t)hl, ops[i].data, ops[i].len,
-                                  ops[i].kind == MSTORE_CREATE, err, errlen);
-            }
-            break;
-        case MSTORE_DELETE:
-            if (unlink(path) != 0 && errno != ENOENT) {
-                util_set_err(err, errlen, "%s: %s", path, strerror(errno));
-                rc = MSTORE_EIO;
-            } else {
-                char *parent = parent_of(path);
-
-                if (parent == NULL || fsync_dir(parent) != 0) {
-                    util_set_err(err, errlen, "%s: fsync of the directory failed", path);
-                    rc = MSTORE_EIO;
-                }
-                free(parent);
-            }
-            break;
-        }
-        if (rc != MSTORE_OK) {
-            if (failed != NULL) {
-                *failed = i;
-            }
-            goto out;
-        }
+    if (rc == MSTORE_OK) {
+        /* Journaled, it happened even if this fails: the next to lock
+         * the store applies it. */
+        rc = apply_writes(d, counter + 1, w, n_w, n_w > 1, err, errlen);
     }
-    if (new_rev != NULL) {
-        *new_rev = rev;
+    if (rc == MSTORE_OK && new_rev != NULL) {
+        *new_rev = counter + 1;
     }
 out:
+    crash_in_txn = false;
     flock(d->lock_fd, LOCK_UN);
+    free(journal);
+    free(w);
     return rc;
 }
 
-/* Poll DIR/revision (every txn that writes raises it) every 100 ms. */
+/* Poll DIR/revision (every txn that writes raises it) every 100 ms; a
+ * journal a dead writer left is applied first. */
 static int
 dir_wait(void *state, uint64_t rev, int timeout_ms, uint64_t *now_rev, char *err, size_t errlen)
 {
     struct dir_store *d = state;
     int64_t           deadline = util_now_ms() + timeout_ms;
+    char              path[MSTORE_WHERE_MAX];
 
+    snprintf(path, sizeof(path), "%s/" JOURNAL, d->dir);
     for (;;) {
         uint64_t now = 0;
-        int      rc = read_counter(d, &now, err, errlen);
+        int      rc = MSTORE_OK;
 
-        if (rc != MSTORE_OK) {
+        if (access(path, F_OK) == 0 && (rc = lock_read(d, err, errlen)) == MSTORE_OK) {
+            flock(d->lock_fd, LOCK_UN);
+        }
+        if (rc != MSTORE_OK || (rc = read_counter(d, &now, err, errlen)) != MSTORE_OK) {
             return rc;
         }
         if (now > rev) {
@@ -608,7 +898,7 @@ dir_wait(void *state, uint64_t rev, int timeout_ms, uint64_t *now_rev, char *err
     }
 }
 
-/* The record names in DIR/dir (no temp files). */
+/* The record names in DIR/dir (no temp files), read under the lock. */
 static int
 dir_list(void *state, const char *dir, char ***names, size_t *n, char *err, size_t errlen)
 {
@@ -618,17 +908,21 @@ dir_list(void *state, const char *dir, char ***names, size_t *n, char *err, size
     struct dirent    *de;
     char            **out = NULL;
     size_t            cnt = 0;
+    int               rc;
 
     *names = NULL;
     *n = 0;
     snprintf(path, sizeof(path), "%s/%s", d->dir, dir);
+    rc = lock_read(d, err, errlen);
+    if (rc != MSTORE_OK) {
+        return rc;
+    }
     dh = opendir(path);
     if (dh == NULL) {
-        if (errno == ENOENT) {
-            return MSTORE_OK;
-        }
+        rc = errno == ENOENT ? MSTORE_OK : MSTORE_EIO;
         util_set_err(err, errlen, "%s: %s", path, strerror(errno));
-        return MSTORE_EIO;
+        flock(d->lock_fd, LOCK_UN);
+        return rc;
     }
     while ((de = readdir(dh)) != NULL) {
         size_t len = strlen(de->d_name);
@@ -641,6 +935,7 @@ dir_list(void *state, const char *dir, char ***names, size_t *n, char *err, size
         if (grown == NULL || (grown[cnt] = strdup(de->d_name)) == NULL) {
             out = grown != NULL ? grown : out;
             closedir(dh);
+            flock(d->lock_fd, LOCK_UN);
             mstore_names_free(out, cnt);
             return MSTORE_ENOMEM;
         }
@@ -648,6 +943,7 @@ dir_list(void *state, const char *dir, char ***names, size_t *n, char *err, size
         cnt++;
     }
     closedir(dh);
+    flock(d->lock_fd, LOCK_UN);
     *names = out;
     *n = cnt;
     return MSTORE_OK;

@@ -59,10 +59,10 @@ struct mstore_op {
 /*
  * A backend. txn checks every condition first and applies nothing unless
  * all hold (MSTORE_ECONFLICT, *failed = index of the first failing op);
- * then applies the writes in the order given. Across a crash a prefix of
- * the writes may be applied, so callers order writes so that every prefix
- * is recoverable (the commit writes active first, deletes pending last).
- * new_rev gets the revision the writes were stamped with.
+ * then applies every write, atomically also across a crash of the writer:
+ * a reader sees all of them or none (etcd: one etcd transaction; the
+ * directory: a journal, client/mstore.c). new_rev gets the revision the
+ * writes were stamped with.
  */
 struct mstore_backend {
     const char *name;

@@ -154,7 +154,7 @@ static void *
 watch_main(void *arg)
 {
     struct storewatch *w = arg;
-    uint64_t           seen = 0;
+    uint64_t           seen = 0, waited = 0; /* active's revision, the store's */
     int                backoff = RETRY_MIN_MS;
     bool               down = false;
     char               err[1024];
@@ -183,15 +183,18 @@ watch_main(void *arg)
             ring_members_free(m);
         }
         seen = rev;
-        /* Wait for the next write (any record: a commit writes active). */
+        /* Wait for the next write (any record: a commit writes active),
+         * past the last store revision seen: writes of other records
+         * (pending, an admin's liveness) do not wake it again. */
         while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
             if (lease_tick(w, err, sizeof(err)) < 0) {
                 store_down(w, &down, err);
                 nap(w, backoff);
                 break;
             }
-            rc = mstore_wait(w->st, rev, KEEP_MS, &now, err, sizeof(err));
+            rc = mstore_wait(w->st, rev > waited ? rev : waited, KEEP_MS, &now, err, sizeof(err));
             if (rc == MSTORE_OK) {
+                waited = now > waited ? now : waited;
                 break;
             }
             if (rc != MSTORE_ENOENT) {

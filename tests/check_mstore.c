@@ -251,7 +251,7 @@ START_TEST(test_corrupt)
     ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "%s", err);
     /* Read with others at one revision: the same error, nothing to free. */
     {
-        static const char *const two[] = {"pending.members", "active.members"};
+        static const char *const two[] = { "pending.members", "active.members" };
         struct mstore_record     recs[2];
 
         plant("pending.members", "# rev 3\nepoch 1\n");
@@ -518,18 +518,18 @@ END_TEST
  * between (a commit writes active and deletes pending together). */
 START_TEST(test_read_at_once)
 {
-    static const char *const names[] = {"active.members", "absent.members", "pending.members"};
+    static const char *const names[] = { "active.members", "absent.members", "pending.members" };
     struct mstore_record     recs[3];
     pid_t                    pid;
     int                      status, reads = 0, done = 0;
     long                     last = 0;
 
-    ck_assert_int_eq(mstore_txn(st,
-                                (struct mstore_op[]){
-                                    { MSTORE_CREATE, "active.members", 0, "0\n", 2 },
-                                    { MSTORE_CREATE, "pending.members", 0, "0\n", 2 } },
-                                2, NULL, NULL, err, sizeof(err)),
-                     MSTORE_OK);
+    ck_assert_int_eq(
+        mstore_txn(st,
+                   (struct mstore_op[]){ { MSTORE_CREATE, "active.members", 0, "0\n", 2 },
+                                         { MSTORE_CREATE, "pending.members", 0, "0\n", 2 } },
+                   2, NULL, NULL, err, sizeof(err)),
+        MSTORE_OK);
     pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
@@ -562,7 +562,7 @@ START_TEST(test_read_at_once)
         b = strtol(strchr(recs[2].text, '\n') + 1, NULL, 10);
         ck_assert_msg(a == b, "read %ld and %ld: not at one revision", a, b);
         ck_assert_uint_eq(recs[0].rev, recs[2].rev); /* one txn stamps both */
-        ck_assert_int_ge(a, last);                    /* and reads go forward */
+        ck_assert_int_ge(a, last);                   /* and reads go forward */
         last = a;
         mstore_record_clear(&recs[0]);
         mstore_record_clear(&recs[2]);
@@ -736,6 +736,205 @@ START_TEST(test_etcd_role)
 }
 END_TEST
 
+/*
+ * Crash atomicity of the directory backend (issue 26, f01): a forked
+ * child runs one transaction with RC_MSTORE_CRASH_AT=N (it exits 137 just
+ * before its Nth file operation), N = 1, 2, ... until it completes. After
+ * each crash a fresh handle reads every record involved: the state before
+ * the whole transaction or after it, never a mix, and it moves from before
+ * to after once (at the commit point) and stays there; a later write gets
+ * a higher revision. Once per multi-write case, a reader that applies the
+ * journal of the dead writer is itself killed at each of its operations.
+ */
+#define CRASH_RECS 5
+
+struct crash_case {
+    const char      *label;
+    const char      *names[CRASH_RECS];  /* every record involved */
+    const char      *before[CRASH_RECS]; /* their bodies before (NULL: absent) */
+    const char      *after[CRASH_RECS];  /* and after the transaction */
+    struct mstore_op ops[CRASH_RECS];
+    size_t           n_ops;
+};
+
+static const struct crash_case crash_cases[] = {
+    { "commit",
+      { "active.members", "history/epoch-2.members", "pending.members", "pending.meta",
+        "committed.meta" },
+      { "epoch 1\n", NULL, "epoch 2\n", "rec 2\n", "rec 1\n" },
+      { "epoch 2\n", "epoch 2\n", NULL, NULL, "rec 2\n" },
+      { { MSTORE_PUT, "active.members", 1, "epoch 2\n", 8 },
+        { MSTORE_PUT, "history/epoch-2.members", MSTORE_ANY_REV, "epoch 2\n", 8 },
+        { MSTORE_DELETE, "pending.members", 1, NULL, 0 },
+        { MSTORE_DELETE, "pending.meta", 1, NULL, 0 },
+        { MSTORE_PUT, "committed.meta", MSTORE_ANY_REV, "rec 2\n", 6 } },
+      5 },
+    { "prepare",
+      { "active.members", "pending.members", "pending.meta" },
+      { "epoch 1\n", NULL, NULL },
+      { "epoch 1\n", "epoch 2\n", "rec 2\n" },
+      { { MSTORE_CHECK, "active.members", 1, NULL, 0 },
+        { MSTORE_CREATE, "pending.members", 0, "epoch 2\n", 8 },
+        { MSTORE_CREATE, "pending.meta", 0, "rec 2\n", 6 } },
+      3 },
+    { "cas",
+      { "pending.meta", "active.members" },
+      { "rec 1\n", "epoch 1\n" },
+      { "rec 2\n", "epoch 1\n" },
+      { { MSTORE_PUT, "pending.meta", 1, "rec 2\n", 6 } },
+      1 },
+    { "delete",
+      { "pending.meta", "active.members" },
+      { "rec 1\n", "epoch 1\n" },
+      { NULL, "epoch 1\n" },
+      { { MSTORE_DELETE, "pending.meta", 1, NULL, 0 } },
+      1 },
+};
+
+/* Run fn(dir) in a child with RC_MSTORE_CRASH_AT=n: its exit status
+ * (137: it crashed at operation n). */
+static int
+crash_child(const char *dir, unsigned n, int (*fn)(struct mstore *s, const struct crash_case *c),
+            const struct crash_case *c)
+{
+    char  at[16];
+    pid_t pid;
+    int   status;
+
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct mstore *s = mstore_open(dir, NULL, 0);
+
+        snprintf(at, sizeof(at), "%u", n);
+        setenv("RC_MSTORE_CRASH_AT", at, 1);
+        unsetenv("RC_MSTORE_CRASH_TXN");
+        _exit(s != NULL && fn(s, c) == MSTORE_OK ? 0 : 1);
+    }
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+static int
+run_case_txn(struct mstore *s, const struct crash_case *c)
+{
+    return mstore_txn(s, c->ops, c->n_ops, NULL, NULL, NULL, 0);
+}
+
+static int
+run_case_read(struct mstore *s, const struct crash_case *c)
+{
+    struct mstore_record rec;
+    int                  rc = mstore_get(s, c->names[0], &rec, NULL, 0);
+
+    mstore_record_clear(&rec);
+    return rc == MSTORE_ENOENT ? MSTORE_OK : rc;
+}
+
+/* Which state the store at dir reads as: 0 before, 1 after, -1 neither.
+ * *max_rev: the highest revision read. */
+static int
+crash_state(const char *dir, const struct crash_case *c, uint64_t *max_rev)
+{
+    struct mstore       *s = mstore_open(dir, err, sizeof(err));
+    struct mstore_record recs[CRASH_RECS];
+    size_t               n = 0, i;
+    bool                 is[2] = { true, true };
+    int                  k;
+
+    ck_assert_msg(s != NULL, "%s", err);
+    while (n < CRASH_RECS && c->names[n] != NULL) {
+        n++;
+    }
+    ck_assert_int_eq(mstore_get_many(s, c->names, n, recs, err, sizeof(err)), MSTORE_OK);
+    *max_rev = 0;
+    for (i = 0; i < n; i++) {
+        const char *body = recs[i].text != NULL ? strchr(recs[i].text, '\n') + 1 : NULL;
+
+        for (k = 0; k < 2; k++) {
+            const char *want = k == 0 ? c->before[i] : c->after[i];
+
+            is[k] =
+                is[k] && (want == NULL ? body == NULL : body != NULL && strcmp(body, want) == 0);
+        }
+        *max_rev = recs[i].rev > *max_rev ? recs[i].rev : *max_rev;
+        mstore_record_clear(&recs[i]);
+    }
+    mstore_close(s);
+    return is[0] ? 0 : is[1] ? 1 : -1;
+}
+
+/* A fresh store at dir holding c's before state, at revision 1. */
+static void
+crash_seed(const char *dir, const struct crash_case *c)
+{
+    struct mstore   *s = mstore_open(dir, err, sizeof(err));
+    struct mstore_op ops[CRASH_RECS];
+    size_t           i, n = 0;
+
+    ck_assert_msg(s != NULL, "%s", err);
+    for (i = 0; i < CRASH_RECS && c->names[i] != NULL; i++) {
+        if (c->before[i] != NULL) {
+            ops[n++] = (struct mstore_op){ MSTORE_CREATE, c->names[i], 0, c->before[i],
+                                           strlen(c->before[i]) };
+        }
+    }
+    ck_assert_int_eq(mstore_txn(s, ops, n, NULL, NULL, err, sizeof(err)), MSTORE_OK);
+    mstore_close(s);
+}
+
+START_TEST(test_crash_atomic)
+{
+    const struct crash_case *c = &crash_cases[_i];
+    char                     dir[512], path[600];
+    unsigned                 n, m, crashes = 0;
+    bool                     replayed = false;
+    int                      state, last = 0, rc;
+    uint64_t                 rev, rev2;
+
+    for (n = 1;; n++) {
+        snprintf(dir, sizeof(dir), "%s/%s-%u", tdir, c->label, n);
+        crash_seed(dir, c);
+        rc = crash_child(dir, n, run_case_txn, c);
+        ck_assert_msg(rc == 137 || rc == 0, "%s N=%u: the child exited %d", c->label, n, rc);
+        snprintf(path, sizeof(path), "%s/txn.journal", dir);
+        if (rc == 137 && !replayed && access(path, F_OK) == 0) {
+            /* The journal is in place: kill its replay at each step. */
+            for (m = 1; crash_child(dir, m, run_case_read, c) == 137; m++) {
+                ck_assert_uint_lt(m, 100);
+            }
+            ck_assert_msg(m > 1, "%s: the reader applied nothing", c->label);
+            ck_assert_int_eq(access(path, F_OK), -1);
+            replayed = true;
+        }
+        state = crash_state(dir, c, &rev);
+        ck_assert_msg(state >= 0, "%s N=%u: a transaction half applied", c->label, n);
+        ck_assert_msg(state >= last, "%s N=%u: before again after a later crash point", c->label,
+                      n);
+        ck_assert_msg(rc == 137 || state == 1, "%s N=%u: completed, not applied", c->label, n);
+        last = state;
+        {
+            struct mstore *s = mstore_open(dir, err, sizeof(err));
+
+            ck_assert_int_eq(
+                mstore_cas(s, "later", MSTORE_ANY_REV, "x\n", 2, &rev2, err, sizeof(err)),
+                MSTORE_OK);
+            ck_assert_msg(rev2 > rev, "%s N=%u: revision %" PRIu64 " after %" PRIu64, c->label, n,
+                          rev2, rev);
+            mstore_close(s);
+        }
+        if (rc == 0) {
+            break;
+        }
+        crashes++;
+        ck_assert_uint_lt(n, 100);
+    }
+    ck_assert_uint_gt(crashes, 3);
+    ck_assert_msg(c->n_ops == 1 || replayed, "%s: no crash left the journal in place", c->label);
+}
+END_TEST
+
 /* The conformance tests: every backend passes them. */
 static void
 add_conformance(TCase *tc)
@@ -766,6 +965,8 @@ mstore_suite(void)
     tcase_add_test(tc, test_leftover_tmp);
     tcase_add_test(tc, test_etcd_bad_specs);
     tcase_add_test(tc, test_dir_no_leases);
+    tcase_add_loop_test(tc, test_crash_atomic, 0,
+                        (int)(sizeof(crash_cases) / sizeof(crash_cases[0])));
     suite_add_tcase(s, tc);
     if (getenv("RC_MSTORE_ETCD") != NULL) {
         tc = tcase_create("etcd");

@@ -98,7 +98,7 @@ def scenario(t):
              and "no admin lease in the store" in wtext and "resuming" not in atext,
              "the admin of join g died after COPY and the watch holding the role was killed -9: "
              "the standby watch took the role, saw the admin lease expire and finished the join "
-             "%.1f s later (admin lease 10 s, role lease 5 s)" % secs,
+             "%.1f s later (admin lease 5 s, role lease 5 s)" % secs,
              (rc, lg.tail(err), lg.tail(wtext, 800), lg.tail(atext, 400)))
         e4 = cl.store_active()
         lg.check_transition(t, cl, hist, 5, e3, e4, "join finished by the watch")
