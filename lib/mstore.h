@@ -61,7 +61,7 @@ struct mstore_op {
  * all hold (MSTORE_ECONFLICT, *failed = index of the first failing op);
  * then applies every write, atomically also across a crash of the writer:
  * a reader sees all of them or none (etcd: one etcd transaction; the
- * directory: a journal, client/mstore.c). new_rev gets the revision the
+ * directory: a journal, lib/mstore.c). new_rev gets the revision the
  * writes were stamped with.
  */
 struct mstore_backend {

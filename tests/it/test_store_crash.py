@@ -1,7 +1,7 @@
 """The admin killed at every file operation of the directory store's
 transactions (issue 26, f01). R=2, a, b, c, and d joining and leaving in
 turn. ringctl runs with RC_MSTORE_CRASH_AT=N and RC_MSTORE_CRASH_TXN=NAME#K
-(client/mstore.c): it exits 137 just before the Nth file operation (create,
+(lib/mstore.c): it exits 137 just before the Nth file operation (create,
 write, fsync, rename, link, unlink, mkdir) of the selected transaction:
 PREPARE (creates pending.members), the first re-store of the transition
 record (pending.meta, the second write of it) and the commit (writes
