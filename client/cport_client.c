@@ -417,8 +417,9 @@ tls_start(struct cport_conn *c, const char *addr, int64_t deadline, char *err, s
         return CPORT_OK;
     }
     if (rc == RINGCACHE_ETLS) {
-        snprintf(err, errlen, "%s: TLS handshake failed: %s (is the node started with "
-                              "--cluster-tls, its certificate signed by --tls-ca?)",
+        snprintf(err, errlen,
+                 "%s: TLS handshake failed: %s (is the node started with "
+                 "--cluster-tls, its certificate signed by --tls-ca?)",
                  addr, why[0] != '\0' ? why : "no reason given");
     } else {
         snprintf(err, errlen, "%s: TLS handshake: %s", addr, ringcache_strerror(rc));
@@ -568,90 +569,8 @@ membership_msg(const struct ring_members *m)
     return pb;
 }
 
-/*
- * The message each kind of request sends, one of AdminRequest's oneof
- * (a new admin command is one line here). Its fields are filled by name
- * from struct cport_request (fill_request), so each kind sends exactly the
- * request fields its message has.
- */
-static const ProtobufCMessageDescriptor *const admin_msgs[] = {
-    [CPORT_PREPARE] = &ringcache__prepare__descriptor,
-    [CPORT_START_COPY] = &ringcache__start_copy__descriptor,
-    [CPORT_FENCE] = &ringcache__fence__descriptor,
-    [CPORT_COMMIT] = &ringcache__commit__descriptor,
-    [CPORT_ABORT] = &ringcache__abort__descriptor,
-    [CPORT_STATUS] = &ringcache__status_request__descriptor,
-};
-
-/* Where field `name` of message m is, when m has one of that type,
- * repeated when count is not NULL (*count: where its element count is);
- * else NULL: the message does not carry it. */
-static void *
-field_at(ProtobufCMessage *m, const char *name, ProtobufCType type, size_t **count)
-{
-    const ProtobufCFieldDescriptor *f =
-        protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
-
-    if (f == NULL || f->type != type ||
-        (f->label == PROTOBUF_C_LABEL_REPEATED) != (count != NULL)) {
-        return NULL;
-    }
-    if (count != NULL) {
-        *count = (size_t *)((uint8_t *)m + f->quantifier_offset);
-    }
-    return (uint8_t *)m + f->offset;
-}
-
-/* A list of ids into repeated string field `name` of m (a NULL list is
- * empty). */
-static void
-fill_ids(ProtobufCMessage *m, const char *name, const char *const *ids, size_t n)
-{
-    size_t *count;
-    char ***at = field_at(m, name, PROTOBUF_C_TYPE_STRING, &count);
-
-    if (at != NULL) {
-        *at = (char **)ids;
-        *count = ids != NULL ? n : 0;
-    }
-}
-
-/* Every field of req that m has, by name (mpb: req's membership in wire
- * form). The pointers are req's: m is freed with free(), not
- * free_unpacked. */
-static void
-fill_request(ProtobufCMessage *m, const struct cport_request *req, Ringcache__Membership *mpb)
-{
-    ProtobufCBinaryData    *tok = field_at(m, "token", PROTOBUF_C_TYPE_BYTES, NULL);
-    Ringcache__Membership **mem = field_at(m, "membership", PROTOBUF_C_TYPE_MESSAGE, NULL);
-    uint64_t               *from = field_at(m, "from_epoch", PROTOBUF_C_TYPE_UINT64, NULL);
-    uint64_t               *rate = field_at(m, "rate_bytes_per_s", PROTOBUF_C_TYPE_UINT64, NULL);
-    uint32_t               *hold = field_at(m, "hold_ms", PROTOBUF_C_TYPE_UINT32, NULL);
-    uint64_t               *epoch = field_at(m, "epoch", PROTOBUF_C_TYPE_UINT64, NULL);
-
-    if (tok != NULL) {
-        *tok = (ProtobufCBinaryData){ req->token_len, (uint8_t *)req->token };
-    }
-    if (mem != NULL) {
-        *mem = mpb;
-    }
-    if (from != NULL) {
-        *from = req->from_epoch;
-    }
-    if (rate != NULL) {
-        *rate = req->rate_bytes_per_s;
-    }
-    if (hold != NULL) {
-        *hold = req->hold_ms;
-    }
-    if (epoch != NULL) {
-        *epoch = req->epoch;
-    }
-    fill_ids(m, "failed_ids", req->failed_ids, req->n_failed_ids);
-    fill_ids(m, "stale_ids", req->stale_ids, req->n_stale_ids);
-}
-
-/* Set AdminRequest's oneof to m (one of admin_msgs). */
+/* Set AdminRequest's oneof to m, the message of one request kind: the
+ * field whose type is m's (protobuf-c's oneof case is the field's number). */
 static void
 set_request(Ringcache__AdminRequest *ar, ProtobufCMessage *m)
 {
@@ -662,7 +581,6 @@ set_request(Ringcache__AdminRequest *ar, ProtobufCMessage *m)
         const ProtobufCFieldDescriptor *f = &d->fields[i];
 
         if (f->descriptor == m->descriptor) {
-            /* protobuf-c's oneof: the case is the field's number. */
             *(uint32_t *)((uint8_t *)ar + f->quantifier_offset) = f->id;
             *(ProtobufCMessage **)((uint8_t *)ar + f->offset) = m;
             return;
@@ -674,14 +592,20 @@ int
 cport_call(struct cport_conn *c, const struct cport_request *req, int timeout_ms,
            struct cport_status *st, char *err, size_t errlen)
 {
-    const ProtobufCMessageDescriptor *desc = admin_msgs[req->kind];
-    Ringcache__AdminRequest           ar = RINGCACHE__ADMIN_REQUEST__INIT;
-    ProtobufCMessage                 *body;
-    Ringcache__Membership            *mpb = NULL;
-    Ringcache__AdminReply            *reply = NULL;
-    ProtobufCMessage                 *msg = NULL;
-    int64_t                           deadline = util_now_ms() + timeout_ms;
-    int                               rc = CPORT_ENOMEM;
+    Ringcache__AdminRequest  ar = RINGCACHE__ADMIN_REQUEST__INIT;
+    Ringcache__Prepare       prep = RINGCACHE__PREPARE__INIT;
+    Ringcache__StartCopy     sc = RINGCACHE__START_COPY__INIT;
+    Ringcache__Fence         fe = RINGCACHE__FENCE__INIT;
+    Ringcache__Commit        co = RINGCACHE__COMMIT__INIT;
+    Ringcache__Abort         ab = RINGCACHE__ABORT__INIT;
+    Ringcache__StatusRequest sr = RINGCACHE__STATUS_REQUEST__INIT;
+    ProtobufCMessage        *body = &sr.base;
+    Ringcache__Membership   *mpb = NULL;
+    Ringcache__AdminReply   *reply = NULL;
+    ProtobufCMessage        *msg = NULL;
+    ProtobufCBinaryData      tok = { req->token_len, (uint8_t *)req->token };
+    int64_t                  deadline = util_now_ms() + timeout_ms;
+    int                      rc = CPORT_ENOMEM;
 
     if (st != NULL) {
         memset(st, 0, sizeof(*st));
@@ -690,21 +614,47 @@ cport_call(struct cport_conn *c, const struct cport_request *req, int timeout_ms
         snprintf(err, errlen, "connection already closed");
         return CPORT_EIO;
     }
-    body = malloc(desc->sizeof_message);
-    if (body == NULL) {
-        snprintf(err, errlen, "out of memory");
-        goto out;
-    }
-    protobuf_c_message_init(desc, body);
-    if (req->membership != NULL &&
-        field_at(body, "membership", PROTOBUF_C_TYPE_MESSAGE, NULL) != NULL) {
+    if ((req->kind == CPORT_PREPARE || req->kind == CPORT_COMMIT) && req->membership != NULL) {
         mpb = membership_msg(req->membership);
         if (mpb == NULL) {
             snprintf(err, errlen, "out of memory");
             goto out;
         }
     }
-    fill_request(body, req, mpb);
+    switch (req->kind) {
+    case CPORT_PREPARE:
+        prep.membership = mpb;
+        prep.token = tok;
+        prep.from_epoch = req->from_epoch;
+        prep.failed_ids = (char **)req->failed_ids;
+        prep.n_failed_ids = req->failed_ids != NULL ? req->n_failed_ids : 0;
+        prep.stale_ids = (char **)req->stale_ids;
+        prep.n_stale_ids = req->stale_ids != NULL ? req->n_stale_ids : 0;
+        body = &prep.base;
+        break;
+    case CPORT_START_COPY:
+        sc.token = tok;
+        sc.rate_bytes_per_s = req->rate_bytes_per_s;
+        body = &sc.base;
+        break;
+    case CPORT_FENCE:
+        fe.token = tok;
+        fe.hold_ms = req->hold_ms;
+        body = &fe.base;
+        break;
+    case CPORT_COMMIT:
+        co.token = tok;
+        co.membership = mpb;
+        body = &co.base;
+        break;
+    case CPORT_ABORT:
+        ab.token = tok;
+        ab.epoch = req->epoch;
+        body = &ab.base;
+        break;
+    case CPORT_STATUS:
+        break;
+    }
     set_request(&ar, body);
     rc =
         exchange(c, FRAME_ADMIN_REQUEST, &ar.base, FRAME_ADMIN_REPLY,
@@ -736,7 +686,6 @@ out:
     if (mpb != NULL) {
         ringcache__membership__free_unpacked(mpb, NULL);
     }
-    free(body);
     return rc;
 }
 

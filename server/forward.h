@@ -124,8 +124,9 @@ void forward_req_gone(void *req);
  * write included)? */
 bool forward_conn_busy(const struct conn *c);
 
-/* Client connection c closes (c->fwd_order is set): what it has held or
- * retrying goes on without it, in order. Called by conn.c only. */
+/* Client connection c closes: what it has held or retrying goes on
+ * without it, in order (nothing to do when it relayed nothing). The
+ * worker runtime calls it as forward's conn_closed hook (tenants.c). */
 void forward_conn_closed(struct conn *c);
 
 #endif /* SERVER_FORWARD_H */

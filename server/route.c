@@ -785,16 +785,16 @@ route_get(struct conn *c, struct route_get *g, const char *cmd, size_t ncmd,
         REPLY(c, NO_MEMBERSHIP_REPLY);
         return false;
     }
-    g->hash = nkeys <= ROUTE_GET_KEYS ? g->fixed_hash : malloc(nkeys * sizeof(*g->hash));
-    if (g->hash == NULL) {
-        REPLY(c, "SERVER_ERROR out of memory");
-        return false;
-    }
+    /* Longer gets hash their local keys again rather than allocate. */
+    g->hash = nkeys <= ROUTE_GET_KEYS ? g->fixed_hash : NULL;
     for (j = 0; j < nkeys && proto_next_key(&q, end, &k); j++) {
         struct route rt;
+        uint64_t     hash = ring_hash(k.p, k.len);
 
-        g->hash[j] = ring_hash(k.p, k.len);
-        decide_for(c, v, g->hash[j], touch, c->get_ordered, &rt);
+        if (g->hash != NULL) {
+            g->hash[j] = hash;
+        }
+        decide_for(c, v, hash, touch, c->get_ordered, &rt);
         if (rt.action == ROUTE_SERVE) {
             if (touch && keep_here(g, nkeys, nlocal, &rt) < 0) {
                 REPLY(c, "SERVER_ERROR out of memory");
@@ -859,9 +859,6 @@ route_get_done(struct route_get *g)
     }
     if (g->here != g->fixed_here) {
         free(g->here);
-    }
-    if (g->hash != g->fixed_hash) {
-        free(g->hash);
     }
     g->where = NULL;
     g->here = NULL;

@@ -129,7 +129,8 @@ struct route_get {
     struct route *here; /* a gat: the routes of its keys served here, in
                          * line order; NULL for a get */
     uint64_t *hash;     /* per key: its hash, so no key is hashed twice;
-                         * NULL without a cluster view */
+                         * NULL without a cluster view or past
+                         * ROUTE_GET_KEYS keys */
     uint8_t      fixed[ROUTE_GET_KEYS];
     uint64_t     fixed_hash[ROUTE_GET_KEYS];
     struct route fixed_here[ROUTE_GAT_KEYS];

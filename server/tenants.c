@@ -8,25 +8,15 @@
 
 #include <stddef.h>
 
-#include "server/conn.h"
 #include "server/forward.h"
 #include "server/proto_auth.h"
 #include "server/replicate.h"
 #include "server/thread.h"
 
-/* forward_conn_closed wants a connection that relayed something. */
-static void
-forward_tenant_conn_closed(struct conn *c)
-{
-    if (c->fwd_order != NULL) {
-        forward_conn_closed(c);
-    }
-}
-
 static const struct worker_tenant forward_tenant = {
     .name = "forward",
     .worker_free = forward_worker_free,
-    .conn_closed = forward_tenant_conn_closed,
+    .conn_closed = forward_conn_closed, /* a no-op for one that relayed nothing */
 };
 
 /* After forward: its worker_free fails the relays in flight, which may
