@@ -35,6 +35,10 @@ Classes the checker counts:
   counter      a counter's final value at an owner outside [initial + acked
                increments, initial + acked + unknown increments]
   phantom      a value no write (invoked before the read ended) produced
+  divergent    the final values of a register key at its owners differ,
+               and no write of the key whose outcome is unknown (applied
+               at some owners, perhaps) began after the oldest of them was
+               written: the owners disagree on something acknowledged
   stuck        after the fault schedule and the recovery attempts (resume,
                abort, repair), the store or a node is still pending, fenced,
                recovering or down
@@ -102,6 +106,7 @@ class History:
         self.lock = threading.Lock()
         self.seqs = {}
         self.counters = {}      # key -> initial value (its creating set was acknowledged)
+        self.counter_since = {}  # key -> when it was (re)set to its initial value
         self.final = []         # (key, node, value): seq / None (miss) / int (counter)
         self.recovery = None    # {"store_pending": bool, "nodes": {id: row}} after recovery
         self.faults = []        # (time, description)
@@ -120,8 +125,12 @@ class History:
             self.ops.append(op)
             return op
 
-    def counter(self, key, initial=0):
+    def counter(self, key, initial=0, since=-INF):
+        """key is a counter, at initial from time since on (a flush and a
+        set again start it anew: increments begun before are not counted,
+        except those of unknown outcome, which may still land)."""
         self.counters[key] = initial
+        self.counter_since[key] = since
 
     def add_final(self, key, node, value):
         self.final.append((key, node, value))
@@ -130,7 +139,8 @@ class History:
         self.faults.append((t, what))
 
 
-CLASSES = ("lost", "stale", "resurrected", "counter", "phantom", "stuck", "ryw")
+CLASSES = ("lost", "stale", "resurrected", "counter", "phantom", "stuck", "divergent",
+           "ryw")
 
 
 def _empty():
@@ -237,10 +247,13 @@ def check(h):
         for op in ops:
             if op.outcome == "ok" and op.value is None:
                 out["lost"].append(("incr NOT_FOUND", op))
+    judged = set()              # keys with a final value reported above
     for key, node, value in h.final:
         if key in h.counters:
             ops = incrs.get(key, [])
-            acked = sum(1 for o in ops if o.outcome == "ok" and o.value is not None)
+            since = h.counter_since.get(key, -INF)
+            acked = sum(1 for o in ops if o.outcome == "ok" and o.value is not None
+                        and o.invoke >= since)
             unk = sum(1 for o in ops if o.outcome == "unknown")
             lo = h.counters[key] + acked
             if value is None:
@@ -252,6 +265,8 @@ def check(h):
         if v:
             cls = {"stale": "lost"}.get(v[0], v[0])
             out[cls].append(("final", key, node, value, v[1]))
+            judged.add(key)
+    out["divergent"].extend(_divergent(h, writes, judged))
     rec = h.recovery
     if rec is not None:
         if rec.get("error"):
@@ -273,12 +288,36 @@ def check(h):
     return out
 
 
+def _divergent(h, writes, judged):
+    """Register keys whose owners hold different final values that no
+    write of unknown outcome explains (not those already judged lost,
+    stale or resurrected at an owner)."""
+    held = {}
+    for key, node, value in h.final:
+        if key not in h.counters and key not in judged:
+            held.setdefault(key, {})[node] = value
+    out = []
+    for key, by_node in sorted(held.items()):
+        vals = set(by_node.values())
+        if len(vals) < 2:
+            continue
+        ws = writes.get(key, {})
+        # The oldest state held: a miss could follow any write.
+        seqs = [v for v in vals if v is not None]
+        since = -INF if None in vals or not seqs else min(
+            (ws[v].invoke for v in seqs if v in ws), default=-INF)
+        if any(w.outcome == "unknown" and w.invoke >= since for w in ws.values()):
+            continue
+        out.append(("owners differ", key, tuple(sorted(by_node.items()))))
+    return out
+
+
 def summary(h, res):
-    return ("operations %d faults %d lost %d stale %d resurrected %d stuck %d "
+    return ("operations %d faults %d lost %d stale %d resurrected %d stuck %d divergent %d "
             "(counter %d phantom %d ryw %d)"
             % (len(h.ops), len(h.faults), len(res["lost"]), len(res["stale"]),
-               len(res["resurrected"]), len(res["stuck"]), len(res["counter"]),
-               len(res["phantom"]), len(res["ryw"])))
+               len(res["resurrected"]), len(res["stuck"]), len(res["divergent"]),
+               len(res["counter"]), len(res["phantom"]), len(res["ryw"])))
 
 
 def violations(res, exclude=()):

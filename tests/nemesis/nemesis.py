@@ -14,6 +14,9 @@ Workloads (each recorded in one History):
   counters    incr of shared counters at random nodes
   pipelined   `set k v` + `get k` in one packet on one connection, at
               every node (the get must see the set)
+  owners      declared reads (`epoch N`) at a random owner of a register
+              key, replicas as well as the primary: an owner must serve
+              every acknowledged write as soon as it is acknowledged
 
 Faults (--faults, comma separated):
   kill      kill -9 of a node, restart on its state directory, ringctl repair
@@ -22,6 +25,22 @@ Faults (--faults, comma separated):
             (RINGCTL_EXIT_AFTER=prepare|copy|fence|commit), then resume
             (or abort of a join before its commit)
   lostdir   kill -9, the state directory deleted, restart, ringctl repair
+  failover  kill -9 of a node and `ringctl remove --failed` of it (the
+            store decides: the survivors take its keys), then the node
+            restarted empty and joined again
+  crash     ringctl join/leave of the fourth node killed inside a store
+            transaction: just before the Nth file operation (N 1-8) of its
+            prepare, record or commit (RC_MSTORE_CRASH_AT, lib/mstore.c),
+            then resume (or abort)
+  flush     flush_all through a random node; the checker takes it as a
+            delete of every register key at once; the counters workload
+            waits meanwhile, and the counters are set to 0 again after it
+  combo     two faults at once: an admin fault (admin, crash or failover)
+            and, begun 0-1.5 s into it, a kill (not with a failover: two
+            owners lost), pause (up to 4 s: past the heartbeats' 2 s),
+            flush, or with them in --faults a freeze or partition of
+            another base node (a restart, a pause, a flush or a partition
+            during a move or a failover)
 Known to fail today (docs/guarantees.md "open"), so not in the default set:
   freeze    a cgroup freezer (v2, or the v1 hierarchy) for 2.6-3.5 s, no SIGCONT (finding 11);
             skipped with a message when no writable cgroup2 is available
@@ -41,8 +60,9 @@ every address of the namespaces (names are checked on every connection).
 --ci --tls adds two partitions to the fixed schedule (one from the peers,
 one from everyone; skipped with a message when namespaces cannot be made).
 
-Checker classes: lost, stale, resurrected, counter, phantom, stuck fail the
-run; ryw (read-your-writes of pipelined set+get on one connection across a
+Checker classes: lost, stale, resurrected, counter, phantom, stuck,
+divergent (the final values at a key's owners differ, and no write of
+uncertain outcome explains it) fail the run; ryw (read-your-writes of pipelined set+get on one connection across a
 node's kill -9 or SIGSTOP) is known open (docs/guarantees.md, Per
 connection) and fails it only with --strict-ryw.
 
@@ -68,7 +88,7 @@ import failover_lib as fl  # noqa: E402
 import netns  # noqa: E402
 import freezer  # noqa: E402
 
-DEFAULT_FAULTS = ("kill", "pause", "admin", "lostdir")
+DEFAULT_FAULTS = ("kill", "pause", "admin", "lostdir", "crash", "flush", "failover", "combo")
 # Behind --faults only: each needs root and what the machine may lack.
 ROOT_FAULTS = {
     "freeze": "needs a writable cgroup2 freezer (finding 11, fixed)",
@@ -81,6 +101,8 @@ NSD = 4             # set/delete keys per node
 NCNT = 8            # counters
 NPP = 10            # pipelined keys per node
 STEPS = ("prepare", "copy", "fence", "commit")
+# The store transactions a crash fault stops in (tests/it/test_store_crash.py).
+TXNS = ("pending.members#1", "pending.meta#2", "active.members#1")
 
 log_lock = threading.Lock()
 
@@ -158,6 +180,15 @@ class Plain:
             self.c = None
 
 
+class OwnerClient(lg.Client):
+    """Declared reads at a random owner of the key, replicas as well as
+    the primary (lg.Client's "epoch" mode reads at the primary only)."""
+
+    def _target(self, key):
+        epoch, addrs = self.view.route(key)
+        return epoch, self.rng.choice(addrs)
+
+
 class Run:
     def __init__(self, args):
         self.args = args
@@ -172,6 +203,11 @@ class Run:
         self.lab = None          # netns.NetLab when the cluster runs in namespaces
         self.lab_why = "partition not in --faults"
         self.certs_dir = None    # --tls: the throwaway CA and certificates
+        # A flush holds the counters workload (gate closed, each thread's
+        # lock taken), flushes, and sets the counters to 0 again.
+        self.cnt_gate = threading.Event()
+        self.cnt_gate.set()
+        self.cnt_busy = [threading.Lock() for _ in range(2)]
 
     # ------------------------------------------------------------ cluster
 
@@ -325,6 +361,17 @@ class Run:
         finally:
             c.close()
 
+    def owner_reader(self, keys):
+        rng = random.Random(self.args.seed * 100 + 98)
+        c = OwnerClient(self.view, "epoch", timeout=2.5, rng=rng)
+        try:
+            while not self.stop_ev.is_set():
+                k = rng.choice(keys)
+                self.record_get("owners", k, c.op("get", k))
+                time.sleep(0.002)
+        finally:
+            c.close()
+
     def plain_op(self, p, key, req, kind, value, parse):
         """Send req on p's connection; record via parse(line-reader)."""
         t0 = time.monotonic()
@@ -371,9 +418,12 @@ class Run:
     def counters(self, idx, keys):
         rng = random.Random(self.args.seed * 1000 + idx)
         p = Plain("cnt%d" % idx, self.rand_node(rng))
+        busy = self.cnt_busy[idx]
         try:
             while not self.stop_ev.is_set():
                 k = rng.choice(keys)
+                self.cnt_gate.wait()
+                busy.acquire()
 
                 def parse(c):
                     line = c.readline()
@@ -384,7 +434,11 @@ class Run:
                     o = reply_outcome(line)
                     return ("fail" if o == "fail" else "unknown"), None, line.decode(
                         errors="replace")
-                op = self.plain_op(p, k, b"incr %s 1\r\n" % k.encode(), "incr", None, parse)
+                try:
+                    op = self.plain_op(p, k, b"incr %s 1\r\n" % k.encode(), "incr", None,
+                                       parse)
+                finally:
+                    busy.release()
                 if op.outcome != "ok":
                     p.drop()     # next time another node
                     self.idle(0.02)
@@ -453,11 +507,12 @@ class Run:
         for i in range(4):
             self.spawn(self.registers, i, "epoch" if i % 2 == 0 else "any", regs[i::4])
         self.spawn(self.reader, regs)
+        self.spawn(self.owner_reader, regs)
         for n in BASE:
             self.spawn(self.setdel, n, "set", self.sd_keys[n])
             self.spawn(self.setdel, n, "delete", self.sd_keys[n])
             self.spawn(self.pipelined, n, self.pp_keys[n])
-        for i in range(2):
+        for i in range(len(self.cnt_busy)):
             self.spawn(self.counters, i, self.cnt_keys)
 
     def stop_workloads(self):
@@ -497,9 +552,7 @@ class Run:
             os.kill(pid, signal.SIGCONT)
 
     def fault_admin(self, step, then):
-        joined = "d" in self.member_ids()
-        d = self.cl.nodes["d"]
-        args = ["leave", "d"] if joined else ["join", "d", d.addr_s]
+        joined, args = self.change_args()
         # Abort of a leave at R=2 loses copies (finding 8, open); after the
         # store's commit only resume applies.
         if then == "abort" and (joined or step == "commit"):
@@ -510,6 +563,124 @@ class Run:
             log("admin: %s exited %d" % (args[0], rc))
         if self.ctl(then) != 0:
             self.ctl("resume" if then == "abort" else "abort")
+
+    def change_args(self):
+        """The next admin change: join d, or leave if it is a member."""
+        joined = "d" in self.member_ids()
+        return joined, ["leave", "d"] if joined else ["join", "d", self.cl.nodes["d"].addr_s]
+
+    def fault_crash(self, txn, n, then):
+        joined, args = self.change_args()
+        if then == "abort" and joined:
+            then = "resume"
+        self.h.fault(time.monotonic(), "%s killed before file operation %d of %s, then %s"
+                     % (args[0], n, txn, then))
+        rc = self.ctl(*args, env={"RC_MSTORE_CRASH_AT": str(n), "RC_MSTORE_CRASH_TXN": txn})
+        if rc not in (0, 4, 137):
+            log("crash: %s exited %d" % (args[0], rc))
+        if self.ctl(then) != 0:
+            self.ctl("resume" if then == "abort" else "abort")
+
+    def until_ok(self, what, *args, timeout=60.0):
+        """ringctl what until it exits 0, finishing (resume, else abort)
+        whatever transition stands in its way; False after timeout."""
+        deadline = time.monotonic() + timeout
+        while self.ctl(what, *args) != 0:
+            if time.monotonic() > deadline:
+                self.errors.append("ringctl %s %s: no success in %.0f s" % (what, args, timeout))
+                return False
+            if self.cl.store_pending() and self.ctl("resume") != 0:
+                self.ctl("abort")
+            self.idle(0.5)
+        return True
+
+    def fault_failover(self, nid):
+        self.h.fault(time.monotonic(), "kill -9 %s, remove --failed, restart empty, join"
+                     % nid)
+        n = self.cl.nodes[nid]
+        n.stop(signal.SIGKILL)
+        if not self.until_ok("remove", "--failed", nid):
+            return
+        shutil.rmtree(n.state_dir, ignore_errors=True)
+        os.makedirs(n.state_dir, exist_ok=True)
+        n.start()
+        self.until_ok("join", nid, n.addr_s)
+
+    def fault_flush(self, nid):
+        """flush_all through nid, recorded as a delete of every register
+        key (sequence numbers taken before it is sent)."""
+        keys = (self.reg_keys + [k for v in self.sd_keys.values() for k in v]
+                + [k for v in self.pp_keys.values() for k in v])
+        self.h.fault(time.monotonic(), "flush_all through %s" % nid)
+        self.cnt_gate.clear()
+        for b in self.cnt_busy:
+            b.acquire()
+        try:
+            t0 = time.monotonic()
+            seqs = [(k, self.h.seq(k)) for k in keys]
+            sent, line = False, b""
+            try:
+                c = lg.Conn(self.addr(nid), 5.0)
+                try:
+                    sent = True
+                    line = c.simple("flush_all")
+                finally:
+                    c.close()
+            except (OSError, ConnectionError, lg.ProtoError) as e:
+                line = str(e).encode()
+            t1 = time.monotonic()
+            # An error reply may come after some nodes flushed: unknown.
+            out = "ok" if line == b"OK" else ("unknown" if sent else "fail")
+            if out != "ok":
+                log("flush_all through %s: %r" % (nid, line))
+            for k, s in seqs:
+                self.h.add(None, nid, k, "delete", s, t0, t1, out, "flush_all")
+            self.reset_counters()
+        finally:
+            for b in self.cnt_busy:
+                b.release()
+            self.cnt_gate.set()
+
+    def reset_counters(self):
+        """After a flush: every counter set to 0 (through any node that
+        stores it, for up to 20 s), and counted from there."""
+        deadline = time.monotonic() + 20.0
+        for k in self.cnt_keys:
+            t = time.monotonic()
+            while True:
+                nid = random.choice(BASE)
+                try:
+                    c = lg.Conn(self.addr(nid), 2.5)
+                    try:
+                        r = c.store("set", k, b"0")
+                    finally:
+                        c.close()
+                except (OSError, ConnectionError, lg.ProtoError) as e:
+                    r = str(e).encode()
+                if r == b"STORED":
+                    self.h.counter(k, 0, since=t)
+                    break
+                if time.monotonic() > deadline:
+                    self.errors.append("counter %s not set again after a flush: %r" % (k, r))
+                    break
+                self.idle(0.1)
+
+    def fault_combo(self, first, second, delay):
+        """first (an admin fault) in a thread; second begins delay s in."""
+        self.h.fault(time.monotonic(), "combo: %s, then after %.2f s %s" % (
+            first, delay, second))
+        th = threading.Thread(target=self._guard, args=(self.run_fault, first), daemon=True)
+        th.start()
+        self.idle(delay)
+        try:
+            self.run_fault(second)
+        finally:
+            th.join(timeout=120)
+            if th.is_alive():
+                self.errors.append("combo: %s did not end in 120 s" % (first,))
+
+    def run_fault(self, f):
+        getattr(self, "fault_" + f[0])(*f[1:])
 
     def fault_freeze(self, nid, secs):
         why = freezer.unavailable()
@@ -539,7 +710,7 @@ class Run:
     def apply(self, f):
         kind = f[0]
         log("fault %d: %s" % (len(self.h.faults) + 1, f))
-        getattr(self, "fault_" + kind)(*f[1:])
+        self.run_fault(f)
         why = self.wait_healthy(20.0)
         if why is not None:
             log("after %s: not healthy (%s): recovering" % (kind, why))
@@ -592,22 +763,42 @@ def make_lab():
 # ---------------------------------------------------------------- schedules
 
 def ci_schedule(tls=False):
-    """A fixed short schedule: a few of each default fault; with tls two
+    """A fixed short schedule: a few of each default fault (the admin killed
+    after a step and inside a store transaction, a restart, a pause and a
+    flush during a move); with tls two
     partitions too, one in each half (the TLS sessions a partition's
     drops break and the heal re-opens)."""
     half = [("kill", "a"), ("pause", "b", 1.0), ("admin", "prepare", "abort"),
-            ("lostdir", "c"), ("pause", "a", 1.5), ("admin", "copy", "resume"),
-            ("kill", "b"), ("admin", "fence", "resume"), ("pause", "c", 0.5),
-            ("lostdir", "a"), ("admin", "commit", "resume"), ("kill", "c"),
-            ("admin", "fence", "abort")]
+            ("lostdir", "c"), ("crash", "pending.meta#2", 3, "resume"),
+            ("combo", ("admin", "copy", "resume"), ("kill", "b"), 0.3),
+            ("pause", "a", 1.5), ("combo", ("admin", "fence", "resume"), ("pause", "c", 2.5), 0.2),
+            ("combo", ("failover", "a"), ("pause", "b", 1.5), 0.5),
+            ("crash", "active.members#1", 2, "resume"),
+            ("combo", ("crash", "pending.members#1", 4, "abort"), ("flush", "b"), 0.1),
+            ("failover", "c"), ("admin", "fence", "abort")]
     if not tls:
         return half * 2
     return (half[:6] + [("partition", "a", 3.0, "peers")] + half[6:] + half[:6]
             + [("partition", "b", 3.0, "all")] + half[6:])
 
 
-def random_fault(rng, kinds):
-    k = rng.choice(kinds)
+def random_fault(rng, kinds, k=None):
+    k = k or rng.choice(kinds)
+    if k == "combo":
+        first = random_fault(rng, kinds, rng.choice([x for x in ("admin", "crash", "failover")
+                                                     if x in kinds] or ["admin"]))
+        pool = [x for x in ("kill", "pause", "flush", "freeze", "partition") if x in kinds
+                and not (x == "kill" and first[0] == "failover")]
+        second = random_fault(rng, kinds, rng.choice(pool or ["pause"]))
+        if second[0] == "pause":
+            second = ("pause", second[1], round(rng.uniform(1.0, 4.0), 2))
+        if first[0] == "failover" and second[0] != "flush" and second[1] == first[1]:
+            second = (second[0], BASE[(BASE.index(first[1]) + 1) % len(BASE)]) + second[2:]
+        return (k, first, second, round(rng.uniform(0.0, 1.5), 2))
+    if k == "crash":
+        return (k, rng.choice(TXNS), rng.randint(1, 8), rng.choice(("resume", "abort")))
+    if k in ("flush", "failover"):
+        return (k, rng.choice(BASE))
     if k in ("kill", "lostdir"):
         return (k, rng.choice(BASE))
     if k == "pause":
@@ -647,7 +838,9 @@ def main():
     sched_list = ci_schedule(args.tls) if args.ci else None
     if sched_list is not None:
         order = DEFAULT_FAULTS + tuple(ROOT_FAULTS)
-        kinds = sorted({f[0] for f in sched_list}, key=order.index)
+        kinds = sorted({g[0] for f in sched_list for g in [f] + [x for x in f[1:]
+                                                                if isinstance(x, tuple)]},
+                       key=order.index)
     print("# seed %d (replay: tests/nemesis/run.sh --seed %d --minutes %g --faults %s%s%s)"
           % (args.seed, args.seed, args.minutes, ",".join(kinds), " --ci" if args.ci else "",
              " --tls" if args.tls else ""), flush=True)

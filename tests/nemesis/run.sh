@@ -7,7 +7,9 @@
 # Prints the seed first so a failing run can be replayed with --seed.
 # Run from the build directory (or set RC_BUILDDIR).
 #
-# Default faults: kill,pause,admin,lostdir. Behind --faults only, because
+# Default faults: kill,pause,admin,lostdir,crash,flush,combo (crash: the
+# admin killed inside a store transaction; combo: two at once). Behind
+# --faults only, because
 # they need root and what a machine may lack (both findings are fixed:
 # docs/guarantees.md):
 #   freeze     cgroup-v2 freezer > 2 s without SIGCONT (finding 11); skips

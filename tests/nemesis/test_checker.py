@@ -66,6 +66,12 @@ def clean_history():
     # A key only ever deleted.
     w("A", "delete", 40, 41, "ok", key="r2")
     h.add_final("r2", "a", None)
+    # Owners that differ because of a write of unknown outcome (replica
+    # unavailable: applied at the primary only).
+    w("A", "set", 42, 43, "ok", key="r3")
+    w("A", "set", 44, 45, "unknown", key="r3")
+    h.add_final("r3", "a", 2)
+    h.add_final("r3", "b", 1)
     # A counter: 3 acknowledged increments, 1 unknown.
     h.counter("c1", 0)
     for i, out in enumerate(("ok", "ok", "unknown", "ok")):
@@ -140,6 +146,14 @@ def planted():
         h.add("C", "a", "c", "incr", 1 + i, i, i + 0.5, "ok")
     h.add_final("c", "a", 2)       # at least 3
     out.append(("counter", "a counter below its acknowledged increments", h))
+
+    h = base()
+    h.add("A", "a", "k", "set", h.seq("k"), 0, 1, "ok")
+    h.add("A", "a", "k", "set", h.seq("k"), 2, 5, "ok")
+    h.add(None, "b", "k", "delete", h.seq("k"), 3, 4, "ok")     # a flush, overlapping
+    h.add_final("k", "a", 2)      # either order is legal at one owner,
+    h.add_final("k", "b", None)   # but both owners must take the same
+    out.append(("divergent", "owners took an acknowledged set and flush in two orders", h))
 
     h = base()
     h.add("A", "a", "k", "set", h.seq("k"), 0, 1, "ok")
