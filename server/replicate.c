@@ -655,6 +655,7 @@ replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas)
     int                rc = 0;
 
     replicate_lock(it->hash);
+    store_cas_raise(s, cas); /* even for an image dropped below */
     old = store_peek(s, store_item_key(it), it->nkey, it->hash);
     /* An absent key may be absent because a later write removed it: a
      * delete whose tombstone overtook this image on another connection, or

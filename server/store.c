@@ -905,7 +905,7 @@ int
 store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash, bool incr, uint64_t delta,
             uint64_t *value, uint64_t *cas_out)
 {
-    const struct store_marith o = {.incr = incr, .delta = delta};
+    const struct store_marith o = { .incr = incr, .delta = delta };
     struct store_marith_res   res;
     int                       rc = store_marith(s, key, nkey, hash, &o, &res);
 
@@ -979,7 +979,6 @@ store_new(const struct store_config *cfg)
     memset(s, 0, sizeof(*s));
     s->mem_limit = cfg->mem_limit;
     s->item_size_max = cfg->item_size_max;
-    s->seed_bits = (uint64_t)cfg->node_seed << 48;
     s->cas_next = 1;
     for (i = 0; i < STRIPES; i++) {
         struct stripe *st = &s->stripes[i];

@@ -48,10 +48,9 @@ enum store_op {
 };
 
 struct store_config {
-    size_t   mem_limit;     /* bytes of items (header+key+value) before eviction; -m */
-    size_t   item_size_max; /* largest item, header+key+value; -I (default 1 MiB) */
-    uint16_t node_seed;     /* high 16 bits of every CAS this node mints */
-    bool     sweeper;       /* start a background expiry sweep thread */
+    size_t mem_limit;     /* bytes of items (header+key+value) before eviction; -m */
+    size_t item_size_max; /* largest item, header+key+value; -I (default 1 MiB) */
+    bool   sweeper;       /* start a background expiry sweep thread */
 };
 
 /* An item's meta state (mflags). */
@@ -215,7 +214,10 @@ int store_delete_cas(struct store *s, const char *key, size_t nkey, uint64_t has
 
 /* A CAS newer than any this store has minted or imported: the tombstone a
  * primary sends for a delete that found nothing (a replica may still hold
- * what an earlier, unacknowledged delete removed here). */
+ * what an earlier, unacknowledged delete removed here). Every CAS is a
+ * hybrid logical clock: max(previous + 1, wall-clock ms << 22), so one
+ * minted after a restart, or on a node that just joined, is above what any
+ * node minted earlier, up to clock skew. */
 uint64_t store_cas_mint(struct store *s);
 
 /* Make every CAS minted from now on newer than cas (a replica applying a
@@ -537,11 +539,9 @@ void store_track_stop(struct store *s);
  * STORE_STORED, STORE_DELETED / STORE_NOT_FOUND for an expired post-image,
  * or STORE_TOO_LARGE / STORE_NO_MEMORY.
  *
- * CAS: the store's 48-bit counter (the low bits of every CAS it mints, the
- * node_seed being the high 16) is raised above the low 48 bits of every
- * imported cas before the item is linked. So a later local CAS is greater
- * than every imported one in its counter part and can never equal one: it
- * differs in the seed bits, or, with the same seed, in the counter.
+ * CAS: the store's counter (a hybrid logical clock, see store_cas_mint) is
+ * raised above every imported cas before the item is linked. So a later
+ * local CAS is greater than every imported one and never equals one.
  *
  * Memory: an import may evict like any store; every live item evicted to
  * make room for an import is counted in the import_evictions stat, which

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "server/store.h"
 
@@ -49,7 +50,11 @@
 #define IF_LINKED  0x4000u
 #define IF_FETCHED 0x8000u
 
-#define CAS_LOW_MASK ((UINT64_C(1) << 48) - 1)
+/* A CAS is a hybrid logical clock: milliseconds since the Unix epoch
+ * (plus the store's clock shift) above CAS_LOGICAL_BITS, a counter below
+ * (4M writes a millisecond before it borrows from the next one; 42 bits of
+ * milliseconds last until 2109). See cas_mint. */
+#define CAS_LOGICAL_BITS 22
 
 enum dead {
     LIVE = 0,
@@ -92,7 +97,6 @@ struct store {
     struct stripe stripes[STRIPES];
     size_t        mem_limit;
     size_t        item_size_max;
-    uint64_t      seed_bits; /* node_seed << 48 */
 
     /* Written by every store and free: its own cache line. */
     uint64_t mem_used __attribute__((aligned(64)));
@@ -230,16 +234,46 @@ item_ref(struct store_item *it)
     __atomic_fetch_add(&it->refcount, 1, __ATOMIC_RELAXED);
 }
 
-/* A new CAS: node seed in the high 16 bits, a counter below, never 0. */
+/* The clock part of the next CAS: now in ms << CAS_LOGICAL_BITS. A coarse
+ * clock read (the vDSO, no system call): a mint needs only to pass what
+ * this node minted before a restart and what other nodes minted a while
+ * ago, not sub-millisecond order. */
+static inline uint64_t
+cas_wall(const struct store *s)
+{
+    struct timespec ts;
+    int64_t         ms;
+
+    clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+    ms = ((int64_t)ts.tv_sec + __atomic_load_n(&s->clock_shift, __ATOMIC_RELAXED)) * 1000 +
+         ts.tv_nsec / 1000000;
+    return ms > 0 ? (uint64_t)ms << CAS_LOGICAL_BITS : 0;
+}
+
+/*
+ * A new CAS, never 0: max(previous + 1, cas_wall). So CAS order follows
+ * time across restarts and nodes (up to clock skew), and a node never
+ * mints below what it imported or applied (store_cas_raise). The usual
+ * path is one fetch_add; only a counter behind the clock moves it up.
+ */
 static inline uint64_t
 cas_mint(struct store *s)
 {
-    uint64_t n;
+    uint64_t wall = cas_wall(s);
+    uint64_t n = __atomic_fetch_add(&s->cas_next, 1, __ATOMIC_RELAXED);
 
-    do {
-        n = __atomic_fetch_add(&s->cas_next, 1, __ATOMIC_RELAXED) & CAS_LOW_MASK;
-    } while (n == 0);
-    return s->seed_bits | n;
+    while (n < wall) {
+        uint64_t cur = n + 1;
+
+        /* Jump to the clock unless another mint moved the counter since:
+         * then take a fresh number and look again. */
+        if (__atomic_compare_exchange_n(&s->cas_next, &cur, wall + 1, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED)) {
+            return wall;
+        }
+        n = __atomic_fetch_add(&s->cas_next, 1, __ATOMIC_RELAXED);
+    }
+    return n;
 }
 
 /* Clamp an absolute time to the 32-bit field: 0 stays "never", anything

@@ -297,11 +297,11 @@ store_track_stop(struct store *s)
 
 /* ---- import (destination side) ------------------------------------------ */
 
-/* See store.h: the next minted CAS gets a larger counter part than cas. */
+/* See store.h: the next minted CAS is larger than cas. */
 void
 store_cas_raise(struct store *s, uint64_t cas)
 {
-    uint64_t want = (cas & CAS_LOW_MASK) + 1;
+    uint64_t want = cas == UINT64_MAX ? cas : cas + 1;
     uint64_t cur = __atomic_load_n(&s->cas_next, __ATOMIC_RELAXED);
 
     while (cur < want && !__atomic_compare_exchange_n(&s->cas_next, &cur, want, true,
