@@ -240,12 +240,26 @@ int store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash, bo
  * flush_all: every item stored before `when` (absolute unix time, from
  * store_exptime; <= now means now) is invalid from `when` on; items stored
  * from `when` on survive. A later call replaces a pending one. Implemented
- * as a flush generation stamped into each item: an immediate flush starts
- * a new generation at once (so an item stored in the same second after the
- * flush survives), a delayed one when the first operation at or after
+ * as a CAS floor (memcached's oldest_cas): an immediate flush raises the
+ * floor to a fresh CAS at once (so an item stored in the same second after
+ * the flush survives), a delayed one when the first operation at or after
  * `when` sees it due. Memory is reclaimed lazily and by the sweep.
  */
 void store_flush(struct store *s, int64_t when);
+
+/*
+ * A cluster flush (server/flush.c): every item with a CAS below floor is
+ * dead, and every CAS minted from now on is at least floor; so are
+ * imports and replica images below it (store_put_import drops them). The
+ * floor only rises; 0 does nothing.
+ */
+void store_flush_floor(struct store *s, uint64_t floor);
+
+/* The CAS counter: every CAS minted or imported so far is below it. */
+uint64_t store_cas_next(struct store *s);
+
+/* The flush floor (0: never flushed). */
+uint64_t store_floor(struct store *s);
 
 /* Expire a bounded slice of the table (the sweeper calls this); returns the
  * number of items reclaimed. */
@@ -556,7 +570,8 @@ int store_import(struct store *s, const char *key, size_t nkey, uint64_t hash, u
  * already expired item) that counts its evictions in import_evictions; the
  * caller fills store_item_value_mut(it), then store_put_import links it
  * with that cas exactly as store_import does (an expired item deletes the
- * key instead of being linked). The caller keeps its reference and
+ * key instead of being linked; one with a cas below the flush floor is
+ * dropped: STORE_NOT_STORED). The caller keeps its reference and
  * releases it.
  */
 struct store_item *store_import_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash,

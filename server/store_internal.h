@@ -45,8 +45,7 @@
  * stripe the list order is exact. */
 #define BUMP_SECONDS 60
 
-/* it->gen: the flush generation in the low 14 bits, then two flags. */
-#define GEN_MASK   0x3fffu
+/* it->gen: two flags (a flush is a CAS floor, struct store's floor). */
 #define IF_LINKED  0x4000u
 #define IF_FETCHED 0x8000u
 
@@ -103,8 +102,8 @@ struct store {
     /* Written by every mutation. */
     uint64_t cas_next __attribute__((aligned(64)));
     /* Read-mostly. */
-    uint32_t      gen __attribute__((aligned(64))); /* current flush generation */
-    int64_t       flush_when;                       /* pending delayed flush, 0 = none */
+    uint64_t      floor __attribute__((aligned(64))); /* items with a CAS below are flushed */
+    int64_t       flush_when;                         /* pending delayed flush, 0 = none */
     int64_t       clock_shift;
     uint64_t      nbuckets_total;
     store_drop_fn drop_fn;  /* atomic; see store_set_drop_hook */
@@ -112,7 +111,7 @@ struct store {
     /* Written by evictions only. */
     uint32_t evict_cursor __attribute__((aligned(64)));
 
-    pthread_mutex_t flush_lock; /* serializes generation bumps */
+    pthread_mutex_t flush_lock; /* serializes floor raises */
     pthread_mutex_t sweep_lock; /* guards the sweep cursor */
     uint32_t        sweep_stripe, sweep_bucket;
 
@@ -179,7 +178,7 @@ STORE_INTERNAL size_t store_format_u64(char *buf, uint64_t v);
 
 /* A new flush generation: every item stored before is dead. Caller holds
  * flush_lock. */
-STORE_INTERNAL void store_bump_gen(struct store *s);
+STORE_INTERNAL void store_raise_floor(struct store *s, uint64_t f);
 
 /* store_alloc, counting the live items it evicted in *evicted. */
 STORE_INTERNAL struct store_item *store_alloc_counted(struct store *s, const char *key, size_t nkey,
@@ -294,9 +293,9 @@ time32(int64_t t)
 }
 
 static inline enum dead
-item_dead(const struct store_item *it, int64_t now, uint32_t gen)
+item_dead(const struct store_item *it, int64_t now, uint64_t floor)
 {
-    if ((it->gen & GEN_MASK) != gen) {
+    if (it->cas < floor) {
         return DEAD_FLUSHED;
     }
     if (it->exptime != 0 && (int64_t)it->exptime <= now) {
@@ -334,19 +333,18 @@ do_reclaim(struct store *s, struct stripe *st, struct store_item *it, enum dead 
     do_unlink(s, st, it, prevp);
 }
 
-/* Current flush generation; read under the stripe lock, which orders it
- * after every generation an item of this stripe was stored with. */
-static inline uint32_t
-do_gen(struct store *s)
+/* The flush floor: an item with a CAS below it is dead. */
+static inline uint64_t
+do_floor(struct store *s)
 {
-    return __atomic_load_n(&s->gen, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&s->floor, __ATOMIC_ACQUIRE);
 }
 
 /*
- * Turn a delayed flush whose moment has come into a generation bump. Every
+ * Turn a delayed flush whose moment has come into a floor raise. Every
  * operation calls this before taking a stripe lock and before minting a
- * CAS, so an item stored at or after the moment gets the new generation
- * and survives, and one stored before it does not.
+ * CAS, so an item stored at or after the moment gets a CAS above the new
+ * floor and survives, and one stored before it does not.
  */
 static inline int64_t
 clock_begin(struct store *s)
@@ -359,7 +357,7 @@ clock_begin(struct store *s)
         w = __atomic_load_n(&s->flush_when, __ATOMIC_RELAXED);
         if (w != 0 && now >= w) {
             __atomic_store_n(&s->flush_when, 0, __ATOMIC_RELAXED);
-            store_bump_gen(s);
+            store_raise_floor(s, cas_mint(s));
         }
         pthread_mutex_unlock(&s->flush_lock);
     }

@@ -51,10 +51,10 @@ def at_replicas(t, cl, keys, value, what):
          % (what, len(missing), len(keys)), missing[:5])
 
 
-def on_cluster(body):
-    """A scenario: body(t, cl) on a fresh R=2 cluster a, b, c."""
+def on_cluster(body, ids=("a", "b", "c"), replicas=2, node_args=()):
+    """A scenario: body(t, cl) on a fresh cluster (R=2 a, b, c unless told)."""
     def run(t):
-        cl, ok = lg.start_cluster(t, ["a", "b", "c"], replicas=2)
+        cl, ok = lg.start_cluster(t, list(ids), replicas=replicas, node_args=node_args)
         try:
             if ok:
                 body(t, cl)
