@@ -30,7 +30,7 @@ enum flush_phase {
     FL_WAIT, /* for the connection's earlier requests */
     FL_ASK,  /* rc_flush_cas to every member */
     FL_SET,  /* rc_flush <floor> to every member */
-    FL_LINE, /* a delayed flush: flush_all <delay> to every member */
+    FL_LINE, /* a delayed flush: rc_flush <floor> <when> to every member */
 };
 
 /* One client flush_all in flight (c->flush while c waits for it). */
@@ -145,7 +145,7 @@ op_release(struct flush_op *op)
          * it, so every write it held is flushed and every later one is
          * minted above. */
         op->phase = FL_SET;
-        store_flush_floor(op_store(op), op->floor);
+        store_flush_at(op_store(op), op->floor, -1);
         n = snprintf(line, sizeof(line), "rc_flush %" PRIu64 "\r\n", op->floor);
         op_broadcast(op, line, (size_t)n);
         return;
@@ -158,13 +158,19 @@ static void
 op_begin(struct flush_op *op)
 {
     struct store *s = op_store(op);
-    char          line[48];
+    char          line[64];
     int           n;
 
     if (op->delay > 0) {
+        uint64_t floor, when_floor;
+        int64_t  when;
+
+        /* One floor and one moment for every member (a relative delay
+         * would land on each at its own moment). */
         op->phase = FL_LINE;
         store_flush(s, store_exptime(s, op->delay));
-        n = snprintf(line, sizeof(line), "flush_all %" PRId32 "\r\n", op->delay);
+        store_flush_state(s, &floor, &when_floor, &when);
+        n = snprintf(line, sizeof(line), "rc_flush %" PRIu64 " %" PRId64 "\r\n", when_floor, when);
         op_broadcast(op, line, (size_t)n);
         return;
     }
@@ -252,13 +258,15 @@ flush_peer_cas(struct conn *c, const struct token *t, int ntok)
 void
 flush_peer_floor(struct conn *c, const struct token *t, int ntok)
 {
-    uint64_t floor;
+    uint64_t floor, when = 0;
 
     c->noreply = false;
-    if (!c->peer || ntok != 2 || !proto_parse_u64(&t[1], &floor)) {
-        REPLY(c, "CLIENT_ERROR usage: rc_flush <floor> (cluster peers only)");
+    if (!c->peer || ntok < 2 || ntok > 3 || !proto_parse_u64(&t[1], &floor) ||
+        (ntok == 3 && (!proto_parse_u64(&t[2], &when) || when > INT64_MAX))) {
+        REPLY(c, "CLIENT_ERROR usage: rc_flush <floor> [<unix time>] (cluster peers only)");
         return;
     }
-    store_flush_floor(c->w->srv->store, floor);
+    /* Without a moment: flush_all now, which cancels a delayed one. */
+    store_flush_at(c->w->srv->store, floor, ntok == 3 ? (int64_t)when : -1);
     REPLY(c, "OK");
 }

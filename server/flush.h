@@ -19,8 +19,9 @@ struct token;
  * flush_all [delay] from client c, on a cluster member (flush_cluster_wide):
  * takes over its reply, `OK` once every member applied it, or
  * `SERVER_ERROR replica unavailable` (nothing with noreply). c parses
- * nothing more until it is done (flush_blocks). An immediate flush is a
- * floor; a delayed one is sent as `flush_all <delay>` to every member.
+ * nothing more until it is done (flush_blocks). An immediate flush is the
+ * members' largest CAS counter; a delayed one the moment's own floor
+ * (store_flush), the same at every member.
  */
 void flush_start(struct conn *c, int32_t delay, bool noreply);
 
@@ -38,7 +39,8 @@ bool flush_blocks(struct conn *c);
 /*
  * The peer commands (peers only): `rc_flush_cas` answers `CAS <n>`, this
  * node's CAS counter (every CAS it minted or holds is below n);
- * `rc_flush <floor>` raises its flush floor (store_flush_floor), `OK`.
+ * `rc_flush <floor> [<when>]` raises its flush floor (store_flush_at: at
+ * unix time when, a delayed flush_all), `OK`.
  */
 void flush_peer_cas(struct conn *c, const struct token *t, int ntok);
 void flush_peer_floor(struct conn *c, const struct token *t, int ntok);

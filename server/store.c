@@ -367,6 +367,9 @@ store_raise_floor(struct store *s, uint64_t f)
 {
     bool tracking;
 
+    if (f == 0) {
+        return;
+    }
     /* The counter first: a write that mints after the floor is published
      * must be above it (one minting meanwhile is concurrent with the
      * flush and may fall either side). */
@@ -389,18 +392,49 @@ store_raise_floor(struct store *s, uint64_t f)
     }
 }
 
+/* A floor at when (store seconds): every CAS minted before it is below
+ * (up to clock skew), every one minted after it is not (cas_mint). */
+static uint64_t
+floor_at(int64_t when)
+{
+    return when > 0 ? (uint64_t)when * 1000 << CAS_LOGICAL_BITS : 0;
+}
+
+/* See store.h. */
+void
+store_flush_at(struct store *s, uint64_t floor, int64_t when)
+{
+    pthread_mutex_lock(&s->flush_lock);
+    if (when <= store_now(s)) {
+        if (when != 0) {
+            __atomic_store_n(&s->flush_when, 0, __ATOMIC_RELAXED);
+        }
+        store_raise_floor(s, floor);
+    } else {
+        s->flush_when_floor = floor;
+        __atomic_store_n(&s->flush_when, when, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&s->flush_lock);
+}
+
 void
 store_flush(struct store *s, int64_t when)
 {
-    int64_t now = store_now(s);
-
-    pthread_mutex_lock(&s->flush_lock);
-    if (when <= now) {
-        __atomic_store_n(&s->flush_when, 0, __ATOMIC_RELAXED);
-        store_raise_floor(s, cas_mint(s));
+    if (when <= store_now(s)) {
+        store_flush_at(s, cas_mint(s), -1);
     } else {
-        __atomic_store_n(&s->flush_when, when, __ATOMIC_RELEASE);
+        store_flush_at(s, floor_at(when), when);
     }
+}
+
+/* See store.h. */
+void
+store_flush_state(struct store *s, uint64_t *floor, uint64_t *when_floor, int64_t *when)
+{
+    pthread_mutex_lock(&s->flush_lock);
+    *floor = __atomic_load_n(&s->floor, __ATOMIC_RELAXED);
+    *when = __atomic_load_n(&s->flush_when, __ATOMIC_RELAXED);
+    *when_floor = *when != 0 ? s->flush_when_floor : 0;
     pthread_mutex_unlock(&s->flush_lock);
 }
 
@@ -408,12 +442,7 @@ store_flush(struct store *s, int64_t when)
 void
 store_flush_floor(struct store *s, uint64_t floor)
 {
-    if (floor == 0) {
-        return;
-    }
-    pthread_mutex_lock(&s->flush_lock);
-    store_raise_floor(s, floor);
-    pthread_mutex_unlock(&s->flush_lock);
+    store_flush_at(s, floor, 0);
 }
 
 /* See store.h. */

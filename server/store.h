@@ -242,16 +242,27 @@ int store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash, bo
  * from `when` on survive. A later call replaces a pending one. Implemented
  * as a CAS floor (memcached's oldest_cas): an immediate flush raises the
  * floor to a fresh CAS at once (so an item stored in the same second after
- * the flush survives), a delayed one when the first operation at or after
- * `when` sees it due. Memory is reclaimed lazily and by the sweep.
+ * the flush survives), a delayed one to `when` in ms << 22 (the CAS clock's
+ * layout, store_cas_mint) when the first operation at or after `when`
+ * sees it due. Memory is reclaimed lazily and by the sweep.
  */
 void store_flush(struct store *s, int64_t when);
+
+/* The floor of store_flush_floor, from `when` on (store seconds). A
+ * later delayed one replaces a pending one; when < 0 raises the floor at
+ * once and cancels a pending one (flush_all without a delay, as
+ * memcached), when 0 only raises it (store_flush_floor). */
+void store_flush_at(struct store *s, uint64_t floor, int64_t when);
+
+/* The floor, and the pending delayed one and its moment (0, 0: none): what
+ * a handoff carries to a destination and a cluster flush_all N sends. */
+void store_flush_state(struct store *s, uint64_t *floor, uint64_t *when_floor, int64_t *when);
 
 /*
  * A cluster flush (server/flush.c): every item with a CAS below floor is
  * dead, and every CAS minted from now on is at least floor; so are
  * imports and replica images below it (store_put_import drops them). The
- * floor only rises; 0 does nothing.
+ * floor only rises; 0 does nothing; a pending delayed flush stays.
  */
 void store_flush_floor(struct store *s, uint64_t floor);
 

@@ -104,6 +104,7 @@ struct store {
     /* Read-mostly. */
     uint64_t      floor __attribute__((aligned(64))); /* items with a CAS below are flushed */
     int64_t       flush_when;                         /* pending delayed flush, 0 = none */
+    uint64_t      flush_when_floor;                   /* its floor */
     int64_t       clock_shift;
     uint64_t      nbuckets_total;
     store_drop_fn drop_fn;  /* atomic; see store_set_drop_hook */
@@ -357,7 +358,7 @@ clock_begin(struct store *s)
         w = __atomic_load_n(&s->flush_when, __ATOMIC_RELAXED);
         if (w != 0 && now >= w) {
             __atomic_store_n(&s->flush_when, 0, __ATOMIC_RELAXED);
-            store_raise_floor(s, cas_mint(s));
+            store_raise_floor(s, s->flush_when_floor);
         }
         pthread_mutex_unlock(&s->flush_lock);
     }

@@ -10,9 +10,13 @@ connection (issue 26, findings f23 and f22; docs/guarantees.md
 - f22, two nodes, R=2, -t 4: one connection pipelines sets of fresh keys,
   another, to the other node, sends flush_all in the middle; after
   each round both owners hold the same keys (declared connections). Before, the flush and the images
-  reached the replica unordered and the owners differed on thousands."""
+  reached the replica unordered and the owners differed on thousands.
+- f17, R=2, a, b, c: `flush_all 6` through a, then d joins at once; 1.5 s
+  past the moment no owner serves a pre-flush value. Before, the flush
+  never reached d (not yet a member), which served what it imported."""
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadgen as lg  # noqa: E402
@@ -21,6 +25,8 @@ import test_cas_order as co  # noqa: E402
 ROUNDS = 300
 F22_ROUNDS = 30
 F22_KEYS = 400
+F17_KEYS = 1500
+F17_DELAY = 6
 
 
 def read_until_end(c):
@@ -112,9 +118,42 @@ def identical(t, cl):
          "survived their round's flush)" % (len(diff), len(keys_all), held), diff[:5])
 
 
+def delayed_join(t, cl):
+    """f17: a delayed flush_all reaches a node that joins before its moment
+    (it comes with the handoff)."""
+    keys = ["fd-%d" % i for i in range(F17_KEYS)]
+    owners = lg.locate(cl.store_active(), keys, 2)
+    for nid in ("a", "b", "c"):
+        mine = [k for k in keys if owners[k][0] == nid]
+        r = co.pipeline(cl.nodes[nid].addr, [co.set_req(k, b"old") for k in mine])
+        t.ok(all(x == b"STORED" for x in r), "%d keys set at %s" % (len(mine), nid), r[:3])
+    d = cl.add("d")
+    c = lg.Conn(cl.nodes["a"].addr, 10.0)
+    try:
+        r = c.simple("flush_all %d" % F17_DELAY)
+    finally:
+        c.close()
+    # The moment is the node's clock in whole seconds plus the delay.
+    moment = int(time.time()) + F17_DELAY
+    t.ok(r == b"OK", "flush_all %d through a: OK" % F17_DELAY, r)
+    rc, out, err = cl.ctl("join", "d", d.addr_s)
+    t.ok(rc == 0, "ringctl join d right after: exit 0", (rc, lg.tail(out), lg.tail(err)))
+    t.ok(time.time() < moment - 1, "the join finished before the moment")
+    lg.wait_for(lambda: time.time() >= moment + 1.5, F17_DELAY + 5, 0.1)
+    ep = cl.store_epoch()
+    owners = lg.locate(cl.store_active(), keys, 2)
+    served = []
+    for nid in cl.nodes:
+        mine = [k for k in keys if nid in owners[k]]
+        served += [(k, nid) for k in lg.read_keys(cl.nodes[nid].addr, mine, epoch=ep)]
+    t.ok(not served, "1.5 s past the moment no owner serves a pre-flush value (%d of %d "
+         "copies)" % (len(served), 2 * len(keys)), served[:5])
+
+
 def main():
     two = dict(ids=("a", "b"), node_args=("-t", "4"))
-    lg.tap_main([co.on_cluster(order, replicas=1, **two), co.on_cluster(identical, **two)], 170,
+    lg.tap_main([co.on_cluster(order, replicas=1, **two), co.on_cluster(identical, **two),
+                 co.on_cluster(delayed_join)], 170,
                 "flush_all order and identical replicas")
 
 
