@@ -70,6 +70,7 @@ enum conn_pstate {
 };
 
 struct mset_ctx;
+struct flush_op;
 
 struct conn {
     struct worker *w;
@@ -130,6 +131,7 @@ struct conn {
     char             fwd_addr[256];
     uint32_t         nholds;   /* holds not yet done */
     struct repl_op  *repl_gat; /* a replicated gat being served (replicate.c) */
+    struct flush_op *flush;    /* its flush_all in progress (flush.c) */
 
     /* The order of its relayed requests across retries (forward.c). */
     struct fwd_order *fwd_order;

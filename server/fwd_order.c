@@ -45,7 +45,8 @@ struct fwd_order {
     struct fwd_up      *up; /* what was released went there, all still in
                              * order: a new request to it may follow at once */
     bool          releasing;
-    struct event *timer; /* the first held request's deadline */
+    struct event *timer;  /* the first held request's deadline */
+    struct conn  *waiter; /* woken when no request is in flight (ord_wait) */
 };
 
 static void ord_release(struct fwd_order *o);
@@ -75,6 +76,16 @@ static void
 ord_unref(struct fwd_order *o)
 {
     if (--o->refs > 0) {
+        if (o->refs == 1 && o->waiter != NULL) {
+            /* Only the connection's reference is left (or, as one goes
+             * during ord_release, about to be): the waiter looks again. */
+            struct conn *c = o->waiter;
+
+            o->waiter = NULL;
+            if (c->ev != NULL) {
+                event_active(c->ev, EV_WRITE, 0);
+            }
+        }
         return;
     }
     if (o->timer != NULL) {
@@ -93,7 +104,17 @@ forward_conn_closed(struct conn *c)
 
     c->fwd_order = NULL;
     if (o != NULL) {
+        o->waiter = NULL;
         ord_unref(o);
+    }
+}
+
+/* See fwd_order.h. */
+void
+ord_wait(struct conn *c)
+{
+    if (c->fwd_order != NULL) {
+        c->fwd_order->waiter = c;
     }
 }
 

@@ -35,4 +35,9 @@ bool ord_defer(struct fwd_req *r, struct fwd_up *to);
  * held behind it may go now. No-op for a request without an order. */
 void ord_leave(struct fwd_req *r);
 
+/* Wake c (its event, as a filled hold does) once none of its relayed
+ * requests is in flight any more (forward_conn_busy turns false): a
+ * flush_all waits so for the requests before it (server/flush.c). */
+void ord_wait(struct conn *c);
+
 #endif /* SERVER_FWD_ORDER_H */

@@ -224,7 +224,7 @@ batch_flush(struct xfer *x)
     struct handoff         *h = x->h;
     struct cluster         *cl = h->cl;
     Ringcache__HandoffBatch b = RINGCACHE__HANDOFF_BATCH__INIT;
-    uint8_t                 hdr[FRAME_HEADER_SIZE], head[64 + CLUSTER_TOKEN_MAX];
+    uint8_t                 hdr[FRAME_HEADER_SIZE], head[96 + CLUSTER_TOKEN_MAX];
     size_t                  hl;
 
     if (x->nrec == 0 || x->state != XS_STREAMING) {
@@ -233,6 +233,7 @@ batch_flush(struct xfer *x)
     b.token.data = (uint8_t *)cluster_pending_token(cl, &b.token.len);
     b.epoch = cluster_pending_epoch(cl);
     b.seq = ++x->next_seq;
+    store_flush_state(h->s, &b.flush_floor, &b.flush_at_floor, &b.flush_at);
     hl = ringcache__handoff_batch__pack(&b, head);
     frame_header_write(hdr, FRAME_HANDOFF_BATCH, cluster_frame_id(cl), (uint32_t)(hl + x->len));
     if (bufferevent_write(x->bev, hdr, sizeof(hdr)) < 0 ||

@@ -234,6 +234,11 @@ handoff_in_batch(struct handoff_in *in, const uint8_t *payload, size_t len, uint
         rc = -1;
         goto out;
     }
+    /* The source's flushes first: what they removed is not imported. */
+    store_flush_floor(in->s, b->flush_floor);
+    if (b->flush_at != 0) {
+        store_flush_at(in->s, b->flush_at_floor, b->flush_at);
+    }
     store_get_stats(in->s, &before);
     for (i = 0; i < b->n_records && rc == 0; i++) {
         rc = in_record(in, b->records[i], err, errlen);

@@ -21,6 +21,7 @@
 #include "lib/util.h"
 #include "ring/ring.h"
 #include "server/conn.h"
+#include "server/flush.h"
 #include "server/latency.h"
 #include "server/log.h"
 #include "server/proto_auth.h"
@@ -549,8 +550,6 @@ process_flush(struct conn *c, struct token *t, int ntok)
 {
     struct store *s = conn_store(c);
     int32_t       delay = 0;
-    char          line[48];
-    int           n;
 
     c->noreply = last_is_noreply(t, ntok);
     if (c->w->srv->settings.flush_disabled) {
@@ -564,11 +563,12 @@ process_flush(struct conn *c, struct token *t, int ntok)
         return;
     }
     STATS_ADD(&c->w->stats, cmd_flush, 1);
-    store_flush(s, delay > 0 ? store_exptime(s, delay) : store_now(s));
-    n = snprintf(line, sizeof(line), "flush_all %" PRId32 "\r\n", delay);
-    if (!route_flush(c, line, (size_t)n)) {
-        REPLY(c, "OK");
+    if (flush_cluster_wide(c)) {
+        flush_start(c, delay, c->noreply);
+        return;
     }
+    store_flush(s, delay > 0 ? store_exptime(s, delay) : store_now(s));
+    REPLY(c, "OK");
 }
 
 /* verbosity <level> [noreply]; extra tokens are ignored. */
@@ -631,6 +631,10 @@ process_extra(struct conn *c, struct token *t, int ntok)
         proto_peer_rc_set(c, t, ntok);
     } else if (TOK_IS(&t[0], "rc_del")) {
         proto_peer_rc_del(c, t, ntok);
+    } else if (TOK_IS(&t[0], "rc_flush_cas")) {
+        flush_peer_cas(c, t, ntok);
+    } else if (TOK_IS(&t[0], "rc_flush")) {
+        flush_peer_floor(c, t, ntok);
     } else if (TOK_IS(&t[0], "rc_peer")) {
         proto_peer_rc_peer(c, t, ntok);
     } else if (TOK_IS(&t[0], "config") && ntok == 1) {
@@ -842,6 +846,9 @@ process_batch(struct conn *c)
             continue;
         case CONN_PS_CMD:
             break;
+        }
+        if (c->flush != NULL && flush_blocks(c)) {
+            return PROTO_PAUSE; /* a flush_all of c runs: nothing after it yet */
         }
         if (avail == 0) {
             return PROTO_MORE;

@@ -379,7 +379,7 @@ op_send(struct worker *w, struct repl_op *op, const struct cluster_view *v, cons
     struct repl_call *rc;
 
     if (op->ncalls == op->capcalls) {
-        /* Cannot happen: op_reserve made room for every member. */
+        /* Cannot happen: a key has at most capcalls other owners. */
         op->failed++;
         return;
     }
@@ -388,25 +388,6 @@ op_send(struct worker *w, struct repl_op *op, const struct cluster_view *v, cons
     rc->sent_ns = latency_now();
     op->pending++;
     forward_call(w, addr, v->epoch, iov, niov, op_ack, rc);
-}
-
-/* Room for n calls (a cluster-wide flush_all to more members than a key
- * has owners), before any is sent: calls never move once in flight. */
-static int
-op_reserve(struct repl_op *op, uint32_t n)
-{
-    struct repl_call *nc;
-
-    if (n <= op->capcalls) {
-        return 0;
-    }
-    nc = malloc(n * sizeof(*nc));
-    if (nc == NULL) {
-        return -1;
-    }
-    op->calls = nc;
-    op->capcalls = n;
-    return 0;
 }
 
 /* A new op holding c's reply (no hold with noreply); NULL on ENOMEM. Its
@@ -616,36 +597,6 @@ replicate_gat_end(struct conn *c)
     op_release(op);
 }
 
-/* flush_all to every other member; see replicate.h. */
-void
-replicate_flush(struct conn *c, const char *line, size_t len, bool noreply)
-{
-    const struct cluster_view *v = cluster_view(c->w->srv->cluster);
-    const struct ring_members *m = ring_members(v->ring);
-    struct repl_op            *op = op_new(c, "OK\r\n", 4, noreply);
-    struct iovec               iov;
-    uint32_t                   i;
-
-    if (op == NULL) {
-        if (!noreply) {
-            conn_out_add(c, REPLICA_UNAVAILABLE "\r\n", sizeof(REPLICA_UNAVAILABLE "\r\n") - 1);
-        }
-        return;
-    }
-    if (op_reserve(op, m->n_nodes) < 0) {
-        op->failed++;
-    }
-    iov.iov_base = (void *)line;
-    iov.iov_len = len;
-    for (i = 0; i < m->n_nodes && op->failed == 0; i++) {
-        if ((int32_t)i == v->self) {
-            continue;
-        }
-        op_send(c->w, op, v, m->nodes[i].addr, &iov, 1);
-    }
-    op_release(op);
-}
-
 /* Replica: store a post-image unless a newer one is there. */
 int
 replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas)
@@ -655,6 +606,7 @@ replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas)
     int                rc = 0;
 
     replicate_lock(it->hash);
+    store_cas_raise(s, cas); /* even for an image dropped below */
     old = store_peek(s, store_item_key(it), it->nkey, it->hash);
     /* An absent key may be absent because a later write removed it: a
      * delete whose tombstone overtook this image on another connection, or

@@ -66,13 +66,6 @@ void replicate_gat_end(struct conn *c);
 void replicate_worker_free(struct worker *w);
 
 /*
- * flush_all on a cluster node: send the line (with "\r\n") to every other
- * member, as a peer, and queue `OK` (or REPLICA_UNAVAILABLE) once all
- * answered. The local flush was done by the caller.
- */
-void replicate_flush(struct conn *c, const char *line, size_t len, bool noreply);
-
-/*
  * Replica tombstones. Post-images of one key may arrive out of order, so a
  * replica remembers, for REPLICATE_TOMB_TTL_S seconds (or the ttl given to
  * replicate_tomb_init), the (key hash, CAS) of each key it deleted for an

@@ -982,21 +982,6 @@ route_write_end(struct conn *c, const struct route *rt, const char *key, size_t 
 
 /* See route.h. */
 bool
-route_flush(struct conn *c, const char *line, size_t len)
-{
-    struct cluster *cl = conn_cluster(c);
-
-    /* In a cluster flush_all is cluster-wide (docs/cluster.md): every
-     * other member flushes too, so replicas stay identical. */
-    if (cl == NULL || c->peer || cluster_view(cl)->ring == NULL) {
-        return false;
-    }
-    replicate_flush(c, line, len, c->noreply);
-    return true;
-}
-
-/* See route.h. */
-bool
 route_has_membership(const struct conn *c)
 {
     const struct cluster_view *v = cluster_view(c->w->srv->cluster);

@@ -190,10 +190,6 @@ void route_write_begin(const struct route *rt);
 void route_write_end(struct conn *c, const struct route *rt, const char *key, size_t nkey,
                      uint64_t tomb_cas, const char *reply, size_t len);
 
-/* flush_all, done locally: in a cluster every other member flushes too
- * (line, with "\r\n", is sent to them) and `OK` waits for them; true
- * when that took over the reply. */
-bool route_flush(struct conn *c, const char *line, size_t len);
 
 /* A replica write (rc_set, rc_del) of hash from a peer: does this node own
  * the key in the active epoch (any position), or import it for the

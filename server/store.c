@@ -29,7 +29,6 @@
 #define TAIL_EMPTY UINT32_MAX /* tail_bump of an empty stripe */
 /* The flush generation is 14 bits; a full walk every 2^13 flushes removes
  * stale items before their generation number can come round again. */
-#define GEN_WALK_MASK 0x1fffu
 
 /* What evict_one did. */
 enum evicted {
@@ -297,7 +296,7 @@ do_find(struct store *s, struct stripe *st, const char *key, size_t nkey, uint64
     if (it == NULL) {
         return NULL;
     }
-    why = item_dead(it, now, do_gen(s));
+    why = item_dead(it, now, do_floor(s));
     if (why == LIVE) {
         return it;
     }
@@ -333,12 +332,12 @@ do_lru_move(struct stripe *st, struct store_item *it, int64_t now, bool fetch)
     do_publish_tail(st);
 }
 
-/* ---- flush generations -------------------------------------------------- */
+/* ---- the flush floor ---------------------------------------------------- */
 
-/* Unlink every item of a generation other than gen. Takes each stripe
- * lock in turn; the caller holds flush_lock and no stripe lock. */
+/* Unlink every item with a CAS below floor. Takes each stripe lock in
+ * turn; the caller holds flush_lock and no stripe lock. */
 static void
-walk_remove_stale(struct store *s, uint32_t gen)
+walk_remove_stale(struct store *s, uint64_t floor)
 {
     uint32_t i, b;
 
@@ -350,7 +349,7 @@ walk_remove_stale(struct store *s, uint32_t gen)
             struct store_item **pp = &st->buckets[b], *it;
 
             while ((it = *pp) != NULL) {
-                if ((it->gen & GEN_MASK) != gen) {
+                if (it->cas < floor) {
                     do_reclaim(s, st, it, DEAD_FLUSHED, pp);
                 } else {
                     pp = &it->h_next;
@@ -361,42 +360,103 @@ walk_remove_stale(struct store *s, uint32_t gen)
     }
 }
 
-/* A new flush generation: every item stored before is dead. Caller holds
- * flush_lock. */
+/* Raise the floor to f: every item with a CAS below f is dead, and every
+ * CAS minted from now on is at least f. Caller holds flush_lock. */
 void
-store_bump_gen(struct store *s)
+store_raise_floor(struct store *s, uint64_t f)
 {
-    uint32_t g = (__atomic_load_n(&s->gen, __ATOMIC_RELAXED) + 1) & GEN_MASK;
-
     bool tracking;
 
-    __atomic_store_n(&s->gen, g, __ATOMIC_RELEASE);
+    if (f == 0) {
+        return;
+    }
+    /* The counter first: a write that mints after the floor is published
+     * must be above it (one minting meanwhile is concurrent with the
+     * flush and may fall either side). */
+    store_cas_raise(s, f - 1);
+    if (f <= __atomic_load_n(&s->floor, __ATOMIC_RELAXED)) {
+        return;
+    }
+    __atomic_store_n(&s->floor, f, __ATOMIC_RELEASE);
     /* With a dirty-tracking session, every flushed item of its range must
      * be recorded now (a destination may hold a copy): reclaim them all.
      * track_lock orders this against store_track_start, so either the
-     * session sees the new generation (its walk skips flushed items) or we
-     * see the session. */
+     * session sees the new floor (its walk skips flushed items) or we see
+     * the session. Otherwise dead items go lazily (reads, the sweeper,
+     * eviction), as expired ones do. */
     pthread_mutex_lock(&s->track_lock);
     tracking = s->track_on;
     pthread_mutex_unlock(&s->track_lock);
-    if ((g & GEN_WALK_MASK) == 0 || tracking) {
-        walk_remove_stale(s, g);
+    if (tracking) {
+        walk_remove_stale(s, f);
     }
+}
+
+/* A floor at when (store seconds): every CAS minted before it is below
+ * (up to clock skew), every one minted after it is not (cas_mint). */
+static uint64_t
+floor_at(int64_t when)
+{
+    return when > 0 ? (uint64_t)when * 1000 << CAS_LOGICAL_BITS : 0;
+}
+
+/* See store.h. */
+void
+store_flush_at(struct store *s, uint64_t floor, int64_t when)
+{
+    pthread_mutex_lock(&s->flush_lock);
+    if (when <= store_now(s)) {
+        if (when != 0) {
+            __atomic_store_n(&s->flush_when, 0, __ATOMIC_RELAXED);
+        }
+        store_raise_floor(s, floor);
+    } else {
+        s->flush_when_floor = floor;
+        __atomic_store_n(&s->flush_when, when, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&s->flush_lock);
 }
 
 void
 store_flush(struct store *s, int64_t when)
 {
-    int64_t now = store_now(s);
-
-    pthread_mutex_lock(&s->flush_lock);
-    if (when <= now) {
-        __atomic_store_n(&s->flush_when, 0, __ATOMIC_RELAXED);
-        store_bump_gen(s);
+    if (when <= store_now(s)) {
+        store_flush_at(s, cas_mint(s), -1);
     } else {
-        __atomic_store_n(&s->flush_when, when, __ATOMIC_RELEASE);
+        store_flush_at(s, floor_at(when), when);
     }
+}
+
+/* See store.h. */
+void
+store_flush_state(struct store *s, uint64_t *floor, uint64_t *when_floor, int64_t *when)
+{
+    pthread_mutex_lock(&s->flush_lock);
+    *floor = __atomic_load_n(&s->floor, __ATOMIC_RELAXED);
+    *when = __atomic_load_n(&s->flush_when, __ATOMIC_RELAXED);
+    *when_floor = *when != 0 ? s->flush_when_floor : 0;
     pthread_mutex_unlock(&s->flush_lock);
+}
+
+/* See store.h. */
+void
+store_flush_floor(struct store *s, uint64_t floor)
+{
+    store_flush_at(s, floor, 0);
+}
+
+/* See store.h. */
+uint64_t
+store_cas_next(struct store *s)
+{
+    return __atomic_load_n(&s->cas_next, __ATOMIC_ACQUIRE);
+}
+
+/* See store.h. */
+uint64_t
+store_floor(struct store *s)
+{
+    return __atomic_load_n(&s->floor, __ATOMIC_ACQUIRE);
 }
 
 /* ---- memory and eviction ------------------------------------------------ */
@@ -439,7 +499,7 @@ evict_one(struct store *s, int64_t now)
     pthread_mutex_lock(&best->lock);
     it = best->lru_tail;
     if (it != NULL) {
-        why = item_dead(it, now, do_gen(s));
+        why = item_dead(it, now, do_floor(s));
         if (why != LIVE) {
             do_reclaim(s, best, it, why, NULL);
         } else {
@@ -566,7 +626,7 @@ do_replace(struct store *s, struct stripe *st, struct store_item *old, struct st
            int64_t now)
 {
     it->cas = cas_mint(s);
-    it->gen = (uint16_t)(do_gen(s) | (it->gen & IF_FETCHED));
+    it->gen &= IF_FETCHED; /* IF_LINKED comes with do_link */
     it->atime = time32(now);
     if (old != NULL) {
         do_unlink(s, st, old, NULL);
@@ -905,7 +965,7 @@ int
 store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash, bool incr, uint64_t delta,
             uint64_t *value, uint64_t *cas_out)
 {
-    const struct store_marith o = {.incr = incr, .delta = delta};
+    const struct store_marith o = { .incr = incr, .delta = delta };
     struct store_marith_res   res;
     int                       rc = store_marith(s, key, nkey, hash, &o, &res);
 
@@ -979,7 +1039,6 @@ store_new(const struct store_config *cfg)
     memset(s, 0, sizeof(*s));
     s->mem_limit = cfg->mem_limit;
     s->item_size_max = cfg->item_size_max;
-    s->seed_bits = (uint64_t)cfg->node_seed << 48;
     s->cas_next = 1;
     for (i = 0; i < STRIPES; i++) {
         struct stripe *st = &s->stripes[i];

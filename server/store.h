@@ -48,10 +48,9 @@ enum store_op {
 };
 
 struct store_config {
-    size_t   mem_limit;     /* bytes of items (header+key+value) before eviction; -m */
-    size_t   item_size_max; /* largest item, header+key+value; -I (default 1 MiB) */
-    uint16_t node_seed;     /* high 16 bits of every CAS this node mints */
-    bool     sweeper;       /* start a background expiry sweep thread */
+    size_t mem_limit;     /* bytes of items (header+key+value) before eviction; -m */
+    size_t item_size_max; /* largest item, header+key+value; -I (default 1 MiB) */
+    bool   sweeper;       /* start a background expiry sweep thread */
 };
 
 /* An item's meta state (mflags). */
@@ -215,7 +214,10 @@ int store_delete_cas(struct store *s, const char *key, size_t nkey, uint64_t has
 
 /* A CAS newer than any this store has minted or imported: the tombstone a
  * primary sends for a delete that found nothing (a replica may still hold
- * what an earlier, unacknowledged delete removed here). */
+ * what an earlier, unacknowledged delete removed here). Every CAS is a
+ * hybrid logical clock: max(previous + 1, wall-clock ms << 22), so one
+ * minted after a restart, or on a node that just joined, is above what any
+ * node minted earlier, up to clock skew. */
 uint64_t store_cas_mint(struct store *s);
 
 /* Make every CAS minted from now on newer than cas (a replica applying a
@@ -238,12 +240,37 @@ int store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash, bo
  * flush_all: every item stored before `when` (absolute unix time, from
  * store_exptime; <= now means now) is invalid from `when` on; items stored
  * from `when` on survive. A later call replaces a pending one. Implemented
- * as a flush generation stamped into each item: an immediate flush starts
- * a new generation at once (so an item stored in the same second after the
- * flush survives), a delayed one when the first operation at or after
- * `when` sees it due. Memory is reclaimed lazily and by the sweep.
+ * as a CAS floor (memcached's oldest_cas): an immediate flush raises the
+ * floor to a fresh CAS at once (so an item stored in the same second after
+ * the flush survives), a delayed one to `when` in ms << 22 (the CAS clock's
+ * layout, store_cas_mint) when the first operation at or after `when`
+ * sees it due. Memory is reclaimed lazily and by the sweep.
  */
 void store_flush(struct store *s, int64_t when);
+
+/* The floor of store_flush_floor, from `when` on (store seconds). A
+ * later delayed one replaces a pending one; when < 0 raises the floor at
+ * once and cancels a pending one (flush_all without a delay, as
+ * memcached), when 0 only raises it (store_flush_floor). */
+void store_flush_at(struct store *s, uint64_t floor, int64_t when);
+
+/* The floor, and the pending delayed one and its moment (0, 0: none): what
+ * a handoff carries to a destination and a cluster flush_all N sends. */
+void store_flush_state(struct store *s, uint64_t *floor, uint64_t *when_floor, int64_t *when);
+
+/*
+ * A cluster flush (server/flush.c): every item with a CAS below floor is
+ * dead, and every CAS minted from now on is at least floor; so are
+ * imports and replica images below it (store_put_import drops them). The
+ * floor only rises; 0 does nothing; a pending delayed flush stays.
+ */
+void store_flush_floor(struct store *s, uint64_t floor);
+
+/* The CAS counter: every CAS minted or imported so far is below it. */
+uint64_t store_cas_next(struct store *s);
+
+/* The flush floor (0: never flushed). */
+uint64_t store_floor(struct store *s);
 
 /* Expire a bounded slice of the table (the sweeper calls this); returns the
  * number of items reclaimed. */
@@ -537,11 +564,9 @@ void store_track_stop(struct store *s);
  * STORE_STORED, STORE_DELETED / STORE_NOT_FOUND for an expired post-image,
  * or STORE_TOO_LARGE / STORE_NO_MEMORY.
  *
- * CAS: the store's 48-bit counter (the low bits of every CAS it mints, the
- * node_seed being the high 16) is raised above the low 48 bits of every
- * imported cas before the item is linked. So a later local CAS is greater
- * than every imported one in its counter part and can never equal one: it
- * differs in the seed bits, or, with the same seed, in the counter.
+ * CAS: the store's counter (a hybrid logical clock, see store_cas_mint) is
+ * raised above every imported cas before the item is linked. So a later
+ * local CAS is greater than every imported one and never equals one.
  *
  * Memory: an import may evict like any store; every live item evicted to
  * make room for an import is counted in the import_evictions stat, which
@@ -556,7 +581,8 @@ int store_import(struct store *s, const char *key, size_t nkey, uint64_t hash, u
  * already expired item) that counts its evictions in import_evictions; the
  * caller fills store_item_value_mut(it), then store_put_import links it
  * with that cas exactly as store_import does (an expired item deletes the
- * key instead of being linked). The caller keeps its reference and
+ * key instead of being linked; one with a cas below the flush floor is
+ * dropped: STORE_NOT_STORED). The caller keeps its reference and
  * releases it.
  */
 struct store_item *store_import_alloc(struct store *s, const char *key, size_t nkey, uint64_t hash,

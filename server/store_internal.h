@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "server/store.h"
 
@@ -44,12 +45,15 @@
  * stripe the list order is exact. */
 #define BUMP_SECONDS 60
 
-/* it->gen: the flush generation in the low 14 bits, then two flags. */
-#define GEN_MASK   0x3fffu
+/* it->gen: two flags (a flush is a CAS floor, struct store's floor). */
 #define IF_LINKED  0x4000u
 #define IF_FETCHED 0x8000u
 
-#define CAS_LOW_MASK ((UINT64_C(1) << 48) - 1)
+/* A CAS is a hybrid logical clock: milliseconds since the Unix epoch
+ * (plus the store's clock shift) above CAS_LOGICAL_BITS, a counter below
+ * (4M writes a millisecond before it borrows from the next one; 42 bits of
+ * milliseconds last until 2109). See cas_mint. */
+#define CAS_LOGICAL_BITS 22
 
 enum dead {
     LIVE = 0,
@@ -92,15 +96,15 @@ struct store {
     struct stripe stripes[STRIPES];
     size_t        mem_limit;
     size_t        item_size_max;
-    uint64_t      seed_bits; /* node_seed << 48 */
 
     /* Written by every store and free: its own cache line. */
     uint64_t mem_used __attribute__((aligned(64)));
     /* Written by every mutation. */
     uint64_t cas_next __attribute__((aligned(64)));
     /* Read-mostly. */
-    uint32_t      gen __attribute__((aligned(64))); /* current flush generation */
-    int64_t       flush_when;                       /* pending delayed flush, 0 = none */
+    uint64_t      floor __attribute__((aligned(64))); /* items with a CAS below are flushed */
+    int64_t       flush_when;                         /* pending delayed flush, 0 = none */
+    uint64_t      flush_when_floor;                   /* its floor */
     int64_t       clock_shift;
     uint64_t      nbuckets_total;
     store_drop_fn drop_fn;  /* atomic; see store_set_drop_hook */
@@ -108,7 +112,7 @@ struct store {
     /* Written by evictions only. */
     uint32_t evict_cursor __attribute__((aligned(64)));
 
-    pthread_mutex_t flush_lock; /* serializes generation bumps */
+    pthread_mutex_t flush_lock; /* serializes floor raises */
     pthread_mutex_t sweep_lock; /* guards the sweep cursor */
     uint32_t        sweep_stripe, sweep_bucket;
 
@@ -175,7 +179,7 @@ STORE_INTERNAL size_t store_format_u64(char *buf, uint64_t v);
 
 /* A new flush generation: every item stored before is dead. Caller holds
  * flush_lock. */
-STORE_INTERNAL void store_bump_gen(struct store *s);
+STORE_INTERNAL void store_raise_floor(struct store *s, uint64_t f);
 
 /* store_alloc, counting the live items it evicted in *evicted. */
 STORE_INTERNAL struct store_item *store_alloc_counted(struct store *s, const char *key, size_t nkey,
@@ -230,16 +234,46 @@ item_ref(struct store_item *it)
     __atomic_fetch_add(&it->refcount, 1, __ATOMIC_RELAXED);
 }
 
-/* A new CAS: node seed in the high 16 bits, a counter below, never 0. */
+/* The clock part of the next CAS: now in ms << CAS_LOGICAL_BITS. A coarse
+ * clock read (the vDSO, no system call): a mint needs only to pass what
+ * this node minted before a restart and what other nodes minted a while
+ * ago, not sub-millisecond order. */
+static inline uint64_t
+cas_wall(const struct store *s)
+{
+    struct timespec ts;
+    int64_t         ms;
+
+    clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+    ms = ((int64_t)ts.tv_sec + __atomic_load_n(&s->clock_shift, __ATOMIC_RELAXED)) * 1000 +
+         ts.tv_nsec / 1000000;
+    return ms > 0 ? (uint64_t)ms << CAS_LOGICAL_BITS : 0;
+}
+
+/*
+ * A new CAS, never 0: max(previous + 1, cas_wall). So CAS order follows
+ * time across restarts and nodes (up to clock skew), and a node never
+ * mints below what it imported or applied (store_cas_raise). The usual
+ * path is one fetch_add; only a counter behind the clock moves it up.
+ */
 static inline uint64_t
 cas_mint(struct store *s)
 {
-    uint64_t n;
+    uint64_t wall = cas_wall(s);
+    uint64_t n = __atomic_fetch_add(&s->cas_next, 1, __ATOMIC_RELAXED);
 
-    do {
-        n = __atomic_fetch_add(&s->cas_next, 1, __ATOMIC_RELAXED) & CAS_LOW_MASK;
-    } while (n == 0);
-    return s->seed_bits | n;
+    while (n < wall) {
+        uint64_t cur = n + 1;
+
+        /* Jump to the clock unless another mint moved the counter since:
+         * then take a fresh number and look again. */
+        if (__atomic_compare_exchange_n(&s->cas_next, &cur, wall + 1, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED)) {
+            return wall;
+        }
+        n = __atomic_fetch_add(&s->cas_next, 1, __ATOMIC_RELAXED);
+    }
+    return n;
 }
 
 /* Clamp an absolute time to the 32-bit field: 0 stays "never", anything
@@ -260,9 +294,9 @@ time32(int64_t t)
 }
 
 static inline enum dead
-item_dead(const struct store_item *it, int64_t now, uint32_t gen)
+item_dead(const struct store_item *it, int64_t now, uint64_t floor)
 {
-    if ((it->gen & GEN_MASK) != gen) {
+    if (it->cas < floor) {
         return DEAD_FLUSHED;
     }
     if (it->exptime != 0 && (int64_t)it->exptime <= now) {
@@ -300,19 +334,18 @@ do_reclaim(struct store *s, struct stripe *st, struct store_item *it, enum dead 
     do_unlink(s, st, it, prevp);
 }
 
-/* Current flush generation; read under the stripe lock, which orders it
- * after every generation an item of this stripe was stored with. */
-static inline uint32_t
-do_gen(struct store *s)
+/* The flush floor: an item with a CAS below it is dead. */
+static inline uint64_t
+do_floor(struct store *s)
 {
-    return __atomic_load_n(&s->gen, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&s->floor, __ATOMIC_ACQUIRE);
 }
 
 /*
- * Turn a delayed flush whose moment has come into a generation bump. Every
+ * Turn a delayed flush whose moment has come into a floor raise. Every
  * operation calls this before taking a stripe lock and before minting a
- * CAS, so an item stored at or after the moment gets the new generation
- * and survives, and one stored before it does not.
+ * CAS, so an item stored at or after the moment gets a CAS above the new
+ * floor and survives, and one stored before it does not.
  */
 static inline int64_t
 clock_begin(struct store *s)
@@ -325,7 +358,7 @@ clock_begin(struct store *s)
         w = __atomic_load_n(&s->flush_when, __ATOMIC_RELAXED);
         if (w != 0 && now >= w) {
             __atomic_store_n(&s->flush_when, 0, __ATOMIC_RELAXED);
-            store_bump_gen(s);
+            store_raise_floor(s, s->flush_when_floor);
         }
         pthread_mutex_unlock(&s->flush_lock);
     }

@@ -38,10 +38,11 @@ store_sweep(struct store *s, size_t max_buckets)
     pthread_mutex_lock(&s->sweep_lock);
     while (max_buckets > 0) {
         struct stripe *st = &s->stripes[s->sweep_stripe];
-        uint32_t       slice = SWEEP_SLICE, gen;
+        uint32_t       slice = SWEEP_SLICE;
+        uint64_t       floor;
 
         pthread_mutex_lock(&st->lock);
-        gen = do_gen(s);
+        floor = do_floor(s);
         if (s->sweep_bucket > st->mask) {
             s->sweep_bucket = 0;
         }
@@ -49,7 +50,7 @@ store_sweep(struct store *s, size_t max_buckets)
             struct store_item **pp = &st->buckets[s->sweep_bucket], *it;
 
             while ((it = *pp) != NULL) {
-                enum dead why = item_dead(it, now, gen);
+                enum dead why = item_dead(it, now, floor);
 
                 if (why != LIVE) {
                     do_reclaim(s, st, it, why, pp);
@@ -194,21 +195,22 @@ cursor_save(struct store_cursor *cur, uint32_t v, bool stripe_done)
 /* A live item the predicate (NULL: every item) selects; caller holds the
  * stripe lock. */
 static inline bool
-do_selected(const struct store_item *it, store_hash_pred pred, void *arg, int64_t now, uint32_t gen)
+do_selected(const struct store_item *it, store_hash_pred pred, void *arg, int64_t now,
+            uint64_t floor)
 {
-    return item_dead(it, now, gen) == LIVE && (pred == NULL || pred(it->hash, arg));
+    return item_dead(it, now, floor) == LIVE && (pred == NULL || pred(it->hash, arg));
 }
 
 /* Matching live items of one bucket. */
 static size_t
 do_bucket_matches(struct stripe *st, uint32_t b, store_hash_pred pred, void *arg, int64_t now,
-                  uint32_t gen)
+                  uint64_t floor)
 {
     struct store_item *it;
     size_t             n = 0;
 
     for (it = st->buckets[b]; it != NULL; it = it->h_next) {
-        if (do_selected(it, pred, arg, now, gen)) {
+        if (do_selected(it, pred, arg, now, floor)) {
             n++;
         }
     }
@@ -231,15 +233,16 @@ store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred, void
     while (cur->stripe < STRIPES && visited < max_items && budget > 0) {
         struct stripe *st = &s->stripes[cur->stripe];
         int64_t        now = clock_begin(s);
-        uint32_t       v = cur->bucket, gen;
+        uint32_t       v = cur->bucket;
+        uint64_t       floor;
         bool           stripe_done = false, full = false;
 
         r.n = 0;
         pthread_mutex_lock(&st->lock);
-        gen = do_gen(s);
+        floor = do_floor(s);
         while (budget > 0 && visited + r.n < max_items) {
             uint32_t           b = v & st->mask;
-            size_t             m = do_bucket_matches(st, b, pred, arg, now, gen);
+            size_t             m = do_bucket_matches(st, b, pred, arg, now, floor);
             struct store_item *it;
 
             /* Whole buckets only: a bucket read in part could not be
@@ -253,7 +256,7 @@ store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred, void
                 break;
             }
             for (it = st->buckets[b]; m > 0 && it != NULL; it = it->h_next) {
-                if (do_selected(it, pred, arg, now, gen)) {
+                if (do_selected(it, pred, arg, now, floor)) {
                     item_ref(it);
                     r.v[r.n++] = it;
                 }
@@ -292,16 +295,16 @@ store_count_step(struct store *s, uint32_t *stripe, store_hash_pred pred, void *
     while (*stripe < STRIPES && read < max_items) {
         struct stripe *st = &s->stripes[*stripe];
         int64_t        now = clock_begin(s);
-        uint32_t       gen;
+        uint64_t       floor;
 
         pthread_mutex_lock(&st->lock);
-        gen = do_gen(s);
+        floor = do_floor(s);
         for (b = 0; b <= st->mask; b++) {
             struct store_item *it;
 
             for (it = st->buckets[b]; it != NULL; it = it->h_next) {
                 read++;
-                if (do_selected(it, pred, arg, now, gen)) {
+                if (do_selected(it, pred, arg, now, floor)) {
                     (*items)++;
                     *bytes += item_charge(it);
                 }

@@ -209,7 +209,7 @@ do_find_live(struct store *s, struct stripe *st, const char *key, size_t nkey, u
 
     for (it = st->buckets[bucket_of(st, hash)]; it != NULL; it = it->h_next) {
         if (it->hash == hash && it->nkey == nkey && memcmp(it->data, key, nkey) == 0) {
-            return item_dead(it, now, do_gen(s)) == LIVE ? it : NULL;
+            return item_dead(it, now, do_floor(s)) == LIVE ? it : NULL;
         }
     }
     return NULL;
@@ -297,11 +297,11 @@ store_track_stop(struct store *s)
 
 /* ---- import (destination side) ------------------------------------------ */
 
-/* See store.h: the next minted CAS gets a larger counter part than cas. */
+/* See store.h: the next minted CAS is larger than cas. */
 void
 store_cas_raise(struct store *s, uint64_t cas)
 {
-    uint64_t want = (cas & CAS_LOW_MASK) + 1;
+    uint64_t want = cas == UINT64_MAX ? cas : cas + 1;
     uint64_t cur = __atomic_load_n(&s->cas_next, __ATOMIC_RELAXED);
 
     while (cur < want && !__atomic_compare_exchange_n(&s->cas_next, &cur, want, true,
@@ -361,6 +361,13 @@ store_put_import(struct store *s, struct store_item *it, uint64_t cas)
         store_cas_raise(s, cas);
     }
     pthread_mutex_lock(&st->lock);
+    if (cas != 0 && cas < do_floor(s)) {
+        /* Flushed: a write from before a flush_all that reached this node
+         * first (a late replica image, a handoff record). Whatever the key
+         * holds is either flushed too or newer. */
+        pthread_mutex_unlock(&st->lock);
+        return STORE_NOT_STORED;
+    }
     old = do_find(s, st, store_item_key(it), it->nkey, it->hash, now, false);
     if (it->exptime != 0 && (int64_t)it->exptime <= now) {
         /* An expired post-image is a tombstone. */
@@ -370,7 +377,7 @@ store_put_import(struct store *s, struct store_item *it, uint64_t cas)
         rc = old != NULL ? STORE_DELETED : STORE_NOT_FOUND;
     } else {
         it->cas = cas != 0 ? cas : cas_mint(s);
-        it->gen = (uint16_t)do_gen(s);
+        it->gen = 0; /* IF_LINKED comes with do_link */
         it->atime = time32(now);
         if (old != NULL) {
             do_unlink(s, st, old, NULL);

@@ -81,7 +81,6 @@ server_new(const struct settings *settings)
     memset(&cfg, 0, sizeof(cfg));
     cfg.mem_limit = settings->maxbytes;
     cfg.item_size_max = settings->item_size_max;
-    cfg.node_seed = 0;
     cfg.sweeper = true;
     srv->store = store_new(&cfg);
     if (srv->store == NULL) {

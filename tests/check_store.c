@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "server/store.h"
 #include "tests/check_store.h"
@@ -127,7 +128,8 @@ START_TEST(test_cas)
 
     ck_assert_int_eq(put(s, STORE_OP_SET, "k", "v1", 0, 0, 0, &c1), STORE_STORED);
     ck_assert_uint_eq(cas_of(s, "k"), c1);
-    ck_assert_uint_eq(c1 >> 48, 0x1234);
+    /* a hybrid logical clock: wall-clock ms above the low 22 bits */
+    ck_assert_int_lt(llabs((long long)(c1 >> 22) - (long long)time(NULL) * 1000), 5000);
     ck_assert_int_eq(put(s, STORE_OP_CAS, "k", "v2", 0, 0, c1, &c2), STORE_STORED);
     ck_assert_uint_ne(c2, c1);
     expect(s, "k", "v2");
@@ -177,6 +179,51 @@ START_TEST(test_cas_unique)
 END_TEST
 
 /* Which commands mint a CAS: every mutation, never a read or a touch. */
+/* A cluster flush is a CAS floor: items and imports below it are dead,
+ * later writes above it; a delayed floor waits for its moment, a floor
+ * given without one leaves it pending. */
+START_TEST(test_flush_floor)
+{
+    struct store *s = mkstore(64 * MIB, false);
+    uint64_t      c1 = 0, c2 = 0, floor, when_floor;
+    int64_t       when;
+
+    ck_assert_int_eq(put(s, STORE_OP_SET, "old", "v", 0, 0, 0, &c1), STORE_STORED);
+    floor = store_cas_next(s) + 1000;
+    store_flush_floor(s, floor);
+    ck_assert_uint_eq(store_floor(s), floor);
+    expect(s, "old", NULL);
+    ck_assert_int_eq(put(s, STORE_OP_SET, "new", "v", 0, 0, 0, &c2), STORE_STORED);
+    ck_assert_uint_ge(c2, floor);
+    expect(s, "new", "v");
+    /* an import from before the flush is dropped, one after it kept */
+    ck_assert_int_eq(store_import(s, "imp", 3, h("imp"), 0, 0, floor - 1, "v", 1),
+                     STORE_NOT_STORED);
+    expect(s, "imp", NULL);
+    ck_assert_int_eq(store_import(s, "imp", 3, h("imp"), 0, 0, floor, "w", 1), STORE_STORED);
+    expect(s, "imp", "w");
+    /* a lower floor changes nothing */
+    store_flush_floor(s, floor - 5);
+    ck_assert_uint_eq(store_floor(s), floor);
+    expect(s, "new", "v");
+    /* delayed: the floor of the moment, from the moment on */
+    store_flush(s, store_exptime(s, 10));
+    store_flush_state(s, &floor, &when_floor, &when);
+    ck_assert_int_eq(when, store_exptime(s, 10));
+    ck_assert_uint_eq(when_floor, (uint64_t)when * 1000 << 22);
+    store_flush_floor(s, 1); /* stays pending */
+    store_flush_state(s, &floor, &when_floor, &when);
+    ck_assert_int_ne(when, 0);
+    expect(s, "new", "v");
+    store_clock_shift(s, 10);
+    expect(s, "new", NULL);
+    ck_assert_int_eq(put(s, STORE_OP_SET, "after", "v", 0, 0, 0, &c2), STORE_STORED);
+    ck_assert_uint_ge(c2, when_floor);
+    expect(s, "after", "v");
+    store_free(s);
+}
+END_TEST
+
 START_TEST(test_cas_minting)
 {
     struct store      *s = mkstore(64 * MIB, false);
@@ -955,6 +1002,7 @@ store_suite(void)
     tcase_add_test(tc, test_cas);
     tcase_add_test(tc, test_cas_unique);
     tcase_add_test(tc, test_cas_minting);
+    tcase_add_test(tc, test_flush_floor);
     tcase_add_test(tc, test_exptime_conversion);
     tcase_add_loop_test(tc, test_expiry_table, 0, sizeof(exp_cases) / sizeof(exp_cases[0]));
     tcase_add_test(tc, test_touch_gat);

@@ -22,7 +22,6 @@ mkstore(size_t limit, bool sweeper)
     struct store_config cfg = {
         .mem_limit = limit,
         .item_size_max = MIB,
-        .node_seed = 0x1234,
         .sweeper = sweeper,
     };
     struct store *s = store_new(&cfg);

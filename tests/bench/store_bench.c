@@ -100,8 +100,7 @@ main(int argc, char **argv)
     int                 threads = argc > 2 ? atoi(argv[2]) : 2;
     long                ops = argc > 3 ? atol(argv[3]) : 2000000;
     struct store_config cfg = { .mem_limit = (size_t)4 << 30,
-                                .item_size_max = 1 << 20,
-                                .node_seed = 1 };
+                                .item_size_max = 1 << 20 };
     struct worker      *w;
     pthread_t          *th;
     struct store       *s;

@@ -134,8 +134,7 @@ setup(void)
     }
     for (i = 0; i < 2; i++) {
         struct store_config cfg = { .mem_limit = STORE_LIMIT,
-                                    .item_size_max = ITEM_MAX,
-                                    .node_seed = 0x77 };
+                                    .item_size_max = ITEM_MAX };
 
         stores[i] = store_new(&cfg);
         if (stores[i] == NULL) {
