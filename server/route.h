@@ -206,4 +206,27 @@ bool route_owned_here(const struct conn *c, uint64_t hash);
  * refuse replica writes rather than drop them with OK. */
 bool route_has_membership(const struct conn *c);
 
+/* What a replica write (rc_set, rc_del) of a key may do here. */
+enum route_image {
+    ROUTE_IMAGE_OK = 0,      /* apply it */
+    ROUTE_IMAGE_NOT_OWNER,   /* this node neither owns nor imports the key */
+    ROUTE_IMAGE_NOT_PRIMARY, /* the sender is not the key's acting primary */
+    ROUTE_IMAGE_OLD_EPOCH,   /* sent in an epoch this node has left */
+    ROUTE_IMAGE_AHEAD,       /* sent in an epoch above this node's (it is behind) */
+};
+
+/*
+ * May the image of hash that sender (a node id) sent in its active epoch
+ * be applied here (docs/cluster.md "Replication", fencing)? This node must
+ * own the key in its active epoch or import it for the pending one. An
+ * image of the pending epoch (its sender committed first) is taken on that
+ * alone; one of the active epoch, or of the epoch before it (this node
+ * committed first), only from the key's acting primary in the active
+ * epoch: first_acting's choice, or the first owner the pending transition
+ * does not declare failed. Anything older or newer is refused. Needs a
+ * membership (route_has_membership).
+ */
+enum route_image route_image_check(const struct conn *c, uint64_t hash, uint64_t epoch,
+                                   const char *sender);
+
 #endif /* SERVER_ROUTE_H */
