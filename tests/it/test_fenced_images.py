@@ -1,0 +1,178 @@
+"""Replica writes are fenced by epoch and sender (issue 26, findings f18
+and f20's write half; docs/cluster.md "Replication").
+
+`rc_set` / `rc_del` name the epoch they were sent in and the sender's
+node id; a replica applies one only from the key's acting primary of its
+active epoch (or of the epoch before it, from a sender that has not
+committed yet), and refuses anything else with `SERVER_ERROR fenced
+<reason> epoch <n>`, leaving the key as it was. The test speaks to node b
+as a peer itself (the rc_peer challenge, as the nodes do), R=2, a b c:
+1. images of a key whose owners are [a, b], from c (not its primary), and
+   from a claiming an epoch b never saw, are refused; b's copy is unchanged;
+   an old-format image (no epoch, no sender) gets a protocol error;
+2. f18, made deterministic: a is killed, `ringctl remove --failed a`
+   commits epoch 2 = {b, c}; half of a's keys are deleted through b
+   (DELETED), the other half rewritten; then a's late post-images arrive
+   at b (epoch 1, sender a, CAS above anything b holds, as a's counter
+   would be): every one is refused, no acknowledged delete is served again
+   and b and c agree on every key.
+On a build without the fencing the images are sent in the format it
+speaks (it has no epoch to check), and b applies them: the test fails.
+"""
+import hashlib
+import hmac
+import os
+import signal
+import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import loadgen as lg  # noqa: E402
+
+NKEYS = 40          # keys with owners [a, b]
+BIG = 10 ** 12      # a CAS above anything minted in this test
+
+
+class Peer:
+    """A raw peer connection to one node (rc_peer proven as peer_id)."""
+
+    def __init__(self, cl, node, node_id, peer_id=b"x"):
+        self.c = lg.Conn(node.addr, 10.0)
+        r = self.c.simple("rc_peer").split()
+        if len(r) != 3 or r[0] != b"NONCE" or r[1] != node_id:
+            raise lg.ProtoError("rc_peer: %r" % (r,))
+        with open(cl.token_file, "rb") as f:
+            token = f.read().strip()
+        msg = b"ringcache rc_peer v2"
+        for fld in (b"ringcache", node_id, r[2], peer_id):
+            msg += struct.pack(">I", len(fld)) + fld
+        proof = hmac.new(token, msg, hashlib.sha256).hexdigest().encode()
+        r = self.c.simple("rc_peer %s %s" % (peer_id.decode(), proof.decode()))
+        if r != b"OK":
+            raise lg.ProtoError("rc_peer proof: %r" % r)
+        # A server without fencing (the base build) takes rc_del with 2
+        # arguments only: anything longer is a format error.
+        r = self.c.simple("rc_del fence-probe 1 1 a")
+        self.legacy = r == b"CLIENT_ERROR bad command line format"
+
+    def set(self, key, val, cas, epoch, sender):
+        tail = b"" if self.legacy else b" %d %s" % (epoch, sender.encode())
+        self.c.send(b"rc_set %s 0 0 %d %d%s\r\n%s\r\n" % (key.encode(), cas, len(val), tail, val))
+        return self.c.readline()
+
+    def delete(self, key, cas, epoch, sender):
+        tail = b"" if self.legacy else b" %d %s" % (epoch, sender.encode())
+        self.c.send(b"rc_del %s %d%s\r\n" % (key.encode(), cas, tail))
+        return self.c.readline()
+
+    def close(self):
+        self.c.close()
+
+
+def read(node, key, epoch):
+    """(value or None, cas) of key at node itself (a declared connection:
+    an owner serves its own copy)."""
+    c = lg.Conn(node.addr, 5.0)
+    try:
+        c.declare(epoch)
+        c.send(b"gets " + key.encode() + b"\r\n")
+        line = c.readline()
+        if line == b"END":
+            return None, 0
+        p = line.split()
+        if p[0] != b"VALUE":
+            raise lg.ProtoError("gets %s at %s: %r" % (key, node.id, line))
+        val = c.readn(int(p[3]))
+        if c.readline() != b"END":
+            raise lg.ProtoError("gets: no END")
+        return val, int(p[4])
+    finally:
+        c.close()
+
+
+def scenario(t):
+    cl, ok = lg.start_cluster(t, ["a", "b", "c"], replicas=2)
+    peer = None
+    try:
+        if not ok:
+            return
+        a, b, c = cl.nodes["a"], cl.nodes["b"], cl.nodes["c"]
+        own = lg.locate(cl.store_active(), ["fi-%d" % i for i in range(600)])
+        keys = [k for k, o in sorted(own.items()) if o == ("a", "b")][:NKEYS + 1]
+        t.ok(len(keys) == NKEYS + 1, "%d keys with owners [a, b]" % len(keys))
+        ca = lg.Conn(a.addr, 5.0)
+        stored = [ca.store("set", k, b"v0") for k in keys]
+        ca.close()
+        t.ok(all(r == b"STORED" for r in stored), "v0 of every key set through a (replicated "
+             "to b)", set(stored))
+        peer = Peer(cl, b, b"b")
+        t.diag("b %s the epoch and sender of replica writes" %
+               ("does not take" if peer.legacy else "takes"))
+
+        # ---- 1. images from a non-primary, and from an epoch b never saw.
+        k0 = keys[0]
+        before = read(b, k0, 1)
+        t.ok(before[0] == b"v0", "b holds v0 of %s" % k0, before)
+        r1 = peer.set(k0, b"from-c", BIG, 1, "c")
+        r2 = peer.delete(k0, BIG, 1, "c")
+        after = read(b, k0, 1)
+        t.ok(r1.startswith(b"SERVER_ERROR fenced not_primary epoch 1") and
+             r2.startswith(b"SERVER_ERROR fenced not_primary epoch 1"),
+             "rc_set and rc_del of a key whose primary is a, sent by c: refused (%r, %r)"
+             % (r1, r2), (r1, r2))
+        t.ok(after == before, "b's copy is unchanged: %r" % (after,), (before, after))
+        r3 = peer.set(k0, b"from-the-future", BIG, 7, "a")
+        after = read(b, k0, 1)
+        t.ok(r3.startswith(b"SERVER_ERROR fenced ahead epoch 1") and after == before,
+             "an image from a claiming epoch 7: refused (%r), b unchanged" % r3, (r3, after))
+        peer.c.send(b"rc_set %s 0 0 %d 3\r\nold\r\n" % (k0.encode(), BIG))
+        r4 = peer.c.readline()
+        after = read(b, k0, 1)
+        t.ok(r4.startswith(b"CLIENT_ERROR rc_set without the sender's epoch") and after == before,
+             "an old-format image (no epoch, no sender): a protocol error (%r), b unchanged"
+             % r4, (r4, after))
+        t.ok(peer.c.simple("version").startswith(b"VERSION"),
+             "the peer connection keeps working after the refusals")
+
+        # ---- 2. f18: a's late images after the failover.
+        keys = keys[1:]
+        a.stop(signal.SIGKILL)
+        rc, out, err = cl.ctl("remove", "--failed", "a")
+        t.ok(rc == 0 and cl.store_epoch() == 2, "a killed, remove --failed a: epoch 2 = {b, c}",
+             (rc, lg.tail(out), lg.tail(err)))
+        conv = cl.converged(2, ["b", "c"])
+        t.ok(all(v == (2, 0) for v in conv.values()), "b and c at epoch 2", conv)
+        gone, kept = keys[:NKEYS // 2], keys[NKEYS // 2:]
+        cb = lg.Conn(b.addr, 5.0)
+        dels = [cb.delete(k) for k in gone]
+        sets = [cb.store("set", k, b"v2") for k in kept]
+        cb.close()
+        t.ok(all(r == b"DELETED" for r in dels) and all(r == b"STORED" for r in sets),
+             "through b: %d deletes DELETED, %d sets of v2 STORED" % (len(gone), len(kept)),
+             (set(dels), set(sets)))
+        replies = [peer.set(k, b"late-v1", BIG + i, 1, "a") for i, k in enumerate(keys)]
+        replies += [peer.delete(k, BIG + 100 + i, 1, "a") for i, k in enumerate(kept[:5])]
+        refused = [r for r in replies if r.startswith(b"SERVER_ERROR fenced old_epoch epoch 2")]
+        t.ok(len(refused) == len(replies),
+             "a's %d late images (epoch 1, sender a): %d refused as old_epoch"
+             % (len(replies), len(refused)), set(replies))
+        resurrected = [k for k in gone if read(b, k, 2)[0] is not None]
+        divergent = [k for k in keys if read(b, k, 2)[0] != read(c, k, 2)[0]]
+        stale = [k for k in kept if read(b, k, 2)[0] != b"v2"]
+        t.ok(not resurrected, "0 of %d acknowledged deletes served again at b (resurrected: %d)"
+             % (len(gone), len(resurrected)), resurrected[:5])
+        t.ok(not divergent, "b and c agree on all %d keys (divergent: %d)"
+             % (len(keys), len(divergent)), divergent[:5])
+        t.ok(not stale, "every rewritten key holds v2 at b (stale: %d)" % len(stale), stale[:5])
+    finally:
+        if peer is not None:
+            peer.close()
+        lg.close_cluster(t, cl)
+
+
+def main():
+    lg.tap_main(scenario, 150, "fenced replica writes")
+
+
+if __name__ == "__main__":
+    main()
