@@ -4,9 +4,11 @@
  * remaining TTL, CAS, value) or a tombstone to the other owners of the
  * active epoch over the worker's upstreams (server/forward.c), as `rc_set`
  * / `rc_del` on connections authenticated with `rc_peer`; the client's
- * reply waits in a hold until every replica acknowledged. Replicas apply a
- * post-image only if it is not older (by CAS) than what they hold or than
- * what they recently removed (a replica tombstone, below).
+ * reply waits in a hold until every replica acknowledged. Each image names
+ * the sender's epoch and node id; replicas take it only from the key's
+ * acting primary in an epoch they accept (server/proto_peer.c, route.h
+ * route_image_check), and only if it is not older (by CAS) than what they
+ * hold or than what they recently removed (a replica tombstone, below).
  */
 #ifndef SERVER_REPLICATE_H
 #define SERVER_REPLICATE_H
