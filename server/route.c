@@ -1012,21 +1012,6 @@ route_has_membership(const struct conn *c)
     return v->ring != NULL || v->importing.n > 0;
 }
 
-/* See route.h. During a commit the new primary (already in epoch N+1)
- * replicates to owners that may not have committed yet. */
-bool
-route_owned_here(const struct conn *c, uint64_t hash)
-{
-    const struct cluster_view *v = cluster_view(c->w->srv->cluster);
-    struct route               rt;
-
-    if (v->importing.n > 0 && arcset_has(&v->importing, hash)) {
-        return true;
-    }
-    locate(v, hash, true, &rt);
-    return list_has(rt.owners, rt.n_owners, v->self);
-}
-
 /* See route.h. */
 enum route_image
 route_image_check(const struct conn *c, uint64_t hash, uint64_t epoch, const char *sender)

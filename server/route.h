@@ -195,11 +195,6 @@ void route_write_end(struct conn *c, const struct route *rt, const char *key, si
  * when that took over the reply. */
 bool route_flush(struct conn *c, const char *line, size_t len);
 
-/* A replica write (rc_set, rc_del) of hash from a peer: does this node own
- * the key in the active epoch (any position), or import it for the
- * pending one? Replicas keep only what they own. */
-bool route_owned_here(const struct conn *c, uint64_t hash);
-
 /* Does this node hold a membership a replica write can be checked
  * against: an active epoch, or a pending one it imports? A node with
  * neither (it lost its state directory, or was never a member) must
