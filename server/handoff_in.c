@@ -92,7 +92,11 @@ in_link(struct handoff_in *in, struct store_item *it, uint64_t cas, bool merge)
         if (store_item_ttl_remaining(in->s, it) < 0) {
             return 0;
         }
-        return replicate_apply_put(in->s, it, cas);
+        /* Dropped under a tombstone: this owner of N applied a delete
+         * newer than the copy's image (as before fencing: not an error). */
+        int rc = replicate_apply_put(in->s, it, cas, 0, NULL);
+
+        return rc == REPLICATE_REMOVED ? 0 : rc;
     }
     return store_put_import(in->s, it, cas);
 }

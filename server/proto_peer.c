@@ -30,6 +30,10 @@
 #define NO_MEMBERSHIP "SERVER_ERROR no membership (this node has no state: ringctl repair it)"
 /* A post-image of a key this node does not own in its view. */
 #define NOT_OWNER "SERVER_ERROR not an owner of this key here"
+/* A replica write without the sender's epoch and id (an older peer). */
+#define OLD_IMAGE(cmd)                                                                     \
+    "CLIENT_ERROR " cmd " without the sender's epoch and node id: the peer runs an older " \
+    "version (every node needs this one)"
 
 static inline struct store *
 conn_store(struct conn *c)
@@ -75,22 +79,94 @@ proto_peer_epoch(struct conn *c, const struct token *t, int ntok)
     conn_out_add(c, "OK\r\n", 4);
 }
 
-/* The data block of an rc_set is in: apply it (the replica side). */
+/* The active epoch, for a refusal. */
+static uint64_t
+active_epoch(const struct conn *c)
+{
+    return cluster_view(c->w->srv->cluster)->epoch;
+}
+
+/* Refuse a replica write: `SERVER_ERROR fenced <why> epoch <active>` (the
+ * primary does not count it; docs/cluster.md "Replication"). */
+static void
+refuse_fenced(struct conn *c, const char *why)
+{
+    proto_reply_printf(c, "SERVER_ERROR fenced %s epoch %" PRIu64 "\r\n", why, active_epoch(c));
+}
+
+/*
+ * The fencing of a replica write of hash that sender sent in its active
+ * epoch: true when it may be applied, else it was answered (no membership,
+ * not an owner, or `SERVER_ERROR fenced not_primary|old_epoch|ahead epoch
+ * <n>`). See route_image_check for the rules.
+ */
+static bool
+image_admitted(struct conn *c, uint64_t hash, uint64_t epoch, const char *sender)
+{
+    if (!route_has_membership(c)) {
+        /* No state to check the key against: the primary must not count
+         * this copy (it answers the client "replica unavailable"). */
+        REPLY(c, NO_MEMBERSHIP);
+        return false;
+    }
+    switch (route_image_check(c, hash, epoch, sender)) {
+    case ROUTE_IMAGE_OK:
+        return true;
+    case ROUTE_IMAGE_NOT_OWNER:
+        /* Our view and the primary's disagree on who owns it (one of us
+         * is a commit ahead): the copy is not kept, so it must not count
+         * as one (the primary answers "replica unavailable"). */
+        REPLY(c, NOT_OWNER);
+        return false;
+    case ROUTE_IMAGE_NOT_PRIMARY:
+        refuse_fenced(c, "not_primary");
+        return false;
+    case ROUTE_IMAGE_OLD_EPOCH:
+        refuse_fenced(c, "old_epoch");
+        return false;
+    case ROUTE_IMAGE_AHEAD:
+        refuse_fenced(c, "ahead");
+        return false;
+    }
+    return false;
+}
+
+/* A replica write's `<epoch> <sender id>` tokens: false when malformed
+ * (sender gets the id, RING_ID_MAX bytes at most). */
+static bool
+parse_origin(const struct token *t, uint64_t *epoch, char *sender)
+{
+    if (!proto_parse_u64(&t[0], epoch) || t[1].len == 0 || t[1].len > RING_ID_MAX) {
+        return false;
+    }
+    memcpy(sender, t[1].p, t[1].len);
+    sender[t[1].len] = '\0';
+    return true;
+}
+
+/* The data block of an rc_set is in: apply it (the replica side). The
+ * image's origin (replicate_origin) rides in nread_op. */
 static void
 rc_set_block_done(struct conn *c)
 {
     struct store      *s = conn_store(c);
     struct store_item *it = c->nread_it;
+    uint64_t           tcas = 0;
     int                r;
 
     c->nread_it = NULL;
     if (!proto_block_ok(c, it)) {
         return;
     }
-    r = replicate_apply_put(s, it, c->nread_cas);
+    r = replicate_apply_put(s, it, c->nread_cas, (uint8_t)c->nread_op, &tcas);
     store_release(s, it);
     if (r < 0) {
         REPLY(c, "SERVER_ERROR out of memory storing object");
+    } else if (r == REPLICATE_REMOVED) {
+        /* Removed here at a CAS >= the image's by another origin: not
+         * known to be older, so not a copy the primary may count. */
+        proto_reply_printf(c, "SERVER_ERROR fenced removed epoch %" PRIu64 " cas %" PRIu64 "\r\n",
+                           active_epoch(c), tcas);
     } else {
         REPLY(c, "OK");
     }
@@ -146,12 +222,14 @@ parse_meta_state(const struct token *t, uint64_t *mf, uint64_t *ecas)
 }
 
 /*
- * `rc_set <key> <flags> <ttl> <cas> <bytes> [m<mflags>[,<client cas>]]` +
- * data: a post-image from the key's primary (peers only). ttl is the
- * remaining lifetime (0 never); the m token is its meta state (STORE_MF_*:
- * stale, win token handed out, a client CAS, a binary key).
- * Answered OK once applied, or ignored when this node does not own the
- * key (it is not a replica of it any more) or holds a newer CAS.
+ * `rc_set <key> <flags> <ttl> <cas> <bytes> <epoch> <sender id>
+ * [m<mflags>[,<client cas>]]` + data: a post-image from the key's primary
+ * (peers only), sent in the sender's active epoch. ttl is the remaining
+ * lifetime (0 never); the m token is its meta state (STORE_MF_*: stale,
+ * win token handed out, a client CAS, a binary key). Answered OK once
+ * applied or when this node holds a newer item; refused (not OK) when the
+ * fencing rules refuse the epoch or sender (image_admitted), this node
+ * does not own the key, or a tombstone of another origin covers it.
  */
 void
 proto_peer_rc_set(struct conn *c, const struct token *t, int ntok)
@@ -160,18 +238,24 @@ proto_peer_rc_set(struct conn *c, const struct token *t, int ntok)
     struct store_item *it;
     uint32_t           flags;
     int32_t            vlen;
-    uint64_t           cas, hash, ttl, mf = 0, ecas = 0;
+    uint64_t           cas, hash, ttl, mf = 0, ecas = 0, epoch = 0;
     int64_t            exptime = 0;
     int                err = 0;
     struct token       key;
     unsigned char      bin[KEY64_MAX];
+    char               sender[RING_ID_MAX + 1] = "";
 
-    if ((ntok != 6 && ntok != 7) || !proto_parse_i32(&t[5], &vlen) || vlen < 0 ||
-        vlen > INT_MAX - 2) {
+    if (ntok < 6 || ntok > 9 || !proto_parse_i32(&t[5], &vlen) || vlen < 0 || vlen > INT_MAX - 2) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
         return;
     }
-    if (ntok == 7 && !parse_meta_state(&t[6], &mf, &ecas)) {
+    if (ntok < 8 && c->peer) {
+        REPLY(c, OLD_IMAGE("rc_set"));
+        proto_swallow(c, (size_t)vlen + 2);
+        return;
+    }
+    if ((ntok >= 8 && !parse_origin(&t[6], &epoch, sender)) ||
+        (ntok == 9 && !parse_meta_state(&t[8], &mf, &ecas))) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
         proto_swallow(c, (size_t)vlen + 2);
         return;
@@ -194,19 +278,8 @@ proto_peer_rc_set(struct conn *c, const struct token *t, int ntok)
         return;
     }
     hash = ring_hash(key.p, key.len);
-    if (!route_has_membership(c)) {
-        /* No state to check the key against: the primary must not count
-         * this copy (it answers the client "replica unavailable"). */
+    if (!image_admitted(c, hash, epoch, sender)) {
         proto_swallow(c, (size_t)vlen + 2);
-        REPLY(c, NO_MEMBERSHIP);
-        return;
-    }
-    if (!route_owned_here(c, hash)) {
-        /* Our view and the primary's disagree on who owns it (one of us
-         * is a commit ahead): the copy is not kept, so it must not count
-         * as one (the primary answers "replica unavailable"). */
-        proto_swallow(c, (size_t)vlen + 2);
-        REPLY(c, NOT_OWNER);
         return;
     }
     if (ttl > 0) {
@@ -222,20 +295,23 @@ proto_peer_rc_set(struct conn *c, const struct token *t, int ntok)
     it->mflags |= (uint8_t)(mf & (STORE_MF_STALE | STORE_MF_WON | STORE_MF_BINKEY));
     c->nread_it = it;
     c->nread_cas = cas;
+    c->nread_op = replicate_origin(epoch, sender);
     proto_read_block(c, store_item_value_mut(it), (size_t)vlen + 2, rc_set_block_done);
 }
 
-/* `rc_del <key> <cas>`: a tombstone from the key's primary (peers only). */
+/* `rc_del <key> <cas> <epoch> <sender id> [b]`: a tombstone from the
+ * key's primary (peers only), fenced as rc_set is; with b the key token is
+ * base64. */
 void
 proto_peer_rc_del(struct conn *c, const struct token *t, int ntok)
 {
-    uint64_t      cas, hash;
+    uint64_t      cas, hash, epoch;
     struct token  key = t[1];
     unsigned char bin[KEY64_MAX];
+    char          sender[RING_ID_MAX + 1];
+    bool          b64 = ntok == 6 || ntok == 4;
 
-    /* `rc_del <key> <cas> b`: the key token is base64. */
-    if ((ntok != 3 && !(ntok == 4 && TOK_IS(&t[3], "b"))) || !proto_parse_u64(&t[2], &cas) ||
-        (ntok == 4 && !peer_key64(&key, bin)) || key.len > KEY_MAX) {
+    if (ntok < 3 || ntok > 6) {
         proto_reply_line(c, PROTO_ERR_FORMAT);
         return;
     }
@@ -243,16 +319,21 @@ proto_peer_rc_del(struct conn *c, const struct token *t, int ntok)
         REPLY(c, "CLIENT_ERROR rc_del is for cluster peers (rc_peer)");
         return;
     }
+    if (ntok < 5) {
+        REPLY(c, OLD_IMAGE("rc_del"));
+        return;
+    }
+    if ((b64 && !TOK_IS(&t[5], "b")) || !proto_parse_u64(&t[2], &cas) ||
+        !parse_origin(&t[3], &epoch, sender) || (b64 && !peer_key64(&key, bin)) ||
+        key.len > KEY_MAX) {
+        proto_reply_line(c, PROTO_ERR_FORMAT);
+        return;
+    }
     hash = ring_hash(key.p, key.len);
-    if (!route_has_membership(c)) {
-        REPLY(c, NO_MEMBERSHIP);
+    if (!image_admitted(c, hash, epoch, sender)) {
         return;
     }
-    if (!route_owned_here(c, hash)) {
-        REPLY(c, NOT_OWNER);
-        return;
-    }
-    replicate_apply_del(conn_store(c), key.p, key.len, hash, cas);
+    replicate_apply_del(conn_store(c), key.p, key.len, hash, cas, replicate_origin(epoch, sender));
     REPLY(c, "OK");
 }
 

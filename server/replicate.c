@@ -46,8 +46,11 @@ _Static_assert((REPLICATE_TOMB_BUCKETS & (REPLICATE_TOMB_BUCKETS - 1)) == 0,
 struct tomb_bucket {
     uint64_t hash[REPLICATE_TOMB_WAYS];
     uint64_t cas[REPLICATE_TOMB_WAYS];
-    uint32_t stamp[REPLICATE_TOMB_WAYS]; /* store clock when recorded; 0 empty */
+    uint32_t stamp[REPLICATE_TOMB_WAYS];  /* store clock when recorded; 0 empty */
+    uint8_t  origin[REPLICATE_TOMB_WAYS]; /* who removed it (replicate_origin), 0 this store */
 } __attribute__((aligned(64)));
+
+_Static_assert(sizeof(struct tomb_bucket) == 64, "a tombstone bucket is one cache line");
 
 static struct tomb_bucket tombs[REPLICATE_TOMB_BUCKETS];
 static pthread_mutex_t    tomb_locks[TOMB_LOCKS] = { [0 ... TOMB_LOCKS - 1] =
@@ -132,11 +135,28 @@ tomb_live(const struct tomb_bucket *b, int i, uint32_t now, uint32_t ttl)
     return b->stamp[i] != 0 && now - b->stamp[i] < ttl;
 }
 
-/* Remember that the item (hash, cas) is gone at now. A live tombstone of
- * the same hash keeps the higher CAS; otherwise a free or expired slot is
- * taken, else the oldest. */
+/* See replicate.h. FNV-1a of the sender's id plus the epoch, through
+ * splitmix64's finalizer. */
+uint8_t
+replicate_origin(uint64_t epoch, const char *sender)
+{
+    uint64_t h = 14695981039346656037ULL;
+
+    for (; *sender != '\0'; sender++) {
+        h = (h ^ (unsigned char)*sender) * 1099511628211ULL;
+    }
+    h += epoch * 0x9e3779b97f4a7c15ULL;
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+    h ^= h >> 31;
+    return (uint8_t)(1 + h % 255);
+}
+
+/* Remember that the item (hash, cas) is gone at now, removed by origin. A
+ * live tombstone of the same hash keeps the higher CAS (and its origin);
+ * otherwise a free or expired slot is taken, else the oldest. */
 static void
-tomb_record(uint64_t hash, uint64_t cas, int64_t now)
+tomb_record(uint64_t hash, uint64_t cas, int64_t now, uint8_t origin)
 {
     uint32_t            bi = tomb_index(hash), t = tomb_stamp(now);
     uint32_t            ttl = __atomic_load_n(&tomb_ttl, __ATOMIC_RELAXED);
@@ -148,6 +168,7 @@ tomb_record(uint64_t hash, uint64_t cas, int64_t now)
         if (b->hash[i] == hash && tomb_live(b, i, t, ttl)) {
             if (b->cas[i] > cas) {
                 cas = b->cas[i];
+                origin = b->origin[i];
             }
             pick = i;
         }
@@ -169,14 +190,16 @@ tomb_record(uint64_t hash, uint64_t cas, int64_t now)
     b->hash[pick] = hash;
     b->cas[pick] = cas;
     b->stamp[pick] = t;
+    b->origin[pick] = origin;
     pthread_mutex_unlock(&tomb_locks[bi & (TOMB_LOCKS - 1)]);
 }
 
 /* A post-image of an absent key: true when a live tombstone says the key
- * was removed at a CAS >= cas (drop the image). A newer image clears the
- * tombstone (its slot is free again). */
+ * was removed at a CAS >= cas (drop the image; *origin is who removed it,
+ * *tcas at what CAS). A newer image clears the tombstone (its slot is free
+ * again). */
 static bool
-tomb_covers(uint64_t hash, uint64_t cas, int64_t now)
+tomb_covers(uint64_t hash, uint64_t cas, int64_t now, uint8_t *origin, uint64_t *tcas)
 {
     uint32_t            bi = tomb_index(hash), t = tomb_stamp(now);
     uint32_t            ttl = __atomic_load_n(&tomb_ttl, __ATOMIC_RELAXED);
@@ -191,6 +214,8 @@ tomb_covers(uint64_t hash, uint64_t cas, int64_t now)
         }
         if (cas <= b->cas[i]) {
             covered = true;
+            *origin = b->origin[i];
+            *tcas = b->cas[i];
         } else {
             b->stamp[i] = 0;
         }
@@ -206,7 +231,7 @@ static void
 tomb_on_drop(uint64_t hash, uint64_t cas, int64_t now, void *arg)
 {
     (void)arg;
-    tomb_record(hash, cas, now);
+    tomb_record(hash, cas, now, 0);
 }
 
 /* See replicate.h. */
@@ -338,9 +363,35 @@ op_finish(struct repl_op *op)
     op_put(op);
 }
 
+/* Is line a fencing refusal naming an epoch above this node's active one
+ * (the replica committed an epoch this node has not)? */
+static bool
+fenced_ahead(const struct repl_op *op, const char *line, size_t len)
+{
+    static const char pre[] = "SERVER_ERROR fenced ";
+    const char       *ep;
+    uint64_t          e = 0;
+
+    if (op->cl == NULL || len < sizeof(pre) - 1 || memcmp(line, pre, sizeof(pre) - 1) != 0) {
+        return false;
+    }
+    ep = memmem(line, len, " epoch ", 7);
+    if (ep == NULL) {
+        return false;
+    }
+    for (ep += 7; ep < line + len && *ep >= '0' && *ep <= '9' && e < UINT64_MAX / 10; ep++) {
+        e = e * 10 + (uint64_t)(*ep - '0');
+    }
+    return e > cluster_view(op->cl)->epoch;
+}
+
 /*
  * A replica's answer: "OK", anything else, or none (err). Anything but OK
- * fails the write (SERVER_ERROR replica unavailable): a write is
+ * fails the write (SERVER_ERROR replica unavailable), a fencing refusal
+ * (`SERVER_ERROR fenced <reason> epoch <n>`, server/proto_peer.c) too: a
+ * replica at a newer epoch than ours means this node is behind, which its
+ * next heartbeat round learns from that peer's Pong (server/health.c
+ * learn_epoch) and routes TRYAGAIN from then on. A write is
  * acknowledged only once every owner applied it, so no owner can have
  * missed an acknowledged write. A replica that is gone stays an owner
  * until the store declares it failed (ringctl watch, remove --failed);
@@ -358,7 +409,8 @@ op_ack(void *arg, const char *line, size_t len, enum fwd_err err)
     if (!ok) {
         op->failed++;
         if (line != NULL) {
-            log_msg(LOG_INFO, "replica refused a post-image: %.*s", (int)len, line);
+            log_msg(fenced_ahead(op, line, len) ? LOG_ERR : LOG_INFO,
+                    "replica refused a post-image: %.*s", (int)len, line);
         }
     }
     if (op->cl != NULL) {
@@ -419,6 +471,24 @@ op_new(struct conn *c, const char *reply, size_t len, bool noreply)
     return op;
 }
 
+/* " <epoch> <sender id>" at p (an id longer than RING_ID_MAX, which no
+ * member has, is cut: the replica refuses it); returns the end. */
+static char *
+fmt_origin(char *p, uint64_t epoch, const char *me)
+{
+    size_t n = me != NULL ? strnlen(me, RING_ID_MAX) : 0;
+
+    *p++ = ' ';
+    p = util_fmt_u64(p, epoch);
+    *p++ = ' ';
+    if (n == 0) {
+        *p++ = '-';
+        return p;
+    }
+    memcpy(p, me, n);
+    return p + n;
+}
+
 /*
  * Send the state of key to every other owner of rt (the request's route)
  * for op: a post-image of it (a reference the caller keeps), or a
@@ -432,7 +502,8 @@ send_image(struct conn *c, struct repl_op *op, const struct route *rt, const cha
     const struct cluster_view *v = rt->view;
     uint32_t                   i;
     struct iovec               iov[2];
-    char                       head[96 + 4 * ((STORE_KEY_MAX + 2) / 3)], *p = head;
+    const char                *me = cluster_node_id(c->w->srv->cluster);
+    char                       head[128 + RING_ID_MAX + 4 * ((STORE_KEY_MAX + 2) / 3)], *p = head;
     int64_t                    ttl = 0;
     int                        niov = 1;
     bool                       key64 = false;
@@ -472,6 +543,7 @@ send_image(struct conn *c, struct repl_op *op, const struct route *rt, const cha
         p = util_fmt_u64(p, it->cas);
         *p++ = ' ';
         p = util_fmt_u64(p, it->nbytes);
+        p = fmt_origin(p, v->epoch, me);
         {
             /* The meta state rides along: m<mflags>[,<client cas>]. */
             uint8_t mf = store_item_mflags(it) & STORE_MF_REPLICATED;
@@ -495,6 +567,7 @@ send_image(struct conn *c, struct repl_op *op, const struct route *rt, const cha
     } else {
         *p++ = ' ';
         p = util_fmt_u64(p, tomb_cas);
+        p = fmt_origin(p, v->epoch, me);
         if (key64) {
             memcpy(p, " b", 2); /* the key token is base64 */
             p += 2;
@@ -543,6 +616,14 @@ replicate_write(struct conn *c, const struct route *rt, const char *key, size_t 
     it = store_peek(s, key, nkey, rt->hash); /* not a read: no bump, no fetched mark */
     if (it != NULL) {
         tomb_cas = 0;
+    } else if (tomb_cas != 0) {
+        /* This node's own delete, as the key's acting primary: a late image
+         * of the key (from a deposed primary, or one that passed the
+         * fence) must not re-create it here either. */
+        const char *me = cluster_node_id(c->w->srv->cluster);
+
+        tomb_record(rt->hash, tomb_cas, store_now(s),
+                    replicate_origin(rt->view->epoch, me != NULL ? me : "-"));
     }
     send_image(c, op, rt, key, nkey, it, tomb_cas);
     if (it != NULL) {
@@ -597,13 +678,17 @@ replicate_gat_end(struct conn *c)
     op_release(op);
 }
 
-/* Replica: store a post-image unless a newer one is there. */
+/* Replica: store a post-image unless a newer one is there; see
+ * replicate.h. */
 int
-replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas)
+replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas, uint8_t origin,
+                    uint64_t *removed_cas)
 {
     struct store_item *old;
     bool               apply;
     int                rc = 0;
+    uint8_t            by = 0;
+    uint64_t           tcas = 0;
 
     replicate_lock(it->hash);
     store_cas_raise(s, cas); /* even for an image dropped below */
@@ -611,10 +696,15 @@ replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas)
     /* An absent key may be absent because a later write removed it: a
      * delete whose tombstone overtook this image on another connection, or
      * an eviction or expiry here of a newer copy. Its tombstone then holds
-     * a CAS >= this one and the image is dropped. The caller still answers
-     * OK: the primary applied this write and a later one, and the replica
-     * holds the state after the later one, so it is not behind. A present
-     * key is ordered by its own CAS (only an absent one probes the table). */
+     * a CAS >= this one and the image is dropped. Removed by the same
+     * sender in the same epoch (origin), the primary applied this write and
+     * a later delete, the replica holds the state after it: not behind, 0.
+     * Removed by anything else (an eviction or expiry here, another
+     * primary, this node's own delete as primary, the same node before a
+     * restart), the CAS values need not be of one counter, so the write is
+     * not known to be older: REPLICATE_REMOVED, and the primary must not
+     * acknowledge it. A present key is ordered by its own CAS (only an
+     * absent one probes the table): a newer item held is the answer. */
     if (old != NULL) {
         apply = old->cas <= cas;
         if (old->cas == cas) {
@@ -624,11 +714,16 @@ replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas)
             it->mflags |= store_item_mflags(old) & STORE_MF_WON;
         }
     } else {
-        apply = !tomb_covers(it->hash, cas, store_now(s));
+        apply = !tomb_covers(it->hash, cas, store_now(s), &by, &tcas);
     }
     if (apply) {
         rc = store_put_import(s, it, cas);
         rc = rc < 0 ? rc : 0;
+    } else if (old == NULL && by != origin) {
+        rc = REPLICATE_REMOVED;
+        if (removed_cas != NULL) {
+            *removed_cas = tcas;
+        }
     }
     if (old != NULL) {
         store_release(s, old);
@@ -639,7 +734,8 @@ replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas)
 
 /* Replica: apply a tombstone unless the key holds a newer CAS. */
 void
-replicate_apply_del(struct store *s, const char *key, size_t nkey, uint64_t hash, uint64_t cas)
+replicate_apply_del(struct store *s, const char *key, size_t nkey, uint64_t hash, uint64_t cas,
+                    uint8_t origin)
 {
     struct store_item *old;
 
@@ -653,7 +749,7 @@ replicate_apply_del(struct store *s, const char *key, size_t nkey, uint64_t hash
         if (old != NULL) {
             store_delete(s, key, nkey, hash);
         }
-        tomb_record(hash, cas, store_now(s));
+        tomb_record(hash, cas, store_now(s), origin);
     }
     if (old != NULL) {
         store_release(s, old);

@@ -4,9 +4,11 @@
  * remaining TTL, CAS, value) or a tombstone to the other owners of the
  * active epoch over the worker's upstreams (server/forward.c), as `rc_set`
  * / `rc_del` on connections authenticated with `rc_peer`; the client's
- * reply waits in a hold until every replica acknowledged. Replicas apply a
- * post-image only if it is not older (by CAS) than what they hold or than
- * what they recently removed (a replica tombstone, below).
+ * reply waits in a hold until every replica acknowledged. Each image names
+ * the sender's epoch and node id; replicas take it only from the key's
+ * acting primary in an epoch they accept (server/proto_peer.c, route.h
+ * route_image_check), and only if it is not older (by CAS) than what they
+ * hold or than what they recently removed (a replica tombstone, below).
  */
 #ifndef SERVER_REPLICATE_H
 #define SERVER_REPLICATE_H
@@ -71,7 +73,9 @@ void replicate_worker_free(struct worker *w);
  * replicate_tomb_init), the (key hash, CAS) of each key it deleted for an
  * `rc_del` and of each item its store evicted or reclaimed expired; a later
  * post-image of that key with a CAS not above the remembered one is
- * dropped, one with a higher CAS clears it. The table is fixed:
+ * dropped, one with a higher CAS clears it. The acting primary remembers
+ * its own deletes too (replicate_write), so a late image from a deposed
+ * primary cannot re-create a key there either. The table is fixed:
  * REPLICATE_TOMB_BUCKETS buckets of REPLICATE_TOMB_WAYS tombstones, picked
  * by bits 16..30 of the hash (keys whose hashes differ only in other bits
  * share one), 2 MiB for the process; a record that finds its bucket full
@@ -92,16 +96,31 @@ void replicate_worker_free(struct worker *w);
  * covers its forward timeout's retries. */
 void replicate_tomb_init(struct store *s, uint32_t ttl_s);
 
-/* Replica side of `rc_set`: store it (from store_alloc, filled) with the
- * primary's cas unless the key holds a newer CAS or, when absent, has a
- * tombstone with a CAS >= cas (then nothing is stored and 0 returned: the
- * replica's state is newer than that image). Takes the key lock. The
- * caller keeps its reference. 0, or a negative store error. */
-int replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas);
+/* Who sent an image, as a tombstone remembers it: a tag (1..255) of the
+ * sender's epoch and node id (0 is this store's own eviction or expiry).
+ * Two senders or epochs share a tag with odds of about 1 in 255. */
+uint8_t replicate_origin(uint64_t epoch, const char *sender);
 
-/* Replica side of `rc_del`: delete the key unless it holds a CAS newer
- * than cas, and remember the tombstone (hash, cas). Takes the key lock. */
-void replicate_apply_del(struct store *s, const char *key, size_t nkey, uint64_t hash,
-                         uint64_t cas);
+/* replicate_apply_put's answer for an image dropped under a tombstone of
+ * another origin (not known to be older than what removed the key). */
+#define REPLICATE_REMOVED 1
+
+/* Replica side of `rc_set` from origin (replicate_origin of the image's
+ * epoch and sender): store it (from store_alloc, filled) with the
+ * primary's cas unless the key holds a newer CAS (0: the replica's state
+ * is newer) or, when absent, has a tombstone with a CAS >= cas. Under a
+ * tombstone of the same origin (that sender's later delete overtook the
+ * image) 0; under one of another origin REPLICATE_REMOVED, with the
+ * tombstone's CAS in *removed_cas (may be NULL): nothing is stored, and the
+ * write must not count as replicated. Takes the key lock. The caller keeps
+ * its reference. Else 0, or a negative store error. */
+int replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas, uint8_t origin,
+                        uint64_t *removed_cas);
+
+/* Replica side of `rc_del` from origin: delete the key unless it holds a
+ * CAS newer than cas, and remember the tombstone (hash, cas, origin).
+ * Takes the key lock. */
+void replicate_apply_del(struct store *s, const char *key, size_t nkey, uint64_t hash, uint64_t cas,
+                         uint8_t origin);
 
 #endif /* SERVER_REPLICATE_H */

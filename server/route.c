@@ -73,18 +73,26 @@ first_live(const struct cluster_view *v, const uint32_t *list, uint32_t n)
 /* The acting primary of list[0..n): the first owner the pending transition
  * does not declare failed (and that is not back: cluster_view_gone). Only
  * the store's authority (a Prepare of `remove --failed`) moves the primary,
- * never this node's own guess. */
+ * never this node's own guess. store_only: the first not declared failed,
+ * whatever this node's heartbeats see (list[0] if all are). */
 static uint32_t
-first_acting(const struct cluster_view *v, const uint32_t *list, uint32_t n)
+first_acting_by(const struct cluster_view *v, const uint32_t *list, uint32_t n, bool store_only)
 {
     uint32_t k;
 
     for (k = 0; k < n; k++) {
-        if (!cluster_view_gone(v, list[k])) {
+        if (!(store_only ? cluster_view_failed(v, list[k]) : cluster_view_gone(v, list[k]))) {
             return list[k];
         }
     }
     return list[0];
+}
+
+/* The acting primary of list[0..n) (see first_acting_by). */
+static inline uint32_t
+first_acting(const struct cluster_view *v, const uint32_t *list, uint32_t n)
+{
+    return first_acting_by(v, list, n, false);
 }
 
 /* An owner of list[0..n), not declared failed, that this node sees down
@@ -989,17 +997,43 @@ route_has_membership(const struct conn *c)
     return v->ring != NULL || v->importing.n > 0;
 }
 
-/* See route.h. During a commit the new primary (already in epoch N+1)
- * replicates to owners that may not have committed yet. */
-bool
-route_owned_here(const struct conn *c, uint64_t hash)
+/* See route.h. */
+enum route_image
+route_image_check(const struct conn *c, uint64_t hash, uint64_t epoch, const char *sender)
 {
     const struct cluster_view *v = cluster_view(c->w->srv->cluster);
+    bool                       importing = v->importing.n > 0 && arcset_has(&v->importing, hash);
     struct route               rt;
+    int                        idx;
 
-    if (v->importing.n > 0 && arcset_has(&v->importing, hash)) {
-        return true;
-    }
     locate(v, hash, true, &rt);
-    return list_has(rt.owners, rt.n_owners, v->self);
+    if (!importing && !list_has(rt.owners, rt.n_owners, v->self)) {
+        return ROUTE_IMAGE_NOT_OWNER;
+    }
+    if (epoch == v->pending_epoch && epoch > v->epoch) {
+        /* The sender committed first (docs/cluster.md COMMIT: destinations
+         * first, sources last). This node does not hold the pending ring
+         * to name that epoch's primary; it owns or imports the key there. */
+        return ROUTE_IMAGE_OK;
+    }
+    if (epoch > v->epoch) {
+        return ROUTE_IMAGE_AHEAD;
+    }
+    if (epoch + 1 < v->epoch) {
+        return ROUTE_IMAGE_OLD_EPOCH;
+    }
+    /* The active epoch, or the one before it from a sender that has not
+     * committed yet (this node committed first): the sender must be the
+     * key's acting primary in the active epoch, as route.c decides it
+     * (its heartbeats' view) or as the store declares it. A node removed
+     * from the active epoch, or deposed by `remove --failed`, is not. */
+    idx = v->ring != NULL ? ring_members_find(ring_members(v->ring), sender) : -1;
+    if (idx < 0 || !list_has(rt.owners, rt.n_owners, v->self)) {
+        return epoch < v->epoch ? ROUTE_IMAGE_OLD_EPOCH : ROUTE_IMAGE_NOT_PRIMARY;
+    }
+    if ((uint32_t)idx == first_acting(v, rt.owners, rt.n_owners) ||
+        (uint32_t)idx == first_acting_by(v, rt.owners, rt.n_owners, true)) {
+        return ROUTE_IMAGE_OK;
+    }
+    return epoch < v->epoch ? ROUTE_IMAGE_OLD_EPOCH : ROUTE_IMAGE_NOT_PRIMARY;
 }

@@ -191,15 +191,33 @@ void route_write_end(struct conn *c, const struct route *rt, const char *key, si
                      uint64_t tomb_cas, const char *reply, size_t len);
 
 
-/* A replica write (rc_set, rc_del) of hash from a peer: does this node own
- * the key in the active epoch (any position), or import it for the
- * pending one? Replicas keep only what they own. */
-bool route_owned_here(const struct conn *c, uint64_t hash);
-
 /* Does this node hold a membership a replica write can be checked
  * against: an active epoch, or a pending one it imports? A node with
  * neither (it lost its state directory, or was never a member) must
  * refuse replica writes rather than drop them with OK. */
 bool route_has_membership(const struct conn *c);
+
+/* What a replica write (rc_set, rc_del) of a key may do here. */
+enum route_image {
+    ROUTE_IMAGE_OK = 0,      /* apply it */
+    ROUTE_IMAGE_NOT_OWNER,   /* this node neither owns nor imports the key */
+    ROUTE_IMAGE_NOT_PRIMARY, /* the sender is not the key's acting primary */
+    ROUTE_IMAGE_OLD_EPOCH,   /* sent in an epoch this node has left */
+    ROUTE_IMAGE_AHEAD,       /* sent in an epoch above this node's (it is behind) */
+};
+
+/*
+ * May the image of hash that sender (a node id) sent in its active epoch
+ * be applied here (docs/cluster.md "Replication", fencing)? This node must
+ * own the key in its active epoch or import it for the pending one. An
+ * image of the pending epoch (its sender committed first) is taken on that
+ * alone; one of the active epoch, or of the epoch before it (this node
+ * committed first), only from the key's acting primary in the active
+ * epoch: first_acting's choice, or the first owner the pending transition
+ * does not declare failed. Anything older or newer is refused. Needs a
+ * membership (route_has_membership).
+ */
+enum route_image route_image_check(const struct conn *c, uint64_t hash, uint64_t epoch,
+                                   const char *sender);
 
 #endif /* SERVER_ROUTE_H */

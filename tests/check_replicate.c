@@ -15,6 +15,9 @@
 #include "tests/check_store.h"
 #include "tests/suites.h"
 
+/* The one primary every image of these tests comes from. */
+#define ORIGIN 7
+
 /* An rc_set as proto_peer applies it: key=val with the primary's cas,
  * hash given (tests pick hashes that share a tombstone bucket). */
 static int
@@ -27,7 +30,7 @@ apply_put_h(struct store *s, const char *key, uint64_t hash, const char *val, ui
 
     ck_assert_ptr_nonnull(it);
     memcpy(store_item_value_mut(it), val, n);
-    rc = replicate_apply_put(s, it, cas);
+    rc = replicate_apply_put(s, it, cas, ORIGIN, NULL);
     store_release(s, it);
     return rc;
 }
@@ -41,7 +44,7 @@ apply_put(struct store *s, const char *key, const char *val, uint64_t cas)
 static void
 apply_del(struct store *s, const char *key, uint64_t cas)
 {
-    replicate_apply_del(s, key, strlen(key), h(key), cas);
+    replicate_apply_del(s, key, strlen(key), h(key), cas, ORIGIN);
 }
 
 /* The value and CAS under key with an explicit hash (NULL val: a miss). */
@@ -163,7 +166,7 @@ START_TEST(test_tomb_full)
     for (i = 0; i <= REPLICATE_TOMB_WAYS; i++) {
         hs[i] = base | ((uint64_t)i << 60);
         snprintf(keys[i], sizeof(keys[i]), "full-%d", i);
-        replicate_apply_del(s, keys[i], strlen(keys[i]), hs[i], 100);
+        replicate_apply_del(s, keys[i], strlen(keys[i]), hs[i], 100, ORIGIN);
         store_clock_shift(s, 1); /* so "oldest" is well defined */
     }
     ck_assert_int_eq(apply_put_h(s, keys[0], hs[0], "back", 100, 0), 0);
@@ -208,7 +211,9 @@ START_TEST(test_tomb_eviction)
     store_get_stats(s, &st);
     ck_assert_uint_gt(st.evictions, 0);
     expect(s, "first", NULL);
-    ck_assert_int_eq(apply_put(s, "first", "old", 10), 0);
+    /* Refused, not answered OK: an eviction's CAS says nothing of which
+     * write is newer (the primary must not count this copy). */
+    ck_assert_int_eq(apply_put(s, "first", "old", 10), REPLICATE_REMOVED);
     expect(s, "first", NULL);
     ck_assert_int_eq(apply_put(s, "first", "new", 12), 0);
     expect(s, "first", "new");
@@ -225,8 +230,41 @@ START_TEST(test_tomb_expired)
     replicate_tomb_init(s, REPLICATE_TOMB_TTL_S);
     ck_assert_int_eq(apply_put_h(s, "x", h("x"), "short", 11, store_now(s) + 2), 0);
     store_clock_shift(s, 3);
-    ck_assert_int_eq(apply_put_h(s, "x", h("x"), "long", 10, store_now(s) + 100), 0);
+    ck_assert_int_eq(apply_put_h(s, "x", h("x"), "long", 10, store_now(s) + 100),
+                     REPLICATE_REMOVED);
     expect(s, "x", NULL);
+    store_free(s);
+}
+END_TEST
+
+/* A tombstone from another origin (another primary, or the same node in
+ * another epoch) drops an older image but refuses it, naming its CAS; one
+ * from the image's own origin drops it with OK (a later delete of that
+ * primary overtook it). Origins are tags of (epoch, sender). */
+START_TEST(test_tomb_origin)
+{
+    struct store *s = mkstore(64 * MIB, false);
+    uint64_t      tcas = 0;
+    int           err = 0;
+    uint8_t       a1 = replicate_origin(1, "a"), b2 = replicate_origin(2, "b");
+    uint8_t       a2 = replicate_origin(2, "a");
+
+    ck_assert_uint_ne(a1, 0);
+    ck_assert_uint_ne(a1, b2);
+    ck_assert_uint_ne(a1, a2);
+    replicate_tomb_init(s, REPLICATE_TOMB_TTL_S);
+    replicate_apply_del(s, "k", 1, h("k"), 50, b2);
+    {
+        struct store_item *it = store_alloc(s, "k", 1, h("k"), 0, 0, 2, &err);
+
+        ck_assert_ptr_nonnull(it);
+        memcpy(store_item_value_mut(it), "v1", 2);
+        ck_assert_int_eq(replicate_apply_put(s, it, 40, a1, &tcas), REPLICATE_REMOVED);
+        ck_assert_uint_eq(tcas, 50);
+        ck_assert_int_eq(replicate_apply_put(s, it, 45, b2, &tcas), 0);
+        store_release(s, it);
+    }
+    expect(s, "k", NULL);
     store_free(s);
 }
 END_TEST
@@ -244,6 +282,7 @@ replicate_suite(void)
     tcase_add_test(tc, test_tomb_full);
     tcase_add_test(tc, test_tomb_eviction);
     tcase_add_test(tc, test_tomb_expired);
+    tcase_add_test(tc, test_tomb_origin);
     suite_add_tcase(s, tc);
     return s;
 }

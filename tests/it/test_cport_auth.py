@@ -144,7 +144,11 @@ def peer_proof(t, cl):
     p1 = proof(b"a", n1, b"b")
     r = line(s1, b"rc_peer b " + p1 + b"\r\n")
     t.ok(r == b"OK\r\n", "the proof for that nonce makes the connection a peer", r)
-    r = line(s1, b"rc_set pk1 0 0 99 3\r\nabc\r\n")
+    # An image names its epoch and sender (fenced replica writes: a key
+    # whose primary is b, sent by b in epoch 1).
+    own = lg.locate(cl.store_active(), ["pk%d" % i for i in range(64)])
+    pk = [k for k, o in sorted(own.items()) if o[0] == "b"][0].encode()
+    r = line(s1, b"rc_set " + pk + b" 0 0 99 3 1 b\r\nabc\r\n")
     t.ok(r == b"OK\r\n", "its rc_set is applied", r)
 
     s2 = lg_connect(a)
