@@ -10,6 +10,7 @@
 #ifndef SERVER_HEALTH_H
 #define SERVER_HEALTH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,6 +68,23 @@ size_t health_status(struct health *h, struct health_peer *out, size_t max);
  * node's epochs, the node is behind (as when a peer says so). Cluster
  * thread. */
 void health_learn_epoch(struct health *h, uint64_t epoch);
+
+/*
+ * The identity of an epoch: XXH3 of its membership's text form, never 0
+ * (0: no membership). An aborted epoch's number is used again by the next
+ * transition, so the number alone does not say which membership it is.
+ */
+uint64_t health_members_id(const struct ring_members *m);
+
+/*
+ * Called when a peer runs, as its active epoch, the number this node has
+ * pending but under another identity: the store committed another
+ * membership under that number, so the pending transition was aborted
+ * (this node missed the Abort). The function drops it and returns true;
+ * the node is then behind that epoch. Cluster thread; before health_start.
+ */
+typedef bool (*health_aborted_fn)(void *arg, uint64_t epoch, uint64_t id);
+void health_set_aborted(struct health *h, health_aborted_fn fn, void *arg);
 
 /*
  * A peer's claim of an epoch more than this beyond the highest this node

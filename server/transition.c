@@ -20,6 +20,7 @@
 #include "server/cluster.h"
 #include "server/cluster_internal.h"
 #include "server/handoff.h"
+#include "server/health.h"
 #include "server/log.h"
 #include "server/store.h"
 
@@ -66,8 +67,10 @@ struct transition {
     size_t                n_waiters, cap_waiters;
     transition_done_fn    fence_fn; /* a fence waits for its drain */
     void                 *fence_arg;
-    struct event         *store_ev;    /* the grace before a store commit */
-    uint64_t              store_epoch; /* the epoch it waits to commit (0: none) */
+    void (*end_streams)(void *arg); /* the caller's side of an abort */
+    void         *end_arg;
+    struct event *store_ev;    /* the grace before a store commit */
+    uint64_t      store_epoch; /* the epoch it waits to commit (0: none) */
 };
 
 /*
@@ -505,10 +508,50 @@ transition_store_active(struct transition *t, const struct ring_members *m,
         }
         return;
     }
+    /* The number this node has pending, another membership: the store
+     * aborted our transition and committed another one under its number. */
+    if (cl->pending != NULL && m->epoch == cl->pending->epoch) {
+        transition_drop_aborted(t, m->epoch, health_members_id(m));
+    }
     /* Above all this node holds, and not what it prepared: behind. */
     if (active != 0 && (cl->pending == NULL || m->epoch > cl->pending->epoch)) {
         behind(arg, m->epoch);
     }
+}
+
+/* See transition.h. */
+void
+transition_set_end_streams(struct transition *t, void (*end_streams)(void *arg), void *arg)
+{
+    t->end_streams = end_streams;
+    t->end_arg = arg;
+}
+
+/* See transition.h. The token is copied: the abort clears the pending
+ * transition it belongs to. */
+bool
+transition_drop_aborted(struct transition *t, uint64_t epoch, uint64_t id)
+{
+    struct cluster *cl = t->cl;
+    uint8_t         token[CLUSTER_TOKEN_MAX];
+    size_t          len;
+    char            err[256];
+
+    if (cl->pending == NULL || cl->pending->epoch != epoch || id == 0 || t->end_streams == NULL ||
+        health_members_id(cl->pending) == id) {
+        return false;
+    }
+    len = cl->ptoken_len;
+    memcpy(token, cl->ptoken, len);
+    log_msg(LOG_ERR,
+            "epoch %" PRIu64 " was committed with another membership than the one this node "
+            "has pending: its transition was aborted (a missed Abort); dropping it",
+            epoch);
+    if (transition_abort(t, token, len, epoch, t->end_streams, t->end_arg, err, sizeof(err)) < 0) {
+        log_msg(LOG_ERR, "dropping the aborted epoch %" PRIu64 " failed: %s", epoch, err);
+        return false;
+    }
+    return true;
 }
 
 /* See transition.h. */

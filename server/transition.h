@@ -72,12 +72,27 @@ int transition_commit(struct transition *t, const struct ring_members *next, con
  * (server/storewatch.c). If it is the epoch this node has pending, and
  * the admin's Commit does not come within a grace (1 s), the node commits
  * it itself: the admin died after the store's commit, and the store is the
- * authority (every source was fenced before that commit). If it is above
- * anything this node has, behind(arg, epoch) is called: the node serves
+ * authority (every source was fenced before that commit). The epoch this
+ * node has pending under another membership was aborted: it is dropped
+ * (transition_drop_aborted). If it is above anything this node has then,
+ * behind(arg, epoch) is called: the node serves
  * nothing until a transition includes it again.
  */
 void transition_store_active(struct transition *t, const struct ring_members *m,
                              void (*behind)(void *arg, uint64_t epoch), void *arg);
+
+/* The caller's side of an abort the node decides by itself
+ * (transition_drop_aborted): end_streams(arg) as for transition_abort. */
+void transition_set_end_streams(struct transition *t, void (*end_streams)(void *arg), void *arg);
+
+/*
+ * A peer or the store runs `epoch`, of identity `id` (health_members_id),
+ * as committed. If this node has that epoch pending under another
+ * identity, its transition was aborted and it missed the Abort: abort it
+ * here (as transition_abort) and return true; the caller then treats the
+ * node as behind `epoch`. Else false.
+ */
+bool transition_drop_aborted(struct transition *t, uint64_t epoch, uint64_t id);
 
 /*
  * ABORT of the pending transition (epoch 0: whichever it is); without one
