@@ -452,6 +452,15 @@ peer_committed(void *arg, uint64_t epoch, uint64_t id)
     return transition_drop_aborted(cp->tr, epoch, id);
 }
 
+/* transition_set_peer_holds' question, to the heartbeats (arg: the cport). */
+static int
+peer_holds(void *arg, const char *id, uint64_t since_ms)
+{
+    struct cport *cp = arg;
+
+    return health_peer_holds(cp->health, id, since_ms);
+}
+
 /* See cport.h. */
 struct cport *
 cport_new(struct server *srv, struct cluster *cl, const char *listen_addr, int port)
@@ -485,6 +494,7 @@ cport_new(struct server *srv, struct cluster *cl, const char *listen_addr, int p
         goto fail;
     }
     transition_set_end_streams(cp->tr, admin_end_streams, cp);
+    transition_set_peer_holds(cp->tr, peer_holds, cp);
     health_set_aborted(cp->health, peer_committed, cp);
     return cp;
 fail:

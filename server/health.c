@@ -823,6 +823,25 @@ health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
 }
 
 /* See health.h. */
+int
+health_peer_holds(struct health *h, const char *id, uint64_t since_ms)
+{
+    uint32_t i;
+
+    for (i = 0; i < h->n; i++) {
+        const struct peer *p = &h->peers[i];
+
+        if (strcmp(p->id, id) == 0) {
+            if (p->last_pong_ms <= since_ms) {
+                return 0;
+            }
+            return p->pong_empty ? -1 : 1;
+        }
+    }
+    return 0;
+}
+
+/* See health.h. */
 void
 health_set_epoch_margin(struct health *h, uint64_t margin)
 {

@@ -99,6 +99,11 @@ void health_set_aborted(struct health *h, health_aborted_fn fn, void *arg);
 /* Set that margin (0: the default). Before health_start. */
 void health_set_epoch_margin(struct health *h, uint64_t margin);
 
+/* Does member id hold something current, by its last Pong: 1 if a Pong
+ * came after since_ms (util_coarse_ms) and did not say holds_nothing, -1
+ * if it said so, 0 if none came since (or id is no peer). Cluster thread. */
+int health_peer_holds(struct health *h, const char *id, uint64_t since_ms);
+
 /* Name of a state for logs and ringctl. */
 const char *health_state_name(enum peer_health s);
 

@@ -62,7 +62,8 @@ void transition_fence_wait(struct transition *t, transition_done_fn done, void *
 void transition_fence_cancel(struct transition *t);
 
 /* COMMIT: activate next (or the pending membership when NULL; the caller
- * keeps next), close the streams, start CLEANUP. A repeated commit only
+ * keeps next), close the streams, start CLEANUP (the ranges sent to each
+ * new owner are kept until it answers: transition_set_peer_holds). A repeated commit only
  * succeeds. */
 int transition_commit(struct transition *t, const struct ring_members *next, const uint8_t *token,
                       size_t token_len, char *err, size_t errlen);
@@ -80,6 +81,19 @@ int transition_commit(struct transition *t, const struct ring_members *next, con
  */
 void transition_store_active(struct transition *t, const struct ring_members *m,
                              void (*behind)(void *arg, uint64_t epoch), void *arg);
+
+/*
+ * How CLEANUP learns whether a new owner holds what this node sent it:
+ * fn(arg, id, since_ms) is 1 when node id answered a heartbeat after
+ * since_ms (the commit) with something current, -1 when it answered that
+ * it holds nothing (it restarted since the copy: recovering, or without a
+ * membership), 0 when it has not answered since. Until 1, the ranges sent
+ * to it are kept (not purged), and this node is their holder in the next
+ * transition (`ringctl repair` refills the owner from here). Without fn
+ * every owner counts as holding.
+ */
+void transition_set_peer_holds(struct transition *t,
+                               int (*fn)(void *arg, const char *id, uint64_t since_ms), void *arg);
 
 /* The caller's side of an abort the node decides by itself
  * (transition_drop_aborted): end_streams(arg) as for transition_abort. */
