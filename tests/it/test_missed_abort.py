@@ -222,6 +222,22 @@ def reused_epoch(t, store):
         t.ok(not lost, "%s: writes to n1: %d of %d acknowledged, %d acknowledged copies "
              "missing on an epoch-2 owner" % (label, len(acked), len(keys), len(lost)),
              lost[:5])
+        # n1 dropped T1, so it takes a later transition: it joins again
+        # (before, "another transition is pending" refused it).
+        rc, out, err = cl.ctl("join", "n1", n1.addr_s)
+        conv = cl.converged(3, ["n1", "n2", "n3"])
+        t.ok(rc == 0 and all(v == (3, 0) for v in conv.values()),
+             "%s: n1 joins again: every node at EPOCH 3 0 (exit %d)" % (label, rc),
+             (conv, lg.tail(err)))
+        want = {k: (b"v3-" if k in acked else b"v2-") + k.encode() for k in keys}
+        cn = lg.Conn(n1.addr, 5.0)
+        try:
+            got = {k: value_of(cn.get_multi([k]), k) for k in keys}
+        finally:
+            cn.close()
+        bad = [(k, got[k]) for k in keys if got[k] != want[k]]
+        t.ok(not bad, "%s: then n1 serves the current value of each of the %d keys (%d did not)"
+             % (label, len(keys), len(bad)), bad[:5])
     finally:
         if stopped and n1 is not None and n1.pid is not None:
             os.kill(n1.pid, signal.SIGCONT)
