@@ -307,13 +307,11 @@ do_commit(struct cp_conn *c, const Ringcache__Commit *p)
     send_reply(c, rc == 0, rc == 0 ? NULL : err);
 }
 
-/* ABORT's connection side (arg: the aborting connection): fail a waiting
- * Fence and end the incoming streams of the transition. */
+/* ABORT's connection side (c: the aborting connection, or NULL): fail a
+ * waiting Fence and end the incoming streams of the transition. */
 static void
-abort_streams(void *arg)
+end_streams(struct cport *cp, const struct cp_conn *c)
 {
-    struct cp_conn *c = arg;
-    struct cport   *cp = c->cp;
     struct cp_conn *o, *next;
 
     if (cp->fence_waiter != NULL && cp->fence_waiter != c) {
@@ -331,6 +329,22 @@ abort_streams(void *arg)
             cpc_error(o, "transition aborted");
         }
     }
+}
+
+/* transition_abort's end_streams for an Abort frame (arg: its connection). */
+static void
+abort_streams(void *arg)
+{
+    struct cp_conn *c = arg;
+
+    end_streams(c->cp, c);
+}
+
+/* See admin.h. */
+void
+admin_end_streams(void *arg)
+{
+    end_streams(arg, NULL);
 }
 
 /* ABORT (transition_abort), then reply. */

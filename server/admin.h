@@ -20,4 +20,8 @@ void admin_request(struct cp_conn *c, const struct frame *f);
  * never sent). */
 void admin_conn_gone(struct cp_conn *c);
 
+/* An abort the node decided by itself (transition_set_end_streams; arg:
+ * the struct cport): fail a waiting Fence, end the incoming streams. */
+void admin_end_streams(void *arg);
+
 #endif /* SERVER_ADMIN_H */

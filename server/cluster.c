@@ -518,6 +518,23 @@ dest_for(struct cluster *cl, uint32_t idx)
     return d;
 }
 
+/* Does the arc (lo, hi] meet cl->kept (ranges this node kept for a new
+ * owner that restarted since the copy, server/transition.c)? */
+static bool
+kept_meets(const struct cluster *cl, uint64_t lo, uint64_t hi)
+{
+    uint32_t i;
+
+    for (i = 0; i < cl->kept.n; i++) {
+        const struct arc_range *r = &cl->kept.r[i];
+
+        if (lo < hi ? r->start <= hi && r->end > lo : r->end > lo || r->start <= hi) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Is id one of the pending transition's failed nodes? */
 static bool
 is_failed(const struct cluster *cl, const char *id)
@@ -586,6 +603,10 @@ compute_arcs(struct cluster *cl)
         }
         if (nh > 1 && hold[0] == a->old_nodes[0]) {
             nh = 1;
+        }
+        /* No holder of N left, but this node kept the arc: it is the holder. */
+        if (nh == 0 && cl->self_old >= 0 && kept_meets(cl, a->lo, a->hi)) {
+            hold[nh++] = (uint32_t)cl->self_old;
         }
         if (!a->changed) {
             /* The owners stay: only a stale one (it is in cl->failed but
@@ -1158,6 +1179,7 @@ cluster_free(struct cluster *cl)
         return;
     }
     clear_pending(cl);
+    arcset_clear(&cl->kept);
     /* A ring not yet published (failed start) is in no view. */
     if (cl->view == NULL || cl->view->ring != cl->active_ring) {
         ring_free(cl->active_ring);

@@ -53,8 +53,11 @@ struct cluster {
                                       * recovering or behind: import everything */
     char (*failed)[RING_ID_MAX + 1]; /* not holders in the pending: the declared
                                       * failed ids first, then the stale ones */
-    uint32_t            n_failed;
-    uint32_t            n_dead; /* failed[0..n_dead) are declared failed */
+    uint32_t      n_failed;
+    uint32_t      n_dead; /* failed[0..n_dead) are declared failed */
+    struct arcset kept;   /* ranges handed to a new owner that restarted since
+                           * the copy, kept here (server/transition.c): this
+                           * node is their holder in the next transition */
     struct cluster_live live;
     bool                served; /* the state dir says we served as a member */
 

@@ -442,6 +442,25 @@ cport_main(void *arg)
     return NULL;
 }
 
+/* health_aborted_fn: a peer runs the epoch this node has pending under
+ * another identity (arg: the struct cport). */
+static bool
+peer_committed(void *arg, uint64_t epoch, uint64_t id)
+{
+    struct cport *cp = arg;
+
+    return transition_drop_aborted(cp->tr, epoch, id);
+}
+
+/* transition_set_peer_holds' question, to the heartbeats (arg: the cport). */
+static int
+peer_holds(void *arg, const char *id, uint64_t since_ms)
+{
+    struct cport *cp = arg;
+
+    return health_peer_holds(cp->health, id, since_ms);
+}
+
 /* See cport.h. */
 struct cport *
 cport_new(struct server *srv, struct cluster *cl, const char *listen_addr, int port)
@@ -474,6 +493,9 @@ cport_new(struct server *srv, struct cluster *cl, const char *listen_addr, int p
         cp->sweep_ev == NULL || cp->auth_ev == NULL) {
         goto fail;
     }
+    transition_set_end_streams(cp->tr, admin_end_streams, cp);
+    transition_set_peer_holds(cp->tr, peer_holds, cp);
+    health_set_aborted(cp->health, peer_committed, cp);
     return cp;
 fail:
     cport_free(cp);

@@ -24,6 +24,8 @@
 #include <event2/event.h>
 #include <event2/util.h>
 
+#include <xxhash.h>
+
 #include "lib/util.h"
 #include "proto/frame.h"
 #include "proto/ringcache.pb-c.h"
@@ -84,6 +86,9 @@ struct health {
     uint64_t           store_epoch;  /* the highest the store said */
     uint64_t           far_log_ms;   /* the last "far ahead" line */
     uint64_t           far_ignored;  /* claims ignored since that line */
+    uint64_t           id_epoch, id; /* health_members_id of the active epoch id_epoch */
+    health_aborted_fn  aborted;      /* drops a pending transition aborted elsewhere */
+    void              *aborted_arg;
 };
 
 /* See health.h. */
@@ -169,12 +174,54 @@ too_far(struct health *h, uint64_t e, uint64_t active, uint64_t pending, uint64_
     return true;
 }
 
-/* A peer `from` (NULL: the store) tells us an epoch: above both of ours,
- * we are behind (removed, or a commit never reached us) and must serve
- * nothing until a transition includes us again. A node without a
- * membership ignores it. */
+/* See health.h. */
+uint64_t
+health_members_id(const struct ring_members *m)
+{
+    char     buf[4096], *text = buf;
+    size_t   n;
+    uint64_t id;
+
+    if (m == NULL) {
+        return 0;
+    }
+    n = ring_members_format(m, NULL, 0);
+    if (n >= sizeof(buf) && (text = malloc(n + 1)) == NULL) {
+        return 0;
+    }
+    ring_members_format(m, text, n + 1);
+    id = XXH3_64bits(text, n);
+    if (text != buf) {
+        free(text);
+    }
+    return id != 0 ? id : 1;
+}
+
+/* The identity of this node's active epoch (cached: a node activates each
+ * epoch number at most once). */
+static uint64_t
+active_id(struct health *h)
+{
+    const struct ring_members *m = cluster_active(h->cl);
+
+    if (m == NULL) {
+        return 0;
+    }
+    if (h->id_epoch != m->epoch || h->id == 0) {
+        h->id = health_members_id(m);
+        h->id_epoch = m->epoch;
+    }
+    return h->id;
+}
+
+/* A peer `from` (NULL: the store) tells us an epoch e of identity id (0:
+ * not said): above both of ours, we are behind (removed, or a commit never
+ * reached us) and must serve nothing until a transition includes us again.
+ * Our pending epoch under another identity was aborted (the store
+ * committed another membership under its number): it is dropped, and we
+ * are behind too. A node without a membership ignores it. */
 static void
-learn_epoch(struct health *h, const char *from, uint64_t e)
+learn_epoch(struct health *h, const char *from, uint64_t e, uint64_t id)
 {
     struct cluster      *cl = h->cl;
     struct cluster_live *live = cluster_live(cl);
@@ -185,7 +232,13 @@ learn_epoch(struct health *h, const char *from, uint64_t e)
     if (from == NULL && e > h->store_epoch) {
         h->store_epoch = e;
     }
-    if (active == 0 || e <= active || e <= pending || e <= was) {
+    if (active == 0 || e <= active || e <= was) {
+        return;
+    }
+    if (e == pending && id != 0 && h->aborted != NULL && h->aborted(h->aborted_arg, e, id)) {
+        pending = cluster_pending_epoch(cl);
+    }
+    if (e <= pending) {
         return;
     }
     if (from != NULL && too_far(h, e, active, pending, was)) {
@@ -202,7 +255,15 @@ learn_epoch(struct health *h, const char *from, uint64_t e)
 void
 health_learn_epoch(struct health *h, uint64_t epoch)
 {
-    learn_epoch(h, NULL, epoch);
+    learn_epoch(h, NULL, epoch, 0);
+}
+
+/* See health.h. */
+void
+health_set_aborted(struct health *h, health_aborted_fn fn, void *arg)
+{
+    h->aborted = fn;
+    h->aborted_arg = arg;
 }
 
 /*
@@ -246,6 +307,7 @@ peer_ping(struct peer *p)
 
     m.node_id = (char *)cluster_node_id(cl);
     m.active_epoch = cluster_active_epoch(cl);
+    m.active_id = active_id(p->h);
     m.seq = ++p->seq;
     p->last_ping_ms = util_coarse_ms();
     if (peer_send(p->bev, FRAME_PING, cluster_frame_id(cl), &m) < 0) {
@@ -266,7 +328,7 @@ peer_frame(struct peer *p, const struct frame *f)
             peer_fail(p, "bad HelloReply", false);
             return;
         }
-        learn_epoch(p->h, p->id, m->active_epoch);
+        learn_epoch(p->h, p->id, m->active_epoch, 0);
         ringcache__hello__free_unpacked(m, NULL);
         p->cstate = PC_READY;
         p->error[0] = '\0';
@@ -286,7 +348,7 @@ peer_frame(struct peer *p, const struct frame *f)
         if (p->h->round && m->seq > p->round_seq) {
             p->settled = true;
         }
-        learn_epoch(p->h, p->id, m->active_epoch);
+        learn_epoch(p->h, p->id, m->active_epoch, m->active_id);
         if (m->saw_you_down) {
             struct cluster_live *live = cluster_live(p->h->cl);
 
@@ -743,10 +805,11 @@ health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
     if (m == NULL) {
         return -1;
     }
-    learn_epoch(h, m->node_id != NULL ? m->node_id : "?", m->active_epoch);
+    learn_epoch(h, m->node_id != NULL ? m->node_id : "?", m->active_epoch, m->active_id);
     heard_ping(h, m->node_id);
     r.node_id = (char *)cluster_node_id(cl);
     r.active_epoch = cluster_active_epoch(cl);
+    r.active_id = active_id(h);
     r.pending_epoch = cluster_pending_epoch(cl);
     r.seq = m->seq;
     r.boot_id = cluster_boot_id(cl);
@@ -757,6 +820,25 @@ health_on_ping(struct health *h, struct bufferevent *bev, const struct frame *f)
     ringcache__ping__free_unpacked(m, NULL);
     rc = peer_send(bev, FRAME_PONG, cluster_frame_id(cl), &r);
     return rc < 0 ? -1 : 0;
+}
+
+/* See health.h. */
+int
+health_peer_holds(struct health *h, const char *id, uint64_t since_ms)
+{
+    uint32_t i;
+
+    for (i = 0; i < h->n; i++) {
+        const struct peer *p = &h->peers[i];
+
+        if (strcmp(p->id, id) == 0) {
+            if (p->last_pong_ms <= since_ms) {
+                return 0;
+            }
+            return p->pong_empty ? -1 : 1;
+        }
+    }
+    return 0;
 }
 
 /* See health.h. */

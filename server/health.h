@@ -10,6 +10,7 @@
 #ifndef SERVER_HEALTH_H
 #define SERVER_HEALTH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -69,6 +70,23 @@ size_t health_status(struct health *h, struct health_peer *out, size_t max);
 void health_learn_epoch(struct health *h, uint64_t epoch);
 
 /*
+ * The identity of an epoch: XXH3 of its membership's text form, never 0
+ * (0: no membership). An aborted epoch's number is used again by the next
+ * transition, so the number alone does not say which membership it is.
+ */
+uint64_t health_members_id(const struct ring_members *m);
+
+/*
+ * Called when a peer runs, as its active epoch, the number this node has
+ * pending but under another identity: the store committed another
+ * membership under that number, so the pending transition was aborted
+ * (this node missed the Abort). The function drops it and returns true;
+ * the node is then behind that epoch. Cluster thread; before health_start.
+ */
+typedef bool (*health_aborted_fn)(void *arg, uint64_t epoch, uint64_t id);
+void health_set_aborted(struct health *h, health_aborted_fn fn, void *arg);
+
+/*
  * A peer's claim of an epoch more than this beyond the highest this node
  * knows (its active and pending epochs, and what the membership store
  * said) is logged and ignored: epochs are minted one at a time by the
@@ -80,6 +98,11 @@ void health_learn_epoch(struct health *h, uint64_t epoch);
 
 /* Set that margin (0: the default). Before health_start. */
 void health_set_epoch_margin(struct health *h, uint64_t margin);
+
+/* Does member id hold something current, by its last Pong: 1 if a Pong
+ * came after since_ms (util_coarse_ms) and did not say holds_nothing, -1
+ * if it said so, 0 if none came since (or id is no peer). Cluster thread. */
+int health_peer_holds(struct health *h, const char *id, uint64_t since_ms);
 
 /* Name of a state for logs and ringctl. */
 const char *health_state_name(enum peer_health s);

@@ -20,6 +20,7 @@
 #include "server/cluster.h"
 #include "server/cluster_internal.h"
 #include "server/handoff.h"
+#include "server/health.h"
 #include "server/log.h"
 #include "server/store.h"
 
@@ -38,6 +39,21 @@
  * normally follows within milliseconds; after this long without one the
  * node commits by itself (the admin died after the store's commit). */
 #define STORE_COMMIT_GRACE_MS 1000
+
+/* How often the background CLEANUP asks whether the new owner of a kept
+ * range holds it. */
+#define KEPT_CHECK_MS 100
+
+/* Ranges this node handed to a new owner in a committed transition, not
+ * purged until that owner answered a heartbeat after the commit with
+ * something current: one that restarted since the copy (recovering, or
+ * without a membership) lost them, and this node stays their holder. */
+struct kept {
+    char          id[RING_ID_MAX + 1];
+    struct arcset arcs;
+    uint64_t      since_ms; /* the commit; only a later Pong counts */
+    bool          logged;   /* "holds nothing" said once */
+};
 
 /* A request for the orphan count: answered by count number need or later
  * (the one running when the request came, or the next one). */
@@ -66,8 +82,15 @@ struct transition {
     size_t                n_waiters, cap_waiters;
     transition_done_fn    fence_fn; /* a fence waits for its drain */
     void                 *fence_arg;
-    struct event         *store_ev;    /* the grace before a store commit */
-    uint64_t              store_epoch; /* the epoch it waits to commit (0: none) */
+    struct kept          *kept;
+    uint32_t              n_kept;
+    struct arcset         held; /* kept ranges whose owner holds nothing: not orphans */
+    int (*peer_holds)(void *arg, const char *id, uint64_t since_ms);
+    void *peer_arg;
+    void (*end_streams)(void *arg); /* the caller's side of an abort */
+    void         *end_arg;
+    struct event *store_ev;    /* the grace before a store commit */
+    uint64_t      store_epoch; /* the epoch it waits to commit (0: none) */
 };
 
 /*
@@ -82,6 +105,17 @@ orphan_pred(uint64_t hash, void *arg)
     struct cluster *cl = arg;
 
     return !cluster_owned_active(cl, hash) && !arcset_has(&cl->importing, hash);
+}
+
+/* Store predicate for the orphan count (arg: the transition): an orphan
+ * that cleanup purges or waits to purge (a range kept for an owner that
+ * restarted since the copy is held on purpose, not counted). */
+static bool
+count_pred(uint64_t hash, void *arg)
+{
+    struct transition *t = arg;
+
+    return orphan_pred(hash, t->cl) && !arcset_has(&t->held, hash);
 }
 
 /* Start a count from the first stripe (a running one starts over: what it
@@ -145,7 +179,7 @@ count_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (store_count_step(t->store, &t->count_stripe, orphan_pred, t->cl, ORPHANS_SLICE, &t->count_n,
+    if (store_count_step(t->store, &t->count_stripe, count_pred, t, ORPHANS_SLICE, &t->count_n,
                          &bytes) != 0) {
         evtimer_add(t->count_ev, &tv);
         return;
@@ -271,25 +305,170 @@ purge_importing(struct transition *t)
     }
 }
 
+/* Store predicate (arg: the cluster): an orphan that no kept range holds. */
+static bool
+cleanup_pred(uint64_t hash, void *arg)
+{
+    struct cluster *cl = arg;
+
+    return orphan_pred(hash, arg) && !arcset_has(&cl->kept, hash);
+}
+
+/* Rebuild cl->kept, the union of the kept ranges, and t->held, that of
+ * the ranges whose owner said it holds nothing; the orphan count starts
+ * over. 0 or -1 (ENOMEM: the last unions stay, and nothing more is purged
+ * while a kept range is released). */
+static int
+kept_union(struct transition *t)
+{
+    struct arcset u = { 0 }, held = { 0 };
+    uint32_t      i;
+
+    for (i = 0; i < t->n_kept; i++) {
+        if (arcset_append(&u, &t->kept[i].arcs) < 0 ||
+            (t->kept[i].logged && arcset_append(&held, &t->kept[i].arcs) < 0)) {
+            arcset_clear(&u);
+            arcset_clear(&held);
+            return -1;
+        }
+    }
+    arcset_finish(&u);
+    arcset_finish(&held);
+    arcset_clear(&t->cl->kept);
+    arcset_clear(&t->held);
+    t->cl->kept = u;
+    t->held = held;
+    orphans_reset(t);
+    return 0;
+}
+
+/* Forget kept range i (its owner holds it, or left the membership). */
+static void
+kept_drop(struct transition *t, uint32_t i)
+{
+    arcset_clear(&t->kept[i].arcs);
+    t->kept[i] = t->kept[--t->n_kept];
+}
+
+/* Ask about every kept range's owner: one that answered after the commit
+ * with something current holds it (its range is purged here); one that
+ * holds nothing restarted since the copy (the range stays, logged once).
+ * Whether a range was released. */
+static bool
+kept_check(struct transition *t)
+{
+    bool     released = false;
+    uint32_t i = 0;
+
+    while (i < t->n_kept) {
+        struct kept *k = &t->kept[i];
+        int holds = t->peer_holds != NULL ? t->peer_holds(t->peer_arg, k->id, k->since_ms) : 1;
+
+        if (holds > 0) {
+            kept_drop(t, i);
+            kept_union(t);
+            released = true;
+            continue;
+        }
+        if (holds < 0 && !k->logged) {
+            k->logged = true;
+            kept_union(t);
+            log_msg(LOG_ERR,
+                    "%.64s holds nothing current: it restarted since the copy; keeping the "
+                    "%.1f%% of the keyspace handed to it here (`ringctl repair %.64s` refills it "
+                    "from this node)",
+                    k->id, 100.0 * arcset_share(&k->arcs), k->id);
+        }
+        i++;
+    }
+    return released;
+}
+
 /* CLEANUP: what the active epoch does not give this node, in the
- * background, CLEANUP_ITEMS per tick. */
+ * background, CLEANUP_ITEMS per tick, but for the kept ranges of owners
+ * not heard from yet (asked every KEPT_CHECK_MS until they answer). */
 static void
 cleanup_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct transition *t = arg;
     struct timeval     tv = { 0, CLEANUP_TICK_MS * 1000 };
+    struct timeval     later = { 0, KEPT_CHECK_MS * 1000 };
 
     (void)fd;
     (void)what;
-    if (!t->cleaning) {
-        return;
+    if (t->n_kept > 0 && kept_check(t)) {
+        store_cursor_init(&t->cleanup_cur); /* released ranges: purge them too */
+        t->cleaning = true;
     }
-    if (store_purge(t->store, orphan_pred, t->cl, CLEANUP_ITEMS, &t->cleanup_cur) == 0) {
+    if (t->cleaning &&
+        store_purge(t->store, cleanup_pred, t->cl, CLEANUP_ITEMS, &t->cleanup_cur) == 0) {
         t->cleaning = false;
-        log_msg(LOG_INFO, "cleanup done");
-        return;
+        log_msg(LOG_INFO, "cleanup done%s", t->n_kept > 0 ? " (but for kept ranges)" : "");
     }
-    evtimer_add(t->cleanup_ev, &tv);
+    if (t->cleaning) {
+        evtimer_add(t->cleanup_ev, &tv);
+    } else if (t->n_kept > 0) {
+        evtimer_add(t->cleanup_ev, &later);
+    }
+}
+
+/* At a commit: the ranges this node sent (the dests of the transition)
+ * are kept until their owners answer; kept ranges of nodes no longer
+ * members are forgotten (this transition sourced them from here, see
+ * compute_arcs, or this node owns them now). Before cluster_commit, which
+ * forgets the dests: *out (n) the new entries, or NULL on ENOMEM. */
+static struct kept *
+kept_snapshot(struct transition *t, uint32_t *n)
+{
+    uint32_t                   nd, i;
+    const struct cluster_dest *d = cluster_dests(t->cl, &nd);
+    struct kept               *k = calloc(nd > 0 ? nd : 1, sizeof(*k));
+
+    *n = 0;
+    for (i = 0; k != NULL && i < nd; i++) {
+        snprintf(k[i].id, sizeof(k[i].id), "%s", d[i].id);
+        if (arcset_copy(&k[i].arcs, &d[i].arcs) < 0) {
+            while (i-- > 0) {
+                arcset_clear(&k[i].arcs);
+            }
+            free(k);
+            return NULL;
+        }
+        k[i].since_ms = util_coarse_ms();
+        *n = i + 1;
+    }
+    return k;
+}
+
+/* The commit took: old entries of non-members go, the snapshot is added
+ * (taken over; freed). */
+static void
+kept_commit(struct transition *t, struct kept *add, uint32_t n_add)
+{
+    const struct ring_members *m = cluster_active(t->cl);
+    struct kept               *k;
+    uint32_t                   i = 0;
+
+    while (i < t->n_kept) {
+        if (m == NULL || ring_members_find(m, t->kept[i].id) < 0) {
+            kept_drop(t, i);
+        } else {
+            i++;
+        }
+    }
+    k = realloc(t->kept, (t->n_kept + n_add + 1) * sizeof(*k));
+    if (k != NULL) {
+        t->kept = k;
+        memcpy(k + t->n_kept, add, n_add * sizeof(*k));
+        t->n_kept += n_add;
+    } else {
+        /* ENOMEM: purge as before rather than keep unbounded state. */
+        for (i = 0; i < n_add; i++) {
+            arcset_clear(&add[i].arcs);
+        }
+    }
+    free(add);
+    kept_union(t);
 }
 
 /* Start (or restart from the beginning) the background CLEANUP. */
@@ -419,16 +598,24 @@ int
 transition_commit(struct transition *t, const struct ring_members *next, const uint8_t *token,
                   size_t token_len, char *err, size_t errlen)
 {
-    bool again;
+    bool         again = false;
+    uint32_t     n_add = 0, i;
+    struct kept *add = kept_snapshot(t, &n_add);
+    int          rc = cluster_commit(t->cl, next, token, token_len, &again, err, errlen);
 
-    if (cluster_commit(t->cl, next, token, token_len, &again, err, errlen) < 0) {
-        return -1;
+    if (rc < 0 || again) {
+        for (i = 0; add != NULL && i < n_add; i++) {
+            arcset_clear(&add[i].arcs);
+        }
+        free(add);
+        return rc;
     }
-    if (!again) {
-        handoff_stop(t->ho);
-        orphans_reset(t); /* the active epoch changed */
-        cleanup_start(t);
+    if (add != NULL) {
+        kept_commit(t, add, n_add);
     }
+    handoff_stop(t->ho);
+    orphans_reset(t); /* the active epoch changed */
+    cleanup_start(t);
     return 0;
 }
 
@@ -505,10 +692,59 @@ transition_store_active(struct transition *t, const struct ring_members *m,
         }
         return;
     }
+    /* The number this node has pending, another membership: the store
+     * aborted our transition and committed another one under its number. */
+    if (cl->pending != NULL && m->epoch == cl->pending->epoch) {
+        transition_drop_aborted(t, m->epoch, health_members_id(m));
+    }
     /* Above all this node holds, and not what it prepared: behind. */
     if (active != 0 && (cl->pending == NULL || m->epoch > cl->pending->epoch)) {
         behind(arg, m->epoch);
     }
+}
+
+/* See transition.h. */
+void
+transition_set_peer_holds(struct transition *t,
+                          int (*fn)(void *arg, const char *id, uint64_t since_ms), void *arg)
+{
+    t->peer_holds = fn;
+    t->peer_arg = arg;
+}
+
+/* See transition.h. */
+void
+transition_set_end_streams(struct transition *t, void (*end_streams)(void *arg), void *arg)
+{
+    t->end_streams = end_streams;
+    t->end_arg = arg;
+}
+
+/* See transition.h. The token is copied: the abort clears the pending
+ * transition it belongs to. */
+bool
+transition_drop_aborted(struct transition *t, uint64_t epoch, uint64_t id)
+{
+    struct cluster *cl = t->cl;
+    uint8_t         token[CLUSTER_TOKEN_MAX];
+    size_t          len;
+    char            err[256];
+
+    if (cl->pending == NULL || cl->pending->epoch != epoch || id == 0 || t->end_streams == NULL ||
+        health_members_id(cl->pending) == id) {
+        return false;
+    }
+    len = cl->ptoken_len;
+    memcpy(token, cl->ptoken, len);
+    log_msg(LOG_ERR,
+            "epoch %" PRIu64 " was committed with another membership than the one this node "
+            "has pending: its transition was aborted (a missed Abort); dropping it",
+            epoch);
+    if (transition_abort(t, token, len, epoch, t->end_streams, t->end_arg, err, sizeof(err)) < 0) {
+        log_msg(LOG_ERR, "dropping the aborted epoch %" PRIu64 " failed: %s", epoch, err);
+        return false;
+    }
+    return true;
 }
 
 /* See transition.h. */
@@ -594,6 +830,11 @@ transition_free(struct transition *t)
     if (t->count_ev != NULL) {
         event_free(t->count_ev);
     }
+    while (t->n_kept > 0) {
+        kept_drop(t, 0);
+    }
+    free(t->kept);
+    arcset_clear(&t->held);
     free(t->waiters);
     free(t);
 }

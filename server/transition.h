@@ -62,7 +62,8 @@ void transition_fence_wait(struct transition *t, transition_done_fn done, void *
 void transition_fence_cancel(struct transition *t);
 
 /* COMMIT: activate next (or the pending membership when NULL; the caller
- * keeps next), close the streams, start CLEANUP. A repeated commit only
+ * keeps next), close the streams, start CLEANUP (the ranges sent to each
+ * new owner are kept until it answers: transition_set_peer_holds). A repeated commit only
  * succeeds. */
 int transition_commit(struct transition *t, const struct ring_members *next, const uint8_t *token,
                       size_t token_len, char *err, size_t errlen);
@@ -72,12 +73,40 @@ int transition_commit(struct transition *t, const struct ring_members *next, con
  * (server/storewatch.c). If it is the epoch this node has pending, and
  * the admin's Commit does not come within a grace (1 s), the node commits
  * it itself: the admin died after the store's commit, and the store is the
- * authority (every source was fenced before that commit). If it is above
- * anything this node has, behind(arg, epoch) is called: the node serves
+ * authority (every source was fenced before that commit). The epoch this
+ * node has pending under another membership was aborted: it is dropped
+ * (transition_drop_aborted). If it is above anything this node has then,
+ * behind(arg, epoch) is called: the node serves
  * nothing until a transition includes it again.
  */
 void transition_store_active(struct transition *t, const struct ring_members *m,
                              void (*behind)(void *arg, uint64_t epoch), void *arg);
+
+/*
+ * How CLEANUP learns whether a new owner holds what this node sent it:
+ * fn(arg, id, since_ms) is 1 when node id answered a heartbeat after
+ * since_ms (the commit) with something current, -1 when it answered that
+ * it holds nothing (it restarted since the copy: recovering, or without a
+ * membership), 0 when it has not answered since. Until 1, the ranges sent
+ * to it are kept (not purged), and this node is their holder in the next
+ * transition (`ringctl repair` refills the owner from here). Without fn
+ * every owner counts as holding.
+ */
+void transition_set_peer_holds(struct transition *t,
+                               int (*fn)(void *arg, const char *id, uint64_t since_ms), void *arg);
+
+/* The caller's side of an abort the node decides by itself
+ * (transition_drop_aborted): end_streams(arg) as for transition_abort. */
+void transition_set_end_streams(struct transition *t, void (*end_streams)(void *arg), void *arg);
+
+/*
+ * A peer or the store runs `epoch`, of identity `id` (health_members_id),
+ * as committed. If this node has that epoch pending under another
+ * identity, its transition was aborted and it missed the Abort: abort it
+ * here (as transition_abort) and return true; the caller then treats the
+ * node as behind `epoch`. Else false.
+ */
+bool transition_drop_aborted(struct transition *t, uint64_t epoch, uint64_t id);
 
 /*
  * ABORT of the pending transition (epoch 0: whichever it is); without one

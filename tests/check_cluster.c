@@ -3,7 +3,8 @@
  * state directory (round trip through a restart, corrupt files named with
  * file:line), the PREPARE/COMMIT/ABORT rules, route decisions on a
  * 3-node membership, and the arcs a join gives its new node and old
- * primaries, checked against the rings key by key.
+ * primaries, checked against the rings key by key, and a range kept for
+ * a restarted owner making this node its holder.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -568,6 +569,68 @@ START_TEST(test_leave_r2_holds)
 }
 END_TEST
 
+/* f07: a kept range (handed to d, which restarted since the copy) makes
+ * this node its holder when d is removed as failed: a does not import the
+ * part of it a gains (it holds it) and sources the rest to its new owners.
+ * Without the kept range nobody holds d's arcs at R=1. */
+START_TEST(test_kept_holder)
+{
+    static const char    THREE5[] = "epoch 5\nvnodes 160\nreplicas 1\n"
+                                    "node a 127.0.0.1:21001\nnode b 127.0.0.1:21002\n"
+                                    "node c 127.0.0.1:21003\n";
+    struct ring_members *four = members(FOUR), *three = members(THREE5);
+    struct ring         *r4 = ring_build(four), *r5 = ring_build(three);
+    static const char   *failed[] = { "d" };
+    struct cluster_prep  p = { .next = three,
+                               .token = (const uint8_t *)"r",
+                               .token_len = 1,
+                               .from_epoch = 4,
+                               .failed = failed,
+                               .n_failed = 1 };
+    struct cluster      *a;
+    uint32_t             i, sent = 0, held = 0, pass;
+    bool                 again;
+
+    for (pass = 0; pass < 2; pass++) {
+        mkstate();
+        put("active.members", FOUR);
+        a = open_node("a");
+        if (pass == 1) {
+            ck_assert_int_eq(arcset_owned(&a->kept, r4, 3), 0);
+        }
+        ck_assert_int_eq(cluster_prepare_failed(a, &p, &again, err, sizeof(err)), 0);
+        for (i = 0; i < 50000; i++) {
+            uint64_t h = sample(i);
+            uint32_t p4 = ring_primary(r4, h), p5 = ring_primary(r5, h);
+            bool     src = false;
+            uint32_t k;
+
+            for (k = 0; k < a->n_dests; k++) {
+                src = src || arcset_has(&a->dests[k].arcs, h);
+            }
+            if (p4 != 3) {
+                ck_assert(!src);
+                continue;
+            }
+            /* d's key: with the range kept, a holds it (never imports) and
+             * sends it to its new owner; without, a imports what it gains. */
+            ck_assert_int_eq(arcset_has(&a->importing, h), pass == 0 && p5 == 0);
+            ck_assert_int_eq(src, pass == 1 && p5 != 0);
+            sent += src;
+            held += pass == 1 && p5 == 0;
+        }
+        cluster_free(a);
+        rmstate();
+    }
+    ck_assert_uint_gt(sent, 0);
+    ck_assert_uint_gt(held, 0);
+    ring_free(r4);
+    ring_free(r5);
+    ring_members_free(four);
+    ring_members_free(three);
+}
+END_TEST
+
 Suite *
 cluster_suite(void)
 {
@@ -586,6 +649,7 @@ cluster_suite(void)
     tcase_add_test(tc, test_route_replicas);
     tcase_add_test(tc, test_join_arcs);
     tcase_add_test(tc, test_leave_r2_holds);
+    tcase_add_test(tc, test_kept_holder);
     suite_add_tcase(s, tc);
     return s;
 }

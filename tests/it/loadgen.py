@@ -1579,6 +1579,19 @@ def start_cluster(t, ids, replicas=1, mem=256, node_args=(), etcd=None, tls=None
     return cl, ok
 
 
+def filled_cluster(t, ids, prefix, nkeys, replicas=1):
+    """start_cluster, then nkeys keys prefix-<i> written once through the
+    first node by a client that learnt epoch 1: (cl, ok, hist, view). TAP
+    lines for each step; ok is False (nothing filled) if one failed."""
+    cl, ok = start_cluster(t, ids, replicas=replicas)
+    keys = ["%s-%d" % (prefix, i) for i in range(nkeys)]
+    view = View(keys, [cl.nodes[ids[0]].addr])
+    hist = History(keys, size=50)
+    ok = ok and t.ok(view.refresh(1), "the client learns epoch 1 from `config`")
+    ok = ok and t.ok(fill_fast(hist, view) == nkeys, "fill: every key acknowledged")
+    return cl, ok, hist, view
+
+
 def run_tap(t, fn, *args):
     """Run a scenario; an exception is a failed TAP line with its traceback
     (never a silent pass)."""
