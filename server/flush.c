@@ -1,9 +1,10 @@
 /*
  * flush: a client's flush_all across the cluster as one CAS floor F
- * (memcached's oldest_cas): every member, active or pending, drops every
- * item, image and import with a CAS below F and mints above it from then
- * on, so all owners agree on what the flush removed whatever order the
- * flush and the images reach them in. See flush.h.
+ * (memcached's oldest_cas): every active member drops every item, image
+ * and import with a CAS below F and mints above it from then on, so all
+ * owners agree on what the flush removed whatever order the flush and
+ * the images reach them in; a node joining meanwhile gets the floor with
+ * its handoff batches (op_broadcast). See flush.h.
  */
 #include "config.h"
 #include "server/flush.h"
