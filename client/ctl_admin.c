@@ -449,9 +449,11 @@ ctl_admin_plan(struct ctl_globals *g, int argc, char **argv)
  */
 
 /* Re-notify nodes of an abort recorded in aborted.* (abort with nothing
- * pending is idempotent: nodes that missed the Abort still get it). */
+ * pending is idempotent: nodes that missed the Abort still get it). Only
+ * the nodes pending an epoch above `above` (0: any); quiet: the summary
+ * goes to stderr (resume's pass, whose stdout is its own). */
 static int
-reabort(struct admin *a)
+reabort(struct admin *a, uint64_t above, bool quiet)
 {
     static const char *const names[] = { REC_ABORTED_TREC, REC_ABORTED };
     struct cport_request     sreq = { .kind = CPORT_STATUS };
@@ -475,7 +477,9 @@ reabort(struct admin *a)
         return EX_USAGE;
     }
     if (!a->have_rec) {
-        printf("nothing pending\n");
+        if (!quiet) {
+            printf("nothing pending\n");
+        }
         return EX_OK;
     }
     if (nodes_build(a) != EX_OK) {
@@ -490,7 +494,7 @@ reabort(struct admin *a)
             failed++;
             continue;
         }
-        if (t->st.pending_epoch == 0) {
+        if (t->st.pending_epoch == 0 || t->st.pending_epoch <= above) {
             continue;
         }
         if (t->st.pending_epoch == a->rec.epoch &&
@@ -526,9 +530,14 @@ reabort(struct admin *a)
             }
         }
     }
-    printf("nothing pending\tlast aborted epoch %" PRIu64 " (%s): re-sent Abort to %u nodes, "
-           "%u unreachable or failed\n",
-           a->rec.epoch, a->rec.op, sent, failed);
+    if (!quiet) {
+        printf("nothing pending\tlast aborted epoch %" PRIu64 " (%s): re-sent Abort to %u nodes, "
+               "%u unreachable or failed\n",
+               a->rec.epoch, a->rec.op, sent, failed);
+    } else if (sent > 0 || failed > 0) {
+        ctl_info("resume: re-sent an Abort its node missed to %u nodes, %u unreachable or failed",
+                 sent, failed);
+    }
     return failed > 0 ? EX_FAILED : EX_OK;
 }
 
@@ -543,7 +552,7 @@ ctl_abort(struct ctl_globals *g, int argc, char **argv)
         goto out;
     }
     if (!a.have_rec && a.new == NULL) {
-        rc = reabort(&a);
+        rc = reabort(&a, 0, false);
         goto out;
     }
     if (a.have_rec && a.old != NULL && a.old->epoch >= a.rec.epoch) {
@@ -656,6 +665,22 @@ resume_committed(struct admin *a, bool leftover)
     return EX_OK;
 }
 
+/* resume with nothing pending: a node still pending a transition the
+ * store aborted (it missed the Abort, e.g. cut off during it) holds the
+ * next transition up; it is told the abort, as `ringctl abort` would. */
+static int
+resume_reabort(struct ctl_globals *g, int argc, char **argv, uint64_t active)
+{
+    struct admin b = { .g = g };
+    int          rc = admin_begin(&b, argc, argv, CTL_USAGE_ADMIN " resume");
+
+    if (rc == EX_OK && !b.have_rec && b.new == NULL) {
+        rc = reabort(&b, active, true);
+    }
+    admin_free(&b);
+    return rc;
+}
+
 int
 ctl_resume(struct ctl_globals *g, int argc, char **argv)
 {
@@ -691,9 +716,12 @@ ctl_resume(struct ctl_globals *g, int argc, char **argv)
         }
         if (a.have_rec && a.rec.epoch == a.old->epoch) {
             rc = resume_committed(&a, false);
-            goto out;
+        } else {
+            rc = resume_active(&a);
         }
-        rc = resume_active(&a);
+        if (rc == EX_OK) {
+            rc = resume_reabort(g, argc, argv, a.old->epoch);
+        }
         goto out;
     }
     if (a.old->epoch >= a.rec.epoch) {

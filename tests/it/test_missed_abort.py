@@ -20,7 +20,10 @@ writes that reached neither epoch-2 owner. Now the Pongs carry the
 identity of the active epoch (a digest of its membership): n1 sees that
 epoch 2 is not the one it prepared, drops T1 and is behind epoch 2
 (TRYAGAIN), never stale, nothing acknowledged that the owners lack. The
-same with the nodes watching the store (--store)."""
+same with the nodes watching the store (--store).
+
+And `ringctl resume` with nothing pending in the store (as `ringctl watch`
+runs it) tells a node the abort it missed too (resume_reaborts)."""
 import os
 import signal
 import sys
@@ -87,6 +90,43 @@ def scenario(t):
         t.ok(lg.wait_for(c_serves, 30, 0.05), "c serves again after its pause (%.2f s after the "
              "join)" % (time.monotonic() - t0))
         lg.check_transition(t, cl, hist, 1, e1, cl.store_active(), "join after the recovery")
+    finally:
+        if stopped:
+            os.kill(c.pid, signal.SIGCONT)
+        lg.close_cluster(t, cl)
+
+
+def resume_reaborts(t):
+    """`ringctl resume` with nothing pending in the store also tells a
+    node the abort it missed (found by the nemesis: b cut off from
+    everyone during an abort kept the join prepared; resume, which
+    `ringctl watch` runs, said "finishing" and left it so, and the next
+    join failed at b, "token does not match the pending transition")."""
+    cl, ok = lg.start_cluster(t, ["a", "b", "c"])
+    c = cl.nodes["c"]
+    stopped = False
+    try:
+        if not ok:
+            return
+        d = cl.add("d")
+        rc, out, err = cl.ctl("join", "d", d.addr_s, env={"RINGCTL_EXIT_AFTER": "prepare"})
+        t.ok(rc == 4, "join d stopped after PREPARE", (rc, lg.tail(err)))
+        os.kill(c.pid, signal.SIGSTOP)
+        stopped = True
+        rc, out, err = cl.ctl("abort")
+        os.kill(c.pid, signal.SIGCONT)
+        stopped = False
+        t.ok(not cl.store_pending() and lg.node_epoch(c.addr) == (1, 2),
+             "aborted in the store while c was paused: c is still pending with it",
+             (rc, lg.tail(err), lg.node_epoch(c.addr)))
+        rc, out, err = cl.ctl("resume")
+        conv = cl.converged(1, ["a", "b", "c"])
+        t.ok(rc == 0 and all(v == (1, 0) for v in conv.values()),
+             "ringctl resume (nothing pending in the store) brings c back: exit %s, %s"
+             % (rc, conv), (lg.tail(out), lg.tail(err)))
+        rc, out, err = cl.ctl("join", "d", d.addr_s)
+        t.ok(rc == 0 and cl.store_epoch() == 2, "then a join succeeds",
+             (rc, lg.tail(out), lg.tail(err)))
     finally:
         if stopped:
             os.kill(c.pid, signal.SIGCONT)
@@ -245,7 +285,7 @@ def reused_epoch(t, store):
 
 
 def main():
-    lg.tap_main([scenario, (reused_epoch, False), (reused_epoch, True)], 300,
+    lg.tap_main([scenario, resume_reaborts, (reused_epoch, False), (reused_epoch, True)], 360,
                 "a node that missed an abort")
 
 
