@@ -397,7 +397,7 @@ store_raise_floor(struct store *s, uint64_t f)
 static uint64_t
 floor_at(int64_t when)
 {
-    return when > 0 ? (uint64_t)when * 1000 << CAS_LOGICAL_BITS : 0;
+    return when > 0 ? store_cas_clock(when * 1000) : 0;
 }
 
 /* See store.h. */

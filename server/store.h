@@ -215,10 +215,26 @@ int store_delete_cas(struct store *s, const char *key, size_t nkey, uint64_t has
 /* A CAS newer than any this store has minted or imported: the tombstone a
  * primary sends for a delete that found nothing (a replica may still hold
  * what an earlier, unacknowledged delete removed here). Every CAS is a
- * hybrid logical clock: max(previous + 1, wall-clock ms << 22), so one
+ * hybrid logical clock: max(previous + 1, store_cas_clock(now)), so one
  * minted after a restart, or on a node that just joined, is above what any
  * node minted earlier, up to clock skew. */
 uint64_t store_cas_mint(struct store *s);
+
+/* The CAS clock counts milliseconds from 2024-01-01T00:00:00Z (Unix ms
+ * 1704067200000), shifted above a 22-bit counter: CAS values stay below
+ * 2^63 (clients that hold a CAS in a signed 64-bit integer) until 2093. */
+#define STORE_CAS_EPOCH_MS     INT64_C(1704067200000)
+#define STORE_CAS_LOGICAL_BITS 22
+
+/* The CAS clock at Unix time unix_ms: the least CAS minted from then on
+ * (0 before the clock's epoch). */
+static inline uint64_t
+store_cas_clock(int64_t unix_ms)
+{
+    return unix_ms > STORE_CAS_EPOCH_MS
+               ? (uint64_t)(unix_ms - STORE_CAS_EPOCH_MS) << STORE_CAS_LOGICAL_BITS
+               : 0;
+}
 
 /* Make every CAS minted from now on newer than cas (a replica applying a
  * tombstone: were it to become the primary, its writes must outrank it). */
@@ -242,8 +258,8 @@ int store_arith(struct store *s, const char *key, size_t nkey, uint64_t hash, bo
  * from `when` on survive. A later call replaces a pending one. Implemented
  * as a CAS floor (memcached's oldest_cas): an immediate flush raises the
  * floor to a fresh CAS at once (so an item stored in the same second after
- * the flush survives), a delayed one to `when` in ms << 22 (the CAS clock's
- * layout, store_cas_mint) when the first operation at or after `when`
+ * the flush survives), a delayed one to store_cas_clock(`when`) (the CAS
+ * clock, store_cas_mint) when the first operation at or after `when`
  * sees it due. Memory is reclaimed lazily and by the sweep.
  */
 void store_flush(struct store *s, int64_t when);

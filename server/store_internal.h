@@ -49,11 +49,10 @@
 #define IF_LINKED  0x4000u
 #define IF_FETCHED 0x8000u
 
-/* A CAS is a hybrid logical clock: milliseconds since the Unix epoch
- * (plus the store's clock shift) above CAS_LOGICAL_BITS, a counter below
- * (4M writes a millisecond before it borrows from the next one; 42 bits of
- * milliseconds last until 2109). See cas_mint. */
-#define CAS_LOGICAL_BITS 22
+/* A CAS is a hybrid logical clock: milliseconds since the CAS clock's
+ * epoch (plus the store's clock shift) above STORE_CAS_LOGICAL_BITS, a
+ * counter below (4M writes a millisecond before it borrows from the next
+ * one). See store_cas_clock and cas_mint. */
 
 enum dead {
     LIVE = 0,
@@ -234,7 +233,7 @@ item_ref(struct store_item *it)
     __atomic_fetch_add(&it->refcount, 1, __ATOMIC_RELAXED);
 }
 
-/* The clock part of the next CAS: now in ms << CAS_LOGICAL_BITS. A coarse
+/* The clock part of the next CAS: store_cas_clock(now). A coarse
  * clock read (the vDSO, no system call): a mint needs only to pass what
  * this node minted before a restart and what other nodes minted a while
  * ago, not sub-millisecond order. */
@@ -247,7 +246,7 @@ cas_wall(const struct store *s)
     clock_gettime(CLOCK_REALTIME_COARSE, &ts);
     ms = ((int64_t)ts.tv_sec + __atomic_load_n(&s->clock_shift, __ATOMIC_RELAXED)) * 1000 +
          ts.tv_nsec / 1000000;
-    return ms > 0 ? (uint64_t)ms << CAS_LOGICAL_BITS : 0;
+    return store_cas_clock(ms);
 }
 
 /*

@@ -210,7 +210,7 @@ START_TEST(test_flush_floor)
     store_flush(s, store_exptime(s, 10));
     store_flush_state(s, &floor, &when_floor, &when);
     ck_assert_int_eq(when, store_exptime(s, 10));
-    ck_assert_uint_eq(when_floor, (uint64_t)when * 1000 << 22);
+    ck_assert_uint_eq(when_floor, store_cas_clock((int64_t)when * 1000));
     store_flush_floor(s, 1); /* stays pending */
     store_flush_state(s, &floor, &when_floor, &when);
     ck_assert_int_ne(when, 0);

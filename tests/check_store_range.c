@@ -956,7 +956,7 @@ END_TEST
 START_TEST(test_import_cas)
 {
     struct store  *s = mkstore(64 * MIB, false);
-    const uint64_t wall = (uint64_t)time(NULL) * 1000 << 22;
+    const uint64_t wall = store_cas_clock((int64_t)time(NULL) * 1000);
     const uint64_t imported[] = {
         wall - (UINT64_C(1000) << 22),
         wall + (UINT64_C(600000) << 22) + 5, /* ten minutes ahead */
