@@ -129,7 +129,12 @@ START_TEST(test_cas)
     ck_assert_int_eq(put(s, STORE_OP_SET, "k", "v1", 0, 0, 0, &c1), STORE_STORED);
     ck_assert_uint_eq(cas_of(s, "k"), c1);
     /* a hybrid logical clock: wall-clock ms above the low 22 bits */
-    ck_assert_int_lt(llabs((long long)(c1 >> 22) - (long long)time(NULL) * 1000), 5000);
+    ck_assert_int_lt(
+        llabs((long long)(c1 >> STORE_CAS_LOGICAL_BITS) -
+              (long long)(store_cas_clock((int64_t)time(NULL) * 1000) >> STORE_CAS_LOGICAL_BITS)),
+        5000);
+    /* below 2^63 (signed 64-bit clients) until 2093-01-01 */
+    ck_assert_uint_lt(store_cas_clock(INT64_C(3881606400000)), UINT64_C(1) << 63);
     ck_assert_int_eq(put(s, STORE_OP_CAS, "k", "v2", 0, 0, c1, &c2), STORE_STORED);
     ck_assert_uint_ne(c2, c1);
     expect(s, "k", "v2");
