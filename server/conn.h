@@ -47,15 +47,15 @@ typedef void (*conn_hold_gone_fn)(void *owner);
 /* One piece of queued output. */
 struct out_chunk {
     struct out_chunk  *next;
-    struct store_item *it;     /* reference held for a value chunk, else NULL */
-    const char        *data;   /* buf for a text chunk, the item's bytes otherwise */
-    uint32_t           len;    /* valid bytes at data */
-    uint32_t           off;    /* bytes already written */
-    uint32_t           cap;    /* capacity of buf (text chunks) */
-    bool               sealed; /* never append to it (a hold, or filled by one) */
-    void              *owner;  /* an unfilled hold: who fills it; else NULL */
-    conn_hold_gone_fn  gone;   /* called with owner if the chunk is dropped */
-    struct out_chunk  *ins;    /* a hold: last chunk inserted after it */
+    struct store_item *it;      /* reference held for a value chunk, else NULL */
+    const char        *data;    /* buf for a text chunk, the item's bytes otherwise */
+    uint32_t           len;     /* valid bytes at data */
+    uint32_t           off;     /* bytes already written */
+    uint32_t           cap;     /* capacity of buf (text chunks) */
+    bool               sealed;  /* never append to it (a hold, or filled by one) */
+    void              *owner;   /* an unfilled hold: who fills it; else NULL */
+    conn_hold_gone_fn  gone;    /* called with owner if the chunk is dropped */
+    struct out_chunk  *ins;     /* a hold: last chunk inserted after it */
     uint64_t           lat_t0;  /* a hold ending a timed command: its start (latency.h) */
     uint8_t            lat_cmd; /* that command (enum latency_cmd), else LATENCY_NONE */
     char               buf[];
@@ -108,6 +108,10 @@ struct conn {
     bool               get_ordered; /* route.c: its keys are read at their acting primary */
     int64_t            get_exptime;
     uint64_t           declared_epoch; /* `epoch <n>`: MOVED instead of forwarding */
+    bool               moved_on;       /* route.c follow_redirect: reads of moved_hash */
+    int32_t            moved_to;       /* are MOVED to moved_to while the view is */
+    uint64_t           moved_hash;     /* moved_gen (the last write was MOVED) */
+    uint64_t           moved_gen;
     bool               peer;           /* `rc_peer` proven: a cluster peer (replicate.c) */
     char               peer_nonce[33]; /* `rc_peer`'s challenge, hex ("": none; proto_peer.c) */
     bool               authenticated;  /* -Y: logged in, or no -Y (server/proto_auth.h) */
@@ -144,11 +148,11 @@ struct conn {
     uint32_t last_active; /* w->idle_now when bytes last came in (idle_timeout) */
 
     /* The command being timed (server/latency.h). */
-    uint64_t          lat_batch; /* clock of the batch being parsed; 0: not read yet */
-    uint64_t          lat_t0;    /* the command's start */
-    uint8_t           lat_cmd;   /* enum latency_cmd; LATENCY_NONE: none */
-    struct out_chunk *lat_hold;  /* the last hold it created */
-    uint32_t          lat_mask;  /* bit k: lat_done[k] > 0 */
+    uint64_t          lat_batch;              /* clock of the batch being parsed; 0: not read yet */
+    uint64_t          lat_t0;                 /* the command's start */
+    uint8_t           lat_cmd;                /* enum latency_cmd; LATENCY_NONE: none */
+    struct out_chunk *lat_hold;               /* the last hold it created */
+    uint32_t          lat_mask;               /* bit k: lat_done[k] > 0 */
     uint32_t          lat_done[LATENCY_CMDS]; /* answered here this batch, to count at its end */
 };
 

@@ -259,6 +259,35 @@ conn_cluster(const struct conn *c)
     return c->w->srv != NULL ? c->w->srv->cluster : NULL;
 }
 
+/*
+ * A declared connection whose write of a key was just redirected (MOVED:
+ * this node's view names another acting primary) has its reads of that
+ * key redirected the same way, until its next write or a new view. The
+ * connection may be a relaying node's upstream that sent the write here
+ * by its own view (it saw the primary recovering a moment longer) with a
+ * client's get pipelined behind it: read here, the get would miss the
+ * write it follows, which the relaying node re-sends to the primary
+ * (docs/guarantees.md, "Per connection"); MOVED, the relaying node holds
+ * it behind that write (fwd_order).
+ */
+static void
+follow_redirect(struct conn *c, const struct cluster_view *v, struct route *rt)
+{
+    if (!conn_declared(c) || rt->n_owners == 0) {
+        return;
+    }
+    if (rt->write) {
+        c->moved_on = rt->action == ROUTE_MOVED;
+        c->moved_to = (int32_t)rt->target;
+        c->moved_hash = rt->hash;
+        c->moved_gen = v->gen;
+    } else if (c->moved_on && rt->action == ROUTE_SERVE && c->moved_hash == rt->hash &&
+               c->moved_gen == v->gen) {
+        rt->action = ROUTE_MOVED;
+        rt->target = (uint32_t)c->moved_to;
+    }
+}
+
 /* The decision for c's request on view v (ordered: see decide). */
 static void
 decide_for(struct conn *c, const struct cluster_view *v, uint64_t hash, bool write, bool ordered,
@@ -268,6 +297,7 @@ decide_for(struct conn *c, const struct cluster_view *v, uint64_t hash, bool wri
     if (rt->n_owners > 0) {
         STATS_ADD(&c->w->stats, route_lookups, 1);
         decide(v, rt, conn_declared(c), ordered);
+        follow_redirect(c, v, rt);
     }
 }
 
@@ -571,6 +601,7 @@ route_update_ready(struct conn *c)
         rt->view = v;
         if (rt->n_owners > 0) {
             decide(v, rt, conn_declared(c), false);
+            follow_redirect(c, v, rt);
         }
     }
     if (rt->action == ROUTE_SERVE) {

@@ -118,6 +118,27 @@ def multi_at(addr, k2, k1):
     return bad
 
 
+def declared_at(addr, key, other):
+    """A declared connection (`epoch 1`, as a relaying node's upstream or a
+    smart client) at the key's second owner pipelines `set key` (MOVED to
+    the primary) + `get key` + `get other` (also owned here): the lines
+    answered."""
+    c = lg.Conn(addr, 5.0)
+    try:
+        c.declare(1)
+        c.send(b"set %s 0 0 2\r\nv1\r\nget %s\r\nget %s\r\n" % (
+            key.encode(), key.encode(), other.encode()))
+        set_line = c.readline()
+        get_line = c.readline()
+        try:
+            other = read_get(c)
+        except lg.ProtoError as e:
+            other = "error: %s" % e
+        return set_line, get_line, other
+    finally:
+        c.close()
+
+
 def scenario(t):
     cl, ok = lg.start_cluster(t, ["a", "b", "c"], replicas=2, mem=64)
     try:
@@ -157,6 +178,20 @@ def scenario(t):
         t.ok(not bad, "sets of a key the node is second owner of and of one it is primary of, "
              "then a get of both, pipelined: %d rounds per node, %d missed a write"
              % (ROUNDS, len(bad)), bad[:5])
+        # A relaying node sends a write to the node its own view names and
+        # pipelines the client's get behind it; when this node's view names
+        # another acting primary (the relaying node saw the primary
+        # recovering a moment longer: the nemesis's one ryw, 0.5 s after a
+        # repair), the write is MOVED there and the get must not be read
+        # here before it: MOVED too, and only that key's.
+        got = []
+        for nid in cl.nodes:
+            mine = [k for k in keys if owners[k][1] == nid]
+            got.append((nid,) + declared_at(cl.nodes[nid].addr, mine[0], mine[1]))
+        t.ok(all(g[1].startswith(b"SERVER_ERROR MOVED") and g[2] == g[1]
+                 and not isinstance(g[3], str) for g in got),
+             "declared connection at the second owner: a get pipelined behind its MOVED set "
+             "of the key is MOVED the same way; a get of another key is served", got)
     finally:
         lg.close_cluster(t, cl)
 
