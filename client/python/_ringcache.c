@@ -22,8 +22,8 @@
  * does (both under the GIL, so ringcache_free never races a call). */
 struct handle {
     PyObject_HEAD struct ringcache *rc;
-    int busy;
-    int closing;
+    int                             busy;
+    int                             closing;
 };
 
 static PyObject *rc_error; /* _ringcache.Error(code, message) */
@@ -63,12 +63,24 @@ leave(struct handle *h)
     }
 }
 
-static const char *const handle_kw[] = {
-    "members_file", "members_text", "seeds", "connect_timeout_ms", "op_timeout_ms",
-    "retry_interval_ms", "retry_max_ms", "max_value_bytes", "pool_size", "tls",
-    "tls_skip_name_check", "tls_ca_file", "tls_cert_file", "tls_key_file", "auth_user",
-    "auth_password", "poll_interval_ms", NULL
-};
+static const char *const handle_kw[] = { "members_file",
+                                         "members_text",
+                                         "seeds",
+                                         "connect_timeout_ms",
+                                         "op_timeout_ms",
+                                         "retry_interval_ms",
+                                         "retry_max_ms",
+                                         "max_value_bytes",
+                                         "pool_size",
+                                         "tls",
+                                         "tls_skip_name_check",
+                                         "tls_ca_file",
+                                         "tls_cert_file",
+                                         "tls_key_file",
+                                         "auth_user",
+                                         "auth_password",
+                                         "poll_interval_ms",
+                                         NULL };
 
 /* Handle(members_file=, members_text=, seeds=[str], options...): exactly
  * one of the three membership sources. */
@@ -76,21 +88,20 @@ static int
 handle_init(struct handle *h, PyObject *args, PyObject *kw)
 {
     struct ringcache_options opt;
-    const char *file = NULL, *text = NULL;
-    Py_ssize_t  text_len = 0, n = 0, i;
-    PyObject   *seeds = NULL;
-    Py_ssize_t  max_value = -1;
-    int         pool = -1, poll_ms = -1, rc = RINGCACHE_EINVAL;
-    char        err[256] = "";
-    const char **addrs = NULL;
+    const char              *file = NULL, *text = NULL;
+    Py_ssize_t               text_len = 0, n = 0, i;
+    PyObject                *seeds = NULL;
+    Py_ssize_t               max_value = -1;
+    int                      pool = -1, poll_ms = -1, rc = RINGCACHE_EINVAL;
+    char                     err[256] = "";
+    const char             **addrs = NULL;
 
     ringcache_options_init(&opt);
     if (!PyArg_ParseTupleAndKeywords(
             args, kw, "|zz#Oiiiinipzzzzzi", (char **)handle_kw, &file, &text, &text_len, &seeds,
-            &opt.connect_timeout_ms, &opt.op_timeout_ms, &opt.retry_interval_ms,
-            &opt.retry_max_ms, &max_value, &pool, &opt.tls, &opt.tls_skip_name_check,
-            &opt.tls_ca_file, &opt.tls_cert_file, &opt.tls_key_file, &opt.auth_user,
-            &opt.auth_password, &poll_ms)) {
+            &opt.connect_timeout_ms, &opt.op_timeout_ms, &opt.retry_interval_ms, &opt.retry_max_ms,
+            &max_value, &pool, &opt.tls, &opt.tls_skip_name_check, &opt.tls_ca_file,
+            &opt.tls_cert_file, &opt.tls_key_file, &opt.auth_user, &opt.auth_password, &poll_ms)) {
         return -1;
     }
     if (max_value >= 0) {
@@ -128,17 +139,22 @@ handle_init(struct handle *h, PyObject *args, PyObject *kw)
             PyErr_NoMemory();
             return -1;
         }
-        Py_BEGIN_ALLOW_THREADS rc = ringcache_new_seeds(&h->rc, addrs, (size_t)n, &opt, err,
-                                                        sizeof(err));
-        Py_END_ALLOW_THREADS free(addrs);
+        {
+            PyThreadState *ts = PyEval_SaveThread(); /* the GIL is released */
+            rc = ringcache_new_seeds(&h->rc, addrs, (size_t)n, &opt, err, sizeof(err));
+            PyEval_RestoreThread(ts);
+        }
+        free(addrs);
         Py_DECREF(seq);
     } else if (file != NULL) {
-        Py_BEGIN_ALLOW_THREADS rc = ringcache_new_members_file(&h->rc, file, &opt, err,
-                                                               sizeof(err));
-        Py_END_ALLOW_THREADS
+        {
+            PyThreadState *ts = PyEval_SaveThread(); /* the GIL is released */
+            rc = ringcache_new_members_file(&h->rc, file, &opt, err, sizeof(err));
+            PyEval_RestoreThread(ts);
+        }
     } else {
-        rc = ringcache_new_members_text(&h->rc, text, (size_t)text_len, "members_text", &opt,
-                                        err, sizeof(err));
+        rc = ringcache_new_members_text(&h->rc, text, (size_t)text_len, "members_text", &opt, err,
+                                        sizeof(err));
     }
     if (rc != 0) {
         h->rc = NULL;
@@ -198,9 +214,13 @@ handle_get(struct handle *h, PyObject *args)
     if (!PyArg_ParseTuple(args, "y#|p", &key, &klen, &with_cas) || (rc = enter(h)) == NULL) {
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS code = with_cas ? ringcache_gets(rc, key, (size_t)klen, &v)
-                                           : ringcache_get(rc, key, (size_t)klen, &v);
-    Py_END_ALLOW_THREADS leave(h);
+    {
+        PyThreadState *ts = PyEval_SaveThread(); /* the GIL is released */
+        code = with_cas ? ringcache_gets(rc, key, (size_t)klen, &v)
+                        : ringcache_get(rc, key, (size_t)klen, &v);
+        PyEval_RestoreThread(ts);
+    }
+    leave(h);
     if (code == RINGCACHE_ENOTFOUND) {
         Py_RETURN_NONE;
     }
@@ -211,7 +231,14 @@ handle_get(struct handle *h, PyObject *args)
 }
 
 /* Store operations, by number (store()'s op). */
-enum { OP_SET, OP_ADD, OP_REPLACE, OP_APPEND, OP_PREPEND, OP_CAS };
+enum {
+    OP_SET,
+    OP_ADD,
+    OP_REPLACE,
+    OP_APPEND,
+    OP_PREPEND,
+    OP_CAS
+};
 
 /* store(op, key, value, flags, ttl, cas) -> the library's code. */
 static PyObject *
@@ -228,27 +255,31 @@ handle_store(struct handle *h, PyObject *args)
         (rc = enter(h)) == NULL) {
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS switch (op) {
-    case OP_SET:
-        code = ringcache_set(rc, key, klen, val, vlen, (uint32_t)flags, ttl);
-        break;
-    case OP_ADD:
-        code = ringcache_add(rc, key, klen, val, vlen, (uint32_t)flags, ttl);
-        break;
-    case OP_REPLACE:
-        code = ringcache_replace(rc, key, klen, val, vlen, (uint32_t)flags, ttl);
-        break;
-    case OP_APPEND:
-        code = ringcache_append(rc, key, klen, val, vlen);
-        break;
-    case OP_PREPEND:
-        code = ringcache_prepend(rc, key, klen, val, vlen);
-        break;
-    case OP_CAS:
-        code = ringcache_cas(rc, key, klen, val, vlen, (uint32_t)flags, ttl, cas);
-        break;
+    {
+        PyThreadState *ts = PyEval_SaveThread(); /* the GIL is released */
+        switch (op) {
+        case OP_SET:
+            code = ringcache_set(rc, key, klen, val, vlen, (uint32_t)flags, ttl);
+            break;
+        case OP_ADD:
+            code = ringcache_add(rc, key, klen, val, vlen, (uint32_t)flags, ttl);
+            break;
+        case OP_REPLACE:
+            code = ringcache_replace(rc, key, klen, val, vlen, (uint32_t)flags, ttl);
+            break;
+        case OP_APPEND:
+            code = ringcache_append(rc, key, klen, val, vlen);
+            break;
+        case OP_PREPEND:
+            code = ringcache_prepend(rc, key, klen, val, vlen);
+            break;
+        case OP_CAS:
+            code = ringcache_cas(rc, key, klen, val, vlen, (uint32_t)flags, ttl, cas);
+            break;
+        }
+        PyEval_RestoreThread(ts);
     }
-    Py_END_ALLOW_THREADS leave(h);
+    leave(h);
     return PyLong_FromLong(code);
 }
 
@@ -264,8 +295,12 @@ handle_delete(struct handle *h, PyObject *args)
     if (!PyArg_ParseTuple(args, "y#", &key, &klen) || (rc = enter(h)) == NULL) {
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS code = ringcache_delete(rc, key, (size_t)klen);
-    Py_END_ALLOW_THREADS leave(h);
+    {
+        PyThreadState *ts = PyEval_SaveThread(); /* the GIL is released */
+        code = ringcache_delete(rc, key, (size_t)klen);
+        PyEval_RestoreThread(ts);
+    }
+    leave(h);
     return PyLong_FromLong(code);
 }
 
@@ -281,8 +316,12 @@ handle_touch(struct handle *h, PyObject *args)
     if (!PyArg_ParseTuple(args, "y#i", &key, &klen, &ttl) || (rc = enter(h)) == NULL) {
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS code = ringcache_touch(rc, key, (size_t)klen, ttl);
-    Py_END_ALLOW_THREADS leave(h);
+    {
+        PyThreadState *ts = PyEval_SaveThread(); /* the GIL is released */
+        code = ringcache_touch(rc, key, (size_t)klen, ttl);
+        PyEval_RestoreThread(ts);
+    }
+    leave(h);
     return PyLong_FromLong(code);
 }
 
@@ -297,13 +336,16 @@ handle_incr(struct handle *h, PyObject *args)
     uint64_t           result = 0;
     int                code, decr = 0;
 
-    if (!PyArg_ParseTuple(args, "y#K|p", &key, &klen, &delta, &decr) ||
-        (rc = enter(h)) == NULL) {
+    if (!PyArg_ParseTuple(args, "y#K|p", &key, &klen, &delta, &decr) || (rc = enter(h)) == NULL) {
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS code = decr ? ringcache_decr(rc, key, klen, delta, &result)
-                                       : ringcache_incr(rc, key, klen, delta, &result);
-    Py_END_ALLOW_THREADS leave(h);
+    {
+        PyThreadState *ts = PyEval_SaveThread(); /* the GIL is released */
+        code = decr ? ringcache_decr(rc, key, klen, delta, &result)
+                    : ringcache_incr(rc, key, klen, delta, &result);
+        PyEval_RestoreThread(ts);
+    }
+    leave(h);
     return Py_BuildValue("(iK)", code, (unsigned long long)result);
 }
 
@@ -394,10 +436,12 @@ handle_get_many(struct handle *h, PyObject *args)
         }
         goto out;
     }
-    Py_BEGIN_ALLOW_THREADS code = n ? ringcache_mget_cb(rc, keys, lens, (size_t)n, with_cas,
-                                                        mget_copy, slots)
-                                    : 0;
-    Py_END_ALLOW_THREADS leave(h);
+    {
+        PyThreadState *ts = PyEval_SaveThread(); /* the GIL is released */
+        code = n ? ringcache_mget_cb(rc, keys, lens, (size_t)n, with_cas, mget_copy, slots) : 0;
+        PyEval_RestoreThread(ts);
+    }
+    leave(h);
     if (code != 0) {
         raise_code(code, NULL);
         goto out;
@@ -432,9 +476,10 @@ out:
     return out;
 }
 
-static const char *const meta_kw[] = { "want", "ttl", "vivify_ttl", "recache_below", "cas",
-                                       "new_cas", "flags", "mode", "invalidate", "no_bump",
-                                       "delta", "initial", "wait_ms", NULL };
+static const char *const meta_kw[] = { "want",       "ttl",     "vivify_ttl", "recache_below",
+                                       "cas",        "new_cas", "flags",      "mode",
+                                       "invalidate", "no_bump", "delta",      "initial",
+                                       "wait_ms",    NULL };
 
 /* Fill *o from a dict of meta options (None values keep the default). */
 static int
@@ -539,7 +584,12 @@ meta_reply(int code, struct ringcache_meta_result *r)
 }
 
 /* Meta commands, by number (meta()'s cmd). */
-enum { META_MG, META_MS, META_MD, META_MA };
+enum {
+    META_MG,
+    META_MS,
+    META_MD,
+    META_MA
+};
 
 /* meta(cmd, key, value or None, opts dict) -> (code, result dict). */
 static PyObject *
@@ -558,21 +608,25 @@ handle_meta(struct handle *h, PyObject *args)
         meta_opts(d, &o) < 0 || (rc = enter(h)) == NULL) {
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS switch (cmd) {
-    case META_MG:
-        code = ringcache_mg(rc, key, klen, &o, &r);
-        break;
-    case META_MS:
-        code = ringcache_ms(rc, key, klen, val ? val : "", vlen, &o, &r);
-        break;
-    case META_MD:
-        code = ringcache_md(rc, key, klen, &o, &r);
-        break;
-    case META_MA:
-        code = ringcache_ma(rc, key, klen, &o, &r);
-        break;
+    {
+        PyThreadState *ts = PyEval_SaveThread(); /* the GIL is released */
+        switch (cmd) {
+        case META_MG:
+            code = ringcache_mg(rc, key, klen, &o, &r);
+            break;
+        case META_MS:
+            code = ringcache_ms(rc, key, klen, val ? val : "", vlen, &o, &r);
+            break;
+        case META_MD:
+            code = ringcache_md(rc, key, klen, &o, &r);
+            break;
+        case META_MA:
+            code = ringcache_ma(rc, key, klen, &o, &r);
+            break;
+        }
+        PyEval_RestoreThread(ts);
     }
-    Py_END_ALLOW_THREADS leave(h);
+    leave(h);
     return meta_reply(code, &r);
 }
 
@@ -637,8 +691,12 @@ handle_get_or_compute(struct handle *h, PyObject *args)
         (rc = enter(h)) == NULL) {
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS code = ringcache_get_or_compute(rc, key, klen, &o, compute_cb, &c, &r);
-    Py_END_ALLOW_THREADS leave(h);
+    {
+        PyThreadState *ts = PyEval_SaveThread(); /* the GIL is released */
+        code = ringcache_get_or_compute(rc, key, klen, &o, compute_cb, &c, &r);
+        PyEval_RestoreThread(ts);
+    }
+    leave(h);
     if (c.exc_type != NULL) {
         ringcache_meta_result_clear(&r);
         PyErr_Restore(c.exc_type, c.exc_value, c.exc_tb);
@@ -750,8 +808,12 @@ handle_stats(struct handle *h, PyObject *args)
     if (!PyArg_ParseTuple(args, "n|z", &i, &group) || (rc = enter(h)) == NULL) {
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS code = ringcache_stats_group(rc, (size_t)i, group, stats_line, &c);
-    Py_END_ALLOW_THREADS leave(h);
+    {
+        PyThreadState *ts = PyEval_SaveThread(); /* the GIL is released */
+        code = ringcache_stats_group(rc, (size_t)i, group, stats_line, &c);
+        PyEval_RestoreThread(ts);
+    }
+    leave(h);
     if (code != 0 || c.oom) {
         free(c.buf);
         return c.oom ? PyErr_NoMemory() : raise_code(code, NULL);
@@ -788,8 +850,12 @@ handle_refresh(struct handle *h, PyObject *unused)
     if ((rc = enter(h)) == NULL) {
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS code = ringcache_refresh(rc);
-    Py_END_ALLOW_THREADS leave(h);
+    {
+        PyThreadState *ts = PyEval_SaveThread(); /* the GIL is released */
+        code = ringcache_refresh(rc);
+        PyEval_RestoreThread(ts);
+    }
+    leave(h);
     return PyLong_FromLong(code);
 }
 
