@@ -364,13 +364,45 @@ def scenario_kill(t):
         loadgen.close_cluster(t, cl)
 
 
+def scenario_install(t):
+    """`make install DESTDIR=...`: the package lands in a site directory of
+    the module's python and imports from there, with no libtool .la."""
+    import shutil
+    import subprocess
+    import tempfile
+    dest = tempfile.mkdtemp(prefix="rc-pyinst-")
+    try:
+        r = subprocess.run(["make", "-C", loadgen.BUILDDIR, "-s", "install", "DESTDIR=" + dest],
+                           capture_output=True, text=True, timeout=200)
+        t.ok(r.returncode == 0, "make install DESTDIR=...", (r.stdout + r.stderr)[-1500:])
+        site = [d for d, _s, files in os.walk(dest)
+                if d.endswith("/ringcache") and "_ringcache.so" in files]
+        t.ok(len(site) == 1 and os.path.basename(os.path.dirname(site[0])) in
+             ("dist-packages", "site-packages") and
+             not os.path.exists(os.path.join(site[0], "_ringcache.la")),
+             "installed under a python site directory: ringcache/{__init__.py,_ringcache.so}",
+             site)
+        if site:
+            code = ("import ringcache; print(ringcache.__file__); "
+                    "print(','.join(ringcache.Client(members_file=%r).locate('foo')))"
+                    % os.path.join(VECTORS, "three.members"))
+            env = dict(os.environ, PYTHONPATH=os.path.dirname(site[0]))
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               env=env, timeout=60, cwd=dest)
+            t.ok(r.returncode == 0 and r.stdout.startswith(site[0]) and
+                 r.stdout.split("\n")[1] == "cache-c,cache-b",
+                 "the installed package imports and locates", r.stdout + r.stderr)
+    finally:
+        shutil.rmtree(dest, ignore_errors=True)
+
+
 def main():
     why = pyext.not_built()
     if why:
         t = loadgen.Tap()
         t.skip("ringcache Python client", why)
         t.done()
-    loadgen.tap_main([scenario_calls, scenario_join_leave, scenario_kill], seconds=300)
+    loadgen.tap_main([scenario_install, scenario_calls, scenario_join_leave, scenario_kill], seconds=300)
 
 
 if __name__ == "__main__":
