@@ -98,7 +98,7 @@ handle_init(struct handle *h, PyObject *args, PyObject *kw)
 
     ringcache_options_init(&opt);
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "|zz#Oiiiinipzzzzzi", (char **)handle_kw, &file, &text, &text_len, &seeds,
+            args, kw, "|zz#Oiiiinippzzzzzi", (char **)handle_kw, &file, &text, &text_len, &seeds,
             &opt.connect_timeout_ms, &opt.op_timeout_ms, &opt.retry_interval_ms, &opt.retry_max_ms,
             &max_value, &pool, &opt.tls, &opt.tls_skip_name_check, &opt.tls_ca_file,
             &opt.tls_cert_file, &opt.tls_key_file, &opt.auth_user, &opt.auth_password, &poll_ms)) {

@@ -396,13 +396,78 @@ def scenario_install(t):
         shutil.rmtree(dest, ignore_errors=True)
 
 
+def scenario_secure(t):
+    """TLS (-Z) and logins (-Y) from Python: libringcache's options, on a
+    TLS cluster and on three plain -Y nodes given as seeds."""
+    import shutil
+    import ssl
+    import tempfile
+    import ringcache
+    import rctest
+    import tlscerts
+    why = tlscerts.available()
+    if why:
+        t.skip("TLS from Python", why)
+        return
+    d = tempfile.mkdtemp(prefix="rc-pytls-")
+    certs = loadgen.cluster_certs(d)
+    ctx = ssl.create_default_context(cafile=certs["ca"][1])
+    loadgen.use_client_tls(ctx)
+    try:
+        cl, ok = loadgen.start_cluster(t, ["a", "b", "c"], replicas=2, tls=certs, data_tls=True)
+    finally:
+        loadgen.use_client_tls(None)
+    try:
+        if ok:
+            c = client(cl, tls=True, tls_ca_file=certs["ca"][1])
+            vals = {"tls:%d" % i: b"v%d" % i for i in range(100)}
+            t.ok(c.set_many(vals) == [] and c.get_many(list(vals)) == vals
+                 and c.get_or_compute("tls:goc", lambda k: b"c", ttl=10) == b"c",
+                 "TLS cluster: set_many, get_many, get_or_compute")
+            plain = client(cl, timeout=0.5, connect_timeout=0.2)
+            try:
+                plain.set("tls:x", b"v")
+                t.ok(False, "no TLS against -Z nodes raises a MemcacheError")
+            except ringcache.MemcacheError as e:
+                t.ok(True, "no TLS against -Z nodes raises a MemcacheError (%s)"
+                     % type(e).__name__)
+    finally:
+        loadgen.close_cluster(t, cl)
+    auth = os.path.join(d, "auth")
+    with open(auth, "w") as f:
+        f.write("py:s3cret\n")
+    nodes = []
+    try:
+        for _ in range(3):
+            n = rctest.Node(args=["-t", "2", "-m", "32", "-Y", auth])
+            nodes.append(n)
+            n.start()
+            loadgen.track(n.proc)
+        seeds = [("127.0.0.1", n.port) for n in nodes]
+        c = ringcache.Client(seeds, username="py", password="s3cret", default_noreply=False)
+        vals = {"auth:%d" % i: b"v%d" % i for i in range(100)}
+        t.ok(len(c.nodes()) == 3 and c.set_many(vals) == [] and c.get_many(list(vals)) == vals,
+             "login (-Y) on 3 plain seed nodes: set_many, get_many")
+        bad = ringcache.Client(seeds, username="py", password="nope", default_noreply=False)
+        try:
+            bad.set("auth:x", b"v")
+            t.ok(False, "a wrong password raises RingcacheAuthError")
+        except ringcache.RingcacheAuthError:
+            t.ok(True, "a wrong password raises RingcacheAuthError")
+    finally:
+        for n in nodes:
+            n.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def main():
     why = pyext.not_built()
     if why:
         t = loadgen.Tap()
         t.skip("ringcache Python client", why)
         t.done()
-    loadgen.tap_main([scenario_install, scenario_calls, scenario_join_leave, scenario_kill], seconds=300)
+    loadgen.tap_main([scenario_install, scenario_calls, scenario_secure, scenario_join_leave,
+                      scenario_kill], seconds=300)
 
 
 if __name__ == "__main__":
