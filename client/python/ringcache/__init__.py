@@ -667,18 +667,40 @@ class Client:
 
 
 class HashClient(Client):
-    """pymemcache's HashClient: Client(servers=[(host, port), ...]). The
-    ring is libringcache's (the nodes' own), not pymemcache's rendezvous
-    hash; its fail-over rules are libringcache's (retry_interval,
-    retry_max), not pymemcache's retry_attempts/dead_timeout."""
+    """pymemcache's HashClient, with its signature: HashClient(servers,
+    ...). The ring is libringcache's (the nodes' own), not pymemcache's
+    rendezvous hash (hasher is ignored); fail-over follows libringcache's
+    rules (retry_interval, retry_max), not retry_attempts/dead_timeout."""
+
+    def __init__(self, servers, hasher=None, serde=None, serializer=None, deserializer=None,
+                 connect_timeout=None, timeout=None, no_delay=False, socket_module=None,
+                 key_prefix=b"", max_pool_size=None, pool_idle_timeout=0, lock_generator=None,
+                 retry_attempts=2, retry_timeout=1, dead_timeout=60, use_pooling=False,
+                 ignore_exc=False, allow_unicode_keys=False, default_noreply=True,
+                 encoding="ascii", tls_context=None, **kw):
+        if max_pool_size is not None:
+            kw.setdefault("pool_size", max_pool_size)
+        super().__init__(list(servers), serde=serde, serializer=serializer,
+                         deserializer=deserializer, connect_timeout=connect_timeout,
+                         timeout=timeout, ignore_exc=ignore_exc, key_prefix=key_prefix,
+                         default_noreply=default_noreply, allow_unicode_keys=allow_unicode_keys,
+                         encoding=encoding, tls_context=tls_context, **kw)
 
 
 class PooledClient(Client):
-    """pymemcache's PooledClient: max_pool_size maps to libringcache's
-    pool_size (idle connections kept per node). A Client is already safe
-    to share between threads."""
+    """pymemcache's PooledClient, with its signature: max_pool_size is
+    libringcache's pool_size (idle connections kept per node). A Client is
+    already safe to share between threads."""
 
-    def __init__(self, server=None, *args, max_pool_size=None, pool_idle_timeout=0, **kw):
+    def __init__(self, server, serde=None, serializer=None, deserializer=None,
+                 connect_timeout=None, timeout=None, no_delay=False, ignore_exc=False,
+                 socket_module=None, key_prefix=b"", max_pool_size=None, pool_idle_timeout=0,
+                 lock_generator=None, default_noreply=True, allow_unicode_keys=False,
+                 encoding="ascii", tls_context=None, **kw):
         if max_pool_size is not None:
             kw.setdefault("pool_size", max_pool_size)
-        super().__init__(server, *args, **kw)
+        super().__init__(server, serde=serde, serializer=serializer, deserializer=deserializer,
+                         connect_timeout=connect_timeout, timeout=timeout, ignore_exc=ignore_exc,
+                         key_prefix=key_prefix, default_noreply=default_noreply,
+                         allow_unicode_keys=allow_unicode_keys, encoding=encoding,
+                         tls_context=tls_context, **kw)
