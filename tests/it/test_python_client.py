@@ -350,6 +350,21 @@ def scenario_kill(t):
         c = client(cl, timeout=1.0, connect_timeout=0.2)
         vals = {"kill:%d" % i: b"v%d" % i for i in range(300)}
         t.ok(c.set_many(vals) == [], "300 keys written (R=2)")
+        # A stalled owner: the call waits for its timeout with the GIL
+        # released, so this thread keeps running Python meanwhile.
+        key_c = next(k for k in vals if c.locate(k)[0] == "c")
+        os.kill(cl.nodes["c"].pid, signal.SIGSTOP)
+        done, spins = [], [0]
+        th = threading.Thread(target=lambda: done.append(c.get(key_c)))
+        t0 = time.monotonic()
+        th.start()
+        while th.is_alive() and time.monotonic() - t0 < 10:
+            spins[0] += 1
+        th.join(10)
+        waited = time.monotonic() - t0
+        t.ok(waited >= 0.5 and spins[0] > 200000 and done == [vals[key_c]],
+             "a get waiting on a stalled node releases the GIL (other thread ran %d loops in "
+             "%.2f s; the read failed over)" % (spins[0], waited), (done, spins, waited))
         cl.nodes["c"].stop(signal.SIGKILL)
         t0 = time.monotonic()
         got = c.get_many(list(vals))
