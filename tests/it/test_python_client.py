@@ -439,6 +439,7 @@ def scenario_secure(t):
             t.ok(c.set_many(vals) == [] and c.get_many(list(vals)) == vals
                  and c.get_or_compute("tls:goc", lambda k: b"c", ttl=10) == b"c",
                  "TLS cluster: set_many, get_many, get_or_compute")
+            t.ok(c.flush_all() and c.get_many(list(vals)) == {}, "TLS cluster: flush_all")
             plain = client(cl, timeout=0.5, connect_timeout=0.2)
             try:
                 plain.set("tls:x", b"v")
@@ -463,6 +464,7 @@ def scenario_secure(t):
         vals = {"auth:%d" % i: b"v%d" % i for i in range(100)}
         t.ok(len(c.nodes()) == 3 and c.set_many(vals) == [] and c.get_many(list(vals)) == vals,
              "login (-Y) on 3 plain seed nodes: set_many, get_many")
+        t.ok(c.flush_all() and c.get_many(list(vals)) == {}, "login (-Y): flush_all")
         bad = ringcache.Client(seeds, username="py", password="nope", default_noreply=False)
         try:
             bad.set("auth:x", b"v")

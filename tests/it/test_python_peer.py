@@ -1,7 +1,7 @@
 """pymemcache's own integration tests (tests/it/pymemcache/: pymemcache
 3.5.2's test_integration.py, imports adapted to ringcache) run with pytest
 against ringcache.Client, PooledClient and HashClient on a 3-node R=2
-ringcached cluster. TAP: pytest's verdict, then one line per pymemcache
+ringcached cluster (and its TLS test on a second, -Z, cluster). TAP: pytest's verdict, then one line per pymemcache
 test with its outcome; skips are listed with their reasons. Skipped only
 when the module was not built or pytest is missing."""
 import os
@@ -20,16 +20,30 @@ SUITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pymemcache")
 
 
 def scenario(t):
+    import shutil
+    import ssl
+    import tempfile
+    d = tempfile.mkdtemp(prefix="rc-pypeer-")
+    certs = loadgen.cluster_certs(d)
     cl, ok = loadgen.start_cluster(t, ["a", "b", "c"], replicas=2)
+    loadgen.use_client_tls(ssl.create_default_context(cafile=certs["ca"][1]))
     try:
-        if not ok:
+        tcl, tok = loadgen.start_cluster(t, ["a", "b", "c"], replicas=2, tls=certs,
+                                         data_tls=True)
+    finally:
+        loadgen.use_client_tls(None)
+    try:
+        if not (ok and tok):
             return
-        node = cl.nodes["a"]
-        env = dict(os.environ, PYTHONPATH=pyext.PKG, PYTHONDONTWRITEBYTECODE="1")
+        # ringcache.Client(tls_context=ctx) verifies with the system's CAs:
+        # here, the test CA.
+        env = dict(os.environ, PYTHONPATH=pyext.PKG, PYTHONDONTWRITEBYTECODE="1",
+                   SSL_CERT_FILE=certs["ca"][1])
         p = loadgen.track(subprocess.Popen(
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "-q",
-             "--server", "127.0.0.1", "--port", str(node.port),
-             os.path.join(SUITE, "test_integration.py")],
+             "--server", "127.0.0.1", "--port", str(cl.nodes["a"].port),
+             "--tls-server", "127.0.0.1", "--tls-port", str(tcl.nodes["a"].port),
+             "--tls-ca", certs["ca"][1], os.path.join(SUITE, "test_integration.py")],
             cwd=SUITE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         out, _ = p.communicate(timeout=240)
         counts = {"PASSED": 0, "FAILED": 0, "SKIPPED": 0, "ERROR": 0}
@@ -50,6 +64,8 @@ def scenario(t):
              % p.returncode, out[-3000:] if p.returncode else None)
     finally:
         loadgen.close_cluster(t, cl)
+        loadgen.close_cluster(t, tcl)
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def main():

@@ -243,6 +243,7 @@ class Client:
         self.allow_unicode_keys = allow_unicode_keys
         self.encoding = encoding
         self._key_encoding = "utf8" if allow_unicode_keys else "ascii"
+        self._tls_context = tls_context
         if tls_context is not None:
             tls = True
         kw = {}
@@ -643,26 +644,44 @@ class Client:
                 last = e
         raise last or RingcacheError(_rc.EDOWN)
 
-    def flush_all(self, delay=0, noreply=None):
-        """Empty every node (memcached's flush_all, sent to each node over a
-        plain connection: libringcache has no flush call, so this is not
-        available with TLS or logins). True."""
+    def _node_command(self, addr, line):
+        """Send one command line to the node at addr over a connection of
+        its own (TLS and login as the client's) and return the reply line:
+        for the commands libringcache has no call for."""
         import socket
-        if self._kw.get("tls") or self._kw.get("auth_user"):
-            raise MemcacheClientError("flush_all is not available with TLS or logins")
-        timeout = self._kw.get("op_timeout_ms", 1000) / 1000.0 + 1
+        import ssl
+        kw = self._kw
+        host, port = addr.rsplit(":", 1)
+        host = host.strip("[]")
+        timeout = kw.get("op_timeout_ms", 1000) / 1000.0 + 1
+        s = socket.create_connection((host, int(port)), timeout)
+        try:
+            if kw.get("tls"):
+                ctx = self._tls_context or ssl.create_default_context(cafile=kw.get("tls_ca_file"))
+                if kw.get("tls_cert_file"):
+                    ctx.load_cert_chain(kw["tls_cert_file"], kw.get("tls_key_file"))
+                if kw.get("tls_skip_name_check"):
+                    ctx.check_hostname = False
+                s = ctx.wrap_socket(s, server_hostname=host)
+            f = s.makefile("rb")
+            if kw.get("auth_user") is not None:
+                cred = ("%s %s" % (kw["auth_user"], kw["auth_password"])).encode()
+                s.sendall(b"set _ 0 0 %d\r\n%s\r\n" % (len(cred), cred))
+                reply = f.readline().strip()
+                if reply != b"STORED":
+                    raise RingcacheAuthError(_rc.EAUTH, "login at %s: %r" % (addr, reply))
+            s.sendall(line)
+            return f.readline().strip()
+        finally:
+            s.close()
+
+    def flush_all(self, delay=0, noreply=None):
+        """Empty every node: memcached's flush_all, sent to each node over a
+        connection of its own (libringcache has no flush call). True."""
         for _nid, addr, _down, _err in self._handle.nodes():
-            host, port = addr.rsplit(":", 1)
-            with socket.create_connection((host.strip("[]"), int(port)), timeout) as s:
-                s.sendall(b"flush_all %d\r\n" % int(delay))
-                reply = b""
-                while not reply.endswith(b"\r\n"):
-                    chunk = s.recv(256)
-                    if not chunk:
-                        break
-                    reply += chunk
-                if not reply.startswith(b"OK"):
-                    raise MemcacheServerError("flush_all at %s: %r" % (addr, reply.strip()))
+            reply = self._node_command(addr, b"flush_all %d\r\n" % int(delay))
+            if reply != b"OK":
+                raise MemcacheServerError("flush_all at %s: %r" % (addr, reply))
         return True
 
 

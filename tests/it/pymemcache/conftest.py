@@ -4,7 +4,11 @@
 # Pinterest.com): --server/--port name one node of a ringcache cluster (the
 # client learns the whole membership from it); client_class gives
 # ringcache's Client, PooledClient and a one-server HashClient, as the
-# original gives pymemcache's; no TLS node is run, so the TLS test skips.
+# original gives pymemcache's; --tls-server/--tls-port name a node of a TLS
+# cluster whose CA is --tls-ca (ringcache verifies with the system's CAs
+# when given only an ssl.SSLContext: the runner sets SSL_CERT_FILE to that
+# CA), and without them the TLS test skips.
+import ssl
 import socket
 
 import pytest
@@ -15,6 +19,12 @@ def pytest_addoption(parser):
                      help='a ringcache node')
     parser.addoption('--port', action='store', default='11211',
                      help='its client port')
+    parser.addoption('--tls-server', action='store', default=None,
+                     help='a node of a TLS (-Z) ringcache cluster')
+    parser.addoption('--tls-port', action='store', default=None,
+                     help='its client port')
+    parser.addoption('--tls-ca', action='store', default=None,
+                     help='the CA that signed its certificate')
 
 
 def pytest_configure(config):
@@ -31,19 +41,26 @@ def port(request):
     return int(request.config.option.port)
 
 
-@pytest.fixture(scope='session')
-def tls_host():
-    pytest.skip("no TLS node in this run (TLS from the library: tests/it/test_client_tls.py)")
+def _tls(request, name):
+    v = getattr(request.config.option, name)
+    if v is None:
+        pytest.skip("no TLS node in this run (--tls-server, --tls-port, --tls-ca)")
+    return v
 
 
 @pytest.fixture(scope='session')
-def tls_port():
-    pytest.skip("no TLS node in this run")
+def tls_host(request):
+    return _tls(request, "tls_server")
 
 
 @pytest.fixture(scope='session')
-def tls_context():
-    pytest.skip("no TLS node in this run")
+def tls_port(request):
+    return int(_tls(request, "tls_port"))
+
+
+@pytest.fixture(scope='session')
+def tls_context(request):
+    return ssl.create_default_context(cafile=_tls(request, "tls_ca"))
 
 
 def pytest_generate_tests(metafunc):
