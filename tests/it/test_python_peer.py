@@ -1,4 +1,4 @@
-"""pymemcache's own integration tests (tests/it/pymemcache/: pymemcache
+"""pymemcache's own integration tests (tests/it/pymemcache_upstream/: pymemcache
 3.5.2's test_integration.py, imports adapted to ringcache) run with pytest
 against ringcache.Client, PooledClient and HashClient on a 3-node R=2
 ringcached cluster (and its TLS test on a second, -Z, cluster). TAP: pytest's verdict, then one line per pymemcache
@@ -16,7 +16,7 @@ if not pyext.not_built():
     pyext.setup()
 import loadgen  # noqa: E402
 
-SUITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pymemcache")
+SUITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pymemcache_upstream")
 
 
 def scenario(t):
