@@ -36,10 +36,23 @@ import failover_lib as fl  # noqa: E402
 NKEYS = 1000
 
 
+def abort_missed_by(cl, c):
+    """A join of a new node d stopped after PREPARE (every node pending),
+    then aborted while c is paused (SIGSTOP), so c keeps it pending.
+    -> (d, (join exit, stderr), (abort exit, stderr))."""
+    d = cl.add("d")
+    jrc, _, jerr = cl.ctl("join", "d", d.addr_s, env={"RINGCTL_EXIT_AFTER": "prepare"})
+    os.kill(c.pid, signal.SIGSTOP)
+    try:
+        arc, _, aerr = cl.ctl("abort")
+    finally:
+        os.kill(c.pid, signal.SIGCONT)
+    return d, (jrc, jerr), (arc, aerr)
+
+
 def scenario(t):
     cl, ok = lg.start_cluster(t, ["a", "b", "c"])
     c = cl.nodes["c"]
-    stopped = False
     try:
         if not ok:
             return
@@ -50,14 +63,9 @@ def scenario(t):
             return
         hist = lg.History(keys, size=50)
         t.ok(lg.fill_fast(hist, view) == NKEYS, "fill: every key acknowledged")
-        d = cl.add("d")
-        rc, out, err = cl.ctl("join", "d", d.addr_s, env={"RINGCTL_EXIT_AFTER": "prepare"})
+        d, (rc, err), (arc, aerr) = abort_missed_by(cl, c)
         t.ok(rc == 4, "join d (T1) stopped after PREPARE", (rc, lg.tail(err)))
-        os.kill(c.pid, signal.SIGSTOP)
-        stopped = True
-        rc, out, err = cl.ctl("abort")
-        os.kill(c.pid, signal.SIGCONT)
-        stopped = False
+        rc, err = arc, aerr
         t.ok(not cl.store_pending() and lg.node_epoch(c.addr)[1] == 2,
              "T1 aborted in the store while c was paused: c is still pending with it",
              (rc, lg.tail(err), lg.node_epoch(c.addr)))
@@ -91,8 +99,6 @@ def scenario(t):
              "join)" % (time.monotonic() - t0))
         lg.check_transition(t, cl, hist, 1, e1, cl.store_active(), "join after the recovery")
     finally:
-        if stopped:
-            os.kill(c.pid, signal.SIGCONT)
         lg.close_cluster(t, cl)
 
 
@@ -104,18 +110,12 @@ def resume_reaborts(t):
     join failed at b, "token does not match the pending transition")."""
     cl, ok = lg.start_cluster(t, ["a", "b", "c"])
     c = cl.nodes["c"]
-    stopped = False
     try:
         if not ok:
             return
-        d = cl.add("d")
-        rc, out, err = cl.ctl("join", "d", d.addr_s, env={"RINGCTL_EXIT_AFTER": "prepare"})
+        d, (rc, err), (arc, aerr) = abort_missed_by(cl, c)
         t.ok(rc == 4, "join d stopped after PREPARE", (rc, lg.tail(err)))
-        os.kill(c.pid, signal.SIGSTOP)
-        stopped = True
-        rc, out, err = cl.ctl("abort")
-        os.kill(c.pid, signal.SIGCONT)
-        stopped = False
+        rc, err = arc, aerr
         t.ok(not cl.store_pending() and lg.node_epoch(c.addr) == (1, 2),
              "aborted in the store while c was paused: c is still pending with it",
              (rc, lg.tail(err), lg.node_epoch(c.addr)))
@@ -128,8 +128,6 @@ def resume_reaborts(t):
         t.ok(rc == 0 and cl.store_epoch() == 2, "then a join succeeds",
              (rc, lg.tail(out), lg.tail(err)))
     finally:
-        if stopped:
-            os.kill(c.pid, signal.SIGCONT)
         lg.close_cluster(t, cl)
 
 
