@@ -214,8 +214,12 @@ class Node:
         self.stderr_path = stderr
 
     def start(self, timeout=10.0, tries=5):
+        # A cluster-mode node (--id) binds client port + CLUSTER_PORT_OFFSET
+        # too unless told otherwise: pick a client port whose pair is free
+        # and in range (a port from free_port() can be over 55535).
+        clustered = "--id" in self.args and "--cluster-port" not in self.args
         for _ in range(tries):
-            port = self.port or free_port()
+            port = self.port or (free_cluster_ports() if clustered else free_port())
             cmd = [self.binary]
             if "-l" not in self.args:
                 cmd += ["-l", "127.0.0.1"]
