@@ -333,7 +333,15 @@ repair_node(struct ctl_globals *g, const char *id, const char *addr_arg, bool fo
     snprintf(o.zone, sizeof(o.zone), "%s", addr_arg != NULL ? "" : n.zone);
     o.weight = addr_arg != NULL || n.weight == 0 ? 1 : n.weight;
     ctl_info("repair: %s: joining it again at %s", id, o.addr);
-    return change_run(g, &o);
+    rc = change_run(g, &o);
+    if (rc != EX_OK) {
+        /* Its removal stands: it is out of the ring, and a plain repair
+         * (no ADDR) no longer finds it. */
+        ctl_error("repair: %s was removed but joining it again failed: `ringctl repair %s %s` "
+                  "joins it",
+                  id, id, o.addr);
+    }
+    return rc;
 }
 
 int

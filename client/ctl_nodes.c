@@ -171,7 +171,7 @@ admin_read_records(struct admin *a, const char *const *names, size_t n, struct m
 int
 admin_load_state(struct admin *a)
 {
-    static const char *const names[] = {REC_ACTIVE, REC_PENDING, REC_PENDING_TREC};
+    static const char *const names[] = { REC_ACTIVE, REC_PENDING, REC_PENDING_TREC };
     struct mstore_record     recs[3];
     int                      rc;
     size_t                   i;
@@ -229,8 +229,8 @@ admin_load(struct admin *a, bool with_token)
  * The node set
  */
 
-/* The node with this id in a->nodes, or NULL. */
-static struct tnode *
+/* node_find: see ctl_transition.h. */
+struct tnode *
 node_find(struct admin *a, const char *id)
 {
     uint32_t i;

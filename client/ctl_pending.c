@@ -58,8 +58,8 @@ trec_format(const struct trec *m, size_t *len)
                          hex, trec_phase_name(m->phase), m->from_epoch, m->epoch, m->rate,
                          m->started, (int64_t)time(NULL), m->op, m->admin);
     for (i = 0; i < m->n_boot && n < cap; i++) {
-        n += (size_t)snprintf(buf + n, cap - n, "boot %s %016" PRIx64 "\n", m->boot[i].id,
-                              m->boot[i].boot_id);
+        n += (size_t)snprintf(buf + n, cap - n, "boot %s %016" PRIx64 "%s\n", m->boot[i].id,
+                              m->boot[i].boot_id, m->boot[i].stale ? " stale" : "");
     }
     *len = n < cap ? n : cap - 1;
     return buf;
@@ -165,6 +165,7 @@ trec_parse(const char *text, const char *where, struct trec *m, char *err, size_
             char             *sp = strchr(val, ' ');
             struct trec_boot *nb;
             char             *end;
+            bool              stale = false;
 
             if (sp == NULL || sp == val || (size_t)(sp - val) > RING_ID_MAX) {
                 snprintf(err, errlen, "%s:%d: expected 'boot ID HEX'", where, line);
@@ -173,6 +174,10 @@ trec_parse(const char *text, const char *where, struct trec *m, char *err, size_
             *sp++ = '\0';
             errno = 0;
             v = strtoull(sp, &end, 16);
+            if (strcmp(end, " stale") == 0) {
+                stale = true;
+                *end = '\0';
+            }
             if (errno != 0 || *end != '\0' || end == sp) {
                 snprintf(err, errlen, "%s:%d: bad boot id '%s'", where, line, sp);
                 goto fail;
@@ -185,6 +190,7 @@ trec_parse(const char *text, const char *where, struct trec *m, char *err, size_
             m->boot = nb;
             snprintf(nb[m->n_boot].id, sizeof(nb[m->n_boot].id), "%s", val);
             nb[m->n_boot].boot_id = v;
+            nb[m->n_boot].stale = stale;
             m->n_boot++;
         } else {
             snprintf(err, errlen, "%s:%d: unknown key '%.64s'", where, line, buf);

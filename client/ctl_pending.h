@@ -48,9 +48,13 @@ enum trec_phase {
 };
 
 /* A node's boot id as recorded at PREPARE. */
+/* A node as the transition's plan saw it before the Prepare: its boot id
+ * (0: unreachable then, filled in after the Prepare) and whether it held
+ * nothing current (stale: its ranges are copied to it). */
 struct trec_boot {
     char     id[RING_ID_MAX + 1];
     uint64_t boot_id;
+    bool     stale;
 };
 
 /* The transition record, parsed. */

@@ -203,48 +203,136 @@ boot_changed(struct admin *a)
     return NULL;
 }
 
-/* The nodes of N that hold nothing current right now: recovering
- * (restarted empty) or behind a higher epoch, by their Status. They stay
- * members, but every node leaves them out of each arc's holders, so the
- * arc is copied from an owner that has it (and not purged there); they
- * import what they own in N+1. Unreachable ones are left to Prepare. */
-static void
-find_stale(struct admin *a)
+/* Did the node's last reply say it holds nothing current (recovering:
+ * restarted empty; or behind a higher epoch)? */
+static bool
+node_fresh(const struct tnode *t)
+{
+    return t->have_st && (t->st.recovering || t->st.behind_epoch != 0);
+}
+
+/*
+ * The plan of a transition, recorded in the store before the first Prepare
+ * goes out: every node's boot id as its Status gave it, and the nodes of N
+ * that hold nothing current (stale: recovering or behind). Every node
+ * leaves a stale one out of each arc's holders, so the arc is copied to it
+ * from an owner that has it; it imports what it owns in N+1. A resume
+ * sends the recorded list again, so that every node's Prepare names the
+ * same stale nodes, and any restart since the plan shows as a changed boot
+ * id. Unreachable nodes (boot id 0) are filled in after the Prepare.
+ */
+static int
+plan_record(struct admin *a)
 {
     struct cport_request sreq = { .kind = CPORT_STATUS };
     uint32_t             i;
 
-    free(a->stale_ptr);
-    a->stale_ptr = calloc(a->n_nodes ? a->n_nodes : 1, sizeof(*a->stale_ptr));
-    a->n_stale = 0;
-    if (a->stale_ptr == NULL) {
-        return;
+    a->rec.boot = calloc(a->n_nodes ? a->n_nodes : 1, sizeof(*a->rec.boot));
+    if (a->rec.boot == NULL) {
+        return fail_abort(a, "out of memory");
     }
     for (i = 0; i < a->n_nodes; i++) {
-        struct tnode *t = &a->nodes[i];
+        struct tnode     *t = &a->nodes[i];
+        struct trec_boot *b = &a->rec.boot[i];
 
+        snprintf(b->id, sizeof(b->id), "%s", t->id);
         if (!t->in_old || node_call(a, t, &sreq, a->g->timeout_ms) != CPORT_OK) {
             continue;
         }
-        if (t->st.recovering || t->st.behind_epoch != 0) {
+        b->boot_id = t->st.boot_id;
+        b->stale = node_fresh(t);
+        if (b->stale) {
             ctl_info("prepare: %s is %s: it holds nothing current; its ranges are copied "
                      "from their other owners",
                      t->id, t->st.recovering ? "recovering" : "behind a higher epoch");
-            a->stale_ptr[a->n_stale++] = t->id;
         }
     }
+    a->rec.n_boot = a->n_nodes;
+    return trec_store(a->store, &a->rec, &a->rec_rev);
 }
 
-/* PREPARE on the nodes (the store's pending exists): Prepare to every node,
- * then record their boot ids. */
+/* The Prepare's stale list: the plan's stale nodes (a->stale_ptr points
+ * into a->rec.boot). */
+static int
+plan_stale_list(struct admin *a)
+{
+    uint32_t i;
+
+    free(a->stale_ptr);
+    a->stale_ptr = calloc(a->rec.n_boot ? a->rec.n_boot : 1, sizeof(*a->stale_ptr));
+    a->n_stale = 0;
+    if (a->stale_ptr == NULL) {
+        return fail_abort(a, "out of memory");
+    }
+    for (i = 0; i < a->rec.n_boot; i++) {
+        if (a->rec.boot[i].stale) {
+            a->stale_ptr[a->n_stale++] = a->rec.boot[i].id;
+        }
+    }
+    return EX_OK;
+}
+
+/* A member of N and N+1 that accepted the Prepare fresh though the plan
+ * counts it as current (it was unreachable when the plan was made, then
+ * came back empty): every holder counts it as holding its arcs, nobody
+ * would copy them to it, and its Commit would end its recovery with those
+ * ranges empty. The node, or NULL. */
+static struct tnode *
+fresh_unplanned(struct admin *a)
+{
+    uint32_t i, k;
+
+    for (i = 0; i < a->n_nodes; i++) {
+        struct tnode *t = &a->nodes[i];
+        bool          stale = false;
+
+        for (k = 0; k < a->n_stale; k++) {
+            stale = stale || strcmp(a->stale_ptr[k], t->id) == 0;
+        }
+        if (t->in_old && t->in_new && node_fresh(t) && !stale) {
+            return t;
+        }
+    }
+    return NULL;
+}
+
+/* Fill in the boot ids the plan could not read (nodes unreachable then, or
+ * not members of N); stored when any changed. */
+static int
+plan_fill_boots(struct admin *a)
+{
+    uint32_t i;
+    bool     changed = false;
+
+    for (i = 0; i < a->rec.n_boot; i++) {
+        struct trec_boot *b = &a->rec.boot[i];
+        struct tnode     *t = node_find(a, b->id);
+
+        if (b->boot_id == 0 && t != NULL && t->have_st && t->st.boot_id != 0) {
+            b->boot_id = t->st.boot_id;
+            changed = true;
+        }
+    }
+    return changed ? trec_store(a->store, &a->rec, &a->rec_rev) : EX_OK;
+}
+
+/* PREPARE on the nodes (the store's pending exists): record the plan (a
+ * resume reuses the recorded one), Prepare to every node, then check that
+ * nobody restarted since the plan. */
 static int
 phase_prepare(struct admin *a)
 {
     struct cport_request req;
     struct tnode        *t;
-    uint32_t             i, failed;
+    uint32_t             failed;
+    int                  rc;
 
-    find_stale(a);
+    if (a->rec.n_boot == 0 && (rc = plan_record(a)) != EX_OK) {
+        return rc;
+    }
+    if ((rc = plan_stale_list(a)) != EX_OK) {
+        return rc;
+    }
     req = transition_request(a, CPORT_PREPARE);
     failed = nodes_broadcast(a, &req, LONG_TIMEOUT_MS, "prepare");
     if (failed > 0) {
@@ -252,24 +340,20 @@ phase_prepare(struct admin *a)
     }
     t = boot_changed(a);
     if (t != NULL) {
-        ctl_info("prepare: %s restarted since the transition began (boot id %016" PRIx64
+        ctl_info("prepare: %s restarted since the transition was planned (boot id %016" PRIx64
                  " -> %016" PRIx64 ")",
                  t->id, trec_boot_id(&a->rec, t->id), t->st.boot_id);
         return fail_abort(a, "prepare");
     }
-    if (a->rec.n_boot == 0) {
-        a->rec.boot = calloc(a->n_nodes ? a->n_nodes : 1, sizeof(*a->rec.boot));
-        if (a->rec.boot == NULL) {
-            return fail_abort(a, "out of memory");
-        }
-        for (i = 0; i < a->n_nodes; i++) {
-            snprintf(a->rec.boot[i].id, sizeof(a->rec.boot[i].id), "%s", a->nodes[i].id);
-            a->rec.boot[i].boot_id = a->nodes[i].st.boot_id;
-        }
-        a->rec.n_boot = a->n_nodes;
-        if (trec_store(a->store, &a->rec, &a->rec_rev) != EX_OK) {
-            return EX_FAILED;
-        }
+    t = fresh_unplanned(a);
+    if (t != NULL) {
+        ctl_info("prepare: %s came back empty (or behind) after the transition was planned: "
+                 "this transition would not refill it",
+                 t->id);
+        return fail_abort(a, "prepare");
+    }
+    if ((rc = plan_fill_boots(a)) != EX_OK) {
+        return rc;
     }
     ctl_info("prepare: %u nodes prepared for epoch %" PRIu64, a->n_nodes, a->rec.epoch);
     maybe_exit_after(a, "prepare");
@@ -286,13 +370,6 @@ struct progress {
     uint32_t n_transfers;
     bool     caught_up;
 };
-
-/* Did the node accept the Prepare fresh (recovering or behind)? */
-static bool
-node_fresh(const struct tnode *t)
-{
-    return t->have_st && (t->st.recovering || t->st.behind_epoch != 0);
-}
 
 /* Collect progress; false (with a reason in why) on a fatal condition. */
 static bool

@@ -193,6 +193,9 @@ int fail_abort(struct admin *a, const char *why);
  * record holds (it restarted since PREPARE), or NULL. */
 struct tnode *boot_changed(struct admin *a);
 
+/* The node with this id in a->nodes, or NULL. */
+struct tnode *node_find(struct admin *a, const char *id);
+
 /* Deliver Commit of a->new to every node in commit order, retrying silent
  * nodes for a while; returns how many never acknowledged. */
 uint32_t deliver_commit(struct admin *a);

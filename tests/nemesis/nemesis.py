@@ -68,6 +68,7 @@ connection) and fails it only with --strict-ryw.
 
 Exit status: 0 no violation, 1 a violation, 77 skipped (no cluster build)."""
 import argparse
+import ast
 import os
 import random
 import re
@@ -530,7 +531,12 @@ class Run:
         n = self.cl.nodes[nid]
         n.stop(signal.SIGKILL)
         n.start()
-        self.ctl("repair", nid)
+        self.repair(nid)
+
+    def repair(self, nid):
+        """ringctl repair nid (its address given: a repair whose join half
+        failed left it out of the ring; this joins it again)."""
+        self.ctl("repair", nid, self.cl.nodes[nid].addr_s)
 
     def fault_lostdir(self, nid):
         self.h.fault(time.monotonic(), "kill -9 %s, state directory deleted, restart, repair"
@@ -540,7 +546,7 @@ class Run:
         shutil.rmtree(n.state_dir, ignore_errors=True)
         os.makedirs(n.state_dir, exist_ok=True)
         n.start()
-        self.ctl("repair", nid)
+        self.repair(nid)
 
     def fault_pause(self, nid, secs):
         self.h.fault(time.monotonic(), "SIGSTOP %s for %.2f s" % (nid, secs))
@@ -826,7 +832,19 @@ def main():
                     "two partitions more")
     ap.add_argument("--strict-ryw", action="store_true",
                     help="fail on ryw violations too (known open today)")
+    ap.add_argument("--schedule", default=None,
+                    help="a fixed schedule to replay instead: a Python list of faults as "
+                    "ci_schedule writes them, e.g. \"[('kill', 'b'), ('pause', 'a', 1.0)]\"")
     args = ap.parse_args()
+    if args.schedule is not None:
+        try:
+            args.schedule = ast.literal_eval(args.schedule)
+            if not isinstance(args.schedule, list) or not all(
+                    isinstance(f, tuple) and f and ("fault_" + str(f[0])) in dir(Run)
+                    for f in args.schedule):
+                raise ValueError("not a list of (fault, args...) tuples of known faults")
+        except (ValueError, SyntaxError) as e:
+            ap.error("--schedule: %s" % e)
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1, 2 ** 31)
     kinds = [k.strip() for k in args.faults.split(",") if k.strip()]
@@ -835,7 +853,7 @@ def main():
         ap.error("unknown fault(s) %s; known: %s" % (bad, ", ".join(DEFAULT_FAULTS +
                                                                    tuple(ROOT_FAULTS))))
     # --ci runs its fixed schedule (whatever --faults says): its kinds.
-    sched_list = ci_schedule(args.tls) if args.ci else None
+    sched_list = ci_schedule(args.tls) if args.ci else args.schedule
     if sched_list is not None:
         order = DEFAULT_FAULTS + tuple(ROOT_FAULTS)
         kinds = sorted({g[0] for f in sched_list for g in [f] + [x for x in f[1:]
@@ -847,7 +865,8 @@ def main():
     for k in kinds:
         if k in ROOT_FAULTS:
             print("# fault %s (not in the default set): %s" % (k, ROOT_FAULTS[k]), flush=True)
-    budget = 240 if args.ci else int(args.minutes * 60) + 240
+    budget = (240 if args.ci else 60 + 20 * len(sched_list) if sched_list is not None
+              else int(args.minutes * 60) + 240)
     lg.watchdog(budget)
     why = lg.supports_cluster()
     if why:
@@ -871,7 +890,7 @@ def main():
     try:
         run.start()
         run.start_workloads()
-        if args.ci:
+        if sched_list is not None:
             sched = iter(sched_list)
             deadline = None
         else:

@@ -2,6 +2,7 @@
 # tests/nemesis/run.sh: a real ringcache cluster under injected faults.
 #   run.sh --minutes N --seed S [--faults LIST] [--strict-ryw]   random schedule
 #   run.sh --ci [--seed S]                                        fixed short schedule
+#   run.sh --schedule "[('kill', 'b'), ...]" [--seed S]          a schedule of your own (replays)
 #   add --tls to either: TLS on every port (-Z, --cluster-tls), with or
 #              without partition; --ci --tls adds two partitions
 # Prints the seed first so a failing run can be replayed with --seed.
