@@ -776,7 +776,7 @@ def ci_schedule(tls=False):
     drops break and the heal re-opens)."""
     half = [("kill", "a"), ("pause", "b", 1.0), ("admin", "prepare", "abort"),
             ("lostdir", "c"), ("crash", "pending.meta#2", 3, "resume"),
-            ("combo", ("admin", "copy", "resume"), ("pause", "b", 2.5), 0.3),
+            ("combo", ("admin", "copy", "resume"), ("kill", "b"), 0.3),
             ("pause", "a", 1.5), ("combo", ("admin", "fence", "resume"), ("pause", "c", 2.5), 0.2),
             ("combo", ("failover", "a"), ("pause", "b", 1.5), 0.5),
             ("crash", "active.members#1", 2, "resume"),
