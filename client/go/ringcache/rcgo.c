@@ -59,7 +59,7 @@ rcgo_mget(struct ringcache *rc, const char *keys, const size_t *lens, size_t n, 
           int *status, size_t *off, size_t *vlen, uint32_t *flags, uint64_t *cas, char **buf,
           size_t *buf_len)
 {
-    struct mget_out o = {status, off, vlen, flags, cas, NULL, 0, 1024, 0};
+    struct mget_out o = { status, off, vlen, flags, cas, NULL, 0, 1024, 0 };
     const char    **ptrs = malloc(n * sizeof(*ptrs));
     int             rc_code = RINGCACHE_ENOMEM;
 
