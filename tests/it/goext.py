@@ -28,6 +28,19 @@ def not_built(binary):
     return ""
 
 
+def go_env():
+    """The go command and flags the build used (client/go/go.env)."""
+    out = {}
+    try:
+        with open(os.path.join(GODIR, "go.env")) as f:
+            for line in f:
+                k, _, v = line.rstrip("\n").partition("=")
+                out[k] = v
+    except OSError:
+        pass
+    return out
+
+
 def run(t, binary, run_re, env, on_step=None, timeout=240, label="go"):
     """Run the Go test binary's tests matching run_re with env added; one
     TAP line per `--- PASS/FAIL/SKIP`; returns {PASS: n, FAIL: n, SKIP: n}.

@@ -5,7 +5,8 @@ environment: every gomemcache call, misses, CAS conflicts, values up to
 1 MiB, binary keys, GetMulti, 32 goroutines on one client, GetOrCompute's
 herd, Locate against `ringctl locate` and the golden vectors; then a node
 stalled and killed with every key still read; on a second cluster a join
-and a leave under a running Go load with no miss of an acknowledged key.
+and a leave under a running Go load with no miss of an acknowledged key;
+and a program of its own module built against `make install`'s library.
 Skipped (only) when the Go package was not built (no go at configure)."""
 import os
 import signal
@@ -69,13 +70,61 @@ def scenario_join_leave(t):
         loadgen.close_cluster(t, cl)
 
 
+def scenario_install(t):
+    """`make install DESTDIR=...`, then a program of its own module using
+    the package (replace directive to the source) builds with cgo against
+    the installed ringcache.h and libringcache.so only, and locates."""
+    import shutil
+    import subprocess
+    import tempfile
+    dest = tempfile.mkdtemp(prefix="rc-goinst-")
+    try:
+        r = subprocess.run(["make", "-C", loadgen.BUILDDIR, "-s", "install", "DESTDIR=" + dest],
+                           capture_output=True, text=True, timeout=200)
+        t.ok(r.returncode == 0, "make install DESTDIR=...", (r.stdout + r.stderr)[-1500:])
+        inc = [d for d, _s, f in os.walk(dest) if "ringcache.h" in f]
+        lib = [d for d, _s, f in os.walk(dest) if "libringcache.so" in f]
+        if not t.ok(len(inc) == 1 and len(lib) == 1, "ringcache.h and libringcache.so installed",
+                    (inc, lib)):
+            return
+        cfg = goext.go_env()
+        app = os.path.join(dest, "app")
+        os.makedirs(app)
+        src = os.path.abspath(os.path.join(os.environ.get("RC_SRCDIR", "."), "client", "go",
+                                           "ringcache"))
+        with open(os.path.join(app, "go.mod"), "w") as f:
+            f.write("module app\n\ngo 1.19\n\nrequire ringcache.dev/ringcache v0.0.0\n\n"
+                    "replace ringcache.dev/ringcache => %s\n" % src)
+        with open(os.path.join(app, "main.go"), "w") as f:
+            f.write('package main\n\nimport (\n\t"fmt"\n\t"os"\n\t"strings"\n\n'
+                    '\t"ringcache.dev/ringcache"\n)\n\nfunc main() {\n'
+                    '\tc, err := ringcache.NewFromMembersFile(os.Args[1], nil)\n'
+                    '\tif err != nil {\n\t\tpanic(err)\n\t}\n'
+                    '\towners, err := c.Locate("foo")\n'
+                    '\tfmt.Println(strings.Join(owners, ","), err)\n}\n')
+        env = dict(os.environ, GOENV="off", GOFLAGS="-mod=mod", GOPROXY="off",
+                   GOTOOLCHAIN="local", GOCACHE=os.path.join(goext.GODIR, "cache"),
+                   GOPATH=os.path.join(dest, "gopath"), CGO_ENABLED="1",
+                   CGO_CFLAGS="-I%s %s" % (inc[0], cfg.get("SAN", "")),
+                   CGO_LDFLAGS="-L%s -Wl,-rpath,%s %s" % (lib[0], lib[0], cfg.get("SAN", "")))
+        cmd = [cfg.get("GO", "go"), "run"] + cfg.get("FLAGS", "").split() + \
+            [".", os.path.abspath(os.path.join(VECTORS, "three.members"))]
+        r = subprocess.run(cmd, cwd=app, env=env, capture_output=True, text=True, timeout=240)
+        t.ok(r.returncode == 0 and r.stdout.strip() == "cache-c,cache-b <nil>",
+             "a program of its own module builds against the installed library and locates",
+             (r.stdout + r.stderr)[-1500:])
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", dest], capture_output=True)
+        shutil.rmtree(dest, ignore_errors=True)
+
+
 def main():
     why = goext.not_built(BIN)
     if why:
         t = loadgen.Tap()
         t.skip("ringcache Go package", why)
         t.done()
-    loadgen.tap_main([scenario_calls, scenario_join_leave], seconds=400)
+    loadgen.tap_main([scenario_install, scenario_calls, scenario_join_leave], seconds=500)
 
 
 if __name__ == "__main__":
