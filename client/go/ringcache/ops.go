@@ -254,13 +254,23 @@ func (c *Client) GetMulti(keys []string) (map[string]*Item, error) {
 		all = C.GoBytes(unsafe.Pointer(vbuf), C.int(vlen))
 		C.free(unsafe.Pointer(vbuf))
 	}
+	hits := 0
+	for i := range keys {
+		if status[i] == 0 {
+			hits++
+		}
+	}
+	items := make([]Item, hits) // one allocation for every hit's Item
 	var kerr error
 	for i, k := range keys {
 		switch int(status[i]) {
 		case 0:
 			off, l := int(sizes[n+i]), int(sizes[2*n+i])
-			m[k] = &Item{Key: k, Value: all[off : off+l : off+l], Flags: uint32(flags[i]),
+			it := &items[len(items)-hits]
+			hits--
+			*it = Item{Key: k, Value: all[off : off+l : off+l], Flags: uint32(flags[i]),
 				CasID: uint64(cas[i])}
+			m[k] = it
 		case CodeNotFound:
 		default:
 			kerr = &Error{Code: int(status[i]), Op: "get_multi", Msg: "key " + k + ": " +
