@@ -6,6 +6,7 @@ environment: every gomemcache call, misses, CAS conflicts, values up to
 herd, Locate against `ringctl locate` and the golden vectors; then a node
 stalled and killed with every key still read; on a second cluster a join
 and a leave under a running Go load with no miss of an acknowledged key;
+TLS (-Z) and logins (-Y) through the options;
 and a program of its own module built against `make install`'s library.
 Skipped (only) when the Go package was not built (no go at configure)."""
 import os
@@ -70,6 +71,49 @@ def scenario_join_leave(t):
         loadgen.close_cluster(t, cl)
 
 
+def scenario_secure(t):
+    """TLS (-Z) and logins (-Y) from Go (TestSecure): a TLS cluster, and
+    three plain -Y nodes given as seeds."""
+    import shutil
+    import ssl
+    import tempfile
+    import rctest
+    import tlscerts
+    why = tlscerts.available()
+    if why:
+        t.skip("TLS from Go", why)
+        return
+    d = tempfile.mkdtemp(prefix="rc-gotls-")
+    certs = loadgen.cluster_certs(d)
+    loadgen.use_client_tls(ssl.create_default_context(cafile=certs["ca"][1]))
+    try:
+        cl, ok = loadgen.start_cluster(t, ["a", "b", "c"], replicas=2, tls=certs, data_tls=True)
+    finally:
+        loadgen.use_client_tls(None)
+    auth = os.path.join(d, "auth")
+    with open(auth, "w") as f:
+        f.write("gouser:s3cret\n")
+    nodes = []
+    try:
+        if not ok:
+            return
+        for _ in range(3):
+            n = rctest.Node(args=["-t", "2", "-m", "32", "-Y", auth])
+            nodes.append(n)
+            n.start()
+            loadgen.track(n.proc)
+        goext.run(t, BIN, "^TestSecure$", {
+            "RC_GO_TLS_MEMBERS": os.path.join(cl.store, "active.members"),
+            "RC_GO_TLS_CA": certs["ca"][1],
+            "RC_GO_AUTH_SEEDS": ",".join("127.0.0.1:%d" % n.port for n in nodes),
+            "RC_GO_AUTH_USER": "gouser", "RC_GO_AUTH_PASSWORD": "s3cret"})
+    finally:
+        for n in nodes:
+            n.stop()
+        loadgen.close_cluster(t, cl)
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def scenario_install(t):
     """`make install DESTDIR=...`, then a program of its own module using
     the package (replace directive to the source) builds with cgo against
@@ -124,7 +168,8 @@ def main():
         t = loadgen.Tap()
         t.skip("ringcache Go package", why)
         t.done()
-    loadgen.tap_main([scenario_install, scenario_calls, scenario_join_leave], seconds=500)
+    loadgen.tap_main([scenario_install, scenario_calls, scenario_secure, scenario_join_leave],
+                     seconds=600)
 
 
 if __name__ == "__main__":

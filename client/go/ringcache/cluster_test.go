@@ -5,9 +5,11 @@
 package ringcache_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -272,4 +274,78 @@ func min(a, b int) int {
 		return a
 	}
 	return b
+}
+
+// TestSecure: TLS (-Z) and logins (-Y) through Options, on the TLS
+// cluster and the -Y seed nodes tests/it/test_go_client.py starts
+// (RC_GO_TLS_MEMBERS, RC_GO_TLS_CA; RC_GO_AUTH_SEEDS, RC_GO_AUTH_USER,
+// RC_GO_AUTH_PASSWORD).
+func TestSecure(t *testing.T) {
+	tlsOpts := &ringcache.Options{TLS: true, TLSCAFile: env(t, "RC_GO_TLS_CA"), Timeout: 2 * time.Second}
+	c, err := ringcache.NewFromMembersFile(env(t, "RC_GO_TLS_MEMBERS"), tlsOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	checkSome(t, c, "tls")
+	if err := c.FlushAll(); err != nil {
+		t.Errorf("TLS: FlushAll: %v", err)
+	} else if _, err := c.Get("tls:1"); err != ringcache.ErrCacheMiss {
+		t.Errorf("TLS: after FlushAll: %v", err)
+	}
+	skip := *tlsOpts
+	skip.TLSSkipNameCheck = true
+	if s, err := ringcache.NewFromMembersFile(env(t, "RC_GO_TLS_MEMBERS"), &skip); err != nil || s.FlushAll() != nil {
+		t.Errorf("TLS with TLSSkipNameCheck: %v", err)
+	}
+	plain, _ := ringcache.NewFromMembersFile(env(t, "RC_GO_TLS_MEMBERS"), &ringcache.Options{
+		Timeout: 500 * time.Millisecond, ConnectTimeout: 200 * time.Millisecond})
+	if err := plain.Set(&ringcache.Item{Key: "tls:x", Value: []byte("v")}); err == nil {
+		t.Errorf("no TLS against -Z nodes: no error")
+	} else {
+		t.Logf("no TLS against -Z nodes: %v", err)
+	}
+
+	seeds := strings.Split(env(t, "RC_GO_AUTH_SEEDS"), ",")
+	a, err := ringcache.NewFromServers(seeds, &ringcache.Options{Username: env(t, "RC_GO_AUTH_USER"),
+		Password: env(t, "RC_GO_AUTH_PASSWORD")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if n, _ := a.Nodes(); len(n) != 3 {
+		t.Errorf("login: %d seed nodes, want 3", len(n))
+	}
+	checkSome(t, a, "auth")
+	if err := a.FlushAll(); err != nil {
+		t.Errorf("login: FlushAll: %v", err)
+	} else if _, err := a.Get("auth:1"); err != ringcache.ErrCacheMiss {
+		t.Errorf("login: after FlushAll: %v", err)
+	}
+	bad, _ := ringcache.NewFromServers(seeds, &ringcache.Options{Username: "nobody", Password: "nope"})
+	err = bad.Set(&ringcache.Item{Key: "auth:x", Value: []byte("v")})
+	var re *ringcache.Error
+	if !errors.As(err, &re) || re.Code != ringcache.CodeAuth {
+		t.Errorf("a wrong password: %v, want CodeAuth", err)
+	}
+}
+
+// checkSome: 100 keys set, read by GetMulti and GetOrCompute.
+func checkSome(t *testing.T, c *ringcache.Client, prefix string) {
+	var keys []string
+	for i := 0; i < 100; i++ {
+		k := fmt.Sprintf("%s:%d", prefix, i)
+		keys = append(keys, k)
+		if err := c.Set(&ringcache.Item{Key: k, Value: []byte(k)}); err != nil {
+			t.Fatalf("%s: Set: %v", prefix, err)
+		}
+	}
+	m, err := c.GetMulti(keys)
+	if err != nil || len(m) != 100 {
+		t.Errorf("%s: GetMulti: %d of 100, %v", prefix, len(m), err)
+	}
+	it, err := c.GetOrCompute(prefix+":goc", 10, func(string) ([]byte, uint32, error) { return []byte("c"), 0, nil })
+	if err != nil || string(it.Value) != "c" {
+		t.Errorf("%s: GetOrCompute: %v", prefix, err)
+	}
 }
