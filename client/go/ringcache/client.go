@@ -79,12 +79,15 @@ type Client struct {
 	MaxIdleConns int
 
 	opts  Options
-	open  func(o *C.struct_ringcache_options, err *C.char, errlen C.size_t) (*C.struct_ringcache, C.int)
+	open  opener
 	seeds int // -1: not a seed list
 
 	mu  sync.Mutex // serialises opening
 	cur atomic.Pointer[handle]
 }
+
+// opener creates a libringcache handle with options o, a reason in err.
+type opener func(o *C.struct_ringcache_options, err *C.char, errlen C.size_t) (*C.struct_ringcache, C.int)
 
 // handle is one libringcache handle with a reference count: the Client
 // holds one reference until Close, each running call one; the last
@@ -160,7 +163,7 @@ func NewFromStore(store string, opts *Options) (*Client, error) {
 	return NewFromMembersFile(filepath.Join(dir, "active.members"), opts)
 }
 
-func newClient(open func(*C.struct_ringcache_options, *C.char, C.size_t) (*C.struct_ringcache, C.int), opts *Options) *Client {
+func newClient(open opener, opts *Options) *Client {
 	c := &Client{open: open, seeds: -1}
 	if opts != nil {
 		c.opts = *opts
@@ -170,13 +173,14 @@ func newClient(open func(*C.struct_ringcache_options, *C.char, C.size_t) (*C.str
 	return c
 }
 
-func seedOpener(servers []string) func(*C.struct_ringcache_options, *C.char, C.size_t) (*C.struct_ringcache, C.int) {
+func seedOpener(servers []string) opener {
 	list := append([]string(nil), servers...)
 	return func(o *C.struct_ringcache_options, err *C.char, errlen C.size_t) (*C.struct_ringcache, C.int) {
 		if len(list) == 0 {
 			return nil, C.RINGCACHE_EMEMBERS
 		}
-		arr := (*[1 << 20]*C.char)(C.malloc(C.size_t(len(list)) * C.size_t(unsafe.Sizeof((*C.char)(nil)))))[:len(list):len(list)]
+		// The array is C memory: it holds pointers, so it cannot be Go's.
+		arr := unsafe.Slice((**C.char)(C.malloc(C.size_t(len(list))*C.size_t(unsafe.Sizeof((*C.char)(nil))))), len(list))
 		for i, s := range list {
 			arr[i] = C.CString(s)
 		}
