@@ -1,0 +1,3 @@
+module ringcache.dev/ringcache
+
+go 1.19
