@@ -71,5 +71,6 @@ int ctl_admin_plan(struct ctl_globals *g, int argc, char **argv);
 int ctl_remove(struct ctl_globals *g, int argc, char **argv);
 int ctl_repair(struct ctl_globals *g, int argc, char **argv);
 int ctl_watch(struct ctl_globals *g, int argc, char **argv);
+int ctl_history(struct ctl_globals *g, int argc, char **argv);
 
 #endif

@@ -129,6 +129,7 @@ do_abort(struct admin *a)
         return -1;
     }
     ctl_info("abort: store: pending epoch %" PRIu64 " deleted", a->rec.epoch);
+    ctl_history_add(a, "aborted", a->abort_why != NULL ? a->abort_why : "ringctl abort");
     failed = nodes_broadcast(a, &req, LONG_TIMEOUT_MS, "abort");
     ctl_info("abort: %u of %u nodes acknowledged%s", a->n_nodes - failed, a->n_nodes,
              failed ? "; the others keep their pending until `ringctl abort` reaches them" : "");
@@ -140,6 +141,7 @@ int
 fail_abort(struct admin *a, const char *why)
 {
     ctl_info("%s: aborting the transition to epoch %" PRIu64, why, a->rec.epoch);
+    a->abort_why = why;
     do_abort(a);
     return EX_FAILED;
 }
@@ -556,8 +558,9 @@ phase_copy(struct admin *a)
         }
         ctl_sleep_ms(POLL_MS);
     }
+    a->copy_ms = (uint64_t)(util_now_ms() - t0);
     ctl_info("copy: caught up: %" PRIu64 " items, %" PRIu64 " bytes sent in %.1f s", p.items,
-             p.bytes, (double)(util_now_ms() - t0) / 1000.0);
+             p.bytes, (double)a->copy_ms / 1000.0);
     maybe_exit_after(a, "copy");
     return EX_OK;
 }
@@ -799,6 +802,7 @@ phase_commit(struct admin *a)
     if (rc != EX_OK) {
         return rc;
     }
+    ctl_history_add(a, "committed", NULL);
     maybe_exit_after(a, "commit");
     missed = deliver_commit(a);
     clean = wait_cleanup(a);

@@ -69,6 +69,7 @@ struct admin {
     uint32_t             n_nodes;
     int64_t              t_start;
     uint64_t             fence_ms;
+    uint64_t             copy_ms; /* the copy phase of this run (0: not run) */
     uint64_t             moved_items, moved_bytes;
     bool                 exit_after_ok; /* join/leave honour RINGCTL_EXIT_AFTER */
     /* remove --failed: nodes of N that are dead, never contacted; each
@@ -80,6 +81,7 @@ struct admin {
      * they hold nothing current, so no arc is copied from them. */
     const char **stale_ptr; /* into nodes[].id; malloc'd */
     uint32_t     n_stale;
+    const char  *abort_why; /* the reason fail_abort gives; NULL: ringctl abort */
 };
 
 /*
@@ -192,6 +194,11 @@ int fail_abort(struct admin *a, const char *why);
 /* The first node whose boot id (in its last status) is not the one the
  * record holds (it restarted since PREPARE), or NULL. */
 struct tnode *boot_changed(struct admin *a);
+
+/* Add the transition that just ended to the store's history of moves
+ * (ringctl history): outcome "committed" or "aborted", why (NULL: none).
+ * A failure to write it is reported, not fatal. */
+void ctl_history_add(struct admin *a, const char *outcome, const char *why);
 
 /* The node with this id in a->nodes, or NULL. */
 struct tnode *node_find(struct admin *a, const char *id);

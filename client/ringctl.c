@@ -74,6 +74,8 @@ static const struct ctl_command commands[] = {
     { "watch", ctl_watch,
       "watch [--down-after S] [--interval S] [--transition-timeout S] [--force] [--once]",
       "remove (repair) members down (restarted empty) for S seconds", NULL },
+    { "history", ctl_history, "history [--last N]",
+      "past moves: when, epochs, outcome, items, bytes, copy rate, fence", NULL },
 };
 
 /* --cluster-tls: one TLS context for every cluster-port connection, from
@@ -141,26 +143,30 @@ usage(FILE *out)
 int
 main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "members", required_argument, NULL, 'm' }, { "token-file", required_argument, NULL, 'k' },
-        { "store", required_argument, NULL, 's' },   { "human", no_argument, NULL, 'H' },
-        { "timeout", required_argument, NULL, 't' }, { "cluster", required_argument, NULL, 'c' },
-        { "seeds", required_argument, NULL, 'S' },   { "help", no_argument, NULL, 'h' },
-        { "version", no_argument, NULL, 'V' },       { "tls", no_argument, NULL, 'T' },
-        { "tls-ca", required_argument, NULL, 'A' },  { "tls-cert", required_argument, NULL, 'C' },
-        { "tls-key", required_argument, NULL, 'K' },
-        { "tls-skip-name-check", no_argument, NULL, 'N' },
-        { "cluster-tls", no_argument, NULL, 'L' },
-        { "auth-user", required_argument, NULL, 'u' },
-        { "auth-password-file", required_argument, NULL, 'P' },
-        { NULL, 0, NULL, 0 }
-    };
-    struct ctl_globals g = { .timeout_ms = 1000, .cluster = "ringcache" };
-    bool               tls_asked = false;
-    size_t             i;
-    long               timeout;
-    char              *end;
-    int                c;
+    static const struct option opts[] = { { "members", required_argument, NULL, 'm' },
+                                          { "token-file", required_argument, NULL, 'k' },
+                                          { "store", required_argument, NULL, 's' },
+                                          { "human", no_argument, NULL, 'H' },
+                                          { "timeout", required_argument, NULL, 't' },
+                                          { "cluster", required_argument, NULL, 'c' },
+                                          { "seeds", required_argument, NULL, 'S' },
+                                          { "help", no_argument, NULL, 'h' },
+                                          { "version", no_argument, NULL, 'V' },
+                                          { "tls", no_argument, NULL, 'T' },
+                                          { "tls-ca", required_argument, NULL, 'A' },
+                                          { "tls-cert", required_argument, NULL, 'C' },
+                                          { "tls-key", required_argument, NULL, 'K' },
+                                          { "tls-skip-name-check", no_argument, NULL, 'N' },
+                                          { "cluster-tls", no_argument, NULL, 'L' },
+                                          { "auth-user", required_argument, NULL, 'u' },
+                                          { "auth-password-file", required_argument, NULL, 'P' },
+                                          { NULL, 0, NULL, 0 } };
+    struct ctl_globals         g = { .timeout_ms = 1000, .cluster = "ringcache" };
+    bool                       tls_asked = false;
+    size_t                     i;
+    long                       timeout;
+    char                      *end;
+    int                        c;
 
     /* '+': stop at the subcommand; it parses its own options. */
     while ((c = getopt_long(argc, argv, "+hV", opts, NULL)) != -1) {
