@@ -635,6 +635,7 @@ cport_call(struct cport_conn *c, const struct cport_request *req, int timeout_ms
     case CPORT_START_COPY:
         sc.token = tok;
         sc.rate_bytes_per_s = req->rate_bytes_per_s;
+        sc.paused = req->paused;
         body = &sc.base;
         break;
     case CPORT_FENCE:

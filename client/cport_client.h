@@ -92,6 +92,7 @@ struct cport_request {
     size_t                     token_len;
     uint64_t                   from_epoch;       /* prepare: N */
     uint64_t                   rate_bytes_per_s; /* start copy, 0 = unlimited */
+    bool                       paused;           /* start copy: send nothing (ringctl pause) */
     uint32_t                   hold_ms;          /* fence */
     uint64_t                   epoch;            /* abort: N+1 */
     const char *const         *failed_ids;       /* prepare: nodes of N declared failed */

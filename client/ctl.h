@@ -72,5 +72,8 @@ int ctl_remove(struct ctl_globals *g, int argc, char **argv);
 int ctl_repair(struct ctl_globals *g, int argc, char **argv);
 int ctl_watch(struct ctl_globals *g, int argc, char **argv);
 int ctl_history(struct ctl_globals *g, int argc, char **argv);
+int ctl_rate(struct ctl_globals *g, int argc, char **argv);
+int ctl_pause(struct ctl_globals *g, int argc, char **argv);
+int ctl_unpause(struct ctl_globals *g, int argc, char **argv);
 
 #endif

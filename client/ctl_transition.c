@@ -28,6 +28,7 @@
 #define CAUGHT_UP_BACKLOG 1000 /* dirty keys: small enough to fence */
 #define FENCE_HOLD_MS     50
 #define STALL_MS          60000 /* no copy progress for this long: abort */
+#define CONTROL_POLL_MS   500   /* the copying admin reads ringctl rate/pause this often */
 #define HEARTBEAT_MS      2000  /* the copying admin re-stores its record this often */
 #define NODE_LOST_MS      5000  /* a node unreachable this long during COPY: abort */
 #define COMMIT_RETRY_MS   10000 /* retry Commit to a silent node this long */
@@ -490,11 +491,19 @@ phase_copy(struct admin *a)
     char                 why[1024];
     bool                 tty = isatty(STDERR_FILENO);
     int64_t t0 = util_now_ms(), last_print = 0, last_change = util_now_ms(), rate_t = util_now_ms();
-    int64_t last_beat = util_now_ms();
-    uint64_t rate_bytes = 0;
+    int64_t last_beat = util_now_ms(), last_ctl = 0;
+    uint64_t rate_bytes = 0, want_rate;
     double   rate = 0;
+    bool     want_paused = false;
     uint32_t i;
 
+    /* An operator's rate or pause (ringctl rate/pause) set before this
+     * admin took the transition over holds from the start. */
+    if (control_poll(a, &want_rate, &want_paused)) {
+        a->rec.rate = want_rate;
+        req.rate_bytes_per_s = want_rate;
+        req.paused = want_paused;
+    }
     if (a->rec.phase != TREC_COPYING) {
         a->rec.phase = TREC_COPYING;
         if (trec_store(a->store, &a->rec, &a->rec_rev) != EX_OK) {
@@ -530,7 +539,28 @@ phase_copy(struct admin *a)
             rate_t = util_now_ms();
         }
         last = p;
-        if (p.caught_up) {
+        if (util_now_ms() - last_ctl >= CONTROL_POLL_MS) {
+            uint64_t r = a->rec.rate;
+            bool     pz = req.paused;
+
+            last_ctl = util_now_ms();
+            if (control_poll(a, &r, &pz) && (r != a->rec.rate || pz != req.paused)) {
+                a->rec.rate = r;
+                req.rate_bytes_per_s = r;
+                req.paused = pz;
+                if (nodes_broadcast(a, &req, LONG_TIMEOUT_MS, "copy") > 0) {
+                    return fail_abort(a, "copy: StartCopy (a new rate or pause) failed");
+                }
+                ctl_info("copy: %s at %.1f MiB/s%s", pz ? "paused" : "running",
+                         (double)r / 1048576.0, r == 0 ? " (unlimited)" : "");
+            }
+        }
+        if (req.paused) {
+            /* Held by the operator: no progress is expected, and the
+             * fence waits for unpause. */
+            last_change = util_now_ms();
+        }
+        if (p.caught_up && !req.paused) {
             if (rate == 0 && util_now_ms() > t0) {
                 rate = (double)p.bytes * 1000.0 / (double)(util_now_ms() - t0);
             }

@@ -200,6 +200,11 @@ struct tnode *boot_changed(struct admin *a);
  * A failure to write it is reported, not fatal. */
 void ctl_history_add(struct admin *a, const char *outcome, const char *why);
 
+/* The operator's settings for the pending transition (ringctl rate, pause,
+ * unpause; ctl_control.c): true with *rate (bytes/s, 0 unlimited) and
+ * *paused when the store's control record is for a->rec's token. */
+bool control_poll(struct admin *a, uint64_t *rate, bool *paused);
+
 /* The node with this id in a->nodes, or NULL. */
 struct tnode *node_find(struct admin *a, const char *id);
 

@@ -74,6 +74,11 @@ static const struct ctl_command commands[] = {
     { "watch", ctl_watch,
       "watch [--down-after S] [--interval S] [--transition-timeout S] [--force] [--once]",
       "remove (repair) members down (restarted empty) for S seconds", NULL },
+    { "rate", ctl_rate, "rate MIB_PER_S", "change the copy rate of the running move (0: unlimited)",
+      NULL },
+    { "pause", ctl_pause, "pause", "stop the running move's copy (it holds, nothing aborts)",
+      NULL },
+    { "unpause", ctl_unpause, "unpause", "let a paused move copy again", NULL },
     { "history", ctl_history, "history [--last N]",
       "past moves: when, epochs, outcome, items, bytes, copy rate, fence", NULL },
 };

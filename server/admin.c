@@ -235,8 +235,8 @@ do_start_copy(struct cp_conn *c, const Ringcache__StartCopy *p)
 {
     char err[256];
 
-    if (transition_start_copy(c->cp->tr, p->token.data, p->token.len, p->rate_bytes_per_s, err,
-                              sizeof(err)) < 0) {
+    if (transition_start_copy(c->cp->tr, p->token.data, p->token.len, p->rate_bytes_per_s,
+                              p->paused, err, sizeof(err)) < 0) {
         send_reply(c, false, err);
         return;
     }

@@ -87,6 +87,7 @@ struct handoff {
     bool               tracking;
     bool               copying;
     uint64_t           rate;   /* bytes/s, 0 = unlimited */
+    bool               paused; /* ringctl pause: the pump sends nothing but a fence */
     uint32_t           window; /* unacknowledged batches per stream */
     double             tokens;
     uint64_t           refill_ms;
@@ -508,6 +509,7 @@ static bool
 can_send(const struct handoff *h, const struct xfer *x)
 {
     return x->state == XS_STREAMING && x->unacked < h->window &&
+           (!h->paused || h->fence_fn != NULL) &&
            (h->rate == 0 || h->fence_fn != NULL || h->tokens > 0);
 }
 
@@ -880,7 +882,7 @@ handoff_prepare(struct handoff *h, char *err, size_t errlen)
 /* See handoff.h. One transfer per destination of the pending
  * transition, each with its own copy of the arcs. */
 int
-handoff_start_copy(struct handoff *h, uint64_t rate, char *err, size_t errlen)
+handoff_start_copy(struct handoff *h, uint64_t rate, bool paused, char *err, size_t errlen)
 {
     const struct cluster_dest *dests;
     uint32_t                   i, n_dests;
@@ -893,6 +895,9 @@ handoff_start_copy(struct handoff *h, uint64_t rate, char *err, size_t errlen)
         h->tokens = 0;
         h->refill_ms = util_now_ms();
     }
+    /* Paused: the pump sends nothing (it polls, so the next StartCopy
+     * without the flag goes on within POLL_MS); a fence is never paused. */
+    h->paused = paused;
     if (h->copying) {
         return 0;
     }
@@ -936,7 +941,8 @@ handoff_fence(struct handoff *h, handoff_done_fn fn, void *arg)
     h->fence_fn = fn;
     h->fence_arg = arg;
     h->fence_start_ms = util_now_ms();
-    if (!h->copying && n_dests > 0 && handoff_start_copy(h, h->rate, err, sizeof(err)) < 0) {
+    if (!h->copying && n_dests > 0 &&
+        handoff_start_copy(h, h->rate, h->paused, err, sizeof(err)) < 0) {
         h->fence_fn = NULL;
         fn(arg, err);
         return;

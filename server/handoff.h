@@ -42,7 +42,8 @@ int handoff_prepare(struct handoff *h, char *err, size_t errlen);
 
 /* COPY: open one stream per destination and start (or re-rate) them;
  * rate 0 = unlimited. Idempotent. 0 or -1. */
-int handoff_start_copy(struct handoff *h, uint64_t rate_bytes_per_s, char *err, size_t errlen);
+int handoff_start_copy(struct handoff *h, uint64_t rate_bytes_per_s, bool paused, char *err,
+                       size_t errlen);
 
 /* FENCE, after the fence view is published: drain the dirty set to zero
  * and wait for the last ack of every stream, then call fn (maybe at once).

@@ -525,7 +525,7 @@ token_check(struct transition *t, const uint8_t *token, size_t token_len, char *
 /* See transition.h. */
 int
 transition_start_copy(struct transition *t, const uint8_t *token, size_t token_len,
-                      uint64_t rate_bytes_per_s, char *err, size_t errlen)
+                      uint64_t rate_bytes_per_s, bool paused, char *err, size_t errlen)
 {
     if (token_check(t, token, token_len, err, errlen) < 0) {
         return -1;
@@ -534,7 +534,7 @@ transition_start_copy(struct transition *t, const uint8_t *token, size_t token_l
         cluster_set_phase(t->cl, CLUSTER_PHASE_COPYING, err, errlen) < 0) {
         return -1;
     }
-    return handoff_start_copy(t->ho, rate_bytes_per_s, err, errlen);
+    return handoff_start_copy(t->ho, rate_bytes_per_s, paused, err, errlen);
 }
 
 /* The drain of a fence finished: tell the waiter. */

@@ -46,7 +46,7 @@ int transition_prepare(struct transition *t, const struct cluster_prep *p, char 
 /* COPY: enter the copying phase and start (or re-rate) the streams;
  * rate 0 = unlimited. */
 int transition_start_copy(struct transition *t, const uint8_t *token, size_t token_len,
-                          uint64_t rate_bytes_per_s, char *err, size_t errlen);
+                          uint64_t rate_bytes_per_s, bool paused, char *err, size_t errlen);
 
 /*
  * FENCE, in two steps. transition_fence checks the token and that no fence
