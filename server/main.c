@@ -30,6 +30,7 @@
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/peer_tls.h"
+#include "server/proto_admin.h"
 #include "server/settings.h"
 #include "server/thread.h"
 
@@ -144,7 +145,7 @@ resolve_user(const struct settings *st, struct run_as *ra)
     }
     if (st->user[0] == '\0') {
         if (st->daemonize) {
-            fprintf(stderr, "ringcached: can't run as root without the -u switch\n");
+            log_msg(LOG_ERR, "can't run as root without the -u switch");
             return -2;
         }
         return 0;
@@ -229,13 +230,13 @@ make_absolute(char *path, size_t size, const char *opt)
         return 0;
     }
     if (getcwd(cwd, sizeof(cwd)) == NULL) {
-        fprintf(stderr, "ringcached: %s %s: cannot read the current directory: %s\n", opt, path,
+        log_msg(LOG_ERR, "%s %s: cannot read the current directory: %s", opt, path,
                 strerror(errno));
         return -1;
     }
     n = (size_t)snprintf(buf, sizeof(buf), "%s/%s", cwd, path);
     if (n >= size || n >= sizeof(buf)) {
-        fprintf(stderr, "ringcached: %s %s: its absolute path is too long\n", opt, path);
+        log_msg(LOG_ERR, "%s %s: its absolute path is too long", opt, path);
         return -1;
     }
     memcpy(path, buf, n + 1);
@@ -354,8 +355,7 @@ write_pid_file(const char *path)
     if (f != NULL) {
         if (fscanf(f, "%ld", &old) == 1 && old > 0 && old != (long)getpid() &&
             kill((pid_t)old, 0) == 0) {
-            fprintf(stderr, "ringcached: warning: the pid file %s contained the running pid %ld\n",
-                    path, old);
+            log_msg(LOG_WARN, "the pid file %s contained the running pid %ld", path, old);
         }
         fclose(f);
     }
@@ -377,21 +377,25 @@ write_pid_file(const char *path)
 int
 main(int argc, char **argv)
 {
-    struct settings settings;
-    struct run_as   run_as;
-    struct server  *srv = NULL;
-    struct cport   *cp = NULL;
-    struct metrics *metrics = NULL;
+    struct settings  settings;
+    struct run_as    run_as;
+    struct server   *srv = NULL;
+    struct cport    *cp = NULL;
+    struct metrics  *metrics = NULL;
     struct authfile *auth = NULL;
-    bool            pid_written = false, listening = false;
-    int             rc, ready_fd = -1;
+    bool             pid_written = false, listening = false;
+    int              rc, ready_fd = -1;
 
     settings_init(&settings);
     rc = settings_parse(&settings, argc, argv, stdout, stderr);
+    /* The logger first: even the parser's warnings go through it. */
+    log_set_format((enum log_format)settings.log_format);
+    log_set_node(settings.node_id);
+    log_set_level(settings.verbose);
+    settings_log_warnings();
     if (rc != 0) {
         return rc > 0 ? 0 : 2;
     }
-    log_set_level(settings.verbose);
     if (settings.daemonize && absolute_paths(&settings) < 0) {
         return 2;
     }
@@ -407,8 +411,10 @@ main(int argc, char **argv)
     }
     /* After the fork: memory locks are not inherited. */
     if (settings.lock_memory && mlockall(MCL_CURRENT | MCL_FUTURE) < 0) {
-        fprintf(stderr, "ringcached: warning: -k: mlockall failed: %s\n", strerror(errno));
+        log_msg(LOG_WARN, "-k: mlockall failed: %s", strerror(errno));
     }
+    /* -D: stats detail from the start, as memcached. */
+    proto_admin_detail_set(settings.detail_at_start);
     /* A client that hangs up mid-reply must not kill the node. */
     signal(SIGPIPE, SIG_IGN);
     /* Read before -u drops privileges and -d leaves the directory (a

@@ -11,7 +11,7 @@ libprotobuf-c-dev protobuf-c-compiler libxxhash-dev check python3
 python3-pymemcache libmemcached-tools libmemcached-dev memcached clang
 libclang-rt-14-dev procps iproute2 nftables libcurl4-openssl-dev libssl-dev libjson-c-dev
 etcd-server etcd-client openssl python3-kubernetes python3-yaml systemd prometheus
-librsvg2-bin tmux python3-pytest python3-dev"
+librsvg2-bin tmux python3-pytest python3-dev libsystemd-dev"
 
 # tests/it/netns.py (partitions between network namespaces): ip, nft.
 RC_NETNS_DEPS="iproute2 nftables"
