@@ -7,6 +7,7 @@
  */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -41,13 +43,61 @@ struct run_as {
     gid_t gid;
 };
 
-/* The admin token: the first line of the file, 1-256 bytes. 0 or -1. */
+/* Tokens shipped as examples or typed as placeholders: never a real one
+ * (compared without case; deploy/kubernetes/config.yaml's is the first). */
+static const char *const PLACEHOLDER_TOKENS[] = {
+    "replace-me: see the comment above",
+    "replace-me",
+    "replaceme",
+    "changeme",
+    "change-me",
+    "change_me",
+    "secret",
+    "password",
+    "token",
+    "placeholder",
+    "example",
+    "your-token-here",
+};
+
+#define TOKEN_MIN 16 /* bytes: below this a token is refused */
+
+/* Why a token must not be used (NULL: it may): a known placeholder, one
+ * starting as one, one byte repeated, or shorter than TOKEN_MIN. */
+static const char *
+token_refused(const char *tok, size_t len)
+{
+    size_t i;
+
+    for (i = 0; i < sizeof(PLACEHOLDER_TOKENS) / sizeof(PLACEHOLDER_TOKENS[0]); i++) {
+        const char *p = PLACEHOLDER_TOKENS[i];
+
+        if (strncasecmp(tok, p, strlen(p)) == 0 &&
+            (len == strlen(p) || strncasecmp(p, "replace", 7) == 0 ||
+             strncasecmp(p, "change", 6) == 0)) {
+            return "a placeholder, not a secret: make one with "
+                   "`head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'`";
+        }
+    }
+    if (len < TOKEN_MIN) {
+        return "shorter than 16 bytes: make one with "
+               "`head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'`";
+    }
+    for (i = 1; i < len && tok[i] == tok[0]; i++) {
+        continue;
+    }
+    return i == len ? "one byte repeated, not a secret" : NULL;
+}
+
+/* The admin token: the first line of the file, 16-256 bytes, not a
+ * placeholder. 0 or -1 (logged). */
 static int
 read_token(const char *path, uint8_t *tok, size_t *len)
 {
-    char   line[CLUSTER_TOKEN_MAX + 3];
-    FILE  *f = fopen(path, "r");
-    size_t n;
+    char        line[CLUSTER_TOKEN_MAX + 3];
+    FILE       *f = fopen(path, "r");
+    const char *why;
+    size_t      n;
 
     if (f == NULL) {
         log_msg(LOG_ERR, "--token-file %s: %s", path, strerror(errno));
@@ -59,13 +109,36 @@ read_token(const char *path, uint8_t *tok, size_t *len)
     fclose(f);
     n = strcspn(line, "\r\n");
     if (n == 0 || n > CLUSTER_TOKEN_MAX) {
-        log_msg(LOG_ERR, "%s:1: the token must be 1-%d bytes on the first line", path,
+        log_msg(LOG_ERR, "%s:1: the token must be %d-%d bytes on the first line", path, TOKEN_MIN,
                 CLUSTER_TOKEN_MAX);
+        return -1;
+    }
+    line[n] = '\0';
+    why = token_refused(line, n);
+    if (why != NULL) {
+        log_msg(LOG_ERR, "%s:1: the token is refused: %s", path, why);
         return -1;
     }
     memcpy(tok, line, n);
     *len = n;
     return 0;
+}
+
+/* Is addr (-l) a loopback address only (127.0.0.0/8, ::1, localhost)? A
+ * wildcard or any other name or address reaches beyond the host. */
+static bool
+loopback_only(const char *addr)
+{
+    struct in_addr  v4;
+    struct in6_addr v6;
+
+    if (strcmp(addr, "localhost") == 0) {
+        return true;
+    }
+    if (inet_pton(AF_INET, addr, &v4) == 1) {
+        return (ntohl(v4.s_addr) >> 24) == 127;
+    }
+    return inet_pton(AF_INET6, addr, &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 /* The cluster's grace period before it frees an old view: every worker
@@ -113,6 +186,13 @@ start_cluster(struct server *srv, const struct settings *st, struct cport **cp)
                 "--cluster-port",
                 port, CLUSTER_PORT_OFFSET);
         return -1;
+    }
+    if (!st->cluster_tls && !loopback_only(st->listen_addr)) {
+        log_msg(LOG_WARN,
+                "the cluster port %s:%d listens beyond loopback without --cluster-tls: the "
+                "admin token, handoffs and heartbeats cross the network in clear "
+                "(docs/security.md, \"TLS between nodes\")",
+                st->listen_addr, port);
     }
     *cp = cport_new(srv, srv->cluster, st->listen_addr, port);
     if (*cp == NULL) {
