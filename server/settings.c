@@ -115,6 +115,7 @@ settings_usage(FILE *f)
                "  -u, --user=<user>          when started as root: run as this user\n"
                "                             (required as root with -d)\n"
                "  -k, --lock-memory          lock all paged memory (mlockall)\n"
+               "  -F, --disable-flush-all    flush_all answers CLIENT_ERROR and flushes nothing\n"
                "  -r, --enable-coredumps     raise the core file size limit\n"
                "  -B, --protocol=ascii       the only protocol spoken (binary, auto: no)\n"
                "  -U, --udp-port=0           UDP is off (any other port: refused)\n"
@@ -141,7 +142,7 @@ settings_usage(FILE *f)
                "                             ssl_session_cache, ssl_keyformat=1 (PEM)\n"
                "  accepted with a warning, no effect here: -f -n -L (slab tuning),\n"
                "     -C (CAS stays on), -R (requests per event), -N\n"
-               "  refused (not supported): -U <non-zero>, -B binary|auto, -e, -F, -M,\n"
+               "  refused (not supported): -U <non-zero>, -B binary|auto, -e, -M,\n"
                "     -S, -Z with -s, -o ext_*|proxy_*\n");
 }
 
