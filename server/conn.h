@@ -121,9 +121,12 @@ struct conn {
     struct route route; /* the decision for the data block coming in */
 
     /* CONN_PS_DUMP (proto_admin.c): its store_cursor, what is left to show
-     * of a stats cachedump, and which dump it is (else metadump). */
+     * of a stats cachedump, and which dump it is (else metadump). When its
+     * last command came (util_coarse_ms / 1000; stats conns reads it from
+     * another thread, atomically). */
     uint32_t dump_stripe, dump_bucket, dump_left;
     bool     dump_items;
+    uint32_t last_cmd_s;
 
     /* A storage command being forwarded (route.c): its line, then
      * its data block read in place (nread_dst points into it). */

@@ -9,6 +9,9 @@
 #include "server/proto_admin.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -16,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lib/util.h"
 #include "server/cluster.h"
 #include "server/log.h"
 #include "server/store.h"
@@ -128,6 +132,97 @@ proto_admin_stats_detail(struct conn *c, const struct token *t, int ntok)
     } else {
         OUT_LIT(c, "CLIENT_ERROR usage: stats detail on|off|dump\r\n");
     }
+}
+
+/* ---- stats conns ------------------------------------------------------------ */
+
+/* "tcp:IP:PORT" (memcached's form; a v6 address in brackets) or
+ * "unix:PATH" of a socket address, into out[size]. */
+static void
+sock_text(const struct sockaddr_storage *ss, const char *unix_path, char *out, size_t size)
+{
+    char ip[INET6_ADDRSTRLEN] = "";
+
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+
+        inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
+        snprintf(out, size, "tcp:%s:%u", ip, ntohs(a->sin_port));
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+
+        inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip));
+        snprintf(out, size, "tcp6:[%s]:%u", ip, ntohs(a->sin6_port));
+    } else {
+        snprintf(out, size, "unix:%s", unix_path);
+    }
+}
+
+/* memcached's name for where a connection is. */
+static const char *
+conn_state_name(const struct conn *c, const struct conn *asking)
+{
+    if (c == asking) {
+        return "conn_parse_cmd";
+    }
+    switch (__atomic_load_n(&c->pstate, __ATOMIC_RELAXED)) {
+    case CONN_PS_NREAD:
+        return "conn_nread";
+    case CONN_PS_SWALLOW:
+        return "conn_swallow";
+    case CONN_PS_GET:
+    case CONN_PS_DUMP:
+        return "conn_mwrite";
+    default:
+        return "conn_waiting";
+    }
+}
+
+/* stats conns: the listening socket, then every client connection of every
+ * worker (read under each worker's conns_lock), memcached's lines:
+ * `STAT <fd>:addr`, `:listen_addr`, `:state`, `:secs_since_last_cmd`. */
+void
+proto_admin_stats_conns(struct conn *c)
+{
+    struct server          *srv = c->w->srv;
+    const char             *unix_path = srv->settings.socket_path;
+    struct sockaddr_storage ss;
+    socklen_t               len = sizeof(ss);
+    char                    listen[128] = "", addr[128];
+    uint32_t                now = (uint32_t)(util_coarse_ms() / 1000);
+    int                     i;
+
+    if (srv->listen_fd >= 0 && getsockname(srv->listen_fd, (struct sockaddr *)&ss, &len) == 0) {
+        sock_text(&ss, unix_path, listen, sizeof(listen));
+        proto_reply_printf(c, "STAT %d:addr %s\r\n", srv->listen_fd, listen);
+        proto_reply_printf(c, "STAT %d:state conn_listening\r\n", srv->listen_fd);
+        proto_reply_printf(c, "STAT %d:secs_since_last_cmd %" PRId64 "\r\n", srv->listen_fd,
+                           store_now(srv->store) - srv->started);
+    }
+    for (i = 0; i < srv->nworkers; i++) {
+        struct worker *w = &srv->workers[i];
+        struct conn   *o;
+
+        pthread_mutex_lock(&w->conns_lock);
+        for (o = w->conns; o != NULL; o = o->next) {
+            uint32_t last = __atomic_load_n(&o->last_cmd_s, __ATOMIC_RELAXED);
+
+            len = sizeof(ss);
+            if (o->fd < 0 || getpeername(o->fd, (struct sockaddr *)&ss, &len) < 0) {
+                continue;
+            }
+            sock_text(&ss, unix_path, addr, sizeof(addr));
+            proto_reply_printf(c, "STAT %d:addr %s\r\n", o->fd, addr);
+            if (listen[0] != '\0') {
+                proto_reply_printf(c, "STAT %d:listen_addr %s\r\n", o->fd, listen);
+            }
+            proto_reply_printf(c, "STAT %d:state %s\r\n", o->fd, conn_state_name(o, c));
+            proto_reply_printf(c, "STAT %d:secs_since_last_cmd %u\r\n", o->fd,
+                               last != 0 && now >= last ? now - last : 0);
+        }
+        pthread_mutex_unlock(&w->conns_lock);
+    }
+    OUT_LIT(c, "END\r\n");
 }
 
 /* ---- lru_crawler metadump ------------------------------------------------ */

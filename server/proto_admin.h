@@ -27,6 +27,10 @@ void proto_admin_stats_detail(struct conn *c, const struct token *t, int ntok);
  * a dump started (CONN_PS_DUMP). */
 void proto_admin_stats_cachedump(struct conn *c, const struct token *t, int ntok);
 
+/* `stats conns`: every client connection of the node (and the listening
+ * socket), memcached's lines. */
+void proto_admin_stats_conns(struct conn *c);
+
 /* A metadump in progress (c->pstate CONN_PS_DUMP): write the next slice of
  * items; PROTO_MORE (call again while the state stays, after the output
  * drained), its last line queued when the state is back to CONN_PS_CMD. */

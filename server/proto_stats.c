@@ -297,6 +297,8 @@ proto_stats(struct conn *c, const struct token *t, int ntok)
         stats_hotkeys(c);
     } else if (TOK_IS(&t[1], "latency")) {
         stats_latency(c);
+    } else if (TOK_IS(&t[1], "conns")) {
+        proto_admin_stats_conns(c);
     } else if (TOK_IS(&t[1], "cachedump")) {
         proto_admin_stats_cachedump(c, t, ntok);
     } else if (TOK_IS(&t[1], "detail")) {

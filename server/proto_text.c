@@ -678,6 +678,7 @@ process_command(struct conn *c, const char *line, const char *end)
     int          ntok;
 
     c->noreply = false;
+    __atomic_store_n(&c->last_cmd_s, (uint32_t)(util_coarse_ms() / 1000), __ATOMIC_RELAXED);
     p = memchr(line, ' ', (size_t)(end - line));
     if (p == NULL) {
         p = end;

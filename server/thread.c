@@ -1,6 +1,6 @@
 /*
  * thread: accept loop and worker threads (memcached's thread.c model).
- * Lock order: a worker's q_lock is a leaf; stats_lock and auth_lock are
+ * Lock order: a worker's q_lock and conns_lock are leaves; stats_lock and auth_lock are
  * leaves. Counters shared between threads (curr_conns, total_conns) are
  * atomics.
  */
@@ -109,6 +109,7 @@ server_new(const struct settings *settings)
         w->id = i;
         w->notify_fd[0] = w->notify_fd[1] = -1;
         pthread_mutex_init(&w->q_lock, NULL);
+        pthread_mutex_init(&w->conns_lock, NULL);
         srv->nworkers++;
         w->base = event_base_new();
         if (w->base == NULL) {
@@ -788,6 +789,7 @@ server_free(struct server *srv)
         }
         worker_free_pools(w);
         pthread_mutex_destroy(&w->q_lock);
+        pthread_mutex_destroy(&w->conns_lock);
     }
     free(srv->workers);
     if (srv->listen_ev != NULL) {

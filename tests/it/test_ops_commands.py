@@ -89,6 +89,32 @@ try:
     else:
         tap.skip("stats detail: memcached's bytes", "memcached not installed")
 
+    # stats conns: memcached's lines, one group per connection of every worker.
+    conn_re = re.compile(rb"^STAT (\d+):(addr|listen_addr|state|secs_since_last_cmd) (\S+)$")
+
+    def conns(port):
+        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+        held[0].sendall(b"set half 0 0 10\r\n")     # inside a data block
+        mine = {("tcp:127.0.0.1:%d" % h.getsockname()[1]).encode() for h in held}
+        time.sleep(0.2)                               # let the set's line be read
+        out = talk(port, [b"stats conns"], [b"END\r\n"])[0]
+        for h in held:
+            h.close()
+        lines = out.split(b"\r\n")[:-2]
+        parsed = [conn_re.match(x) for x in lines]
+        addrs = {m.group(3) for m in parsed if m and m.group(2) == b"addr"}
+        states = {m.group(3) for m in parsed if m and m.group(2) == b"state"}
+        return out, all(parsed), mine <= addrs, states
+    out, fmt, seen, states = conns(node.port)
+    tap.ok(out.endswith(b"END\r\n") and fmt and seen and b"conn_listening" in states
+           and b"conn_parse_cmd" in states and b"conn_nread" in states,
+           "stats conns: every line memcached's form; the 3 open connections listed (one in "
+           "conn_nread), the listener, the asking one in conn_parse_cmd", out[:800])
+    if mc:
+        mout, mfmt, mseen, _ = conns(mc.port)
+        tap.ok(mfmt and mseen, "memcached's own stats conns lines match the same pattern",
+               mout[:400])
+
     # metadump: memcached's line format, every key, URI-encoded.
     keys = [b"plain", b"a%20b", b"sp:ace"]
     lines = [b"set %s 0 %d 3\r\nabc" % (k, 0 if i else 1000) for i, k in enumerate(keys)]
