@@ -13,7 +13,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rctest import RINGCACHED, SRCDIR, Node, Tap, free_cluster_ports  # noqa: E402
+from rctest import (RINGCACHED, SRCDIR, Node, Tap, can_connect,  # noqa: E402
+                    free_cluster_ports, wait_until)
 
 tap = Tap()
 tmp = tempfile.mkdtemp(prefix="rc-ops-defaults-")
@@ -25,23 +26,40 @@ def shipped_placeholder():
     return m.group(1) if m else None
 
 
-def start(token, listen="127.0.0.1", extra=()):
-    """Start a cluster node with token; (exit status or None if it runs,
-    stderr text, the Node or None)."""
+def start(token, listen="127.0.0.1", refused=False):
+    """Start a cluster node with token. refused: wait for it to exit (its
+    client port listens before the token is read, so a connect proves
+    nothing). Returns (exit status or None while it runs, stderr, Node or
+    None)."""
     tf = os.path.join(tmp, "token")
     with open(tf, "w") as f:
         f.write(token + "\n")
     sd = tempfile.mkdtemp(dir=tmp)
     log = os.path.join(tmp, "node.log")
-    args = ["-l", listen, "--id", "a", "--state-dir", sd, "--token-file", tf] + list(extra)
-    n = Node(args=args, port=free_cluster_ports(), stderr=log)
-    try:
-        n.start(timeout=5, tries=1)
-    except RuntimeError:
+    port = free_cluster_ports()
+    cmd = [RINGCACHED, "-p", str(port), "-l", listen, "--id", "a", "--state-dir", sd,
+           "--token-file", tf]
+    with open(log, "wb") as err:
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=err)
+    if refused:
+        try:
+            rc = p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            rc = None
         with open(log) as f:
-            return n.proc.returncode if n.proc else 1, f.read(), None
+            return rc, f.read(), None
+    n = Node(port=port)
+    n.proc = p
+    ok = wait_until(lambda: p.poll() is not None or
+                    (can_connect(port) and can_connect(port + 10000)), 10)
     with open(log) as f:
-        return None, f.read(), n
+        text = f.read()
+    if not ok or p.poll() is not None:
+        n.stop()
+        return p.returncode, text, None
+    return None, text, n
 
 
 try:
@@ -51,13 +69,11 @@ try:
                 "short-token-15b", "a" * 40]:
         if tok is None:
             continue
-        rc, err, n = start(tok)
-        if n is not None:
-            n.stop()
+        rc, err, n = start(tok, refused=True)
         lines = err.strip().splitlines()
-        tap.ok(n is None and len(lines) == 1 and "token is refused" in lines[0]
+        tap.ok(rc == 1 and len(lines) == 1 and "token is refused" in lines[0]
                and os.path.join(tmp, "token") + ":1:" in lines[0],
-               "token %r: refused at start, one line naming FILE:1 and why" % tok[:40], err)
+               "token %r: refused at start (exit 1), one line naming FILE:1 and why" % tok[:40], err)
     rc, err, n = start("0123456789abcdef")
     tap.ok(n is not None and "warning" not in err,
            "a 16-byte token starts; on 127.0.0.1 no warning about the cluster port", err)
