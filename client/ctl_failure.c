@@ -536,6 +536,8 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
     sa.sa_handler = watch_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* A daemon's lines are its log: each one carries its time. */
+    ctl_error_stamp(true);
     ctl_info("watch: a member unreachable (or recovering) for %.1f s is removed (repaired); "
              "polling every %.2f s, and at once when the store changes",
              down_after, interval);
@@ -549,6 +551,7 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
         bool                 act_repair = false, take_over = false;
         bool                 node_pending = false;
         uint32_t             i, k;
+        char                 when[40];
 
         if (!ctl_role_held(role, holder, sizeof(holder))) {
             if (!standby) {
@@ -727,15 +730,16 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
             char *args[] = { (char *)"resume", NULL };
 
             rc = ctl_resume(g, 1, args);
-            printf("watch\t-\tresume\t%s\n", rc == EX_OK ? "done" : "failed");
+            printf("%s\twatch\t-\tresume\t%s\n", ctl_now_stamp(when, sizeof(when)),
+                   rc == EX_OK ? "done" : "failed");
             fflush(stdout);
         } else if (act_id[0] != '\0') {
             ctl_info("watch: %s: %s", act_id,
                      act_repair ? "repair (remove --failed, then join)" : "remove --failed");
             rc = act_repair ? repair_node(g, act_id, NULL, force, DEFAULT_RATE_MIB)
                             : remove_failed(g, act_id, force, DEFAULT_RATE_MIB);
-            printf("watch\t%s\t%s\t%s\n", act_id, act_repair ? "repair" : "remove --failed",
-                   rc == EX_OK ? "done" : "failed");
+            printf("%s\twatch\t%s\t%s\t%s\n", ctl_now_stamp(when, sizeof(when)), act_id,
+                   act_repair ? "repair" : "remove --failed", rc == EX_OK ? "done" : "failed");
             fflush(stdout);
             for (k = 0; k < nw; k++) {
                 if (strcmp(w[k].id, act_id) == 0) {

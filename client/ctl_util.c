@@ -14,7 +14,28 @@
 #include "client/ctl_util.h"
 #include "ring/ring.h"
 
-static FILE *error_sink; /* NULL: stderr */
+static FILE *error_sink;  /* NULL: stderr */
+static bool  error_stamp; /* ctl_error_stamp: lines start with the time */
+
+void
+ctl_error_stamp(bool on)
+{
+    error_stamp = on;
+}
+
+const char *
+ctl_now_stamp(char *buf, size_t len)
+{
+    struct timespec ts;
+    struct tm       tm;
+    size_t          n;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf + n, len - n, ".%03ldZ", ts.tv_nsec / 1000000);
+    return buf;
+}
 
 void
 ctl_error_to(FILE *f)
@@ -27,7 +48,11 @@ ctl_error(const char *fmt, ...)
 {
     FILE   *f = error_sink != NULL ? error_sink : stderr;
     va_list ap;
+    char    when[40];
 
+    if (error_stamp) {
+        fprintf(f, "%s ", ctl_now_stamp(when, sizeof(when)));
+    }
     fputs("ringctl: ", f);
     va_start(ap, fmt);
     vfprintf(f, fmt, ap);

@@ -23,6 +23,14 @@ void ctl_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * view collects them into its frame. */
 void ctl_error_to(FILE *f);
 
+/* From now on (on: true), every ctl_error line starts with the UTC time,
+ * as ctl_now_stamp writes it (the watch, a daemon whose lines are a log). */
+void ctl_error_stamp(bool on);
+
+/* The UTC time to the millisecond, "2026-01-02T03:04:05.678Z", into
+ * buf[len] (40 bytes are enough); returns buf. */
+const char *ctl_now_stamp(char *buf, size_t len);
+
 /* A progress or info line on stderr ("ringctl: phase: ..."): the same
  * shape as an error line, so ctl_error prints both. */
 #define ctl_info(...) ctl_error(__VA_ARGS__)

@@ -848,7 +848,7 @@ cluster_prepare_failed(struct cluster *cl, const struct cluster_prep *p, bool *a
         snprintf(err, errlen, "out of memory publishing the view");
         return -1;
     }
-    log_msg(LOG_INFO,
+    log_msg(LOG_NOTICE,
             "prepared epoch %" PRIu64 ": importing %.4f, sourcing %.4f to %u, "
             "losing %.4f",
             p->next->epoch, arcset_share(&cl->importing), arcset_share(&cl->sourcing), cl->n_dests,
@@ -987,7 +987,7 @@ cluster_commit(struct cluster *cl, const struct ring_members *next, const uint8_
         snprintf(err, errlen, "out of memory publishing the view");
         return -1;
     }
-    log_msg(LOG_INFO, "committed epoch %" PRIu64, cl->active->epoch);
+    log_msg(LOG_NOTICE, "committed epoch %" PRIu64, cl->active->epoch);
     return 0;
 }
 
@@ -1006,7 +1006,7 @@ cluster_abort(struct cluster *cl, const uint8_t *token, size_t token_len, char *
         statedir_remove(cl->state_dir, STATEDIR_PENDING, err, errlen) < 0) {
         return -1;
     }
-    log_msg(LOG_INFO, "aborted epoch %" PRIu64, cl->pending->epoch);
+    log_msg(LOG_NOTICE, "aborted epoch %" PRIu64, cl->pending->epoch);
     clear_pending(cl);
     if (cluster_publish(cl) < 0) {
         snprintf(err, errlen, "out of memory publishing the view");
@@ -1044,7 +1044,7 @@ load_state(struct cluster *cl, char *err, size_t errlen)
     cl->phase = (enum cluster_phase)phase;
     if (cl->active != NULL && p->epoch <= cl->active->epoch) {
         /* Crashed between persisting the commit and removing pending. */
-        log_msg(LOG_INFO, "dropping stale pending epoch %" PRIu64, p->epoch);
+        log_msg(LOG_NOTICE, "dropping stale pending epoch %" PRIu64, p->epoch);
         ring_members_free(p);
         cl->ptoken_len = 0;
         cl->phase = CLUSTER_PHASE_NONE;
@@ -1098,7 +1098,7 @@ cluster_started(struct cluster *cl)
      * from, it serves empty. */
     if (cl->served && cl->active != NULL && cl->self_old >= 0 && cl->active->n_nodes > 1) {
         __atomic_store_n(&cl->live.recovering, 1, __ATOMIC_RELEASE);
-        log_msg(LOG_INFO,
+        log_msg(LOG_NOTICE,
                 "restarted as a member of epoch %" PRIu64 ": recovering (its keys "
                 "answer TRYAGAIN until `ringctl repair %s` or remove --failed + join)",
                 cl->active->epoch, cl->id);

@@ -43,12 +43,14 @@ conn_new(struct worker *w, int fd)
     c->out_cap = w->srv != NULL ? w->srv->settings.max_output_bytes : SETTINGS_MAX_OUTPUT_DEFAULT;
     c->last_active = w->idle_now;
     c->authenticated = w->srv == NULL || w->srv->auth == NULL;
+    pthread_mutex_lock(&w->conns_lock);
     c->next = w->conns;
     if (w->conns != NULL) {
         w->conns->prev = c;
     }
     w->conns = c;
     w->nconns++;
+    pthread_mutex_unlock(&w->conns_lock);
     return c;
 }
 
@@ -530,6 +532,7 @@ conn_close(struct conn *c)
     c->pstate = CONN_PS_CMD;
     c->rpos = c->rend;
     conn_rbuf_release(c);
+    pthread_mutex_lock(&w->conns_lock);
     if (c->prev != NULL) {
         c->prev->next = c->next;
     } else {
@@ -539,6 +542,7 @@ conn_close(struct conn *c)
         c->next->prev = c->prev;
     }
     w->nconns--;
+    pthread_mutex_unlock(&w->conns_lock);
     log_msg(LOG_DEBUG, "connection %d closed", c->fd);
     free(c);
     if (w->srv != NULL) {

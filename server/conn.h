@@ -67,6 +67,7 @@ enum conn_pstate {
     CONN_PS_NREAD,   /* reading a data block into nread_it */
     CONN_PS_SWALLOW, /* discarding a rejected data block */
     CONN_PS_GET,     /* a multi-get paused on a full output queue */
+    CONN_PS_DUMP,    /* a metadump or cachedump (server/proto_admin.c) */
 };
 
 struct mset_ctx;
@@ -118,6 +119,14 @@ struct conn {
     uint8_t            auth_failures;  /* failed logins on this connection */
 
     struct route route; /* the decision for the data block coming in */
+
+    /* CONN_PS_DUMP (proto_admin.c): its store_cursor, what is left to show
+     * of a stats cachedump, and which dump it is (else metadump). When its
+     * last command came (util_coarse_ms / 1000; stats conns reads it from
+     * another thread, atomically). */
+    uint32_t dump_stripe, dump_bucket, dump_left;
+    bool     dump_items;
+    uint32_t last_cmd_s;
 
     /* A storage command being forwarded (route.c): its line, then
      * its data block read in place (nread_dst points into it). */

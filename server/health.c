@@ -606,10 +606,11 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
             p->state = peer_state(p, now);
             if ((p->state == PEER_DOWN) != (was == PEER_DOWN)) {
                 if (p->state != PEER_DOWN) {
-                    log_msg(LOG_INFO, "peer %.64s is %s again", p->id, health_state_name(p->state));
+                    log_msg(LOG_NOTICE, "peer %.64s is %s again", p->id,
+                            health_state_name(p->state));
                 } else {
                     log_msg(
-                        LOG_INFO, "peer %.64s is down (%s; silent for %" PRIu64 " ms)", p->id,
+                        LOG_NOTICE, "peer %.64s is down (%s; silent for %" PRIu64 " ms)", p->id,
                         p->refused ? "its port refused the connection" : "no answer",
                         now - (p->last_pong_ms > p->ping_in_ms ? p->last_pong_ms : p->ping_in_ms));
                 }
@@ -642,7 +643,7 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
             __atomic_store_n(&live->suspect, 1, __ATOMIC_RELEASE);
         }
         __atomic_store_n(&live->isolated, h->isolated ? 1 : 0, __ATOMIC_RELEASE);
-        log_msg(h->isolated ? LOG_ERR : LOG_INFO,
+        log_msg(h->isolated ? LOG_ERR : LOG_NOTICE,
                 h->isolated ? "no peer has answered for %d ms: serving nothing until all do"
                             : "a peer answers again (%d ms rule)",
                 HEALTH_SUSPECT_MS);
@@ -654,7 +655,7 @@ timer_cb(evutil_socket_t fd, short what, void *arg)
     if (h->round && all_settled) {
         h->round = false;
         __atomic_store_n(&live->suspect, 0, __ATOMIC_RELEASE);
-        log_msg(LOG_INFO, "heartbeat round after the stall done in %" PRIu64 " ms%s",
+        log_msg(LOG_NOTICE, "heartbeat round after the stall done in %" PRIu64 " ms%s",
                 now - h->round_start,
                 __atomic_load_n(&live->behind_epoch, __ATOMIC_RELAXED) ? ": behind a higher epoch"
                                                                        : "");
@@ -759,7 +760,7 @@ heard_ping(struct health *h, const char *id)
 
         if (strcmp(p->id, id) == 0 && p->idx >= 0 && p->idx < 64 * CLUSTER_MASK_WORDS) {
             if (p->state == PEER_DOWN) {
-                log_msg(LOG_INFO, "peer %.64s is up (its Ping came)", p->id);
+                log_msg(LOG_NOTICE, "peer %.64s is up (its Ping came)", p->id);
             }
             p->ping_in_ms = util_coarse_ms();
             p->refused = false;

@@ -7,6 +7,7 @@
  */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -30,6 +32,7 @@
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/peer_tls.h"
+#include "server/proto_admin.h"
 #include "server/settings.h"
 #include "server/thread.h"
 
@@ -40,13 +43,61 @@ struct run_as {
     gid_t gid;
 };
 
-/* The admin token: the first line of the file, 1-256 bytes. 0 or -1. */
+/* Tokens shipped as examples or typed as placeholders: never a real one
+ * (compared without case; deploy/kubernetes/config.yaml's is the first). */
+static const char *const PLACEHOLDER_TOKENS[] = {
+    "replace-me: see the comment above",
+    "replace-me",
+    "replaceme",
+    "changeme",
+    "change-me",
+    "change_me",
+    "secret",
+    "password",
+    "token",
+    "placeholder",
+    "example",
+    "your-token-here",
+};
+
+#define TOKEN_MIN 16 /* bytes: below this a token is refused */
+
+/* Why a token must not be used (NULL: it may): a known placeholder, one
+ * starting as one, one byte repeated, or shorter than TOKEN_MIN. */
+static const char *
+token_refused(const char *tok, size_t len)
+{
+    size_t i;
+
+    for (i = 0; i < sizeof(PLACEHOLDER_TOKENS) / sizeof(PLACEHOLDER_TOKENS[0]); i++) {
+        const char *p = PLACEHOLDER_TOKENS[i];
+
+        if (strncasecmp(tok, p, strlen(p)) == 0 &&
+            (len == strlen(p) || strncasecmp(p, "replace", 7) == 0 ||
+             strncasecmp(p, "change", 6) == 0)) {
+            return "a placeholder, not a secret: make one with "
+                   "`head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'`";
+        }
+    }
+    if (len < TOKEN_MIN) {
+        return "shorter than 16 bytes: make one with "
+               "`head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'`";
+    }
+    for (i = 1; i < len && tok[i] == tok[0]; i++) {
+        continue;
+    }
+    return i == len ? "one byte repeated, not a secret" : NULL;
+}
+
+/* The admin token: the first line of the file, 16-256 bytes, not a
+ * placeholder. 0 or -1 (logged). */
 static int
 read_token(const char *path, uint8_t *tok, size_t *len)
 {
-    char   line[CLUSTER_TOKEN_MAX + 3];
-    FILE  *f = fopen(path, "r");
-    size_t n;
+    char        line[CLUSTER_TOKEN_MAX + 3];
+    FILE       *f = fopen(path, "r");
+    const char *why;
+    size_t      n;
 
     if (f == NULL) {
         log_msg(LOG_ERR, "--token-file %s: %s", path, strerror(errno));
@@ -58,13 +109,36 @@ read_token(const char *path, uint8_t *tok, size_t *len)
     fclose(f);
     n = strcspn(line, "\r\n");
     if (n == 0 || n > CLUSTER_TOKEN_MAX) {
-        log_msg(LOG_ERR, "%s:1: the token must be 1-%d bytes on the first line", path,
+        log_msg(LOG_ERR, "%s:1: the token must be %d-%d bytes on the first line", path, TOKEN_MIN,
                 CLUSTER_TOKEN_MAX);
+        return -1;
+    }
+    line[n] = '\0';
+    why = token_refused(line, n);
+    if (why != NULL) {
+        log_msg(LOG_ERR, "%s:1: the token is refused: %s", path, why);
         return -1;
     }
     memcpy(tok, line, n);
     *len = n;
     return 0;
+}
+
+/* Is addr (-l) a loopback address only (127.0.0.0/8, ::1, localhost)? A
+ * wildcard or any other name or address reaches beyond the host. */
+static bool
+loopback_only(const char *addr)
+{
+    struct in_addr  v4;
+    struct in6_addr v6;
+
+    if (strcmp(addr, "localhost") == 0) {
+        return true;
+    }
+    if (inet_pton(AF_INET, addr, &v4) == 1) {
+        return (ntohl(v4.s_addr) >> 24) == 127;
+    }
+    return inet_pton(AF_INET6, addr, &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 /* The cluster's grace period before it frees an old view: every worker
@@ -113,6 +187,13 @@ start_cluster(struct server *srv, const struct settings *st, struct cport **cp)
                 port, CLUSTER_PORT_OFFSET);
         return -1;
     }
+    if (!st->cluster_tls && !loopback_only(st->listen_addr)) {
+        log_msg(LOG_WARN,
+                "the cluster port %s:%d listens beyond loopback without --cluster-tls: the "
+                "admin token, handoffs and heartbeats cross the network in clear "
+                "(docs/security.md, \"TLS between nodes\")",
+                st->listen_addr, port);
+    }
     *cp = cport_new(srv, srv->cluster, st->listen_addr, port);
     if (*cp == NULL) {
         return -1;
@@ -144,7 +225,7 @@ resolve_user(const struct settings *st, struct run_as *ra)
     }
     if (st->user[0] == '\0') {
         if (st->daemonize) {
-            fprintf(stderr, "ringcached: can't run as root without the -u switch\n");
+            log_msg(LOG_ERR, "can't run as root without the -u switch");
             return -2;
         }
         return 0;
@@ -229,13 +310,13 @@ make_absolute(char *path, size_t size, const char *opt)
         return 0;
     }
     if (getcwd(cwd, sizeof(cwd)) == NULL) {
-        fprintf(stderr, "ringcached: %s %s: cannot read the current directory: %s\n", opt, path,
+        log_msg(LOG_ERR, "%s %s: cannot read the current directory: %s", opt, path,
                 strerror(errno));
         return -1;
     }
     n = (size_t)snprintf(buf, sizeof(buf), "%s/%s", cwd, path);
     if (n >= size || n >= sizeof(buf)) {
-        fprintf(stderr, "ringcached: %s %s: its absolute path is too long\n", opt, path);
+        log_msg(LOG_ERR, "%s %s: its absolute path is too long", opt, path);
         return -1;
     }
     memcpy(path, buf, n + 1);
@@ -354,8 +435,7 @@ write_pid_file(const char *path)
     if (f != NULL) {
         if (fscanf(f, "%ld", &old) == 1 && old > 0 && old != (long)getpid() &&
             kill((pid_t)old, 0) == 0) {
-            fprintf(stderr, "ringcached: warning: the pid file %s contained the running pid %ld\n",
-                    path, old);
+            log_msg(LOG_WARN, "the pid file %s contained the running pid %ld", path, old);
         }
         fclose(f);
     }
@@ -377,21 +457,25 @@ write_pid_file(const char *path)
 int
 main(int argc, char **argv)
 {
-    struct settings settings;
-    struct run_as   run_as;
-    struct server  *srv = NULL;
-    struct cport   *cp = NULL;
-    struct metrics *metrics = NULL;
+    struct settings  settings;
+    struct run_as    run_as;
+    struct server   *srv = NULL;
+    struct cport    *cp = NULL;
+    struct metrics  *metrics = NULL;
     struct authfile *auth = NULL;
-    bool            pid_written = false, listening = false;
-    int             rc, ready_fd = -1;
+    bool             pid_written = false, listening = false;
+    int              rc, ready_fd = -1;
 
     settings_init(&settings);
     rc = settings_parse(&settings, argc, argv, stdout, stderr);
+    /* The logger first: even the parser's warnings go through it. */
+    log_set_format((enum log_format)settings.log_format);
+    log_set_node(settings.node_id);
+    log_set_level(settings.verbose);
+    settings_log_warnings();
     if (rc != 0) {
         return rc > 0 ? 0 : 2;
     }
-    log_set_level(settings.verbose);
     if (settings.daemonize && absolute_paths(&settings) < 0) {
         return 2;
     }
@@ -407,8 +491,10 @@ main(int argc, char **argv)
     }
     /* After the fork: memory locks are not inherited. */
     if (settings.lock_memory && mlockall(MCL_CURRENT | MCL_FUTURE) < 0) {
-        fprintf(stderr, "ringcached: warning: -k: mlockall failed: %s\n", strerror(errno));
+        log_msg(LOG_WARN, "-k: mlockall failed: %s", strerror(errno));
     }
+    /* -D: stats detail from the start, as memcached. */
+    proto_admin_detail_set(settings.detail_at_start);
     /* A client that hangs up mid-reply must not kill the node. */
     signal(SIGPIPE, SIG_IGN);
     /* Read before -u drops privileges and -d leaves the directory (a

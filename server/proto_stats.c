@@ -20,6 +20,7 @@
 #include "server/hotkeys.h"
 #include "server/latency.h"
 #include "server/log.h"
+#include "server/proto_admin.h"
 #include "server/proto_text.h"
 #include "server/stats.h"
 #include "server/store.h"
@@ -191,8 +192,8 @@ stats_settings(struct conn *c)
     proto_reply_printf(c, "STAT umask 700\r\n");
     proto_reply_printf(c, "STAT num_threads %d\r\n", st->num_threads);
     proto_reply_printf(c, "STAT num_threads_per_udp %d\r\n", st->num_threads);
-    proto_reply_printf(c, "STAT stat_key_prefix :\r\n");
-    proto_reply_printf(c, "STAT detail_enabled no\r\n");
+    proto_reply_printf(c, "STAT stat_key_prefix %c\r\n", st->prefix_delimiter);
+    proto_reply_printf(c, "STAT detail_enabled %s\r\n", proto_admin_detail_on() ? "yes" : "no");
     proto_reply_printf(c, "STAT reqs_per_event 20\r\n");
     proto_reply_printf(c, "STAT cas_enabled yes\r\n");
     proto_reply_printf(c, "STAT tcp_backlog 1024\r\n");
@@ -296,6 +297,12 @@ proto_stats(struct conn *c, const struct token *t, int ntok)
         stats_hotkeys(c);
     } else if (TOK_IS(&t[1], "latency")) {
         stats_latency(c);
+    } else if (TOK_IS(&t[1], "conns")) {
+        proto_admin_stats_conns(c);
+    } else if (TOK_IS(&t[1], "cachedump")) {
+        proto_admin_stats_cachedump(c, t, ntok);
+    } else if (TOK_IS(&t[1], "detail")) {
+        proto_admin_stats_detail(c, t, ntok);
     } else if (TOK_IS(&t[1], "sizes")) {
         /* memcached's answer when the size histogram is off. */
         conn_out_add(c, "STAT sizes_status disabled\r\nEND\r\n", 33);

@@ -1,5 +1,5 @@
 /*
- * proto_stats: `stats [settings|reset|items|slabs|sizes|hotkeys|latency]` of the text
+ * proto_stats: `stats [settings|reset|items|slabs|sizes|hotkeys|latency|detail]` of the text
  * protocol (server/proto_text.c dispatches it here).
  */
 #ifndef SERVER_PROTO_STATS_H

@@ -24,6 +24,7 @@
 #include "server/flush.h"
 #include "server/latency.h"
 #include "server/log.h"
+#include "server/proto_admin.h"
 #include "server/proto_auth.h"
 #include "server/proto_meta.h"
 #include "server/proto_peer.h"
@@ -81,6 +82,16 @@ static inline struct store *
 conn_store(struct conn *c)
 {
     return c->w->srv->store;
+}
+
+/* `stats detail`: count a key served here (a relayed one counts where it
+ * is served). */
+static inline void
+note_detail(struct conn *c, const struct token *key, enum admin_detail_op op, bool hit)
+{
+    if (proto_admin_detail_on()) {
+        proto_admin_detail(&c->w->srv->settings, key->p, key->len, op, hit);
+    }
 }
 
 /* Does a line start (after <= 100 spaces) with "get " or "gets "? Only
@@ -169,6 +180,7 @@ get_continue(struct conn *c, struct route_get *g)
             continue;
         case ROUTE_KEY_MISS:
             STATS_ADD(ts, get_misses, 1);
+            note_detail(c, &k, ADMIN_DETAIL_GET, false);
             continue;
         }
         if (c->get_touch) {
@@ -189,6 +201,7 @@ get_continue(struct conn *c, struct route_get *g)
                 STATS_ADD(ts, get_misses, 1);
             }
         }
+        note_detail(c, &k, ADMIN_DETAIL_GET, it != NULL);
         if (it != NULL) {
             emit_value(c, it, c->get_cas);
         }
@@ -303,6 +316,7 @@ process_update(struct conn *c, struct token *t, int ntok, const char *end, enum 
         return;
     }
     STATS_ADD(ts, cmd_set, 1);
+    note_detail(c, &t[1], ADMIN_DETAIL_SET, false);
     it = store_alloc(s, t[1].p, t[1].len, hash, flags, store_exptime(s, exptime), (size_t)vlen,
                      &err);
     if (it == NULL) {
@@ -417,6 +431,7 @@ process_delete(struct conn *c, struct token *t, int ntok)
     if (!route_line(c, hash, t, 2, &rt)) {
         return;
     }
+    note_detail(c, &t[1], ADMIN_DETAIL_DEL, false);
     route_write_begin(&rt);
     /* The tombstone carries the CAS of what it deletes, so a replica
      * never drops a newer value (replicate_apply_del). */
@@ -582,7 +597,7 @@ process_verbosity(struct conn *c, struct token *t, int ntok)
         proto_reply_line(c, PROTO_ERR_FORMAT);
         return;
     }
-    log_set_level(level > LOG_DEBUG ? LOG_DEBUG : (int)level);
+    log_set_level(level > LOG_VERBOSITY_MAX ? LOG_VERBOSITY_MAX : (int)level);
     REPLY(c, "OK");
 }
 
@@ -663,6 +678,7 @@ process_command(struct conn *c, const char *line, const char *end)
     int          ntok;
 
     c->noreply = false;
+    __atomic_store_n(&c->last_cmd_s, (uint32_t)(util_coarse_ms() / 1000), __ATOMIC_RELAXED);
     p = memchr(line, ' ', (size_t)(end - line));
     if (p == NULL) {
         p = end;
@@ -771,6 +787,13 @@ process_command(struct conn *c, const char *line, const char *end)
     if (ntok > 0 && process_extra(c, t, ntok)) {
         return PROTO_MORE;
     }
+    if (ntok > 0) {
+        enum proto_status st;
+
+        if (proto_admin(c, t, ntok, &st)) {
+            return st;
+        }
+    }
     /* Unknown command. With two tokens or more, a last one of "HTTP/..."
      * is a browser or a cross-protocol attack: hang up without a word. */
     if (ntok > 1 && t[ntok - 1].len >= 5 && memcmp(t[ntok - 1].p, "HTTP/", 5) == 0) {
@@ -820,6 +843,9 @@ process_batch(struct conn *c)
             if (st != PROTO_MORE) {
                 return st;
             }
+            continue;
+        case CONN_PS_DUMP:
+            proto_admin_dump_continue(c);
             continue;
         case CONN_PS_NREAD:
             n = avail < c->nread_left ? avail : c->nread_left;

@@ -10,11 +10,13 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "proto/frame.h"
+#include "server/log.h"
 
 #define ITEM_SIZE_MIN   1024u
 #define ITEM_SIZE_LIMIT (1024u * 1024u * 1024u)
@@ -47,6 +49,7 @@ static const struct settings defaults = {
     .max_frame_bytes = SETTINGS_MAX_FRAME_DEFAULT,
     .handoff_window = SETTINGS_HANDOFF_WIN_DEFAULT,
     .ssl_min_version = 2, /* tlsv1.2, as memcached */
+    .prefix_delimiter = ':',
 };
 
 void
@@ -88,6 +91,8 @@ settings_usage(FILE *f)
                "                             sketch (stats hotkeys; default: 100, 0: off)\n"
                "      --hotkeys-decay=<s>    halve the hot-key counts every s seconds\n"
                "                             (default: 60, 0: never)\n"
+               "      --log-format=<fmt>     text (the default), logfmt or json: one line\n"
+               "                             per message on stderr, with time, level and --id\n"
                "limits (docs/operations.md, Limits):\n"
                "      --max-output-bytes=<n> replies queued for one client before its\n"
                "                             requests wait for it to read, k/m suffix\n"
@@ -110,11 +115,15 @@ settings_usage(FILE *f)
                "  -u, --user=<user>          when started as root: run as this user\n"
                "                             (required as root with -d)\n"
                "  -k, --lock-memory          lock all paged memory (mlockall)\n"
+               "  -F, --disable-flush-all    flush_all answers CLIENT_ERROR and flushes nothing\n"
                "  -r, --enable-coredumps     raise the core file size limit\n"
                "  -B, --protocol=ascii       the only protocol spoken (binary, auto: no)\n"
                "  -U, --udp-port=0           UDP is off (any other port: refused)\n"
-               "  -X, --disable-dumping      accepted (there is no dump command)\n"
+               "  -X, --disable-dumping      refuse lru_crawler metadump\n"
                "  -W, --disable-watch        accepted (there is no watch command)\n"
+               "  -A, --enable-shutdown      the shutdown command stops the node (as SIGTERM)\n"
+               "  -D <char>                  stats detail's prefix delimiter (default :);\n"
+               "                             turns stats detail on\n"
                "  -Y, --auth-file=<file>     clients log in first: a set whose data is\n"
                "                             `user password`, users from this file of\n"
                "                             user:password lines (docs/security.md)\n"
@@ -132,8 +141,8 @@ settings_usage(FILE *f)
                "                             default tlsv1.2), ssl_ciphers=<list>,\n"
                "                             ssl_session_cache, ssl_keyformat=1 (PEM)\n"
                "  accepted with a warning, no effect here: -f -n -L (slab tuning),\n"
-               "     -C (CAS stays on), -R (requests per event), -A, -D, -N\n"
-               "  refused (not supported): -U <non-zero>, -B binary|auto, -e, -F, -M,\n"
+               "     -C (CAS stays on), -R (requests per event), -N\n"
+               "  refused (not supported): -U <non-zero>, -B binary|auto, -e, -M,\n"
                "     -S, -Z with -s, -o ext_*|proxy_*\n");
 }
 
@@ -200,12 +209,43 @@ refuse(FILE *err, const char *opt, const char *why)
     return -1;
 }
 
+/* Warnings found while parsing, logged by settings_log_warnings once the
+ * logger has its format (main runs one parse per process). */
+#define WARN_MAX 32
+static char warn_lines[WARN_MAX][400];
+static int  warn_count;
+
+/* Keep one warning line for settings_log_warnings. */
+static void __attribute__((format(printf, 1, 2))) warn_later(const char *fmt, ...)
+{
+    va_list ap;
+
+    if (warn_count == WARN_MAX) {
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(warn_lines[warn_count++], sizeof(warn_lines[0]), fmt, ap);
+    va_end(ap);
+}
+
+/* See settings.h. */
+void
+settings_log_warnings(void)
+{
+    int i;
+
+    for (i = 0; i < warn_count; i++) {
+        log_msg(LOG_WARN, "%s", warn_lines[i]);
+    }
+    warn_count = 0;
+}
+
 /* An option that means nothing here: one warning line, then go on. */
 static void
 ignored(FILE *err, const char *opt, const char *val, const char *why)
 {
-    fprintf(err, "ringcached: warning: %s%s%s: %s; ignored\n", opt, val != NULL ? " " : "",
-            val != NULL ? val : "", why);
+    (void)err;
+    warn_later("%s%s%s: %s; ignored", opt, val != NULL ? " " : "", val != NULL ? val : "", why);
 }
 
 static const char SLAB_WHY[] = "slab allocator tuning does not apply (ringcached has no slabs: "
@@ -325,8 +365,10 @@ parse_ssl(FILE *err, const char *name, const char *val, struct settings *s)
         return 0;
     } else if (strcmp(name, "ssl_verify_mode") == 0) {
         if (parse_int(val, 0, 3, &v) < 0) {
-            fprintf(err, "ringcached: -o ssl_verify_mode=%s: must be 0 (none), 1 (request), "
-                         "2 (require) or 3 (once)\n", val);
+            fprintf(err,
+                    "ringcached: -o ssl_verify_mode=%s: must be 0 (none), 1 (request), "
+                    "2 (require) or 3 (once)\n",
+                    val);
             return -1;
         }
         s->ssl_verify_mode = (int)v;
@@ -339,8 +381,10 @@ parse_ssl(FILE *err, const char *name, const char *val, struct settings *s)
             }
         }
         if (parse_int(val, 0, 3, &v) < 0) {
-            fprintf(err, "ringcached: -o ssl_min_version=%s: must be tlsv1.0, tlsv1.1, tlsv1.2, "
-                         "tlsv1.3 or 0-3\n", val);
+            fprintf(err,
+                    "ringcached: -o ssl_min_version=%s: must be tlsv1.0, tlsv1.1, tlsv1.2, "
+                    "tlsv1.3 or 0-3\n",
+                    val);
             return -1;
         }
         s->ssl_min_version = (int)v;
@@ -384,8 +428,7 @@ check_ssl(FILE *err, struct settings *s)
     if (!s->ssl_enabled) {
         if (!s->cluster_tls &&
             (s->ssl_chain_cert[0] != '\0' || s->ssl_key[0] != '\0' || s->ssl_ca_cert[0] != '\0')) {
-            fprintf(err, "ringcached: warning: -o ssl_*: TLS is off without -Z or --cluster-tls; "
-                         "ignored\n");
+            warn_later("-o ssl_*: TLS is off without -Z or --cluster-tls; ignored");
         }
         return 0;
     }
@@ -496,6 +539,7 @@ enum {
     OPT_MAX_KEYS,
     OPT_MAX_FRAME,
     OPT_HANDOFF_WINDOW,
+    OPT_LOG_FORMAT,
 };
 
 /* Copy a string option into dst[size]; -1 (reported) when empty or long. */
@@ -591,6 +635,7 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         { "max-keys-per-get", required_argument, NULL, OPT_MAX_KEYS },
         { "max-frame-bytes", required_argument, NULL, OPT_MAX_FRAME },
         { "handoff-window", required_argument, NULL, OPT_HANDOFF_WINDOW },
+        { "log-format", required_argument, NULL, OPT_LOG_FORMAT },
         /* memcached's long names. */
         { "unix-socket", required_argument, NULL, 's' },
         { "unix-mask", required_argument, NULL, 'a' },
@@ -768,6 +813,17 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
             }
             s->handoff_window = (int)v;
             break;
+        case OPT_LOG_FORMAT: {
+            enum log_format f;
+
+            if (log_parse_format(optarg, &f) < 0) {
+                fprintf(err, "ringcached: --log-format %s: must be text, logfmt or json\n", optarg);
+                settings_usage(err);
+                return -1;
+            }
+            s->log_format = (int)f;
+            break;
+        }
         case 's':
             if (optarg[0] == '\0' || strlen(optarg) >= sizeof(s->socket_path)) {
                 return bad_value(err, 's', optarg, "a unix socket path is 1-107 bytes");
@@ -845,8 +901,10 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
                     "it, cas checks it)");
             break;
         case 'X':
+            s->dump_disabled = true;
+            break;
         case 'W':
-            /* Nothing to disable: there is no dump or watch command. */
+            /* Nothing to disable: there is no watch command. */
             break;
         case 'f':
             errno = 0;
@@ -866,10 +924,15 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
             ignored(err, "-L", NULL, SLAB_WHY);
             break;
         case 'A':
-            ignored(err, "-A", NULL, "the shutdown command is not supported (stop with SIGTERM)");
+            s->shutdown_enabled = true;
             break;
         case 'D':
-            ignored(err, "-D", optarg, "per-prefix statistics (stats detail) are not supported");
+            /* memcached takes the first character and turns detail on. */
+            if (optarg[0] == '\0') {
+                return bad_value(err, 'D', optarg, "a delimiter is one character");
+            }
+            s->prefix_delimiter = optarg[0];
+            s->detail_at_start = true;
             break;
         case 'N':
             ignored(err, "-N", optarg, "NAPI ID thread selection does not apply");

@@ -28,6 +28,7 @@ struct settings {
     int    maxconns;        /* -c */
     size_t item_size_max;   /* -I, bytes; the flag accepts k/m suffixes */
     int    verbose;         /* -v count */
+    int    log_format;      /* --log-format: enum log_format (server/log.h) */
     /* Cluster mode (docs/cluster.md); state_dir "" = plain single-node cache. */
     char node_id[65];        /* --id */
     char state_dir[1024];    /* --state-dir */
@@ -50,6 +51,10 @@ struct settings {
     bool lock_memory;                           /* -k: mlockall */
     bool core_dumps;                            /* -r: raise the core file limit */
     bool flush_disabled;                        /* -F: flush_all is refused */
+    bool shutdown_enabled;                      /* -A: the shutdown command stops the node */
+    bool dump_disabled;                         /* -X: lru_crawler metadump is refused */
+    char prefix_delimiter;                      /* -D: stats detail's (default ':'); turns it on */
+    bool detail_at_start;                       /* -D given */
     char auth_file[1024]; /* -Y: users who must log in (server/authfile.h; "" none) */
     /* Hot keys (server/hotkeys.h): sample 1 keyed request in hotkeys_sample
      * (0: off), counts halved every hotkeys_decay_s seconds (0: never). */
@@ -85,6 +90,11 @@ void settings_init(struct settings *s);
  * error and the usage to err (exit 2).
  */
 int settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err);
+
+/* Log, through log_msg (LOG_WARN), the warnings the last settings_parse
+ * found (memcached options ignored, ...), then forget them. Call once the
+ * logger's format is set. */
+void settings_log_warnings(void);
 
 /* Parse a size such as "1048576", "1024k" or "1m" (k and m are powers of
  * 1024, either case). Returns 0, or -1 if it is not such a number. */

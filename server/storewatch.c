@@ -173,7 +173,7 @@ watch_main(void *arg)
             continue;
         }
         if (down) {
-            log_msg(LOG_INFO, "store %s answers again: watching it", w->spec);
+            log_msg(LOG_NOTICE, "store %s answers again: watching it", w->spec);
             down = false;
         }
         backoff = RETRY_MIN_MS;

@@ -1,6 +1,6 @@
 /*
  * thread: accept loop and worker threads (memcached's thread.c model).
- * Lock order: a worker's q_lock is a leaf; stats_lock and auth_lock are
+ * Lock order: a worker's q_lock and conns_lock are leaves; stats_lock and auth_lock are
  * leaves. Counters shared between threads (curr_conns, total_conns) are
  * atomics.
  */
@@ -32,6 +32,7 @@
 #include "server/conn.h"
 #include "server/hotkeys.h"
 #include "server/log.h"
+#include "server/notify.h"
 #include "server/peer_tls.h"
 #include "server/tls.h"
 
@@ -108,6 +109,7 @@ server_new(const struct settings *settings)
         w->id = i;
         w->notify_fd[0] = w->notify_fd[1] = -1;
         pthread_mutex_init(&w->q_lock, NULL);
+        pthread_mutex_init(&w->conns_lock, NULL);
         srv->nworkers++;
         w->base = event_base_new();
         if (w->base == NULL) {
@@ -566,6 +568,7 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
     struct server *srv = arg;
 
     (void)what;
+    notify_stopping();
     log_msg(LOG_INFO, "signal %d: shutting down", (int)sig);
     event_base_loopbreak(srv->main_base);
 }
@@ -600,7 +603,9 @@ server_refresh_certs(struct server *srv, char *err, size_t errlen)
 
 /* SIGHUP: every tenant's reload hook (with -Y, proto_auth_reload re-reads
  * the users); with -Z or --cluster-tls: refresh_certs from the same files.
- * A failure keeps what is in use. */
+ * A failure keeps what is in use. A node with nothing to reload logs so
+ * and goes on (memcached too survives it). systemd hears RELOADING, then
+ * READY. */
 static void
 sighup_cb(evutil_socket_t sig, short what, void *arg)
 {
@@ -610,20 +615,25 @@ sighup_cb(evutil_socket_t sig, short what, void *arg)
 
     (void)sig;
     (void)what;
+    notify_reloading();
     for (t = worker_tenants; *t != NULL; t++) {
         if ((*t)->reload != NULL) {
             (*t)->reload(srv);
         }
     }
     switch (server_refresh_certs(srv, err, sizeof(err))) {
-    case -2: /* -Y without TLS */
-        return;
+    case -2: /* no TLS */
+        if (srv->auth == NULL) {
+            log_msg(LOG_NOTICE, "SIGHUP: nothing to reload (no -Y, -Z or --cluster-tls); ignored");
+        }
+        break;
     case -1:
         log_msg(LOG_ERR, "SIGHUP: certificates not reloaded, keeping the old ones: %s", err);
-        return;
+        break;
     default:
-        log_msg(LOG_INFO, "SIGHUP: certificates reloaded");
+        log_msg(LOG_NOTICE, "SIGHUP: certificates reloaded");
     }
+    notify_ready("serving");
 }
 
 /* Run until a signal; see thread.h. */
@@ -646,11 +656,10 @@ server_run(struct server *srv)
         event_add(srv->sigint_ev, NULL) < 0) {
         return -1;
     }
-    if (srv->tls != NULL || cluster_peer_tls(srv->cluster) != NULL || srv->auth != NULL) {
-        srv->sighup_ev = evsignal_new(srv->main_base, SIGHUP, sighup_cb, srv);
-        if (srv->sighup_ev == NULL || event_add(srv->sighup_ev, NULL) < 0) {
-            return -1;
-        }
+    /* Always taken: its default action would kill the node. */
+    srv->sighup_ev = evsignal_new(srv->main_base, SIGHUP, sighup_cb, srv);
+    if (srv->sighup_ev == NULL || event_add(srv->sighup_ev, NULL) < 0) {
+        return -1;
     }
 
     /* Workers never take the signals; the main thread's base does. */
@@ -689,6 +698,7 @@ server_run(struct server *srv)
         } else {
             log_msg(LOG_INFO, "listening on %s:%d", srv->settings.listen_addr, srv->bound_port);
         }
+        notify_ready("serving");
         event_base_dispatch(srv->main_base);
     }
 
@@ -779,6 +789,7 @@ server_free(struct server *srv)
         }
         worker_free_pools(w);
         pthread_mutex_destroy(&w->q_lock);
+        pthread_mutex_destroy(&w->conns_lock);
     }
     free(srv->workers);
     if (srv->listen_ev != NULL) {

@@ -56,6 +56,7 @@ struct worker {
     bool                    shutting_down; /* worker's own copy of stop */
     struct event           *stop_timer;    /* bounds the final flush */
     struct conn            *conns;         /* every open connection of this worker */
+    pthread_mutex_t         conns_lock; /* its links, for readers on other threads (stats conns) */
     int                     nconns;
     struct thread_stats     stats;
     struct latency_stats    lat; /* its latency histograms (server/latency.h) */

@@ -403,7 +403,7 @@ cleanup_cb(evutil_socket_t fd, short what, void *arg)
     if (t->cleaning &&
         store_purge(t->store, cleanup_pred, t->cl, CLEANUP_ITEMS, &t->cleanup_cur) == 0) {
         t->cleaning = false;
-        log_msg(LOG_INFO, "cleanup done%s", t->n_kept > 0 ? " (but for kept ranges)" : "");
+        log_msg(LOG_NOTICE, "cleanup done%s", t->n_kept > 0 ? " (but for kept ranges)" : "");
     }
     if (t->cleaning) {
         evtimer_add(t->cleanup_ev, &tv);
@@ -548,7 +548,7 @@ fence_done(void *arg, const char *err)
     if (fn == NULL) {
         return;
     }
-    log_msg(LOG_INFO, "fence %s after %" PRIu64 " ms", err == NULL ? "done" : "failed",
+    log_msg(LOG_NOTICE, "fence %s after %" PRIu64 " ms", err == NULL ? "done" : "failed",
             t->cl->fence_held_ms);
     fn(t->fence_arg, err);
 }

@@ -51,7 +51,7 @@ port_open(struct port *p)
     char                err[512];
 
     memset(p, 0, sizeof(*p));
-    log_set_level(LOG_ERR);
+    log_set_level(LOG_QUIET);
     strcpy(p->dir, "/tmp/check_cport.XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(p->dir));
     p->store = store_new(&cfg);

@@ -11,7 +11,7 @@ libprotobuf-c-dev protobuf-c-compiler libxxhash-dev check python3
 python3-pymemcache python3-pylibmc libmemcached-tools libmemcached-dev memcached clang
 libclang-rt-14-dev procps iproute2 nftables libcurl4-openssl-dev libssl-dev libjson-c-dev
 etcd-server etcd-client openssl python3-kubernetes python3-yaml systemd prometheus
-librsvg2-bin tmux python3-pytest python3-dev golang-go
+librsvg2-bin tmux python3-pytest python3-dev golang-go libsystemd-dev
 golang-github-bradfitz-gomemcache-dev"
 
 # tests/it/netns.py (partitions between network namespaces): ip, nft.

@@ -87,7 +87,7 @@ setup(void)
     struct store_config cfg = { .mem_limit = 1u << 20, .item_size_max = 64u << 10 };
     const char         *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
 
-    log_set_level(LOG_ERR);
+    log_set_level(LOG_QUIET);
     snprintf(state_dir, sizeof(state_dir), "%s/cport_fuzz.XXXXXX", base);
     if (mkdtemp(state_dir) == NULL) {
         die("mkdtemp", state_dir);

@@ -118,7 +118,7 @@ setup(void)
     static const char *const owners[] = { "a", "b", "c" };
     size_t                   i;
 
-    log_set_level(LOG_ERR);
+    log_set_level(LOG_QUIET);
     nodes[0] = open_node("d", THREE, FOUR);
     for (i = 0; i < 3 && nodes[1] == NULL; i++) {
         struct cluster *cl = open_node(owners[i], FOUR, THREE);

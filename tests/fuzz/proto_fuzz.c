@@ -54,7 +54,7 @@ feed(const uint8_t *data, size_t size, size_t step)
         conn_rbuf_release(c);
     }
     /* Inputs may say `verbosity 2`; keep the fuzzer's output readable. */
-    log_set_level(LOG_ERR);
+    log_set_level(LOG_QUIET);
     conn_close(c);
 }
 

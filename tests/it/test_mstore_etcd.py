@@ -48,7 +48,7 @@ def scenario(t):
     work = tempfile.mkdtemp(prefix="rc-etcd-")
     TOKEN_FILE = os.path.join(work, "token")
     with open(TOKEN_FILE, "w") as f:
-        f.write("test-token-%d\n" % os.getpid())
+        f.write("test-token-%08d\n" % os.getpid())
     os.chmod(TOKEN_FILE, 0o600)
     etcds = []
     try:

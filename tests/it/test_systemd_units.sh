@@ -30,6 +30,17 @@ grep -q -- '--state-dir /var/lib/ringcache/%i' "$RC_SRCDIR/deploy/systemd/ringca
     grep -q '^Restart=on-failure' "$RC_SRCDIR/deploy/systemd/ringcached@.service.in" &&
     grep -q '^EnvironmentFile=/etc/ringcache/%i.env' "$RC_SRCDIR/deploy/systemd/ringcached@.service.in"
 tap_ok $? "ringcached@: one instance per node id, its state directory, an environment file, restart on failure"
+u="$RC_SRCDIR/deploy/systemd/ringcached@.service.in"
+grep -q '^Type=notify$' "$u" && grep -q '^NotifyAccess=main$' "$u" &&
+    grep -q '^ExecReload=/bin/kill -HUP \$MAINPID$' "$u"
+tap_ok $? "ringcached@: Type=notify (sd_notify READY/RELOADING/STOPPING), ExecReload sends SIGHUP"
+if grep -q '^#define HAVE_LIBSYSTEMD 1' "$RC_BUILDDIR/config.h"; then
+    ldd "$RC_BUILDDIR/server/.libs/ringcached" "$RC_BUILDDIR/server/ringcached" 2>/dev/null |
+        grep -q 'libsystemd\.so'
+    tap_ok $? "ringcached links libsystemd (Type=notify needs its sd_notify)"
+else
+    echo "ok $((TAP_N += 1)) # SKIP built without libsystemd (Type=notify would time out)"
+fi
 sed 's/^ProtectHome=yes/ProtectHom=yes/' "$tmp/ringcached@cache-a.service" > "$tmp/bad@cache-a.service"
 out=$(cd "$tmp" && systemd-analyze verify --man=no ./bad@cache-a.service 2>&1)
 echo "$out" | grep -q "Unknown key"

@@ -47,7 +47,7 @@ with tempfile.TemporaryDirectory() as tmp:
                 "node a 127.0.0.1:%d\nnode b 127.0.0.1:%d\n" % (p1, p2))
     token = os.path.join(tmp, "token")
     with open(token, "w") as f:
-        f.write("secret\n")
+        f.write("user-errors-admin-token\n")
     store = os.path.join(tmp, "store")
 
     rc, out, err = run([RINGCTL, "--timeout", "10x", "--members", members, "get", "k"])
