@@ -1,0 +1,313 @@
+/*
+ * store_evict: the item store's eviction policy, S3-FIFO (Yang et al.,
+ * SOSP'23) per lock stripe: a small FIFO that filters out keys read once,
+ * a main FIFO with two bits of read frequency (CLOCK), and one ghost table
+ * of recently evicted keys' hashes. Across stripes, eviction samples a few
+ * and takes the one whose next candidate is oldest. See docs/store.md for
+ * the measurements that chose it; store_internal.h for the layout.
+ */
+#include "config.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "server/store.h"
+#include "server/store_internal.h"
+
+/* Eviction compares the candidates of this many non-empty stripes and
+ * evicts from the oldest: an approximate global policy without a global
+ * list. */
+#define EVICT_SAMPLE 16u
+
+/* The small FIFO's share of a stripe's bytes, in tenths (S3-FIFO: 10%). */
+#define SMALL_TENTHS 1u
+
+/* Reads an item needs while in the small FIFO to move to the main one. */
+#define PROMOTE_READS 1u
+
+/* Ghost slots per byte of the memory limit: one per 256 bytes, about the
+ * number of items the limit holds at 256-byte items (S3-FIFO keeps as many
+ * ghosts as the main FIFO has items), 4 bytes each (1.6% of the limit). */
+#define GHOST_BYTES_PER_SLOT 256u
+#define GHOST_MIN_SLOTS      4096u
+#define GHOST_MAX_SLOTS      (1u << 28)
+
+static inline size_t
+charge_of(const struct store_item *it)
+{
+    return item_charge(it);
+}
+
+/* ---- the ghost table ---------------------------------------------------- */
+
+/* A direct-mapped table of 32-bit fingerprints: a slot keeps the last key
+ * evicted from a small FIFO that hashed there, so an entry lives until
+ * about as many later evictions as there are slots. A false match (two
+ * keys, one slot, same fingerprint) only admits a key to the main FIFO a
+ * lap early. Slots are relaxed atomics, written under the evicting
+ * stripe's lock; two stripes may race on a slot, and either write wins. */
+
+static inline uint32_t
+ghost_fp(uint64_t hash)
+{
+    return (uint32_t)(hash >> 32) | 1u; /* never 0, the empty slot */
+}
+
+static inline uint32_t *
+ghost_slot(struct store *s, uint64_t hash)
+{
+    return &s->ghost[(uint32_t)(hash >> STRIPE_BITS) & s->ghost_mask];
+}
+
+static void
+ghost_put(struct store *s, uint64_t hash)
+{
+    __atomic_store_n(ghost_slot(s, hash), ghost_fp(hash), __ATOMIC_RELAXED);
+}
+
+/* True when the hash was in the ghost table; takes it out. */
+static bool
+ghost_take(struct store *s, uint64_t hash)
+{
+    uint32_t *slot = ghost_slot(s, hash);
+
+    if (__atomic_load_n(slot, __ATOMIC_RELAXED) != ghost_fp(hash)) {
+        return false;
+    }
+    __atomic_store_n(slot, 0, __ATOMIC_RELAXED);
+    return true;
+}
+
+/* See store_internal.h. */
+int
+store_ghost_init(struct store *s)
+{
+    size_t   want = s->mem_limit / GHOST_BYTES_PER_SLOT;
+    uint32_t n = GHOST_MIN_SLOTS;
+
+    while (n < want && n < GHOST_MAX_SLOTS) {
+        n <<= 1;
+    }
+    s->ghost = calloc(n, sizeof(*s->ghost));
+    if (s->ghost == NULL) {
+        return -1;
+    }
+    s->ghost_mask = n - 1;
+    return 0;
+}
+
+/* See store_internal.h. */
+void
+store_ghost_free(struct store *s)
+{
+    free(s->ghost);
+    s->ghost = NULL;
+}
+
+/* ---- the two FIFOs (caller holds the stripe lock) ----------------------- */
+
+/* True when the next eviction of the stripe looks at the small FIFO: it
+ * is over its share, or the main one is empty. */
+static inline bool
+do_small_next(const struct stripe *st)
+{
+    return st->q_tail[Q_SMALL] != NULL &&
+           (st->q_tail[Q_MAIN] == NULL || st->small_bytes * 10 > st->bytes * SMALL_TENTHS);
+}
+
+static void q_remove(struct stripe *st, enum queue q, struct store_item *it);
+static void q_push(struct stripe *st, enum queue q, struct store_item *it);
+
+/* Publish the atime of the stripe's next eviction candidate (or
+ * TAIL_EMPTY) for store_evict_one's sampling. Small-FIFO tails that were
+ * read move to the main FIFO first, as eviction would move them: so the
+ * candidate published is one eviction would take, and a read key at the
+ * tail does not make a stripe of old keys look young. */
+static void
+do_publish_tail(struct stripe *st)
+{
+    const struct store_item *t;
+
+    while ((t = st->q_tail[Q_SMALL]) != NULL && (t->gen & IF_FREQ) >= PROMOTE_READS) {
+        struct store_item *it = st->q_tail[Q_SMALL];
+
+        q_remove(st, Q_SMALL, it);
+        st->small_bytes -= charge_of(it);
+        it->gen |= IF_MAIN;
+        q_push(st, Q_MAIN, it);
+    }
+    t = st->q_tail[do_small_next(st) ? Q_SMALL : Q_MAIN];
+    __atomic_store_n(&st->tail_bump, t != NULL ? t->atime : TAIL_EMPTY, __ATOMIC_RELAXED);
+}
+
+static void
+q_remove(struct stripe *st, enum queue q, struct store_item *it)
+{
+    if (it->lru_prev != NULL) {
+        it->lru_prev->lru_next = it->lru_next;
+    } else {
+        st->q_head[q] = it->lru_next;
+    }
+    if (it->lru_next != NULL) {
+        it->lru_next->lru_prev = it->lru_prev;
+    } else {
+        st->q_tail[q] = it->lru_prev;
+    }
+    it->lru_prev = it->lru_next = NULL;
+}
+
+static void
+q_push(struct stripe *st, enum queue q, struct store_item *it)
+{
+    it->lru_prev = NULL;
+    it->lru_next = st->q_head[q];
+    if (st->q_head[q] != NULL) {
+        st->q_head[q]->lru_prev = it;
+    } else {
+        st->q_tail[q] = it;
+    }
+    st->q_head[q] = it;
+}
+
+static inline enum queue
+queue_of(const struct store_item *it)
+{
+    return (it->gen & IF_MAIN) ? Q_MAIN : Q_SMALL;
+}
+
+/* See store_internal.h. */
+void
+do_queue_add(struct store *s, struct stripe *st, struct store_item *it)
+{
+    if (!(it->gen & IF_MAIN) && ghost_take(s, it->hash)) {
+        it->gen |= IF_MAIN;
+    }
+    if (!(it->gen & IF_MAIN)) {
+        st->small_bytes += charge_of(it);
+    }
+    q_push(st, queue_of(it), it);
+    do_publish_tail(st);
+}
+
+/* See store_internal.h. */
+void
+do_queue_del(struct stripe *st, struct store_item *it)
+{
+    q_remove(st, queue_of(it), it);
+    if (!(it->gen & IF_MAIN)) {
+        st->small_bytes -= charge_of(it);
+    }
+    do_publish_tail(st);
+}
+
+/*
+ * Evict or reclaim one item of a stripe (caller holds its lock): the tail
+ * of the small FIFO while that is over its share, else the main FIFO's. A
+ * small tail read PROMOTE_READS times moves to the main FIFO instead,
+ * keeping its reads (a lap more each there); one read less leaves, its hash kept as a ghost. A
+ * main tail with reads goes round again with one read less. Each step
+ * moves an item or removes one, and an item goes round at most three
+ * times, so the loop ends. When it moved items, it returns EV_MOVED
+ * before removing one (see below). A dead tail (expired or flushed) is reclaimed
+ * instead; a tail held by a reader is unlinked all the same (its bytes come
+ * back with the last reference).
+ */
+static enum evicted
+do_evict_stripe(struct store *s, struct stripe *st, int64_t now)
+{
+    uint64_t floor = do_floor(s);
+    bool     moved = false;
+
+    for (;;) {
+        bool               small = do_small_next(st);
+        struct store_item *it = st->q_tail[small ? Q_SMALL : Q_MAIN];
+        enum dead          why;
+        uint16_t           f;
+
+        if (it == NULL) {
+            return EV_NONE;
+        }
+        why = item_dead(it, now, floor);
+        if (why != LIVE) {
+            do_reclaim(s, st, it, why, NULL);
+            return EV_RECLAIMED;
+        }
+        f = it->gen & IF_FREQ;
+        if (small && f >= PROMOTE_READS) {
+            q_remove(st, Q_SMALL, it);
+            st->small_bytes -= charge_of(it);
+            it->gen |= IF_MAIN;
+            q_push(st, Q_MAIN, it);
+            moved = true;
+            continue;
+        }
+        if (!small && f > 0) {
+            it->gen--;
+            q_remove(st, Q_MAIN, it);
+            q_push(st, Q_MAIN, it);
+            moved = true;
+            continue;
+        }
+        if (moved) {
+            /* The candidate the sample chose has moved (reads since it
+             * was published): publish the new one and let the caller
+             * sample again, so this one competes with the other stripes'
+             * instead of going because its stripe was picked. */
+            do_publish_tail(st);
+            return EV_MOVED;
+        }
+        if (small) {
+            ghost_put(s, it->hash);
+        }
+        st->evictions++;
+        do_report_drop(s, it);
+        do_unlink(s, st, it, NULL);
+        return EV_EVICTED;
+    }
+}
+
+/*
+ * See store_internal.h: evict from the stripe whose next candidate is the
+ * oldest among EVICT_SAMPLE non-empty stripes (on a tie, the one with more
+ * bytes). The caller holds no stripe lock, so blocking on the chosen one
+ * cannot deadlock. EV_NONE when every stripe is empty (what is left is
+ * held by readers or being built).
+ */
+enum evicted
+store_evict_one(struct store *s, int64_t now)
+{
+    uint32_t       start, i, found = 0, best_age = 0;
+    uint32_t       m = time32(now);
+    uint64_t       best_bytes = 0;
+    struct stripe *best = NULL;
+    enum evicted   rc;
+
+    start = __atomic_fetch_add(&s->evict_cursor, EVICT_SAMPLE, __ATOMIC_RELAXED);
+    for (i = 0; i < STRIPES && found < EVICT_SAMPLE; i++) {
+        struct stripe *st = &s->stripes[(start + i) & STRIPE_MASK];
+        uint32_t       a = __atomic_load_n(&st->tail_bump, __ATOMIC_RELAXED), age;
+        uint64_t       b;
+
+        if (a == TAIL_EMPTY) {
+            continue;
+        }
+        found++;
+        age = m - a; /* seconds since the candidate was stored or read (mod 2^32) */
+        b = __atomic_load_n(&st->bytes, __ATOMIC_RELAXED);
+        if (best == NULL || age > best_age || (age == best_age && b > best_bytes)) {
+            best = st;
+            best_age = age;
+            best_bytes = b;
+        }
+    }
+    if (best == NULL) {
+        return EV_NONE;
+    }
+    pthread_mutex_lock(&best->lock);
+    rc = do_evict_stripe(s, best, now);
+    pthread_mutex_unlock(&best->lock);
+    /* The stripe emptied since the sample: mem_reserve looks again (it
+     * gets EV_NONE only when the sample finds every stripe empty). */
+    return rc == EV_NONE ? EV_RECLAIMED : rc;
+}
