@@ -928,7 +928,7 @@ store_new(const struct store_config *cfg)
         }
         pthread_mutex_init(&st->lock, NULL);
         st->mask = INIT_BUCKETS - 1;
-        st->tail_bump = TAIL_EMPTY;
+        st->tail_atime[Q_SMALL] = st->tail_atime[Q_MAIN] = TAIL_EMPTY;
         inited++;
     }
     if (store_ghost_init(s) != 0) {

@@ -39,6 +39,13 @@ charge_of(const struct store_item *it)
     return item_charge(it);
 }
 
+/* Change a stripe's small_bytes (its lock held; the sampler reads it). */
+static inline void
+small_add(struct stripe *st, int64_t d)
+{
+    __atomic_store_n(&st->small_bytes, st->small_bytes + (uint64_t)d, __ATOMIC_RELAXED);
+}
+
 /* ---- the ghost table ---------------------------------------------------- */
 
 /* A direct-mapped table of 32-bit fingerprints: a slot keeps the last key
@@ -107,23 +114,14 @@ store_ghost_free(struct store *s)
 
 /* ---- the two FIFOs (caller holds the stripe lock) ----------------------- */
 
-/* True when the next eviction of the stripe looks at the small FIFO: it
- * is over its share, or the main one is empty. */
-static inline bool
-do_small_next(const struct stripe *st)
-{
-    return st->q_tail[Q_SMALL] != NULL &&
-           (st->q_tail[Q_MAIN] == NULL || st->small_bytes * 10 > st->bytes * SMALL_TENTHS);
-}
-
 static void q_remove(struct stripe *st, enum queue q, struct store_item *it);
 static void q_push(struct stripe *st, enum queue q, struct store_item *it);
 
-/* Publish the atime of the stripe's next eviction candidate (or
- * TAIL_EMPTY) for store_evict_one's sampling. Small-FIFO tails that were
- * read move to the main FIFO first, as eviction would move them: so the
- * candidate published is one eviction would take, and a read key at the
- * tail does not make a stripe of old keys look young. */
+/* Publish the atime of each FIFO's tail (or TAIL_EMPTY) for
+ * store_evict_one's sampling. Small-FIFO tails that were read move to the
+ * main FIFO first, as eviction would move them: so the candidate published
+ * is one eviction would take, and a read key at the tail does not make a
+ * stripe of old keys look young. */
 static void
 do_publish_tail(struct stripe *st)
 {
@@ -133,12 +131,14 @@ do_publish_tail(struct stripe *st)
         struct store_item *it = st->q_tail[Q_SMALL];
 
         q_remove(st, Q_SMALL, it);
-        st->small_bytes -= charge_of(it);
+        small_add(st, -(int64_t)charge_of(it));
         it->gen |= IF_MAIN;
         q_push(st, Q_MAIN, it);
     }
-    t = st->q_tail[do_small_next(st) ? Q_SMALL : Q_MAIN];
-    __atomic_store_n(&st->tail_bump, t != NULL ? t->atime : TAIL_EMPTY, __ATOMIC_RELAXED);
+    t = st->q_tail[Q_SMALL];
+    __atomic_store_n(&st->tail_atime[Q_SMALL], t != NULL ? t->atime : TAIL_EMPTY, __ATOMIC_RELAXED);
+    t = st->q_tail[Q_MAIN];
+    __atomic_store_n(&st->tail_atime[Q_MAIN], t != NULL ? t->atime : TAIL_EMPTY, __ATOMIC_RELAXED);
 }
 
 static void
@@ -184,7 +184,7 @@ do_queue_add(struct store *s, struct stripe *st, struct store_item *it)
         it->gen |= IF_MAIN;
     }
     if (!(it->gen & IF_MAIN)) {
-        st->small_bytes += charge_of(it);
+        small_add(st, (int64_t)charge_of(it));
     }
     q_push(st, queue_of(it), it);
     do_publish_tail(st);
@@ -196,116 +196,122 @@ do_queue_del(struct stripe *st, struct store_item *it)
 {
     q_remove(st, queue_of(it), it);
     if (!(it->gen & IF_MAIN)) {
-        st->small_bytes -= charge_of(it);
+        small_add(st, -(int64_t)charge_of(it));
     }
     do_publish_tail(st);
 }
 
 /*
- * Evict or reclaim one item of a stripe (caller holds its lock): the tail
- * of the small FIFO while that is over its share, else the main FIFO's. A
- * small tail read PROMOTE_READS times moves to the main FIFO instead,
- * keeping its reads (a lap more each there); one read less leaves, its hash kept as a ghost. A
- * main tail with reads goes round again with one read less. Each step
- * moves an item or removes one, and an item goes round at most three
- * times, so the loop ends. When it moved items, it returns EV_MOVED
- * before removing one (see below). A dead tail (expired or flushed) is reclaimed
- * instead; a tail held by a reader is unlinked all the same (its bytes come
- * back with the last reference).
+ * Evict or reclaim one item of a stripe (caller holds its lock) from FIFO
+ * q (the other one if q is empty). A small tail read PROMOTE_READS times
+ * moves to the main FIFO instead, keeping its reads (a lap more each
+ * there); one read less leaves, its hash kept as a ghost. A main tail with
+ * reads goes round again with one read less. When it moved an item, it
+ * returns EV_MOVED instead of removing one: the candidate the caller chose
+ * is gone, and the next one competes with the other stripes' again. A dead
+ * tail (expired or flushed) is reclaimed instead; a tail held by a reader
+ * is unlinked all the same (its bytes come back with the last reference).
  */
 static enum evicted
-do_evict_stripe(struct store *s, struct stripe *st, int64_t now)
+do_evict_stripe(struct store *s, struct stripe *st, int64_t now, enum queue q)
 {
-    uint64_t floor = do_floor(s);
-    bool     moved = false;
+    struct store_item *it = st->q_tail[q];
+    enum dead          why;
+    uint16_t           f;
 
-    for (;;) {
-        bool               small = do_small_next(st);
-        struct store_item *it = st->q_tail[small ? Q_SMALL : Q_MAIN];
-        enum dead          why;
-        uint16_t           f;
-
-        if (it == NULL) {
+    if (it == NULL) {
+        q = q == Q_SMALL ? Q_MAIN : Q_SMALL;
+        if ((it = st->q_tail[q]) == NULL) {
             return EV_NONE;
         }
-        why = item_dead(it, now, floor);
-        if (why != LIVE) {
-            do_reclaim(s, st, it, why, NULL);
-            return EV_RECLAIMED;
-        }
-        f = it->gen & IF_FREQ;
-        if (small && f >= PROMOTE_READS) {
-            q_remove(st, Q_SMALL, it);
-            st->small_bytes -= charge_of(it);
-            it->gen |= IF_MAIN;
-            q_push(st, Q_MAIN, it);
-            moved = true;
-            continue;
-        }
-        if (!small && f > 0) {
-            it->gen--;
-            q_remove(st, Q_MAIN, it);
-            q_push(st, Q_MAIN, it);
-            moved = true;
-            continue;
-        }
-        if (moved) {
-            /* The candidate the sample chose has moved (reads since it
-             * was published): publish the new one and let the caller
-             * sample again, so this one competes with the other stripes'
-             * instead of going because its stripe was picked. */
-            do_publish_tail(st);
-            return EV_MOVED;
-        }
-        if (small) {
-            ghost_put(s, it->hash);
-        }
-        st->evictions++;
-        do_report_drop(s, it);
-        do_unlink(s, st, it, NULL);
-        return EV_EVICTED;
     }
+    why = item_dead(it, now, do_floor(s));
+    if (why != LIVE) {
+        do_reclaim(s, st, it, why, NULL);
+        return EV_RECLAIMED;
+    }
+    f = it->gen & IF_FREQ;
+    if (q == Q_SMALL && f >= PROMOTE_READS) {
+        q_remove(st, Q_SMALL, it);
+        small_add(st, -(int64_t)charge_of(it));
+        it->gen |= IF_MAIN;
+        q_push(st, Q_MAIN, it);
+        do_publish_tail(st);
+        return EV_MOVED;
+    }
+    if (q == Q_MAIN && f > 0) {
+        it->gen--;
+        q_remove(st, Q_MAIN, it);
+        q_push(st, Q_MAIN, it);
+        do_publish_tail(st);
+        return EV_MOVED;
+    }
+    if (q == Q_SMALL) {
+        ghost_put(s, it->hash);
+    }
+    st->evictions++;
+    do_report_drop(s, it);
+    do_unlink(s, st, it, NULL);
+    return EV_EVICTED;
 }
 
 /*
- * See store_internal.h: evict from the stripe whose next candidate is the
- * oldest among EVICT_SAMPLE non-empty stripes (on a tie, the one with more
- * bytes). The caller holds no stripe lock, so blocking on the chosen one
- * cannot deadlock. EV_NONE when every stripe is empty (what is left is
- * held by readers or being built).
+ * See store_internal.h. Samples EVICT_SAMPLE non-empty stripes: their small
+ * FIFOs' share of their bytes says which FIFO to evict from (the small one
+ * while over SMALL_TENTHS, as S3-FIFO over the whole cache), and the
+ * stripe with the oldest tail in that FIFO gives the item (on a tie, the
+ * one with more bytes). The caller holds no stripe lock, so blocking on
+ * the chosen one cannot deadlock. EV_NONE when every stripe is empty (what
+ * is left is held by readers or being built).
  */
 enum evicted
 store_evict_one(struct store *s, int64_t now)
 {
+    struct stripe *pick[EVICT_SAMPLE];
     uint32_t       start, i, found = 0, best_age = 0;
     uint32_t       m = time32(now);
-    uint64_t       best_bytes = 0;
+    uint64_t       sb = 0, b = 0, best_bytes = 0;
     struct stripe *best = NULL;
+    enum queue     q;
     enum evicted   rc;
 
     start = __atomic_fetch_add(&s->evict_cursor, EVICT_SAMPLE, __ATOMIC_RELAXED);
     for (i = 0; i < STRIPES && found < EVICT_SAMPLE; i++) {
         struct stripe *st = &s->stripes[(start + i) & STRIPE_MASK];
-        uint32_t       a = __atomic_load_n(&st->tail_bump, __ATOMIC_RELAXED), age;
-        uint64_t       b;
+
+        if (__atomic_load_n(&st->tail_atime[Q_SMALL], __ATOMIC_RELAXED) == TAIL_EMPTY &&
+            __atomic_load_n(&st->tail_atime[Q_MAIN], __ATOMIC_RELAXED) == TAIL_EMPTY) {
+            continue;
+        }
+        pick[found++] = st;
+        sb += __atomic_load_n(&st->small_bytes, __ATOMIC_RELAXED);
+        b += __atomic_load_n(&st->bytes, __ATOMIC_RELAXED);
+    }
+    if (found == 0) {
+        return EV_NONE;
+    }
+    q = sb * 10 > b * SMALL_TENTHS ? Q_SMALL : Q_MAIN;
+    for (i = 0; i < found; i++) {
+        struct stripe *st = pick[i];
+        uint32_t       a = __atomic_load_n(&st->tail_atime[q], __ATOMIC_RELAXED), age;
+        uint64_t       qb;
 
         if (a == TAIL_EMPTY) {
             continue;
         }
-        found++;
-        age = m - a; /* seconds since the candidate was stored or read (mod 2^32) */
-        b = __atomic_load_n(&st->bytes, __ATOMIC_RELAXED);
-        if (best == NULL || age > best_age || (age == best_age && b > best_bytes)) {
+        age = m - a; /* seconds since the tail was stored or read (mod 2^32) */
+        qb = __atomic_load_n(&st->bytes, __ATOMIC_RELAXED);
+        if (best == NULL || age > best_age || (age == best_age && qb > best_bytes)) {
             best = st;
             best_age = age;
-            best_bytes = b;
+            best_bytes = qb;
         }
     }
     if (best == NULL) {
-        return EV_NONE;
+        best = pick[0]; /* no stripe of the sample has q: the other one */
     }
     pthread_mutex_lock(&best->lock);
-    rc = do_evict_stripe(s, best, now);
+    rc = do_evict_stripe(s, best, now, q);
     pthread_mutex_unlock(&best->lock);
     /* The stripe emptied since the sample: mem_reserve looks again (it
      * gets EV_NONE only when the sample finds every stripe empty). */

@@ -57,7 +57,7 @@
 #define IF_LINKED  0x4000u
 #define IF_FETCHED 0x8000u
 
-#define TAIL_EMPTY UINT32_MAX /* stripe tail_bump: nothing to evict */
+#define TAIL_EMPTY UINT32_MAX /* stripe tail_atime: an empty queue */
 
 /* The two FIFOs of a stripe. */
 enum queue {
@@ -96,9 +96,9 @@ struct stripe {
     uint32_t            mask;                  /* buckets - 1 */
     uint32_t            count;                 /* linked items */
     struct store_item  *q_head[2], *q_tail[2]; /* enum queue; head = newest */
-    uint32_t            tail_bump; /* atomic: atime of the next eviction candidate or TAIL_EMPTY */
-    uint64_t            bytes;     /* atomic stores: charged bytes of linked items */
-    uint64_t            small_bytes; /* those in the small FIFO */
+    uint32_t            tail_atime[2]; /* atomic: atime of each queue's tail, or TAIL_EMPTY */
+    uint64_t            bytes;         /* atomic stores: charged bytes of linked items */
+    uint64_t            small_bytes;   /* atomic stores: those in the small FIFO */
     uint64_t total_items, evictions, reclaimed, expired_unfetched, get_expired, get_flushed, purged;
     /* Dirty tracking; all empty while tracking is false, which is the only
      * thing a mutation reads when no session is active. */
