@@ -11,6 +11,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stddef.h>
 #include <limits.h>
 #include <pthread.h>
@@ -37,7 +38,7 @@ store_item_size(size_t nkey, size_t nbytes)
 {
     size_t raw = offsetof(struct store_item, data) + nkey + nbytes + 2;
 
-    if (raw >= 128 * 1024) {
+    if (raw >= STORE_MMAP_THRESHOLD) {
         return (raw + 16 + 4095) & ~(size_t)4095;
     }
     raw = (raw + 8 + 15) & ~(size_t)15;
@@ -905,6 +906,23 @@ store_reset_stats(struct store *s)
 
 /* ---- life cycle --------------------------------------------------------- */
 
+/*
+ * The process's allocator, set once, before the first store starts its
+ * threads (the node creates its store before its workers). Why (measured
+ * with tests/bench/rss_bench.sh, docs/store.md): with one malloc arena per
+ * thread, floods that shift sizes left each arena holding free memory the
+ * others could not use (RSS 156 MB at -m 64); a fixed mmap threshold keeps
+ * values above it out of the heap (glibc otherwise raises the threshold
+ * after the first large free and large values fragment the heap), and is
+ * the threshold store_item_size's charge assumes.
+ */
+static void
+malloc_setup(void)
+{
+    mallopt(M_MMAP_THRESHOLD, STORE_MMAP_THRESHOLD);
+    mallopt(M_ARENA_MAX, STORE_MALLOC_ARENAS);
+}
+
 struct store *
 store_new(const struct store_config *cfg)
 {
@@ -912,6 +930,9 @@ store_new(const struct store_config *cfg)
     pthread_condattr_t ca;
     uint32_t           i, inited = 0;
 
+    static pthread_once_t malloc_once = PTHREAD_ONCE_INIT;
+
+    pthread_once(&malloc_once, malloc_setup);
     if (posix_memalign((void **)&s, 64, sizeof(*s)) != 0) {
         return NULL;
     }

@@ -227,6 +227,7 @@ do_evict_stripe(struct store *s, struct stripe *st, int64_t now, enum queue q)
     }
     why = item_dead(it, now, do_floor(s));
     if (why != LIVE) {
+        __atomic_fetch_add(&s->evicted_bytes, charge_of(it), __ATOMIC_RELAXED);
         do_reclaim(s, st, it, why, NULL);
         return EV_RECLAIMED;
     }
@@ -250,6 +251,7 @@ do_evict_stripe(struct store *s, struct stripe *st, int64_t now, enum queue q)
         ghost_put(s, it->hash);
     }
     st->evictions++;
+    __atomic_fetch_add(&s->evicted_bytes, charge_of(it), __ATOMIC_RELAXED);
     do_report_drop(s, it);
     do_unlink(s, st, it, NULL);
     return EV_EVICTED;

@@ -51,6 +51,18 @@
  * tails' atimes across stripes. */
 #define BUMP_SECONDS 60
 
+/* The allocator's settings (store.c, malloc_setup): values whose item
+ * reaches the threshold get their own mapping; at most this many malloc
+ * arenas. */
+#define STORE_MMAP_THRESHOLD (128 * 1024)
+#define STORE_MALLOC_ARENAS  2
+
+/* The sweeper returns free heap pages to the system (malloc_trim) when
+ * evictions have freed this share of the limit since it last did, at most
+ * once per TRIM_SECONDS. */
+#define TRIM_EVICTED_SHARE 8 /* a limit/8 */
+#define TRIM_SECONDS       2
+
 /* it->gen: flags (a flush is a CAS floor, struct store's floor). */
 #define IF_FREQ    0x0003u /* reads counted, up to 3 */
 #define IF_MAIN    0x0004u /* in the main FIFO (else the small one) */
@@ -129,6 +141,8 @@ struct store {
     void         *drop_arg; /* written before drop_fn */
     /* Written by evictions only. */
     uint32_t evict_cursor __attribute__((aligned(64)));
+    uint64_t evicted_bytes; /* atomic: charged bytes removed to make room */
+    uint64_t trimmed_at;    /* evicted_bytes at the sweeper's last trim */
 
     pthread_mutex_t flush_lock; /* serializes floor raises */
     pthread_mutex_t sweep_lock; /* guards the sweep cursor */

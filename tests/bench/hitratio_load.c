@@ -9,6 +9,10 @@
  *
  *   hitratio_load [-s HOST:PORT] [-z SKEW] [-k KEYS] [-n REQUESTS]
  *                 [-w WARMUP] [-S SCAN_FRACTION] [-T (TTL mix)] [-x SEED]
+ *                 [-V VALUE_SIZE]
+ *
+ * -V gives every value that size instead of 64-1024 bytes; with -S 1
+ * (every key new) the load is a flood of sets (rss_bench.sh).
  *
  * Requests go in batches: one multi-key get of up to BATCH distinct keys,
  * then one noreply set per miss sent ahead of the next batch's get. A batch
@@ -47,6 +51,7 @@ static double      skew = 0.99, scan_frac = 0.0;
 static uint32_t    nkeys = 1000000;
 static uint64_t    nreq = 1000000, nwarm = 1000000, seed = 1;
 static bool        ttl_mix;
+static size_t      fixed_size; /* -V: every value this size (0: by key) */
 static double     *cdf;
 static char        rbuf[1 << 16];
 static size_t      rlen, rpos;
@@ -112,6 +117,9 @@ value_size(const struct req *r)
 {
     uint64_t h = mix64(r->id ^ (r->scan ? 0x5ca9ull << 48 : 0));
 
+    if (fixed_size > 0) {
+        return fixed_size;
+    }
     return VALUE_MIN + (size_t)(h % (VALUE_MAX - VALUE_MIN + 1));
 }
 
@@ -282,15 +290,15 @@ stat_of(const char *name)
 int
 main(int argc, char **argv)
 {
-    static char out[BATCH * (VALUE_MAX + 64) + BATCH * (KEY_MAX + 1) + 16];
-    static char value[VALUE_MAX];
-    struct req  b[BATCH + 1];
-    uint64_t    rng = 0, scan_seq = 0, done = 0, hits = 0, total = nwarm + nreq;
-    size_t      nb = 0, olen = 0;
-    bool        have_next = false;
-    int         opt;
+    char      *out, *value;
+    size_t     vmax;
+    struct req b[BATCH + 1];
+    uint64_t   rng = 0, scan_seq = 0, done = 0, hits = 0, total = nwarm + nreq;
+    size_t     nb = 0, olen = 0;
+    bool       have_next = false;
+    int        opt;
 
-    while ((opt = getopt(argc, argv, "s:z:k:n:w:S:Tx:")) != -1) {
+    while ((opt = getopt(argc, argv, "s:z:k:n:w:S:Tx:V:")) != -1) {
         switch (opt) {
         case 's':
             server = optarg;
@@ -316,18 +324,28 @@ main(int argc, char **argv)
         case 'x':
             seed = strtoull(optarg, NULL, 10);
             break;
+        case 'V':
+            fixed_size = strtoull(optarg, NULL, 10);
+            break;
         default:
-            fprintf(stderr, "usage: hitratio_load [-s HOST:PORT] [-z SKEW] [-k KEYS] "
-                            "[-n REQUESTS] [-w WARMUP] [-S SCAN_FRACTION] [-T] [-x SEED]\n");
+            fprintf(stderr,
+                    "usage: hitratio_load [-s HOST:PORT] [-z SKEW] [-k KEYS] "
+                    "[-n REQUESTS] [-w WARMUP] [-S SCAN_FRACTION] [-T] [-x SEED] [-V SIZE]\n");
             return 2;
         }
     }
-    if (nkeys == 0 || skew <= 0 || scan_frac < 0 || scan_frac >= 1) {
+    if (nkeys == 0 || skew <= 0 || scan_frac < 0 || scan_frac > 1 || fixed_size > (64u << 20)) {
         fprintf(stderr, "hitratio_load: bad options\n");
         return 2;
     }
     total = nwarm + nreq;
-    memset(value, 'v', sizeof(value));
+    vmax = fixed_size > VALUE_MAX ? fixed_size : VALUE_MAX;
+    value = malloc(vmax);
+    out = malloc(BATCH * (vmax + 64) + BATCH * (KEY_MAX + 1) + 16);
+    if (value == NULL || out == NULL) {
+        die("malloc");
+    }
+    memset(value, 'v', vmax);
     if (cdf_build() != 0) {
         die("malloc");
     }
@@ -340,7 +358,7 @@ main(int argc, char **argv)
         /* Draw the next request (unless one was held over from a batch
          * that ended at its key). */
         if (!have_next) {
-            r->scan = scan_frac > 0 && uniform(&rng) < scan_frac;
+            r->scan = scan_frac >= 1 || (scan_frac > 0 && uniform(&rng) < scan_frac);
             r->id = r->scan ? scan_seq++ : zipf_rank(uniform(&rng));
             r->nkey = (size_t)snprintf(r->key, KEY_MAX, r->scan ? "hs%llu" : "hr%llu",
                                        (unsigned long long)r->id);
@@ -416,5 +434,7 @@ main(int argc, char **argv)
            (unsigned long long)stat_of("evictions"));
     close(fd);
     free(cdf);
+    free(value);
+    free(out);
     return 0;
 }
