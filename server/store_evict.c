@@ -71,6 +71,9 @@ static void
 ghost_put(struct store *s, uint64_t hash)
 {
     __atomic_store_n(ghost_slot(s, hash), ghost_fp(hash), __ATOMIC_RELAXED);
+    if (!__atomic_load_n(&s->ghost_used, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&s->ghost_used, true, __ATOMIC_RELAXED);
+    }
 }
 
 /* True when the hash was in the ghost table; takes it out. */
@@ -79,7 +82,10 @@ ghost_take(struct store *s, uint64_t hash)
 {
     uint32_t *slot = ghost_slot(s, hash);
 
-    if (__atomic_load_n(slot, __ATOMIC_RELAXED) != ghost_fp(hash)) {
+    /* Until the first eviction the table is empty: its pages stay
+     * untouched (a store that never fills costs nothing for it). */
+    if (!__atomic_load_n(&s->ghost_used, __ATOMIC_RELAXED) ||
+        __atomic_load_n(slot, __ATOMIC_RELAXED) != ghost_fp(hash)) {
         return false;
     }
     __atomic_store_n(slot, 0, __ATOMIC_RELAXED);

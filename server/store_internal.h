@@ -137,8 +137,9 @@ struct store {
     uint64_t      nbuckets_total;
     uint32_t     *ghost; /* atomic entries: hashes of keys evicted from a small FIFO */
     uint32_t      ghost_mask;
-    store_drop_fn drop_fn;  /* atomic; see store_set_drop_hook */
-    void         *drop_arg; /* written before drop_fn */
+    bool          ghost_used; /* atomic: a hash was put in the ghost table */
+    store_drop_fn drop_fn;    /* atomic; see store_set_drop_hook */
+    void         *drop_arg;   /* written before drop_fn */
     /* Written by evictions only. */
     uint32_t evict_cursor __attribute__((aligned(64)));
     uint64_t evicted_bytes; /* atomic: charged bytes removed to make room */

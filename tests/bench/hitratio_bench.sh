@@ -16,6 +16,14 @@
 # and REQUESTS (2000000 each: the first WARMUP requests are not counted),
 # WORKLOADS (all five), QUICK=1 (-m 64, z0.99 and z0.99+scan20, 1M + 1M),
 # OURS_ARGS (more ringcached options), MEMCACHED (/usr/bin/memcached).
+#
+# `hitratio_bench.sh rss`: RSS after a flood instead. Sets of never-repeated
+# keys, FLOOD (5) times the limit in bytes, into both servers at -m MEM
+# (64): one flood per size of SIZES ("100 1024 8192 102400 1000000") on a
+# fresh server, then `mix`, every size in turn and back on one server.
+# Prints, in MB,
+#   rss/<size>/m<M> ours=... ours_settled=... memcached=... bound=<1.1M+16>
+# (ours_settled: 3 s later, after the sweeper's malloc_trim.)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
@@ -25,6 +33,7 @@ load_bin=$build/tests/bench/hitratio_load
 theirs_bin=${MEMCACHED:-/usr/bin/memcached}
 threads=${THREADS:-2}
 keys=${KEYS:-1000000}
+mode=${1:-hitratio}
 if [ "${QUICK:-0}" = 1 ]; then
     mems=${MEMS:-64}
     workloads=${WORKLOADS:-z0.99 z0.99+scan20}
@@ -67,6 +76,43 @@ load_args() {
     esac
     echo "${args[@]}"
 }
+
+# ---- rss mode ----
+rss_mb() { awk '/^VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
+# flood PORT SIZE SEED: FLOOD x MEM MiB of sets of SIZE-byte values
+flood() {
+    local n=$((${FLOOD:-5} * ${MEM:-64} * 1048576 / $2))
+    "$load_bin" -s "127.0.0.1:$1" -S 1 -V "$2" -w 0 -n "$n" -x "$3" >/dev/null
+}
+rss_run() { # NAME SIZES...
+    local name=$1 m=${MEM:-64} seed=1 sz lo a a2 b
+    shift
+    start_server ours "$m"; opid=$SRV_PID; oport=$SRV_PORT
+    start_server memcached "$m"; tpid=$SRV_PID; tport=$SRV_PORT
+    for sz in "$@"; do
+        flood "$oport" "$sz" "$seed" &
+        lo=$!
+        flood "$tport" "$sz" "$seed"
+        wait "$lo"
+        seed=$((seed + 1))
+    done
+    a=$(rss_mb "$opid"); b=$(rss_mb "$tpid")
+    sleep 3 # the sweeper's trim (TRIM_SECONDS), not a wait for an event
+    a2=$(rss_mb "$opid")
+    SRV_PID=$opid; stop_server
+    SRV_PID=$tpid; stop_server
+    echo "rss/$name/m$m ours=$a ours_settled=$a2 memcached=$b" \
+        "bound=$(awk -v m="$m" 'BEGIN {print 1.1 * m + 16}')"
+}
+if [ "$mode" = rss ]; then
+    sizes=${SIZES:-100 1024 8192 102400 1000000}
+    for sz in $sizes; do
+        rss_run "$sz" "$sz"
+    done
+    # shellcheck disable=SC2086 # sizes: one argument each
+    rss_run mix $sizes $(echo $sizes | tr ' ' '\n' | tac | tr '\n' ' ')
+    exit 0
+fi
 field() { sed -n "s/.* $1 \([0-9.]*\).*/\1/p" "$2"; }
 
 for w in $workloads; do
