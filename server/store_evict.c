@@ -2,9 +2,10 @@
  * store_evict: the item store's eviction policy, S3-FIFO (Yang et al.,
  * SOSP'23) per lock stripe: a small FIFO that filters out keys read once,
  * a main FIFO with two bits of read frequency (CLOCK), and one ghost table
- * of recently evicted keys' hashes. Across stripes, eviction samples a few
- * and takes the one whose next candidate is oldest. See docs/store.md for
- * the measurements that chose it; store_internal.h for the layout.
+ * of recently evicted keys' hashes. Across stripes, eviction samples a few,
+ * decides from them which FIFO to evict from, and takes the stripe whose
+ * tail there is oldest. See docs/store.md for the measurements that chose
+ * it; store_internal.h for the layout.
  */
 #include "config.h"
 
@@ -15,12 +16,12 @@
 #include "server/store.h"
 #include "server/store_internal.h"
 
-/* Eviction compares the candidates of this many non-empty stripes and
- * evicts from the oldest: an approximate global policy without a global
- * list. */
+/* Eviction samples this many non-empty stripes: an approximate global
+ * policy without a global list. */
 #define EVICT_SAMPLE 16u
 
-/* The small FIFO's share of a stripe's bytes, in tenths (S3-FIFO: 10%). */
+/* The small FIFOs' share of the sampled stripes' bytes above which
+ * eviction takes from them, in tenths (S3-FIFO: 10%). */
 #define SMALL_TENTHS 1u
 
 /* Reads an item needs while in the small FIFO to move to the main one. */
@@ -32,12 +33,6 @@
 #define GHOST_BYTES_PER_SLOT 256u
 #define GHOST_MIN_SLOTS      4096u
 #define GHOST_MAX_SLOTS      (1u << 28)
-
-static inline size_t
-charge_of(const struct store_item *it)
-{
-    return item_charge(it);
-}
 
 /* Change a stripe's small_bytes (its lock held; the sampler reads it). */
 static inline void
@@ -137,7 +132,7 @@ do_publish_tail(struct stripe *st)
         struct store_item *it = st->q_tail[Q_SMALL];
 
         q_remove(st, Q_SMALL, it);
-        small_add(st, -(int64_t)charge_of(it));
+        small_add(st, -(int64_t)item_charge(it));
         it->gen |= IF_MAIN;
         q_push(st, Q_MAIN, it);
     }
@@ -190,7 +185,7 @@ do_queue_add(struct store *s, struct stripe *st, struct store_item *it)
         it->gen |= IF_MAIN;
     }
     if (!(it->gen & IF_MAIN)) {
-        small_add(st, (int64_t)charge_of(it));
+        small_add(st, (int64_t)item_charge(it));
     }
     q_push(st, queue_of(it), it);
     do_publish_tail(st);
@@ -202,7 +197,7 @@ do_queue_del(struct stripe *st, struct store_item *it)
 {
     q_remove(st, queue_of(it), it);
     if (!(it->gen & IF_MAIN)) {
-        small_add(st, -(int64_t)charge_of(it));
+        small_add(st, -(int64_t)item_charge(it));
     }
     do_publish_tail(st);
 }
@@ -233,14 +228,14 @@ do_evict_stripe(struct store *s, struct stripe *st, int64_t now, enum queue q)
     }
     why = item_dead(it, now, do_floor(s));
     if (why != LIVE) {
-        __atomic_fetch_add(&s->evicted_bytes, charge_of(it), __ATOMIC_RELAXED);
+        __atomic_fetch_add(&s->evicted_bytes, item_charge(it), __ATOMIC_RELAXED);
         do_reclaim(s, st, it, why, NULL);
         return EV_RECLAIMED;
     }
     f = it->gen & IF_FREQ;
     if (q == Q_SMALL && f >= PROMOTE_READS) {
         q_remove(st, Q_SMALL, it);
-        small_add(st, -(int64_t)charge_of(it));
+        small_add(st, -(int64_t)item_charge(it));
         it->gen |= IF_MAIN;
         q_push(st, Q_MAIN, it);
         do_publish_tail(st);
@@ -257,7 +252,7 @@ do_evict_stripe(struct store *s, struct stripe *st, int64_t now, enum queue q)
         ghost_put(s, it->hash);
     }
     st->evictions++;
-    __atomic_fetch_add(&s->evicted_bytes, charge_of(it), __ATOMIC_RELAXED);
+    __atomic_fetch_add(&s->evicted_bytes, item_charge(it), __ATOMIC_RELAXED);
     do_report_drop(s, it);
     do_unlink(s, st, it, NULL);
     return EV_EVICTED;
