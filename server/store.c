@@ -1,17 +1,17 @@
 /*
  * store: the node's item store. 1024 lock stripes, each a small hash table of
- * its own with its own LRU list, resized under its own lock; the hash the
- * caller passes picks the stripe (low bits) and the bucket (bits above).
- * Memory is one atomic byte counter against the limit; eviction samples the
- * LRU tails of several stripes and takes the oldest. See store.h for the API.
- * This file holds the items, the table, the LRU, eviction and the keyed
- * operations; store_meta.c the meta protocol's operations, store_range.c
- * the sweep and the range walks, store_track.c dirty tracking and import;
- * store_internal.h what they share.
+ * its own with its own eviction queues, resized under its own lock; the hash
+ * the caller passes picks the stripe (low bits) and the bucket (bits above).
+ * Memory is one atomic byte counter against the limit. This file holds the
+ * items, the table, the memory limit and the keyed operations; store_evict.c
+ * the eviction policy, store_meta.c the meta protocol's operations,
+ * store_range.c the sweep and the range walks, store_track.c dirty tracking
+ * and import; store_internal.h what they share. See store.h for the API.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stddef.h>
 #include <limits.h>
 #include <pthread.h>
@@ -22,37 +22,10 @@
 #include "server/store.h"
 #include "server/store_internal.h"
 
-/* Eviction compares the LRU tails of this many non-empty stripes and
- * evicts the oldest: an approximate global LRU without a global list. */
-#define EVICT_SAMPLE 16u
-
-#define TAIL_EMPTY UINT32_MAX /* tail_bump of an empty stripe */
-/* The flush generation is 14 bits; a full walk every 2^13 flushes removes
- * stale items before their generation number can come round again. */
-
-/* What evict_one did. */
-enum evicted {
-    EV_NONE = 0,
-    EV_RECLAIMED,
-    EV_EVICTED
-};
-
 _Static_assert(offsetof(struct store_item, data) == 64, "item header is 64 bytes");
 _Static_assert(STRIPES == STORE_STRIPES, "store.h names the stripe count");
 
 /* ---- small helpers ---------------------------------------------------- */
-
-static inline uint32_t
-load32(const uint32_t *p)
-{
-    return __atomic_load_n(p, __ATOMIC_RELAXED);
-}
-
-static inline void
-store32(uint32_t *p, uint32_t v)
-{
-    __atomic_store_n(p, v, __ATOMIC_RELAXED);
-}
 
 /*
  * Bytes an item is charged: what glibc malloc actually takes for it. A
@@ -65,7 +38,7 @@ store_item_size(size_t nkey, size_t nbytes)
 {
     size_t raw = offsetof(struct store_item, data) + nkey + nbytes + 2;
 
-    if (raw >= 128 * 1024) {
+    if (raw >= STORE_MMAP_THRESHOLD) {
         return (raw + 16 + 4095) & ~(size_t)4095;
     }
     raw = (raw + 8 + 15) & ~(size_t)15;
@@ -127,41 +100,6 @@ store_exptime(const struct store *s, int64_t exptime)
 }
 
 /* ---- LRU and hash chains (do_: caller holds the stripe lock) ----------- */
-
-static inline void
-do_publish_tail(struct stripe *st)
-{
-    store32(&st->tail_bump, st->lru_tail != NULL ? st->lru_tail->atime : TAIL_EMPTY);
-}
-
-static void
-do_lru_remove(struct stripe *st, struct store_item *it)
-{
-    if (it->lru_prev != NULL) {
-        it->lru_prev->lru_next = it->lru_next;
-    } else {
-        st->lru_head = it->lru_next;
-    }
-    if (it->lru_next != NULL) {
-        it->lru_next->lru_prev = it->lru_prev;
-    } else {
-        st->lru_tail = it->lru_prev;
-    }
-    it->lru_prev = it->lru_next = NULL;
-}
-
-static void
-do_lru_push(struct stripe *st, struct store_item *it)
-{
-    it->lru_prev = NULL;
-    it->lru_next = st->lru_head;
-    if (st->lru_head != NULL) {
-        st->lru_head->lru_prev = it;
-    } else {
-        st->lru_tail = it;
-    }
-    st->lru_head = it;
-}
 
 /*
  * Rehash a stripe's chained table of n buckets into a new array of 2n: the
@@ -240,12 +178,9 @@ do_link(struct store *s, struct stripe *st, struct store_item *it)
     it->gen |= IF_LINKED;
     it->h_next = st->buckets[b];
     st->buckets[b] = it;
-    do_lru_push(st, it);
-    if (st->lru_tail == it) {
-        do_publish_tail(st);
-    }
     st->count++;
-    st->bytes += item_charge(it);
+    __atomic_store_n(&st->bytes, st->bytes + item_charge(it), __ATOMIC_RELAXED);
+    do_queue_add(s, st, it);
     st->total_items++;
     do_maybe_grow(s, st);
 }
@@ -255,8 +190,6 @@ do_link(struct store *s, struct stripe *st, struct store_item *it)
 void
 do_unlink(struct store *s, struct stripe *st, struct store_item *it, struct store_item **prevp)
 {
-    bool was_tail = st->lru_tail == it;
-
     do_track(s, st, it);
     if (prevp == NULL) {
         prevp = &st->buckets[bucket_of(st, it->hash)];
@@ -266,13 +199,10 @@ do_unlink(struct store *s, struct stripe *st, struct store_item *it, struct stor
     }
     *prevp = it->h_next;
     it->h_next = NULL;
-    do_lru_remove(st, it);
-    if (was_tail) {
-        do_publish_tail(st);
-    }
+    do_queue_del(st, it);
     it->gen &= (uint16_t)~IF_LINKED;
     st->count--;
-    st->bytes -= item_charge(it);
+    __atomic_store_n(&st->bytes, st->bytes - item_charge(it), __ATOMIC_RELAXED);
     store_release(s, it);
 }
 
@@ -311,13 +241,18 @@ do_find(struct store *s, struct stripe *st, const char *key, size_t nkey, uint64
     return NULL;
 }
 
-/* Move an item to the LRU head at most once a minute (its atime says
- * when it last moved): a read also marks it fetched, and moves it on its
- * first fetch whatever the time (fetch); an add that finds the key,
- * incr/decr and ma move it without the mark (memcached's do_item_update). */
+/* Count an access (up to 3: the eviction policy's frequency bits) and
+ * stamp atime at most once a minute: a read (fetch) also marks the item
+ * fetched and stamps it on its first fetch whatever the time; an add that
+ * finds the key, incr/decr and ma count without the mark (memcached's
+ * do_item_update). Touches the item only. */
 void
 do_lru_move(struct stripe *st, struct store_item *it, int64_t now, bool fetch)
 {
+    (void)st;
+    if ((it->gen & IF_FREQ) != IF_FREQ) {
+        it->gen++;
+    }
     if ((!fetch || (it->gen & IF_FETCHED)) && now - (int64_t)it->atime < BUMP_SECONDS) {
         return;
     }
@@ -325,11 +260,6 @@ do_lru_move(struct stripe *st, struct store_item *it, int64_t now, bool fetch)
         it->gen |= IF_FETCHED;
     }
     it->atime = time32(now);
-    if (st->lru_head != it) {
-        do_lru_remove(st, it);
-        do_lru_push(st, it);
-    }
-    do_publish_tail(st);
 }
 
 /* ---- the flush floor ---------------------------------------------------- */
@@ -461,58 +391,6 @@ store_floor(struct store *s)
 
 /* ---- memory and eviction ------------------------------------------------ */
 
-/*
- * Evict one item: the LRU tail of the oldest-looking among EVICT_SAMPLE
- * non-empty stripes. The caller holds no stripe lock, so blocking on the
- * chosen one cannot deadlock. A tail that is being sent (refcount > 1) is
- * unlinked too; its bytes come back when the last reader releases it.
- * Returns false when every stripe is empty.
- */
-static enum evicted
-evict_one(struct store *s, int64_t now)
-{
-    uint32_t           start, i, found = 0, best_age = 0;
-    uint32_t           m = time32(now);
-    struct stripe     *best = NULL;
-    struct store_item *it;
-    enum dead          why;
-    enum evicted       rc = EV_RECLAIMED;
-
-    start = __atomic_fetch_add(&s->evict_cursor, EVICT_SAMPLE, __ATOMIC_RELAXED);
-    for (i = 0; i < STRIPES && found < EVICT_SAMPLE; i++) {
-        struct stripe *st = &s->stripes[(start + i) & STRIPE_MASK];
-        uint32_t       a = load32(&st->tail_bump), age;
-
-        if (a == TAIL_EMPTY) {
-            continue;
-        }
-        found++;
-        age = m - a; /* seconds since the tail was stored or moved (mod 2^32) */
-        if (best == NULL || age > best_age) {
-            best = st;
-            best_age = age;
-        }
-    }
-    if (best == NULL) {
-        return EV_NONE;
-    }
-    pthread_mutex_lock(&best->lock);
-    it = best->lru_tail;
-    if (it != NULL) {
-        why = item_dead(it, now, do_floor(s));
-        if (why != LIVE) {
-            do_reclaim(s, best, it, why, NULL);
-        } else {
-            best->evictions++;
-            do_report_drop(s, it);
-            do_unlink(s, best, it, NULL);
-            rc = EV_EVICTED;
-        }
-    }
-    pthread_mutex_unlock(&best->lock);
-    return rc;
-}
-
 /* Reserve size bytes against the limit, evicting as needed; counts the
  * live items evicted in *evicted. */
 static int
@@ -532,7 +410,7 @@ mem_reserve(struct store *s, size_t size, int64_t now, uint64_t *evicted)
         }
         /* Every stripe empty: what is left is held by readers or being
          * built by other threads; give it a few tries, then give up. */
-        ev = evict_one(s, now);
+        ev = store_evict_one(s, now);
         if (ev == EV_EVICTED) {
             (*evicted)++;
         }
@@ -629,6 +507,8 @@ do_replace(struct store *s, struct stripe *st, struct store_item *old, struct st
     it->gen &= IF_FETCHED; /* IF_LINKED comes with do_link */
     it->atime = time32(now);
     if (old != NULL) {
+        /* The key keeps its standing in the eviction policy. */
+        it->gen |= old->gen & (IF_MAIN | IF_FREQ);
         do_unlink(s, st, old, NULL);
     }
     do_link(s, st, it);
@@ -1026,6 +906,23 @@ store_reset_stats(struct store *s)
 
 /* ---- life cycle --------------------------------------------------------- */
 
+/*
+ * The process's allocator, set once, before the first store starts its
+ * threads (the node creates its store before its workers). Why (measured
+ * with tests/bench/rss_bench.sh, docs/store.md): with one malloc arena per
+ * thread, floods that shift sizes left each arena holding free memory the
+ * others could not use (RSS 156 MB at -m 64); a fixed mmap threshold keeps
+ * values above it out of the heap (glibc otherwise raises the threshold
+ * after the first large free and large values fragment the heap), and is
+ * the threshold store_item_size's charge assumes.
+ */
+static void
+malloc_setup(void)
+{
+    mallopt(M_MMAP_THRESHOLD, STORE_MMAP_THRESHOLD);
+    mallopt(M_ARENA_MAX, STORE_MALLOC_ARENAS);
+}
+
 struct store *
 store_new(const struct store_config *cfg)
 {
@@ -1033,6 +930,9 @@ store_new(const struct store_config *cfg)
     pthread_condattr_t ca;
     uint32_t           i, inited = 0;
 
+    static pthread_once_t malloc_once = PTHREAD_ONCE_INIT;
+
+    pthread_once(&malloc_once, malloc_setup);
     if (posix_memalign((void **)&s, 64, sizeof(*s)) != 0) {
         return NULL;
     }
@@ -1049,8 +949,11 @@ store_new(const struct store_config *cfg)
         }
         pthread_mutex_init(&st->lock, NULL);
         st->mask = INIT_BUCKETS - 1;
-        st->tail_bump = TAIL_EMPTY;
+        st->tail_atime[Q_SMALL] = st->tail_atime[Q_MAIN] = TAIL_EMPTY;
         inited++;
+    }
+    if (store_ghost_init(s) != 0) {
+        goto fail;
     }
     s->nbuckets_total = (uint64_t)STRIPES * INIT_BUCKETS;
     pthread_mutex_init(&s->flush_lock, NULL);
@@ -1107,6 +1010,7 @@ store_free(struct store *s)
         free(st->buckets);
         pthread_mutex_destroy(&st->lock);
     }
+    store_ghost_free(s);
     pthread_mutex_destroy(&s->flush_lock);
     pthread_mutex_destroy(&s->sweep_lock);
     pthread_mutex_destroy(&s->copy_lock);

@@ -37,17 +37,45 @@
 #define INIT_BUCKETS 8u         /* per stripe; 8192 in all */
 #define MAX_BUCKETS  (1u << 30) /* per stripe */
 
-/* A get moves an item to its LRU head on its first fetch, then at most
- * once per minute (memcached: once per 60 s), so hot keys do not write to
- * their LRU neighbours on every read. The item keeps the time it was stored
- * or last moved (atime, which mg's l reports, as memcached's it->time);
- * eviction compares the tails' atimes across stripes, while within a
- * stripe the list order is exact. */
+/* Eviction is S3-FIFO per stripe (store_evict.c): a new key enters its
+ * stripe's small FIFO (about a tenth of the stripe's bytes), a key read
+ * while there moves to the main FIFO when it reaches the small FIFO's tail,
+ * and one never read leaves (its hash goes to the ghost table, so that if
+ * it comes back soon it enters the main FIFO directly). The main FIFO
+ * gives an item with reads a lap more per read (CLOCK, two bits of
+ * frequency). A read only counts in the item's frequency bits, under the
+ * stripe lock the read already holds: no list moves on the read path.
+ * The item keeps the time it was stored or last read (atime, which mg's l
+ * reports, as memcached's it->time), updated on its first fetch and then
+ * at most once a minute (memcached: once per 60 s); eviction compares the
+ * tails' atimes across stripes. */
 #define BUMP_SECONDS 60
 
-/* it->gen: two flags (a flush is a CAS floor, struct store's floor). */
+/* The allocator's settings (store.c, malloc_setup): values whose item
+ * reaches the threshold get their own mapping; at most this many malloc
+ * arenas. */
+#define STORE_MMAP_THRESHOLD (128 * 1024)
+#define STORE_MALLOC_ARENAS  2
+
+/* The sweeper returns free heap pages to the system (malloc_trim) when
+ * evictions have freed this share of the limit since it last did, at most
+ * once per TRIM_SECONDS. */
+#define TRIM_EVICTED_SHARE 8 /* a limit/8 */
+#define TRIM_SECONDS       2
+
+/* it->gen: flags (a flush is a CAS floor, struct store's floor). */
+#define IF_FREQ    0x0003u /* reads counted, up to 3 */
+#define IF_MAIN    0x0004u /* in the main FIFO (else the small one) */
 #define IF_LINKED  0x4000u
 #define IF_FETCHED 0x8000u
+
+#define TAIL_EMPTY UINT32_MAX /* stripe tail_atime: an empty queue */
+
+/* The two FIFOs of a stripe. */
+enum queue {
+    Q_SMALL = 0,
+    Q_MAIN = 1
+};
 
 /* A CAS is a hybrid logical clock: milliseconds since the CAS clock's
  * epoch (plus the store's clock shift) above STORE_CAS_LOGICAL_BITS, a
@@ -77,11 +105,12 @@ struct dirty_key {
 struct stripe {
     pthread_mutex_t     lock;
     struct store_item **buckets;
-    uint32_t            mask;  /* buckets - 1 */
-    uint32_t            count; /* linked items */
-    struct store_item  *lru_head, *lru_tail;
-    uint32_t            tail_bump; /* atomic: lru_tail->bump or TAIL_EMPTY */
-    uint64_t            bytes;     /* charged bytes of linked items */
+    uint32_t            mask;                  /* buckets - 1 */
+    uint32_t            count;                 /* linked items */
+    struct store_item  *q_head[2], *q_tail[2]; /* enum queue; head = newest */
+    uint32_t            tail_atime[2]; /* atomic: atime of each queue's tail, or TAIL_EMPTY */
+    uint64_t            bytes;         /* atomic stores: charged bytes of linked items */
+    uint64_t            small_bytes;   /* atomic stores: those in the small FIFO */
     uint64_t total_items, evictions, reclaimed, expired_unfetched, get_expired, get_flushed, purged;
     /* Dirty tracking; all empty while tracking is false, which is the only
      * thing a mutation reads when no session is active. */
@@ -106,10 +135,15 @@ struct store {
     uint64_t      flush_when_floor;                   /* its floor */
     int64_t       clock_shift;
     uint64_t      nbuckets_total;
-    store_drop_fn drop_fn;  /* atomic; see store_set_drop_hook */
-    void         *drop_arg; /* written before drop_fn */
+    uint32_t     *ghost; /* atomic entries: hashes of keys evicted from a small FIFO */
+    uint32_t      ghost_mask;
+    bool          ghost_used; /* atomic: a hash was put in the ghost table */
+    store_drop_fn drop_fn;    /* atomic; see store_set_drop_hook */
+    void         *drop_arg;   /* written before drop_fn */
     /* Written by evictions only. */
     uint32_t evict_cursor __attribute__((aligned(64)));
+    uint64_t evicted_bytes; /* atomic: charged bytes removed to make room */
+    uint64_t trimmed_at;    /* evicted_bytes at the sweeper's last trim */
 
     pthread_mutex_t flush_lock; /* serializes floor raises */
     pthread_mutex_t sweep_lock; /* guards the sweep cursor */
@@ -151,9 +185,10 @@ STORE_INTERNAL void do_link(struct store *s, struct stripe *st, struct store_ite
 STORE_INTERNAL void do_unlink(struct store *s, struct stripe *st, struct store_item *it,
                               struct store_item **prevp);
 
-/* Move an item to its LRU head, at most once a minute: a read (fetch)
- * also marks it fetched and moves it on its first fetch whatever the time
- * (memcached's do_item_update). Use do_bump or do_lru_update below. */
+/* Count an access in the item's frequency bits and mark it accessed at
+ * most once a minute (atime): a read (fetch) also marks it fetched and
+ * stamps it on its first fetch whatever the time (memcached's
+ * do_item_update). Use do_bump or do_lru_update below. */
 STORE_INTERNAL void do_lru_move(struct stripe *st, struct store_item *it, int64_t now, bool fetch);
 
 /* Stamp (CAS, generation, atime) and link a new item in place of old (NULL
@@ -190,6 +225,32 @@ STORE_INTERNAL struct store_item *store_alloc_counted(struct store *s, const cha
  * dirty sets both grow with it (see store.c). */
 STORE_INTERNAL void **store_chains_double(void **buckets, uint32_t n, size_t link_off,
                                           size_t hash_off);
+
+/* ---- store_evict.c ------------------------------------------------------ */
+
+/* Put a linked item in its queue: the main FIFO when it carries IF_MAIN
+ * (inherited from the item it replaces) or its hash is in the ghost table,
+ * else the small FIFO. Caller holds the stripe lock. */
+STORE_INTERNAL void do_queue_add(struct store *s, struct stripe *st, struct store_item *it);
+
+/* Take an item out of its queue (do_unlink). Caller holds the stripe lock. */
+STORE_INTERNAL void do_queue_del(struct stripe *st, struct store_item *it);
+
+/* What store_evict_one did. */
+enum evicted {
+    EV_NONE = 0,
+    EV_RECLAIMED,
+    EV_EVICTED,
+    EV_MOVED /* only moved items between the FIFOs: sample again */
+};
+
+/* Remove one item to make room: see store_evict.c. Caller holds no stripe
+ * lock. */
+STORE_INTERNAL enum evicted store_evict_one(struct store *s, int64_t now);
+
+/* Allocate and free the ghost table (sized from mem_limit). */
+STORE_INTERNAL int  store_ghost_init(struct store *s);
+STORE_INTERNAL void store_ghost_free(struct store *s);
 
 /* ---- store_range.c ------------------------------------------------------ */
 

@@ -1025,5 +1025,6 @@ store_suite(void)
     tcase_add_test(tc, test_table_growth);
     tcase_add_test(tc, test_dirty_growth);
     suite_add_tcase(s, tc);
+    suite_add_tcase(s, store_evict_tcase());
     return s;
 }

@@ -84,4 +84,7 @@ expect(struct store *s, const char *key, const char *val)
     store_release(s, it);
 }
 
+/* The eviction policy's cases (tests/check_store_evict.c), in store_suite. */
+TCase *store_evict_tcase(void);
+
 #endif
