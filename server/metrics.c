@@ -166,7 +166,7 @@ render_memcached(struct server *srv, struct evbuffer *b)
     rows(b, STORE_ROWS, sizeof(STORE_ROWS) / sizeof(STORE_ROWS[0]), &ss);
     one(b, "memcached_limit_bytes", "gauge",
         "Number of bytes this server is allowed to use for storage.",
-        (uint64_t)srv->settings.maxbytes);
+        (uint64_t)__atomic_load_n(&srv->settings.maxbytes, __ATOMIC_RELAXED));
     one(b, "memcached_read_bytes_total", "counter",
         "Total number of bytes read by this server from network.", ts.bytes_read);
     one(b, "memcached_written_bytes_total", "counter",

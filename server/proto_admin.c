@@ -404,6 +404,41 @@ shutdown_cmd(struct conn *c, const struct token *t, int ntok)
     return PROTO_QUIT;
 }
 
+/* ---- cache_memlimit ------------------------------------------------------- */
+
+/* cache_memlimit <megabytes> [noreply]: the store's limit (and -m as stats
+ * show it) changed while serving, with memcached's replies. */
+static void
+cache_memlimit(struct conn *c, const struct token *t, int ntok)
+{
+    struct server *srv = c->w->srv;
+    uint64_t       mb;
+    bool           noreply = ntok == 3 && TOK_IS(&t[2], "noreply");
+
+    if ((ntok != 2 && !noreply) || !proto_tok_u64(&t[1], &mb)) {
+        OUT_LIT(c, "ERROR\r\n");
+        return;
+    }
+    if (mb < 8) {
+        if (!noreply) {
+            OUT_LIT(c, "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n");
+        }
+        return;
+    }
+    if (mb > 1000000000) {
+        if (!noreply) {
+            OUT_LIT(c, "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n");
+        }
+        return;
+    }
+    store_set_mem_limit(srv->store, (size_t)mb * 1024 * 1024);
+    __atomic_store_n(&srv->settings.maxbytes, (size_t)mb * 1024 * 1024, __ATOMIC_RELAXED);
+    log_msg(LOG_NOTICE, "cache_memlimit: the memory limit is now %" PRIu64 " MiB", mb);
+    if (!noreply) {
+        OUT_LIT(c, "OK\r\n");
+    }
+}
+
 /* ---- config get cluster (ElastiCache auto-discovery) ------------------- */
 
 /* "host|ip|port" of one member address "host:port" or "[v6]:port": the
@@ -477,6 +512,8 @@ proto_admin(struct conn *c, const struct token *t, int ntok, enum proto_status *
         lru_crawler(c, t, ntok);
     } else if (TOK_IS(&t[0], "shutdown")) {
         *st = shutdown_cmd(c, t, ntok);
+    } else if (TOK_IS(&t[0], "cache_memlimit")) {
+        cache_memlimit(c, t, ntok);
     } else if (TOK_IS(&t[0], "config") && ntok >= 2) {
         if (ntok == 3 && TOK_IS(&t[1], "get") && TOK_IS(&t[2], "cluster")) {
             config_get_cluster(c);

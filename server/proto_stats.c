@@ -109,7 +109,8 @@ stats_general(struct conn *c)
     }
     proto_reply_printf(c, "STAT bytes_read %" PRIu64 "\r\n", ts.bytes_read);
     proto_reply_printf(c, "STAT bytes_written %" PRIu64 "\r\n", ts.bytes_written);
-    proto_reply_printf(c, "STAT limit_maxbytes %zu\r\n", srv->settings.maxbytes);
+    proto_reply_printf(c, "STAT limit_maxbytes %zu\r\n",
+                       __atomic_load_n(&srv->settings.maxbytes, __ATOMIC_RELAXED));
     proto_reply_printf(c, "STAT accepting_conns 1\r\n");
     proto_reply_printf(c, "STAT threads %d\r\n", srv->nworkers);
     proto_reply_printf(c, "STAT conn_yields %" PRIu64 "\r\n", ts.conn_yields);
@@ -179,7 +180,8 @@ stats_settings(struct conn *c)
 {
     const struct settings *st = &c->w->srv->settings;
 
-    proto_reply_printf(c, "STAT maxbytes %zu\r\n", st->maxbytes);
+    proto_reply_printf(c, "STAT maxbytes %zu\r\n",
+                       __atomic_load_n(&st->maxbytes, __ATOMIC_RELAXED));
     proto_reply_printf(c, "STAT maxconns %d\r\n", st->maxconns);
     proto_reply_printf(c, "STAT tcpport %d\r\n",
                        c->w->srv->bound_port ? c->w->srv->bound_port : st->port);

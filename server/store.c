@@ -81,6 +81,13 @@ store_set_drop_hook(struct store *s, store_drop_fn fn, void *arg)
     __atomic_store_n(&s->drop_fn, fn, __ATOMIC_RELEASE);
 }
 
+/* See store.h. */
+void
+store_set_mem_limit(struct store *s, size_t bytes)
+{
+    __atomic_store_n(&s->mem_limit, bytes, __ATOMIC_RELAXED);
+}
+
 int64_t
 store_exptime(const struct store *s, int64_t exptime)
 {
@@ -401,7 +408,7 @@ mem_reserve(struct store *s, size_t size, int64_t now, uint64_t *evicted)
     uint64_t     cur = __atomic_load_n(&s->mem_used, __ATOMIC_RELAXED);
 
     for (;;) {
-        if (cur + size <= s->mem_limit) {
+        if (cur + size <= __atomic_load_n(&s->mem_limit, __ATOMIC_RELAXED)) {
             if (__atomic_compare_exchange_n(&s->mem_used, &cur, cur + size, true, __ATOMIC_RELAXED,
                                             __ATOMIC_RELAXED)) {
                 return 0;
@@ -435,7 +442,7 @@ store_alloc_counted(struct store *s, const char *key, size_t nkey, uint64_t hash
         *err = STORE_TOO_LARGE;
         return NULL;
     }
-    if (size > s->mem_limit) {
+    if (size > __atomic_load_n(&s->mem_limit, __ATOMIC_RELAXED)) {
         *err = STORE_NO_MEMORY;
         return NULL;
     }
@@ -885,7 +892,7 @@ store_get_stats(struct store *s, struct store_stats *out)
     out->imported = __atomic_load_n(&s->imported, __ATOMIC_RELAXED);
     out->import_evictions = __atomic_load_n(&s->import_evictions, __ATOMIC_RELAXED);
     out->track_pending = __atomic_load_n(&s->track_pending, __ATOMIC_RELAXED);
-    out->limit_maxbytes = s->mem_limit;
+    out->limit_maxbytes = __atomic_load_n(&s->mem_limit, __ATOMIC_RELAXED);
     out->mem_used = __atomic_load_n(&s->mem_used, __ATOMIC_RELAXED);
 }
 

@@ -320,6 +320,14 @@ size_t store_item_size(size_t nkey, size_t nbytes);
 typedef void (*store_drop_fn)(uint64_t hash, uint64_t cas, int64_t now, void *arg);
 void store_set_drop_hook(struct store *s, store_drop_fn fn, void *arg);
 
+/*
+ * Change the memory limit while serving (memcached's cache_memlimit). A
+ * lower limit is reached as stores need room: each evicts until its item
+ * fits under the new limit. The ghost table keeps the size the first limit
+ * gave it.
+ */
+void store_set_mem_limit(struct store *s, size_t bytes);
+
 /* ---- The meta protocol's operations (server/proto_meta.c) --------------
  *
  * Each runs under the key's stripe lock like the classic ones and follows

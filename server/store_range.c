@@ -92,7 +92,9 @@ sweeper_trim(struct store *s)
     uint64_t                ev = __atomic_load_n(&s->evicted_bytes, __ATOMIC_RELAXED);
     int64_t                 now = store_now(s);
 
-    if (ev - s->trimmed_at < s->mem_limit / TRIM_EVICTED_SHARE || now - last < TRIM_SECONDS) {
+    if (ev - s->trimmed_at <
+            __atomic_load_n(&s->mem_limit, __ATOMIC_RELAXED) / TRIM_EVICTED_SHARE ||
+        now - last < TRIM_SECONDS) {
         return;
     }
     s->trimmed_at = ev;

@@ -194,6 +194,46 @@ try:
                    b"CLIENT_ERROR stats cachedump not allowed\r\n"], "-X: refused")
     x.stop()
 
+    # cache_memlimit: memcached's replies, and the limit holds from then on.
+    script = [(b"cache_memlimit 4", b"\r\n"), (b"cache_memlimit abc", b"\r\n"),
+              (b"cache_memlimit", b"\r\n"), (b"cache_memlimit 2000000000", b"\r\n"),
+              (b"cache_memlimit 8 noreply", None), (b"cache_memlimit 8", b"\r\n")]
+    lines = [x[0] for x in script if x[1] is not None]
+    ends = [x[1] for x in script if x[1] is not None]
+    m = Node(args=["-t", "2", "-m", "64"]).start()
+    procs.append(m.proc)
+    s = socket.create_connection(("127.0.0.1", m.port), timeout=10)
+    s.sendall(b"cache_memlimit 8 noreply\r\nmn\r\n")
+    nr = recv_until(s, b"MN\r\n")
+    s.close()
+    got = talk(m.port, lines, ends)
+    if mc:
+        want = talk(mc.port, lines, ends)
+        tap.eq(got, want, "cache_memlimit: memcached's replies (too small, not a number, "
+               "missing, bytes for megabytes, OK)")
+    else:
+        tap.ok(got[-1] == b"OK\r\n", "cache_memlimit 8: OK")
+    tap.eq(nr, b"MN\r\n", "cache_memlimit 8 noreply: no reply")
+    s = socket.create_connection(("127.0.0.1", m.port), timeout=30)
+    val = b"v" * 4000
+    for i in range(0, 6000, 200):
+        s.sendall(b"".join(b"set cm-%d 0 0 4000 noreply\r\n%s\r\n" % (j, val)
+                           for j in range(i, i + 200)))
+    s.sendall(b"stats\r\n")
+    st = recv_until(s, b"END\r\n")
+    s.sendall(b"stats settings\r\n")
+    ss = recv_until(s, b"END\r\n")
+    s.close()
+    stat, sset = [dict(ln.split(b" ")[1:3] for ln in blob.split(b"\r\n")
+                       if ln.startswith(b"STAT ") and len(ln.split(b" ")) >= 3)
+                  for blob in (st, ss)]
+    tap.ok(int(stat.get(b"bytes", b"-1")) <= 8 << 20 and int(stat.get(b"evictions", b"0")) > 0
+           and stat.get(b"limit_maxbytes") == b"8388608" and sset.get(b"maxbytes") == b"8388608",
+           "after cache_memlimit 8 (started with -m 64): 24 MB of sets keep bytes under 8 MiB "
+           "(%s, %s evictions); limit_maxbytes and maxbytes say 8 MiB"
+           % (stat.get(b"bytes"), stat.get(b"evictions")), stat)
+    m.stop()
+
     # -A: shutdown stops the node (exit 0); a bad mode is refused first.
     a = Node(args=["-A"]).start()
     s = socket.create_connection(("127.0.0.1", a.port), timeout=10)
