@@ -17,7 +17,8 @@
 
 #define VAL100                                                                                     \
     "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" \
-    "xxxxxx"
+    "xxxxxxxx"
+_Static_assert(sizeof(VAL100) == 101, "VAL100 is 100 bytes");
 
 static void
 key_of(char *buf, size_t n, const char *prefix, int i)
