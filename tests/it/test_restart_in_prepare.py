@@ -33,41 +33,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadgen as lg  # noqa: E402
 
+import test_store_crash as sc  # noqa: E402  (its write_all, read_all and values)
+
 NKEYS = 300
-
-
-def value(k):
-    return ("%s-v" % k).encode()
-
-
-def write_all(cl, nid, keys):
-    c = lg.Conn(cl.nodes[nid].addr, 10.0)
-    bad = []
-    try:
-        for k in keys:
-            r = c.store("set", k, value(k))
-            if r != b"STORED":
-                bad.append((k, r))
-    finally:
-        c.close()
-    return bad
-
-
-def read_all(cl, ids, keys):
-    bad = []
-    for nid in ids:
-        c = lg.Conn(cl.nodes[nid].addr, 10.0)
-        try:
-            for j in range(0, len(keys), 50):
-                part = keys[j:j + 50]
-                vals, err = c.get_multi(part)
-                if vals is None:
-                    bad.append((nid, part[0], err))
-                    continue
-                bad.extend((nid, k, vals.get(k)) for k in part if vals.get(k) != value(k))
-        finally:
-            c.close()
-    return bad
 
 
 def recovering(cl, nid):
@@ -82,7 +50,7 @@ def scenario(t, txn):
             return
         d = cl.add("d")
         keys = ["rp-%d" % i for i in range(NKEYS)]
-        bad = write_all(cl, "a", keys)
+        bad = sc.write_all(cl, ["a"], keys, 1)
         if not t.ok(not bad, "%d keys set (STORED)" % NKEYS, bad[:5]):
             return
         rc, out, err = cl.ctl("join", "d", d.addr_s,
@@ -110,7 +78,7 @@ def scenario(t, txn):
         t.ok(all(v == (ep, 0) for v in conv.values()) and not cl.store_pending(),
              "every member at the store's epoch %d, nothing pending" % ep, conv)
         t.ok(not recovering(cl, "b"), "b is no longer recovering")
-        bad = read_all(cl, ids, keys)
+        bad = sc.read_all(cl, ids, keys, 1)
         t.ok(not bad, "every key reads back with its value through every member (%s): "
              "%d wrong" % (",".join(ids), len(bad)), bad[:5])
     finally:
