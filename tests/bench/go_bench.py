@@ -35,13 +35,8 @@ def main():
     if not os.path.exists(BIN):
         sys.exit("go_bench: %s not built (make bench; needs golang-go and "
                  "golang-github-bradfitz-gomemcache-dev at configure)" % BIN)
-    cl = loadgen.Cluster(replicas=2)
+    cl, nodes = loadgen.bench_cluster()
     try:
-        nodes = [cl.add(i) for i in ("a", "b", "c")]
-        rc, out, err = cl.ctl("init", "--members", cl.write_members(["a", "b", "c"]))
-        if rc != 0:
-            sys.exit("ringctl init failed: %s" % err)
-        cl.converged(1, ["a", "b", "c"])
         p = loadgen.track(subprocess.Popen(
             [BIN, "-members", os.path.join(cl.store, "active.members"),
              "-servers", ",".join(n.addr_s for n in nodes), "-relay", nodes[0].addr_s,

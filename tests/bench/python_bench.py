@@ -74,13 +74,8 @@ def main():
     if why:
         sys.exit("python_bench: " + why)
     pyext.setup()
-    cl = loadgen.Cluster(replicas=2)
+    cl, nodes = loadgen.bench_cluster()
     try:
-        nodes = [cl.add(i) for i in ("a", "b", "c")]
-        rc, out, err = cl.ctl("init", "--members", cl.write_members(["a", "b", "c"]))
-        if rc != 0:
-            sys.exit("ringctl init failed: %s" % err)
-        cl.converged(1, ["a", "b", "c"])
         cs = clients(cl, nodes)
         keys = ["bench:%d" % i for i in range(a.keys)]
         value = b"x" * a.value_size

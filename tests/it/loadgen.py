@@ -1560,6 +1560,21 @@ def cluster_certs(d, ips=()):
             "admin": tlscerts.make_cert(d, "admin", ca, "DNS:admin")}
 
 
+def bench_cluster(ids=("a", "b", "c"), replicas=2):
+    """A benchmark's cluster (no TAP): nodes ids at epoch 1, R=replicas;
+    (cluster, nodes). Exits with ringctl's error if init fails; the
+    caller closes the cluster."""
+    cl = Cluster(replicas=replicas)
+    nodes = [cl.add(i) for i in ids]
+    rc, out, err = cl.ctl("init", "--members", cl.write_members(list(ids)))
+    if rc != 0:
+        cl.close()
+        cl.cleanup_dir()
+        sys.exit("ringctl init failed: %s" % err)
+    cl.converged(1, list(ids))
+    return cl, nodes
+
+
 def start_cluster(t, ids, replicas=1, mem=256, node_args=(), etcd=None, tls=None,
                   data_tls=False):
     """Nodes ids started with cluster identities (and node_args, after
