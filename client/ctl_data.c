@@ -79,8 +79,8 @@ read_password(const char *path)
     return text;
 }
 
-/* Open the cluster named by --members or --seeds with --timeout. NULL
- * after printing why. */
+/* Open the cluster named by --seeds, --members or (neither given) the
+ * active membership of --store, with --timeout. NULL after printing why. */
 static struct ringcache *
 open_cluster(const struct ctl_globals *g, const char *cmd)
 {
@@ -89,8 +89,9 @@ open_cluster(const struct ctl_globals *g, const char *cmd)
     char                     err[512] = "", *password = NULL;
     int                      ret;
 
-    if (g->members == NULL && g->seeds == NULL) {
-        ctl_error("%s: --members FILE or --seeds HOST:PORT,... is required (before the command)",
+    if (g->members == NULL && g->seeds == NULL && g->store == NULL) {
+        ctl_error("%s: --members FILE, --seeds HOST:PORT,... or --store STORE is required "
+                  "(before the command)",
                   cmd);
         return NULL;
     }
@@ -118,8 +119,10 @@ open_cluster(const struct ctl_globals *g, const char *cmd)
     }
     if (g->seeds != NULL) {
         ret = open_seeds(&rc, g->seeds, &opt, err, sizeof(err));
-    } else {
+    } else if (g->members != NULL) {
         ret = ringcache_new_members_file(&rc, g->members, &opt, err, sizeof(err));
+    } else {
+        ret = ringcache_new_store(&rc, g->store, &opt, err, sizeof(err));
     }
     if (password != NULL) {
         explicit_bzero(password, strlen(password));

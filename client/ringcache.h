@@ -186,6 +186,19 @@ int ringcache_new_seeds(struct ringcache **out, const char *const *addrs, size_t
                         const struct ringcache_options *opt, char *err, size_t errlen);
 
 /**
+ * Create a handle from the active membership of a membership store, named
+ * as ringctl --store and ringcached --store name it: "DIR" or "dir:DIR"
+ * (which must exist), or "etcd://HOST:PORT[,HOST:PORT...]/PREFIX[?OPTIONS]"
+ * ("etcds://" for TLS; OPTIONS in ringctl(1)). The store is read once,
+ * here; later epochs reach the handle from its nodes (the poll, MOVED).
+ * @return as ringcache_new_members_file (RINGCACHE_EMEMBERS also for a
+ *         store that cannot be opened or has no active membership, see
+ *         err), or RINGCACHE_EIO when the store did not answer
+ */
+int ringcache_new_store(struct ringcache **out, const char *spec,
+                        const struct ringcache_options *opt, char *err, size_t errlen);
+
+/**
  * The epoch of the membership the handle routes with now (0: seeds used
  * as the membership, no epoch known). Safe to call from any thread.
  */

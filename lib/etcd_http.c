@@ -191,9 +191,15 @@ post_one(struct etcd_store *e, size_t ep, const char *path, const char *body, js
     curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
     j = b.data != NULL ? json_tokener_parse_verbose(b.data, &jerr) : NULL;
     if (j == NULL || !json_object_is_type(j, json_type_object)) {
-        util_set_err(err, errlen, "etcd %s%s: HTTP %ld, not a JSON object (%s)", e->endpoint[ep],
-                     path, status,
-                     jerr != json_tokener_success ? json_tokener_error_desc(jerr) : "empty");
+        /* A plain-text reply is etcd's own reason (e.g. its gateway
+         * refusing a client certificate's CommonName when auth is on):
+         * quote its first line. */
+        size_t line = b.data != NULL ? strcspn(b.data, "\r\n") : 0;
+
+        util_set_err(
+            err, errlen, "etcd %s%s: HTTP %ld, not a JSON object (%s)%s%.*s", e->endpoint[ep], path,
+            status, jerr != json_tokener_success ? json_tokener_error_desc(jerr) : "empty",
+            line > 0 ? ": " : "", (int)(line > 200 ? 200 : line), b.data != NULL ? b.data : "");
         json_object_put(j);
         free(b.data);
         return MSTORE_EIO;

@@ -80,15 +80,16 @@ static const char *const handle_kw[] = { "members_file",
                                          "auth_user",
                                          "auth_password",
                                          "poll_interval_ms",
+                                         "store",
                                          NULL };
 
-/* Handle(members_file=, members_text=, seeds=[str], options...): exactly
- * one of the three membership sources. */
+/* Handle(members_file=, members_text=, seeds=[str], store=, options...):
+ * exactly one of the four membership sources. */
 static int
 handle_init(struct handle *h, PyObject *args, PyObject *kw)
 {
     struct ringcache_options opt;
-    const char              *file = NULL, *text = NULL;
+    const char              *file = NULL, *text = NULL, *store = NULL;
     Py_ssize_t               text_len = 0, n = 0, i;
     PyObject                *seeds = NULL;
     Py_ssize_t               max_value = -1;
@@ -97,11 +98,12 @@ handle_init(struct handle *h, PyObject *args, PyObject *kw)
     const char             **addrs = NULL;
 
     ringcache_options_init(&opt);
-    if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "|zz#Oiiiinippzzzzzi", (char **)handle_kw, &file, &text, &text_len, &seeds,
-            &opt.connect_timeout_ms, &opt.op_timeout_ms, &opt.retry_interval_ms, &opt.retry_max_ms,
-            &max_value, &pool, &opt.tls, &opt.tls_skip_name_check, &opt.tls_ca_file,
-            &opt.tls_cert_file, &opt.tls_key_file, &opt.auth_user, &opt.auth_password, &poll_ms)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zz#Oiiiinippzzzzziz", (char **)handle_kw, &file,
+                                     &text, &text_len, &seeds, &opt.connect_timeout_ms,
+                                     &opt.op_timeout_ms, &opt.retry_interval_ms, &opt.retry_max_ms,
+                                     &max_value, &pool, &opt.tls, &opt.tls_skip_name_check,
+                                     &opt.tls_ca_file, &opt.tls_cert_file, &opt.tls_key_file,
+                                     &opt.auth_user, &opt.auth_password, &poll_ms, &store)) {
         return -1;
     }
     if (max_value >= 0) {
@@ -114,8 +116,9 @@ handle_init(struct handle *h, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_RuntimeError, "Handle already initialised");
         return -1;
     }
-    if ((file != NULL) + (text != NULL) + (seeds != NULL && seeds != Py_None) != 1) {
-        PyErr_SetString(PyExc_TypeError, "give one of members_file, members_text or seeds");
+    if ((file != NULL) + (text != NULL) + (store != NULL) + (seeds != NULL && seeds != Py_None) !=
+        1) {
+        PyErr_SetString(PyExc_TypeError, "give one of members_file, members_text, seeds or store");
         return -1;
     }
     if (seeds != NULL && seeds != Py_None) {
@@ -146,12 +149,12 @@ handle_init(struct handle *h, PyObject *args, PyObject *kw)
         }
         free(addrs);
         Py_DECREF(seq);
-    } else if (file != NULL) {
-        {
-            PyThreadState *ts = PyEval_SaveThread(); /* the GIL is released */
-            rc = ringcache_new_members_file(&h->rc, file, &opt, err, sizeof(err));
-            PyEval_RestoreThread(ts);
-        }
+    } else if (file != NULL || store != NULL) {
+        PyThreadState *ts = PyEval_SaveThread(); /* the GIL is released */
+
+        rc = file != NULL ? ringcache_new_members_file(&h->rc, file, &opt, err, sizeof(err))
+                          : ringcache_new_store(&h->rc, store, &opt, err, sizeof(err));
+        PyEval_RestoreThread(ts);
     } else {
         rc = ringcache_new_members_text(&h->rc, text, (size_t)text_len, "members_text", &opt, err,
                                         sizeof(err));

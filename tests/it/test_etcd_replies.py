@@ -25,7 +25,8 @@ tap = Tap()
 
 class FakeEtcd:
     """A scripted etcd v3 JSON gateway on a free loopback port: replies maps
-    a path to a JSON-able reply; every request's path is recorded."""
+    a path to a JSON-able reply (bytes: a plain-text HTTP 400, as etcd's
+    gateway refuses some requests); every request's path is recorded."""
 
     def __init__(self, replies):
         self.replies = replies
@@ -36,9 +37,11 @@ class FakeEtcd:
             def do_POST(self):
                 self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 fake.paths.append(self.path)
-                body = json.dumps(fake.replies.get(self.path, {"header": HDR})).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
+                reply = fake.replies.get(self.path, {"header": HDR})
+                text = isinstance(reply, bytes)  # etcd's plain-text errors: HTTP 400
+                body = reply if text else json.dumps(reply).encode()
+                self.send_response(400 if text else 200)
+                self.send_header("Content-Type", "text/plain" if text else "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -127,6 +130,17 @@ try:
     with FakeEtcd({"/v3/auth/authenticate": {"header": HDR, "token": None}}) as etcd:
         fails_cleanly(ringctl(etcd.spec("?user=root&password-file=" + password), token,
                               "status"), "auth, null token", "no token in the reply")
+
+    # 4. etcd's gateway refuses in plain text (a client certificate's
+    # CommonName with auth on): the reason is quoted, for the admin and for
+    # a client made from the store (ringctl get --store).
+    cn = b"CommonName of client sending a request against gateway will be ignored\n"
+    with FakeEtcd({"/v3/auth/authenticate": cn}) as etcd:
+        spec = etcd.spec("?user=root&password-file=" + password)
+        fails_cleanly(ringctl(spec, token, "status"), "auth, plain-text refusal",
+                      "HTTP 400, not a JSON object (unexpected character): CommonName of client")
+        fails_cleanly(ringctl(spec, token, "get", "k"), "client from the store, plain-text refusal",
+                      "CommonName of client")
 finally:
     shutil.rmtree(work, ignore_errors=True)
 tap.done()

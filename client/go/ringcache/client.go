@@ -15,9 +15,6 @@ package ringcache
 import "C"
 
 import (
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,50 +114,45 @@ func NewFromServers(servers []string, opts *Options) (*Client, error) {
 // NewFromMembersFile returns a client of the membership file at path (the
 // *.members format, docs/PLACEMENT.md), read now.
 func NewFromMembersFile(path string, opts *Options) (*Client, error) {
-	open := func(o *C.struct_ringcache_options, err *C.char, errlen C.size_t) (*C.struct_ringcache, C.int) {
-		cpath := C.CString(path)
-		defer C.free(unsafe.Pointer(cpath))
+	return newFromString(path, opts, func(s *C.char, o *C.struct_ringcache_options, err *C.char, errlen C.size_t) (*C.struct_ringcache, C.int) {
 		var rc *C.struct_ringcache
-		code := C.ringcache_new_members_file(&rc, cpath, o, err, errlen)
-		return rc, code
-	}
-	c := newClient(open, opts)
-	return c, c.Open()
+		return rc, C.ringcache_new_members_file(&rc, s, o, err, errlen)
+	})
 }
 
 // NewFromMembersText returns a client of membership text in memory; name
 // is used in error messages.
 func NewFromMembersText(text, name string, opts *Options) (*Client, error) {
-	open := func(o *C.struct_ringcache_options, err *C.char, errlen C.size_t) (*C.struct_ringcache, C.int) {
-		ctext := C.CString(text)
+	return newFromString(text, opts, func(s *C.char, o *C.struct_ringcache_options, err *C.char, errlen C.size_t) (*C.struct_ringcache, C.int) {
 		cname := C.CString(name)
-		defer C.free(unsafe.Pointer(ctext))
 		defer C.free(unsafe.Pointer(cname))
 		var rc *C.struct_ringcache
-		code := C.ringcache_new_members_text(&rc, ctext, C.size_t(len(text)), cname, o, err, errlen)
-		return rc, code
+		return rc, C.ringcache_new_members_text(&rc, s, C.size_t(len(text)), cname, o, err, errlen)
+	})
+}
+
+// NewFromStore returns a client of the active membership of the
+// membership store ringctl --store names: "etcd://HOST:PORT[,...]/PREFIX"
+// ("etcds://" for TLS, options as ringctl(1) lists them), or a directory
+// ("DIR" or "dir:DIR", which must exist). The store is read now, once;
+// later epochs come from the nodes.
+func NewFromStore(store string, opts *Options) (*Client, error) {
+	return newFromString(store, opts, func(s *C.char, o *C.struct_ringcache_options, err *C.char, errlen C.size_t) (*C.struct_ringcache, C.int) {
+		var rc *C.struct_ringcache
+		return rc, C.ringcache_new_store(&rc, s, o, err, errlen)
+	})
+}
+
+// newFromString opens a client now whose handle is made from one string
+// (a path, a text, a store) by create.
+func newFromString(arg string, opts *Options, create func(*C.char, *C.struct_ringcache_options, *C.char, C.size_t) (*C.struct_ringcache, C.int)) (*Client, error) {
+	open := func(o *C.struct_ringcache_options, err *C.char, errlen C.size_t) (*C.struct_ringcache, C.int) {
+		carg := C.CString(arg)
+		defer C.free(unsafe.Pointer(carg))
+		return create(carg, o, err, errlen)
 	}
 	c := newClient(open, opts)
 	return c, c.Open()
-}
-
-// NewFromStore returns a client of a membership store's active membership
-// (ringctl --store): a directory store, DIR or file://DIR. libringcache
-// has no store reader, so an etcd store is refused: give its nodes to
-// NewFromServers.
-func NewFromStore(store string, opts *Options) (*Client, error) {
-	dir := store
-	if strings.Contains(store, "://") {
-		if !strings.HasPrefix(store, "file://") {
-			return nil, &Error{Code: CodeMembers, Op: "store",
-				Msg: "store " + store + ": only a directory store is read (give its nodes to NewFromServers)"}
-		}
-		dir = strings.TrimPrefix(store, "file://")
-	}
-	if _, err := os.Stat(dir); err != nil {
-		return nil, &Error{Code: CodeMembers, Op: "store", Msg: err.Error()}
-	}
-	return NewFromMembersFile(filepath.Join(dir, "active.members"), opts)
 }
 
 func newClient(open opener, opts *Options) *Client {

@@ -540,3 +540,29 @@ func TestGoldenVectors(t *testing.T) {
 	}
 	t.Logf("Locate matches the %d golden vectors of locate.tsv (%d with R > 8 on their first 8 owners)", n, cut)
 }
+
+// TestStore: NewFromStore reads the active membership of the etcd store
+// in RC_GO_STORE (test_client_store.py starts etcd and the cluster), and
+// an etcd prefix with no membership (RC_GO_STORE_EMPTY) is CodeMembers.
+func TestStore(t *testing.T) {
+	c, err := ringcache.NewFromStore(env(t, "RC_GO_STORE"), &ringcache.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("NewFromStore(etcd): %v", err)
+	}
+	defer c.Close()
+	if err := c.Set(&ringcache.Item{Key: "gostore:a", Value: []byte("go")}); err != nil {
+		t.Fatalf("Set through the etcd store's membership: %v", err)
+	}
+	if v := getVal(t, c, "gostore:a"); v != "go" {
+		t.Errorf("Get: %q, want \"go\"", v)
+	}
+	owners, err := c.Locate("foo")
+	if want := env(t, "RC_GO_STORE_FOO"); err != nil || strings.Join(owners, ",") != want {
+		t.Errorf("Locate(foo) = %v, %v; want %s (ringctl locate)", owners, err, want)
+	}
+	_, err = ringcache.NewFromStore(env(t, "RC_GO_STORE_EMPTY"), nil)
+	if e, ok := err.(*ringcache.Error); !ok || e.Code != ringcache.CodeMembers ||
+		!strings.Contains(e.Msg, "no active membership") {
+		t.Errorf("NewFromStore(empty prefix): %v, want CodeMembers \"no active membership\"", err)
+	}
+}

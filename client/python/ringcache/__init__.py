@@ -211,15 +211,18 @@ def _ms(seconds):
 
 class Client:
     """A client of a ringcache cluster (or of plain memcached servers),
-    pymemcache-compatible. Give the membership one of three ways:
+    pymemcache-compatible. Give the membership one of four ways:
 
       Client(("host", port)) or Client([("h1", p1), ("h2", p2)]):  seeds,
           as pymemcache's Client and HashClient take them; a ringcache
           node hands over the cluster's membership, plain memcached
           servers are hashed by libringcache's ring;
       Client(members_file="cluster.members");
-      Client(store="DIR"): the active membership of a directory store
-          (ringctl --store DIR).
+      Client(members_text="..."): the same text, in memory;
+      Client(store="etcd://10.0.0.5:2379/rc" or store="DIR"): the active
+          membership of the membership store ringctl --store names
+          (etcd, etcds:// for TLS, or a directory), read once; later
+          epochs come from the nodes.
 
     One Client may be shared by any number of threads: libringcache's
     handle is thread-safe and every call releases the GIL while it waits.
@@ -248,15 +251,10 @@ class Client:
             tls = True
         kw = {}
         if store is not None:
-            if members_file is not None or servers is not None:
+            if members_file is not None or servers is not None or members_text is not None:
                 raise RingcacheConfigError(_rc.EMEMBERS, "give one of servers, members_file, store")
-            if "://" in store and not store.startswith("file://"):
-                raise RingcacheConfigError(
-                    _rc.EMEMBERS, "store %r: libringcache reads membership files and seeds only; "
-                    "only a directory store is read here (give servers= or members_file=)" % store)
-            members_file = os.path.join(store[len("file://"):] if store.startswith("file://")
-                                        else store, "active.members")
-        if members_file is not None:
+            kw["store"] = os.fspath(store)
+        elif members_file is not None:
             kw["members_file"] = os.fspath(members_file)
         elif members_text is not None:
             kw["members_text"] = members_text.encode() if isinstance(members_text, str) \
