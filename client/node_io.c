@@ -224,12 +224,13 @@ node_backoff_wait(int *backoff, int64_t deadline)
  * marked down. A read: the first owner that answers decides; every owner
  * down or failing is a miss. A write: fail-over only while nothing was
  * sent (a write is never applied twice); every owner down is
- * RINGCACHE_EDOWN. A redirect stops it (*rd, *from).
+ * RINGCACHE_EDOWN. A redirect stops it (*rd, *from); *primary_down says
+ * whether the key's primary was passed over (marked down or failing).
  */
 static int
 owners_once(struct ringcache *rc, struct rc_view *v, const char *key, size_t key_len, bool write,
             const struct iovec *iov, int iovcnt, const struct op *op, struct redirect *rd,
-            struct rc_node **from)
+            struct rc_node **from, bool *primary_down)
 {
     uint32_t owners[RING_R_MAX], n, i;
     uint64_t declare = view_declare_epoch(rc, v);
@@ -237,11 +238,13 @@ owners_once(struct ringcache *rc, struct rc_view *v, const char *key, size_t key
     int      ret;
 
     rd->kind = 0;
+    *primary_down = false;
     n = route_owners(v->ring, v->replicas, key, key_len, owners);
     for (i = 0; i < n; i++) {
         struct rc_node *node = v->nodes[owners[i]];
 
         if (!pool_node_usable(&node->pool, util_now_ms())) {
+            *primary_down |= i == 0;
             continue;
         }
         ret = node_request(rc, node, declare, iov, iovcnt, op, &sent, rd);
@@ -255,6 +258,7 @@ owners_once(struct ringcache *rc, struct rc_view *v, const char *key, size_t key
         if (!is_node_failure(ret) || (write && sent)) {
             return ret;
         }
+        *primary_down |= i == 0;
     }
     return write ? RINGCACHE_EDOWN : RINGCACHE_ENOTFOUND;
 }
@@ -265,8 +269,10 @@ owners_once(struct ringcache *rc, struct rc_view *v, const char *key, size_t key
  * (or when nothing newer could be fetched) -> back off and retry; at most
  * HOPS_MAX MOVED per call. TRYAGAIN -> back off 1 ms doubling within the
  * op timeout (at once when it taught us a newer epoch). Out of budget: a
- * read is a miss, a write RINGCACHE_EMOVED / RINGCACHE_ETRYAGAIN. The
- * caller has checked rc and the key (check_call in ringcache.c).
+ * read is a miss, a write RINGCACHE_EMOVED / RINGCACHE_ETRYAGAIN, or
+ * RINGCACHE_EUNAVAILABLE when it was redirected because its primary is
+ * down (a replica sends it back there until the failover). The caller has
+ * checked rc and the key (check_call in ringcache.c).
  */
 int
 node_keyed_request(struct ringcache *rc, const char *key, size_t key_len, bool write,
@@ -278,6 +284,7 @@ node_keyed_request(struct ringcache *rc, const char *key, size_t key_len, bool w
     uint64_t        had;
     int64_t         deadline;
     int             hops = 0, backoff = 1, ret;
+    bool            primary_down = false;
 
     view_maybe_poll(rc);
     deadline = util_now_ms() + rc->opt.op_timeout_ms;
@@ -285,13 +292,15 @@ node_keyed_request(struct ringcache *rc, const char *key, size_t key_len, bool w
         from = NULL;
         v = view_get(rc);
         had = v->epoch;
-        ret = owners_once(rc, v, key, key_len, write, iov, iovcnt, op, &rd, &from);
+        ret = owners_once(rc, v, key, key_len, write, iov, iovcnt, op, &rd, &from, &primary_down);
         view_put(v);
         if (rd.kind == 0) {
             return ret;
         }
         if (rd.kind == MCR_MOVED && ++hops > HOPS_MAX) {
-            return write ? RINGCACHE_EMOVED : RINGCACHE_ENOTFOUND;
+            return !write         ? RINGCACHE_ENOTFOUND
+                   : primary_down ? RINGCACHE_EUNAVAILABLE
+                                  : RINGCACHE_EMOVED;
         }
         if (rd.epoch > had &&
             view_learn(rc, had, rd.epoch, from, rd.kind == MCR_MOVED ? rd.addr : NULL)) {
@@ -301,7 +310,9 @@ node_keyed_request(struct ringcache *rc, const char *key, size_t key_len, bool w
             if (!write) {
                 return RINGCACHE_ENOTFOUND;
             }
-            return rd.kind == MCR_MOVED ? RINGCACHE_EMOVED : RINGCACHE_ETRYAGAIN;
+            return rd.kind != MCR_MOVED ? RINGCACHE_ETRYAGAIN
+                   : primary_down       ? RINGCACHE_EUNAVAILABLE
+                                        : RINGCACHE_EMOVED;
         }
     }
 }

@@ -343,6 +343,7 @@ def scenario_join_leave(t):
 
 
 def scenario_kill(t):
+    import ringcache as rc
     cl, ok = loadgen.start_cluster(t, ["a", "b", "c"], replicas=2)
     try:
         if not ok:
@@ -375,6 +376,19 @@ def scenario_kill(t):
         t.ok(time.monotonic() - t0 < 15, "reads did not wait on the dead node each time",
              time.monotonic() - t0)
         t.ok(any(d for _n, _a, d, _e in c.nodes()), "the client marks c down", c.nodes())
+        # A write to a key of the dead primary before any failover: refused
+        # as retryable (EUNAVAILABLE), not applied. (A replica that has not
+        # seen c down yet redirects it to c, and then redirects this
+        # connection's reads of the key too until its next write: a miss.)
+        try:
+            c.set(key_c, b"after")
+            why = "acknowledged"
+        except rc.RingcacheRetryError as x:
+            why = x.code
+        after = c.get(key_c)
+        t.ok(why == rc._rc.EUNAVAILABLE and after in (vals[key_c], None),
+             "set on a key of the dead primary: RingcacheRetryError EUNAVAILABLE; the key "
+             "reads its old value or a miss, never the refused one", (why, after))
     finally:
         loadgen.close_cluster(t, cl)
 

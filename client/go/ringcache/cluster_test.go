@@ -258,14 +258,20 @@ func TestKill(t *testing.T) {
 	if !down {
 		t.Errorf("the client does not mark c down: %+v", nodes)
 	}
-	// A write to a key whose owners include the dead node: it goes to the
-	// first live owner or says why not (never a silent loss).
-	if err := c.Set(&ringcache.Item{Key: onC, Value: []byte("after")}); err == nil {
-		if getVal(t, c, onC) != "after" {
-			t.Errorf("a write acknowledged with c dead is not read back")
-		}
-	} else {
-		t.Logf("write with c dead: %v", err)
+	// A write to a key whose primary is the dead node, before any
+	// failover: the replica sends it back to c (MOVED) or refuses it
+	// (UNAVAILABLE) once it sees c down, so it is refused as unavailable
+	// (retry after the failover), not acknowledged, and not reported as a
+	// redirect loop (CodeMoved). The key then reads its old value or, on
+	// the connection the replica redirected, a miss: never the refused one.
+	err = c.Set(&ringcache.Item{Key: onC, Value: []byte("after")})
+	if e, ok := err.(*ringcache.Error); !ok || e.Code != ringcache.CodeUnavailable {
+		t.Errorf("Set to a key of the dead primary c: %v, want CodeUnavailable", err)
+	}
+	if it, err := c.Get(onC); err == nil && string(it.Value) != want[onC] {
+		t.Errorf("after the refused write %s reads %q", onC, it.Value)
+	} else if err != nil && err != ringcache.ErrCacheMiss {
+		t.Errorf("after the refused write: Get(%s): %v", onC, err)
 	}
 }
 
