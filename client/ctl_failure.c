@@ -167,8 +167,12 @@ probe_failed(struct admin *a, const struct change_opts *o)
     }
     if (a->old->replicas < 2) {
         ctl_info("warning: R = %u: %s holds the only copy of its keys; they are gone (%s)",
-                 a->old->replicas, o->id, o->force ? "--force given" : "give --force to proceed");
-        if (!o->force) {
+                 a->old->replicas, o->id,
+                 o->force     ? "--force given"
+                 : o->sole_ok ? "the watch removes a dead sole owner: its keys become misses; "
+                                "watch --keep-sole-copies waits for it instead"
+                              : "give --force to proceed");
+        if (!o->force && !o->sole_ok) {
             return EX_USAGE;
         }
     }
@@ -220,12 +224,14 @@ probe_failed(struct admin *a, const struct change_opts *o)
 }
 
 /* remove --failed ID: the whole transition, the node never contacted
- * (see probe_failed for when that is allowed). */
+ * (see probe_failed for when that is allowed; sole_ok: at R = 1 its keys
+ * may go without force). */
 static int
-remove_failed(struct ctl_globals *g, const char *id, bool force, double rate_mib)
+remove_failed(struct ctl_globals *g, const char *id, bool force, bool sole_ok, double rate_mib)
 {
     struct change_opts o = { .remove_failed = true,
                              .force = force,
+                             .sole_ok = sole_ok,
                              .weight = 1,
                              .rate_mib = rate_mib,
                              .admit = probe_failed };
@@ -271,7 +277,7 @@ ctl_remove(struct ctl_globals *g, int argc, char **argv)
                   "leaves with `ringctl leave ID`)");
         return EX_USAGE;
     }
-    return remove_failed(g, argv[optind], force, rate);
+    return remove_failed(g, argv[optind], force, false, rate);
 }
 
 /* The node `id` of the store's active epoch, copied into *out. 0 found,
@@ -302,7 +308,7 @@ active_node(struct ctl_globals *g, const char *id, struct ring_node *out, uint64
 /* Drop a dead or recovering member and join it again (it comes back
  * empty): the way to bring a restarted node's ranges back. */
 static int
-repair_node(struct ctl_globals *g, const char *id, const char *addr_arg, bool force,
+repair_node(struct ctl_globals *g, const char *id, const char *addr_arg, bool force, bool sole_ok,
             double rate_mib)
 {
     struct change_opts o = { .join = true, .rate_mib = rate_mib };
@@ -319,7 +325,7 @@ repair_node(struct ctl_globals *g, const char *id, const char *addr_arg, bool fo
         ctl_info("repair: %s: removing it from epoch %" PRIu64 " (copies of its ranges come from "
                  "the surviving owners)",
                  id, epoch);
-        rc = remove_failed(g, id, force, rate_mib);
+        rc = remove_failed(g, id, force, sole_ok, rate_mib);
         if (rc != EX_OK) {
             return rc;
         }
@@ -377,7 +383,8 @@ ctl_repair(struct ctl_globals *g, int argc, char **argv)
         ctl_error("usage: repair ID [ADDR] [--force] [--rate MIB_PER_S]");
         return EX_USAGE;
     }
-    return repair_node(g, argv[optind], argc - optind == 2 ? argv[optind + 1] : NULL, force, rate);
+    return repair_node(g, argv[optind], argc - optind == 2 ? argv[optind + 1] : NULL, force, false,
+                       rate);
 }
 
 static volatile sig_atomic_t watch_stop;
@@ -467,9 +474,11 @@ names_has(char **names, size_t n, const char *id)
 /*
  * watch: poll every member; one that stays unreachable for --down-after
  * seconds is removed (remove --failed), one that stays recovering (it
- * restarted empty) is repaired (removed, then joined again). One action at
- * a time; a pending transition (another admin's) is left alone. Runs until
- * SIGINT/SIGTERM, or one round with --once.
+ * restarted empty) is repaired (removed, then joined again). At R = 1 that
+ * drops the only copy of its keys, which become misses, as memcached
+ * clients eject a dead server (--keep-sole-copies: leave such a node to an
+ * admin). One action at a time; a pending transition (another admin's) is
+ * left alone. Runs until SIGINT/SIGTERM, or one round with --once.
  */
 int
 ctl_watch(struct ctl_globals *g, int argc, char **argv)
@@ -478,11 +487,13 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
                                           { "interval", required_argument, NULL, 'i' },
                                           { "transition-timeout", required_argument, NULL, 't' },
                                           { "force", no_argument, NULL, 'F' },
+                                          { "keep-sole-copies", no_argument, NULL, 'k' },
                                           { "once", no_argument, NULL, 'o' },
                                           { "help", no_argument, NULL, 'h' },
                                           { NULL, 0, NULL, 0 } };
-    static const char          usage[] = CTL_USAGE_ADMIN
-        " watch [--down-after S] [--interval S] [--transition-timeout S] [--force] [--once]";
+    static const char          usage[] =
+        CTL_USAGE_ADMIN " watch [--down-after S] [--interval S] [--transition-timeout S] [--force] "
+                        "[--keep-sole-copies] [--once]";
     struct sigaction sa;
     struct watched  *w = NULL;
     uint32_t         nw = 0;
@@ -491,7 +502,7 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
     uint64_t         seen_rev = 0;
     struct mstore   *ws = NULL;
     struct ctl_role *role = NULL;
-    bool             force = false, once = false, admin_gone_seen = false;
+    bool             force = false, once = false, admin_gone_seen = false, keep_sole = false;
     bool             standby = false, fatal = false;
     int              c, rc = EX_OK;
     char            *end;
@@ -520,6 +531,9 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
         case 'F':
             force = true;
             break;
+        case 'k':
+            keep_sole = true;
+            break;
         case 'o':
             once = true;
             break;
@@ -529,7 +543,7 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
     }
     if (optind != argc) {
         ctl_error("usage: watch [--down-after S] [--interval S] [--transition-timeout S] "
-                  "[--force] [--once]");
+                  "[--force] [--keep-sole-copies] [--once]");
         return EX_USAGE;
     }
     memset(&sa, 0, sizeof(sa));
@@ -736,8 +750,8 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
         } else if (act_id[0] != '\0') {
             ctl_info("watch: %s: %s", act_id,
                      act_repair ? "repair (remove --failed, then join)" : "remove --failed");
-            rc = act_repair ? repair_node(g, act_id, NULL, force, DEFAULT_RATE_MIB)
-                            : remove_failed(g, act_id, force, DEFAULT_RATE_MIB);
+            rc = act_repair ? repair_node(g, act_id, NULL, force, !keep_sole, DEFAULT_RATE_MIB)
+                            : remove_failed(g, act_id, force, !keep_sole, DEFAULT_RATE_MIB);
             printf("%s\twatch\t%s\t%s\t%s\n", ctl_now_stamp(when, sizeof(when)), act_id,
                    act_repair ? "repair" : "remove --failed", rc == EX_OK ? "done" : "failed");
             fflush(stdout);

@@ -161,6 +161,7 @@ struct change_opts {
     bool     join;
     bool     remove_failed; /* leave of a dead node: not contacted */
     bool     force;         /* remove --failed: R = 1, or the node answers */
+    bool     sole_ok;       /* remove --failed at R = 1: its keys may go (the watch's default) */
     char     id[RING_ID_MAX + 1], addr[RING_ADDR_MAX + 1], zone[RING_ZONE_MAX + 1];
     uint32_t weight;
     double   rate_mib;

@@ -72,7 +72,8 @@ static const struct ctl_command commands[] = {
     { "repair", ctl_repair, "repair ID [ADDR] [--force] [--rate MIB_PER_S]",
       "remove --failed a dead or restarted node, then join it again (empty)", NULL },
     { "watch", ctl_watch,
-      "watch [--down-after S] [--interval S] [--transition-timeout S] [--force] [--once]",
+      "watch [--down-after S] [--interval S] [--transition-timeout S] [--force] "
+      "[--keep-sole-copies] [--once]",
       "remove (repair) members down (restarted empty) for S seconds", NULL },
     { "rate", ctl_rate, "rate MIB_PER_S", "change the copy rate of the running move (0: unlimited)",
       NULL },

@@ -6,9 +6,13 @@
 # `remove` has cache-d leave again; `down` stops every node by the PIDs in
 # DIR/*.pid and deletes the cluster state (a cache starts empty); `up` also
 # starts `ringctl watch` (failover and stuck transitions); `status`
-# shows each node; `demo` runs up, writes, a join, and reads everything back.
+# shows each node; `demo` runs up, writes, a join, reads everything back,
+# then kills a node: every key still reads, and the watch fails it over.
+# Every key lives on --replicas nodes (default 2; 1 keeps one copy, and a
+# dead node's keys become misses when the watch removes it).
 #
 #   deploy/local-cluster.sh up|add|remove|down|status|demo [--dir DIR] [--base-port P]
+#       [--replicas R]
 #
 # Binaries: $RINGCACHED / $RINGCTL, else $RC_BUILDDIR/{server,client}, else
 # the _build/ tree next to this script, else $PATH. $RC_NODE_ARGS adds flags.
@@ -17,7 +21,7 @@ set -u
 die() { echo "local-cluster: $*" >&2; exit 1; }
 
 usage() {
-    echo "usage: $0 up|add|remove|down|status|demo [--dir DIR] [--base-port P]" >&2
+    echo "usage: $0 up|add|remove|down|status|demo [--dir DIR] [--base-port P] [--replicas R]" >&2
     exit 2
 }
 
@@ -26,10 +30,12 @@ cmd=$1
 shift
 dir=./run
 base=11311
+replicas=2
 while [ $# -gt 0 ]; do
     case $1 in
         --dir) [ $# -ge 2 ] || usage; dir=$2; shift 2 ;;
         --base-port) [ $# -ge 2 ] || usage; base=$2; shift 2 ;;
+        --replicas) [ $# -ge 2 ] || usage; replicas=$2; shift 2 ;;
         -h|--help) usage ;;
         *) echo "local-cluster: unknown argument '$1'" >&2; usage ;;
     esac
@@ -38,6 +44,10 @@ case $base in
     ''|*[!0-9]*) die "--base-port: expected a port number, got '$base'" ;;
 esac
 [ "$base" -ge 1 ] && [ "$base" -le 55532 ] || die "--base-port: $base is out of range (cluster ports are +10000)"
+case $replicas in
+    1|2|3) ;;
+    *) die "--replicas: expected 1, 2 or 3 (the cluster has three nodes), got '$replicas'" ;;
+esac
 
 ids=(cache-a cache-b cache-c cache-d)   # cache-d only after `add`
 # Points per node: the library's default, RING_VNODES_DEFAULT (docs/vnodes.md).
@@ -217,7 +227,7 @@ do_up() {
             echo "# written by deploy/local-cluster.sh"
             echo "epoch 1"
             echo "vnodes $RING_VNODES"
-            echo "replicas 1"
+            echo "replicas $replicas"
             for i in 0 1 2; do
                 echo "node ${ids[$i]} 127.0.0.1:$((base + i))"
             done
@@ -283,9 +293,51 @@ do_demo() {
     echo "# items per node"
     do_status
     echo
+    demo_failover || exit 1
+    echo
     admin --human status || true
     echo
     echo "stop the cluster with: $0 down --dir $dir --base-port $base"
+}
+
+# epoch_of: the store's active epoch.
+epoch_of() {
+    awk '$1 == "epoch" { print $2 }' "$store/active.members"
+}
+
+# epoch_above E: true once the store's active epoch is above E.
+epoch_above() {
+    [ "$(epoch_of)" -gt "$1" ]
+}
+
+# demo_failover: kill -9 cache-b under the demo's keys; reads go on (every
+# key has a second copy), and `ringctl watch` removes cache-b once it has
+# been down for its --down-after (1 s); then writes to its keys work again.
+demo_failover() {
+    local pid e0 n r=("$ringctl" --members "$members")
+    [ "$replicas" -ge 2 ] || { echo "# (R = 1: no failover act; a dead node's keys would be misses)"; return 0; }
+    pid=$(alive "$dir/cache-b.pid" $((base + 1))) || { echo "cache-b is not running" >&2; return 1; }
+    e0=$(epoch_of)
+    echo "# kill -9 cache-b (pid $pid): every key has a copy on another node"
+    # (wait: the node is this shell's child; it reaps it without a "Killed" line)
+    { kill -KILL "$pid" && wait "$pid"; } 2>/dev/null
+    wait_until 5 gone "$pid" || return 1
+    rm -f "$dir/cache-b.pid"
+    n=$(seq 1 200 | sed 's/^/user:/' | "${r[@]}" mget | wc -l)
+    echo "hits with cache-b dead: $n of 200"
+    echo "# ringctl watch removes cache-b after 1 s down (its log: $dir/watch.log)"
+    if ! wait_until 30 epoch_above "$e0"; then
+        echo "local-cluster: the watch did not fail cache-b over; its log:" >&2
+        tail -n 5 "$dir/watch.log" >&2
+        return 1
+    fi
+    publish
+    echo "epoch $(epoch_of): $(awk '$1 == "node" { printf "%s ", $2 }' "$members")"
+    for n in $(seq 1 200); do
+        "${r[@]}" set "user:$n" "name-$n-v2" --ttl 3600 >/dev/null || return 1
+    done
+    n=$(seq 1 200 | sed 's/^/user:/' | "${r[@]}" mget | grep -c -- '-v2$')
+    echo "writes after the failover: $n of 200 written and read back"
 }
 
 case $cmd in

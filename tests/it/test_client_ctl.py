@@ -104,7 +104,7 @@ def test_local_cluster(t):
         pids = [int(open(os.path.join(d, i + ".pid")).read()) for i in Cluster.IDS
                 if os.path.exists(os.path.join(d, i + ".pid"))]
         t.ok(rc == 0 and len(pids) == 3 and all(accepts(base + i) for i in range(3))
-             and "replicas 1" in text and "vnodes 320" in text
+             and "replicas 2" in text and "vnodes 320" in text
              and all("node %s 127.0.0.1:%d" % (nid, base + i) in text
                      for i, nid in enumerate(Cluster.IDS)),
              "local-cluster.sh up starts three nodes and writes cluster.members", (rc, out, err, text))
@@ -113,8 +113,9 @@ def test_local_cluster(t):
         rc, out, err = run(["bash", script, "status"] + args, env=env)
         rows = [l.split("\t") for l in out.splitlines()]
         items = sum(int(r[4].split()[1]) for r in rows if len(r) == 5 and r[2] == "up")
-        t.ok(rc == 0 and len(rows) == 3 and all(r[2] == "up" for r in rows) and items == 9,
-             "status shows each node up with its item count", (rc, out, err))
+        t.ok(rc == 0 and len(rows) == 3 and all(r[2] == "up" for r in rows) and items == 18,
+             "status shows each node up with its item count (9 keys, R=2: 18 copies)",
+             (rc, out, err))
         rc, out, err = run(["bash", script, "down"] + args, env=env, timeout=30)
         left = [p for p in pids if os.path.exists("/proc/%d" % p)
                 and open("/proc/%d/stat" % p).read().split()[2] != "Z"]

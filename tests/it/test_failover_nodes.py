@@ -7,7 +7,7 @@
   recovering: its keys answer TRYAGAIN (never a miss, never an old value)
   until `ringctl repair` removes it and joins it again;
 - R = 1: `remove --failed` needs --force; `ringctl watch` removes a node
-  that stays down."""
+  that stays down (its keys become misses) unless --keep-sole-copies."""
 import os
 import signal
 import subprocess
@@ -162,7 +162,15 @@ def watch_r1(t):
         rc, out, err = cl.ctl("remove", "--failed", "b")
         t.ok(rc == 2 and cl.store_epoch() == 1, "R=1: a live node is not removed as failed "
              "either (exit 2)", (rc, lg.tail(err)))
-        watch = cl.ctl_bg("watch", "--down-after", "1", "--interval", "0.2", "--force")
+        # --keep-sole-copies: the watch leaves a dead sole owner alone.
+        rc, out, err = cl.ctl("watch", "--once", "--down-after", "0", "--keep-sole-copies")
+        t.ok("watch\tc\tremove --failed\tfailed" in out and "--force" in err
+             and cl.store_epoch() == 1,
+             "R=1: watch --keep-sole-copies does not remove c (the removal is refused)",
+             (rc, lg.tail(out), lg.tail(err)))
+        # By default (no --force) it removes it: a cache's dead node's keys
+        # become misses, and it says so.
+        watch = cl.ctl_bg("watch", "--down-after", "1", "--interval", "0.2")
         t0 = time.monotonic()
         done = lg.wait_for(lambda: cl.store_epoch() == 2 and not cl.store_pending(), 30, 0.1)
         took = time.monotonic() - t0
@@ -177,9 +185,10 @@ def watch_r1(t):
         except subprocess.TimeoutExpired:
             watch.kill()
             out, err = watch.communicate()
-        t.ok("watch\tc\tremove --failed\tdone" in out and watch.returncode == 0,
-             "watch reports the removal and stops on SIGTERM (exit %s)" % watch.returncode,
-             (lg.tail(out), lg.tail(err)))
+        t.ok("watch\tc\tremove --failed\tdone" in out and watch.returncode == 0
+             and "its keys become misses" in err,
+             "watch reports the removal, warns that c's keys become misses, and stops on "
+             "SIGTERM (exit %s)" % watch.returncode, (lg.tail(out), lg.tail(err)))
         watch = None
 
         # A store it cannot read is tried again each round; SIGTERM still
