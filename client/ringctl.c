@@ -122,8 +122,10 @@ usage(FILE *out)
     fprintf(out, "\nglobal options (before COMMAND):\n"
                  "  --members FILE     membership file (*.members)\n"
                  "  --seeds H:P,...    data commands: ask these nodes for the membership\n"
-                 "  --store DIR        membership store (a directory on the admin host)\n"
-                 "  --token-file FILE  admin token (its first line) for the nodes' cluster port\n"
+                 "  --store STORE      membership store: DIR, or etcd://HOST:PORT,.../PREFIX\n"
+                 "                     (etcds:// for TLS); default $RINGCTL_STORE\n"
+                 "  --token-file FILE  admin token (its first line) for the nodes' cluster port;\n"
+                 "                     default $RINGCTL_TOKEN_FILE\n"
                  "  --cluster NAME     cluster name (default ringcache); must match the nodes'\n"
                  "  --human            aligned output for people (default: TSV)\n"
                  "  --timeout MS       per-operation timeout (default 1000)\n"
@@ -144,6 +146,16 @@ usage(FILE *out)
                  "  -V, --version      print the version\n"
                  "\nexit status: 0 ok, 1 an operation failed or a key was missing, 2 bad usage or\n"
                  "input, 3 another transition is pending. See ringctl(1).\n");
+}
+
+/* value, or when it is NULL the environment variable name if set and not
+ * empty. */
+static const char *
+env_default(const char *value, const char *name)
+{
+    const char *e = getenv(name);
+
+    return value != NULL || e == NULL || e[0] == '\0' ? value : e;
 }
 
 int
@@ -247,6 +259,10 @@ main(int argc, char **argv)
             return 2;
         }
     }
+    /* The store and token of a shell's session, as KUBECONFIG or
+     * ETCDCTL_ENDPOINTS: options given win. */
+    g.store = env_default(g.store, "RINGCTL_STORE");
+    g.token_file = env_default(g.token_file, "RINGCTL_TOKEN_FILE");
     if (optind >= argc) {
         usage(stderr);
         return 2;

@@ -1,7 +1,7 @@
 """Clients made from a membership store (ringcache_new_store): a 3-node
 R=2 cluster whose membership lives in a real etcd with TLS and client
 certificates (the options in the URL, as ringctl --store takes them). ringctl's data
-commands with --store alone, the Python package's Client(store=...) and
+commands with --store alone (or RINGCTL_STORE), the Python package's Client(store=...) and
 the Go package's NewFromStore route by the store's active membership
 (locate equal to ringctl locate); a join published after the Python client
 was made reaches it through the nodes; a directory store works the same;
@@ -45,6 +45,21 @@ def ringctl_checks(t, cl):
     t.ok(r.returncode != 0 and missing in r.stderr and not os.path.exists(missing),
          "ringctl --store MISSING-DIR get: refused naming it, the directory not created",
          (r.returncode, r.stdout, r.stderr))
+    # RINGCTL_STORE / RINGCTL_TOKEN_FILE stand for the options; an option
+    # given wins.
+    env = dict(os.environ, RINGCTL_STORE=cl.store, RINGCTL_TOKEN_FILE=cl.token_file)
+    r = subprocess.run([loadgen.RINGCTL, "status"], capture_output=True, text=True, timeout=60,
+                       env=env)
+    g = subprocess.run([loadgen.RINGCTL, "get", "st:ctl"], capture_output=True, text=True,
+                       timeout=30, env=env)
+    t.ok(r.returncode == 0 and "epoch" in r.stdout and g.returncode == 0 and "v1" in g.stdout,
+         "RINGCTL_STORE and RINGCTL_TOKEN_FILE: ringctl status and get with no options",
+         (r.returncode, r.stdout[-500:], r.stderr[-500:], g.stdout, g.stderr))
+    env["RINGCTL_STORE"] = missing
+    r = subprocess.run([loadgen.RINGCTL, "--store", cl.store, "get", "st:ctl"],
+                       capture_output=True, text=True, timeout=30, env=env)
+    t.ok(r.returncode == 0 and "v1" in r.stdout and not os.path.exists(missing),
+         "--store given wins over RINGCTL_STORE", (r.returncode, r.stdout, r.stderr))
 
 
 def python_checks(t, cl, e):
