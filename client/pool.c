@@ -24,14 +24,14 @@
 #define POOL_BUF_MIN  16384
 #define POOL_BUF_KEEP (256 * 1024)
 
+static bool pool_node_resolve(struct pool_node *n);
+
 int
 pool_node_init(struct pool_node *n, const char *addr, char *err, size_t errlen)
 {
-    char           *host = n->host;
-    const char     *colon, *port, *h;
-    size_t          hlen;
-    struct addrinfo hints, *res = NULL;
-    int             rc;
+    char       *host = n->host;
+    const char *colon, *port, *h;
+    size_t      hlen;
 
     memset(n, 0, sizeof(*n));
     if (addr[0] == '[') {
@@ -54,26 +54,47 @@ pool_node_init(struct pool_node *n, const char *addr, char *err, size_t errlen)
         hlen = (size_t)(colon - addr);
         port = colon + 1;
     }
-    if (hlen == 0 || hlen >= sizeof(n->host) || *port == '\0') {
+    if (hlen == 0 || hlen >= sizeof(n->host) || *port == '\0' || strlen(port) >= sizeof(n->port) ||
+        strspn(port, "0123456789") != strlen(port)) {
         snprintf(err, errlen, "%s: expected host:port", addr);
         return RINGCACHE_EMEMBERS;
     }
     memcpy(host, h, hlen);
     host[hlen] = '\0';
+    memcpy(n->port, port, strlen(port) + 1);
+    pthread_mutex_init(&n->lock, NULL);
+    if (!pool_node_resolve(n)) {
+        /* Down until a retry resolves it: the other members serve. */
+        __atomic_store_n(&n->last_err, RINGCACHE_EIO, __ATOMIC_RELAXED);
+        n->fails = 1;
+        __atomic_store_n(&n->down, true, __ATOMIC_RELEASE);
+    }
+    return 0;
+}
+
+/* Look the node's host up now; true when it resolved (n->addr updated
+ * under the lock). Blocks in getaddrinfo: called at creation and by the
+ * one thread that probes a node after a failure, never on a healthy
+ * node's requests. */
+static bool
+pool_node_resolve(struct pool_node *n)
+{
+    struct addrinfo hints, *res = NULL;
+
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_NUMERICSERV;
-    rc = getaddrinfo(host, port, &hints, &res);
-    if (rc != 0) {
-        snprintf(err, errlen, "%s: %s", addr, gai_strerror(rc));
-        return RINGCACHE_EMEMBERS;
+    if (getaddrinfo(n->host, n->port, &hints, &res) != 0 || res == NULL) {
+        return false;
     }
+    pthread_mutex_lock(&n->lock);
     memcpy(&n->addr, res->ai_addr, res->ai_addrlen);
     n->addr_len = res->ai_addrlen;
+    n->resolved = true;
+    pthread_mutex_unlock(&n->lock);
     freeaddrinfo(res);
-    pthread_mutex_init(&n->lock, NULL);
-    return 0;
+    return true;
 }
 
 void
@@ -301,7 +322,8 @@ conn_login(struct pool_conn *c)
     }
     line = c->buf + c->start;
     c->start = (size_t)(eol + 2 - c->buf);
-    if ((size_t)(eol - line) != sizeof(STORED) - 1 || memcmp(line, STORED, sizeof(STORED) - 1) != 0) {
+    if ((size_t)(eol - line) != sizeof(STORED) - 1 ||
+        memcmp(line, STORED, sizeof(STORED) - 1) != 0) {
         return RINGCACHE_EAUTH;
     }
     return c->start == c->end ? 0 : RINGCACHE_EPROTO;
@@ -310,8 +332,11 @@ conn_login(struct pool_conn *c)
 int
 pool_acquire(struct pool_node *n, const struct pool_config *cfg, struct pool_conn **out)
 {
-    struct pool_conn *c;
-    int               fd, rc, one = 1;
+    struct pool_conn       *c;
+    struct sockaddr_storage sa;
+    socklen_t               sa_len;
+    bool                    again;
+    int                     fd, rc, one = 1;
 
     pthread_mutex_lock(&n->lock);
     c = n->idle;
@@ -319,6 +344,9 @@ pool_acquire(struct pool_node *n, const struct pool_config *cfg, struct pool_con
         n->idle = c->next;
         n->n_idle--;
     }
+    /* A new connection after a failure: the member may be back on another
+     * address (a rescheduled pod), so its name is looked up again. */
+    again = c == NULL && (!n->resolved || n->fails > 0);
     pthread_mutex_unlock(&n->lock);
     if (c != NULL) {
         c->next = NULL;
@@ -326,11 +354,22 @@ pool_acquire(struct pool_node *n, const struct pool_config *cfg, struct pool_con
         *out = c;
         return 0;
     }
+    if (again) {
+        pool_node_resolve(n);
+    }
+    pthread_mutex_lock(&n->lock);
+    sa = n->addr;
+    sa_len = n->addr_len;
+    again = !n->resolved;
+    pthread_mutex_unlock(&n->lock);
+    if (again) {
+        return RINGCACHE_EIO; /* the name does not resolve (yet) */
+    }
     c = calloc(1, sizeof(*c));
     if (c == NULL) {
         return RINGCACHE_ENOMEM;
     }
-    fd = socket(n->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         free(c);
         return RINGCACHE_EIO;
@@ -341,7 +380,7 @@ pool_acquire(struct pool_node *n, const struct pool_config *cfg, struct pool_con
     c->host = n->host;
     /* Requests are small and latency-bound: never wait for Nagle. */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (connect(fd, (struct sockaddr *)&n->addr, n->addr_len) != 0) {
+    if (connect(fd, (struct sockaddr *)&sa, sa_len) != 0) {
         if (errno != EINPROGRESS) {
             pool_conn_close(c);
             return RINGCACHE_EIO;

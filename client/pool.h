@@ -41,10 +41,12 @@ struct pool_conn {
 };
 
 struct pool_node {
-    pthread_mutex_t         lock; /* guards everything below */
-    struct sockaddr_storage addr; /* immutable after init */
+    pthread_mutex_t         lock; /* guards everything below but host and port */
+    struct sockaddr_storage addr; /* the host's address as last resolved */
     socklen_t               addr_len;
+    bool                    resolved;  /* addr holds an address */
     char                    host[256]; /* as in the address, for TLS's name check */
+    char                    port[8];
     struct pool_conn       *idle;
     unsigned                n_idle;
     bool                    down;       /* written under lock, read atomically */
@@ -67,8 +69,12 @@ struct pool_config {
     size_t   login_len;
 };
 
-/* Resolve addr ("host:port" or "[v6]:port") and set the node up. 0, or
- * RINGCACHE_EMEMBERS with a reason in err. */
+/* Parse addr ("host:port" or "[v6]:port"), resolve it and set the node
+ * up. A name that does not resolve now leaves the node down (last error
+ * RINGCACHE_EIO): it is resolved again at each retry, and so is a node's
+ * name whenever a new connection follows a failure, so a member back on
+ * another address is found. 0, or RINGCACHE_EMEMBERS (a malformed
+ * address) with a reason in err. */
 int pool_node_init(struct pool_node *n, const char *addr, char *err, size_t errlen);
 
 /* Close the idle connections and free the node's resources. */
