@@ -18,6 +18,7 @@
 #include "config.h"
 #include "client/cport_client.h"
 #include "client/ctl.h"
+#include "client/ctl_k8s.h"
 #include "client/ctl_transition.h"
 #include "client/ctl_lease.h"
 #include "client/ctl_util.h"
@@ -488,12 +489,17 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
                                           { "transition-timeout", required_argument, NULL, 't' },
                                           { "force", no_argument, NULL, 'F' },
                                           { "keep-sole-copies", no_argument, NULL, 'k' },
+                                          { "kubernetes", required_argument, NULL, 'K' },
+                                          { "k8s-namespace", required_argument, NULL, 'N' },
+                                          { "k8s-api", required_argument, NULL, 'A' },
+                                          { "k8s-port", required_argument, NULL, 'P' },
                                           { "once", no_argument, NULL, 'o' },
                                           { "help", no_argument, NULL, 'h' },
                                           { NULL, 0, NULL, 0 } };
     static const char          usage[] =
         CTL_USAGE_ADMIN " watch [--down-after S] [--interval S] [--transition-timeout S] [--force] "
-                        "[--keep-sole-copies] [--once]";
+                        "[--keep-sole-copies] [--kubernetes STATEFULSET [--k8s-namespace NS] "
+                        "[--k8s-api URL] [--k8s-port PORT]] [--once]";
     struct sigaction sa;
     struct watched  *w = NULL;
     uint32_t         nw = 0;
@@ -503,6 +509,8 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
     struct mstore   *ws = NULL;
     struct ctl_role *role = NULL;
     bool             force = false, once = false, admin_gone_seen = false, keep_sole = false;
+    struct k8s_conf  k8s = { .port = 11211 };
+    char             k8s_why[K8S_WHY_MAX] = "";
     bool             standby = false, fatal = false;
     int              c, rc = EX_OK;
     char            *end;
@@ -534,6 +542,23 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
         case 'k':
             keep_sole = true;
             break;
+        case 'K':
+            k8s.sts = optarg;
+            break;
+        case 'N':
+            k8s.ns = optarg;
+            break;
+        case 'A':
+            k8s.api = optarg;
+            break;
+        case 'P':
+            errno = 0;
+            k8s.port = (unsigned)strtoul(optarg, &end, 10);
+            if (errno != 0 || *end != '\0' || k8s.port == 0 || k8s.port > 55535) {
+                ctl_error("watch: --k8s-port PORT (1..55535: the cluster port is +10000)");
+                return EX_USAGE;
+            }
+            break;
         case 'o':
             once = true;
             break;
@@ -542,8 +567,7 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
         }
     }
     if (optind != argc) {
-        ctl_error("usage: watch [--down-after S] [--interval S] [--transition-timeout S] "
-                  "[--force] [--keep-sole-copies] [--once]");
+        ctl_error("usage:%s", usage + strlen(CTL_USAGE_ADMIN));
         return EX_USAGE;
     }
     memset(&sa, 0, sizeof(sa));
@@ -563,7 +587,7 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
         char                 act_id[RING_ID_MAX + 1] = "";
         char                 holder[256];
         bool                 act_repair = false, take_over = false;
-        bool                 node_pending = false;
+        bool                 node_pending = false, any_bad = false, idle = false;
         uint32_t             i, k;
         char                 when[40];
 
@@ -650,7 +674,9 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
                          a.have_rec ? a.rec.op : "?");
             }
         } else if (a.old != NULL && nodes_build(&a) == EX_OK) {
-            int   *crc = calloc(a.n_nodes + 1, sizeof(*crc));
+            int *crc = calloc(a.n_nodes + 1, sizeof(*crc));
+
+            idle = crc != NULL;
             char **alive = NULL;
             size_t n_alive = 0;
             char   lerr[512];
@@ -694,6 +720,7 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
                     memset(me, 0, sizeof(*me));
                     snprintf(me->id, sizeof(me->id), "%s", t->id);
                 }
+                any_bad |= bad;
                 if (!bad) {
                     if (me->bad_since != 0) {
                         ctl_info("watch: %s is healthy again", t->id);
@@ -760,6 +787,10 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
                     w[k].bad_since = 0;
                 }
             }
+        } else if (k8s.sts != NULL && idle && !any_bad && !node_pending) {
+            /* Every member healthy, nothing pending: make the ring follow
+             * the StatefulSet (a join or a leave). */
+            rc = k8s_round(g, &k8s, k8s_why);
         }
         if (once) {
             break;

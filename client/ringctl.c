@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "client/ctl.h"
+#include "client/ctl_k8s.h"
 #include "client/ctl_util.h"
 #include "client/cport_client.h"
 #include "client/ringcache.h"
@@ -73,8 +74,13 @@ static const struct ctl_command commands[] = {
       "remove --failed a dead or restarted node, then join it again (empty)", NULL },
     { "watch", ctl_watch,
       "watch [--down-after S] [--interval S] [--transition-timeout S] [--force] "
-      "[--keep-sole-copies] [--once]",
-      "remove (repair) members down (restarted empty) for S seconds", NULL },
+      "[--keep-sole-copies] [--kubernetes STATEFULSET [--k8s-namespace NS] [--k8s-api URL] "
+      "[--k8s-port PORT]] [--once]",
+      "remove (repair) members down (restarted empty) for S seconds; with --kubernetes, join "
+      "and leave pods as the StatefulSet scales",
+      NULL },
+    { "wait-left", ctl_wait_left, "wait-left ID [--grace S] [--timeout S]",
+      "a node pod's preStop: wait while a change removes ID (none within S s: return)", NULL },
     { "rate", ctl_rate, "rate MIB_PER_S", "change the copy rate of the running move (0: unlimited)",
       NULL },
     { "pause", ctl_pause, "pause", "stop the running move's copy (it holds, nothing aborts)",
