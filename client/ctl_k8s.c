@@ -288,7 +288,8 @@ ctl_wait_left(struct ctl_globals *g, int argc, char **argv)
     int               c;
 
     optind = 0;
-    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+    /* No "+": the options may follow ID. */
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'g':
         case 't':
