@@ -61,6 +61,11 @@ int ctl_status_print(struct ctl_globals *g, FILE *out);
 int ctl_status_watch(struct ctl_globals *g, double interval);
 int ctl_join(struct ctl_globals *g, int argc, char **argv);
 int ctl_leave(struct ctl_globals *g, int argc, char **argv);
+
+/* Membership changes that keep the node set (ctl_reshape.c). */
+int ctl_reweight(struct ctl_globals *g, int argc, char **argv);
+int ctl_replicas(struct ctl_globals *g, int argc, char **argv);
+int ctl_vnodes(struct ctl_globals *g, int argc, char **argv);
 int ctl_abort(struct ctl_globals *g, int argc, char **argv);
 int ctl_resume(struct ctl_globals *g, int argc, char **argv);
 /* "plan join|leave ..." (a dry run against the store), else ctl_plan. */

@@ -936,7 +936,10 @@ change_run(struct ctl_globals *g, const struct change_opts *o)
     const char         *id = o->id, *addr = o->addr, *zone = o->zone;
     char                host[128] = "?", *ptext = NULL, *mtext = NULL;
     const char         *user = getenv("USER");
-    const char         *kind = o->join ? "join" : o->remove_failed ? "remove" : "leave";
+    const char         *kind = o->reshape != NULL ? o->op
+                               : o->join          ? "join"
+                               : o->remove_failed ? "remove"
+                                                  : "leave";
     bool                join = o->join;
     uint32_t            weight = o->weight;
     double              rate_mib = o->rate_mib;
@@ -970,7 +973,7 @@ change_run(struct ctl_globals *g, const struct change_opts *o)
     if (o->remove_failed) {
         admin_add_failed(&a, id); /* nothing is pending: the only one */
     }
-    rc = make_new(&a, join, id, addr, weight, zone);
+    rc = o->reshape != NULL ? o->reshape(&a, o) : make_new(&a, join, id, addr, weight, zone);
     if (rc != EX_OK) {
         goto out;
     }
@@ -986,7 +989,9 @@ change_run(struct ctl_globals *g, const struct change_opts *o)
     a.rec.epoch = a.new->epoch;
     a.rec.rate = (uint64_t)(rate_mib * 1048576.0);
     a.rec.started = (int64_t)time(NULL);
-    if (join) {
+    if (o->reshape != NULL) {
+        snprintf(a.rec.op, sizeof(a.rec.op), "%s", o->op);
+    } else if (join) {
         snprintf(a.rec.op, sizeof(a.rec.op), "join %s %s", id, addr);
     } else if (o->remove_failed) {
         snprintf(a.rec.op, sizeof(a.rec.op), "%s%s", OP_REMOVE_FAILED, id);

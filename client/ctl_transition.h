@@ -169,6 +169,12 @@ struct change_opts {
      * loaded and nothing pending, before anything is recorded (remove
      * --failed: probe_failed). EX_OK, or an exit status after printing why. */
     int (*admit)(struct admin *a, const struct change_opts *o);
+    /* When set, a->new is made by reshape (a reweight, or a change of R or
+     * vnodes: ctl_reshape.c) instead of a join or leave of id, and op is
+     * the transition record's op line. EX_OK, or a status after printing. */
+    int (*reshape)(struct admin *a, const struct change_opts *o);
+    char     op[96];
+    uint32_t replicas, vnodes; /* reshape: the new R / vnodes (0: unchanged) */
 };
 
 /* Run one change from the store to the end: mint epoch N+1, record it
