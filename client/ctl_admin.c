@@ -37,15 +37,20 @@ admin_begin(struct admin *a, int argc, char **argv, const char *usage)
 }
 
 /* The --help lines of join and leave. */
-#define JOIN_USAGE  CTL_USAGE_ADMIN " join ID ADDR [--weight W] [--zone Z] [--rate MIB_PER_S]"
-#define LEAVE_USAGE CTL_USAGE_ADMIN " leave ID [--rate MIB_PER_S]"
+#define JOIN_USAGE \
+    CTL_USAGE_ADMIN " join ID ADDR [ID ADDR...] [--weight W] [--zone Z] [--rate MIB_PER_S]"
+#define LEAVE_USAGE CTL_USAGE_ADMIN " leave ID [ID...] [--rate MIB_PER_S]"
 
 /* Parse join/leave arguments (after the subcommand name) into the new
- * membership. kind is "join" or "leave". */
+ * membership. kind is "join" or "leave". more (NULL: one node only)
+ * receives the operands after the first node's, *n_more how many nodes. */
 static int
 parse_change(int argc, char **argv, const char *kind, bool with_rate, char *id, char *addr,
-             uint32_t *weight, char *zone, double *rate_mib)
+             uint32_t *weight, char *zone, double *rate_mib, char *const **more, size_t *n_more)
 {
+    int step;
+    int k;
+
     static const struct option opts[] = { { "weight", required_argument, NULL, 'w' },
                                           { "zone", required_argument, NULL, 'z' },
                                           { "rate", required_argument, NULL, 'r' },
@@ -86,17 +91,28 @@ parse_change(int argc, char **argv, const char *kind, bool with_rate, char *id, 
             return ctl_getopt_default(c, join ? JOIN_USAGE : LEAVE_USAGE, 0);
         }
     }
-    if (argc - optind != (join ? 2 : 1)) {
-        ctl_error("usage: %s", join ? "join ID ADDR [--weight W] [--zone Z]" : "leave ID");
+    step = join ? 2 : 1;
+    if (argc - optind < step || (argc - optind) % step != 0 ||
+        (more == NULL && argc - optind != step)) {
+        ctl_error("usage: %s", more == NULL
+                                   ? (join ? "join ID ADDR [--weight W] [--zone Z]" : "leave ID")
+                               : join ? "join ID ADDR [ID ADDR...] [--weight W] [--zone Z]"
+                                      : "leave ID [ID...]");
         return EX_USAGE;
     }
-    if (strlen(argv[optind]) > RING_ID_MAX || (join && strlen(argv[optind + 1]) > RING_ADDR_MAX)) {
-        ctl_error("%s: id or address too long", kind);
-        return EX_USAGE;
+    for (k = optind; k < argc; k += step) {
+        if (strlen(argv[k]) > RING_ID_MAX || (join && strlen(argv[k + 1]) > RING_ADDR_MAX)) {
+            ctl_error("%s: id or address too long", kind);
+            return EX_USAGE;
+        }
     }
     strcpy(id, argv[optind]);
     if (join) {
         strcpy(addr, argv[optind + 1]);
+    }
+    if (more != NULL) {
+        *more = argv + optind + step;
+        *n_more = (size_t)(argc - optind) / (size_t)step - 1;
     }
     return EX_OK;
 }
@@ -109,7 +125,7 @@ change(struct ctl_globals *g, int argc, char **argv, bool join)
     int                rc;
 
     rc = parse_change(argc, argv, join ? "join" : "leave", true, o.id, o.addr, &o.weight, o.zone,
-                      &o.rate_mib);
+                      &o.rate_mib, &o.more, &o.n_more);
     return rc == EX_OK ? change_run(g, &o) : rc;
 }
 
@@ -328,7 +344,7 @@ plan_change(struct ctl_globals *g, int argc, char **argv)
     int               rc;
 
     rc = parse_change(argc - 1, argv + 1, join ? "join" : "leave", false, id, addr, &weight, zone,
-                      &rate);
+                      &rate, NULL, NULL);
     if (rc != EX_OK) {
         goto out;
     }

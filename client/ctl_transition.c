@@ -878,32 +878,27 @@ run_from(struct admin *a, enum trec_phase from)
  * Starting a change
  */
 
-/* make_new: see ctl_transition.h. EX_USAGE (or EX_FAILED when out of
- * memory) after printing why. */
-int
-make_new(struct admin *a, bool join, const char *id, const char *addr, uint32_t weight,
-         const char *zone)
+/* Apply one join or leave to a->new (the membership being built: an id or
+ * an address another change of the same transition took counts too). */
+static int
+apply_one(struct admin *a, bool join, const char *id, const char *addr, uint32_t weight,
+          const char *zone)
 {
     uint32_t i;
 
-    a->new = ring_members_dup(a->old);
-    if (a->new == NULL) {
-        ctl_error("out of memory");
-        return EX_FAILED;
-    }
-    a->new->epoch = a->old->epoch + 1;
     if (join) {
-        if (ring_members_find(a->old, id) >= 0) {
-            ctl_error("join: %s is already a member of epoch %" PRIu64, id, a->old->epoch);
+        if (ring_members_find(a->new, id) >= 0) {
+            ctl_error("join: %s is already a member of epoch %" PRIu64 "%s", id, a->old->epoch,
+                      ring_members_find(a->old, id) >= 0 ? "" : " (or named twice)");
             return EX_USAGE;
         }
         /* Two members at one address: the node there answers as itself,
          * so the joiner's ranges would be copied to the wrong node and
          * the copy refused mid-transition. Refuse it before the store. */
-        for (i = 0; i < a->old->n_nodes; i++) {
-            if (strcmp(a->old->nodes[i].addr, addr) == 0) {
+        for (i = 0; i < a->new->n_nodes; i++) {
+            if (strcmp(a->new->nodes[i].addr, addr) == 0) {
                 ctl_error("join: %s is already the address of %s in epoch %" PRIu64, addr,
-                          a->old->nodes[i].id, a->old->epoch);
+                          a->new->nodes[i].id, a->old->epoch);
                 return EX_USAGE;
             }
         }
@@ -915,7 +910,8 @@ make_new(struct admin *a, bool join, const char *id, const char *addr, uint32_t 
         }
     } else {
         if (ring_members_remove(a->new, id) != RING_OK) {
-            ctl_error("leave: %s is not a member of epoch %" PRIu64, id, a->old->epoch);
+            ctl_error("leave: %s is not a member of epoch %" PRIu64 "%s", id, a->old->epoch,
+                      ring_members_find(a->old, id) >= 0 ? " (named twice)" : "");
             return EX_USAGE;
         }
         if (a->new->n_nodes == 0) {
@@ -924,6 +920,21 @@ make_new(struct admin *a, bool join, const char *id, const char *addr, uint32_t 
         }
     }
     return EX_OK;
+}
+
+/* make_new: see ctl_transition.h. EX_USAGE for a refused change (printed),
+ * EX_FAILED when out of memory. */
+int
+make_new(struct admin *a, bool join, const char *id, const char *addr, uint32_t weight,
+         const char *zone)
+{
+    a->new = ring_members_dup(a->old);
+    if (a->new == NULL) {
+        ctl_error("out of memory");
+        return EX_FAILED;
+    }
+    a->new->epoch = a->old->epoch + 1;
+    return apply_one(a, join, id, addr, weight, zone);
 }
 
 /* change_run: see ctl_transition.h. PREPARE in the store: pending.members
@@ -974,6 +985,11 @@ change_run(struct ctl_globals *g, const struct change_opts *o)
         admin_add_failed(&a, id); /* nothing is pending: the only one */
     }
     rc = o->reshape != NULL ? o->reshape(&a, o) : make_new(&a, join, id, addr, weight, zone);
+    for (size_t k = 0; rc == EX_OK && o->reshape == NULL && k < o->n_more; k++) {
+        /* More nodes of the same join or leave: one transition. */
+        rc = apply_one(&a, join, o->more[k * (join ? 2 : 1)], join ? o->more[k * 2 + 1] : NULL,
+                       weight, zone);
+    }
     if (rc != EX_OK) {
         goto out;
     }
@@ -997,6 +1013,12 @@ change_run(struct ctl_globals *g, const struct change_opts *o)
         snprintf(a.rec.op, sizeof(a.rec.op), "%s%s", OP_REMOVE_FAILED, id);
     } else {
         snprintf(a.rec.op, sizeof(a.rec.op), "leave %s", id);
+    }
+    for (size_t k = 0; k < o->n_more; k++) {
+        /* The others of a multi-node change: " +ID" each, while they fit. */
+        size_t used = strlen(a.rec.op);
+
+        snprintf(a.rec.op + used, sizeof(a.rec.op) - used, " +%s", o->more[k * (join ? 2 : 1)]);
     }
     snprintf(a.rec.admin, sizeof(a.rec.admin), "%s@%s pid %ld", user ? user : "?", host,
              (long)getpid());

@@ -175,6 +175,11 @@ struct change_opts {
     int (*reshape)(struct admin *a, const struct change_opts *o);
     char     op[96];
     uint32_t replicas, vnodes; /* reshape: the new R / vnodes (0: unchanged) */
+    /* A join or leave of several nodes in one transition: the others after
+     * id (join: n_more ID ADDR pairs; leave: n_more IDs), same weight and
+     * zone. */
+    char *const *more;
+    size_t       n_more;
 };
 
 /* Run one change from the store to the end: mint epoch N+1, record it

@@ -7,7 +7,8 @@ cluster, checked as the cluster tests check a join: `ringctl reweight b 3`
 errors on ranges whose owners did not change, every owner serving its keys
 (a third copy included) at the new epoch. Bad requests change nothing:
 a non-member, an R above the member count, the value already in place,
-a weight out of range."""
+a weight out of range. Then `join d ADDR e ADDR` and `leave d e`: two
+nodes in one transition each, checked the same way."""
 import os
 import sys
 
@@ -50,13 +51,35 @@ def scenario(t):
                  "%s under load: exit 0, epoch %d" % (label, phase + 1),
                  (rc, lg.tail(out), lg.tail(err)))
             lg.check_transition(t, cl, hist, phase, before, after, label, reshape=True)
+        # Several nodes in one transition: d and e join together, then
+        # leave together (one epoch each).
+        d, e = cl.add("d"), cl.add("e")
+        for phase, cmd, want in ((6, ("join", "d", d.addr_s, "e", e.addr_s), "abcde"),
+                                 (7, ("leave", "d", "e"), "abc")):
+            before = cl.store_active()
+            rc, out, err = lg.run_load_around(load, phase, lambda cmd=cmd: cl.ctl(*cmd))
+            after = cl.store_active()
+            label = "ringctl %s %s" % (cmd[0], " ".join(cmd[1::2] if cmd[0] == "join"
+                                                          else cmd[1:]))
+            ids = "".join(sorted(i for i, _ in lg.parse_members(after)["nodes"]))
+            t.ok(rc == 0 and ids == want and cl.store_epoch() == phase + 1,
+                 "%s: one transition (epoch %d), members %s" % (label, phase + 1, want),
+                 (rc, lg.tail(out), lg.tail(err), ids))
+            lg.check_transition(t, cl, hist, phase, before, after, label, reshape=True,
+                                extra=[(n, cl.nodes[n].addr) for n in "de"]
+                                if cmd[0] == "leave" else ())
+        rc, out, err = cl.ctl("join", "f", d.addr_s, "g", d.addr_s)
+        t.ok(rc == 2 and "already the address" in err and cl.store_epoch() == 8,
+             "a multi-node join naming one address twice is refused before anything is "
+             "recorded", (rc, lg.tail(err)))
         final = lg.parse_members(cl.store_active())
         t.ok(final["replicas"] == 2 and "vnodes 64" in cl.store_active()
              and "node b " in cl.store_active(), "the store holds R=2, vnodes 64, b back at weight 1",
              cl.store_active())
         rc, out, err = cl.ctl("history")
         ops = [l for l in out.splitlines() if "reweight" in l or "replicas" in l or "vnodes" in l]
-        t.ok(rc == 0 and len(ops) == 5, "ringctl history lists the five changes", out[-1500:])
+        t.ok(rc == 0 and len(ops) == 5 and "+e" in out,
+             "ringctl history lists the five changes, and the two-node join as one", out[-1500:])
     finally:
         lg.close_cluster(t, cl)
 
