@@ -29,6 +29,7 @@ Suite *hotkeys_suite(void);
 Suite *latency_suite(void);
 Suite *authfile_suite(void);
 Suite *tlsctx_suite(void);
+Suite *ready_suite(void);
 
 /* Absolute path of the source tree (for test data such as the vectors). */
 #ifndef RC_SRCDIR
