@@ -6,6 +6,8 @@ sent): sets, get hits and misses, gets + cas badval / hit / miss, delete,
 incr, decr and touch hits and misses. Each node's scrape must show exactly
 those counts under memcached_exporter's names and labels, its items, the
 cluster gauges (epoch 1, no pending, phase none, 3 members, both peers up),
+memcached_exporter's accepting_connections, item_too_large (one set over
+-I counted), item_no_memory and malloced_bytes, ringcache_ready 1,
 and `promtool check metrics` must print nothing; after c is killed, a and
 b show ringcache_peer_up{peer="c"} 0. A plain client's gets sent
 to a non-owner show in that node's ringcache_forwarded_total. Then, when
@@ -188,6 +190,14 @@ def check_node(t, nid, text, tr, promtool):
         "memcached_connections_total", "memcached_current_connections",
         "memcached_current_bytes")),
         "%s: bytes read and written, connections, current bytes are counted" % nid)
+    g = {n: st.get((n, ())) for n in (
+        "memcached_accepting_connections", "memcached_item_too_large_total",
+        "memcached_item_no_memory_total", "ringcache_ready")}
+    t.ok(g == {"memcached_accepting_connections": 1, "memcached_item_too_large_total": 0,
+               "memcached_item_no_memory_total": 0, "ringcache_ready": 1}
+         and st.get(("memcached_malloced_bytes", ()), 0) >= st.get(("memcached_current_bytes", ())),
+         "%s: accepting connections 1, item_too_large 0, item_no_memory 0, ready 1, "
+         "malloced_bytes >= current_bytes" % nid, (g, st.get(("memcached_malloced_bytes", ()))))
     for n in ("memcached_uptime_seconds", "memcached_items_evicted_total",
               "memcached_items_reclaimed_total", "ringcache_forwarded_total",
               "ringcache_moved_total", "ringcache_tryagain_total",
@@ -332,6 +342,16 @@ def scenario(t):
              % (NFWD, NFWD), (len(fw), res, before, after))
 
         prometheus_scrapes(t, list(mports.values()), NSETS + 1)
+
+        # A value over the item size limit (-I 1m): SERVER_ERROR, counted
+        # (after the Prometheus check: memcached counts it in cmd_set too).
+        big = [k for k in keys if owner[k] == "a"][0]
+        reply = conns["a"].store("set", big, b"x" * (1024 * 1024 + 1))
+        st = parse(http_req(mports["a"])[1])
+        t.ok(reply.startswith(b"SERVER_ERROR")
+             and st.get(("memcached_item_too_large_total", ())) == 1,
+             "a: a set of 1 MiB + 1 byte: SERVER_ERROR, memcached_item_too_large_total 1",
+             (reply, st.get(("memcached_item_too_large_total", ()))))
 
         # Peer health: c killed, a and b see it down.
         cl.nodes["c"].stop(signal.SIGKILL)
