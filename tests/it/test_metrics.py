@@ -219,6 +219,17 @@ def check_node(t, nid, text, tr, promtool):
              (r.returncode, r.stdout[-1500:], r.stderr[-1500:]))
 
 
+def metrics_nodes(cl, ids):
+    """Start a node of cl per id, each with --metrics on a free port of its
+    own: {id: metrics port}."""
+    mports = {}
+    for nid in ids:
+        mports[nid] = lg.free_port_pair(offset=0)
+        cl.node_args = ["--metrics", "127.0.0.1:%d" % mports[nid]]
+        cl.add(nid)
+    return mports
+
+
 def peers_up(port, nid):
     """{peer: value} of ringcache_peer_up at a node."""
     st = parse(http_req(port)[1])
@@ -233,18 +244,23 @@ def prom_query(port, q):
     return float(res[0]["value"][1]) if res else None
 
 
-def prometheus_scrapes(t, mports, sets):
+def start_prometheus(mports, rules=None):
+    """Debian's Prometheus scraping 127.0.0.1:PORT for each of mports every
+    second as job "ringcache", with the rule file rules (a path, copied
+    beside its config) evaluated every second: (process, its port, its
+    directory, its log file), or None when it is not installed."""
     prom = shutil.which("prometheus")
     if prom is None:
-        t.skip("a Prometheus server scrapes the three nodes",
-               "the prometheus server is not installed (Debian: prometheus)")
-        return
+        return None
     d = tempfile.mkdtemp(prefix="rc-prom-")
     port = lg.free_port_pair(offset=0)
     cfg = os.path.join(d, "prometheus.yml")
     with open(cfg, "w") as f:
-        f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                "scrape_configs:\n  - job_name: ringcache\n    static_configs:\n"
+        f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n")
+        if rules is not None:
+            shutil.copy(rules, d)
+            f.write("rule_files: [%s]\n" % os.path.basename(rules))
+        f.write("scrape_configs:\n  - job_name: ringcache\n    static_configs:\n"
                 "      - targets: [%s]\n"
                 % ", ".join("'127.0.0.1:%d'" % p for p in mports))
     log = open(os.path.join(d, "prometheus.log"), "wb")
@@ -252,6 +268,16 @@ def prometheus_scrapes(t, mports, sets):
         [prom, "--config.file", cfg, "--storage.tsdb.path", os.path.join(d, "data"),
          "--web.listen-address", "127.0.0.1:%d" % port], stdin=subprocess.DEVNULL,
         stdout=log, stderr=log))
+    return p, port, d, log
+
+
+def prometheus_scrapes(t, mports, sets):
+    started = start_prometheus(mports)
+    if started is None:
+        t.skip("a Prometheus server scrapes the three nodes",
+               "the prometheus server is not installed (Debian: prometheus)")
+        return
+    p, port, d, log = started
     last = [None]
 
     def poll():
@@ -289,11 +315,7 @@ def scenario(t):
     cl = lg.Cluster(replicas=1, mem=64)
     conns = {}
     try:
-        mports = {}
-        for nid in IDS:
-            mports[nid] = lg.free_port_pair(offset=0)
-            cl.node_args = ["--metrics", "127.0.0.1:%d" % mports[nid]]
-            cl.add(nid)
+        mports = metrics_nodes(cl, IDS)
         rc, out, err = cl.ctl("init", "--members", cl.write_members(IDS))
         t.ok(rc == 0 and cl.store_epoch() == 1, "ringctl init: exit 0, epoch 1 in the store",
              (rc, out[-500:], err[-500:]))

@@ -25,6 +25,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadgen as lg  # noqa: E402
+import test_metrics as tm  # noqa: E402
 from test_metrics import http_req  # noqa: E402
 
 yaml = lg.debian_import("yaml")
@@ -142,11 +143,7 @@ def live(t, promtool, dash, recorded, rexprs):
     cl = lg.Cluster(replicas=2, mem=32)
     prom, d, log = None, None, None
     try:
-        mports = {}
-        for nid in IDS:
-            mports[nid] = lg.free_port_pair(offset=0)
-            cl.node_args = ["--metrics", "127.0.0.1:%d" % mports[nid]]
-            cl.add(nid)
+        mports = tm.metrics_nodes(cl, IDS)
         rc, out, err = cl.ctl("init", "--members", cl.write_members(IDS))
         conv = cl.converged(1, IDS)
         t.ok(rc == 0 and all(v == (1, 0) for v in conv.values()),
@@ -171,26 +168,12 @@ def live(t, promtool, dash, recorded, rexprs):
              "every one of the %d metric names the rules and the dashboard query is on the "
              "nodes' /metrics pages (or up, or a recording rule)" % len(wanted), missing)
 
-        server = shutil.which("prometheus")
-        if server is None:
+        started = tm.start_prometheus([mports[n] for n in IDS], RULES)
+        if started is None:
             t.skip("Prometheus loads the rules and runs the dashboard's queries",
                    "the prometheus server is not installed (Debian: prometheus)")
             return
-        d = tempfile.mkdtemp(prefix="rc-prom-")
-        port = lg.free_port_pair(offset=0)
-        shutil.copy(RULES, d)
-        with open(os.path.join(d, "prometheus.yml"), "w") as f:
-            f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                    "rule_files: [ringcache-rules.yml]\n"
-                    "scrape_configs:\n  - job_name: ringcache\n    static_configs:\n"
-                    "      - targets: [%s]\n"
-                    % ", ".join("'127.0.0.1:%d'" % mports[n] for n in IDS))
-        log = open(os.path.join(d, "prometheus.log"), "wb")
-        prom = lg.track(subprocess.Popen(
-            [server, "--config.file", os.path.join(d, "prometheus.yml"),
-             "--storage.tsdb.path", os.path.join(d, "data"),
-             "--web.listen-address", "127.0.0.1:%d" % port], stdin=subprocess.DEVNULL,
-            stdout=log, stderr=log))
+        prom, port, d, log = started
         last = {}
 
         def rules_ok():
