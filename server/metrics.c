@@ -296,6 +296,9 @@ render_cluster(struct server *srv, struct evbuffer *b)
                             (unsigned)cs.phase == i ? 1 : 0);
     }
     one(b, "ringcache_cluster_members", "gauge", "Nodes in the active membership.", cs.n_nodes);
+    one(b, "ringcache_cluster_member", "gauge",
+        "1 while this node is in its active membership (0: none yet, left or removed).",
+        cs.epoch != 0 && cs.self >= 0 ? 1 : 0);
     one(b, "ringcache_cluster_recovering", "gauge",
         "1 while this node restarted empty and waits for its ranges (owned keys TRYAGAIN).",
         cs.recovering);

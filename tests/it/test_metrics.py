@@ -171,13 +171,14 @@ def check_node(t, nid, text, tr, promtool):
         "memcached_up", "memcached_current_items", "memcached_limit_bytes",
         "memcached_max_connections", "ringcache_cluster_epoch",
         "ringcache_cluster_pending_epoch", "ringcache_cluster_members",
-        "ringcache_cluster_recovering")}
+        "ringcache_cluster_member", "ringcache_cluster_recovering")}
     t.ok(g == {"memcached_up": 1, "memcached_current_items": len(tr.items[nid]),
                "memcached_limit_bytes": 64 * 1024 * 1024, "memcached_max_connections": 1024,
                "ringcache_cluster_epoch": 1, "ringcache_cluster_pending_epoch": 0,
-               "ringcache_cluster_members": 3, "ringcache_cluster_recovering": 0},
+               "ringcache_cluster_members": 3, "ringcache_cluster_member": 1,
+               "ringcache_cluster_recovering": 0},
          "%s: up 1, %d items, limit 64 MiB, 1024 connections max, epoch 1, no pending, "
-         "3 members, not recovering" % (nid, len(tr.items[nid])), g)
+         "3 members, a member, not recovering" % (nid, len(tr.items[nid])), g)
     phases = {p: st.get(("ringcache_cluster_phase", (("phase", p),)))
               for p in ("none", "prepared", "copying", "fenced")}
     t.ok(phases == {"none": 1, "prepared": 0, "copying": 0, "fenced": 0},

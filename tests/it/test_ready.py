@@ -29,9 +29,9 @@ def ready(port):
     return st, body
 
 
-def gauge(port):
+def gauge(port, name="ringcache_ready"):
     try:
-        return parse(http_req(port)[1]).get(("ringcache_ready", ()))
+        return parse(http_req(port)[1]).get((name, ()))
     except OSError:
         return None
 
@@ -152,8 +152,11 @@ def cluster(t):
         ep = cl.store_epoch()
         t.ok(rc == 0, "ringctl leave c: exit 0, epoch %d" % ep, (rc, err[-800:]))
         got = wait_ready(mports["c"], 503, "not a member")
-        t.ok(got[0] == 503 and got[1] == "not ready: not a member of epoch %d\n" % ep,
-             "c after the leave: 503 \"not ready: not a member of epoch %d\"" % ep, got)
+        member = {n: gauge(mports[n], "ringcache_cluster_member") for n in IDS}
+        t.ok(got[0] == 503 and got[1] == "not ready: not a member of epoch %d\n" % ep
+             and member == {"a": 1, "b": 1, "c": 0},
+             "c after the leave: 503 \"not ready: not a member of epoch %d\", "
+             "ringcache_cluster_member 0 (a and b: 1)" % ep, (got, member))
         got = {n: wait_ready(mports[n], 200, "of epoch %d (2 members)" % ep) for n in ("a", "b")}
         t.ok(all(v[0] == 200 for v in got.values()), "a and b: 200, epoch %d, 2 members" % ep,
              got)
