@@ -2,7 +2,8 @@
 """GET /ready on the metrics port (server/ready.c): 200 only for a node
 serving, 503 with a one-line reason otherwise, and the ringcache_ready
 gauge agreeing. A plain node (no cluster) answers 200 "ready: a single
-node". A 3-node R=2 cluster: 503 "no membership yet" before ringctl init,
+node", and 503 "shutting down" (memcached_accepting_connections 0) after
+SIGTERM while it still drains a reply to a client. A 3-node R=2 cluster: 503 "no membership yet" before ringctl init,
 200 "member" on all three after it; b killed and restarted on its state
 directory comes back recovering (503) until `ringctl repair b`, then 200;
 c in a leave stopped after its FENCE is 503 "leaving" (a and b stay 200),
@@ -11,6 +12,8 @@ committed; a started node never joined is 503. Other methods answer 405,
 other paths 404."""
 import os
 import signal
+import socket
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -77,6 +80,39 @@ def plain(t):
         t.ok(http_req(port, "POST", "/ready")[0] == 405
              and http_req(port, "GET", "/readyz")[0] == 404,
              "POST /ready: 405; GET /readyz: 404")
+
+        # SIGTERM while a client that does not read is owed 16 MiB: the
+        # node flushes it (up to 5 s) before it exits; meanwhile it is not
+        # ready and accepts nothing.
+        node = cl.nodes["p"]
+        s = socket.create_connection(node.addr, timeout=5)
+        v = b"z" * (256 * 1024)
+        s.sendall(b"set v 0 0 %d\r\n" % len(v) + v + b"\r\n")
+        t.ok(s.recv(64) == b"STORED\r\n", "plain node: set 256 KiB")
+        s.sendall(b"get" + b" v" * 64 + b"\r\n")
+        t.ok(lg.wait_for(lambda: int(lg.node_stats(node.addr)["bytes_written"]) > 64 * 1024, 5.0),
+             "the node is writing a 64-key multi-get the client does not read")
+        os.kill(node.pid, signal.SIGTERM)
+        got = wait_ready(port, 503, "shutting down", timeout=4.0)
+        acc = gauge(port, "memcached_accepting_connections")
+        t.ok(got == (503, "not ready: shutting down\n") and acc == 0,
+             "SIGTERM: 503 \"not ready: shutting down\", memcached_accepting_connections 0 "
+             "while the reply drains", (got, acc))
+        n = 0
+        s.settimeout(10)
+        while True:
+            d = s.recv(1 << 20)
+            if not d:
+                break
+            n += len(d)
+        s.close()
+        try:  # no second SIGTERM: wait for the first to end it
+            node.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        rc = node.stop()
+        t.ok(n == 64 * (len(b"VALUE v 0 %d\r\n" % len(v)) + len(v) + 2) + 5 and rc == 0,
+             "the client gets every byte, the node exits 0", (n, rc))
     finally:
         lg.close_cluster(t, cl)
 
