@@ -1,9 +1,11 @@
 /*
  * metrics: Prometheus text exposition of the node's counters at GET
- * /metrics, and the readiness answer at GET /ready (server/metrics.h). Every figure is read at
- * scrape time from what `stats` reads (the workers' counters summed, the store's stripes, the
- * cluster's atomics and a snapshot of its view), so nothing is counted twice; the data path pays
- * only for the latency histograms (server/latency.h), kept for this page and `stats latency`.
+ * /metrics, and the readiness answer at GET /ready (server/metrics.h).
+ * Every figure is read at scrape time from what `stats` reads (the
+ * workers' counters summed, the store's stripes, the cluster's atomics and
+ * a snapshot of its view), so nothing is counted twice; the data path pays
+ * only for the latency histograms (server/latency.h), kept for this page
+ * and `stats latency`.
  */
 #include "config.h"
 #include "server/metrics.h"
@@ -275,6 +277,7 @@ render_cluster(struct server *srv, struct evbuffer *b)
     struct cluster_snapshot  cs;
     struct thread_stats      ts;
     unsigned                 i;
+    char                     why[READY_REASON_MAX];
 
     memset(&cc, 0, sizeof(cc));
     memset(&cs, 0, sizeof(cs));
@@ -309,13 +312,9 @@ render_cluster(struct server *srv, struct evbuffer *b)
     one(b, "ringcache_cluster_behind_epoch", "gauge",
         "A higher epoch a peer runs (0: none); everything TRYAGAIN meanwhile.", cs.behind_epoch);
     rows(b, CLUSTER_ROWS, sizeof(CLUSTER_ROWS) / sizeof(CLUSTER_ROWS[0]), &cc);
-    {
-        char why[READY_REASON_MAX];
-
-        one(b, "ringcache_ready", "gauge",
-            "1 when GET /ready answers 200: a member serving its active epoch (or a plain node).",
-            node_ready(srv, why, sizeof(why)) ? 1 : 0);
-    }
+    one(b, "ringcache_ready", "gauge",
+        "1 when GET /ready answers 200: a member serving its active epoch (or a plain node).",
+        node_ready(srv, why, sizeof(why)) ? 1 : 0);
     one(b, "ringcache_route_lookups_total", "counter", "Ring lookups made for keyed requests.",
         ts.route_lookups);
 }
