@@ -162,6 +162,11 @@ def main():
         "serviceName")]
     t.ok(svc and svc[0]["spec"].get("clusterIP") == "None",
          "the StatefulSet's Service is headless")
+    # Ready means serving: a pod restarted empty is not Ready until the
+    # watch repaired it, and the repair reaches it by its DNS name.
+    t.ok(svc and svc[0]["spec"].get("publishNotReadyAddresses") is True,
+         "the Service publishes pods that are not Ready (a recovering pod stays reachable "
+         "by name for its repair)")
     pod_labels = spec.get("template", {}).get("metadata", {}).get("labels", {})
 
     def selects(sel):
