@@ -341,6 +341,7 @@ cluster_snapshot(const struct cluster *cl, struct cluster_snapshot *out,
         out->epoch = v->epoch;
         out->pending_epoch = v->pending_epoch;
         out->self = v->self;
+        out->pending_self = v->pending_self;
         if (v->ring != NULL) {
             const struct ring_members *m = ring_members(v->ring);
             uint32_t                   i;
@@ -372,6 +373,7 @@ cluster_publish(struct cluster *cl)
     v->pending_epoch = cl->pending != NULL ? cl->pending->epoch : 0;
     v->ring = cl->active_ring;
     v->self = cl->self_old;
+    v->pending_self = cl->pending != NULL ? cl->self_new : -1;
     v->replicas = cl->active != NULL ? cl->active->replicas : 1;
     v->live = cl->barrier != NULL ? &cl->live : NULL;
     v->gen = cl->view != NULL ? cl->view->gen + 1 : 1;

@@ -72,6 +72,7 @@ struct cluster_view {
     struct ring *ring;          /* active ring, NULL at epoch 0; freed
                                  * with the last view that uses it */
     int32_t       self;         /* this node's index in the ring, -1 */
+    int32_t       pending_self; /* its index in the pending membership, -1 */
     uint32_t      replicas;
     struct arcset fence;                      /* ranges answering TRYAGAIN (empty unless fenced) */
     struct arcset importing;                  /* ranges this node is being refilled with */
@@ -330,8 +331,9 @@ struct cluster_snapshot {
     enum cluster_phase phase;                /* NONE without a pending epoch */
     bool               recovering, suspect, isolated;
     uint64_t           behind_epoch;
-    uint32_t           n_nodes; /* in the active membership */
-    int32_t            self;    /* this node's index, -1 */
+    uint32_t           n_nodes;      /* in the active membership */
+    int32_t            self;         /* this node's index, -1 */
+    int32_t            pending_self; /* its index in the pending membership, -1 */
 };
 /* Called once per node of the active membership, in order: self is this
  * node; down and empty as in struct cluster_live. Strings are valid for the

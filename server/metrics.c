@@ -1,10 +1,11 @@
 /*
  * metrics: Prometheus text exposition of the node's counters at GET
- * /metrics (server/metrics.h). Every figure is read at scrape time from
- * what `stats` reads (the workers' counters summed, the store's stripes,
- * the cluster's atomics and a snapshot of its view), so nothing is counted
- * twice; the data path pays only for the latency histograms
- * (server/latency.h), kept for this page and `stats latency`.
+ * /metrics, and the readiness answer at GET /ready (server/metrics.h).
+ * Every figure is read at scrape time from what `stats` reads (the
+ * workers' counters summed, the store's stripes, the cluster's atomics and
+ * a snapshot of its view), so nothing is counted twice; the data path pays
+ * only for the latency histograms (server/latency.h), kept for this page
+ * and `stats latency`.
  */
 #include "config.h"
 #include "server/metrics.h"
@@ -30,6 +31,7 @@
 #include "server/latency.h"
 #include "server/log.h"
 #include "server/proto_text.h"
+#include "server/ready.h"
 #include "server/stats.h"
 #include "server/store.h"
 #include "server/thread.h"
@@ -108,6 +110,20 @@ static const struct metric_row STORE_ROWS[] = {
       offsetof(struct store_stats, reclaimed) },
 };
 
+/* Is the node ready (server/ready.h)? The reason goes to why. */
+static bool
+node_ready(struct server *srv, char *why, size_t len)
+{
+    struct cluster_snapshot cs;
+
+    memset(&cs, 0, sizeof(cs));
+    if (srv->cluster != NULL) {
+        cluster_snapshot(srv->cluster, &cs, NULL, NULL);
+    }
+    return ready_check(srv->cluster != NULL, __atomic_load_n(&srv->stopping, __ATOMIC_ACQUIRE) != 0,
+                       &cs, why, len);
+}
+
 /* memcached_exporter's families, from the figures `stats` prints. */
 static void
 render_memcached(struct server *srv, struct evbuffer *b)
@@ -184,6 +200,18 @@ render_memcached(struct server *srv, struct evbuffer *b)
     one(b, "memcached_connections_yielded_total", "counter",
         "Total number of connections yielded running due to hitting the memcached's -R limit.",
         ts.conn_yields);
+    one(b, "memcached_accepting_connections", "gauge",
+        "The Memcached server is currently accepting new connections.",
+        __atomic_load_n(&srv->stopping, __ATOMIC_ACQUIRE) ? 0 : 1);
+    one(b, "memcached_item_too_large_total", "counter",
+        "The number of times an item exceeded the max-item-size when being stored.",
+        ts.store_too_large);
+    one(b, "memcached_item_no_memory_total", "counter",
+        "The number of times an item could not be stored due to no more memory.",
+        ts.store_no_memory);
+    one(b, "memcached_malloced_bytes", "gauge",
+        "Number of bytes of memory allocated to items (stored, or referenced and not yet freed).",
+        ss.mem_used);
 }
 
 /* One ringcache_peer_up sample per other member (cluster_snapshot_node_fn). */
@@ -249,6 +277,7 @@ render_cluster(struct server *srv, struct evbuffer *b)
     struct cluster_snapshot  cs;
     struct thread_stats      ts;
     unsigned                 i;
+    char                     why[READY_REASON_MAX];
 
     memset(&cc, 0, sizeof(cc));
     memset(&cs, 0, sizeof(cs));
@@ -270,6 +299,9 @@ render_cluster(struct server *srv, struct evbuffer *b)
                             (unsigned)cs.phase == i ? 1 : 0);
     }
     one(b, "ringcache_cluster_members", "gauge", "Nodes in the active membership.", cs.n_nodes);
+    one(b, "ringcache_cluster_member", "gauge",
+        "1 while this node is in its active membership (0: none yet, left or removed).",
+        cs.epoch != 0 && cs.self >= 0 ? 1 : 0);
     one(b, "ringcache_cluster_recovering", "gauge",
         "1 while this node restarted empty and waits for its ranges (owned keys TRYAGAIN).",
         cs.recovering);
@@ -280,6 +312,9 @@ render_cluster(struct server *srv, struct evbuffer *b)
     one(b, "ringcache_cluster_behind_epoch", "gauge",
         "A higher epoch a peer runs (0: none); everything TRYAGAIN meanwhile.", cs.behind_epoch);
     rows(b, CLUSTER_ROWS, sizeof(CLUSTER_ROWS) / sizeof(CLUSTER_ROWS[0]), &cc);
+    one(b, "ringcache_ready", "gauge",
+        "1 when GET /ready answers 200: a member serving its active epoch (or a plain node).",
+        node_ready(srv, why, sizeof(why)) ? 1 : 0);
     one(b, "ringcache_route_lookups_total", "counter", "Ring lookups made for keyed requests.",
         ts.route_lookups);
 }
@@ -375,8 +410,9 @@ render_latency(struct server *srv, struct evbuffer *b)
     free(ls);
 }
 
-/* Every request: GET /metrics, else 404 (405 for /metrics by another
- * method). */
+/* Every request: GET /metrics and GET /ready, else 404 (405 for those
+ * two by another method). /ready answers 200 or 503 with one line saying
+ * why (server/ready.h). */
 static void
 request_cb(struct evhttp_request *req, void *arg)
 {
@@ -384,8 +420,9 @@ request_cb(struct evhttp_request *req, void *arg)
     const char       *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
     struct evbuffer  *b;
     struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+    bool              ready_path = path != NULL && strcmp(path, "/ready") == 0;
 
-    if (path == NULL || strcmp(path, "/metrics") != 0) {
+    if (path == NULL || (strcmp(path, "/metrics") != 0 && !ready_path)) {
         evhttp_send_error(req, HTTP_NOTFOUND, "Not Found");
         return;
     }
@@ -397,6 +434,18 @@ request_cb(struct evhttp_request *req, void *arg)
     b = evbuffer_new();
     if (b == NULL) {
         evhttp_send_error(req, HTTP_INTERNAL, "Out of memory");
+        return;
+    }
+    if (ready_path) {
+        char why[READY_REASON_MAX];
+        bool ok = node_ready(m->srv, why, sizeof(why));
+
+        evbuffer_add_printf(b, "%s\n", why);
+        evhttp_add_header(out, "Content-Type", "text/plain; charset=utf-8");
+        evhttp_add_header(out, "Cache-Control", "no-store");
+        evhttp_send_reply(req, ok ? HTTP_OK : HTTP_SERVUNAVAIL, ok ? "OK" : "Service Unavailable",
+                          b);
+        evbuffer_free(b);
         return;
     }
     render_memcached(m->srv, b);
@@ -474,7 +523,7 @@ metrics_start(struct server *srv, const char *addr, int port)
         log_msg(LOG_ERR, "metrics: cannot start its thread");
         goto fail;
     }
-    log_msg(LOG_INFO, "metrics on http://%s:%d/metrics", addr, port);
+    log_msg(LOG_INFO, "metrics on http://%s:%d/metrics (readiness: /ready)", addr, port);
     return m;
 fail:
     metrics_free(m);

@@ -2,8 +2,9 @@
  * metrics: `--metrics ADDR:PORT`, the node's counters as Prometheus text
  * (format 0.0.4) at GET /metrics, with memcached_exporter's names and
  * labels (so its dashboards work unchanged) plus ringcache_* cluster
- * figures. Served by libevent's evhttp on a thread and event base of its
- * own: a scrape never runs on a worker.
+ * figures; and GET /ready, 200 or 503 with a one-line reason
+ * (server/ready.h), for readiness probes. Served by libevent's evhttp on a
+ * thread and event base of its own: a scrape never runs on a worker.
  */
 #ifndef SERVER_METRICS_H
 #define SERVER_METRICS_H

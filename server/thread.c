@@ -568,6 +568,7 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
     struct server *srv = arg;
 
     (void)what;
+    __atomic_store_n(&srv->stopping, 1, __ATOMIC_RELEASE);
     notify_stopping();
     log_msg(LOG_INFO, "signal %d: shutting down", (int)sig);
     event_base_loopbreak(srv->main_base);

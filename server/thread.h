@@ -96,6 +96,7 @@ struct server {
     struct event      *sighup_ev; /* -Z, --cluster-tls, -Y: SIGHUP reloads certificates, users */
     /* -Z (server/tls.h): the context new connections take; NULL: plaintext. */
     struct tls_server *tls;
+    int                stopping;       /* atomic: 1 once SIGTERM/SIGINT began the stop */
     int                curr_conns;     /* atomic */
     uint64_t           total_conns;    /* atomic */
     uint64_t           rejected_conns; /* atomic */

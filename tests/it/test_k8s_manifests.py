@@ -7,7 +7,12 @@ an error, not silently dropped); every required field must be present.
 Then what the manifests promise: node ids from pod names, the memory
 limit tied to -m, probes, the token from a Secret, the store from a
 ConfigMap, a PodDisruptionBudget, and an initial membership whose nodes
-are the StatefulSet's pods at their stable DNS names."""
+are the StatefulSet's pods at their stable DNS names. And what keeps two
+owners of a range from going down at once: readiness on GET /ready (the
+metrics port, on the pod IP, with Prometheus' scrape annotations), a
+budget of maxUnavailable 1 over the node pods, an update strategy that
+replaces one pod at a time (RollingUpdate without a maxUnavailable above
+1, or OnDelete), one pod per host and a spread over zones."""
 import os
 import re
 import sys
@@ -157,7 +162,54 @@ def main():
         "serviceName")]
     t.ok(svc and svc[0]["spec"].get("clusterIP") == "None",
          "the StatefulSet's Service is headless")
-    t.ok(by_kind.get("PodDisruptionBudget"), "a PodDisruptionBudget")
+    # Ready means serving: a pod restarted empty is not Ready until the
+    # watch repaired it, and the repair reaches it by its DNS name.
+    t.ok(svc and svc[0]["spec"].get("publishNotReadyAddresses") is True,
+         "the Service publishes pods that are not Ready (a recovering pod stays reachable "
+         "by name for its repair)")
+    pod_labels = spec.get("template", {}).get("metadata", {}).get("labels", {})
+
+    def selects(sel):
+        """Does a label selector pick exactly the node pods' labels?"""
+        ml = (sel or {}).get("matchLabels") or {}
+        return bool(ml) and all(pod_labels.get(k) == v for k, v in ml.items()) and \
+            ml.get("app.kubernetes.io/component") == "node"
+    pdbs = by_kind.get("PodDisruptionBudget", [])
+    t.ok(len(pdbs) == 1 and pdbs[0]["spec"].get("maxUnavailable") == 1
+         and "minAvailable" not in pdbs[0]["spec"] and selects(pdbs[0]["spec"].get("selector")),
+         "a PodDisruptionBudget of maxUnavailable 1 over the node pods",
+         [d.get("spec") for d in pdbs])
+    us = spec.get("updateStrategy", {})
+    ru = us.get("rollingUpdate", {})
+    t.ok((us.get("type") == "RollingUpdate" and ru.get("maxUnavailable", 1) in (1, "1")
+          and isinstance(ru.get("partition", 0), int) and spec.get("minReadySeconds", 0) > 0)
+         or us.get("type") == "OnDelete",
+         "StatefulSet: updates take one pod at a time (RollingUpdate, maxUnavailable 1, "
+         "minReadySeconds > 0)", (us, spec.get("minReadySeconds")))
+    ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
+    rp = c.get("readinessProbe", {})
+    t.ok(rp.get("httpGet", {}).get("path") == "/ready"
+         and rp["httpGet"].get("port") == "metrics" and ports.get("metrics") == 9150
+         and "tcpSocket" not in rp and '--metrics "$POD_IP:9150"' in args
+         and env.get("POD_IP", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+         == "status.podIP",
+         "StatefulSet: readiness is GET /ready on the metrics port (--metrics on the pod IP, "
+         "port 9150 named metrics)", (rp, ports))
+    ann = spec.get("template", {}).get("metadata", {}).get("annotations", {})
+    t.ok(ann.get("prometheus.io/scrape") == "true"
+         and ann.get("prometheus.io/port") == str(ports.get("metrics"))
+         and ann.get("prometheus.io/path") == "/metrics",
+         "StatefulSet: Prometheus scrape annotations name the metrics port and /metrics", ann)
+    anti = pod.get("affinity", {}).get("podAntiAffinity", {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution", [])
+    spread = {c2.get("topologyKey"): c2 for c2 in pod.get("topologySpreadConstraints", [])}
+    t.ok(any(a.get("topologyKey") == "kubernetes.io/hostname" and selects(a.get("labelSelector"))
+             for a in anti)
+         and "topology.kubernetes.io/zone" in spread
+         and spread["topology.kubernetes.io/zone"].get("maxSkew") == 1
+         and selects(spread["topology.kubernetes.io/zone"].get("labelSelector")),
+         "StatefulSet: one node pod per host (required anti-affinity), spread over zones "
+         "(maxSkew 1)", (anti, spread))
     members = cm.get("ringcache-members", {}).get("data", {}).get("initial.members", "")
     m = lg.parse_members(members) if members else {"nodes": []}
     want = [("%s-%d" % (sts["metadata"]["name"], i),

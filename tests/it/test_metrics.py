@@ -6,6 +6,8 @@ sent): sets, get hits and misses, gets + cas badval / hit / miss, delete,
 incr, decr and touch hits and misses. Each node's scrape must show exactly
 those counts under memcached_exporter's names and labels, its items, the
 cluster gauges (epoch 1, no pending, phase none, 3 members, both peers up),
+memcached_exporter's accepting_connections, item_too_large (one set over
+-I counted), item_no_memory and malloced_bytes, ringcache_ready 1,
 and `promtool check metrics` must print nothing; after c is killed, a and
 b show ringcache_peer_up{peer="c"} 0. A plain client's gets sent
 to a non-owner show in that node's ringcache_forwarded_total. Then, when
@@ -169,13 +171,14 @@ def check_node(t, nid, text, tr, promtool):
         "memcached_up", "memcached_current_items", "memcached_limit_bytes",
         "memcached_max_connections", "ringcache_cluster_epoch",
         "ringcache_cluster_pending_epoch", "ringcache_cluster_members",
-        "ringcache_cluster_recovering")}
+        "ringcache_cluster_member", "ringcache_cluster_recovering")}
     t.ok(g == {"memcached_up": 1, "memcached_current_items": len(tr.items[nid]),
                "memcached_limit_bytes": 64 * 1024 * 1024, "memcached_max_connections": 1024,
                "ringcache_cluster_epoch": 1, "ringcache_cluster_pending_epoch": 0,
-               "ringcache_cluster_members": 3, "ringcache_cluster_recovering": 0},
+               "ringcache_cluster_members": 3, "ringcache_cluster_member": 1,
+               "ringcache_cluster_recovering": 0},
          "%s: up 1, %d items, limit 64 MiB, 1024 connections max, epoch 1, no pending, "
-         "3 members, not recovering" % (nid, len(tr.items[nid])), g)
+         "3 members, a member, not recovering" % (nid, len(tr.items[nid])), g)
     phases = {p: st.get(("ringcache_cluster_phase", (("phase", p),)))
               for p in ("none", "prepared", "copying", "fenced")}
     t.ok(phases == {"none": 1, "prepared": 0, "copying": 0, "fenced": 0},
@@ -188,6 +191,14 @@ def check_node(t, nid, text, tr, promtool):
         "memcached_connections_total", "memcached_current_connections",
         "memcached_current_bytes")),
         "%s: bytes read and written, connections, current bytes are counted" % nid)
+    g = {n: st.get((n, ())) for n in (
+        "memcached_accepting_connections", "memcached_item_too_large_total",
+        "memcached_item_no_memory_total", "ringcache_ready")}
+    t.ok(g == {"memcached_accepting_connections": 1, "memcached_item_too_large_total": 0,
+               "memcached_item_no_memory_total": 0, "ringcache_ready": 1}
+         and st.get(("memcached_malloced_bytes", ()), 0) >= st.get(("memcached_current_bytes", ())),
+         "%s: accepting connections 1, item_too_large 0, item_no_memory 0, ready 1, "
+         "malloced_bytes >= current_bytes" % nid, (g, st.get(("memcached_malloced_bytes", ()))))
     for n in ("memcached_uptime_seconds", "memcached_items_evicted_total",
               "memcached_items_reclaimed_total", "ringcache_forwarded_total",
               "ringcache_moved_total", "ringcache_tryagain_total",
@@ -209,6 +220,17 @@ def check_node(t, nid, text, tr, promtool):
              (r.returncode, r.stdout[-1500:], r.stderr[-1500:]))
 
 
+def metrics_nodes(cl, ids):
+    """Start a node of cl per id, each with --metrics on a free port of its
+    own: {id: metrics port}."""
+    mports = {}
+    for nid in ids:
+        mports[nid] = lg.free_port_pair(offset=0)
+        cl.node_args = ["--metrics", "127.0.0.1:%d" % mports[nid]]
+        cl.add(nid)
+    return mports
+
+
 def peers_up(port, nid):
     """{peer: value} of ringcache_peer_up at a node."""
     st = parse(http_req(port)[1])
@@ -223,18 +245,23 @@ def prom_query(port, q):
     return float(res[0]["value"][1]) if res else None
 
 
-def prometheus_scrapes(t, mports, sets):
+def start_prometheus(mports, rules=None):
+    """Debian's Prometheus scraping 127.0.0.1:PORT for each of mports every
+    second as job "ringcache", with the rule file rules (a path, copied
+    beside its config) evaluated every second: (process, its port, its
+    directory, its log file), or None when it is not installed."""
     prom = shutil.which("prometheus")
     if prom is None:
-        t.skip("a Prometheus server scrapes the three nodes",
-               "the prometheus server is not installed (Debian: prometheus)")
-        return
+        return None
     d = tempfile.mkdtemp(prefix="rc-prom-")
     port = lg.free_port_pair(offset=0)
     cfg = os.path.join(d, "prometheus.yml")
     with open(cfg, "w") as f:
-        f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                "scrape_configs:\n  - job_name: ringcache\n    static_configs:\n"
+        f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n")
+        if rules is not None:
+            shutil.copy(rules, d)
+            f.write("rule_files: [%s]\n" % os.path.basename(rules))
+        f.write("scrape_configs:\n  - job_name: ringcache\n    static_configs:\n"
                 "      - targets: [%s]\n"
                 % ", ".join("'127.0.0.1:%d'" % p for p in mports))
     log = open(os.path.join(d, "prometheus.log"), "wb")
@@ -242,6 +269,16 @@ def prometheus_scrapes(t, mports, sets):
         [prom, "--config.file", cfg, "--storage.tsdb.path", os.path.join(d, "data"),
          "--web.listen-address", "127.0.0.1:%d" % port], stdin=subprocess.DEVNULL,
         stdout=log, stderr=log))
+    return p, port, d, log
+
+
+def prometheus_scrapes(t, mports, sets):
+    started = start_prometheus(mports)
+    if started is None:
+        t.skip("a Prometheus server scrapes the three nodes",
+               "the prometheus server is not installed (Debian: prometheus)")
+        return
+    p, port, d, log = started
     last = [None]
 
     def poll():
@@ -279,11 +316,7 @@ def scenario(t):
     cl = lg.Cluster(replicas=1, mem=64)
     conns = {}
     try:
-        mports = {}
-        for nid in IDS:
-            mports[nid] = lg.free_port_pair(offset=0)
-            cl.node_args = ["--metrics", "127.0.0.1:%d" % mports[nid]]
-            cl.add(nid)
+        mports = metrics_nodes(cl, IDS)
         rc, out, err = cl.ctl("init", "--members", cl.write_members(IDS))
         t.ok(rc == 0 and cl.store_epoch() == 1, "ringctl init: exit 0, epoch 1 in the store",
              (rc, out[-500:], err[-500:]))
@@ -332,6 +365,16 @@ def scenario(t):
              % (NFWD, NFWD), (len(fw), res, before, after))
 
         prometheus_scrapes(t, list(mports.values()), NSETS + 1)
+
+        # A value over the item size limit (-I 1m): SERVER_ERROR, counted
+        # (after the Prometheus check: memcached counts it in cmd_set too).
+        big = [k for k in keys if owner[k] == "a"][0]
+        reply = conns["a"].store("set", big, b"x" * (1024 * 1024 + 1))
+        st = parse(http_req(mports["a"])[1])
+        t.ok(reply.startswith(b"SERVER_ERROR")
+             and st.get(("memcached_item_too_large_total", ())) == 1,
+             "a: a set of 1 MiB + 1 byte: SERVER_ERROR, memcached_item_too_large_total 1",
+             (reply, st.get(("memcached_item_too_large_total", ()))))
 
         # Peer health: c killed, a and b see it down.
         cl.nodes["c"].stop(signal.SIGKILL)

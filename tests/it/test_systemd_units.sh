@@ -34,6 +34,10 @@ u="$RC_SRCDIR/deploy/systemd/ringcached@.service.in"
 grep -q '^Type=notify$' "$u" && grep -q '^NotifyAccess=main$' "$u" &&
     grep -q '^ExecReload=/bin/kill -HUP \$MAINPID$' "$u"
 tap_ok $? "ringcached@: Type=notify (sd_notify READY/RELOADING/STOPPING), ExecReload sends SIGHUP"
+grep -q '^Environment=METRICS=127.0.0.1:9150$' "$u" && grep -q -- '--metrics \${METRICS} ' "$u" &&
+    [ "$(grep -n '^Environment=METRICS' "$u" | cut -d: -f1)" -lt \
+      "$(grep -n '^EnvironmentFile=' "$u" | cut -d: -f1)" ]
+tap_ok $? "ringcached@: metrics on 127.0.0.1:9150 by default (METRICS in the environment file overrides it)"
 if grep -q '^#define HAVE_LIBSYSTEMD 1' "$RC_BUILDDIR/config.h"; then
     ldd "$RC_BUILDDIR/server/.libs/ringcached" "$RC_BUILDDIR/server/ringcached" 2>/dev/null |
         grep -q 'libsystemd\.so'
