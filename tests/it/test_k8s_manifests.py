@@ -218,6 +218,30 @@ def main():
     t.ok(sorted(m["nodes"]) == want,
          "the initial membership names the %d pods at their stable DNS names"
          % spec.get("replicas", 0), m["nodes"])
+    # Scaling with the StatefulSet: the watch follows it with its own
+    # account (get the StatefulSet, list pods, nothing more), and a pod
+    # waits in its preStop while it leaves, within its termination grace.
+    watch = [d for d in by_kind.get("Deployment", []) if d["metadata"]["name"] == "ringcache-watch"]
+    wpod = watch[0]["spec"]["template"]["spec"] if watch else {}
+    wargs = " ".join((wpod.get("containers") or [{}])[0].get("args", []))
+    roles = {d["metadata"]["name"]: d for d in by_kind.get("Role", [])}
+    rules = roles.get("ringcache-watch", {}).get("rules", [])
+    grants = sorted((tuple(r.get("resources", [])), tuple(r.get("verbs", []))) for r in rules)
+    binds = [b for b in by_kind.get("RoleBinding", [])
+             if b["roleRef"]["name"] == "ringcache-watch"
+             and any(sj.get("kind") == "ServiceAccount" and sj.get("name") == wpod.get(
+                 "serviceAccountName") for sj in b.get("subjects", []))]
+    t.ok(("--kubernetes %s" % sts["metadata"]["name"]) in wargs
+         and wpod.get("serviceAccountName") == "ringcache-watch" and binds
+         and grants == [(("pods",), ("list",)), (("statefulsets",), ("get",))],
+         "the watch runs --kubernetes on the StatefulSet with an account that may only get it "
+         "and list pods", (wargs, wpod.get("serviceAccountName"), grants, len(binds)))
+    pre = " ".join(c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", []))
+    tm = re.search(r"--timeout (\d+)", pre)
+    t.ok('wait-left "$POD_NAME"' in pre and tm is not None
+         and int(tm.group(1)) < pod.get("terminationGracePeriodSeconds", 30),
+         "StatefulSet: preStop waits for the pod's leave (ringctl wait-left), within its "
+         "termination grace", (pre, pod.get("terminationGracePeriodSeconds")))
     t.done()
 
 
