@@ -10,7 +10,8 @@ Three nodes, R=2, one declared connection to a, every key's primary a
    key reads the same at its replica, asked directly, as the client was
    told (value, counter, deleted).
 2. The same shape, replies read by a second thread, and c killed with -9
-   a third of the way in: every reply is still its own command's, in
+   right after a send a third of the way in (2,000 writes unanswered):
+   every reply is still its own command's, in
    order; every write replicated to b is acknowledged, and its value is at
    b; of the writes replicated to c, the acknowledged ones are a prefix
    (c acknowledged them in order before it died: nothing is acknowledged
@@ -142,10 +143,12 @@ def killed_replica(t, cl, keys):
             # deep but the kill lands in its middle.
             lg.wait_for(lambda: len(replies) >= j - 4 * PER_SEND or err or not th.is_alive(),
                         20)
-            if killed_at is None and len(replies) >= len(cmds) // 3:
-                cl.nodes["c"].stop(signal.SIGKILL)
-                killed_at = len(replies)
             c.send(b"".join(x[0] for x in cmds[j:j + PER_SEND]))
+            if killed_at is None and j >= len(cmds) // 3:
+                # Right after a send: its writes are in flight, some of
+                # their images on the way to c or applied there unacked.
+                killed_at = len(replies)
+                cl.nodes["c"].stop(signal.SIGKILL)
         th.join(60)
     finally:
         c.close()
