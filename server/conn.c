@@ -27,7 +27,8 @@
 #define CONN_IOV_MAX    64
 #define CHUNK_POOL_MAX  64
 #define ICHUNK_POOL_MAX 256
-#define CONN_MAX_ROUNDS 16 /* read/parse rounds per event, for fairness */
+#define HOLD_POOL_MAX   256 /* a pipelined batch of replicated writes holds one each */
+#define CONN_MAX_ROUNDS 16  /* read/parse rounds per event, for fairness */
 
 /* Create a connection; see conn.h. */
 struct conn *
@@ -129,6 +130,11 @@ chunk_free(struct conn *c, struct out_chunk *ch)
         ch->next = w->chunk_pool;
         w->chunk_pool = ch;
         w->nchunk_pool++;
+        return;
+    } else if (ch->cap == CONN_HOLD_INLINE && w->nhold_pool < HOLD_POOL_MAX) {
+        ch->next = w->hold_pool;
+        w->hold_pool = ch;
+        w->nhold_pool++;
         return;
     }
     free(ch);
@@ -275,13 +281,18 @@ conn_out_item(struct conn *c, struct store_item *it, const char *p, size_t len)
     c->out_bytes += len;
 }
 
-/* Queue a hold; see conn.h. */
+/* Queue a hold (from the worker's pool: a pipelined client's replicated
+ * writes take and give back one each); see conn.h. */
 struct out_chunk *
 conn_out_hold(struct conn *c, void *owner, conn_hold_gone_fn gone)
 {
-    struct out_chunk *ch = malloc(sizeof(*ch) + CONN_HOLD_INLINE);
+    struct worker    *w = c->w;
+    struct out_chunk *ch = w->hold_pool;
 
-    if (ch == NULL) {
+    if (ch != NULL) {
+        w->hold_pool = ch->next;
+        w->nhold_pool--;
+    } else if ((ch = malloc(sizeof(*ch) + CONN_HOLD_INLINE)) == NULL) {
         log_msg(LOG_ERR, "out of memory for replies");
         abort();
     }

@@ -747,7 +747,11 @@ worker_free_pools(struct worker *w)
         w->ichunk_pool = ch->next;
         free(ch);
     }
-    w->nchunk_pool = w->nichunk_pool = 0;
+    while ((ch = w->hold_pool) != NULL) {
+        w->hold_pool = ch->next;
+        free(ch);
+    }
+    w->nchunk_pool = w->nichunk_pool = w->nhold_pool = 0;
 }
 
 /* Free everything; see thread.h. */

@@ -68,6 +68,8 @@ struct worker {
     int               nchunk_pool;
     struct out_chunk *ichunk_pool; /* free item-reference chunks */
     int               nichunk_pool;
+    struct out_chunk *hold_pool; /* free holds (one per replicated write) */
+    int               nhold_pool;
     /* Upstream connections to peers (server/forward.c), created lazily. */
     struct fwd_worker *fwd;
     /* Finished replication ops for reuse (server/replicate.c). */
