@@ -68,6 +68,7 @@ enum conn_pstate {
     CONN_PS_SWALLOW, /* discarding a rejected data block */
     CONN_PS_GET,     /* a multi-get paused on a full output queue */
     CONN_PS_DUMP,    /* a metadump or cachedump (server/proto_admin.c) */
+    CONN_PS_WATCH,   /* memcached's watch: a log stream, input ignored (server/watch.c) */
 };
 
 struct mset_ctx;
@@ -148,6 +149,8 @@ struct conn {
 
     /* The order of its relayed requests across retries (forward.c). */
     struct fwd_order *fwd_order;
+    /* It sent `watch`: its log stream (server/watch.c). */
+    struct watcher *watcher;
 
     /* Output. */
     struct out_chunk *out_head, *out_tail;

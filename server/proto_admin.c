@@ -23,6 +23,7 @@
 #include "server/cluster.h"
 #include "server/log.h"
 #include "server/store.h"
+#include "server/watch.h"
 
 /* Queue a string literal (always: these replies ignore noreply). */
 #define OUT_LIT(c, lit) conn_out_add((c), lit, sizeof(lit) - 1)
@@ -514,6 +515,8 @@ proto_admin(struct conn *c, const struct token *t, int ntok, enum proto_status *
         *st = shutdown_cmd(c, t, ntok);
     } else if (TOK_IS(&t[0], "cache_memlimit")) {
         cache_memlimit(c, t, ntok);
+    } else if (TOK_IS(&t[0], "watch")) {
+        watch_start(c, t, ntok);
     } else if (TOK_IS(&t[0], "config") && ntok >= 2) {
         if (ntok == 3 && TOK_IS(&t[1], "get") && TOK_IS(&t[2], "cluster")) {
             config_get_cluster(c);

@@ -24,6 +24,7 @@
 #include "server/route.h"
 #include "server/stats.h"
 #include "server/store.h"
+#include "server/watch.h"
 #include "server/thread.h"
 
 #define META_TOK_MAX    23 /* tokens read from a line; the rest is ignored (memcached's) */
@@ -465,6 +466,9 @@ meta_get(struct conn *c, struct mreq *r)
     q.ecas = r->ecas;
     q.binkey = r->binary;
     it = store_mget(s, r->key, r->nkey, ring_hash(r->key, r->nkey), &q, &res, &e);
+    if (!r->binary) {
+        watch_fetch(c, r->key, r->nkey, it != NULL, it != NULL ? it->nbytes : 0);
+    }
     if (r->touch) {
         STATS_ADD(ts, cmd_touch, 1);
         if (it != NULL) {
@@ -765,6 +769,9 @@ mset_block_done(struct conn *c)
     }
     route_write_begin(&c->route);
     rc = store_mset(s, it, x->op, x->r.has_cas ? x->r.cas : 0, &x->o, &cas, &nbytes);
+    if (!x->r.binary && watch_on(WATCH_MUTATIONS)) {
+        watch_stored(c, it, x->op, rc, store_now(s));
+    }
     if (x->op == STORE_OP_CAS) {
         if (rc == STORE_STORED) {
             STATS_ADD(ts, cas_hits, 1);
@@ -875,6 +882,9 @@ meta_delete(struct conn *c, struct mreq *r)
         if (!r->stale) {
             STATS_ADD(ts, delete_hits, 1);
         }
+        if (!r->binary) {
+            watch_delete(c, r->key, r->nkey, "md");
+        }
         break;
     case STORE_NOT_FOUND:
     case STORE_EXISTS:
@@ -896,8 +906,8 @@ meta_delete(struct conn *c, struct mreq *r)
     if (rc == STORE_NOT_FOUND && rt.replicate) {
         tomb = store_cas_mint(s);
     }
-    meta_done(c, &rt, r, rc == STORE_DELETED || rc == STORE_NOT_FOUND, tomb, hdr,
-              (size_t)(p - hdr), rc == STORE_DELETED && r->quiet);
+    meta_done(c, &rt, r, rc == STORE_DELETED || rc == STORE_NOT_FOUND, tomb, hdr, (size_t)(p - hdr),
+              rc == STORE_DELETED && r->quiet);
 }
 
 /* ---- ma ----------------------------------------------------------------- */

@@ -33,6 +33,7 @@
 #include "server/route.h"
 #include "server/stats.h"
 #include "server/store.h"
+#include "server/watch.h"
 #include "server/thread.h"
 #include "server/tls.h"
 
@@ -202,6 +203,7 @@ get_continue(struct conn *c, struct route_get *g)
             }
         }
         note_detail(c, &k, ADMIN_DETAIL_GET, it != NULL);
+        watch_fetch(c, k.p, k.len, it != NULL, it != NULL ? it->nbytes : 0);
         if (it != NULL) {
             emit_value(c, it, c->get_cas);
         }
@@ -360,6 +362,9 @@ update_block_done(struct conn *c)
     }
     route_write_begin(&c->route);
     r = store_put(s, it, (enum store_op)c->nread_op, c->nread_cas, NULL);
+    if (watch_on(WATCH_MUTATIONS)) {
+        watch_stored(c, it, c->nread_op, r, store_now(s));
+    }
     if (c->nread_op == STORE_OP_CAS) {
         if (r == STORE_STORED) {
             STATS_ADD(ts, cas_hits, 1);
@@ -438,6 +443,7 @@ process_delete(struct conn *c, struct token *t, int ntok)
     r = store_delete_cas(s, t[1].p, t[1].len, hash, &tomb);
     if (r == STORE_DELETED) {
         STATS_ADD(ts, delete_hits, 1);
+        watch_delete(c, t[1].p, t[1].len, "delete");
         route_write_end(c, &rt, t[1].p, t[1].len, tomb, "DELETED\r\n", 9);
     } else {
         /* NOT_FOUND is an acknowledged delete too: the other owners get a
@@ -847,6 +853,9 @@ process_batch(struct conn *c)
         case CONN_PS_DUMP:
             proto_admin_dump_continue(c);
             continue;
+        case CONN_PS_WATCH:
+            c->rpos = c->rend; /* a watcher's input is ignored, as memcached does */
+            return PROTO_MORE;
         case CONN_PS_NREAD:
             n = avail < c->nread_left ? avail : c->nread_left;
             if (n > 0) {

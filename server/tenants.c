@@ -12,6 +12,7 @@
 #include "server/proto_auth.h"
 #include "server/replicate.h"
 #include "server/thread.h"
+#include "server/watch.h"
 
 static const struct worker_tenant forward_tenant = {
     .name = "forward",
@@ -31,9 +32,12 @@ static const struct worker_tenant proto_auth_tenant = {
     .reload = proto_auth_reload,
 };
 
+/* memcached's `watch`: a watcher that closes stops being streamed to. */
+static const struct worker_tenant watch_tenant = {
+    .name = "watch",
+    .conn_closed = watch_detach,
+};
+
 const struct worker_tenant *const worker_tenants[] = {
-    &forward_tenant,
-    &replicate_tenant,
-    &proto_auth_tenant,
-    NULL,
+    &forward_tenant, &replicate_tenant, &proto_auth_tenant, &watch_tenant, NULL,
 };
