@@ -100,7 +100,8 @@ def main():
         nodes.append(HostNode("127.0.0.1", pa))
         moving = HostNode("127.0.0.2", pm)
         nodes.append(moving)
-        env = {"LD_PRELOAD": NSS_WRAPPER, "NSS_WRAPPER_HOSTS": hosts,
+        pre = os.environ.get("LD_PRELOAD", "")  # a sanitizer's runtime stays first
+        env = {"LD_PRELOAD": (pre + " " + NSS_WRAPPER).strip(), "NSS_WRAPPER_HOSTS": hosts,
                "NSS_WRAPPER_PASSWD": "/etc/passwd", "NSS_WRAPPER_GROUP": "/etc/group",
                # An ASan build: the wrapper is preloaded ahead of its runtime.
                "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}

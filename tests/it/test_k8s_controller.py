@@ -42,7 +42,8 @@ def reexec_with_hosts():
     with open(hosts, "w") as f:
         for i in range(6):
             f.write("127.0.0.%d ringcache-%d.ringcache\n" % (10 + i, i))
-    env = dict(os.environ, LD_PRELOAD=NSS_WRAPPER, NSS_WRAPPER_HOSTS=hosts,
+    pre = os.environ.get("LD_PRELOAD", "")  # a sanitizer's runtime stays first
+    env = dict(os.environ, LD_PRELOAD=(pre + " " + NSS_WRAPPER).strip(), NSS_WRAPPER_HOSTS=hosts,
                NSS_WRAPPER_PASSWD="/etc/passwd", NSS_WRAPPER_GROUP="/etc/group",
                ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0")
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
