@@ -481,21 +481,6 @@ connect_one(void)
     return fd;
 }
 
-static int
-write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* do_prefill: set keys [FROM, TO) over the blocking socket FD, PREFILL_BATCH
  * at a time; 0, or -1 with a message when a reply is not STORED. */
 static int
@@ -517,7 +502,9 @@ do_prefill(int fd, uint32_t from, uint32_t to)
             memcpy(p, value_block, (size_t)vsize + 2);
             p += vsize + 2;
         }
-        if (write_all(fd, buf, (size_t)(p - buf)) < 0)
+        /* a blocking send returns once all of it is queued (no signals
+         * here interrupt it) */
+        if (send(fd, buf, (size_t)(p - buf), MSG_NOSIGNAL) != p - buf)
             goto out;
         for (uint32_t got = 0; got < n;) {
             char *nl = memchr(rb, '\n', rlen);
