@@ -333,6 +333,7 @@ absolute_paths(struct settings *st)
         make_absolute(st->socket_path, sizeof(st->socket_path), "-s") < 0 ||
         make_absolute(st->state_dir, sizeof(st->state_dir), "--state-dir") < 0 ||
         make_absolute(st->auth_file, sizeof(st->auth_file), "-Y") < 0 ||
+        make_absolute(st->metrics_auth, sizeof(st->metrics_auth), "--metrics-auth") < 0 ||
         make_absolute(st->ssl_chain_cert, sizeof(st->ssl_chain_cert), "-o ssl_chain_cert") < 0 ||
         make_absolute(st->ssl_key, sizeof(st->ssl_key), "-o ssl_key") < 0 ||
         make_absolute(st->ssl_ca_cert, sizeof(st->ssl_ca_cert), "-o ssl_ca_cert") < 0) {
@@ -462,7 +463,7 @@ main(int argc, char **argv)
     struct server   *srv = NULL;
     struct cport    *cp = NULL;
     struct metrics  *metrics = NULL;
-    struct authfile *auth = NULL;
+    struct authfile *auth = NULL, *metrics_auth = NULL;
     bool             pid_written = false, listening = false;
     int              rc, ready_fd = -1;
 
@@ -508,6 +509,16 @@ main(int argc, char **argv)
             return 1;
         }
     }
+    if (settings.metrics_auth[0] != '\0') {
+        char err[AUTHFILE_ERR_MAX];
+
+        metrics_auth = authfile_load(settings.metrics_auth, err, sizeof(err));
+        if (metrics_auth == NULL) {
+            log_msg(LOG_ERR, "--metrics-auth: %s", err);
+            authfile_free(auth);
+            return 1;
+        }
+    }
 
     rc = 1;
     srv = server_new(&settings);
@@ -524,7 +535,8 @@ main(int argc, char **argv)
     }
     /* After the cluster: a scrape reads srv->cluster. */
     if (settings.metrics_addr[0] != '\0' &&
-        (metrics = metrics_start(srv, settings.metrics_addr, settings.metrics_port)) == NULL) {
+        (metrics = metrics_start(srv, settings.metrics_addr, settings.metrics_port,
+                                 metrics_auth)) == NULL) {
         goto out;
     }
     if (settings.pid_file[0] != '\0') {
@@ -551,6 +563,7 @@ out:
     }
     server_free(srv);
     authfile_free(auth);
+    authfile_free(metrics_auth);
     if (pid_written && unlink(settings.pid_file) < 0) {
         log_msg(LOG_ERR, "cannot remove the pid file %s: %s", settings.pid_file, strerror(errno));
     }

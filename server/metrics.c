@@ -26,6 +26,8 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "lib/util.h"
+#include "server/authfile.h"
 #include "server/cluster.h"
 #include "server/hotkeys.h"
 #include "server/latency.h"
@@ -50,6 +52,7 @@ struct metrics {
     int                listen_fd;
     pthread_t          tid;
     bool               started;
+    struct authfile   *auth; /* --metrics-auth: who may scrape (NULL: anyone); the caller's */
 };
 
 /* "# HELP" and "# TYPE" of one metric family. */
@@ -410,9 +413,38 @@ render_latency(struct server *srv, struct evbuffer *b)
     free(ls);
 }
 
+/* --metrics-auth: does req carry HTTP basic credentials of a user of the
+ * file ("Authorization: Basic base64(user:password)")? */
+static bool
+authorized(const struct metrics *m, struct evhttp_request *req)
+{
+    const char   *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    unsigned char dec[AUTHFILE_LINE_MAX + 4];
+    const char   *colon;
+    size_t        n;
+    bool          ok;
+
+    if (h == NULL || strncasecmp(h, "Basic ", 6) != 0) {
+        return false;
+    }
+    h += 6;
+    while (*h == ' ') {
+        h++;
+    }
+    if (strlen(h) > (sizeof(dec) - 4) / 3 * 4 || !util_b64_decode_strict(h, strlen(h), dec, &n)) {
+        return false;
+    }
+    colon = memchr(dec, ':', n);
+    ok = colon != NULL && authfile_check(m->auth, (const char *)dec, (size_t)(colon - (char *)dec),
+                                         colon + 1, n - (size_t)(colon + 1 - (char *)dec));
+    explicit_bzero(dec, sizeof(dec));
+    return ok;
+}
+
 /* Every request: GET /metrics and GET /ready, else 404 (405 for those
  * two by another method). /ready answers 200 or 503 with one line saying
- * why (server/ready.h). */
+ * why (server/ready.h), to anyone (a probe); /metrics, with
+ * --metrics-auth, only to a user of its file (else 401). */
 static void
 request_cb(struct evhttp_request *req, void *arg)
 {
@@ -434,6 +466,15 @@ request_cb(struct evhttp_request *req, void *arg)
     b = evbuffer_new();
     if (b == NULL) {
         evhttp_send_error(req, HTTP_INTERNAL, "Out of memory");
+        return;
+    }
+    if (!ready_path && m->auth != NULL && !authorized(m, req)) {
+        /* evhttp_send_error would drop the header: a reply of our own. */
+        evbuffer_add_printf(b, "401 Unauthorized\n");
+        evhttp_add_header(out, "WWW-Authenticate", "Basic realm=\"ringcache metrics\"");
+        evhttp_add_header(out, "Content-Type", "text/plain; charset=utf-8");
+        evhttp_send_reply(req, 401, "Unauthorized", b);
+        evbuffer_free(b);
         return;
     }
     if (ready_path) {
@@ -479,7 +520,7 @@ metrics_main(void *arg)
 
 /* Start the thread; see metrics.h. */
 struct metrics *
-metrics_start(struct server *srv, const char *addr, int port)
+metrics_start(struct server *srv, const char *addr, int port, struct authfile *auth)
 {
     struct metrics *m = calloc(1, sizeof(*m));
     sigset_t        block, old;
@@ -489,6 +530,7 @@ metrics_start(struct server *srv, const char *addr, int port)
         return NULL;
     }
     m->srv = srv;
+    m->auth = auth;
     m->stop_fd[0] = m->stop_fd[1] = -1;
     m->listen_fd = listen_tcp(addr, port, METRICS_BACKLOG, "metrics port");
     if (m->listen_fd < 0) {

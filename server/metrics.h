@@ -10,15 +10,18 @@
 #define SERVER_METRICS_H
 
 struct server;
+struct authfile;
 struct metrics;
 
 /*
  * Bind addr:port and start the metrics thread, which reads srv (its
  * counters, store figures and srv->cluster, which must be set by now) until
- * metrics_free. NULL after logging why (the port cannot be bound, no
- * memory, no thread).
+ * metrics_free. auth (--metrics-auth, NULL: none) is who may GET /metrics
+ * with HTTP basic auth; the caller keeps it until after metrics_free.
+ * NULL after logging why (the port cannot be bound, no memory, no thread).
  */
-struct metrics *metrics_start(struct server *srv, const char *addr, int port);
+struct metrics *metrics_start(struct server *srv, const char *addr, int port,
+                              struct authfile *auth);
 
 /* Stop the thread, close the port, free everything; NULL is a no-op. Call
  * it before srv->cluster or srv is freed. */

@@ -88,6 +88,9 @@ settings_usage(FILE *f)
                "                             readiness at GET /ready (200 or 503) on this\n"
                "                             HTTP address (off by default; give a\n"
                "                             loopback one, e.g. 127.0.0.1:9150)\n"
+               "      --metrics-auth=<file>  GET /metrics only with HTTP basic auth of a\n"
+               "                             user:password line of file (-Y's format);\n"
+               "                             /ready stays open for probes\n"
                "      --hotkeys-sample=<n>   count 1 keyed request in n in the hot-key\n"
                "                             sketch (stats hotkeys; default: 100, 0: off)\n"
                "      --hotkeys-decay=<s>    halve the hot-key counts every s seconds\n"
@@ -534,6 +537,7 @@ enum {
     OPT_FORWARD_TIMEOUT,
     OPT_STORE,
     OPT_METRICS,
+    OPT_METRICS_AUTH,
     OPT_HOTKEYS_SAMPLE,
     OPT_HOTKEYS_DECAY,
     OPT_MAX_OUTPUT,
@@ -630,6 +634,7 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         { "forward-timeout", required_argument, NULL, OPT_FORWARD_TIMEOUT },
         { "store", required_argument, NULL, OPT_STORE },
         { "metrics", required_argument, NULL, OPT_METRICS },
+        { "metrics-auth", required_argument, NULL, OPT_METRICS_AUTH },
         { "hotkeys-sample", required_argument, NULL, OPT_HOTKEYS_SAMPLE },
         { "hotkeys-decay", required_argument, NULL, OPT_HOTKEYS_DECAY },
         { "max-output-bytes", required_argument, NULL, OPT_MAX_OUTPUT },
@@ -763,6 +768,12 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
             break;
         case OPT_METRICS:
             if (parse_metrics(err, optarg, s) < 0) {
+                return -1;
+            }
+            break;
+        case OPT_METRICS_AUTH:
+            if (copy_opt(err, "metrics-auth", optarg, s->metrics_auth, sizeof(s->metrics_auth)) <
+                0) {
                 return -1;
             }
             break;
@@ -1002,6 +1013,10 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         fprintf(err,
                 "ringcached: --id, --token-file, --cluster-port and --store need --state-dir\n");
         settings_usage(err);
+        return -1;
+    }
+    if (s->metrics_auth[0] != '\0' && s->metrics_addr[0] == '\0') {
+        fprintf(err, "ringcached: --metrics-auth needs --metrics ADDR:PORT\n");
         return -1;
     }
     if (s->auth_file[0] != '\0' && s->state_dir[0] != '\0' && s->token_file[0] == '\0') {

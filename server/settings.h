@@ -40,6 +40,7 @@ struct settings {
     /* --metrics ADDR:PORT: Prometheus /metrics over HTTP (server/metrics.h). */
     char metrics_addr[64]; /* "" = off; brackets of a v6 literal removed */
     int  metrics_port;
+    char metrics_auth[1024]; /* --metrics-auth: user:password lines (-Y's format); "" none */
     /* memcached's process options (main.c applies them). */
     char socket_path[SETTINGS_SOCKET_PATH_MAX]; /* -s: a unix socket instead of TCP ("" none) */
     int  socket_mask;                           /* -a: its permissions (default 0700) */
