@@ -103,6 +103,8 @@ def main():
         pre = os.environ.get("LD_PRELOAD", "")  # a sanitizer's runtime stays first
         env = {"LD_PRELOAD": (pre + " " + NSS_WRAPPER).strip(), "NSS_WRAPPER_HOSTS": hosts,
                "NSS_WRAPPER_PASSWD": "/etc/passwd", "NSS_WRAPPER_GROUP": "/etc/group",
+               # RTLD_DEEPBIND, its default, is refused by a sanitizer's runtime.
+               "NSS_WRAPPER_DISABLE_DEEPBIND": "1",
                # An ASan build: the wrapper is preloaded ahead of its runtime.
                "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}
         probe = Probe(members, op_timeout=500, retry=100, retry_max=200, poll=0, env=env)

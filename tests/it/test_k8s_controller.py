@@ -45,6 +45,8 @@ def reexec_with_hosts():
     pre = os.environ.get("LD_PRELOAD", "")  # a sanitizer's runtime stays first
     env = dict(os.environ, LD_PRELOAD=(pre + " " + NSS_WRAPPER).strip(), NSS_WRAPPER_HOSTS=hosts,
                NSS_WRAPPER_PASSWD="/etc/passwd", NSS_WRAPPER_GROUP="/etc/group",
+               # RTLD_DEEPBIND, its default, is refused by a sanitizer's runtime.
+               NSS_WRAPPER_DISABLE_DEEPBIND="1",
                ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0")
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
