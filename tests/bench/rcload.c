@@ -214,6 +214,7 @@ conn_fail(struct thread *t, struct conn *c, const char *why)
     c->dead = true;
     epoll_ctl(t->ep, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
+    c->fd = -1;
 }
 
 static void
@@ -530,6 +531,26 @@ out:
     return rc;
 }
 
+/* thread_free: close and free what thread_setup made (a dead
+ * connection's fd is already closed: -1). */
+static void
+thread_free(struct thread *t)
+{
+    for (int i = 0; t->c != NULL && i < t->nc; i++) {
+        struct conn *c = &t->c[i];
+
+        if (c->fd >= 0)
+            close(c->fd);
+        free(c->out);
+        free(c->in);
+        free(c->q);
+    }
+    free(t->c);
+    free(t->hist);
+    if (t->ep >= 0)
+        close(t->ep);
+}
+
 /* thread_setup: connect T's share of the connections, prefill its share
  * of the keys over the first, make them non-blocking and register them. */
 static int
@@ -785,5 +806,10 @@ main(int argc, char **argv)
     printf("errors %" PRIu64 "\n", sum.errors);
     printf("failed_conns %" PRIu64 "\n", sum.failed_conns);
     freeaddrinfo(server_ai);
+    for (int i = 0; i < nthreads; i++)
+        thread_free(&th[i]);
+    free(th);
+    free(hist);
+    free(value_block);
     return sum.errors > 0 || sum.failed_conns > 0 || sum.ops == 0 ? 1 : 0;
 }
