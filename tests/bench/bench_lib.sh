@@ -58,3 +58,20 @@ us_per_op() {
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 # ratio A B: A / B to three places (0 when B is 0).
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", (b > 0) ? a / b : 0}'; }
+
+# start_server ours|memcached [MEM]: ringcached ($ours_bin, with
+# $OURS_ARGS) or memcached ($theirs_bin) on a free port with -t $threads
+# and -m MEM (default $mem); sets SRV_PID, SRV_PORT. node_bench.sh and
+# request_bench.sh.
+start_server() {
+    SRV_PORT=$(free_port)
+    if [ "$1" = ours ]; then
+        # shellcheck disable=SC2086 # OURS_ARGS: extra options, word-split on purpose
+        "$ours_bin" -l 127.0.0.1 -p "$SRV_PORT" -t "$threads" -m "${2:-$mem}" -c 4096 ${OURS_ARGS:-} &
+    else
+        "$theirs_bin" -u nobody -l 127.0.0.1 -p "$SRV_PORT" -U 0 -t "$threads" -m "${2:-$mem}" -c 4096 &
+    fi
+    SRV_PID=$!
+    pids+=("$SRV_PID")
+    wait_port "$SRV_PORT" || { echo "$1 did not start" >&2; exit 1; }
+}

@@ -24,19 +24,6 @@ for b in "$ours_bin" "$theirs_bin" "$(command -v memcaslap)"; do
     [ -x "$b" ] || { echo "missing $b" >&2; exit 1; }
 done
 . "$here/bench_lib.sh"
-# start_server WHICH MEM: sets SRV_PID, SRV_PORT
-start_server() {
-    SRV_PORT=$(free_port)
-    if [ "$1" = ours ]; then
-        # shellcheck disable=SC2086 # OURS_ARGS: extra options, word-split on purpose
-        "$ours_bin" -l 127.0.0.1 -p "$SRV_PORT" -t "$threads" -m "$2" -c 4096 ${OURS_ARGS:-} &
-    else
-        "$theirs_bin" -u nobody -l 127.0.0.1 -p "$SRV_PORT" -U 0 -t "$threads" -m "$2" -c 4096 &
-    fi
-    SRV_PID=$!
-    pids+=("$SRV_PID")
-    wait_port "$SRV_PORT" || { echo "$1 did not start" >&2; exit 1; }
-}
 
 cat > "$work/get90_set10.cfg" <<'CFG'
 key

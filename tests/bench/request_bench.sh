@@ -39,19 +39,6 @@ for b in "$ours_bin" "$theirs_bin" "$rcload"; do
 done
 . "$here/bench_lib.sh"
 
-# start_server WHICH: sets SRV_PID, SRV_PORT
-start_server() {
-    SRV_PORT=$(free_port)
-    if [ "$1" = ours ]; then
-        # shellcheck disable=SC2086 # OURS_ARGS: extra options, word-split on purpose
-        "$ours_bin" -l 127.0.0.1 -p "$SRV_PORT" -t "$threads" -m "$mem" -c 4096 ${OURS_ARGS:-} &
-    else
-        "$theirs_bin" -u nobody -l 127.0.0.1 -p "$SRV_PORT" -U 0 -t "$threads" -m "$mem" -c 4096 &
-    fi
-    SRV_PID=$!
-    pids+=("$SRV_PID")
-    wait_port "$SRV_PORT" || { echo "$1 did not start" >&2; exit 1; }
-}
 
 # run_load PID PORT RCLOAD_ARGS...: one rcload run against a running server;
 # prints "TPS P50 P99 P999 CPU_US_PER_OP ERRORS".
