@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #include "config.h"
 #include "client/cport_client.h"
 #include "client/ctl.h"
@@ -21,6 +23,20 @@
 #include "client/ctl_util.h"
 #include "lib/mstore.h"
 #include "ring/ring.h"
+
+/* The rows push_active prints: one per node (JSON: "nodes"). */
+#define NODES_SPEC "nodes:id,addr,result,detail"
+
+/* {"from": from, "to": to}: a transition's epochs under --json. */
+static struct json_object *
+epoch_pair(uint64_t from, uint64_t to)
+{
+    struct json_object *o = json_object_new_object();
+
+    json_object_object_add(o, "from", json_object_new_uint64(from));
+    json_object_object_add(o, "to", json_object_new_uint64(to));
+    return o;
+}
 
 static char err_buf[MSTORE_WHERE_MAX + 1024];
 
@@ -161,25 +177,28 @@ push_active(struct admin *a, const char *what, bool only_behind)
         if (only_behind) {
             rc = node_call(a, t, &sreq, a->g->timeout_ms);
             if (rc == CPORT_OK && t->st.active_epoch >= a->old->epoch) {
-                printf("%s\t%s\tok\tepoch %" PRIu64 "\n", t->id, t->addr, t->st.active_epoch);
+                ctl_out_line(stdout, NODES_SPEC, "sssS", "%s\t%s\tok\tepoch %" PRIu64 "\n", t->id,
+                             t->addr, t->st.active_epoch);
                 continue;
             }
             if (rc == CPORT_OK && t->st.active_epoch == 0 && t->st.pending_epoch == 0 &&
                 ring_members_find(a->old, t->id) >= 0) {
                 /* A member with no state at all lost its state directory:
                  * given the epoch it would serve its ranges empty. */
-                printf("%s\t%s\tfailed\tno state (its state directory was lost?): "
-                       "run ringctl repair %s\n",
-                       t->id, t->addr, t->id);
+                ctl_out_line(stdout, NODES_SPEC, "sssS",
+                             "%s\t%s\tfailed\tno state (its state directory was lost?): "
+                             "run ringctl repair %s\n",
+                             t->id, t->addr, t->id);
                 failed++;
                 continue;
             }
         }
         rc = node_call(a, t, &req, LONG_TIMEOUT_MS);
         if (rc == CPORT_OK) {
-            printf("%s\t%s\tok\n", t->id, t->addr);
+            ctl_out_line(stdout, NODES_SPEC, "sssS", "%s\t%s\tok\n", t->id, t->addr);
         } else {
-            printf("%s\t%s\tfailed\t%s\n", t->id, t->addr, t->err);
+            ctl_out_line(stdout, NODES_SPEC, "sssS", "%s\t%s\tfailed\t%s\n", t->id, t->addr,
+                         t->err);
             failed++;
         }
     }
@@ -257,6 +276,7 @@ ctl_init(struct ctl_globals *g, int argc, char **argv)
         goto out;
     }
     ctl_info("init: store: epoch 1 with %u nodes", a.old->n_nodes);
+    ctl_out_add("epoch", json_object_new_uint64(1));
     rc = nodes_build(&a);
     if (rc != EX_OK) {
         goto out;
@@ -302,6 +322,10 @@ ctl_status(struct ctl_globals *g, int argc, char **argv)
         ctl_error("usage: %s", usage);
         return EX_USAGE;
     }
+    if (watch && ctl_out_json()) {
+        ctl_error("status: --watch draws a screen; with --json, run status in a loop");
+        return EX_USAGE;
+    }
     return watch ? ctl_status_watch(g, interval) : ctl_status_print(g, stdout);
 }
 
@@ -338,7 +362,7 @@ plan_change(struct ctl_globals *g, int argc, char **argv)
     struct ring      *ro = NULL, *rn = NULL;
     struct ring_diff *d = NULL;
     double           *sold = NULL, *snew = NULL, *moving = NULL, rate = 0;
-    struct ctl_table  t = { .ncols = 7 };
+    struct ctl_table  t = { .ncols = 7, .name = "nodes", .types = "sffiiff" };
     uint32_t          i, j, k, weight = 1, unknown = 0;
     double            tot_items = 0, tot_bytes = 0;
     int               rc;
@@ -389,10 +413,11 @@ plan_change(struct ctl_globals *g, int argc, char **argv)
             moving[arc->old_nodes[0]] += ctl_arc_frac(arc->lo, arc->hi) * gain;
         }
     }
-    printf("plan%s%s %s%s%s\n", g->human ? ":  " : "\t", join ? "join" : "leave", id,
-           join ? " " : "", addr);
-    printf("epoch%s%" PRIu64 " -> %" PRIu64 "\n", g->human ? ": " : "\t", a.old->epoch,
-           a.new->epoch);
+    ctl_out_line(stdout, NULL, "s", "plan%s%s %s%s%s\n", g->human ? ":  " : "\t",
+                 join ? "join" : "leave", id, join ? " " : "", addr);
+    ctl_out_line(stdout, NULL, "s", "epoch%s%" PRIu64 " -> %" PRIu64 "\n", g->human ? ": " : "\t",
+                 a.old->epoch, a.new->epoch);
+    ctl_out_add("epoch", epoch_pair(a.old->epoch, a.new->epoch));
     ctl_table_row(&t, "id\tshare_before\tshare_after\titems\tbytes\tmove_items\tmove_bytes");
     rc = nodes_build(&a);
     if (rc != EX_OK) {
@@ -427,12 +452,14 @@ plan_change(struct ctl_globals *g, int argc, char **argv)
         ctl_table_row(&t, "%s\t%s\t%s\t%s\t%s\t%s", n->id, b[0], b[1], b[2], b[3], b[4]);
     }
     ctl_table_print(&t, g->human, stdout);
-    printf("primary_moved\t%.4f\n", d->primary_moved);
-    printf("list_moved\t%.4f\n", d->list_moved);
+    ctl_out_line(stdout, NULL, "f", "primary_moved\t%.4f\n", d->primary_moved);
+    ctl_out_line(stdout, NULL, "f", "list_moved\t%.4f\n", d->list_moved);
     if (unknown > 0) {
-        printf("move_items_estimate\t?\nmove_bytes_estimate\t?\n");
+        ctl_out_line(stdout, NULL, "f", "move_items_estimate\t?\n");
+        ctl_out_line(stdout, NULL, "f", "move_bytes_estimate\t?\n");
     } else {
-        printf("move_items_estimate\t%.0f\nmove_bytes_estimate\t%.0f\n", tot_items, tot_bytes);
+        ctl_out_line(stdout, NULL, "f", "move_items_estimate\t%.0f\n", tot_items);
+        ctl_out_line(stdout, NULL, "f", "move_bytes_estimate\t%.0f\n", tot_bytes);
     }
     if (!have_token) {
         ctl_info("plan: no --token-file: node item and byte counts unknown");
@@ -494,7 +521,7 @@ reabort(struct admin *a, uint64_t above, bool quiet)
     }
     if (!a->have_rec) {
         if (!quiet) {
-            printf("nothing pending\n");
+            ctl_out_line(stdout, "=result", "s", "nothing pending\n");
         }
         return EX_OK;
     }
@@ -547,9 +574,10 @@ reabort(struct admin *a, uint64_t above, bool quiet)
         }
     }
     if (!quiet) {
-        printf("nothing pending\tlast aborted epoch %" PRIu64 " (%s): re-sent Abort to %u nodes, "
-               "%u unreachable or failed\n",
-               a->rec.epoch, a->rec.op, sent, failed);
+        ctl_out_line(stdout, "=result", "s",
+                     "nothing pending\tlast aborted epoch %" PRIu64 " (%s): re-sent Abort to %u "
+                     "nodes, %u unreachable or failed\n",
+                     a->rec.epoch, a->rec.op, sent, failed);
     } else if (sent > 0 || failed > 0) {
         ctl_info("resume: re-sent an Abort its node missed to %u nodes, %u unreachable or failed",
                  sent, failed);
@@ -587,7 +615,7 @@ ctl_abort(struct ctl_globals *g, int argc, char **argv)
             rc = EX_FAILED;
             goto out;
         }
-        printf("aborted\tincomplete pending record removed\n");
+        ctl_out_line(stdout, "=result", "s", "aborted\tincomplete pending record removed\n");
         rc = EX_OK;
         goto out;
     }
@@ -600,7 +628,11 @@ ctl_abort(struct ctl_globals *g, int argc, char **argv)
         rc = EX_FAILED;
         goto out;
     }
-    printf("aborted\tepoch %" PRIu64 "\t%s\t%d nodes not reached\n", a.rec.epoch, a.rec.op, rc);
+    ctl_out_line(stdout, "=result", "s", "aborted\tepoch %" PRIu64 "\t%s\t%d nodes not reached\n",
+                 a.rec.epoch, a.rec.op, rc);
+    ctl_out_add("epoch", json_object_new_uint64(a.rec.epoch));
+    ctl_out_add("op", json_object_new_string(a.rec.op));
+    ctl_out_add("nodes_not_reached", json_object_new_int(rc));
     rc = rc > 0 ? EX_FAILED : EX_OK;
 out:
     admin_free(&a);
@@ -674,10 +706,10 @@ resume_committed(struct admin *a, bool leftover)
     }
     missed = deliver_commit(a);
     clean = wait_cleanup(a);
-    printf("epoch\t%" PRIu64 "\n", a->new->epoch);
-    printf("op\t%s\n", a->rec.op);
-    printf("nodes_not_committed\t%u\n", missed);
-    printf("cleanup\t%s\n", clean ? "done" : "incomplete");
+    ctl_out_line(stdout, NULL, "i", "epoch\t%" PRIu64 "\n", a->new->epoch);
+    ctl_out_line(stdout, NULL, "s", "op\t%s\n", a->rec.op);
+    ctl_out_line(stdout, NULL, "i", "nodes_not_committed\t%u\n", missed);
+    ctl_out_line(stdout, NULL, "s", "cleanup\t%s\n", clean ? "done" : "incomplete");
     return EX_OK;
 }
 

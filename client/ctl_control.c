@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #include "client/ctl.h"
 #include "client/ctl_transition.h"
 #include "client/ctl_util.h"
@@ -109,6 +111,10 @@ control_set(struct ctl_globals *g, const char *cmd, bool set_rate, uint64_t rate
                  cmd, a.rec.op, a.rec.from_epoch, a.rec.epoch, (double)rate / 1048576.0,
                  paused ? "paused" : "running");
     }
+    ctl_out_add("op", json_object_new_string(a.rec.op));
+    ctl_out_add("epoch", json_object_new_uint64(a.rec.epoch));
+    ctl_out_add("rate_bytes_per_s", json_object_new_uint64(rate));
+    ctl_out_add("paused", json_object_new_boolean(paused));
     admin_free(&a);
     return EX_OK;
 }

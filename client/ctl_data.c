@@ -176,18 +176,6 @@ open_for_keys(const struct ctl_globals *g, int argc, char **argv, const char *cm
     return first;
 }
 
-/* The key column of a get or delete row: padded to width with --human,
- * else followed by a tab. */
-static void
-print_key(const struct ctl_globals *g, const char *key, int width)
-{
-    if (g->human) {
-        printf("%-*s  ", width, key);
-    } else {
-        printf("%s\t", key);
-    }
-}
-
 /* Why a read missed, for its stderr line: the library reports a key whose
  * every owner is down as a plain miss (ringcache.h), which would hide a
  * dead cluster from a person. Returns "not found", or a sentence naming
@@ -237,9 +225,14 @@ ctl_get(struct ctl_globals *g, int argc, char **argv)
             status = ret == RINGCACHE_EKEY ? 2 : 1;
             continue;
         }
-        print_key(g, argv[i], width);
-        fwrite(v.data, 1, v.len, stdout);
-        putchar('\n');
+        if (g->human) {
+            printf("%-*s  ", width, argv[i]);
+            fwrite(v.data, 1, v.len, stdout);
+            putchar('\n');
+        } else {
+            ctl_out_cells("values:key,value", "s", 2, (const char *[]){ argv[i], v.data },
+                          (size_t[]){ strlen(argv[i]), v.len });
+        }
         ringcache_value_clear(&v);
     }
     ringcache_free(rc);
@@ -302,7 +295,8 @@ ctl_set(struct ctl_globals *g, int argc, char **argv)
             printf("stored %s on %s (%s)\n", argv[optind], ringcache_node_id(rc, owner),
                    ringcache_node_addr(rc, owner));
         } else {
-            printf("%s\t%s\n", argv[optind], ringcache_node_id(rc, owner));
+            ctl_out_line(stdout, "stored:key,node", "s", "%s\t%s\n", argv[optind],
+                         ringcache_node_id(rc, owner));
         }
     }
     ringcache_free(rc);
@@ -326,8 +320,11 @@ ctl_delete(struct ctl_globals *g, int argc, char **argv)
             status = ret == RINGCACHE_EKEY ? 2 : 1;
             continue;
         }
-        print_key(g, argv[i], width);
-        printf("deleted\n");
+        if (g->human) {
+            printf("%-*s  deleted\n", width, argv[i]);
+        } else {
+            ctl_out_line(stdout, "deleted:key,result", "s", "%s\tdeleted\n", argv[i]);
+        }
     }
     ringcache_free(rc);
     return status;
@@ -392,11 +389,13 @@ mget_print(struct ringcache *rc, char **keys, size_t n, struct mget_out *o, bool
         }
         if (human) {
             printf("%-*s  %-*s  ", width, keys[i], node_width, id);
+            fwrite(o->values[i].data, 1, o->values[i].len, stdout);
+            putchar('\n');
         } else {
-            printf("%s\t%s\t", keys[i], id);
+            ctl_out_cells("values:key,node,value", "s", 3,
+                          (const char *[]){ keys[i], id, o->values[i].data },
+                          (size_t[]){ strlen(keys[i]), strlen(id), o->values[i].len });
         }
-        fwrite(o->values[i].data, 1, o->values[i].len, stdout);
-        putchar('\n');
     }
     return misses;
 }
@@ -551,8 +550,9 @@ ctl_stats(struct ctl_globals *g, int argc, char **argv)
     struct ringcache  *rc;
     size_t             i, r;
     int               *width = NULL, name_width = 4, status = 0, ret;
-
-    const char *group = NULL;
+    char              *line = NULL;
+    size_t             line_len;
+    const char        *group = NULL;
 
     if (ctl_no_options(argc, argv, CTL_USAGE_DATA " stats [GROUP]", CTL_USAGE_ON_ERROR) < 0) {
         return 2;
@@ -595,37 +595,31 @@ ctl_stats(struct ctl_globals *g, int argc, char **argv)
             width[i] = l > width[i] ? l : width[i];
         }
     }
-    /* Header row: the node ids; a node that did not answer shows "-". */
-    if (g->human) {
-        printf("%-*s", name_width, "stat");
-    } else {
-        printf("stat");
-    }
-    for (i = 0; i < t.n_nodes; i++) {
-        if (g->human) {
-            printf("  %*s", width[i], ringcache_node_id(rc, i));
-        } else {
-            printf("\t%s", ringcache_node_id(rc, i));
-        }
-    }
-    putchar('\n');
-    for (r = 0; r < t.n_rows; r++) {
-        if (g->human) {
-            printf("%-*s", name_width, t.names[r]);
-        } else {
-            printf("%s", t.names[r]);
-        }
-        for (i = 0; i < t.n_nodes; i++) {
-            const char *cell = t.cells[r][i] != NULL ? t.cells[r][i] : "-";
+    /* Header row: the node ids; a node that did not answer shows "-".
+     * A row is put together in line, then printed (JSON: "stats"). */
+    for (r = 0; r <= t.n_rows; r++) {
+        FILE *row = open_memstream(&line, &line_len);
 
-            if (g->human) {
-                printf("  %*s", width[i], cell);
-            } else {
-                printf("\t%s", cell);
-            }
+        if (row == NULL) {
+            status = 1;
+            break;
+        }
+        fprintf(row, "%-*s", g->human ? name_width : 0, r == 0 ? "stat" : t.names[r - 1]);
+        for (i = 0; i < t.n_nodes; i++) {
+            const char *cell = r == 0                      ? ringcache_node_id(rc, i)
+                               : t.cells[r - 1][i] != NULL ? t.cells[r - 1][i]
+                                                           : "-";
+
+            fprintf(row, g->human ? "  %*s" : "\t%*s", g->human ? width[i] : 0, cell);
+        }
+        fclose(row);
+        ctl_out_line(stdout, "stats", "sa", "%s\n", line);
+        free(line);
+    }
+    for (r = 0; r < t.n_rows; r++) {
+        for (i = 0; i < t.n_nodes; i++) {
             free(t.cells[r][i]);
         }
-        putchar('\n');
         free(t.names[r]);
         free(t.cells[r]);
     }
@@ -800,8 +794,9 @@ ctl_top(struct ctl_globals *g, int argc, char **argv)
         status = 1;
     }
     qsort(t.keys, t.n, sizeof(*t.keys), top_by_count);
-    printf(g->human ? "%-4s  %-32s  %12s  %10s  %-16s  %s\n" : "%s\t%s\t%s\t%s\t%s\t%s\n", "rank",
-           "key", "requests", "overest", "seen_at", "owners");
+    ctl_out_line(stdout, "keys", "isiisl",
+                 g->human ? "%-4s  %-32s  %12s  %10s  %-16s  %s\n" : "%s\t%s\t%s\t%s\t%s\t%s\n",
+                 "rank", "key", "requests", "overest", "seen_at", "owners");
     for (i = 0; i < t.n; i++) {
         if ((long)i < want) {
             char owners[256];
@@ -809,9 +804,10 @@ ctl_top(struct ctl_globals *g, int argc, char **argv)
 
             top_owners(rc, &t.keys[i], owners, sizeof(owners));
             snprintf(shown, sizeof(shown), "%s%s", t.keys[i].key, t.keys[i].binary ? " (b64)" : "");
-            printf(g->human ? "%-4zu  %-32s  %12llu  %10llu  %-16s  %s\n"
-                            : "%zu\t%s\t%llu\t%llu\t%s\t%s\n",
-                   i + 1, shown, t.keys[i].count, t.keys[i].err, t.keys[i].seen, owners);
+            ctl_out_line(stdout, "keys", "isiisl",
+                         g->human ? "%-4zu  %-32s  %12llu  %10llu  %-16s  %s\n"
+                                  : "%zu\t%s\t%llu\t%llu\t%s\t%s\n",
+                         i + 1, shown, t.keys[i].count, t.keys[i].err, t.keys[i].seen, owners);
         }
         free(t.keys[i].key);
         free(t.keys[i].seen);
@@ -977,12 +973,17 @@ static void
 meta_row(const struct ctl_globals *g, const char *name, const char *fmt, ...)
 {
     va_list ap;
+    char   *value = NULL;
+    bool    text =
+        strcmp(name, "key") == 0 || strcmp(name, "status") == 0 || strcmp(name, "owner") == 0;
 
-    printf(g->human ? "%-12s" : "%s\t", name);
     va_start(ap, fmt);
-    vprintf(fmt, ap);
+    if (vasprintf(&value, fmt, ap) >= 0) {
+        ctl_out_line(stdout, NULL, text ? "s" : "a", g->human ? "%-12s%s\n" : "%s\t%s\n", name,
+                     value);
+    }
     va_end(ap);
-    putchar('\n');
+    free(value);
 }
 
 /* Print the reply r to key (shown as given) on stdout: the status (of an
@@ -1003,9 +1004,14 @@ meta_print(const struct ctl_globals *g, struct ringcache *rc, const char *shown,
                  ringcache_node_addr(rc, owner));
     }
     if (r->got & RINGCACHE_WANT_VALUE) {
-        printf(g->human ? "%-12s" : "%s\t", "value");
-        fwrite(r->value, 1, r->value_len, stdout);
-        putchar('\n');
+        if (g->human) {
+            printf("%-12s", "value");
+            fwrite(r->value, 1, r->value_len, stdout);
+            putchar('\n');
+        } else {
+            ctl_out_cells(NULL, "s", 2, (const char *[]){ "value", r->value },
+                          (size_t[]){ 5, r->value_len });
+        }
     }
     if (r->number != 0 || (r->got & RINGCACHE_WANT_VALUE && r->status == RINGCACHE_META_STORED)) {
         meta_row(g, "number", "%llu", (unsigned long long)r->number);

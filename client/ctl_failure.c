@@ -771,17 +771,16 @@ ctl_watch(struct ctl_globals *g, int argc, char **argv)
             char *args[] = { (char *)"resume", NULL };
 
             rc = ctl_resume(g, 1, args);
-            printf("%s\twatch\t-\tresume\t%s\n", ctl_now_stamp(when, sizeof(when)),
-                   rc == EX_OK ? "done" : "failed");
-            fflush(stdout);
+            ctl_out_event(WATCH_EVENT, "ssSss", "%s\twatch\t-\tresume\t%s\n",
+                          ctl_now_stamp(when, sizeof(when)), rc == EX_OK ? "done" : "failed");
         } else if (act_id[0] != '\0') {
             ctl_info("watch: %s: %s", act_id,
                      act_repair ? "repair (remove --failed, then join)" : "remove --failed");
             rc = act_repair ? repair_node(g, act_id, NULL, force, !keep_sole, DEFAULT_RATE_MIB)
                             : remove_failed(g, act_id, force, !keep_sole, DEFAULT_RATE_MIB);
-            printf("%s\twatch\t%s\t%s\t%s\n", ctl_now_stamp(when, sizeof(when)), act_id,
-                   act_repair ? "repair" : "remove --failed", rc == EX_OK ? "done" : "failed");
-            fflush(stdout);
+            ctl_out_event(
+                WATCH_EVENT, "ssSss", "%s\twatch\t%s\t%s\t%s\n", ctl_now_stamp(when, sizeof(when)),
+                act_id, act_repair ? "repair" : "remove --failed", rc == EX_OK ? "done" : "failed");
             for (k = 0; k < nw; k++) {
                 if (strcmp(w[k].id, act_id) == 0) {
                     w[k].bad_since = 0;

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <json-c/json.h>
+
 #include "client/ctl.h"
 #include "client/ctl_transition.h"
 #include "client/ctl_util.h"
@@ -143,6 +145,18 @@ print_row(char *line)
     if (n < 11) {
         return false;
     }
+    if (ctl_out_json()) {
+        size_t lens[12];
+        int    i;
+
+        for (i = 0; i < n; i++) {
+            lens[i] = strlen(f[i]);
+        }
+        ctl_out_cells("moves:started,ended,from_epoch,epoch,outcome,items,bytes,copy_bytes_per_s,"
+                      "fence_ms,admin,op,why",
+                      "iiiisiiiisss", n, (const char *const *)f, lens);
+        return true;
+    }
     began = strtoll(f[0], NULL, 10);
     ended = strtoll(f[1], NULL, 10);
     bytes = strtoull(f[6], NULL, 10);
@@ -184,8 +198,12 @@ ctl_history(struct ctl_globals *g, int argc, char **argv)
         return rc;
     }
     rc = mstore_get(a.store, HISTORY_RECORD, &rec, err, sizeof(err));
+    /* JSON: "moves", an array even when empty. */
+    ctl_out_add("moves", json_object_new_array());
     if (rc == MSTORE_ENOENT) {
-        printf("no move recorded yet\n");
+        if (!ctl_out_json()) {
+            printf("no move recorded yet\n");
+        }
         admin_free(&a);
         return EX_OK;
     }
@@ -198,8 +216,10 @@ ctl_history(struct ctl_globals *g, int argc, char **argv)
         line += *line == '\n';
         total += *line != '#' && *line != '\0';
     }
-    printf("%-19s  %6s  %-12s  %-9s %15s %14s %14s  %-13s  %s\n", "started (UTC)", "took", "epoch",
-           "outcome", "items", "bytes", "copy rate", "fence", "op (admin)");
+    if (!ctl_out_json()) {
+        printf("%-19s  %6s  %-12s  %-9s %15s %14s %14s  %-13s  %s\n", "started (UTC)", "took",
+               "epoch", "outcome", "items", "bytes", "copy rate", "fence", "op (admin)");
+    }
     skip = total > last ? total - last : 0;
     for (line = strtok_r(rec.text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
         if (line[0] == '#') {

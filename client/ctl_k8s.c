@@ -246,9 +246,9 @@ k8s_round(struct ctl_globals *g, const struct k8s_conf *conf, char *last_why)
         snprintf(o.addr, sizeof(o.addr), "%s", act.addr);
         rc = change_run(g, &o);
     }
-    printf("%s\twatch\t%s\t%s\t%s\n", ctl_now_stamp(when, sizeof(when)), act.id,
-           act.what == K8S_JOIN ? "join" : "leave", rc == EX_OK ? "done" : "failed");
-    fflush(stdout);
+    ctl_out_event(WATCH_EVENT, "ssSss", "%s\twatch\t%s\t%s\t%s\n",
+                  ctl_now_stamp(when, sizeof(when)), act.id,
+                  act.what == K8S_JOIN ? "join" : "leave", rc == EX_OK ? "done" : "failed");
     last_why[0] = '\0'; /* say the next decision even if it repeats */
     return rc;
 }

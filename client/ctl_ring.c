@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #include "config.h"
 #include "client/ctl.h"
 #include "client/ctl_svg.h"
@@ -61,17 +63,22 @@ print_locate(const struct ring *r, const char *key, size_t len, uint32_t want, u
 {
     const struct ring_members *m = ring_members(r);
     uint32_t                   n, i;
+    char                      *ids = NULL;
+    size_t                     lens[2] = { len, 0 };
+    FILE                      *f = open_memstream(&ids, &lens[1]);
 
     n = ring_locate(r, ring_hash(key, len), want, out);
-    fwrite(key, 1, len, stdout);
-    putchar('\t');
-    for (i = 0; i < n; i++) {
-        if (i > 0) {
-            putchar(',');
-        }
-        fputs(m->nodes[out[i]].id, stdout);
+    for (i = 0; i < n && f != NULL; i++) {
+        fprintf(f, "%s%s", i > 0 ? "," : "", m->nodes[out[i]].id);
     }
-    putchar('\n');
+    if (f == NULL || fclose(f) != 0) {
+        ctl_error("locate: out of memory");
+        return;
+    }
+    const char *cells[2] = { key, ids };
+
+    ctl_out_cells("owners:key,nodes", "sl", 2, cells, lens);
+    free(ids);
 }
 
 /* ringctl locate --members FILE [--replicas R] [KEY...]: see ctl.h. Keys
@@ -267,7 +274,7 @@ ctl_ring(struct ctl_globals *g, int argc, char **argv)
         printf("%-*s  %-*s  %6s  %-*s  %9s  %8s\n", wid, "id", wad, "addr", "weight", wzo, "zone",
                "points", "share%");
     } else {
-        printf("id\taddr\tweight\tzone\tpoints\tshare_pct\n");
+        ctl_out_line(stdout, "nodes", "ssiSif", "id\taddr\tweight\tzone\tpoints\tshare_pct\n");
     }
     for (i = 0; i < m->n_nodes; i++) {
         const struct ring_node *n = &m->nodes[i];
@@ -277,14 +284,21 @@ ctl_ring(struct ctl_globals *g, int argc, char **argv)
             printf("%-*s  %-*s  %6u  %-*s  %9llu  %8.4f\n", wid, n->id, wad, n->addr, n->weight,
                    wzo, zone, (unsigned long long)n->weight * m->vnodes, share[i] * 100);
         } else {
-            printf("%s\t%s\t%u\t%s\t%llu\t%.4f\n", n->id, n->addr, n->weight, zone,
-                   (unsigned long long)n->weight * m->vnodes, share[i] * 100);
+            ctl_out_line(stdout, "nodes", "ssiSif", "%s\t%s\t%u\t%s\t%llu\t%.4f\n", n->id, n->addr,
+                         n->weight, zone, (unsigned long long)n->weight * m->vnodes,
+                         share[i] * 100);
         }
     }
-    printf("# epoch %llu vnodes %u replicas %u nodes %u points %u "
-           "peak/mean %.4f\n",
-           (unsigned long long)m->epoch, m->vnodes, m->replicas, m->n_nodes, ring_n_points(r),
-           peak);
+    ctl_out_line(stdout, NULL, NULL,
+                 "# epoch %llu vnodes %u replicas %u nodes %u points %u "
+                 "peak/mean %.4f\n",
+                 (unsigned long long)m->epoch, m->vnodes, m->replicas, m->n_nodes, ring_n_points(r),
+                 peak);
+    ctl_out_add("epoch", json_object_new_uint64(m->epoch));
+    ctl_out_add("vnodes", json_object_new_int64(m->vnodes));
+    ctl_out_add("replicas", json_object_new_int64(m->replicas));
+    ctl_out_add("points", json_object_new_int64(ring_n_points(r)));
+    ctl_out_add("peak_mean", json_object_new_double(peak));
     rc = fflush(stdout) == 0 ? 0 : 1;
 out:
     free(share);
@@ -379,6 +393,19 @@ out:
     return n;
 }
 
+/* One side of a plan under --json: {"file", "epoch", "nodes", "replicas"}. */
+static struct json_object *
+plan_side(const char *file, const struct ring_members *m)
+{
+    struct json_object *o = json_object_new_object();
+
+    json_object_object_add(o, "file", json_object_new_string(file));
+    json_object_object_add(o, "epoch", json_object_new_uint64(m->epoch));
+    json_object_object_add(o, "nodes", json_object_new_int64(m->n_nodes));
+    json_object_object_add(o, "replicas", json_object_new_int64(m->replicas));
+    return o;
+}
+
 /* Print the ids of rows [lo, hi) that are (or are not) in the new
  * membership, comma separated, "-" for none. */
 static void
@@ -387,14 +414,20 @@ print_rows(const struct plan_row *rows, uint32_t lo, uint32_t hi, bool in_new, c
 {
     uint32_t i;
     int      n = 0;
+    char    *ids = NULL;
+    size_t   len = 0;
+    FILE    *f = open_memstream(&ids, &len);
 
-    printf(human ? "%-14s " : "%s\t", label);
-    for (i = lo; i < hi; i++) {
+    for (i = lo; i < hi && f != NULL; i++) {
         if (rows[i].in_new == in_new) {
-            printf("%s%s", n++ > 0 ? "," : "", rows[i].id);
+            fprintf(f, "%s%s", n++ > 0 ? "," : "", rows[i].id);
         }
     }
-    printf("%s\n", n == 0 ? "-" : "");
+    if (f != NULL && fclose(f) == 0) {
+        ctl_out_line(stdout, NULL, "l", human ? "%-14s %s\n" : "%s\t%s\n", label,
+                     n == 0 ? "-" : ids);
+    }
+    free(ids);
 }
 
 /* ringctl plan --from A --to B: fractions of the keyspace whose primary
@@ -499,14 +532,17 @@ ctl_plan(struct ctl_globals *g, int argc, char **argv)
             }
         }
     }
-    printf("# from %s (epoch %llu, %u nodes, R=%u) to %s (epoch %llu, %u nodes, R=%u)\n", from,
-           (unsigned long long)ma->epoch, ma->n_nodes, ma->replicas, to,
-           (unsigned long long)mb->epoch, mb->n_nodes, mb->replicas);
+    ctl_out_line(stdout, NULL, NULL,
+                 "# from %s (epoch %llu, %u nodes, R=%u) to %s (epoch %llu, %u nodes, R=%u)\n",
+                 from, (unsigned long long)ma->epoch, ma->n_nodes, ma->replicas, to,
+                 (unsigned long long)mb->epoch, mb->n_nodes, mb->replicas);
+    ctl_out_add("from", plan_side(from, ma));
+    ctl_out_add("to", plan_side(to, mb));
     /* TSV carries fractions (as the library does), --human percents. */
-    printf(human ? "%-14s %.4f%%\n" : "%s\t%.6f\n", "primary_moved",
-           d->primary_moved * (human ? 100 : 1));
-    printf(human ? "%-14s %.4f%%\n" : "%s\t%.6f\n", "list_moved",
-           d->list_moved * (human ? 100 : 1));
+    ctl_out_line(stdout, NULL, "f", human ? "%-14s %.4f%%\n" : "%s\t%.6f\n", "primary_moved",
+                 d->primary_moved * (human ? 100 : 1));
+    ctl_out_line(stdout, NULL, "f", human ? "%-14s %.4f%%\n" : "%s\t%.6f\n", "list_moved",
+                 d->list_moved * (human ? 100 : 1));
     print_rows(rows, ma->n_nodes, n_rows, true, "added", human);
     print_rows(rows, 0, ma->n_nodes, false, "removed", human);
     wid = 2;
@@ -519,16 +555,18 @@ ctl_plan(struct ctl_globals *g, int argc, char **argv)
         printf("%-*s  %9s  %9s  %9s  %9s  %9s  %9s\n", wid, "id", "old%", "new%", "+primary%",
                "-primary%", "+list%", "-list%");
     } else {
-        printf("id\told_share_pct\tnew_share_pct\tprimary_gain_pct\t"
-               "primary_loss_pct\tlist_gain_pct\tlist_loss_pct\n");
+        ctl_out_line(stdout, "nodes", "sf",
+                     "id\told_share_pct\tnew_share_pct\tprimary_gain_pct\t"
+                     "primary_loss_pct\tlist_gain_pct\tlist_loss_pct\n");
     }
     for (i = 0; i < n_rows; i++) {
         const struct plan_row *w = &rows[i];
 
-        printf(human ? "%-*s  %9.4f  %9.4f  %9.4f  %9.4f  %9.4f  %9.4f\n"
-                     : "%-*s\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\n",
-               human ? wid : 0, w->id, w->old_share * 100, w->new_share * 100, w->pgain * 100,
-               w->ploss * 100, w->rgain * 100, w->rloss * 100);
+        ctl_out_line(stdout, "nodes", "sf",
+                     human ? "%-*s  %9.4f  %9.4f  %9.4f  %9.4f  %9.4f  %9.4f\n"
+                           : "%-*s\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\n",
+                     human ? wid : 0, w->id, w->old_share * 100, w->new_share * 100, w->pgain * 100,
+                     w->ploss * 100, w->rgain * 100, w->rloss * 100);
     }
     rc = fflush(stdout) == 0 ? 0 : 1;
 out:

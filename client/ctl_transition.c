@@ -65,19 +65,20 @@ print_pending(struct admin *a, FILE *out)
     char hex[2 * TREC_TOKEN_BYTES + 1];
 
     if (!a->have_rec) {
-        fprintf(out,
-                "pending\t%s exists without %s (a crashed create?): "
-                "run ringctl abort\n",
-                a->new != NULL ? REC_PENDING : REC_PENDING_TREC,
-                a->new != NULL ? REC_PENDING_TREC : REC_PENDING);
+        ctl_out_line(out, NULL, "s",
+                     "pending\t%s exists without %s (a crashed create?): "
+                     "run ringctl abort\n",
+                     a->new != NULL ? REC_PENDING : REC_PENDING_TREC,
+                     a->new != NULL ? REC_PENDING_TREC : REC_PENDING);
         return;
     }
     util_hex(a->rec.token, TREC_TOKEN_BYTES, hex);
-    fprintf(out,
-            "pending\t%s\tepoch %" PRIu64 " -> %" PRIu64 "\tphase %s\tadmin %s\t"
-            "started %" PRId64 "\ttoken %s\n",
-            a->rec.op, a->rec.from_epoch, a->rec.epoch, trec_phase_name(a->rec.phase), a->rec.admin,
-            a->rec.started, hex);
+    /* JSON: "pending": [op, "epoch A -> B", "phase P", ...] as the words. */
+    ctl_out_line(out, NULL, "s",
+                 "pending\t%s\tepoch %" PRIu64 " -> %" PRIu64 "\tphase %s\tadmin %s\t"
+                 "started %" PRId64 "\ttoken %s\n",
+                 a->rec.op, a->rec.from_epoch, a->rec.epoch, trec_phase_name(a->rec.phase),
+                 a->rec.admin, a->rec.started, hex);
 }
 
 /*
@@ -836,14 +837,15 @@ phase_commit(struct admin *a)
     maybe_exit_after(a, "commit");
     missed = deliver_commit(a);
     clean = wait_cleanup(a);
-    printf("epoch\t%" PRIu64 "\n", a->new->epoch);
-    printf("op\t%s\n", a->rec.op);
-    printf("moved_items\t%" PRIu64 "\n", a->moved_items);
-    printf("moved_bytes\t%" PRIu64 "\n", a->moved_bytes);
-    printf("fence_ms\t%" PRIu64 "\n", a->fence_ms);
-    printf("seconds\t%.2f\n", (double)(util_now_ms() - a->t_start) / 1000.0);
-    printf("nodes_not_committed\t%u\n", missed);
-    printf("cleanup\t%s\n", clean ? "done" : "incomplete");
+    ctl_out_line(stdout, NULL, "i", "epoch\t%" PRIu64 "\n", a->new->epoch);
+    ctl_out_line(stdout, NULL, "s", "op\t%s\n", a->rec.op);
+    ctl_out_line(stdout, NULL, "i", "moved_items\t%" PRIu64 "\n", a->moved_items);
+    ctl_out_line(stdout, NULL, "i", "moved_bytes\t%" PRIu64 "\n", a->moved_bytes);
+    ctl_out_line(stdout, NULL, "i", "fence_ms\t%" PRIu64 "\n", a->fence_ms);
+    ctl_out_line(stdout, NULL, "f", "seconds\t%.2f\n",
+                 (double)(util_now_ms() - a->t_start) / 1000.0);
+    ctl_out_line(stdout, NULL, "i", "nodes_not_committed\t%u\n", missed);
+    ctl_out_line(stdout, NULL, "s", "cleanup\t%s\n", clean ? "done" : "incomplete");
     return EX_OK;
 }
 

@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "client/ctl.h"
+#include "client/ctl_out.h"
 #include "client/ctl_util.h"
 #include "ring/ring.h"
 
@@ -43,21 +44,42 @@ ctl_error_to(FILE *f)
     error_sink = f;
 }
 
-void
-ctl_error(const char *fmt, ...)
+/* A "ringctl: " line on the error sink; error: also ctl_out's last error. */
+static void
+message(bool error, const char *fmt, va_list ap)
 {
-    FILE   *f = error_sink != NULL ? error_sink : stderr;
-    va_list ap;
-    char    when[40];
+    FILE *f = error_sink != NULL ? error_sink : stderr;
+    char  when[40], *line = NULL;
 
+    if (vasprintf(&line, fmt, ap) < 0) {
+        return; /* out of memory: nothing to say it with */
+    }
+    ctl_out_error(error, line);
     if (error_stamp) {
         fprintf(f, "%s ", ctl_now_stamp(when, sizeof(when)));
     }
-    fputs("ringctl: ", f);
+    fprintf(f, "ringctl: %s\n", line);
+    free(line);
+}
+
+void
+ctl_error(const char *fmt, ...)
+{
+    va_list ap;
+
     va_start(ap, fmt);
-    vfprintf(f, fmt, ap);
+    message(true, fmt, ap);
     va_end(ap);
-    fputc('\n', f);
+}
+
+void
+ctl_info(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    message(false, fmt, ap);
+    va_end(ap);
 }
 
 char *
@@ -221,7 +243,17 @@ ctl_table_print(struct ctl_table *t, bool human, FILE *out)
     uint32_t r, c;
     size_t  *w = calloc(t->ncols ? t->ncols : 1, sizeof(*w));
 
-    for (r = 0; r < t->nrows && w != NULL; r++) {
+    for (r = 0; r < t->nrows && w != NULL && ctl_out_json(); r++) {
+        const char *row[t->ncols];
+
+        for (c = 0; c < t->ncols; c++) {
+            row[c] = t->cells[(size_t)r * t->ncols + c];
+            row[c] = row[c] != NULL ? row[c] : "";
+            w[c] = strlen(row[c]);
+        }
+        ctl_out_cells(t->name != NULL ? t->name : "rows", t->types, (int)t->ncols, row, w);
+    }
+    for (r = 0; r < t->nrows && w != NULL && !ctl_out_json(); r++) {
         for (c = 0; c < t->ncols; c++) {
             const char *s = t->cells[(size_t)r * t->ncols + c];
             size_t      l = s ? strlen(s) : 0;
@@ -231,7 +263,7 @@ ctl_table_print(struct ctl_table *t, bool human, FILE *out)
             }
         }
     }
-    for (r = 0; r < t->nrows; r++) {
+    for (r = 0; r < t->nrows && !ctl_out_json(); r++) {
         for (c = 0; c < t->ncols; c++) {
             const char *s = t->cells[(size_t)r * t->ncols + c];
 

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "client/ctl_out.h"
 #include "lib/util.h"
 
 struct ring_members;
@@ -32,8 +33,8 @@ void ctl_error_stamp(bool on);
 const char *ctl_now_stamp(char *buf, size_t len);
 
 /* A progress or info line on stderr ("ringctl: phase: ..."): the same
- * shape as an error line, so ctl_error prints both. */
-#define ctl_info(...) ctl_error(__VA_ARGS__)
+ * shape as an error line, but not the error --json reports. */
+void ctl_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Read a whole file ("-": stdin) into a NUL-terminated malloc'd buffer;
  * NULL with errno set on failure. *len gets the length (without the NUL). */
@@ -67,11 +68,14 @@ int ctl_parse_rate(const char *what, const char *arg, double *out);
 
 /*
  * Output tables: rows of cells, printed as TSV or (--human) aligned with
- * three spaces between columns. Start with { .ncols = N }.
+ * three spaces between columns, or under --json as the array name of
+ * ctl_out (the first row is the header; types as ctl_out_line's). Start
+ * with { .ncols = N, .name = "nodes", .types = "ss..." }.
  */
 struct ctl_table {
-    uint32_t ncols, nrows, cap;
-    char   **cells; /* nrows * ncols, malloc'd strings */
+    uint32_t    ncols, nrows, cap;
+    char      **cells; /* nrows * ncols, malloc'd strings */
+    const char *name, *types;
 };
 
 /* Append a row: fmt is printf'd, then cut into ncols cells at its tabs

@@ -79,8 +79,9 @@ ctl_status_print(struct ctl_globals *g, FILE *out)
 {
     struct admin         a = { .g = g };
     struct cport_request sreq = { .kind = CPORT_STATUS };
-    struct ctl_table     t = { .ncols = 15 };
+    struct ctl_table     t = { .ncols = 15, .name = "nodes", .types = "sssiiSiifbiiSll" };
     const char          *sep;
+    char                 pend[512];
     struct ring         *r = NULL;
     double              *share = NULL;
     uint32_t             i, bad = 0;
@@ -94,21 +95,22 @@ ctl_status_print(struct ctl_globals *g, FILE *out)
     epoch = a.old != NULL ? a.old->epoch : 0;
     /* Two header lines: TSV, or "name:  value" words for people. */
     sep = g->human ? " " : "\t";
-    fprintf(out, "epoch%s%" PRIu64 "\n", g->human ? ":   " : "\t", epoch);
-    fprintf(out, "pending%s", g->human ? ": " : "\t");
+    ctl_out_line(out, NULL, "i", "epoch%s%" PRIu64 "\n", g->human ? ":   " : "\t", epoch);
     if (a.have_rec) {
-        fprintf(out, "%" PRIu64 "%s%s%s%s\n", a.rec.epoch, sep, trec_phase_name(a.rec.phase), sep,
-                a.rec.op);
+        snprintf(pend, sizeof(pend), "%" PRIu64 "%s%s%s%s", a.rec.epoch, sep,
+                 trec_phase_name(a.rec.phase), sep, a.rec.op);
     } else if (a.new != NULL) {
-        fprintf(out, "%" PRIu64 "%sINCOMPLETE%s%s without %s\n", a.new->epoch, sep, sep,
-                REC_PENDING, REC_PENDING_TREC);
+        snprintf(pend, sizeof(pend), "%" PRIu64 "%sINCOMPLETE%s%s without %s", a.new->epoch, sep,
+                 sep, REC_PENDING, REC_PENDING_TREC);
     } else {
-        fprintf(out, "none\n");
+        snprintf(pend, sizeof(pend), "none");
     }
-    fprintf(out, "phase%s%s\n", g->human ? ":   " : "\t",
-            a.have_rec      ? trec_phase_name(a.rec.phase)
-            : a.new != NULL ? "INCOMPLETE"
-                            : "NONE");
+    /* JSON: [epoch, phase, op], or null for none. */
+    ctl_out_line(out, NULL, "iss", "pending%s%s\n", g->human ? ": " : "\t", pend);
+    ctl_out_line(out, NULL, "s", "phase%s%s\n", g->human ? ":   " : "\t",
+                 a.have_rec      ? trec_phase_name(a.rec.phase)
+                 : a.new != NULL ? "INCOMPLETE"
+                                 : "NONE");
     if (a.old == NULL) {
         goto out;
     }

@@ -8,9 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #include "config.h"
 #include "client/ctl.h"
 #include "client/ctl_k8s.h"
+#include "client/ctl_out.h"
 #include "client/ctl_util.h"
 #include "client/cport_client.h"
 #include "client/ringcache.h"
@@ -131,33 +134,45 @@ usage(FILE *out)
         }
         fprintf(out, "  %s\n      %s\n", commands[i].synopsis, commands[i].what);
     }
-    fprintf(out, "\nglobal options (before COMMAND):\n"
-                 "  --members FILE     membership file (*.members)\n"
-                 "  --seeds H:P,...    data commands: ask these nodes for the membership\n"
-                 "  --store STORE      membership store: DIR, or etcd://HOST:PORT,.../PREFIX\n"
-                 "                     (etcds:// for TLS); default $RINGCTL_STORE\n"
-                 "  --token-file FILE  admin token (its first line) for the nodes' cluster port;\n"
-                 "                     default $RINGCTL_TOKEN_FILE\n"
-                 "  --cluster NAME     cluster name (default ringcache); must match the nodes'\n"
-                 "  --human            aligned output for people (default: TSV)\n"
-                 "  --timeout MS       per-operation timeout (default 1000)\n"
-                 "  --tls              data commands over TLS (nodes started with -Z)\n"
-                 "  --tls-ca FILE      CA certificates that sign the nodes' (implies --tls;\n"
-                 "                     default: the system's)\n"
-                 "  --tls-cert FILE    client certificate, with --tls-key (implies --tls)\n"
-                 "  --tls-key FILE     its private key\n"
-                 "  --tls-skip-name-check  accept a trusted node certificate that does not\n"
-                 "                     name the node's address\n"
-                 "  --cluster-tls      admin commands over mutual TLS to the cluster port\n"
-                 "                     (nodes started with --cluster-tls): --tls-ca, and\n"
-                 "                     --tls-cert/--tls-key as the admin's certificate;\n"
-                 "                     then data commands use TLS only with --tls\n"
-                 "  --auth-user USER   data commands log in as USER (nodes started with -Y)\n"
-                 "  --auth-password-file FILE  its password: the file's first line\n"
-                 "  -h, --help         this text\n"
-                 "  -V, --version      print the version\n"
-                 "\nexit status: 0 ok, 1 an operation failed or a key was missing, 2 bad usage or\n"
-                 "input, 3 another transition is pending. See ringctl(1).\n");
+    fprintf(out,
+            "\nglobal options (before COMMAND):\n"
+            "  --members FILE     membership file (*.members)\n"
+            "  --seeds H:P,...    data commands: ask these nodes for the membership\n"
+            "  --store STORE      membership store: DIR, or etcd://HOST:PORT,.../PREFIX\n"
+            "                     (etcds:// for TLS); default $RINGCTL_STORE\n"
+            "  --token-file FILE  admin token (its first line) for the nodes' cluster port;\n"
+            "                     default $RINGCTL_TOKEN_FILE\n"
+            "  --cluster NAME     cluster name (default ringcache); must match the nodes'\n"
+            "  --human            aligned output for people (default: TSV)\n"
+            "  --json             one JSON object on stdout (errors too: \"error\", \"code\");\n"
+            "                     default $RINGCTL_JSON=1\n"
+            "  --timeout MS       per-operation timeout (default 1000)\n"
+            "  --tls              data commands over TLS (nodes started with -Z)\n"
+            "  --tls-ca FILE      CA certificates that sign the nodes' (implies --tls;\n"
+            "                     default: the system's)\n"
+            "  --tls-cert FILE    client certificate, with --tls-key (implies --tls)\n"
+            "  --tls-key FILE     its private key\n"
+            "  --tls-skip-name-check  accept a trusted node certificate that does not\n"
+            "                     name the node's address\n"
+            "  --cluster-tls      admin commands over mutual TLS to the cluster port\n"
+            "                     (nodes started with --cluster-tls): --tls-ca, and\n"
+            "                     --tls-cert/--tls-key as the admin's certificate;\n"
+            "                     then data commands use TLS only with --tls\n"
+            "  --auth-user USER   data commands log in as USER (nodes started with -Y)\n"
+            "  --auth-password-file FILE  its password: the file's first line\n"
+            "  -h, --help         this text\n"
+            "  -V, --version      print the version\n"
+            "\nexit status: 0 ok, 1 an operation failed or a key was missing, 2 bad usage or\n"
+            "input, 3 another transition is pending. See ringctl(1).\n");
+}
+
+/* RINGCTL_JSON set, not empty and not "0": --json by default. */
+static bool
+json_env_on(void)
+{
+    const char *e = getenv("RINGCTL_JSON");
+
+    return e != NULL && e[0] != '\0' && strcmp(e, "0") != 0;
 }
 
 /* value, or when it is NULL the environment variable name if set and not
@@ -170,13 +185,15 @@ env_default(const char *value, const char *name)
     return value != NULL || e == NULL || e[0] == '\0' ? value : e;
 }
 
-int
-main(int argc, char **argv)
+/* The command line's work; main prints its --json result. */
+static int
+run(int argc, char **argv)
 {
     static const struct option opts[] = { { "members", required_argument, NULL, 'm' },
                                           { "token-file", required_argument, NULL, 'k' },
                                           { "store", required_argument, NULL, 's' },
                                           { "human", no_argument, NULL, 'H' },
+                                          { "json", no_argument, NULL, 'J' },
                                           { "timeout", required_argument, NULL, 't' },
                                           { "cluster", required_argument, NULL, 'c' },
                                           { "seeds", required_argument, NULL, 'S' },
@@ -198,6 +215,9 @@ main(int argc, char **argv)
     char                      *end;
     int                        c;
 
+    /* RINGCTL_JSON=1 first, so that --json also covers the errors of
+     * the options parsed before it. */
+    ctl_out_set_json(json_env_on());
     /* '+': stop at the subcommand; it parses its own options. */
     while ((c = getopt_long(argc, argv, "+hV", opts, NULL)) != -1) {
         switch (c) {
@@ -212,6 +232,9 @@ main(int argc, char **argv)
             break;
         case 'H':
             g.human = true;
+            break;
+        case 'J':
+            ctl_out_set_json(true);
             break;
         case 'S':
             g.seeds = optarg;
@@ -261,10 +284,14 @@ main(int argc, char **argv)
             g.auth_password_file = optarg;
             break;
         case 'h':
+            ctl_out_set_json(false); /* the usage is text */
             usage(stdout);
             return 0;
         case 'V':
-            printf("ringctl %s\n", PACKAGE_VERSION);
+            ctl_out_add("version", json_object_new_string(PACKAGE_VERSION));
+            if (!ctl_out_json()) {
+                printf("ringctl %s\n", PACKAGE_VERSION);
+            }
             return 0;
         default:
             usage(stderr);
@@ -275,6 +302,8 @@ main(int argc, char **argv)
      * ETCDCTL_ENDPOINTS: options given win. */
     g.store = env_default(g.store, "RINGCTL_STORE");
     g.token_file = env_default(g.token_file, "RINGCTL_TOKEN_FILE");
+    /* JSON is for programs: the TSV fields, never the aligned form. */
+    g.human = g.human && !ctl_out_json();
     if (optind >= argc) {
         usage(stderr);
         return 2;
@@ -300,6 +329,7 @@ main(int argc, char **argv)
             static char self[64];
 
             snprintf(self, sizeof(self), "ringctl %s", commands[i].name);
+            ctl_out_command(commands[i].name);
             optind++;
             argc -= optind - 1;
             argv += optind - 1;
@@ -310,4 +340,10 @@ main(int argc, char **argv)
     }
     ctl_error("unknown command '%s' (ringctl --help lists them)", argv[optind]);
     return 2;
+}
+
+int
+main(int argc, char **argv)
+{
+    return ctl_out_finish(run(argc, argv));
 }
