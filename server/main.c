@@ -334,6 +334,9 @@ absolute_paths(struct settings *st)
         make_absolute(st->state_dir, sizeof(st->state_dir), "--state-dir") < 0 ||
         make_absolute(st->auth_file, sizeof(st->auth_file), "-Y") < 0 ||
         make_absolute(st->metrics_auth, sizeof(st->metrics_auth), "--metrics-auth") < 0 ||
+        make_absolute(st->metrics_tls_cert, sizeof(st->metrics_tls_cert), "--metrics-tls-cert") <
+            0 ||
+        make_absolute(st->metrics_tls_key, sizeof(st->metrics_tls_key), "--metrics-tls-key") < 0 ||
         make_absolute(st->ssl_chain_cert, sizeof(st->ssl_chain_cert), "-o ssl_chain_cert") < 0 ||
         make_absolute(st->ssl_key, sizeof(st->ssl_key), "-o ssl_key") < 0 ||
         make_absolute(st->ssl_ca_cert, sizeof(st->ssl_ca_cert), "-o ssl_ca_cert") < 0) {
@@ -535,8 +538,8 @@ main(int argc, char **argv)
     }
     /* After the cluster: a scrape reads srv->cluster. */
     if (settings.metrics_addr[0] != '\0' &&
-        (metrics = metrics_start(srv, settings.metrics_addr, settings.metrics_port,
-                                 metrics_auth)) == NULL) {
+        (metrics = metrics_start(srv, settings.metrics_addr, settings.metrics_port, metrics_auth,
+                                 settings.metrics_tls_cert, settings.metrics_tls_key)) == NULL) {
         goto out;
     }
     if (settings.pid_file[0] != '\0') {

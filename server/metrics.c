@@ -22,11 +22,14 @@
 #include <unistd.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <openssl/ssl.h>
 
 #include "lib/util.h"
+#include "proto/tlsctx.h"
 #include "server/authfile.h"
 #include "server/cluster.h"
 #include "server/hotkeys.h"
@@ -53,6 +56,7 @@ struct metrics {
     pthread_t          tid;
     bool               started;
     struct authfile   *auth; /* --metrics-auth: who may scrape (NULL: anyone); the caller's */
+    SSL_CTX           *tls;  /* --metrics-tls-cert: HTTPS only (NULL: HTTP) */
 };
 
 /* "# HELP" and "# TYPE" of one metric family. */
@@ -454,6 +458,12 @@ request_cb(struct evhttp_request *req, void *arg)
     struct evkeyvalq *out = evhttp_request_get_output_headers(req);
     bool              ready_path = path != NULL && strcmp(path, "/ready") == 0;
 
+    if (m->tls != NULL && bufferevent_openssl_get_ssl(evhttp_connection_get_bufferevent(
+                              evhttp_request_get_connection(req))) == NULL) {
+        /* tls_bevcb had no memory for TLS, and evhttp went on in plain. */
+        evhttp_send_error(req, HTTP_BADREQUEST, "HTTPS only");
+        return;
+    }
     if (path == NULL || (strcmp(path, "/metrics") != 0 && !ready_path)) {
         evhttp_send_error(req, HTTP_NOTFOUND, "Not Found");
         return;
@@ -518,9 +528,47 @@ metrics_main(void *arg)
     return NULL;
 }
 
+/* evhttp's bufferevent for a connection it accepted: TLS, server side.
+ * On NULL (no memory) evhttp makes a plain one, which request_cb refuses. */
+static struct bufferevent *
+tls_bevcb(struct event_base *base, void *arg)
+{
+    struct metrics *m = arg;
+    SSL            *ssl = SSL_new(m->tls);
+
+    if (ssl == NULL) {
+        return NULL;
+    }
+    return bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                          BEV_OPT_CLOSE_ON_FREE);
+}
+
+/* The HTTPS context of --metrics-tls-cert/-key (the node's TLS builder,
+ * proto/tlsctx.h): no client certificates, TLS 1.2 at least. NULL after
+ * logging why. */
+static SSL_CTX *
+tls_ctx(const char *cert, const char *key)
+{
+    struct tlsctx_spec spec = { .role = TLSCTX_SERVER,
+                                .chain = cert,
+                                .key = key,
+                                .verify = SSL_VERIFY_NONE,
+                                .min_version = TLS1_2_VERSION };
+    char               err[512];
+    SSL_CTX           *ctx = tlsctx_new(&spec, err, sizeof(err));
+
+    if (ctx == NULL) {
+        log_msg(LOG_ERR, "metrics: HTTPS: %s", err);
+        return NULL;
+    }
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF);
+    return ctx;
+}
+
 /* Start the thread; see metrics.h. */
 struct metrics *
-metrics_start(struct server *srv, const char *addr, int port, struct authfile *auth)
+metrics_start(struct server *srv, const char *addr, int port, struct authfile *auth,
+              const char *tls_cert, const char *tls_key)
 {
     struct metrics *m = calloc(1, sizeof(*m));
     sigset_t        block, old;
@@ -532,6 +580,10 @@ metrics_start(struct server *srv, const char *addr, int port, struct authfile *a
     m->srv = srv;
     m->auth = auth;
     m->stop_fd[0] = m->stop_fd[1] = -1;
+    m->listen_fd = -1;
+    if (tls_cert != NULL && tls_cert[0] != '\0' && (m->tls = tls_ctx(tls_cert, tls_key)) == NULL) {
+        goto fail;
+    }
     m->listen_fd = listen_tcp(addr, port, METRICS_BACKLOG, "metrics port");
     if (m->listen_fd < 0) {
         goto fail;
@@ -553,6 +605,10 @@ metrics_start(struct server *srv, const char *addr, int port, struct authfile *a
     evhttp_set_max_headers_size(m->http, METRICS_MAX_HEADERS);
     evhttp_set_max_body_size(m->http, METRICS_MAX_BODY);
     evhttp_set_gencb(m->http, request_cb, m);
+    if (m->tls != NULL) {
+        /* Every connection speaks TLS: a plain request fails its handshake. */
+        evhttp_set_bevcb(m->http, tls_bevcb, m);
+    }
 
     /* The main thread's event base takes SIGTERM and SIGINT, not this one. */
     sigemptyset(&block);
@@ -565,7 +621,8 @@ metrics_start(struct server *srv, const char *addr, int port, struct authfile *a
         log_msg(LOG_ERR, "metrics: cannot start its thread");
         goto fail;
     }
-    log_msg(LOG_INFO, "metrics on http://%s:%d/metrics (readiness: /ready)", addr, port);
+    log_msg(LOG_INFO, "metrics on %s://%s:%d/metrics (readiness: /ready)",
+            m->tls != NULL ? "https" : "http", addr, port);
     return m;
 fail:
     metrics_free(m);
@@ -601,5 +658,6 @@ metrics_free(struct metrics *m)
         close(m->stop_fd[0]);
         close(m->stop_fd[1]);
     }
+    SSL_CTX_free(m->tls);
     free(m);
 }

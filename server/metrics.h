@@ -4,7 +4,8 @@
  * labels (so its dashboards work unchanged) plus ringcache_* cluster
  * figures; and GET /ready, 200 or 503 with a one-line reason
  * (server/ready.h), for readiness probes. Served by libevent's evhttp on a
- * thread and event base of its own: a scrape never runs on a worker.
+ * thread and event base of its own: a scrape never runs on a worker. Over
+ * HTTPS only with --metrics-tls-cert (libevent's OpenSSL bufferevents).
  */
 #ifndef SERVER_METRICS_H
 #define SERVER_METRICS_H
@@ -18,10 +19,13 @@ struct metrics;
  * counters, store figures and srv->cluster, which must be set by now) until
  * metrics_free. auth (--metrics-auth, NULL: none) is who may GET /metrics
  * with HTTP basic auth; the caller keeps it until after metrics_free.
- * NULL after logging why (the port cannot be bound, no memory, no thread).
+ * tls_cert (--metrics-tls-cert; NULL or "": plain HTTP) and tls_key (its
+ * key; NULL or "": in the cert file): HTTPS only. NULL after logging why
+ * (a certificate or key that does not load, the port cannot be bound, no
+ * memory, no thread).
  */
-struct metrics *metrics_start(struct server *srv, const char *addr, int port,
-                              struct authfile *auth);
+struct metrics *metrics_start(struct server *srv, const char *addr, int port, struct authfile *auth,
+                              const char *tls_cert, const char *tls_key);
 
 /* Stop the thread, close the port, free everything; NULL is a no-op. Call
  * it before srv->cluster or srv is freed. */

@@ -91,6 +91,11 @@ settings_usage(FILE *f)
                "      --metrics-auth=<file>  GET /metrics only with HTTP basic auth of a\n"
                "                             user:password line of file (-Y's format);\n"
                "                             /ready stays open for probes\n"
+               "      --metrics-tls-cert=<file>\n"
+               "                             serve /metrics and /ready over HTTPS only, with\n"
+               "                             this PEM certificate chain\n"
+               "      --metrics-tls-key=<file>\n"
+               "                             its PEM private key (default: in the cert file)\n"
                "      --hotkeys-sample=<n>   count 1 keyed request in n in the hot-key\n"
                "                             sketch (stats hotkeys; default: 100, 0: off)\n"
                "      --hotkeys-decay=<s>    halve the hot-key counts every s seconds\n"
@@ -538,6 +543,8 @@ enum {
     OPT_STORE,
     OPT_METRICS,
     OPT_METRICS_AUTH,
+    OPT_METRICS_TLS_CERT,
+    OPT_METRICS_TLS_KEY,
     OPT_HOTKEYS_SAMPLE,
     OPT_HOTKEYS_DECAY,
     OPT_MAX_OUTPUT,
@@ -635,6 +642,8 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         { "store", required_argument, NULL, OPT_STORE },
         { "metrics", required_argument, NULL, OPT_METRICS },
         { "metrics-auth", required_argument, NULL, OPT_METRICS_AUTH },
+        { "metrics-tls-cert", required_argument, NULL, OPT_METRICS_TLS_CERT },
+        { "metrics-tls-key", required_argument, NULL, OPT_METRICS_TLS_KEY },
         { "hotkeys-sample", required_argument, NULL, OPT_HOTKEYS_SAMPLE },
         { "hotkeys-decay", required_argument, NULL, OPT_HOTKEYS_DECAY },
         { "max-output-bytes", required_argument, NULL, OPT_MAX_OUTPUT },
@@ -774,6 +783,18 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
         case OPT_METRICS_AUTH:
             if (copy_opt(err, "metrics-auth", optarg, s->metrics_auth, sizeof(s->metrics_auth)) <
                 0) {
+                return -1;
+            }
+            break;
+        case OPT_METRICS_TLS_CERT:
+            if (copy_opt(err, "metrics-tls-cert", optarg, s->metrics_tls_cert,
+                         sizeof(s->metrics_tls_cert)) < 0) {
+                return -1;
+            }
+            break;
+        case OPT_METRICS_TLS_KEY:
+            if (copy_opt(err, "metrics-tls-key", optarg, s->metrics_tls_key,
+                         sizeof(s->metrics_tls_key)) < 0) {
                 return -1;
             }
             break;
@@ -1017,6 +1038,12 @@ settings_parse(struct settings *s, int argc, char **argv, FILE *out, FILE *err)
     }
     if (s->metrics_auth[0] != '\0' && s->metrics_addr[0] == '\0') {
         fprintf(err, "ringcached: --metrics-auth needs --metrics ADDR:PORT\n");
+        return -1;
+    }
+    if ((s->metrics_tls_cert[0] != '\0' || s->metrics_tls_key[0] != '\0') &&
+        (s->metrics_addr[0] == '\0' || s->metrics_tls_cert[0] == '\0')) {
+        fprintf(err, "ringcached: --metrics-tls-cert (and --metrics-tls-key) need --metrics "
+                     "ADDR:PORT, and --metrics-tls-key needs --metrics-tls-cert\n");
         return -1;
     }
     if (s->auth_file[0] != '\0' && s->state_dir[0] != '\0' && s->token_file[0] == '\0') {

@@ -41,6 +41,9 @@ struct settings {
     char metrics_addr[64]; /* "" = off; brackets of a v6 literal removed */
     int  metrics_port;
     char metrics_auth[1024]; /* --metrics-auth: user:password lines (-Y's format); "" none */
+    /* --metrics-tls-cert, --metrics-tls-key: HTTPS on the metrics port (PEM
+     * chain, and its key; "" key: in the chain file); "" cert: plain HTTP. */
+    char metrics_tls_cert[1024], metrics_tls_key[1024];
     /* memcached's process options (main.c applies them). */
     char socket_path[SETTINGS_SOCKET_PATH_MAX]; /* -s: a unix socket instead of TCP ("" none) */
     int  socket_mask;                           /* -a: its permissions (default 0700) */
