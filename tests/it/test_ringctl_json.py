@@ -124,6 +124,15 @@ def scenario(t):
         t.ok(rc_text != 0 and bad.get("code") == rc_text and "zz" in bad.get("error", ""),
              "leave --json of an unknown member: error naming it, code %d" % rc_text,
              (bad, err_text))
+        rc, w, _ = jctl(t, cl, "status", "--watch", want_rc=2)
+        t.ok("--watch" in w.get("error", ""), "status --watch --json: refused (exit 2)", w)
+        rc_text, out_text, _ = cl.ctl("resume")
+        rc, rs, _ = jctl(t, cl, "resume", want_rc=rc_text)
+        tf = dict(ln.split("\t", 1) for ln in out_text.splitlines() if "\t" in ln)
+        t.ok(rc_text == 0 and rs.get("epoch") == int(tf.get("epoch", -1)) == 2
+             and rs.get("op") == tf.get("op") and rs.get("cleanup") == tf.get("cleanup")
+             and rs.get("nodes_not_committed") == int(tf.get("nodes_not_committed", -1)),
+             "resume --json (re-sends epoch 2): the text's fields, typed", (rs, out_text))
         rc, u, _ = jctl(t, cl, "bogus", want_rc=2)
         t.ok("unknown command" in u.get("error", ""), "an unknown command: JSON error, exit 2", u)
         # RINGCTL_JSON=1 is --json; --human is ignored under it.
