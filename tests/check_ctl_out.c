@@ -140,35 +140,43 @@ START_TEST(test_tables)
 }
 END_TEST
 
-START_TEST(test_error_and_code)
+/* A failed command's error is its last error line, else (status's nodes
+ * down print info lines only) its last info line; code is the status. */
+START_TEST(test_errors)
 {
-    struct json_object *o;
+    static const struct {
+        const char *error, *info;
+        int         rc;
+        const char *want;
+    } CASES[] = {
+        { "leave: zz is not a member", "progress after it", 2, "\"leave: zz is not a member\"" },
+        { NULL, "status: c (127.0.0.1:1): refused", 1, "\"status: c (127.0.0.1:1): refused\"" },
+        { NULL, NULL, 3, "\"failed\"" },
+    };
+    size_t i;
 
-    ctl_out_set_json(true);
-    ctl_out_error(true, "leave: zz is not a member");
-    ctl_out_error(false, "progress after the error");
-    ctl_out_line(stdout, NULL, "i", "epoch\t2\n");
-    o = finish_json(2);
-    ck_assert_str_eq(field(o, "ok"), "false");
-    ck_assert_str_eq(field(o, "error"), "\"leave: zz is not a member\"");
-    ck_assert_str_eq(field(o, "code"), "2");
-    ck_assert_str_eq(field(o, "epoch"), "2");
-    json_object_put(o);
-}
-END_TEST
+    for (i = 0; i < sizeof(CASES) / sizeof(CASES[0]); i++) {
+        struct json_object *o;
+        char                code[8];
 
-/* A failure that printed no error line (status's nodes down: info lines
- * only) reports the last info line. */
-START_TEST(test_error_from_info)
-{
-    struct json_object *o;
-
-    ctl_out_set_json(true);
-    ctl_out_error(false, "status: c (127.0.0.1:1): connection refused");
-    o = finish_json(1);
-    ck_assert_str_eq(field(o, "error"), "\"status: c (127.0.0.1:1): connection refused\"");
-    ck_assert_str_eq(field(o, "code"), "1");
-    json_object_put(o);
+        ctl_out_set_json(true);
+        ctl_out_error(true, "");
+        ctl_out_error(false, "");
+        if (CASES[i].error != NULL) {
+            ctl_out_error(true, CASES[i].error);
+        }
+        if (CASES[i].info != NULL) {
+            ctl_out_error(false, CASES[i].info);
+        }
+        ctl_out_line(stdout, NULL, "i", "epoch\t2\n");
+        o = finish_json(CASES[i].rc);
+        snprintf(code, sizeof(code), "%d", CASES[i].rc);
+        ck_assert_str_eq(field(o, "ok"), "false");
+        ck_assert_str_eq(field(o, "error"), CASES[i].want);
+        ck_assert_str_eq(field(o, "code"), code);
+        ck_assert_str_eq(field(o, "epoch"), "2");
+        json_object_put(o);
+    }
 }
 END_TEST
 
@@ -211,8 +219,7 @@ ctl_out_suite(void)
 
     tcase_add_test(tc, test_field_types);
     tcase_add_test(tc, test_tables);
-    tcase_add_test(tc, test_error_and_code);
-    tcase_add_test(tc, test_error_from_info);
+    tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_text_mode);
     suite_add_tcase(s, tc);
     return s;
