@@ -794,7 +794,7 @@ ctl_top(struct ctl_globals *g, int argc, char **argv)
         status = 1;
     }
     qsort(t.keys, t.n, sizeof(*t.keys), top_by_count);
-    ctl_out_line(stdout, "keys", "isiisl",
+    ctl_out_line(stdout, "keys", "isiill",
                  g->human ? "%-4s  %-32s  %12s  %10s  %-16s  %s\n" : "%s\t%s\t%s\t%s\t%s\t%s\n",
                  "rank", "key", "requests", "overest", "seen_at", "owners");
     for (i = 0; i < t.n; i++) {
@@ -804,7 +804,7 @@ ctl_top(struct ctl_globals *g, int argc, char **argv)
 
             top_owners(rc, &t.keys[i], owners, sizeof(owners));
             snprintf(shown, sizeof(shown), "%s%s", t.keys[i].key, t.keys[i].binary ? " (b64)" : "");
-            ctl_out_line(stdout, "keys", "isiisl",
+            ctl_out_line(stdout, "keys", "isiill",
                          g->human ? "%-4zu  %-32s  %12llu  %10llu  %-16s  %s\n"
                                   : "%zu\t%s\t%llu\t%llu\t%s\t%s\n",
                          i + 1, shown, t.keys[i].count, t.keys[i].err, t.keys[i].seen, owners);

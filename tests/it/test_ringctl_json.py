@@ -1,6 +1,7 @@
 """ringctl --json (issue 27): every command that prints gives one JSON
-object on stdout, with the facts of its text output. R=2, a b c: status,
-locate, ring, set/get/mg/delete/mget/stats through --members, plan join,
+object on stdout, with the facts of its text output. R=2, a b c: init,
+status, locate, ring, set/get/mg/mget/stats/top/ms/md/delete through
+--members, plan join,
 join d (the result against history --json), rate with nothing pending, an
 unknown member (valid JSON with the text's exit code), RINGCTL_JSON=1, and
 watch --once removing a dead node as a JSON event line."""
@@ -32,11 +33,20 @@ def jctl(t, cl, *args, want_rc=0, env=None, stdin=None):
 
 
 def scenario(t):
-    cl, ok = lg.start_cluster(t, ["a", "b", "c"], replicas=2)
+    # Every keyed request counted in the hot-key sketch (for top).
+    cl = lg.Cluster(replicas=2, node_args=("--hotkeys-sample", "1"))
     try:
-        if not ok:
-            return
+        for i in "abc":
+            cl.add(i)
         mem = cl.write_members(["a", "b", "c"])
+        rc, ini, _ = jctl(t, cl, "init", "--members", mem)
+        t.ok(ini.get("epoch") == 1 and [(n["id"], n["addr"], n["result"])
+                                        for n in ini.get("nodes", [])]
+             == [(i, cl.nodes[i].addr_s, "ok") for i in "abc"],
+             "init --json: epoch 1, each node and its result", ini)
+        conv = cl.converged(1, ["a", "b", "c"])
+        if not t.ok(all(v == (1, 0) for v in conv.values()), "every node at EPOCH 1 0", conv):
+            return
 
         # status: the store's epoch and every node, as the text says.
         rc, st, _ = jctl(t, cl, "status")
@@ -90,6 +100,18 @@ def scenario(t):
         t.ok("curr_items" in rows and all(isinstance(rows["curr_items"].get(i), int)
                                           for i in "abc"),
              "stats --json: a row per stat, a number per node", list(rows)[:5])
+        rc, top, _ = jctl(t, cl, "--members", mem, "top", "-n", "3")
+        k1 = [k for k in top.get("keys", []) if k["key"] == "k1"]
+        t.ok(len(top.get("keys", [])) <= 3 and top["keys"][0]["rank"] == 1 and len(k1) == 1
+             and k1[0]["requests"] >= 4 and k1[0]["owners"] == want["k1"]
+             and isinstance(k1[0]["seen_at"], list),
+             "top --json: ranked keys, k1 with its requests and owners (as locate)", top)
+        rc, ms, _ = jctl(t, cl, "--members", mem, "ms", "k2", "v2", "T60")
+        t.ok(ms.get("key") == "k2" and ms.get("status") == "stored"
+             and ms.get("owner", "").startswith(want["k2"][0] + " "),
+             "ms --json: stored, on locate's first owner", ms)
+        rc, md, _ = jctl(t, cl, "--members", mem, "md", "k2")
+        t.ok(md.get("status") == "deleted", "md --json: deleted", md)
         rc, d, _ = jctl(t, cl, "--members", mem, "delete", "k1")
         t.ok(d.get("deleted") == [{"key": "k1", "result": "deleted"}], "delete --json", d)
 
