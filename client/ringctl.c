@@ -145,7 +145,7 @@ usage(FILE *out)
             "  --cluster NAME     cluster name (default ringcache); must match the nodes'\n"
             "  --human            aligned output for people (default: TSV)\n"
             "  --json             one JSON object on stdout (errors too: \"error\", \"code\");\n"
-            "                     default $RINGCTL_JSON=1\n"
+            "                     (or RINGCTL_JSON=1 in the environment)\n"
             "  --timeout MS       per-operation timeout (default 1000)\n"
             "  --tls              data commands over TLS (nodes started with -Z)\n"
             "  --tls-ca FILE      CA certificates that sign the nodes' (implies --tls;\n"
