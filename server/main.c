@@ -542,6 +542,7 @@ main(int argc, char **argv)
                                  settings.metrics_tls_cert, settings.metrics_tls_key)) == NULL) {
         goto out;
     }
+    srv->metrics = metrics; /* refresh_certs reloads its certificate too */
     if (settings.pid_file[0] != '\0') {
         if (write_pid_file(settings.pid_file) < 0) {
             goto out;
@@ -557,6 +558,9 @@ main(int argc, char **argv)
     rc = server_run(srv) == 0 ? 0 : 1;
 out:
     /* The metrics thread reads the cluster and the server: stop it first. */
+    if (srv != NULL) {
+        srv->metrics = NULL;
+    }
     metrics_free(metrics);
     /* Workers are joined: stop the cluster thread, then free its state. */
     cport_free(cp);

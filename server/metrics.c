@@ -56,7 +56,12 @@ struct metrics {
     pthread_t          tid;
     bool               started;
     struct authfile   *auth; /* --metrics-auth: who may scrape (NULL: anyone); the caller's */
-    SSL_CTX           *tls;  /* --metrics-tls-cert: HTTPS only (NULL: HTTP) */
+    /* --metrics-tls-cert: HTTPS only (NULL: HTTP). Replaced by
+     * metrics_tls_install (refresh_certs, SIGHUP) under tls_mu; an SSL made
+     * from the old one holds its own reference to it. */
+    SSL_CTX        *tls;
+    pthread_mutex_t tls_mu;
+    char           *tls_cert, *tls_key; /* the files, for a reload */
 };
 
 /* "# HELP" and "# TYPE" of one metric family. */
@@ -534,8 +539,11 @@ static struct bufferevent *
 tls_bevcb(struct event_base *base, void *arg)
 {
     struct metrics *m = arg;
-    SSL            *ssl = SSL_new(m->tls);
+    SSL            *ssl;
 
+    pthread_mutex_lock(&m->tls_mu);
+    ssl = SSL_new(m->tls);
+    pthread_mutex_unlock(&m->tls_mu);
     if (ssl == NULL) {
         return NULL;
     }
@@ -544,21 +552,19 @@ tls_bevcb(struct event_base *base, void *arg)
 }
 
 /* The HTTPS context of --metrics-tls-cert/-key (the node's TLS builder,
- * proto/tlsctx.h): no client certificates, TLS 1.2 at least. NULL after
- * logging why. */
+ * proto/tlsctx.h): no client certificates, TLS 1.2 at least. NULL with the
+ * reason (naming the file) in err. */
 static SSL_CTX *
-tls_ctx(const char *cert, const char *key)
+tls_ctx(const char *cert, const char *key, char *err, size_t errlen)
 {
     struct tlsctx_spec spec = { .role = TLSCTX_SERVER,
                                 .chain = cert,
                                 .key = key,
                                 .verify = SSL_VERIFY_NONE,
                                 .min_version = TLS1_2_VERSION };
-    char               err[512];
-    SSL_CTX           *ctx = tlsctx_new(&spec, err, sizeof(err));
+    SSL_CTX           *ctx = tlsctx_new(&spec, err, errlen);
 
     if (ctx == NULL) {
-        log_msg(LOG_ERR, "metrics: HTTPS: %s", err);
         return NULL;
     }
     SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF);
@@ -581,8 +587,20 @@ metrics_start(struct server *srv, const char *addr, int port, struct authfile *a
     m->auth = auth;
     m->stop_fd[0] = m->stop_fd[1] = -1;
     m->listen_fd = -1;
-    if (tls_cert != NULL && tls_cert[0] != '\0' && (m->tls = tls_ctx(tls_cert, tls_key)) == NULL) {
-        goto fail;
+    pthread_mutex_init(&m->tls_mu, NULL);
+    if (tls_cert != NULL && tls_cert[0] != '\0') {
+        char err[512];
+
+        m->tls_cert = strdup(tls_cert);
+        m->tls_key = tls_key != NULL && tls_key[0] != '\0' ? strdup(tls_key) : NULL;
+        if (m->tls_cert == NULL || (tls_key != NULL && tls_key[0] != '\0' && m->tls_key == NULL)) {
+            log_msg(LOG_ERR, "metrics: out of memory");
+            goto fail;
+        }
+        if ((m->tls = tls_ctx(m->tls_cert, m->tls_key, err, sizeof(err))) == NULL) {
+            log_msg(LOG_ERR, "metrics: HTTPS: %s", err);
+            goto fail;
+        }
     }
     m->listen_fd = listen_tcp(addr, port, METRICS_BACKLOG, "metrics port");
     if (m->listen_fd < 0) {
@@ -659,5 +677,36 @@ metrics_free(struct metrics *m)
         close(m->stop_fd[1]);
     }
     SSL_CTX_free(m->tls);
+    pthread_mutex_destroy(&m->tls_mu);
+    free(m->tls_cert);
+    free(m->tls_key);
     free(m);
+}
+
+/* A new HTTPS context from the files named at start; see metrics.h. */
+int
+metrics_tls_build(const struct metrics *m, SSL_CTX **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (m == NULL || m->tls_cert == NULL) {
+        return 0;
+    }
+    *out = tls_ctx(m->tls_cert, m->tls_key, err, errlen);
+    return *out != NULL ? 0 : -1;
+}
+
+/* Put a context from metrics_tls_build in use; see metrics.h. */
+void
+metrics_tls_install(struct metrics *m, SSL_CTX *ctx)
+{
+    SSL_CTX *old;
+
+    if (ctx == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&m->tls_mu);
+    old = m->tls;
+    m->tls = ctx;
+    pthread_mutex_unlock(&m->tls_mu);
+    SSL_CTX_free(old);
 }

@@ -11,6 +11,10 @@
 #define SERVER_METRICS_H
 
 struct server;
+#include <stddef.h>
+
+#include <openssl/ssl.h>
+
 struct authfile;
 struct metrics;
 
@@ -30,5 +34,14 @@ struct metrics *metrics_start(struct server *srv, const char *addr, int port, st
 /* Stop the thread, close the port, free everything; NULL is a no-op. Call
  * it before srv->cluster or srv is freed. */
 void metrics_free(struct metrics *m);
+
+/* refresh_certs and SIGHUP (server_refresh_certs): build a new HTTPS
+ * context from the --metrics-tls-cert/-key files named at start, into
+ * *out (NULL, returning 0, when the port is plain HTTP or m is NULL); -1
+ * with the reason, naming the file, in err. Nothing changes until
+ * metrics_tls_install puts it in use (connections already open keep the
+ * old one). */
+int  metrics_tls_build(const struct metrics *m, SSL_CTX **out, char *err, size_t errlen);
+void metrics_tls_install(struct metrics *m, SSL_CTX *ctx);
 
 #endif /* SERVER_METRICS_H */

@@ -32,6 +32,7 @@
 #include "server/conn.h"
 #include "server/hotkeys.h"
 #include "server/log.h"
+#include "server/metrics.h"
 #include "server/notify.h"
 #include "server/peer_tls.h"
 #include "server/tls.h"
@@ -579,12 +580,8 @@ int
 server_refresh_certs(struct server *srv, char *err, size_t errlen)
 {
     struct peer_tls *peer = cluster_peer_tls(srv->cluster);
-    SSL_CTX         *data = NULL, *accept = NULL, *connect = NULL;
+    SSL_CTX         *data = NULL, *accept = NULL, *connect = NULL, *metrics = NULL;
 
-    if (srv->tls == NULL && peer == NULL) {
-        snprintf(err, errlen, "TLS not enabled");
-        return -2;
-    }
     /* The client port's first: with -Z a bad file gets memcached's wording. */
     if (srv->tls != NULL && (data = tls_server_build(srv->tls, err, errlen)) == NULL) {
         return -1;
@@ -593,12 +590,23 @@ server_refresh_certs(struct server *srv, char *err, size_t errlen)
         SSL_CTX_free(data);
         return -1;
     }
+    if (metrics_tls_build(srv->metrics, &metrics, err, errlen) < 0) {
+        SSL_CTX_free(data);
+        SSL_CTX_free(accept);
+        SSL_CTX_free(connect);
+        return -1;
+    }
+    if (srv->tls == NULL && peer == NULL && metrics == NULL) {
+        snprintf(err, errlen, "TLS not enabled");
+        return -2;
+    }
     if (peer != NULL) {
         peer_tls_install(peer, accept, connect);
     }
     if (srv->tls != NULL) {
         tls_server_install(srv->tls, data);
     }
+    metrics_tls_install(srv->metrics, metrics);
     return 0;
 }
 
@@ -625,7 +633,8 @@ sighup_cb(evutil_socket_t sig, short what, void *arg)
     switch (server_refresh_certs(srv, err, sizeof(err))) {
     case -2: /* no TLS */
         if (srv->auth == NULL) {
-            log_msg(LOG_NOTICE, "SIGHUP: nothing to reload (no -Y, -Z or --cluster-tls); ignored");
+            log_msg(LOG_NOTICE, "SIGHUP: nothing to reload (no -Y, -Z, --cluster-tls or "
+                                "--metrics-tls-cert); ignored");
         }
         break;
     case -1:

@@ -98,10 +98,13 @@ struct server {
     struct event      *sighup_ev; /* -Z, --cluster-tls, -Y: SIGHUP reloads certificates, users */
     /* -Z (server/tls.h): the context new connections take; NULL: plaintext. */
     struct tls_server *tls;
-    int                stopping;       /* atomic: 1 once SIGTERM/SIGINT began the stop */
-    int                curr_conns;     /* atomic */
-    uint64_t           total_conns;    /* atomic */
-    uint64_t           rejected_conns; /* atomic */
+    /* --metrics (server/metrics.h), set while the workers run: its HTTPS
+     * context is reloaded with the others. */
+    struct metrics *metrics;
+    int             stopping;       /* atomic: 1 once SIGTERM/SIGINT began the stop */
+    int             curr_conns;     /* atomic */
+    uint64_t        total_conns;    /* atomic */
+    uint64_t        rejected_conns; /* atomic */
     /* `stats reset` baseline, under stats_lock. */
     pthread_mutex_t     stats_lock;
     struct thread_stats base_thread;
@@ -143,10 +146,10 @@ int listen_tcp(const char *addr, int port, int backlog, const char *what);
 int server_run(struct server *srv);
 
 /* refresh_certs and SIGHUP: reload, from the files named at start, the
- * client port's TLS context (-Z) and the cluster's (--cluster-tls, and the
- * relays' under -Z). Every new context is built before any is installed,
- * so a bad file changes nothing: -1 with the reason (naming the file) in
- * err. -2 with "TLS not enabled" when the node has no TLS at all. */
+ * client port's TLS context (-Z), the cluster's (--cluster-tls, and the
+ * relays' under -Z) and the metrics port's (--metrics-tls-cert). Every new context is built before
+ * any is installed, so a bad file changes nothing: -1 with the reason (naming the file) in err. -2
+ * with "TLS not enabled" when the node has no TLS at all. */
 int server_refresh_certs(struct server *srv, char *err, size_t errlen);
 
 /* Free everything; the threads must have stopped (or never started). */

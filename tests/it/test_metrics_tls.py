@@ -4,10 +4,12 @@ over HTTPS with a certificate the test's CA signed; --metrics-auth still
 asked for over TLS; a client trusting another CA fails the handshake; plain
 HTTP gets no HTTP reply and the node serves on; a missing certificate, a
 key of another certificate and the options without --metrics stop the
-start with the reason. TAP."""
+start with the reason. SIGHUP and refresh_certs reload the certificate
+from the same files (a bad file keeps the one in use). TAP."""
 import base64
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -18,7 +20,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tlscerts  # noqa: E402
-from rctest import RINGCACHED, Node, Tap, free_port, wait_until  # noqa: E402
+from rctest import RINGCACHED, Node, Tap, free_port, request, wait_until  # noqa: E402
 
 tap = Tap()
 
@@ -76,9 +78,22 @@ other = tlscerts.make_cert(d, "other", ca, san="IP:127.0.0.1", usage="serverAuth
 auth = os.path.join(d, "scrapers")
 with open(auth, "w") as f:
     f.write("prom:s3cret\n")
+other_signed = tlscerts.make_cert(d, "other-signed", other_ca, san="IP:127.0.0.1",
+                                  usage="serverAuth")
+# The node reads its certificate from these two paths; the reload test
+# puts another certificate there.
+served = (os.path.join(d, "served.key"), os.path.join(d, "served.crt"))
+
+
+def serve(pair):
+    for src, dst in zip(pair, served):
+        shutil.copyfile(src, dst)
+
+
+serve(cert)
 mport = free_port()
-node = Node(args=["-t", "1", "--metrics", "127.0.0.1:%d" % mport, "--metrics-tls-cert", cert[1],
-                  "--metrics-tls-key", cert[0], "--metrics-auth", auth])
+node = Node(args=["-t", "1", "--metrics", "127.0.0.1:%d" % mport, "--metrics-tls-cert", served[1],
+                  "--metrics-tls-key", served[0], "--metrics-auth", auth])
 try:
     node.start()
     tap.ok(wait_until(lambda: get(mport, "/ready", ca[1])[0] == 200, 10),
@@ -110,6 +125,35 @@ try:
         tap.skip("curl over HTTPS", "curl is not installed")
     tap.ok(get(mport, "/ready", ca[1])[0] == 200 and node.alive(),
            "after the plain and refused attempts the node serves on")
+
+    # Reload: another CA's certificate in the same files, then SIGHUP.
+    serve(other_signed)
+    os.kill(node.pid, signal.SIGHUP)
+    tap.ok(wait_until(lambda: get(mport, "/ready", other_ca[1])[0] == 200, 10),
+           "SIGHUP reloads the metrics certificate: a client trusting the new CA gets 200")
+    code, err = get(mport, "/ready", ca[1])
+    tap.ok(code is None and "CERTIFICATE_VERIFY_FAILED" in err,
+           "and a client trusting only the old CA now fails the handshake", (code, err))
+    # A broken file: refresh_certs says why and the one in use stays.
+    with open(served[1], "w") as f:
+        f.write("not a certificate\n")
+    sock = node.connect()
+    try:
+        reply = request(sock, b"refresh_certs\r\n")
+    finally:
+        sock.close()
+    tap.ok(reply.startswith(b"SERVER_ERROR") and b"served.crt" in reply,
+           "refresh_certs with a broken certificate file: SERVER_ERROR naming it", reply)
+    tap.ok(get(mport, "/ready", other_ca[1])[0] == 200,
+           "and the metrics port keeps serving the certificate it had")
+    serve(cert)
+    sock = node.connect()
+    try:
+        reply = request(sock, b"refresh_certs\r\n")
+    finally:
+        sock.close()
+    tap.ok(reply == b"OK\r\n" and get(mport, "/ready", ca[1])[0] == 200,
+           "refresh_certs with the first certificate back: OK, and it is served again", reply)
 finally:
     node.stop()
 
