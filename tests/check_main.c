@@ -38,6 +38,7 @@ main(void)
     srunner_add_suite(sr, tlsctx_suite());
     srunner_add_suite(sr, k8s_suite());
     srunner_add_suite(sr, ready_suite());
+    srunner_add_suite(sr, seg_suite());
     srunner_run_all(sr, CK_ENV);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -31,6 +31,7 @@ Suite *authfile_suite(void);
 Suite *tlsctx_suite(void);
 Suite *k8s_suite(void);
 Suite *ready_suite(void);
+Suite *seg_suite(void);
 
 /* Absolute path of the source tree (for test data such as the vectors). */
 #ifndef RC_SRCDIR
