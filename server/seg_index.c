@@ -9,11 +9,18 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "server/seg_internal.h"
 
-#define INIT_SLOTS 8u
+/* A stripe starts with INIT_SLOTS plus up to INIT_SPREAD more, by its
+ * number: the stripes grow at different item counts instead of all at once,
+ * so at any count their loads spread over the growth cycle (average about
+ * 0.7) rather than all sitting just after a growth (0.57). */
+#define INIT_SLOTS  8u
+#define INIT_SPREAD 4u
 /* Grow when a stripe's load would pass LOAD_NUM/LOAD_DEN. Growing by 1.5x
  * (not 2x) keeps the average load near 0.7 instead of 0.6. */
 #define LOAD_NUM 85u
@@ -48,6 +55,48 @@ home(uint64_t hash, uint32_t n)
     return (uint32_t)(((uint64_t)(uint32_t)(hash >> SEG_STRIPE_BITS) * n) >> 32);
 }
 
+/*
+ * A slot array of n zeroed slots. One of a page or more is a mapping of
+ * its own, n a whole number of pages (slots_round), so a grown stripe's
+ * old array goes back to the system when freed, where malloc would keep
+ * it (8 bytes an item at 1M items: the arrays' last growth), and no page
+ * is partly used (a partial last page cost 2 bytes an item at 1M items).
+ * Smaller ones come from calloc.
+ */
+static uint64_t *
+slots_alloc(uint32_t n)
+{
+    size_t len = (size_t)n * sizeof(uint64_t);
+    void  *p;
+
+    if (len < (size_t)sysconf(_SC_PAGESIZE)) {
+        return calloc(n, sizeof(uint64_t));
+    }
+    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p != MAP_FAILED ? p : NULL;
+}
+
+static void
+slots_free(uint64_t *p, uint32_t n)
+{
+    size_t len = (size_t)n * sizeof(uint64_t);
+
+    if (len < (size_t)sysconf(_SC_PAGESIZE)) {
+        free(p);
+    } else if (p != NULL) {
+        munmap(p, len);
+    }
+}
+
+/* n slots, or more to fill the last page when the array is a mapping. */
+static uint32_t
+slots_round(uint32_t n)
+{
+    uint32_t per_page = (uint32_t)sysconf(_SC_PAGESIZE) / sizeof(uint64_t);
+
+    return n < per_page ? n : (n + per_page - 1) / per_page * per_page;
+}
+
 /* See seg_internal.h. */
 uint64_t
 seg_slot_hash(const struct seg *s, uint64_t slot)
@@ -67,11 +116,11 @@ seg_index_init(struct seg *s)
     for (i = 0; i < SEG_STRIPES; i++) {
         struct seg_stripe *st = &s->stripes[i];
 
-        st->slots = calloc(INIT_SLOTS, sizeof(*st->slots));
+        st->nslots = INIT_SLOTS + i * INIT_SPREAD / SEG_STRIPES;
+        st->slots = slots_alloc(st->nslots);
         if (st->slots == NULL) {
             return -1;
         }
-        st->nslots = INIT_SLOTS;
         st->count = 0;
         pthread_mutex_init(&st->lock, NULL);
     }
@@ -88,7 +137,7 @@ seg_index_free(struct seg *s)
         if (s->stripes[i].slots != NULL) {
             pthread_mutex_destroy(&s->stripes[i].lock);
         }
-        free(s->stripes[i].slots);
+        slots_free(s->stripes[i].slots, s->stripes[i].nslots);
         s->stripes[i].slots = NULL;
     }
 }
@@ -167,7 +216,8 @@ do_grow(struct seg *s, struct seg_stripe *st, uint32_t want)
     while ((uint64_t)want * LOAD_DEN > (uint64_t)nn * LOAD_NUM) {
         nn += nn / 2;
     }
-    ns = calloc(nn, sizeof(*ns));
+    nn = slots_round(nn);
+    ns = slots_alloc(nn);
     if (ns == NULL) {
         return -1;
     }
@@ -178,7 +228,7 @@ do_grow(struct seg *s, struct seg_stripe *st, uint32_t want)
             place(ns, nn, seg_slot_hash(s, v), v);
         }
     }
-    free(st->slots);
+    slots_free(st->slots, n);
     st->slots = ns;
     st->nslots = nn;
     return 0;

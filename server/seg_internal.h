@@ -135,6 +135,7 @@ struct seg {
 
     uint32_t *ghost; /* atomic entries: fingerprints of keys evicted from SMALL */
     uint32_t  ghost_mask;
+    bool      ghost_used; /* atomic: a fingerprint was put in the table */
 
     uint64_t evictions, reclaimed, moved; /* atomic */
 
@@ -199,6 +200,9 @@ static inline void
 ghost_put(struct seg *s, uint64_t hash)
 {
     __atomic_store_n(ghost_slot(s, hash), ghost_fp(hash), __ATOMIC_RELAXED);
+    if (!__atomic_load_n(&s->ghost_used, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&s->ghost_used, true, __ATOMIC_RELAXED);
+    }
 }
 
 /* True when the hash was a ghost; takes it out. */
@@ -207,7 +211,10 @@ ghost_take(struct seg *s, uint64_t hash)
 {
     uint32_t *slot = ghost_slot(s, hash);
 
-    if (__atomic_load_n(slot, __ATOMIC_RELAXED) != ghost_fp(hash)) {
+    /* Until the first eviction the table's pages stay untouched: reading
+     * them on every write cost 4 bytes an item (4 MB at 1M items). */
+    if (!__atomic_load_n(&s->ghost_used, __ATOMIC_RELAXED) ||
+        __atomic_load_n(slot, __ATOMIC_RELAXED) != ghost_fp(hash)) {
         return false;
     }
     __atomic_store_n(slot, 0, __ATOMIC_RELAXED);
