@@ -18,28 +18,12 @@
 
 #include "server/seg.h"
 #include "server/store.h"
+#include "tests/bench/bench_rss.h"
 
 enum engine {
     ENG_SEG,
     ENG_STORE
 };
-
-/* Resident set size in bytes. */
-static long
-rss_bytes(void)
-{
-    long  size = 0, res = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-
-    if (f == NULL) {
-        return -1;
-    }
-    if (fscanf(f, "%ld %ld", &size, &res) != 2) {
-        res = -1;
-    }
-    fclose(f);
-    return res * sysconf(_SC_PAGESIZE);
-}
 
 /* Key number i: "key:" and 6-8 digits (10-12 bytes). */
 static size_t
@@ -55,75 +39,71 @@ size_of(long i, uint32_t fixed)
     return fixed != 0 ? fixed : 64 + (uint32_t)((i * 2654435761u) % 961u);
 }
 
+static char val[1024];
+
 static int
-fill_seg(long items, uint32_t fixed, double extra[2])
+put_seg(struct seg *s, const char *key, size_t nkey, uint32_t nbytes, long i)
 {
-    static char       val[1024];
-    struct seg_config cfg = { .mem_limit = (size_t)items * ((fixed ? fixed : 1024) + 64) +
-                                           ((size_t)64 << 20) };
-    struct seg       *s = seg_new(&cfg);
-    struct seg_stats  st;
-    char              key[32];
-    long              i;
+    struct seg_rec r = {
+        .nkey = (uint8_t)nkey, .nbytes = nbytes, .cas = (uint64_t)i + 1, .key = key, .value = val
+    };
 
-    if (s == NULL) {
-        return -1;
-    }
-    memset(val, 'v', sizeof(val));
-    for (i = 0; i < items; i++) {
-        struct seg_rec r = { .nkey = (uint8_t)key_of(key, sizeof(key), i),
-                             .nbytes = size_of(i, fixed),
-                             .cas = (uint64_t)i + 1,
-                             .key = key,
-                             .value = val };
-
-        if (seg_put(s, XXH3_64bits(key, r.nkey), &r, NULL, NULL) != SEG_OK) {
-            fprintf(stderr, "seg_put %ld failed\n", i);
-            return -1;
-        }
-    }
-    seg_stats(s, &st);
-    if (st.items != (uint64_t)items || st.evictions != 0) {
-        fprintf(stderr, "seg: %llu items, %llu evictions\n", (unsigned long long)st.items,
-                (unsigned long long)st.evictions);
-        return -1;
-    }
-    extra[0] = (double)st.live_bytes / (double)items;
-    extra[1] = (double)st.index_bytes / (double)items;
-    return 0; /* the child exits: no seg_free needed for the figure */
+    return seg_put(s, XXH3_64bits(key, nkey), &r, NULL, NULL) == SEG_OK ? 0 : -1;
 }
 
 static int
-fill_store(long items, uint32_t fixed)
+put_store(struct store *s, const char *key, size_t nkey, uint32_t nbytes)
 {
-    static char         val[1024];
-    struct store_config cfg = { .mem_limit = (size_t)8 << 30, .item_size_max = 1 << 20 };
-    struct store       *s = store_new(&cfg);
+    int                err = 0;
+    struct store_item *it = store_alloc(s, key, nkey, XXH3_64bits(key, nkey), 0, 0, nbytes, &err);
+
+    if (it == NULL) {
+        return -1;
+    }
+    memcpy(store_item_value_mut(it), val, nbytes);
+    err = store_put(s, it, STORE_OP_SET, 0, NULL);
+    store_release(s, it);
+    return err == STORE_STORED ? 0 : -1;
+}
+
+/* Fill a new engine with items; the seg fill also reports its record and
+ * index bytes per item in extra. The child exits after: nothing is freed. */
+static int
+fill(enum engine e, long items, uint32_t fixed, double extra[2])
+{
+    struct seg_config   scfg = { .mem_limit = (size_t)items * ((fixed ? fixed : 1024) + 64) +
+                                              ((size_t)64 << 20) };
+    struct store_config tcfg = { .mem_limit = (size_t)8 << 30, .item_size_max = 1 << 20 };
+    struct seg         *sg = e == ENG_SEG ? seg_new(&scfg) : NULL;
+    struct store       *st = e == ENG_STORE ? store_new(&tcfg) : NULL;
+    struct seg_stats    ss;
     char                key[32];
     long                i;
 
-    if (s == NULL) {
+    if (sg == NULL && st == NULL) {
         return -1;
     }
     memset(val, 'v', sizeof(val));
     for (i = 0; i < items; i++) {
-        size_t             n = key_of(key, sizeof(key), i);
-        uint32_t           nb = size_of(i, fixed);
-        int                err = 0;
-        struct store_item *it = store_alloc(s, key, n, XXH3_64bits(key, n), 0, 0, nb, &err);
+        size_t   n = key_of(key, sizeof(key), i);
+        uint32_t nb = size_of(i, fixed);
 
-        if (it == NULL) {
-            fprintf(stderr, "store_alloc %ld failed: %d\n", i, err);
-            return -1;
-        }
-        memcpy(store_item_value_mut(it), val, nb);
-        err = store_put(s, it, STORE_OP_SET, 0, NULL);
-        store_release(s, it);
-        if (err != STORE_STORED) {
-            fprintf(stderr, "store_put %ld failed: %d\n", i, err);
+        if ((sg != NULL ? put_seg(sg, key, n, nb, i) : put_store(st, key, n, nb)) < 0) {
+            fprintf(stderr, "set %ld failed\n", i);
             return -1;
         }
     }
+    if (sg == NULL) {
+        return 0;
+    }
+    seg_stats(sg, &ss);
+    if (ss.items != (uint64_t)items || ss.evictions != 0) {
+        fprintf(stderr, "seg: %llu items, %llu evictions\n", (unsigned long long)ss.items,
+                (unsigned long long)ss.evictions);
+        return -1;
+    }
+    extra[0] = (double)ss.live_bytes / (double)items;
+    extra[1] = (double)ss.index_bytes / (double)items;
     return 0;
 }
 
@@ -145,7 +125,7 @@ measure(enum engine e, long items, uint32_t fixed, double extra[2])
         int  rc;
 
         close(fd[0]);
-        rc = e == ENG_SEG ? fill_seg(items, fixed, &out[1]) : fill_store(items, fixed);
+        rc = fill(e, items, fixed, &out[1]);
         if (rc == 0) {
             out[0] = (double)(rss_bytes() - rss0) / (double)items;
         }
