@@ -254,7 +254,7 @@ evict_one(struct seg *s)
                 __atomic_fetch_add(&s->moved, 1, __ATOMIC_RELAXED);
             } else {
                 if (q == QI_SMALL) {
-                    ghost_put(s, hash);
+                    ghost_put(&s->ghost, hash);
                 }
                 if (s->cfg.drop != NULL) {
                     s->cfg.drop(s->cfg.drop_arg, hash, &r, false);
@@ -433,10 +433,10 @@ seg_new(const struct seg_config *cfg)
         return NULL;
     }
     s->meta = calloc(nsegs, sizeof(*s->meta));
-    if (seg_ghost_init(s) < 0 || s->meta == NULL || seg_index_init(s) < 0 ||
+    if (ghost_init(&s->ghost, cfg->mem_limit) < 0 || s->meta == NULL || seg_index_init(s) < 0 ||
         pthread_key_create(&s->tls, writer_dtor) != 0) {
         seg_index_free(s);
-        free(s->ghost);
+        ghost_free(&s->ghost);
         free(s->meta);
         munmap(s->base, s->map_len);
         free(s);
@@ -476,7 +476,7 @@ seg_free(struct seg *s)
     pthread_mutex_destroy(&s->main_mu);
     pthread_mutex_destroy(&s->evict_mu);
     munmap(s->base, s->map_len);
-    free(s->ghost);
+    ghost_free(&s->ghost);
     free(s->meta);
     free(s);
 }
@@ -514,7 +514,7 @@ seg_put(struct seg *s, uint64_t hash, const struct seg_rec *r, seg_check_fn chec
     if (sz > s->seg_size / 4) {
         return SEG_TOO_LARGE;
     }
-    to_main = ghost_take(s, hash);
+    to_main = ghost_take(&s->ghost, hash);
     if (to_main) {
         rc = writer_main_append(s, r, sz, &segid, &off);
     } else {

@@ -3,7 +3,7 @@
  * open-addressing array of 8-byte slots (seg_internal.h's layout): linear
  * probing from a multiply-shift home, backward-shift deletion, growth by
  * 1.5x. No hash is stored: growth and deletion hash the key again from its
- * record. Also the ghost table's allocation.
+ * record.
  */
 #include "config.h"
 
@@ -25,27 +25,6 @@
  * (not 2x) keeps the average load near 0.7 instead of 0.6. */
 #define LOAD_NUM 85u
 #define LOAD_DEN 100u
-
-/* The ghost table: one 4-byte slot per 256 bytes of the limit, about the
- * items the limit holds at 256-byte items (as server/store_evict.c). */
-#define GHOST_BYTES_PER_SLOT 256u
-#define GHOST_MIN_SLOTS      4096u
-#define GHOST_MAX_SLOTS      (1u << 28)
-
-/* See seg_internal.h. */
-int
-seg_ghost_init(struct seg *s)
-{
-    size_t   want = s->cfg.mem_limit / GHOST_BYTES_PER_SLOT;
-    uint32_t n = GHOST_MIN_SLOTS;
-
-    while (n < want && n < GHOST_MAX_SLOTS) {
-        n <<= 1;
-    }
-    s->ghost = calloc(n, sizeof(*s->ghost));
-    s->ghost_mask = n - 1;
-    return s->ghost != NULL ? 0 : -1;
-}
 
 /* A hash's home slot among n: multiply-shift of the 32 bits above the
  * stripe bits, so n need not be a power of two. */

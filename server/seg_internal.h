@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "server/ghost.h"
 #include "server/seg.h"
 
 #define SEG_INTERNAL __attribute__((visibility("hidden")))
@@ -133,9 +134,7 @@ struct seg {
 
     pthread_mutex_t evict_mu; /* one eviction at a time */
 
-    uint32_t *ghost; /* atomic entries: fingerprints of keys evicted from SMALL */
-    uint32_t  ghost_mask;
-    bool      ghost_used; /* atomic: a fingerprint was put in the table */
+    struct ghost ghost; /* keys evicted unread from SMALL */
 
     uint64_t evictions, reclaimed, moved; /* atomic */
 
@@ -179,48 +178,6 @@ eng_floor(const struct seg *s)
     return s->cfg.floor != NULL ? s->cfg.floor(s->cfg.clock_arg) : 0;
 }
 
-/* ---- the ghost table (as server/store_evict.c's): a direct-mapped array
- * of 32-bit fingerprints of keys evicted unread from SMALL. A slot keeps
- * the last one that hashed there; a false match only sends a key to MAIN
- * early. Relaxed atomics: two evictions may race on a slot, either wins. */
-
-static inline uint32_t
-ghost_fp(uint64_t hash)
-{
-    return (uint32_t)(hash >> 32) | 1u; /* never 0, the empty slot */
-}
-
-static inline uint32_t *
-ghost_slot(struct seg *s, uint64_t hash)
-{
-    return &s->ghost[(uint32_t)(hash >> SEG_STRIPE_BITS) & s->ghost_mask];
-}
-
-static inline void
-ghost_put(struct seg *s, uint64_t hash)
-{
-    __atomic_store_n(ghost_slot(s, hash), ghost_fp(hash), __ATOMIC_RELAXED);
-    if (!__atomic_load_n(&s->ghost_used, __ATOMIC_RELAXED)) {
-        __atomic_store_n(&s->ghost_used, true, __ATOMIC_RELAXED);
-    }
-}
-
-/* True when the hash was a ghost; takes it out. */
-static inline bool
-ghost_take(struct seg *s, uint64_t hash)
-{
-    uint32_t *slot = ghost_slot(s, hash);
-
-    /* Until the first eviction the table's pages stay untouched: reading
-     * them on every write cost 4 bytes an item (4 MB at 1M items). */
-    if (!__atomic_load_n(&s->ghost_used, __ATOMIC_RELAXED) ||
-        __atomic_load_n(slot, __ATOMIC_RELAXED) != ghost_fp(hash)) {
-        return false;
-    }
-    __atomic_store_n(slot, 0, __ATOMIC_RELAXED);
-    return true;
-}
-
 /* ---- seg.c --------------------------------------------------------------- */
 
 /* Add (sign 1) or remove (-1) a record of sz bytes to its segment's live
@@ -231,9 +188,6 @@ SEG_INTERNAL void live_add(struct seg *s, uint32_t id, size_t sz, int sign);
 SEG_INTERNAL void do_seg_unlink(struct seg *s, struct seg_stripe *st, uint64_t *slot, size_t sz);
 
 /* ---- seg_index.c -------------------------------------------------------- */
-
-/* Allocate the ghost table: one slot per 256 bytes of the limit. 0 or -1. */
-SEG_INTERNAL int seg_ghost_init(struct seg *s);
 
 SEG_INTERNAL int  seg_index_init(struct seg *s);
 SEG_INTERNAL void seg_index_free(struct seg *s);
