@@ -529,7 +529,7 @@ START_TEST(test_ghost)
         }
     }
     seg_stats(s, &st);
-    ck_assert_uint_gt(st.evictions, SCAN);
+    ck_assert_uint_gt(st.evictions, SCAN / 2);
     ck_assert_int_eq(peek(s, "ghostkey", &g), SEG_OK);
     seg_free(s);
 }
@@ -572,36 +572,49 @@ START_TEST(test_expired_reclaimed)
 }
 END_TEST
 
-/* Every record read three times, then a flood: eviction still terminates
- * (each lap costs a read) and every put succeeds. */
+/* A hot set of over 90% of the cache, read (or stored again on a miss)
+ * between chunks of a flood of new keys: SMALL stays under 10%, so
+ * eviction takes MAIN's oldest segment, all hot records. It still
+ * terminates (each lap costs a record a read) and every put succeeds. */
 START_TEST(test_all_hot)
 {
     enum {
-        N = 8 * 64 * KIB / 128
+        SEGS = 64,
+        HOT = 58 * 32, /* 58 segments of 32 records */
+        CHUNK = 256,
+        FLOOD = 40 * CHUNK
     };
-    struct seg      *s = mkseg(8 * 64 * KIB, 64 * KIB);
+    struct seg      *s = mkseg(SEGS * 4 * KIB, 4 * KIB);
     struct seg_stats st;
     char             key[32], val[101];
     struct got       g;
-    int              i, r;
+    int              i, c, r;
 
     memset(val, 'h', 100);
     val[100] = '\0';
-    for (r = 0; r < 4; r++) {
-        for (i = 0; i < N; i++) {
-            snprintf(key, sizeof(key), "hot%06d", i);
-            if (get(s, key, &g) != SEG_OK) {
-                ck_assert_int_eq(put(s, key, val), SEG_OK);
-            }
-        }
-    }
-    for (i = 0; i < 5 * N; i++) {
-        snprintf(key, sizeof(key), "new%06d", i);
+    for (i = 0; i < HOT; i++) {
+        snprintf(key, sizeof(key), "hot%06d", i);
         ck_assert_int_eq(put(s, key, val), SEG_OK);
     }
+    for (c = 0; c < FLOOD / CHUNK; c++) {
+        for (r = 0; r < 2; r++) {
+            for (i = 0; i < HOT; i++) {
+                snprintf(key, sizeof(key), "hot%06d", i);
+                if (get(s, key, &g) != SEG_OK) {
+                    ck_assert_int_eq(put(s, key, val), SEG_OK);
+                }
+            }
+        }
+        for (i = 0; i < CHUNK; i++) {
+            snprintf(key, sizeof(key), "new%06d", c * CHUNK + i);
+            ck_assert_int_eq(put(s, key, val), SEG_OK);
+        }
+    }
     seg_stats(s, &st);
-    ck_assert_uint_gt(st.evictions, 0);
-    ck_assert_uint_gt(st.moved, 0);
+    ck_assert_uint_gt(st.evictions, FLOOD / 2);
+    /* Each hot key promoted from SMALL once, then lapped in MAIN. */
+    ck_assert_uint_gt(st.moved, 2 * HOT);
+    ck_assert_uint_le(st.segs_small * 10, SEGS);
     seg_free(s);
 }
 END_TEST
@@ -687,6 +700,111 @@ START_TEST(test_two_threads)
 }
 END_TEST
 
+/* A record that fills a segment to its last byte stays in it; the next
+ * one seals it onto SMALL and opens another. */
+START_TEST(test_segment_full)
+{
+    struct seg      *s = mkseg(8 * 4 * KIB, 4 * KIB);
+    struct seg_stats st;
+    static char      val[1024];
+    char             key[16];
+    struct got       g;
+    uint32_t         nb = 1024 - 16 - 4; /* header 16 (2-byte length) + key 4 */
+    int              i;
+
+    ck_assert_uint_eq(seg_rec_size(0, 4, nb), 1024);
+    memset(val, 'f', sizeof(val));
+    for (i = 0; i < 4; i++) {
+        snprintf(key, sizeof(key), "f%03d", i);
+        ck_assert_int_eq(put_full(s, key, val, nb, 0, 0), SEG_OK);
+    }
+    seg_stats(s, &st);
+    ck_assert_uint_eq(st.segs_small, 0);
+    ck_assert_uint_eq(st.segs_open, 1);
+    ck_assert_uint_eq(st.live_bytes, 4 * KIB);
+    ck_assert_int_eq(put_full(s, "f004", val, nb, 0, 0), SEG_OK);
+    seg_stats(s, &st);
+    ck_assert_uint_eq(st.segs_small, 1);
+    for (i = 0; i < 5; i++) {
+        snprintf(key, sizeof(key), "f%03d", i);
+        ck_assert_int_eq(peek(s, key, &g), SEG_OK);
+        ck_assert_uint_eq(g.nbytes, nb);
+    }
+    seg_free(s);
+}
+END_TEST
+
+struct churn {
+    struct seg *s;
+    int         stop;
+};
+
+/* Values are a function of the key: "v" + the key. */
+static void *
+churn_main(void *arg)
+{
+    struct churn *c = arg;
+    char          key[32], val[128];
+    int           i;
+
+    for (i = 0; !__atomic_load_n(&c->stop, __ATOMIC_RELAXED); i++) {
+        snprintf(key, sizeof(key), "w%d", i % 50000);
+        snprintf(val, sizeof(val), "v%s-%080d", key, 0);
+        if (put(c->s, key, val) != SEG_OK) {
+            return (void *)1;
+        }
+    }
+    seg_thread_done(c->s);
+    return NULL;
+}
+
+static int
+check_walked(void *arg, const struct seg_rec *r, uint64_t hash, unsigned freq)
+{
+    char want[128];
+    int  n = snprintf(want, sizeof(want), "v%.*s-%080d", (int)r->nkey, r->key, 0);
+
+    (void)freq;
+    ck_assert_uint_eq(hash, XXH3_64bits(r->key, r->nkey));
+    ck_assert_uint_eq(r->nbytes, (uint32_t)n);
+    ck_assert_mem_eq(r->value, want, (size_t)n);
+    (*(long *)arg)++;
+    return 0;
+}
+
+/* Walks while another thread's writes evict whole segments: every record
+ * a walk sees is whole (its value matches its key). */
+START_TEST(test_walk_during_eviction)
+{
+    struct churn     c = { .s = mkseg(16 * 64 * KIB, 64 * KIB) };
+    struct seg_stats st;
+    pthread_t        th;
+    void            *rc;
+    long             seen = 0;
+    int              round;
+    uint32_t         i;
+
+    ck_assert_int_eq(pthread_create(&th, NULL, churn_main, &c), 0);
+    /* Walk until the writer has evicted the cache over a few times (a
+     * deadline of 2000 rounds bounds it). */
+    for (round = 0; round < 2000; round++) {
+        for (i = 0; i < SEG_STRIPES; i++) {
+            seg_walk(c.s, i, check_walked, &seen);
+        }
+        seg_stats(c.s, &st);
+        if (st.evictions > 40000) {
+            break;
+        }
+    }
+    __atomic_store_n(&c.stop, 1, __ATOMIC_RELAXED);
+    ck_assert_int_eq(pthread_join(th, &rc), 0);
+    ck_assert_ptr_null(rc);
+    ck_assert_uint_gt(st.evictions, 40000);
+    ck_assert_int_gt(seen, 0);
+    seg_free(c.s);
+}
+END_TEST
+
 Suite *
 seg_suite(void)
 {
@@ -704,6 +822,8 @@ seg_suite(void)
     tcase_add_test(tc, test_expired_reclaimed);
     tcase_add_test(tc, test_all_hot);
     tcase_add_test(tc, test_two_threads);
+    tcase_add_test(tc, test_segment_full);
+    tcase_add_test(tc, test_walk_during_eviction);
     suite_add_tcase(s, tc);
     return s;
 }
