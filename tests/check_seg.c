@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "server/seg.h"
@@ -805,6 +806,56 @@ START_TEST(test_walk_during_eviction)
 }
 END_TEST
 
+/* Resident set size in bytes. */
+static long
+rss_now(void)
+{
+    long  size = 0, res = -1;
+    FILE *f = fopen("/proc/self/statm", "r");
+
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fscanf(f, "%ld %ld", &size, &res), 2);
+    fclose(f);
+    return res * sysconf(_SC_PAGESIZE);
+}
+
+/* A flood of 16 times the limit in sizes from 10 bytes to 60 KB: RSS grows
+ * by at most the segments plus the index and the ghost table (and a
+ * little slack for the test's own pages). Not asserted in the sanitizer
+ * build, whose shadow memory and quarantine are RSS too. */
+START_TEST(test_rss_bounded)
+{
+    enum {
+        LIMIT = 8 * MIB_SEG
+    };
+    static char      val[60000];
+    long             rss0 = rss_now(), grew;
+    struct seg      *s = mkseg(LIMIT, 0);
+    struct seg_stats st;
+    char             key[32];
+    uint64_t         bytes = 0;
+    int              i;
+
+    memset(val, 'r', sizeof(val));
+    for (i = 0; bytes < 16ull * LIMIT; i++) {
+        uint32_t nb = (uint32_t)(10 + ((uint64_t)i * 2654435761u) % (i % 4 == 0 ? 60000 : 1000));
+
+        snprintf(key, sizeof(key), "flood%d", i);
+        ck_assert_int_eq(put_full(s, key, val, nb, 0, 0), SEG_OK);
+        bytes += nb;
+    }
+    seg_stats(s, &st);
+    grew = rss_now() - rss0;
+    ck_assert_uint_gt(st.evictions, 0);
+#ifndef RC_SANITIZERS
+    ck_assert_int_le(grew, (long)(LIMIT + st.index_bytes + LIMIT / 256 * 4 + 512 * KIB));
+#else
+    (void)grew;
+#endif
+    seg_free(s);
+}
+END_TEST
+
 Suite *
 seg_suite(void)
 {
@@ -824,6 +875,7 @@ seg_suite(void)
     tcase_add_test(tc, test_two_threads);
     tcase_add_test(tc, test_segment_full);
     tcase_add_test(tc, test_walk_during_eviction);
+    tcase_add_test(tc, test_rss_bounded);
     suite_add_tcase(s, tc);
     return s;
 }
