@@ -33,6 +33,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "tests/bench/zipf.h"
+
 #define BATCH     32
 #define KEY_MAX   24
 #define VALUE_MIN 64
@@ -52,63 +54,16 @@ static uint32_t    nkeys = 1000000;
 static uint64_t    nreq = 1000000, nwarm = 1000000, seed = 1;
 static bool        ttl_mix;
 static size_t      fixed_size; /* -V: every value this size (0: by key) */
-static double     *cdf;
+static struct zipf zipf;
 static char        rbuf[1 << 16];
 static size_t      rlen, rpos;
 static int         fd = -1;
-
-static uint64_t
-mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
 static double
 uniform(uint64_t *state)
 {
     *state += 1;
     return (double)(mix64(*state ^ seed << 40) >> 11) / (double)(1ull << 53);
-}
-
-/* The cumulative Zipf distribution over ranks 0..nkeys-1. */
-static int
-cdf_build(void)
-{
-    double   sum = 0;
-    uint32_t i;
-
-    cdf = malloc(sizeof(*cdf) * nkeys);
-    if (cdf == NULL) {
-        return -1;
-    }
-    for (i = 0; i < nkeys; i++) {
-        sum += 1.0 / pow((double)i + 1, skew);
-        cdf[i] = sum;
-    }
-    for (i = 0; i < nkeys; i++) {
-        cdf[i] /= sum;
-    }
-    return 0;
-}
-
-static uint32_t
-zipf_rank(double u)
-{
-    uint32_t lo = 0, hi = nkeys - 1;
-
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-
-        if (cdf[mid] < u) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return lo;
 }
 
 /* A key's value size and TTL: functions of the key alone. */
@@ -346,7 +301,7 @@ main(int argc, char **argv)
         die("malloc");
     }
     memset(value, 'v', vmax);
-    if (cdf_build() != 0) {
+    if (zipf_init(&zipf, nkeys, skew) != 0) {
         die("malloc");
     }
     connect_server();
@@ -359,7 +314,7 @@ main(int argc, char **argv)
          * that ended at its key). */
         if (!have_next) {
             r->scan = scan_frac >= 1 || (scan_frac > 0 && uniform(&rng) < scan_frac);
-            r->id = r->scan ? scan_seq++ : zipf_rank(uniform(&rng));
+            r->id = r->scan ? scan_seq++ : zipf_rank(&zipf, uniform(&rng));
             r->nkey = (size_t)snprintf(r->key, KEY_MAX, r->scan ? "hs%llu" : "hr%llu",
                                        (unsigned long long)r->id);
         }
@@ -433,7 +388,7 @@ main(int argc, char **argv)
            nreq > 0 ? (double)hits / (double)nreq : 0.0, (unsigned long long)stat_of("curr_items"),
            (unsigned long long)stat_of("evictions"));
     close(fd);
-    free(cdf);
+    zipf_free(&zipf);
     free(value);
     free(out);
     return 0;

@@ -15,6 +15,7 @@
 
 #include "ring/ring.h"
 #include "server/store.h"
+#include "tests/bench/bench_rss.h"
 
 static int key_width = 10; /* digits after "key:" */
 
@@ -23,23 +24,6 @@ struct worker {
     unsigned      seed;
     long          items, ops;
 };
-
-/* Resident set size in bytes, from /proc/self/statm. */
-static long
-rss_bytes(void)
-{
-    long  size = 0, res = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-
-    if (f == NULL) {
-        return -1;
-    }
-    if (fscanf(f, "%ld %ld", &size, &res) != 2) {
-        res = -1;
-    }
-    fclose(f);
-    return res * sysconf(_SC_PAGESIZE);
-}
 
 static double
 mono(void)
@@ -99,8 +83,7 @@ main(int argc, char **argv)
     long                items = argc > 1 ? atol(argv[1]) : 1000000;
     int                 threads = argc > 2 ? atoi(argv[2]) : 2;
     long                ops = argc > 3 ? atol(argv[3]) : 2000000;
-    struct store_config cfg = { .mem_limit = (size_t)4 << 30,
-                                .item_size_max = 1 << 20 };
+    struct store_config cfg = { .mem_limit = (size_t)4 << 30, .item_size_max = 1 << 20 };
     struct worker      *w;
     pthread_t          *th;
     struct store       *s;

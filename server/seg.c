@@ -1,0 +1,549 @@
+/*
+ * seg: the compact item engine's segments, writes and eviction (reads and
+ * the other keyed operations are server/seg_ops.c, the index
+ * server/seg_index.c, the record codec server/seg_item.h).
+ * Lock order: evict_mu, a stripe lock, main_mu, heap_mu. See
+ * docs/store-engine.md for the design and the byte budget.
+ */
+#include "config.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "server/seg.h"
+#include "server/seg_internal.h"
+
+/* Eviction takes SMALL's oldest segment while SMALL holds more than this
+ * many tenths of the segments (S3-FIFO: 10%). */
+#define SMALL_TENTHS 1u
+/* Fewest segments: two writers, the main open one and the reserve. */
+#define MIN_SEGS 4u
+
+/* ---- the segment heap (heap_mu held) ------------------------------------ */
+
+static void
+q_push(struct seg *s, int q, uint32_t id)
+{
+    struct seg_meta *m = &s->meta[id];
+
+    m->queue = q == QI_SMALL ? SQ_SMALL : SQ_MAIN;
+    m->next = SEG_NONE;
+    m->prev = s->q_tail[q];
+    if (s->q_tail[q] != SEG_NONE) {
+        s->meta[s->q_tail[q]].next = id;
+    } else {
+        s->q_head[q] = id;
+    }
+    s->q_tail[q] = id;
+    s->q_count[q]++;
+}
+
+/* Take the oldest segment of a queue, or SEG_NONE. */
+static uint32_t
+q_pop(struct seg *s, int q)
+{
+    uint32_t id = s->q_head[q];
+
+    if (id == SEG_NONE) {
+        return SEG_NONE;
+    }
+    s->q_head[q] = s->meta[id].next;
+    if (s->q_head[q] != SEG_NONE) {
+        s->meta[s->q_head[q]].prev = SEG_NONE;
+    } else {
+        s->q_tail[q] = SEG_NONE;
+    }
+    s->q_count[q]--;
+    s->meta[id].queue = SQ_EVICTING;
+    return id;
+}
+
+static void
+free_push(struct seg *s, uint32_t id)
+{
+    struct seg_meta *m = &s->meta[id];
+
+    m->queue = SQ_FREE;
+    m->write_off = 0;
+    __atomic_store_n(&m->live_bytes, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&m->live_items, 0, __ATOMIC_RELAXED);
+    m->next = s->free_head;
+    s->free_head = id;
+    s->nfree++;
+}
+
+static uint32_t
+free_pop(struct seg *s, enum seg_queue as)
+{
+    uint32_t id = s->free_head;
+
+    if (id != SEG_NONE) {
+        s->free_head = s->meta[id].next;
+        s->nfree--;
+        s->meta[id].queue = (uint8_t)as;
+        s->meta[id].write_off = 0;
+        s->meta[id].create = (uint32_t)eng_now(s);
+    }
+    return id;
+}
+
+/* Seal a full (or abandoned) open segment onto queue q; an empty one goes
+ * back to the free list. Takes heap_mu. */
+static void
+seal(struct seg *s, uint32_t id, uint32_t off, int q)
+{
+    pthread_mutex_lock(&s->heap_mu);
+    s->meta[id].write_off = off;
+    if (off == 0) {
+        free_push(s, id);
+    } else {
+        q_push(s, q, id);
+    }
+    pthread_mutex_unlock(&s->heap_mu);
+}
+
+/* ---- live accounting (the key's stripe lock held) ----------------------- */
+
+/* See seg_internal.h. */
+void
+live_add(struct seg *s, uint32_t id, size_t sz, int sign)
+{
+    struct seg_meta *m = &s->meta[id];
+
+    __atomic_fetch_add(&m->live_bytes, (uint32_t)((int64_t)sign * (int64_t)sz), __ATOMIC_RELAXED);
+    __atomic_fetch_add(&m->live_items, (uint32_t)sign, __ATOMIC_RELAXED);
+}
+
+/* See seg_internal.h. */
+void
+do_seg_unlink(struct seg *s, struct seg_stripe *st, uint64_t *slot, size_t sz)
+{
+    live_add(s, slot_seg(*slot), sz, -1);
+    do_index_remove(s, st, slot);
+}
+
+/* ---- the main open segment ---------------------------------------------- */
+
+/* Copy sz bytes of a record into the main open segment. A full one is
+ * sealed onto MAIN and replaced by spare (SEG_NONE: by the evictor's
+ * reserve when evictor, else fail). A writer (not evictor) gets the
+ * segment's pending count raised: it must drop it once it linked. Returns
+ * 0, or -1 when there is no room. *used_spare says whether spare was taken. */
+static int
+main_append(struct seg *s, const struct seg_rec *r, const uint8_t *src, size_t sz, bool evictor,
+            uint32_t spare, bool *used_spare, uint32_t *segid, uint32_t *off)
+{
+    uint8_t *dst;
+
+    pthread_mutex_lock(&s->main_mu);
+    if (s->main_seg == SEG_NONE || s->main_off + sz > s->seg_size) {
+        uint32_t next = spare;
+
+        if (next == SEG_NONE && evictor) {
+            pthread_mutex_lock(&s->heap_mu);
+            next = free_pop(s, SQ_MAINOPEN);
+            if (next == SEG_NONE && s->reserve != SEG_NONE) {
+                next = s->reserve;
+                s->reserve = SEG_NONE;
+                s->meta[next].queue = SQ_MAINOPEN;
+            }
+            pthread_mutex_unlock(&s->heap_mu);
+        }
+        if (next == SEG_NONE) {
+            pthread_mutex_unlock(&s->main_mu);
+            return -1;
+        }
+        if (s->main_seg != SEG_NONE) {
+            seal(s, s->main_seg, s->main_off, QI_MAIN);
+        }
+        s->main_seg = next;
+        s->main_off = 0;
+        *used_spare = next == spare;
+    }
+    dst = seg_rec_at(s, s->main_seg, s->main_off);
+    if (src != NULL) {
+        memcpy(dst, src, sz);
+    } else {
+        seg_rec_encode(dst, r);
+    }
+    *segid = s->main_seg;
+    *off = s->main_off;
+    s->main_off += (uint32_t)sz;
+    if (!evictor) {
+        __atomic_fetch_add(&s->meta[*segid].pending, 1, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&s->main_mu);
+    return 0;
+}
+
+/* ---- eviction ----------------------------------------------------------- */
+
+/*
+ * Empty one sealed segment: S3-FIFO's step over whole segments. For each
+ * record whose slot still points at it (under the key's stripe lock): a
+ * dead one is reclaimed; one read since it was written moves to the main
+ * open segment with a read less (from SMALL: with none, as S3-FIFO's
+ * promotion); the rest are evicted, a ghost left for those from SMALL.
+ * The emptied segment refills the reserve or goes to the free list.
+ * Returns 1 when it emptied a segment, 0 when there was none to empty.
+ */
+static int
+evict_one(struct seg *s)
+{
+    uint32_t victim, off, end;
+    int      q;
+    int64_t  now;
+    uint64_t floor;
+
+    pthread_mutex_lock(&s->evict_mu);
+    pthread_mutex_lock(&s->heap_mu);
+    if (s->nfree > 0) { /* another thread freed one meanwhile */
+        pthread_mutex_unlock(&s->heap_mu);
+        pthread_mutex_unlock(&s->evict_mu);
+        return 1;
+    }
+    q = s->q_count[QI_SMALL] * 10u > s->nsegs * SMALL_TENTHS ? QI_SMALL : QI_MAIN;
+    if (s->q_count[q] == 0) {
+        q = 1 - q;
+    }
+    victim = q_pop(s, q);
+    pthread_mutex_unlock(&s->heap_mu);
+    if (victim == SEG_NONE) {
+        pthread_mutex_unlock(&s->evict_mu);
+        return 0;
+    }
+    /* A writer that appended to it as the main open segment links soon. */
+    while (__atomic_load_n(&s->meta[victim].pending, __ATOMIC_ACQUIRE) != 0) {
+        sched_yield();
+    }
+    now = eng_now(s);
+    floor = eng_floor(s);
+    end = s->meta[victim].write_off;
+    for (off = 0; off < end;) {
+        uint8_t           *rec = seg_rec_at(s, victim, off);
+        struct seg_rec     r;
+        size_t             sz = seg_rec_decode(rec, &r);
+        uint64_t           hash = XXH3_64bits(r.key, r.nkey);
+        struct seg_stripe *st = seg_stripe(s, hash);
+        uint64_t          *slot;
+
+        pthread_mutex_lock(&st->lock);
+        slot = do_index_find_at(st, hash, victim, off);
+        if (slot != NULL) {
+            unsigned f = slot_freq(*slot);
+            uint32_t nseg, noff;
+            bool     spare_used = false;
+
+            seg_rec_decode(rec, &r); /* state bits as of now */
+            if (seg_rec_dead(&r, now, floor)) {
+                if (r.cas >= floor && s->cfg.drop != NULL) {
+                    s->cfg.drop(s->cfg.drop_arg, hash, &r, true);
+                }
+                __atomic_fetch_add(&s->reclaimed, 1, __ATOMIC_RELAXED);
+                do_seg_unlink(s, st, slot, sz);
+            } else if (f > 0 && main_append(s, NULL, rec, sz, true, SEG_NONE, &spare_used, &nseg,
+                                            &noff) == 0) {
+                live_add(s, victim, sz, -1);
+                *slot = slot_make(hash, nseg, noff, q == QI_SMALL ? 0 : f - 1);
+                live_add(s, nseg, sz, 1);
+                __atomic_fetch_add(&s->moved, 1, __ATOMIC_RELAXED);
+            } else {
+                if (q == QI_SMALL) {
+                    ghost_put(&s->ghost, hash);
+                }
+                if (s->cfg.drop != NULL) {
+                    s->cfg.drop(s->cfg.drop_arg, hash, &r, false);
+                }
+                __atomic_fetch_add(&s->evictions, 1, __ATOMIC_RELAXED);
+                do_seg_unlink(s, st, slot, sz);
+            }
+        }
+        pthread_mutex_unlock(&st->lock);
+        off += (uint32_t)sz;
+    }
+    pthread_mutex_lock(&s->heap_mu);
+    if (s->reserve == SEG_NONE) {
+        free_push(s, victim); /* reset its counters */
+        s->reserve = free_pop(s, SQ_RESERVE);
+    } else {
+        free_push(s, victim);
+    }
+    pthread_mutex_unlock(&s->heap_mu);
+    pthread_mutex_unlock(&s->evict_mu);
+    return 1;
+}
+
+/* A free segment for a writer, evicting until one is free; SEG_NONE when
+ * nothing is left to evict (every segment is open). Caller holds no lock. */
+static uint32_t
+take_segment(struct seg *s, enum seg_queue as)
+{
+    for (;;) {
+        uint32_t id;
+
+        pthread_mutex_lock(&s->heap_mu);
+        id = free_pop(s, as);
+        pthread_mutex_unlock(&s->heap_mu);
+        if (id != SEG_NONE || evict_one(s) == 0) {
+            return id;
+        }
+    }
+}
+
+/* ---- the threads' open segments ----------------------------------------- */
+
+static void
+writer_unlist(struct seg *s, struct seg_writer *w)
+{
+    struct seg_writer **pp;
+
+    pthread_mutex_lock(&s->heap_mu);
+    for (pp = &s->writers; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == w) {
+            *pp = w->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->heap_mu);
+}
+
+/* Thread exit: seal its open segment. */
+static void
+writer_dtor(void *p)
+{
+    struct seg_writer *w = p;
+
+    if (w->segid != SEG_NONE) {
+        seal(w->s, w->segid, w->off, QI_SMALL);
+    }
+    writer_unlist(w->s, w);
+    free(w);
+}
+
+static struct seg_writer *
+writer_get(struct seg *s)
+{
+    struct seg_writer *w = pthread_getspecific(s->tls);
+
+    if (w == NULL) {
+        w = calloc(1, sizeof(*w));
+        if (w == NULL) {
+            return NULL;
+        }
+        w->s = s;
+        w->segid = SEG_NONE;
+        if (pthread_setspecific(s->tls, w) != 0) {
+            free(w);
+            return NULL;
+        }
+        pthread_mutex_lock(&s->heap_mu);
+        w->next = s->writers;
+        s->writers = w;
+        pthread_mutex_unlock(&s->heap_mu);
+    }
+    return w;
+}
+
+/* Encode r into the calling thread's open segment (sealing a full one
+ * onto SMALL and taking a new one). 0 or SEG_NO_MEMORY. */
+static int
+own_append(struct seg *s, const struct seg_rec *r, size_t sz, uint32_t *segid, uint32_t *off)
+{
+    struct seg_writer *w = writer_get(s);
+
+    if (w == NULL) {
+        return SEG_NO_MEMORY;
+    }
+    if (w->segid == SEG_NONE || w->off + sz > s->seg_size) {
+        if (w->segid != SEG_NONE) {
+            seal(s, w->segid, w->off, QI_SMALL);
+            w->segid = SEG_NONE;
+        }
+        w->segid = take_segment(s, SQ_OPEN);
+        if (w->segid == SEG_NONE) {
+            return SEG_NO_MEMORY;
+        }
+        w->off = 0;
+    }
+    seg_rec_encode(seg_rec_at(s, w->segid, w->off), r);
+    *segid = w->segid;
+    *off = w->off;
+    w->off += (uint32_t)sz;
+    return 0;
+}
+
+/* Encode r into the main open segment (a key that was a ghost), taking a
+ * new segment when it is full. 0 or SEG_NO_MEMORY. */
+static int
+writer_main_append(struct seg *s, const struct seg_rec *r, size_t sz, uint32_t *segid,
+                   uint32_t *off)
+{
+    bool     used = false;
+    uint32_t spare;
+
+    if (main_append(s, r, NULL, sz, false, SEG_NONE, &used, segid, off) == 0) {
+        return 0;
+    }
+    spare = take_segment(s, SQ_MAINOPEN);
+    if (spare == SEG_NONE) {
+        return SEG_NO_MEMORY;
+    }
+    if (main_append(s, r, NULL, sz, false, spare, &used, segid, off) < 0) {
+        return SEG_NO_MEMORY; /* cannot happen: a spare always has room */
+    }
+    if (!used) { /* another writer replaced the full one meanwhile */
+        pthread_mutex_lock(&s->heap_mu);
+        free_push(s, spare);
+        pthread_mutex_unlock(&s->heap_mu);
+    }
+    return 0;
+}
+
+/* ---- the API ------------------------------------------------------------ */
+
+/* See seg.h. */
+struct seg *
+seg_new(const struct seg_config *cfg)
+{
+    struct seg *s;
+    uint32_t    i, seg_size = cfg->seg_size != 0 ? cfg->seg_size : SEG_SIZE_DEFAULT;
+    size_t      nsegs = cfg->mem_limit / seg_size;
+
+    if (seg_size < SEG_SIZE_MIN || seg_size > SEG_SIZE_DEFAULT || nsegs < MIN_SEGS ||
+        nsegs >= SEG_MAX_SEGS) {
+        return NULL;
+    }
+    s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        return NULL;
+    }
+    s->cfg = *cfg;
+    s->seg_size = seg_size;
+    s->nsegs = (uint32_t)nsegs;
+    s->map_len = nsegs * seg_size;
+    s->base = mmap(NULL, s->map_len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (s->base == MAP_FAILED) {
+        free(s);
+        return NULL;
+    }
+    s->meta = calloc(nsegs, sizeof(*s->meta));
+    if (ghost_init(&s->ghost, cfg->mem_limit) < 0 || s->meta == NULL || seg_index_init(s) < 0 ||
+        pthread_key_create(&s->tls, writer_dtor) != 0) {
+        seg_index_free(s);
+        ghost_free(&s->ghost);
+        free(s->meta);
+        munmap(s->base, s->map_len);
+        free(s);
+        return NULL;
+    }
+    pthread_mutex_init(&s->heap_mu, NULL);
+    pthread_mutex_init(&s->main_mu, NULL);
+    pthread_mutex_init(&s->evict_mu, NULL);
+    s->free_head = SEG_NONE;
+    for (i = 0; i < 2; i++) {
+        s->q_head[i] = s->q_tail[i] = SEG_NONE;
+    }
+    for (i = s->nsegs; i-- > 0;) {
+        free_push(s, i);
+    }
+    s->reserve = free_pop(s, SQ_RESERVE);
+    s->main_seg = SEG_NONE;
+    return s;
+}
+
+/* See seg.h. */
+void
+seg_free(struct seg *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    pthread_key_delete(s->tls);
+    while (s->writers != NULL) {
+        struct seg_writer *w = s->writers;
+
+        s->writers = w->next;
+        free(w);
+    }
+    seg_index_free(s);
+    pthread_mutex_destroy(&s->heap_mu);
+    pthread_mutex_destroy(&s->main_mu);
+    pthread_mutex_destroy(&s->evict_mu);
+    munmap(s->base, s->map_len);
+    ghost_free(&s->ghost);
+    free(s->meta);
+    free(s);
+}
+
+/* See seg.h. */
+void
+seg_thread_done(struct seg *s)
+{
+    struct seg_writer *w = pthread_getspecific(s->tls);
+
+    if (w != NULL && w->segid != SEG_NONE) {
+        seal(s, w->segid, w->off, QI_SMALL);
+        w->segid = SEG_NONE;
+    }
+}
+
+/* See seg.h. */
+int
+seg_put(struct seg *s, uint64_t hash, const struct seg_rec *r, seg_check_fn check, void *arg)
+{
+    struct seg_stripe *st = seg_stripe(s, hash);
+    size_t             sz;
+    uint32_t           segid, off;
+    bool               to_main, live;
+    uint64_t          *slot;
+    struct seg_rec     old;
+    int64_t            now = eng_now(s);
+    uint64_t           floor = eng_floor(s);
+    int                rc = SEG_OK;
+
+    if (r->nkey == 0 || r->nkey > SEG_KEY_MAX) {
+        return SEG_BAD_ARGUMENT;
+    }
+    sz = seg_rec_size(seg_rec_has(r), r->nkey, r->nbytes);
+    if (sz > s->seg_size / 4) {
+        return SEG_TOO_LARGE;
+    }
+    to_main = ghost_take(&s->ghost, hash);
+    if (to_main) {
+        rc = writer_main_append(s, r, sz, &segid, &off);
+    } else {
+        rc = own_append(s, r, sz, &segid, &off);
+    }
+    if (rc != SEG_OK) {
+        return rc;
+    }
+    pthread_mutex_lock(&st->lock);
+    slot = do_index_find(s, st, r->key, r->nkey, hash);
+    if (slot != NULL) {
+        seg_rec_decode(seg_rec_at(s, slot_seg(*slot), slot_off(*slot)), &old);
+    }
+    live = slot != NULL && !seg_rec_dead(&old, now, floor);
+    if (check != NULL && !check(arg, live ? &old : NULL)) {
+        rc = SEG_REFUSED;
+    } else if (slot != NULL) {
+        /* A live key keeps its read count; a dead one's is not its. */
+        live_add(s, slot_seg(*slot), seg_rec_size(old.bits, old.nkey, old.nbytes), -1);
+        *slot = slot_make(hash, segid, off, live ? slot_freq(*slot) : 0);
+        live_add(s, segid, sz, 1);
+    } else if (do_index_add(s, st, hash, slot_make(hash, segid, off, 0)) < 0) {
+        rc = SEG_NO_MEMORY;
+    } else {
+        live_add(s, segid, sz, 1);
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (to_main) {
+        __atomic_fetch_sub(&s->meta[segid].pending, 1, __ATOMIC_RELEASE);
+    }
+    return rc;
+}

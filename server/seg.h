@@ -1,0 +1,143 @@
+/*
+ * seg: the compact item engine (issue 22, first layer). Records are written
+ * in order into fixed segments carved from one mapping, found through a
+ * striped index of 8-byte slots, and evicted a whole segment at a time by
+ * S3-FIFO over segments. Reads copy out under the key's stripe lock. Not yet
+ * behind server/store.h: docs/store-engine.md maps the store's operations
+ * onto this layer.
+ */
+#ifndef SERVER_SEG_H
+#define SERVER_SEG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/seg_item.h"
+
+#define SEG_SIZE_DEFAULT (1u << 20) /* and the largest: slots hold 20-bit offsets */
+#define SEG_SIZE_MIN     (1u << 12)
+#define SEG_STRIPES      1024u
+#define SEG_KEY_MAX      250u
+
+/* Results (>= 0) and errors (< 0). */
+enum seg_result {
+    SEG_OK = 0,
+    SEG_MISS = 1,          /* no live record for the key */
+    SEG_REFUSED = 2,       /* the caller's check said no */
+    SEG_TOO_LARGE = -2,    /* record over seg_size/4: the caller stores it elsewhere */
+    SEG_NO_MEMORY = -3,    /* no segment to write into (all are open) or no index room */
+    SEG_BAD_ARGUMENT = -4, /* key length 0 or over SEG_KEY_MAX */
+};
+
+/* What the engine asks its owner: the time, the flush floor (a record with
+ * a CAS below it is dead) and who to tell about removals. */
+typedef int64_t (*seg_now_fn)(void *arg);
+typedef uint64_t (*seg_floor_fn)(void *arg);
+
+/*
+ * A record the engine removed by itself: evicted (expired false) or found
+ * expired at eviction or on a read (expired true). Flushed records are
+ * removed silently (a flush travels to every node by itself). Called under
+ * the key's stripe lock; r points into the segment for the call only.
+ */
+typedef void (*seg_drop_fn)(void *arg, uint64_t hash, const struct seg_rec *r, bool expired);
+
+/*
+ * A record handed to a caller: r's key and value point into the segment
+ * and are valid only during the call, which runs under the key's stripe
+ * lock (copy out, do not call back into the engine). freq is the record's
+ * read count (0..3). Returns 0, or nonzero to stop a walk.
+ */
+typedef int (*seg_item_fn)(void *arg, const struct seg_rec *r, uint64_t hash, unsigned freq);
+
+/* A conditional write's test, under the key's stripe lock: old is the live
+ * record of the key or NULL. True lets the operation go on. */
+typedef bool (*seg_check_fn)(void *arg, const struct seg_rec *old);
+
+struct seg_config {
+    size_t       mem_limit; /* bytes of segments; floor(mem_limit / seg_size) of them */
+    uint32_t     seg_size;  /* SEG_SIZE_MIN..SEG_SIZE_DEFAULT; 0 = the default */
+    seg_now_fn   now;       /* NULL: time(NULL) */
+    seg_floor_fn floor;     /* NULL: no flush floor */
+    void        *clock_arg;
+    seg_drop_fn  drop; /* may be NULL */
+    void        *drop_arg;
+};
+
+struct seg_stats {
+    uint64_t items;      /* linked records */
+    uint64_t live_bytes; /* their bytes in segments */
+    uint64_t segs_total, segs_free, segs_small, segs_main, segs_open;
+    uint64_t evictions; /* live records dropped to make room */
+    uint64_t reclaimed; /* dead records (expired, flushed) found at eviction */
+    uint64_t moved;     /* records copied to the main open segment by eviction */
+    uint64_t index_slots, index_bytes;
+};
+
+/* seg_get's how. */
+#define SEG_GET_FETCH 0x1u /* a read: count it, mark fetched, stamp atime */
+
+/* A new engine: reserves (does not touch) the segments' address space and
+ * allocates the index. NULL on a bad config or no memory. */
+struct seg *seg_new(const struct seg_config *cfg);
+
+/* Free the engine. No other thread may be using it. */
+void seg_free(struct seg *s);
+
+/*
+ * Store r (key, value and fields; its has_ bits are derived from the
+ * fields, its state bits kept) under hash = XXH3_64bits(key). The record
+ * is appended to the calling thread's open segment (or the main open one
+ * when the key is a recent ghost), then linked under the stripe lock in
+ * place of the key's old record, if check (may be NULL) agrees; the new
+ * record keeps the old one's read count. On SEG_REFUSED the appended bytes
+ * are dead. May evict (the caller holds no stripe lock).
+ */
+int seg_put(struct seg *s, uint64_t hash, const struct seg_rec *r, seg_check_fn check, void *arg);
+
+/*
+ * Find the live record of a key and hand it to cb (under the stripe lock).
+ * With SEG_GET_FETCH, count a read (freq, saturating at 3), mark it fetched
+ * and stamp atime on the first fetch and then at most once per 60 s. A
+ * dead record (expired at now, or CAS below floor) is unlinked: SEG_MISS.
+ */
+int seg_get(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_t now, uint64_t floor,
+            unsigned how, seg_item_fn cb, void *arg);
+
+/* Unlink a key's live record if check (may be NULL) agrees: SEG_OK,
+ * SEG_MISS or SEG_REFUSED. Its bytes become dead. */
+int seg_delete(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_t now,
+               uint64_t floor, seg_check_fn check, void *arg);
+
+/* Set a live record's exptime (0 = never): in place when the record has
+ * the field, else by writing a copy with it. SEG_OK or SEG_MISS. */
+int seg_touch(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_t now,
+              uint64_t floor, uint32_t exptime);
+
+/* Set and clear a live record's state bits (SEG_RB_STALE, SEG_RB_WON,
+ * SEG_RB_FETCHED) in place. SEG_OK or SEG_MISS. */
+int seg_set_state(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_t now,
+                  uint64_t floor, uint8_t set, uint8_t clear);
+
+/* Hand every live record of one stripe (0..SEG_STRIPES-1) to cb in slot
+ * order, with its hash (the handoff filters by ring position), holding the
+ * stripe lock for the whole stripe (see docs/store-engine.md). Returns the
+ * records handed, or stops early when cb returns nonzero. */
+long seg_walk(struct seg *s, uint32_t stripe, seg_item_fn cb, void *arg);
+
+/* Seal the calling thread's open segment (a worker that stops writing
+ * calls it; thread exit does it too). */
+void seg_thread_done(struct seg *s);
+
+/* A snapshot of the counters (takes each stripe lock briefly). */
+void seg_stats(struct seg *s, struct seg_stats *out);
+
+/* The stripe of a hash (as server/store_internal.h's stripe_of). */
+static inline uint32_t
+seg_stripe_of(uint64_t hash)
+{
+    return (uint32_t)(hash & (SEG_STRIPES - 1));
+}
+
+#endif /* SERVER_SEG_H */

@@ -1,0 +1,215 @@
+/*
+ * seg_internal: the layout shared by server/seg.c (segments, writes,
+ * eviction) and server/seg_index.c (the striped slot index). Nothing else
+ * includes it; the API is server/seg.h. do_ functions: the caller holds the
+ * key's stripe lock.
+ */
+#ifndef SERVER_SEG_INTERNAL_H
+#define SERVER_SEG_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "server/ghost.h"
+#include "server/seg.h"
+
+#define SEG_INTERNAL __attribute__((visibility("hidden")))
+
+#define SEG_STRIPE_BITS 10
+#define SEG_STRIPE_MASK (SEG_STRIPES - 1)
+#define SEG_NONE        UINT32_MAX /* no segment */
+
+/*
+ * A slot (u64): used (bit 63) | spare (62) | freq (61-60) | tag (59-44) |
+ * segment id (43-20) | offset in the segment (19-0). The tag is hash bits
+ * 42-57, which neither the stripe (bits 0-9) nor the position (bits 10-41,
+ * multiply-shift) uses.
+ */
+#define SLOT_USED       (1ull << 63)
+#define SLOT_FREQ_SHIFT 60
+#define SLOT_FREQ_MASK  (3ull << SLOT_FREQ_SHIFT)
+#define SLOT_TAG_SHIFT  44
+#define SLOT_SEG_SHIFT  20
+#define SLOT_OFF_MASK   ((1ull << 20) - 1)
+#define SLOT_SEG_MASK   ((1ull << 24) - 1)
+#define SEG_MAX_SEGS    (1u << 24)
+
+static inline uint64_t
+slot_make(uint64_t hash, uint32_t segid, uint32_t off, unsigned freq)
+{
+    return SLOT_USED | ((uint64_t)freq << SLOT_FREQ_SHIFT) |
+           (((hash >> 42) & 0xffffull) << SLOT_TAG_SHIFT) | ((uint64_t)segid << SLOT_SEG_SHIFT) |
+           off;
+}
+
+static inline uint32_t
+slot_seg(uint64_t v)
+{
+    return (uint32_t)((v >> SLOT_SEG_SHIFT) & SLOT_SEG_MASK);
+}
+
+static inline uint32_t
+slot_off(uint64_t v)
+{
+    return (uint32_t)(v & SLOT_OFF_MASK);
+}
+
+static inline unsigned
+slot_freq(uint64_t v)
+{
+    return (unsigned)((v & SLOT_FREQ_MASK) >> SLOT_FREQ_SHIFT);
+}
+
+static inline uint64_t
+slot_with_freq(uint64_t v, unsigned f)
+{
+    return (v & ~SLOT_FREQ_MASK) | ((uint64_t)f << SLOT_FREQ_SHIFT);
+}
+
+static inline bool
+slot_tag_matches(uint64_t v, uint64_t hash)
+{
+    return ((v >> SLOT_TAG_SHIFT) & 0xffffull) == ((hash >> 42) & 0xffffull);
+}
+
+/* A stripe of the index: open addressing, linear probing. */
+struct seg_stripe {
+    pthread_mutex_t lock;
+    uint64_t       *slots;
+    uint32_t        nslots;
+    uint32_t        count; /* atomic stores: used slots */
+} __attribute__((aligned(64)));
+
+/* Where a segment is. */
+enum seg_queue {
+    SQ_FREE = 0,
+    SQ_OPEN,     /* a thread's open segment */
+    SQ_MAINOPEN, /* the main open segment */
+    SQ_SMALL,    /* sealed, new keys */
+    SQ_MAIN,     /* sealed, keys that earned a second lap */
+    SQ_EVICTING,
+    SQ_RESERVE, /* the evictor's spare */
+};
+
+/* A segment's metadata, apart from its bytes (so an untouched segment
+ * costs no RSS). */
+struct seg_meta {
+    uint32_t write_off;  /* bytes written (for an open segment: at seal) */
+    uint32_t create;     /* when it was opened (seconds) */
+    uint32_t live_bytes; /* atomic: bytes of linked records */
+    uint32_t live_items; /* atomic */
+    uint32_t pending;    /* atomic: records appended to the main open segment, not linked yet */
+    uint32_t next, prev; /* queue links (heap_mu) */
+    uint8_t  queue;      /* enum seg_queue (heap_mu) */
+};
+
+/* A thread's open segment (pthread key per engine). */
+struct seg_writer {
+    struct seg        *s;
+    uint32_t           segid; /* SEG_NONE before the first write */
+    uint32_t           off;
+    struct seg_writer *next; /* s->writers (heap_mu) */
+};
+
+struct seg {
+    struct seg_config cfg;
+    uint8_t          *base; /* nsegs * seg_size bytes, MAP_NORESERVE */
+    size_t            map_len;
+    uint32_t          seg_size;
+    uint32_t          nsegs;
+    struct seg_meta  *meta;
+
+    pthread_mutex_t    heap_mu; /* free list, queues, writers */
+    uint32_t           free_head;
+    uint32_t           nfree;
+    uint32_t           q_head[2], q_tail[2], q_count[2]; /* [0] small, [1] main; head = oldest */
+    uint32_t           reserve;                          /* SEG_NONE or the evictor's spare */
+    struct seg_writer *writers;
+    pthread_key_t      tls;
+
+    pthread_mutex_t main_mu; /* the main open segment */
+    uint32_t        main_seg, main_off;
+
+    pthread_mutex_t evict_mu; /* one eviction at a time */
+
+    struct ghost ghost; /* keys evicted unread from SMALL */
+
+    uint64_t evictions, reclaimed, moved; /* atomic */
+
+    struct seg_stripe stripes[SEG_STRIPES];
+};
+
+static inline uint8_t *
+seg_rec_at(const struct seg *s, uint32_t segid, uint32_t off)
+{
+    return s->base + (size_t)segid * s->seg_size + off;
+}
+
+static inline struct seg_stripe *
+seg_stripe(struct seg *s, uint64_t hash)
+{
+    return &s->stripes[hash & SEG_STRIPE_MASK];
+}
+
+static inline bool
+seg_rec_dead(const struct seg_rec *r, int64_t now, uint64_t floor)
+{
+    return r->cas < floor || (r->exptime != 0 && (int64_t)r->exptime <= now);
+}
+
+/* Which sealed queue (q_head/q_tail/q_count index). */
+enum {
+    QI_SMALL = 0,
+    QI_MAIN = 1
+};
+
+/* The owner's clock and flush floor (seg_config's hooks). */
+static inline int64_t
+eng_now(const struct seg *s)
+{
+    return s->cfg.now != NULL ? s->cfg.now(s->cfg.clock_arg) : (int64_t)time(NULL);
+}
+
+static inline uint64_t
+eng_floor(const struct seg *s)
+{
+    return s->cfg.floor != NULL ? s->cfg.floor(s->cfg.clock_arg) : 0;
+}
+
+/* ---- seg.c --------------------------------------------------------------- */
+
+/* Add (sign 1) or remove (-1) a record of sz bytes to its segment's live
+ * counters. Caller holds the key's stripe lock. */
+SEG_INTERNAL void live_add(struct seg *s, uint32_t id, size_t sz, int sign);
+
+/* Unlink a slot and its record's bytes (sz). Caller holds the stripe lock. */
+SEG_INTERNAL void do_seg_unlink(struct seg *s, struct seg_stripe *st, uint64_t *slot, size_t sz);
+
+/* ---- seg_index.c -------------------------------------------------------- */
+
+SEG_INTERNAL int  seg_index_init(struct seg *s);
+SEG_INTERNAL void seg_index_free(struct seg *s);
+
+/* The slot of a key's record (live or dead), or NULL. */
+SEG_INTERNAL uint64_t *do_index_find(struct seg *s, struct seg_stripe *st, const char *key,
+                                     size_t nkey, uint64_t hash);
+
+/* The slot that points at the record at (segid, off) of this hash, or NULL
+ * (the record is dead bytes). */
+SEG_INTERNAL uint64_t *do_index_find_at(struct seg_stripe *st, uint64_t hash, uint32_t segid,
+                                        uint32_t off);
+
+/* Add a slot for a key that has none, growing the stripe by 1.5x when its
+ * load would pass 0.85. 0, or -1 when the grown array cannot be
+ * allocated. */
+SEG_INTERNAL int do_index_add(struct seg *s, struct seg_stripe *st, uint64_t hash, uint64_t slot);
+
+/* Remove a slot (backward-shift deletion). */
+SEG_INTERNAL void do_index_remove(struct seg *s, struct seg_stripe *st, uint64_t *slot);
+
+/* XXH3_64bits of the key of the record a slot points at. */
+SEG_INTERNAL uint64_t seg_slot_hash(const struct seg *s, uint64_t slot);
+
+#endif /* SERVER_SEG_INTERNAL_H */

@@ -1,0 +1,235 @@
+/*
+ * seg_ops: the compact engine's keyed operations after a write (get,
+ * delete, touch, state bits), the handoff's walk and the stats. Each runs
+ * under the key's stripe lock; seg.c has the segments, writes and
+ * eviction, seg_index.c the index.
+ */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "server/seg.h"
+#include "server/seg_internal.h"
+
+/* atime moves at most once per this many seconds after the first fetch
+ * (as the store and memcached). */
+#define BUMP_SECONDS 60
+#define FREQ_MAX     3u
+
+/*
+ * The prologue of a keyed operation: lock the key's stripe and find its
+ * live record (decoded into r). A dead one is unlinked on the way (an
+ * expired one reported to the drop hook). Returns with the lock held; the
+ * slot, or NULL.
+ */
+static uint64_t *
+lock_find(struct seg *s, struct seg_stripe *st, const char *key, size_t nkey, uint64_t hash,
+          int64_t now, uint64_t floor, struct seg_rec *r, size_t *sz)
+{
+    uint64_t *slot;
+
+    pthread_mutex_lock(&st->lock);
+    slot = do_index_find(s, st, key, nkey, hash);
+    if (slot == NULL) {
+        return NULL;
+    }
+    *sz = seg_rec_decode(seg_rec_at(s, slot_seg(*slot), slot_off(*slot)), r);
+    if (seg_rec_dead(r, now, floor)) {
+        if (r->cas >= floor && s->cfg.drop != NULL) {
+            s->cfg.drop(s->cfg.drop_arg, hash, r, true);
+        }
+        do_seg_unlink(s, st, slot, *sz);
+        return NULL;
+    }
+    return slot;
+}
+
+/* See seg.h. cb sees the record as it was before this read counted. */
+int
+seg_get(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_t now, uint64_t floor,
+        unsigned how, seg_item_fn cb, void *arg)
+{
+    struct seg_stripe *st = seg_stripe(s, hash);
+    struct seg_rec     r;
+    size_t             sz;
+    uint64_t          *slot = lock_find(s, st, key, nkey, hash, now, floor, &r, &sz);
+    unsigned           f;
+
+    if (slot == NULL) {
+        pthread_mutex_unlock(&st->lock);
+        return SEG_MISS;
+    }
+    f = slot_freq(*slot);
+    if (cb != NULL) {
+        cb(arg, &r, hash, f);
+    }
+    if (how & SEG_GET_FETCH) {
+        uint8_t *rec = seg_rec_at(s, slot_seg(*slot), slot_off(*slot));
+
+        if (f < FREQ_MAX) {
+            *slot = slot_with_freq(*slot, f + 1);
+        }
+        if (!(r.bits & SEG_RB_FETCHED) || now - (int64_t)r.atime >= BUMP_SECONDS) {
+            seg_rec_set_atime(rec, r.nbytes, (uint32_t)now);
+            seg_rec_set_bits(rec, SEG_RB_FETCHED, 0);
+        }
+    }
+    pthread_mutex_unlock(&st->lock);
+    return SEG_OK;
+}
+
+/* See seg.h. */
+int
+seg_delete(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_t now, uint64_t floor,
+           seg_check_fn check, void *arg)
+{
+    struct seg_stripe *st = seg_stripe(s, hash);
+    struct seg_rec     r;
+    size_t             sz;
+    uint64_t          *slot = lock_find(s, st, key, nkey, hash, now, floor, &r, &sz);
+    int                rc = SEG_OK;
+
+    if (slot == NULL) {
+        rc = SEG_MISS;
+    } else if (check != NULL && !check(arg, &r)) {
+        rc = SEG_REFUSED;
+    } else {
+        do_seg_unlink(s, st, slot, sz);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
+/* seg_touch's check: the record is still the one copied. */
+static bool
+same_cas(void *arg, const struct seg_rec *old)
+{
+    return old != NULL && old->cas == *(const uint64_t *)arg;
+}
+
+/* See seg.h. */
+int
+seg_touch(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_t now, uint64_t floor,
+          uint32_t exptime)
+{
+    struct seg_stripe *st = seg_stripe(s, hash);
+
+    for (;;) {
+        struct seg_rec r;
+        size_t         sz;
+        uint64_t      *slot = lock_find(s, st, key, nkey, hash, now, floor, &r, &sz);
+        uint8_t       *copy;
+        int            rc;
+
+        if (slot == NULL || (r.bits & SEG_RB_EXPTIME) || exptime == 0) {
+            if (slot != NULL && (r.bits & SEG_RB_EXPTIME)) {
+                seg_rec_set_exptime(seg_rec_at(s, slot_seg(*slot), slot_off(*slot)), r.nbytes,
+                                    exptime);
+            }
+            pthread_mutex_unlock(&st->lock);
+            return slot != NULL ? SEG_OK : SEG_MISS;
+        }
+        /* No exptime field: write a copy that has one (a record never
+         * grows in place). */
+        copy = malloc(sz);
+        if (copy == NULL) {
+            pthread_mutex_unlock(&st->lock);
+            return SEG_NO_MEMORY;
+        }
+        memcpy(copy, seg_rec_at(s, slot_seg(*slot), slot_off(*slot)), sz);
+        pthread_mutex_unlock(&st->lock);
+        seg_rec_decode(copy, &r);
+        r.exptime = exptime;
+        rc = seg_put(s, hash, &r, same_cas, &r.cas);
+        free(copy);
+        if (rc != SEG_REFUSED) {
+            return rc;
+        }
+    }
+}
+
+/* See seg.h. */
+int
+seg_set_state(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_t now,
+              uint64_t floor, uint8_t set, uint8_t clear)
+{
+    struct seg_stripe *st = seg_stripe(s, hash);
+    struct seg_rec     r;
+    size_t             sz;
+    uint64_t          *slot = lock_find(s, st, key, nkey, hash, now, floor, &r, &sz);
+
+    if (slot != NULL) {
+        seg_rec_set_bits(seg_rec_at(s, slot_seg(*slot), slot_off(*slot)),
+                         (uint8_t)(set & SEG_RB_STATE), (uint8_t)(clear & SEG_RB_STATE));
+    }
+    pthread_mutex_unlock(&st->lock);
+    return slot != NULL ? SEG_OK : SEG_MISS;
+}
+
+/* See seg.h. Dead records are skipped, not unlinked: an unlink shifts
+ * slots back over the walk's position. */
+long
+seg_walk(struct seg *s, uint32_t stripe, seg_item_fn cb, void *arg)
+{
+    struct seg_stripe *st = &s->stripes[stripe & SEG_STRIPE_MASK];
+    int64_t            now = eng_now(s);
+    uint64_t           floor = eng_floor(s);
+    long               n = 0;
+    uint32_t           i;
+
+    pthread_mutex_lock(&st->lock);
+    for (i = 0; i < st->nslots; i++) {
+        uint64_t       v = st->slots[i];
+        struct seg_rec r;
+
+        if (!(v & SLOT_USED)) {
+            continue;
+        }
+        seg_rec_decode(seg_rec_at(s, slot_seg(v), slot_off(v)), &r);
+        if (seg_rec_dead(&r, now, floor)) {
+            continue;
+        }
+        n++;
+        if (cb(arg, &r, XXH3_64bits(r.key, r.nkey), slot_freq(v)) != 0) {
+            break;
+        }
+    }
+    pthread_mutex_unlock(&st->lock);
+    return n;
+}
+
+/* See seg.h. */
+void
+seg_stats(struct seg *s, struct seg_stats *out)
+{
+    uint32_t i;
+
+    memset(out, 0, sizeof(*out));
+    for (i = 0; i < SEG_STRIPES; i++) {
+        struct seg_stripe *st = &s->stripes[i];
+
+        pthread_mutex_lock(&st->lock);
+        out->items += st->count;
+        out->index_slots += st->nslots;
+        pthread_mutex_unlock(&st->lock);
+    }
+    out->index_bytes = out->index_slots * sizeof(uint64_t);
+    pthread_mutex_lock(&s->heap_mu);
+    for (i = 0; i < s->nsegs; i++) {
+        uint8_t qn = s->meta[i].queue;
+
+        out->live_bytes += __atomic_load_n(&s->meta[i].live_bytes, __ATOMIC_RELAXED);
+        out->segs_open += qn == SQ_OPEN || qn == SQ_MAINOPEN;
+    }
+    out->segs_total = s->nsegs;
+    out->segs_free = s->nfree;
+    out->segs_small = s->q_count[QI_SMALL];
+    out->segs_main = s->q_count[QI_MAIN];
+    pthread_mutex_unlock(&s->heap_mu);
+    out->evictions = __atomic_load_n(&s->evictions, __ATOMIC_RELAXED);
+    out->reclaimed = __atomic_load_n(&s->reclaimed, __ATOMIC_RELAXED);
+    out->moved = __atomic_load_n(&s->moved, __ATOMIC_RELAXED);
+}
