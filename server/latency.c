@@ -7,6 +7,8 @@
 
 #include <string.h>
 
+#include <event2/event.h>
+
 #include "server/conn.h"
 #include "server/thread.h"
 
@@ -20,6 +22,21 @@ latency_accumulate(struct latency_hist *out, const struct latency_hist *in)
         out->bucket[i] += __atomic_load_n(&in->bucket[i], __ATOMIC_RELAXED);
     }
     out->sum_ns += __atomic_load_n(&in->sum_ns, __ATOMIC_RELAXED);
+}
+
+/* See latency.h. */
+uint64_t
+latency_loop_now(struct worker *w)
+{
+    struct timeval tv;
+
+    if (event_base_gettimeofday_cached(w->base, &tv) != 0 || tv.tv_sec != w->loop_sec ||
+        tv.tv_usec != w->loop_usec || w->loop_ns == 0) {
+        w->loop_sec = tv.tv_sec;
+        w->loop_usec = tv.tv_usec;
+        w->loop_ns = latency_now();
+    }
+    return w->loop_ns;
 }
 
 uint64_t
@@ -72,10 +89,9 @@ latency_classify(const char *cmd, size_t ncmd)
 const char *
 latency_cmd_name(enum latency_cmd k)
 {
-    static const char *const NAMES[LATENCY_CMDS] = {
-        [LATENCY_NONE] = "none",
+    static const char *const NAMES[LATENCY_CMDS] = { [LATENCY_NONE] = "none",
 #define LATENCY_NAME_(e, name) [LATENCY_##e] = name,
-        LATENCY_COMMANDS(LATENCY_NAME_)
+                                                     LATENCY_COMMANDS(LATENCY_NAME_)
 #undef LATENCY_NAME_
     };
 
@@ -171,7 +187,15 @@ void
 latency_hold_done(struct conn *c, struct out_chunk *h)
 {
     if (h->lat_cmd != LATENCY_NONE) {
-        latency_record(&c->w->lat.cmd[h->lat_cmd], latency_now() - h->lat_t0);
+        uint64_t now = latency_loop_now(c->w);
+
+        if (now <= h->lat_t0) {
+            /* Filled in the iteration its command began in, after the
+             * loop's reading (the batch's clock is read lazily): rare (no
+             * replica to wait for, a call failed at once); read again. */
+            now = latency_now();
+        }
+        latency_record(&c->w->lat.cmd[h->lat_cmd], now - h->lat_t0);
         h->lat_cmd = LATENCY_NONE;
     }
 }

@@ -25,6 +25,7 @@
 struct conn;
 struct out_chunk;
 struct server;
+struct worker;
 
 #define LATENCY_BUCKETS 21 /* finite bounds: 2^0 .. 2^20 us */
 
@@ -77,6 +78,17 @@ latency_now(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
+
+/*
+ * CLOCK_MONOTONIC (as latency_now) read once per iteration of worker w's
+ * event loop: the first call after the loop wakes reads the clock, later
+ * ones in the same iteration return that reading (libevent's cached time,
+ * taken when the loop wakes, tells one iteration from the next). So a
+ * batch of replicated writes or of their acks costs one clock read, and a
+ * time taken with it is when the iteration began. Outside a callback it
+ * reads the clock each time. w's thread only.
+ */
+uint64_t latency_loop_now(struct worker *w);
 
 /* Index of the bucket of a duration: the least i with ns <= 2^i us, or
  * LATENCY_BUCKETS above the last bound. */
