@@ -7,8 +7,6 @@
 
 #include <string.h>
 
-#include <event2/event.h>
-
 #include "server/conn.h"
 #include "server/thread.h"
 
@@ -22,21 +20,6 @@ latency_accumulate(struct latency_hist *out, const struct latency_hist *in)
         out->bucket[i] += __atomic_load_n(&in->bucket[i], __ATOMIC_RELAXED);
     }
     out->sum_ns += __atomic_load_n(&in->sum_ns, __ATOMIC_RELAXED);
-}
-
-/* See latency.h. */
-uint64_t
-latency_loop_now(struct worker *w)
-{
-    struct timeval tv;
-
-    if (event_base_gettimeofday_cached(w->base, &tv) != 0 || tv.tv_sec != w->loop_sec ||
-        tv.tv_usec != w->loop_usec || w->loop_ns == 0) {
-        w->loop_sec = tv.tv_sec;
-        w->loop_usec = tv.tv_usec;
-        w->loop_ns = latency_now();
-    }
-    return w->loop_ns;
 }
 
 uint64_t
@@ -187,7 +170,7 @@ void
 latency_hold_done(struct conn *c, struct out_chunk *h)
 {
     if (h->lat_cmd != LATENCY_NONE) {
-        uint64_t now = latency_loop_now(c->w);
+        uint64_t now = latency_loop_now(&c->w->clock);
 
         if (now <= h->lat_t0) {
             /* Filled in the iteration its command began in, after the

@@ -25,7 +25,6 @@
 struct conn;
 struct out_chunk;
 struct server;
-struct worker;
 
 #define LATENCY_BUCKETS 21 /* finite bounds: 2^0 .. 2^20 us */
 
@@ -80,15 +79,44 @@ latency_now(void)
 }
 
 /*
- * CLOCK_MONOTONIC (as latency_now) read once per iteration of worker w's
- * event loop: the first call after the loop wakes reads the clock, later
- * ones in the same iteration return that reading (libevent's cached time,
- * taken when the loop wakes, tells one iteration from the next). So a
- * batch of replicated writes or of their acks costs one clock read, and a
- * time taken with it is when the iteration began. Outside a callback it
- * reads the clock each time. w's thread only.
+ * A worker's clock for one event callback (a client's input, a peer's
+ * replies): CLOCK_MONOTONIC (as latency_now) read by the first
+ * latency_loop_now between latency_loop_enter and latency_loop_leave and
+ * returned by the later ones, so a callback's batch of replicated writes
+ * or of their acks costs one clock read; a time taken with it is when the
+ * callback first needed the time. Outside (depth 0) each call reads the
+ * clock. The worker's thread only.
  */
-uint64_t latency_loop_now(struct worker *w);
+struct latency_clock {
+    uint64_t ns;    /* the callback's reading, 0 before it */
+    uint32_t depth; /* callbacks entered (one may run another) */
+};
+
+static inline void
+latency_loop_enter(struct latency_clock *k)
+{
+    if (k->depth++ == 0) {
+        k->ns = 0;
+    }
+}
+
+static inline void
+latency_loop_leave(struct latency_clock *k)
+{
+    k->depth--;
+}
+
+static inline uint64_t
+latency_loop_now(struct latency_clock *k)
+{
+    if (k->depth == 0) {
+        return latency_now();
+    }
+    if (k->ns == 0) {
+        k->ns = latency_now();
+    }
+    return k->ns;
+}
 
 /* Index of the bucket of a duration: the least i with ns <= 2^i us, or
  * LATENCY_BUCKETS above the last bound. */

@@ -417,7 +417,7 @@ op_ack(void *arg, const char *line, size_t len, enum fwd_err err)
         cluster_count(op->cl, ok ? CLUSTER_CTR_REPLICATED : CLUSTER_CTR_REPLICA_FAILED);
         if (ok) {
             /* On the worker that sent it: the histogram's one writer. */
-            latency_record(&op->w->lat.repl, latency_loop_now(op->w) - rc->sent_ns);
+            latency_record(&op->w->lat.repl, latency_loop_now(&op->w->clock) - rc->sent_ns);
         }
     }
     op_release(op);
@@ -437,7 +437,7 @@ op_send(struct worker *w, struct repl_op *op, const struct cluster_view *v, cons
     }
     rc = &op->calls[op->ncalls++];
     rc->op = op;
-    rc->sent_ns = latency_loop_now(w);
+    rc->sent_ns = latency_loop_now(&w->clock);
     op->pending++;
     forward_call(w, addr, v->epoch, iov, niov, op_ack, rc);
 }
