@@ -30,21 +30,63 @@ util_coarse_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* See util.h. */
+/* "00" .. "99": two digits per division when formatting. */
+static const char digit_pairs[201] = "00010203040506070809101112131415161718192021222324"
+                                     "25262728293031323334353637383940414243444546474849"
+                                     "50515253545556575859606162636465666768697071727374"
+                                     "75767778798081828384858687888990919293949596979899";
+
+/* See util.h. The length first (from the bit length, corrected by one
+ * comparison), then the digits from the end two at a time: a post-image
+ * carries a 19-digit CAS, formatted once per replicated write. */
 char *
 util_fmt_u64(char *p, uint64_t v)
 {
-    char tmp[20];
-    int  n = 0;
+    static const uint64_t pow10[20] = {
+        1ULL,
+        10ULL,
+        100ULL,
+        1000ULL,
+        10000ULL,
+        100000ULL,
+        1000000ULL,
+        10000000ULL,
+        100000000ULL,
+        1000000000ULL,
+        10000000000ULL,
+        100000000000ULL,
+        1000000000000ULL,
+        10000000000000ULL,
+        100000000000000ULL,
+        1000000000000000ULL,
+        10000000000000000ULL,
+        100000000000000000ULL,
+        1000000000000000000ULL,
+        10000000000000000000ULL,
+    };
+    unsigned t, n;
+    char    *q;
 
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    while (n > 0) {
-        *p++ = tmp[--n];
+    if (v < 10) {
+        *p = (char)('0' + v);
+        return p + 1;
     }
-    return p;
+    t = ((64u - (unsigned)__builtin_clzll(v)) * 1233u) >> 12; /* about log10(2^bits) */
+    n = t + 1 - (v < pow10[t]);
+    q = p + n;
+    while (v >= 100) {
+        unsigned i = (unsigned)(v % 100) * 2;
+
+        v /= 100;
+        q -= 2;
+        memcpy(q, digit_pairs + i, 2);
+    }
+    if (v >= 10) {
+        memcpy(q - 2, digit_pairs + v * 2, 2);
+    } else {
+        q[-1] = (char)('0' + v);
+    }
+    return p + n;
 }
 
 /* See util.h. */
@@ -53,6 +95,7 @@ util_parse_u64n(const char *p, size_t len, uint64_t *out)
 {
     uint64_t v = 0;
     size_t   i = 0;
+    bool     may_overflow;
 
     if (len > 1 && p[0] == '+') {
         i = 1;
@@ -60,10 +103,13 @@ util_parse_u64n(const char *p, size_t len, uint64_t *out)
     if (len == 0 || len - i > 20) {
         return false;
     }
+    /* 19 digits cannot overflow (10^19 - 1 < 2^64): only a 20-digit
+     * number needs the check on each digit. */
+    may_overflow = len - i == 20;
     for (; i < len; i++) {
         unsigned d = (unsigned char)p[i] - '0';
 
-        if (d > 9 || v > (UINT64_MAX - d) / 10) {
+        if (d > 9 || (may_overflow && v > (UINT64_MAX - d) / 10)) {
             return false;
         }
         v = v * 10 + d;

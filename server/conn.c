@@ -809,11 +809,25 @@ conn_shutdown(struct conn *c)
     }
 }
 
-/* The state machine; see the file comment. */
+static void conn_event_run(int fd, short what, struct conn *c);
+
+/* The connection's event (EV_READ, EV_WRITE, or 0 when a hold was filled):
+ * run the state machine with the worker's clock read at most once. */
 void
 conn_event_cb(int fd, short what, void *arg)
 {
-    struct conn *c = arg;
+    struct conn   *c = arg;
+    struct worker *w = c->w; /* c may be closed and freed by the run */
+
+    latency_loop_enter(&w->clock);
+    conn_event_run(fd, what, c);
+    latency_loop_leave(&w->clock);
+}
+
+/* The state machine; see the file comment. */
+static void
+conn_event_run(int fd, short what, struct conn *c)
+{
     /* Woken for writing only (the socket, or a hold that was filled):
      * nothing says input is waiting, so do not try a read first; epoll
      * reports it once EV_READ is registered again. */

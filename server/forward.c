@@ -526,10 +526,12 @@ up_read_calls(struct fwd_up *up)
 void
 up_read_cb(struct bufferevent *bev, void *arg)
 {
-    struct fwd_up *up = arg;
-    int            r;
+    struct fwd_up        *up = arg;
+    struct latency_clock *clock = &up->fw->w->clock; /* acks and holds time with one read */
+    int                   r;
 
     (void)bev;
+    latency_loop_enter(clock);
     for (;;) {
         if (up->bev != NULL && !TAILQ_EMPTY(&up->queue) &&
             TAILQ_FIRST(&up->queue)->kind == FWD_CALL && up_read_calls(up) > 0) {
@@ -543,9 +545,10 @@ up_read_cb(struct bufferevent *bev, void *arg)
     if (r < 0) {
         log_msg(LOG_INFO, "forward to %s: bad reply, closing", up->addr);
         up_fail(up, "forward failed", FWD_EOTHER);
-        return;
+    } else {
+        up_arm(up);
     }
-    up_arm(up);
+    latency_loop_leave(clock);
 }
 
 /* Relay a client's request; see forward.h. */

@@ -72,10 +72,9 @@ latency_classify(const char *cmd, size_t ncmd)
 const char *
 latency_cmd_name(enum latency_cmd k)
 {
-    static const char *const NAMES[LATENCY_CMDS] = {
-        [LATENCY_NONE] = "none",
+    static const char *const NAMES[LATENCY_CMDS] = { [LATENCY_NONE] = "none",
 #define LATENCY_NAME_(e, name) [LATENCY_##e] = name,
-        LATENCY_COMMANDS(LATENCY_NAME_)
+                                                     LATENCY_COMMANDS(LATENCY_NAME_)
 #undef LATENCY_NAME_
     };
 
@@ -171,7 +170,15 @@ void
 latency_hold_done(struct conn *c, struct out_chunk *h)
 {
     if (h->lat_cmd != LATENCY_NONE) {
-        latency_record(&c->w->lat.cmd[h->lat_cmd], latency_now() - h->lat_t0);
+        uint64_t now = latency_loop_now(&c->w->clock);
+
+        if (now <= h->lat_t0) {
+            /* Filled in the iteration its command began in, after the
+             * loop's reading (the batch's clock is read lazily): rare (no
+             * replica to wait for, a call failed at once); read again. */
+            now = latency_now();
+        }
+        latency_record(&c->w->lat.cmd[h->lat_cmd], now - h->lat_t0);
         h->lat_cmd = LATENCY_NONE;
     }
 }

@@ -78,6 +78,46 @@ latency_now(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/*
+ * A worker's clock for one event callback (a client's input, a peer's
+ * replies): CLOCK_MONOTONIC (as latency_now) read by the first
+ * latency_loop_now between latency_loop_enter and latency_loop_leave and
+ * returned by the later ones, so a callback's batch of replicated writes
+ * or of their acks costs one clock read; a time taken with it is when the
+ * callback first needed the time. Outside (depth 0) each call reads the
+ * clock. The worker's thread only.
+ */
+struct latency_clock {
+    uint64_t ns;    /* the callback's reading, 0 before it */
+    uint32_t depth; /* callbacks entered (one may run another) */
+};
+
+static inline void
+latency_loop_enter(struct latency_clock *k)
+{
+    if (k->depth++ == 0) {
+        k->ns = 0;
+    }
+}
+
+static inline void
+latency_loop_leave(struct latency_clock *k)
+{
+    k->depth--;
+}
+
+static inline uint64_t
+latency_loop_now(struct latency_clock *k)
+{
+    if (k->depth == 0) {
+        return latency_now();
+    }
+    if (k->ns == 0) {
+        k->ns = latency_now();
+    }
+    return k->ns;
+}
+
 /* Index of the bucket of a duration: the least i with ns <= 2^i us, or
  * LATENCY_BUCKETS above the last bound. */
 static inline unsigned

@@ -828,7 +828,11 @@ mset_block_done(struct conn *c)
     }
     *p++ = '\r';
     *p++ = '\n';
-    if (rc == STORE_STORED) {
+    if (rc == STORE_STORED && x->op != STORE_OP_APPEND && x->op != STORE_OP_PREPEND) {
+        /* it is what the key holds now (an append's is a new item) */
+        route_write_end_item(c, &c->route, it, x->r.quiet ? "" : hdr,
+                             x->r.quiet ? 0 : (size_t)(p - hdr));
+    } else if (rc == STORE_STORED) {
         route_write_end(c, &c->route, store_item_key(it), it->nkey, 0, x->r.quiet ? "" : hdr,
                         x->r.quiet ? 0 : (size_t)(p - hdr));
     } else {

@@ -375,7 +375,13 @@ update_block_done(struct conn *c)
         }
     }
     if (r == STORE_STORED) {
-        route_write_end(c, &c->route, store_item_key(it), it->nkey, 0, "STORED\r\n", 8);
+        if (c->nread_op != STORE_OP_APPEND && c->nread_op != STORE_OP_PREPEND) {
+            /* it is what the key holds now */
+            route_write_end_item(c, &c->route, it, "STORED\r\n", 8);
+        } else {
+            /* append and prepend linked a new item: read it */
+            route_write_end(c, &c->route, store_item_key(it), it->nkey, 0, "STORED\r\n", 8);
+        }
         store_release(s, it);
         return;
     }

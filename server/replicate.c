@@ -66,7 +66,7 @@ struct repl_op;
 /* One replica's share of an op. */
 struct repl_call {
     struct repl_op *op;
-    uint64_t        sent_ns; /* when it was sent (latency_now) */
+    uint64_t        sent_ns; /* when it was sent (latency_loop_now) */
 };
 
 /* One write waiting for its replicas (pooled per worker: ops are made and
@@ -417,7 +417,7 @@ op_ack(void *arg, const char *line, size_t len, enum fwd_err err)
         cluster_count(op->cl, ok ? CLUSTER_CTR_REPLICATED : CLUSTER_CTR_REPLICA_FAILED);
         if (ok) {
             /* On the worker that sent it: the histogram's one writer. */
-            latency_record(&op->w->lat.repl, latency_now() - rc->sent_ns);
+            latency_record(&op->w->lat.repl, latency_loop_now(&op->w->clock) - rc->sent_ns);
         }
     }
     op_release(op);
@@ -437,7 +437,7 @@ op_send(struct worker *w, struct repl_op *op, const struct cluster_view *v, cons
     }
     rc = &op->calls[op->ncalls++];
     rc->op = op;
-    rc->sent_ns = latency_now();
+    rc->sent_ns = latency_loop_now(&w->clock);
     op->pending++;
     forward_call(w, addr, v->epoch, iov, niov, op_ack, rc);
 }
@@ -601,10 +601,11 @@ send_image(struct conn *c, struct repl_op *op, const struct route *rt, const cha
 /* Post-image or tombstone to every other owner; see replicate.h. */
 void
 replicate_write(struct conn *c, const struct route *rt, const char *key, size_t nkey,
-                uint64_t tomb_cas, const char *reply, size_t len, bool noreply)
+                struct store_item *linked, uint64_t tomb_cas, const char *reply, size_t len,
+                bool noreply)
 {
     struct store      *s = c->w->srv->store;
-    struct store_item *it;
+    struct store_item *it = linked;
     struct repl_op    *op = op_new(c, reply, len, noreply);
 
     if (op == NULL) {
@@ -613,7 +614,16 @@ replicate_write(struct conn *c, const struct route *rt, const char *key, size_t 
         }
         return;
     }
-    it = store_peek(s, key, nkey, rt->hash); /* not a read: no bump, no fetched mark */
+    /* The item the write linked is the key's state: only writes under
+     * this key lock change an item in place (a touch, a win token; an incr
+     * in place only while nobody else holds a reference) or link another.
+     * Its eviction, expiry or flush since does not matter: the replica
+     * may hold what this node dropped, and an expired item goes as a
+     * tombstone (send_image). Without one the state is read (not a read:
+     * no bump, no fetched mark). */
+    if (it == NULL) {
+        it = store_peek(s, key, nkey, rt->hash);
+    }
     if (it != NULL) {
         tomb_cas = 0;
     } else if (tomb_cas != 0) {
@@ -626,7 +636,7 @@ replicate_write(struct conn *c, const struct route *rt, const char *key, size_t 
                     replicate_origin(rt->view->epoch, me != NULL ? me : "-"));
     }
     send_image(c, op, rt, key, nkey, it, tomb_cas);
-    if (it != NULL) {
+    if (it != NULL && it != linked) {
         store_release(s, it);
     }
     op_release(op);
@@ -678,21 +688,39 @@ replicate_gat_end(struct conn *c)
     op_release(op);
 }
 
+/* What replicate_apply_put's tombstone probe found (under the store's
+ * stripe lock). */
+struct cover {
+    bool     covered;
+    uint8_t  by;   /* who removed the key */
+    uint64_t tcas; /* at what CAS */
+};
+
+/* store_put_import_newer's hook: tomb_covers for an absent key. */
+static bool
+cover_probe(uint64_t hash, uint64_t cas, int64_t now, void *arg)
+{
+    struct cover *cv = arg;
+
+    cv->covered = tomb_covers(hash, cas, now, &cv->by, &cv->tcas);
+    return cv->covered;
+}
+
 /* Replica: store a post-image unless a newer one is there; see
  * replicate.h. */
 int
 replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas, uint8_t origin,
                     uint64_t *removed_cas)
 {
-    struct store_item *old;
-    bool               apply;
-    int                rc = 0;
-    uint8_t            by = 0;
-    uint64_t           tcas = 0;
+    struct cover cv = { 0 };
+    int          rc;
 
+    /* Kept although the store decides and links under one stripe lock:
+     * a node's own writes as a key's acting primary hold it from their
+     * store operation to replicate_write (a delete records its tombstone
+     * there), and an image of the key arriving in between (from a deposed
+     * primary) must see that tombstone. */
     replicate_lock(it->hash);
-    store_cas_raise(s, cas); /* even for an image dropped below */
-    old = store_peek(s, store_item_key(it), it->nkey, it->hash);
     /* An absent key may be absent because a later write removed it: a
      * delete whose tombstone overtook this image on another connection, or
      * an eviction or expiry here of a newer copy. Its tombstone then holds
@@ -704,32 +732,28 @@ replicate_apply_put(struct store *s, struct store_item *it, uint64_t cas, uint8_
      * restart), the CAS values need not be of one counter, so the write is
      * not known to be older: REPLICATE_REMOVED, and the primary must not
      * acknowledge it. A present key is ordered by its own CAS (only an
-     * absent one probes the table): a newer item held is the answer. */
-    if (old != NULL) {
-        apply = old->cas <= cas;
-        if (old->cas == cas) {
-            /* The same write's state again (a token handed out, a touch):
-             * a token once handed out for a CAS stays handed out, whatever
-             * order the images come in. */
-            it->mflags |= store_item_mflags(old) & STORE_MF_WON;
-        }
-    } else {
-        apply = !tomb_covers(it->hash, cas, store_now(s), &by, &tcas);
-    }
-    if (apply) {
-        rc = store_put_import(s, it, cas);
-        rc = rc < 0 ? rc : 0;
-    } else if (old == NULL && by != origin) {
-        rc = REPLICATE_REMOVED;
-        if (removed_cas != NULL) {
-            *removed_cas = tcas;
-        }
-    }
-    if (old != NULL) {
-        store_release(s, old);
-    }
+     * absent one probes the table): a newer item held is the answer. The
+     * store makes the decision and the import one step under the key's
+     * stripe lock (store_put_import_newer), with the probe inside it. */
+    rc = store_put_import_newer(s, it, cas, cover_probe, &cv);
     replicate_unlock(it->hash);
-    return rc;
+    if (rc < 0) {
+        return rc;
+    }
+    if (cv.covered && cv.by != origin) {
+        if (removed_cas != NULL) {
+            *removed_cas = cv.tcas;
+        }
+        return REPLICATE_REMOVED;
+    }
+    return 0;
+}
+
+/* store_delete_older's hook: remember the tombstone (origin in arg). */
+static void
+tomb_on_delete(uint64_t hash, uint64_t cas, int64_t now, void *arg)
+{
+    tomb_record(hash, cas, now, *(const uint8_t *)arg);
 }
 
 /* Replica: apply a tombstone unless the key holds a newer CAS. */
@@ -737,22 +761,10 @@ void
 replicate_apply_del(struct store *s, const char *key, size_t nkey, uint64_t hash, uint64_t cas,
                     uint8_t origin)
 {
-    struct store_item *old;
-
     replicate_lock(hash);
-    store_cas_raise(s, cas);
-    old = store_peek(s, key, nkey, hash);
-    if (old == NULL || old->cas <= cas) {
-        /* Remembered even when the key is already absent: the image this
-         * tombstone follows may still be on its way (another worker's
-         * connection) and must not re-create the key. */
-        if (old != NULL) {
-            store_delete(s, key, nkey, hash);
-        }
-        tomb_record(hash, cas, store_now(s), origin);
-    }
-    if (old != NULL) {
-        store_release(s, old);
-    }
+    /* The tombstone is remembered even when the key is already absent:
+     * the image it follows may still be on its way (another worker's
+     * connection) and must not re-create the key. */
+    store_delete_older(s, key, nkey, hash, cas, tomb_on_delete, &origin);
     replicate_unlock(hash);
 }

@@ -37,15 +37,18 @@ void replicate_unlock(uint64_t hash);
 /*
  * After a local write that changed key, served under route rt (server/
  * route.h: the key's hash, its owners and the view they were found in):
- * read its current state (a post-image, or a tombstone carrying tomb_cas
- * when it is gone) and send it to every other owner of rt. The client's reply (reply, len bytes
+ * send its current state to every other owner of rt: it, when the caller
+ * knows it (the item its write linked, a reference the caller keeps), else
+ * the state read from the store (a post-image, or a tombstone carrying
+ * tomb_cas when it is gone). The client's reply (reply, len bytes
  * with "\r\n") is queued as a hold on c, filled with it once every replica acknowledged, or with
  * REPLICA_UNAVAILABLE if one did not within --forward-timeout (the write stays applied on the
  * primary). noreply: nothing is queued, but failures are still counted. Call with
  * replicate_lock(hash) held.
  */
 void replicate_write(struct conn *c, const struct route *rt, const char *key, size_t nkey,
-                     uint64_t tomb_cas, const char *reply, size_t len, bool noreply);
+                     struct store_item *it, uint64_t tomb_cas, const char *reply, size_t len,
+                     bool noreply);
 
 /*
  * gat/gats on the key's acting primary change the expiry, so each touched

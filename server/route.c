@@ -1014,8 +1014,22 @@ route_write_end(struct conn *c, const struct route *rt, const char *key, size_t 
         return;
     }
     if (reply != NULL) {
-        replicate_write(c, rt, key, nkey, tomb_cas, reply, len, c->noreply);
+        replicate_write(c, rt, key, nkey, NULL, tomb_cas, reply, len, c->noreply);
     }
+    replicate_unlock(rt->hash);
+}
+
+/* See route.h. */
+void
+route_write_end_item(struct conn *c, const struct route *rt, struct store_item *it,
+                     const char *reply, size_t len)
+{
+    check_misrouted(c, rt);
+    if (!rt->replicate) {
+        proto_reply(c, reply, len);
+        return;
+    }
+    replicate_write(c, rt, store_item_key(it), it->nkey, it, 0, reply, len, c->noreply);
     replicate_unlock(rt->hash);
 }
 

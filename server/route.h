@@ -190,6 +190,12 @@ void route_write_begin(const struct route *rt);
 void route_write_end(struct conn *c, const struct route *rt, const char *key, size_t nkey,
                      uint64_t tomb_cas, const char *reply, size_t len);
 
+/* route_write_end for a write that linked the caller's item it (a set,
+ * add, replace or cas that returned STORE_STORED, the caller still holding
+ * its reference): it is the key's post-image, so nothing is looked up
+ * again. Key lock held, as route_write_end; reply is not NULL. */
+void route_write_end_item(struct conn *c, const struct route *rt, struct store_item *it,
+                          const char *reply, size_t len);
 
 /* Does this node hold a membership a replica write can be checked
  * against: an active epoch, or a pending one it imports? A node with

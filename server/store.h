@@ -613,6 +613,31 @@ struct store_item *store_import_alloc(struct store *s, const char *key, size_t n
                                       uint32_t flags, int64_t ttl_remaining, size_t nbytes,
                                       int *err);
 int                store_put_import(struct store *s, struct store_item *it, uint64_t cas);
+/*
+ * A replica's post-image in one lookup under one stripe lock: link it as
+ * store_put_import does unless the key holds an item with a higher CAS
+ * (STORE_EXISTS) or, when the key is absent, covered(it->hash, cas, now,
+ * arg) says a removal at a CAS >= cas stands (STORE_NOT_STORED). covered
+ * runs under the stripe lock: it must be quick, take only leaf locks and
+ * not call the store (as a drop hook). An image of the CAS the key holds
+ * keeps the held item's win token (STORE_MF_WON). The CAS counter passes
+ * cas even when the image is dropped. The caller keeps its reference.
+ */
+typedef bool (*store_cover_fn)(uint64_t hash, uint64_t cas, int64_t now, void *arg);
+int store_put_import_newer(struct store *s, struct store_item *it, uint64_t cas,
+                           store_cover_fn covered, void *arg);
+
+/*
+ * A replica's tombstone in one lookup under one stripe lock: unless the
+ * key holds an item with a higher CAS (STORE_EXISTS), delete it
+ * (STORE_DELETED, or STORE_NOT_FOUND when absent) and call removed(hash,
+ * cas, now, arg) under that lock (as a drop hook), so no image of the key
+ * can be linked between the delete and what removed records. The CAS
+ * counter passes cas.
+ */
+int store_delete_older(struct store *s, const char *key, size_t nkey, uint64_t hash, uint64_t cas,
+                       store_drop_fn removed, void *arg);
+
 /* store_import_alloc with the post-image's meta state (STORE_MF_REPLICATED
  * bits; ecas is the client CAS when STORE_MF_ECAS is among them). */
 struct store_item *store_import_alloc_meta(struct store *s, const char *key, size_t nkey,

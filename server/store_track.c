@@ -345,13 +345,47 @@ store_import_alloc_meta(struct store *s, const char *key, size_t nkey, uint64_t 
     return it;
 }
 
+/* Link it with cas (0: mint one) in place of old (the key's live item or
+ * NULL), or, expired, remove old instead; the caller holds the stripe
+ * lock and checked the flush floor. STORE_STORED, STORE_DELETED or
+ * STORE_NOT_FOUND. */
+static int
+do_import(struct store *s, struct stripe *st, struct store_item *old, struct store_item *it,
+          uint64_t cas, int64_t now)
+{
+    if (it->exptime != 0 && (int64_t)it->exptime <= now) {
+        /* An expired post-image is a tombstone. */
+        if (old != NULL) {
+            do_unlink(s, st, old, NULL);
+        }
+        return old != NULL ? STORE_DELETED : STORE_NOT_FOUND;
+    }
+    it->cas = cas != 0 ? cas : cas_mint(s);
+    it->gen = 0; /* IF_LINKED comes with do_link */
+    it->atime = time32(now);
+    if (old != NULL) {
+        do_unlink(s, st, old, NULL);
+    }
+    do_link(s, st, it);
+    __atomic_fetch_add(&s->imported, 1, __ATOMIC_RELAXED);
+    return STORE_STORED;
+}
+
+/* Flushed: a write from before a flush_all that reached this node first (a
+ * late replica image, a handoff record). Whatever the key holds is either
+ * flushed too or newer. Stripe lock held. */
+static inline bool
+do_below_floor(struct store *s, uint64_t cas)
+{
+    return cas != 0 && cas < do_floor(s);
+}
+
 int
 store_put_import(struct store *s, struct store_item *it, uint64_t cas)
 {
-    struct stripe     *st = stripe_of(s, it->hash);
-    struct store_item *old;
-    int64_t            now;
-    int                rc;
+    struct stripe *st = stripe_of(s, it->hash);
+    int64_t        now;
+    int            rc = STORE_NOT_STORED;
 
     if (it->gen & IF_LINKED) {
         return STORE_NOT_STORED; /* an item is stored once */
@@ -361,34 +395,66 @@ store_put_import(struct store *s, struct store_item *it, uint64_t cas)
         store_cas_raise(s, cas);
     }
     pthread_mutex_lock(&st->lock);
-    if (cas != 0 && cas < do_floor(s)) {
-        /* Flushed: a write from before a flush_all that reached this node
-         * first (a late replica image, a handoff record). Whatever the key
-         * holds is either flushed too or newer. */
-        pthread_mutex_unlock(&st->lock);
-        return STORE_NOT_STORED;
-    }
-    old = do_find(s, st, store_item_key(it), it->nkey, it->hash, now, false);
-    if (it->exptime != 0 && (int64_t)it->exptime <= now) {
-        /* An expired post-image is a tombstone. */
-        if (old != NULL) {
-            do_unlink(s, st, old, NULL);
-        }
-        rc = old != NULL ? STORE_DELETED : STORE_NOT_FOUND;
-    } else {
-        it->cas = cas != 0 ? cas : cas_mint(s);
-        it->gen = 0; /* IF_LINKED comes with do_link */
-        it->atime = time32(now);
-        if (old != NULL) {
-            do_unlink(s, st, old, NULL);
-        }
-        do_link(s, st, it);
-        rc = STORE_STORED;
+    if (!do_below_floor(s, cas)) {
+        rc = do_import(s, st, do_find(s, st, store_item_key(it), it->nkey, it->hash, now, false),
+                       it, cas, now);
     }
     pthread_mutex_unlock(&st->lock);
-    if (rc == STORE_STORED) {
-        __atomic_fetch_add(&s->imported, 1, __ATOMIC_RELAXED);
+    return rc;
+}
+
+int
+store_put_import_newer(struct store *s, struct store_item *it, uint64_t cas, store_cover_fn covered,
+                       void *arg)
+{
+    struct stripe     *st = stripe_of(s, it->hash);
+    struct store_item *old;
+    int64_t            now;
+    int                rc = STORE_NOT_STORED;
+
+    if (it->gen & IF_LINKED) {
+        return STORE_NOT_STORED;
     }
+    store_cas_raise(s, cas); /* even for an image dropped below */
+    old = stripe_lock_find(s, st, store_item_key(it), it->nkey, it->hash, false, &now);
+    if (old != NULL && old->cas > cas) {
+        rc = STORE_EXISTS;
+    } else if (old == NULL && covered(it->hash, cas, now, arg)) {
+        rc = STORE_NOT_STORED;
+    } else if (!do_below_floor(s, cas)) {
+        if (old != NULL && old->cas == cas) {
+            /* The same write's state again (a token handed out, a touch):
+             * a token once handed out for a CAS stays handed out, whatever
+             * order the images come in. */
+            it->mflags |= old->mflags & STORE_MF_WON;
+        }
+        rc = do_import(s, st, old, it, cas, now);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
+int
+store_delete_older(struct store *s, const char *key, size_t nkey, uint64_t hash, uint64_t cas,
+                   store_drop_fn removed, void *arg)
+{
+    struct stripe     *st = stripe_of(s, hash);
+    struct store_item *old;
+    int64_t            now;
+    int                rc = STORE_NOT_FOUND;
+
+    store_cas_raise(s, cas);
+    old = stripe_lock_find(s, st, key, nkey, hash, false, &now);
+    if (old != NULL && old->cas > cas) {
+        rc = STORE_EXISTS;
+    } else {
+        if (old != NULL) {
+            do_unlink(s, st, old, NULL);
+            rc = STORE_DELETED;
+        }
+        removed(hash, cas, now, arg);
+    }
+    pthread_mutex_unlock(&st->lock);
     return rc;
 }
 

@@ -59,8 +59,9 @@ struct worker {
     pthread_mutex_t         conns_lock; /* its links, for readers on other threads (stats conns) */
     int                     nconns;
     struct thread_stats     stats;
-    struct latency_stats    lat; /* its latency histograms (server/latency.h) */
-    struct hotkeys         *hot; /* its hot-key sketch (server/hotkeys.h); NULL: off */
+    struct latency_stats    lat;   /* its latency histograms (server/latency.h) */
+    struct latency_clock    clock; /* the running callback's clock reading (latency.h) */
+    struct hotkeys         *hot;   /* its hot-key sketch (server/hotkeys.h); NULL: off */
     /* Buffer pools, so idle connections hold no buffers (conn.c). */
     char             *rbuf_pool[WORKER_RBUF_POOL];
     int               nrbuf_pool;

@@ -93,7 +93,8 @@ up_pop(struct fwd_up *up)
 static void
 up_push(struct fwd_up *up, struct fwd_req *r)
 {
-    r->deadline = util_now_ms() + fw_timeout_ms(up->fw);
+    /* The callback's clock: a batch of sends reads it once. */
+    r->deadline = (int64_t)(latency_loop_now(&up->fw->w->clock) / 1000000) + fw_timeout_ms(up->fw);
     TAILQ_INSERT_TAIL(&up->queue, r, link);
     if (TAILQ_FIRST(&up->queue) == r) {
         up_arm(up);

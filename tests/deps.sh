@@ -12,7 +12,7 @@ python3-pymemcache python3-pylibmc libmemcached-tools libmemcached-dev memcached
 libclang-rt-14-dev procps iproute2 nftables libcurl4-openssl-dev libssl-dev libjson-c-dev
 etcd-server etcd-client openssl python3-kubernetes python3-yaml systemd prometheus
 librsvg2-bin tmux python3-pytest python3-dev golang-go libsystemd-dev
-golang-github-bradfitz-gomemcache-dev libnss-wrapper strace linux-perf"
+golang-github-bradfitz-gomemcache-dev libnss-wrapper strace linux-perf valgrind"
 
 # tests/it/netns.py (partitions between network namespaces): ip, nft.
 RC_NETNS_DEPS="iproute2 nftables"
