@@ -64,6 +64,15 @@ flush_cluster_wide(const struct conn *c)
     return cl != NULL && !c->peer && cluster_view(cl)->ring != NULL;
 }
 
+/* See flush.h. */
+bool
+flush_refused(const struct conn *c)
+{
+    struct cluster *cl = c->w->srv != NULL ? c->w->srv->cluster : NULL;
+
+    return cl != NULL && !c->peer && cluster_view(cl)->ring == NULL;
+}
+
 /* A member's reply: "CAS <n>" to rc_flush_cas, "OK" to the others. */
 static void
 op_reply(void *arg, const char *line, size_t len, enum fwd_err err)

@@ -29,6 +29,12 @@ void flush_start(struct conn *c, int32_t delay, bool noreply);
  * and c is a client, not a peer. */
 bool flush_cluster_wide(const struct conn *c);
 
+/* Whether flush_all from client c must be refused: a cluster node with no
+ * membership (never joined, or its state was lost) cannot reach the other
+ * owners, and a flush it applied alone would be acknowledged while the
+ * members still serve what it was to remove. */
+bool flush_refused(const struct conn *c);
+
 /*
  * Called before c parses a command: true while a flush_all of c is in
  * progress (c must then parse nothing; it is woken when that changes).

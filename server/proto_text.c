@@ -594,6 +594,10 @@ process_flush(struct conn *c, struct token *t, int ntok)
         flush_start(c, delay, c->noreply);
         return;
     }
+    if (flush_refused(c)) {
+        REPLY(c, NO_MEMBERSHIP_REPLY);
+        return;
+    }
     store_flush(s, delay > 0 ? store_exptime(s, delay) : store_now(s));
     REPLY(c, "OK");
 }

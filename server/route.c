@@ -23,10 +23,6 @@
 #include "server/store.h"
 #include "server/thread.h"
 
-/* A keyed request at a cluster node with no active membership. */
-#define NO_MEMBERSHIP_REPLY                                              \
-    "SERVER_ERROR no membership (this node is not serving: not joined, " \
-    "or its state was lost; see ringctl status)"
 #define LINE_FWD_MAX 2048 /* a relayed command line (proto_text's line limit) */
 /* Parts (owner, next owner) a plain client's multi-get is split over, at
  * most; keys of further ones are answered as misses. */

@@ -16,6 +16,12 @@
 
 #include "ring/ring.h"
 
+/* A client's request at a cluster node with no active membership (never
+ * joined, or its state directory was lost): keyed requests and flush_all. */
+#define NO_MEMBERSHIP_REPLY                                              \
+    "SERVER_ERROR no membership (this node is not serving: not joined, " \
+    "or its state was lost; see ringctl status)"
+
 struct conn;
 struct cluster_view;
 struct store_item;

@@ -10,6 +10,9 @@ active epoch onto it, so it served its ranges empty as a member. Now:
   unavailable; every STORED reply is on both owners;
 - b serves nothing itself (before, it served as a plain cache at a
   member's address and acknowledged writes that its repair then dropped);
+- a flush_all sent to b is refused (no membership), not answered OK while
+  the members keep every value (before: OK, and the flushed keys read back
+  at their owners, "resurrected" in the nemesis, seed 2708);
 - `ringctl resume` refuses to hand b the epoch, naming b and `repair`;
 - `ringctl repair b` brings b back: afterwards every key holds, on both of
   its owners, its last acknowledged value (or the value of a later write
@@ -76,6 +79,19 @@ def scenario(t):
              "writes whose replica is the stateless b: none answered STORED (%d of %d), "
              "all 'replica unavailable' or 'UNAVAILABLE'" % (len(stored_b), len(with_b)),
              [(k, r[k]) for k in with_b[:3]])
+        c = lg.Conn(b.addr, 10.0)
+        try:
+            c.send(b"flush_all\r\n")
+            fl = c.readline()
+        finally:
+            c.close()
+        t.ok(fl.startswith(b"SERVER_ERROR no membership"),
+             "flush_all sent to the stateless b: SERVER_ERROR no membership, not OK", fl)
+        at_a = [k for k in keys if owners[k][0] == "a"][:50]
+        got = lg.read_keys(cl.nodes["a"].addr, at_a)
+        t.ok(all(got.get(k) is not None for k in at_a),
+             "and the members still hold what it did not flush (%d of %d read at a)"
+             % (sum(got.get(k) is not None for k in at_a), len(at_a)))
         maybe = {}
         at_b = [k for k in keys if owners[k][0] == "b"]
         t.ok(all(r[k].startswith(b"SERVER_ERROR no membership") for k in at_b),
