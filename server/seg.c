@@ -349,26 +349,29 @@ writer_get(struct seg *s)
     return w;
 }
 
-/* Encode r into the calling thread's open segment (sealing a full one
- * onto SMALL and taking a new one). 0 or SEG_NO_MEMORY. */
-static int
-own_append(struct seg *s, const struct seg_rec *r, size_t sz, uint32_t *segid, uint32_t *off)
+/* See seg_internal.h. */
+int
+do_seg_append(struct seg *s, const struct seg_rec *r, size_t sz, bool to_main, uint32_t *spare,
+              uint32_t *segid, uint32_t *off)
 {
-    struct seg_writer *w = writer_get(s);
+    struct seg_writer *w;
+    bool               used = false;
 
+    if (to_main) {
+        if (main_append(s, r, NULL, sz, false, *spare, &used, segid, off) < 0) {
+            return 1;
+        }
+        if (used) {
+            *spare = SEG_NONE;
+        }
+        return 0;
+    }
+    w = writer_get(s);
     if (w == NULL) {
         return SEG_NO_MEMORY;
     }
     if (w->segid == SEG_NONE || w->off + sz > s->seg_size) {
-        if (w->segid != SEG_NONE) {
-            seal(s, w->segid, w->off, QI_SMALL);
-            w->segid = SEG_NONE;
-        }
-        w->segid = take_segment(s, SQ_OPEN);
-        if (w->segid == SEG_NONE) {
-            return SEG_NO_MEMORY;
-        }
-        w->off = 0;
+        return 1;
     }
     seg_rec_encode(seg_rec_at(s, w->segid, w->off), r);
     *segid = w->segid;
@@ -377,31 +380,40 @@ own_append(struct seg *s, const struct seg_rec *r, size_t sz, uint32_t *segid, u
     return 0;
 }
 
-/* Encode r into the main open segment (a key that was a ghost), taking a
- * new segment when it is full. 0 or SEG_NO_MEMORY. */
-static int
-writer_main_append(struct seg *s, const struct seg_rec *r, size_t sz, uint32_t *segid,
-                   uint32_t *off)
+/* See seg_internal.h. */
+int
+seg_make_room(struct seg *s, bool to_main, uint32_t *spare)
 {
-    bool     used = false;
-    uint32_t spare;
+    struct seg_writer *w;
 
-    if (main_append(s, r, NULL, sz, false, SEG_NONE, &used, segid, off) == 0) {
-        return 0;
+    if (to_main) {
+        if (*spare == SEG_NONE) {
+            *spare = take_segment(s, SQ_MAINOPEN);
+        }
+        return *spare != SEG_NONE ? 0 : SEG_NO_MEMORY;
     }
-    spare = take_segment(s, SQ_MAINOPEN);
-    if (spare == SEG_NONE) {
+    w = writer_get(s);
+    if (w == NULL) {
         return SEG_NO_MEMORY;
     }
-    if (main_append(s, r, NULL, sz, false, spare, &used, segid, off) < 0) {
-        return SEG_NO_MEMORY; /* cannot happen: a spare always has room */
+    if (w->segid != SEG_NONE) {
+        seal(s, w->segid, w->off, QI_SMALL);
+        w->segid = SEG_NONE;
     }
-    if (!used) { /* another writer replaced the full one meanwhile */
+    w->segid = take_segment(s, SQ_OPEN);
+    w->off = 0;
+    return w->segid != SEG_NONE ? 0 : SEG_NO_MEMORY;
+}
+
+/* See seg_internal.h. */
+void
+seg_spare_free(struct seg *s, uint32_t spare)
+{
+    if (spare != SEG_NONE) {
         pthread_mutex_lock(&s->heap_mu);
         free_push(s, spare);
         pthread_mutex_unlock(&s->heap_mu);
     }
-    return 0;
 }
 
 /* ---- the API ------------------------------------------------------------ */
@@ -491,59 +503,4 @@ seg_thread_done(struct seg *s)
         seal(s, w->segid, w->off, QI_SMALL);
         w->segid = SEG_NONE;
     }
-}
-
-/* See seg.h. */
-int
-seg_put(struct seg *s, uint64_t hash, const struct seg_rec *r, seg_check_fn check, void *arg)
-{
-    struct seg_stripe *st = seg_stripe(s, hash);
-    size_t             sz;
-    uint32_t           segid, off;
-    bool               to_main, live;
-    uint64_t          *slot;
-    struct seg_rec     old;
-    int64_t            now = eng_now(s);
-    uint64_t           floor = eng_floor(s);
-    int                rc = SEG_OK;
-
-    if (r->nkey == 0 || r->nkey > SEG_KEY_MAX) {
-        return SEG_BAD_ARGUMENT;
-    }
-    sz = seg_rec_size(seg_rec_has(r), r->nkey, r->nbytes);
-    if (sz > s->seg_size / 4) {
-        return SEG_TOO_LARGE;
-    }
-    to_main = ghost_take(&s->ghost, hash);
-    if (to_main) {
-        rc = writer_main_append(s, r, sz, &segid, &off);
-    } else {
-        rc = own_append(s, r, sz, &segid, &off);
-    }
-    if (rc != SEG_OK) {
-        return rc;
-    }
-    pthread_mutex_lock(&st->lock);
-    slot = do_index_find(s, st, r->key, r->nkey, hash);
-    if (slot != NULL) {
-        seg_rec_decode(seg_rec_at(s, slot_seg(*slot), slot_off(*slot)), &old);
-    }
-    live = slot != NULL && !seg_rec_dead(&old, now, floor);
-    if (check != NULL && !check(arg, live ? &old : NULL)) {
-        rc = SEG_REFUSED;
-    } else if (slot != NULL) {
-        /* A live key keeps its read count; a dead one's is not its. */
-        live_add(s, slot_seg(*slot), seg_rec_size(old.bits, old.nkey, old.nbytes), -1);
-        *slot = slot_make(hash, segid, off, live ? slot_freq(*slot) : 0);
-        live_add(s, segid, sz, 1);
-    } else if (do_index_add(s, st, hash, slot_make(hash, segid, off, 0)) < 0) {
-        rc = SEG_NO_MEMORY;
-    } else {
-        live_add(s, segid, sz, 1);
-    }
-    pthread_mutex_unlock(&st->lock);
-    if (to_main) {
-        __atomic_fetch_sub(&s->meta[segid].pending, 1, __ATOMIC_RELEASE);
-    }
-    return rc;
 }

@@ -78,6 +78,27 @@ struct seg_stats {
 /* seg_get's how. */
 #define SEG_GET_FETCH 0x1u /* a read: count it, mark fetched, stamp atime */
 
+/* What a seg_update build does with the key. */
+enum seg_build {
+    SEG_BUILD_WRITE = 0,  /* write nr in place of the old record */
+    SEG_BUILD_KEEP = 1,   /* leave the old record (or none): SEG_REFUSED */
+    SEG_BUILD_DELETE = 2, /* unlink the old record: SEG_OK, or SEG_MISS when none */
+};
+
+/*
+ * seg_update's build, under the key's stripe lock: old is the key's live
+ * record (its key and value point into the segment) or NULL. To write, it
+ * fills nr (zeroed, key and nkey preset and not to be changed) with the new
+ * record's fields, state bits and value: nr->value may point at the
+ * caller's bytes or into old->value, and needs to stay valid only until the
+ * build returns to the engine's write (the engine copies it before it drops
+ * the lock). It may be called a second time (with the then-current old
+ * record) when the write needed a new segment, so it must not count on
+ * running once; only the last call's outcome is applied. Returns enum
+ * seg_build. It must not call into the engine.
+ */
+typedef int (*seg_build_fn)(void *arg, const struct seg_rec *old, struct seg_rec *nr);
+
 /* A new engine: reserves (does not touch) the segments' address space and
  * allocates the index. NULL on a bad config or no memory. */
 struct seg *seg_new(const struct seg_config *cfg);
@@ -91,10 +112,25 @@ void seg_free(struct seg *s);
  * is appended to the calling thread's open segment (or the main open one
  * when the key is a recent ghost), then linked under the stripe lock in
  * place of the key's old record, if check (may be NULL) agrees; the new
- * record keeps the old one's read count. On SEG_REFUSED the appended bytes
- * are dead. May evict (the caller holds no stripe lock).
+ * record keeps the old one's read count. Nothing is written on
+ * SEG_REFUSED. seg_update with a build that checks and copies r. May
+ * evict (the caller holds no stripe lock).
  */
 int seg_put(struct seg *s, uint64_t hash, const struct seg_rec *r, seg_check_fn check, void *arg);
+
+/*
+ * Read-modify-write under the key's stripe lock: hand the live record (or
+ * NULL) to build, then write what it built in place of it and relink,
+ * without dropping the lock in between, so no other write to the key can
+ * come between the read and the write (append, incr, merging by CAS need
+ * no retry loop). The new record keeps the old one's read count. Returns
+ * SEG_OK, SEG_REFUSED (build kept the old record), SEG_MISS (build deleted
+ * and there was none), SEG_TOO_LARGE (the built record is over the item
+ * maximum: the old record stays), SEG_NO_MEMORY or SEG_BAD_ARGUMENT. May
+ * evict (the caller holds no stripe lock).
+ */
+int seg_update(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_t now,
+               uint64_t floor, seg_build_fn build, void *arg);
 
 /*
  * Find the live record of a key and hand it to cb (under the stripe lock).

@@ -187,6 +187,23 @@ SEG_INTERNAL void live_add(struct seg *s, uint32_t id, size_t sz, int sign);
 /* Unlink a slot and its record's bytes (sz). Caller holds the stripe lock. */
 SEG_INTERNAL void do_seg_unlink(struct seg *s, struct seg_stripe *st, uint64_t *slot, size_t sz);
 
+/* Encode r (sz bytes) into the calling thread's open segment, or with
+ * to_main into the main open one (a full one replaced by *spare when that
+ * is not SEG_NONE; *spare becomes SEG_NONE once used; the segment's pending
+ * count is raised: drop it once linked). Never takes a segment, so it runs
+ * under the key's stripe lock: 0, 1 when seg_make_room must run first
+ * (without the stripe lock), or SEG_NO_MEMORY. */
+SEG_INTERNAL int do_seg_append(struct seg *s, const struct seg_rec *r, size_t sz, bool to_main,
+                               uint32_t *spare, uint32_t *segid, uint32_t *off);
+
+/* Make the room do_seg_append asked for: seal the thread's open segment
+ * and take a new one, or (to_main) take a spare into *spare. May evict;
+ * the caller holds no lock. 0 or SEG_NO_MEMORY. */
+SEG_INTERNAL int seg_make_room(struct seg *s, bool to_main, uint32_t *spare);
+
+/* Give an unused spare back to the free list (SEG_NONE: nothing). */
+SEG_INTERNAL void seg_spare_free(struct seg *s, uint32_t spare);
+
 /* ---- seg_index.c -------------------------------------------------------- */
 
 SEG_INTERNAL int  seg_index_init(struct seg *s);

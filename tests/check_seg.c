@@ -97,7 +97,7 @@ put(struct seg *s, const char *key, const char *val)
 
 /* What a get copies out. */
 struct got {
-    char     val[2048];
+    char     val[8192];
     uint32_t nbytes, flags, exptime, atime;
     uint64_t cas;
     uint8_t  bits;
@@ -856,6 +856,269 @@ START_TEST(test_rss_bounded)
 }
 END_TEST
 
+/* ---- seg_update: read-modify-write under the stripe lock ---------------- */
+
+/* What an update build does: incr (decimal), append, prepend, refuse,
+ * delete, or a CAS merge (write only over an older CAS). */
+enum upd_op {
+    UPD_INCR,
+    UPD_APPEND,
+    UPD_PREPEND,
+    UPD_KEEP,
+    UPD_DELETE,
+    UPD_MERGE,
+};
+
+struct upd {
+    enum upd_op op;
+    const char *data; /* append/prepend: the bytes added; merge: the value */
+    uint32_t    ndata;
+    uint64_t    cas; /* merge: the incoming CAS */
+    char       *buf; /* the new value is built here */
+    size_t      nbuf;
+    int         calls;
+    bool        saw_old;
+};
+
+static int
+upd_build(void *arg, const struct seg_rec *old, struct seg_rec *nr)
+{
+    struct upd *u = arg;
+    uint32_t    n = 0;
+
+    u->calls++;
+    u->saw_old = old != NULL;
+    switch (u->op) {
+    case UPD_KEEP:
+        return SEG_BUILD_KEEP;
+    case UPD_DELETE:
+        return SEG_BUILD_DELETE;
+    case UPD_MERGE:
+        if (old != NULL && old->cas >= u->cas) {
+            return SEG_BUILD_KEEP;
+        }
+        nr->value = u->data;
+        nr->nbytes = u->ndata;
+        nr->cas = u->cas;
+        return SEG_BUILD_WRITE;
+    case UPD_INCR: {
+        unsigned long long v = 0;
+
+        if (old == NULL) {
+            return SEG_BUILD_KEEP;
+        }
+        ck_assert_uint_lt(old->nbytes, 32);
+        memcpy(u->buf, old->value, old->nbytes);
+        u->buf[old->nbytes] = '\0';
+        v = strtoull(u->buf, NULL, 10);
+        n = (uint32_t)snprintf(u->buf, u->nbuf, "%llu", v + 1);
+        break;
+    }
+    case UPD_APPEND:
+    case UPD_PREPEND:
+        if (old == NULL) {
+            return SEG_BUILD_KEEP;
+        }
+        n = old->nbytes + u->ndata;
+        if (n > u->nbuf) {
+            /* Past what the caller can build: say so by a value the
+             * engine must refuse (the too-large test uses a big buf). */
+            return SEG_BUILD_KEEP;
+        }
+        if (u->op == UPD_APPEND) {
+            memcpy(u->buf, old->value, old->nbytes);
+            memcpy(u->buf + old->nbytes, u->data, u->ndata);
+        } else {
+            memcpy(u->buf, u->data, u->ndata);
+            memcpy(u->buf + u->ndata, old->value, old->nbytes);
+        }
+        break;
+    }
+    nr->bits = old->bits;
+    nr->flags = old->flags;
+    nr->exptime = old->exptime;
+    nr->cas = __atomic_fetch_add(&next_cas, 1, __ATOMIC_RELAXED);
+    nr->atime = old->atime;
+    nr->value = u->buf;
+    nr->nbytes = n;
+    return SEG_BUILD_WRITE;
+}
+
+/* A get's callback for large values: the length only. */
+static int
+size_out(void *arg, const struct seg_rec *r, uint64_t hash, unsigned freq)
+{
+    (void)hash;
+    (void)freq;
+    *(uint32_t *)arg = r->nbytes;
+    return 0;
+}
+
+static int
+update(struct seg *s, const char *key, struct upd *u)
+{
+    return seg_update(s, key, strlen(key), hk(key), clock_now(NULL), clock_floor(NULL), upd_build,
+                      u);
+}
+
+/* Each op of its kind on the same key, M times. */
+struct upd_worker {
+    struct seg *s;
+    enum upd_op op;
+    const char *key, *data;
+    int         m;
+};
+
+static void *
+upd_worker_main(void *arg)
+{
+    struct upd_worker   *w = arg;
+    static __thread char buf[64 * 1024];
+    int                  i;
+
+    for (i = 0; i < w->m; i++) {
+        struct upd u = { .op = w->op,
+                         .data = w->data,
+                         .ndata = w->data != NULL ? (uint32_t)strlen(w->data) : 0,
+                         .buf = buf,
+                         .nbuf = sizeof(buf) };
+
+        if (update(w->s, w->key, &u) != SEG_OK) {
+            return (void *)1;
+        }
+    }
+    seg_thread_done(w->s);
+    return NULL;
+}
+
+static void
+run_upd_threads(struct seg *s, struct upd_worker *w, int n)
+{
+    pthread_t th[4];
+    int       k;
+
+    ck_assert_int_le(n, 4);
+    for (k = 0; k < n; k++) {
+        ck_assert_int_eq(pthread_create(&th[k], NULL, upd_worker_main, &w[k]), 0);
+    }
+    for (k = 0; k < n; k++) {
+        void *rc;
+
+        ck_assert_int_eq(pthread_join(th[k], &rc), 0);
+        ck_assert_ptr_null(rc);
+    }
+    (void)s;
+}
+
+/* incr from 4 threads, append and prepend from 2, on one key each: no
+ * update lost (every build saw the record the previous one wrote), across
+ * many segment changes (64 KiB segments). */
+START_TEST(test_update_threads)
+{
+    enum {
+        M = 20000,
+        MA = 2000
+    };
+    struct seg       *s = mkseg(512 * 64 * KIB, 64 * KIB);
+    struct upd_worker w[4];
+    struct got        g;
+    struct seg_stats  st;
+    static char       want[2 * MA + 2];
+    int               k;
+
+    ck_assert_int_eq(put(s, "ctr", "0"), SEG_OK);
+    for (k = 0; k < 4; k++) {
+        w[k] = (struct upd_worker){ .s = s, .op = UPD_INCR, .key = "ctr", .m = M };
+    }
+    run_upd_threads(s, w, 4);
+    ck_assert_int_eq(peek(s, "ctr", &g), SEG_OK);
+    ck_assert_str_eq(g.val, "80000");
+
+    ck_assert_int_eq(put(s, "list", "|"), SEG_OK);
+    w[0] = (struct upd_worker){ .s = s, .op = UPD_APPEND, .key = "list", .data = "a", .m = MA };
+    w[1] = (struct upd_worker){ .s = s, .op = UPD_PREPEND, .key = "list", .data = "b", .m = MA };
+    run_upd_threads(s, w, 2);
+    memset(want, 'b', MA);
+    want[MA] = '|';
+    memset(want + MA + 1, 'a', MA);
+    ck_assert_int_eq(peek(s, "list", &g), SEG_OK);
+    ck_assert_uint_eq(g.nbytes, 2 * MA + 1);
+    ck_assert_str_eq(g.val, want);
+    seg_stats(s, &st);
+    ck_assert_uint_eq(st.items, 2);
+    ck_assert_uint_eq(st.evictions, 0);
+    ck_assert_uint_eq(st.live_bytes, seg_rec_size(0, 3, 5) + seg_rec_size(0, 4, 2 * MA + 1));
+    seg_free(s);
+}
+END_TEST
+
+/* Refusal, deletion, a missing key, a CAS merge, and a build that grows
+ * the value past the largest record: the old record stays, and nothing
+ * is written for a refused or too large build. */
+START_TEST(test_update_refuse)
+{
+    struct seg      *s = mkseg(8 * MIB_SEG, 0);
+    struct seg_stats st0, st;
+    struct got       g;
+    static char      buf[512 * KIB], big[512 * KIB];
+    struct upd       u = { .op = UPD_KEEP, .buf = buf, .nbuf = sizeof(buf) };
+    uint32_t         n = 0;
+
+    ck_assert_int_eq(put_full(s, "k", "v1", 2, 0, 3), SEG_OK);
+    seg_stats(s, &st0);
+    ck_assert_int_eq(update(s, "k", &u), SEG_REFUSED);
+    ck_assert(u.saw_old);
+    ck_assert_int_eq(u.calls, 1);
+    ck_assert_int_eq(peek(s, "k", &g), SEG_OK);
+    ck_assert_str_eq(g.val, "v1");
+    ck_assert_uint_eq(g.flags, 3);
+    seg_stats(s, &st);
+    ck_assert_uint_eq(st.items, st0.items);
+    ck_assert_uint_eq(st.live_bytes, st0.live_bytes);
+    /* A CAS merge: an older CAS is refused, a newer one written. */
+    u = (struct upd){ .op = UPD_MERGE, .data = "old", .ndata = 3, .cas = g.cas };
+    ck_assert_int_eq(update(s, "k", &u), SEG_REFUSED);
+    expect(s, "k", "v1");
+    u = (struct upd){ .op = UPD_MERGE, .data = "newer", .ndata = 5, .cas = g.cas + 1 };
+    ck_assert_int_eq(update(s, "k", &u), SEG_OK);
+    ck_assert_int_eq(peek(s, "k", &g), SEG_OK);
+    ck_assert_str_eq(g.val, "newer");
+    ck_assert_uint_eq(g.cas, u.cas);
+    ck_assert_uint_eq(g.freq, 1); /* kept the read count of "v1" (expect read it) */
+    /* A merge into a missing key: the build sees NULL, writes. */
+    u = (struct upd){ .op = UPD_MERGE, .data = "fresh", .ndata = 5, .cas = 7 };
+    ck_assert_int_eq(update(s, "m", &u), SEG_OK);
+    ck_assert(!u.saw_old);
+    expect(s, "m", "fresh");
+    /* incr of a missing key: refused, nothing created. */
+    u = (struct upd){ .op = UPD_INCR, .buf = buf, .nbuf = sizeof(buf) };
+    ck_assert_int_eq(update(s, "nope", &u), SEG_REFUSED);
+    ck_assert_int_eq(peek(s, "nope", &g), SEG_MISS);
+    /* Delete: the record goes; again: a miss. */
+    u = (struct upd){ .op = UPD_DELETE };
+    ck_assert_int_eq(update(s, "m", &u), SEG_OK);
+    ck_assert_int_eq(peek(s, "m", &g), SEG_MISS);
+    ck_assert_int_eq(update(s, "m", &u), SEG_MISS);
+    /* Append until the record passes the largest one: SEG_TOO_LARGE and
+     * the last record that fitted stays. */
+    memset(big, 'z', sizeof(big));
+    ck_assert_int_eq(put_full(s, "grow", big, 200 * KIB, 0, 0), SEG_OK);
+    u = (struct upd){
+        .op = UPD_APPEND, .data = big, .ndata = 100 * KIB, .buf = buf, .nbuf = sizeof(buf)
+    };
+    seg_stats(s, &st0);
+    ck_assert_int_eq(update(s, "grow", &u), SEG_TOO_LARGE);
+    ck_assert_int_eq(seg_get(s, "grow", 4, hk("grow"), fake_now, 0, 0, size_out, &n), SEG_OK);
+    ck_assert_uint_eq(n, 200 * KIB);
+    seg_stats(s, &st);
+    ck_assert_uint_eq(st.items, st0.items);
+    ck_assert_uint_eq(st.live_bytes, st0.live_bytes);
+    /* A bad key. */
+    ck_assert_int_eq(seg_update(s, "", 0, hk(""), fake_now, 0, upd_build, &u), SEG_BAD_ARGUMENT);
+    seg_free(s);
+}
+END_TEST
+
 Suite *
 seg_suite(void)
 {
@@ -876,6 +1139,8 @@ seg_suite(void)
     tcase_add_test(tc, test_segment_full);
     tcase_add_test(tc, test_walk_during_eviction);
     tcase_add_test(tc, test_rss_bounded);
+    tcase_add_test(tc, test_update_threads);
+    tcase_add_test(tc, test_update_refuse);
     suite_add_tcase(s, tc);
     return s;
 }
