@@ -15,17 +15,18 @@
 
 #include "server/seg_item.h"
 
-#define SEG_SIZE_DEFAULT (1u << 20) /* and the largest: slots hold 20-bit offsets */
-#define SEG_SIZE_MIN     (1u << 12)
-#define SEG_STRIPES      1024u
-#define SEG_KEY_MAX      250u
+#define SEG_SIZE_DEFAULT     (1u << 20) /* and the largest: slots hold 20-bit offsets */
+#define SEG_SIZE_MIN         (1u << 12)
+#define SEG_STRIPES          1024u
+#define SEG_KEY_MAX          250u
+#define SEG_ITEM_MAX_DEFAULT (1u << 20) /* largest value, as memcached's -I */
 
 /* Results (>= 0) and errors (< 0). */
 enum seg_result {
     SEG_OK = 0,
     SEG_MISS = 1,          /* no live record for the key */
     SEG_REFUSED = 2,       /* the caller's check said no */
-    SEG_TOO_LARGE = -2,    /* record over seg_size/4: the caller stores it elsewhere */
+    SEG_TOO_LARGE = -2,    /* value over the item maximum (cfg.item_max) */
     SEG_NO_MEMORY = -3,    /* no segment to write into (all are open) or no index room */
     SEG_BAD_ARGUMENT = -4, /* key length 0 or over SEG_KEY_MAX */
 };
@@ -58,6 +59,7 @@ typedef bool (*seg_check_fn)(void *arg, const struct seg_rec *old);
 struct seg_config {
     size_t       mem_limit; /* bytes of segments; floor(mem_limit / seg_size) of them */
     uint32_t     seg_size;  /* SEG_SIZE_MIN..SEG_SIZE_DEFAULT; 0 = the default */
+    uint32_t     item_max;  /* largest value in bytes; 0 = SEG_ITEM_MAX_DEFAULT */
     seg_now_fn   now;       /* NULL: time(NULL) */
     seg_floor_fn floor;     /* NULL: no flush floor */
     void        *clock_arg;
@@ -73,6 +75,8 @@ struct seg_stats {
     uint64_t reclaimed; /* dead records (expired, flushed) found at eviction */
     uint64_t moved;     /* records copied to the main open segment by eviction */
     uint64_t index_slots, index_bytes;
+    uint64_t jumbos;    /* records over a quarter segment, each in a mapping of its own */
+    uint64_t segs_held; /* heap segments the jumbos are charged as (of segs_total) */
 };
 
 /* seg_get's how. */

@@ -208,7 +208,7 @@ seg_stats(struct seg *s, struct seg_stats *out)
     }
     out->index_bytes = out->index_slots * sizeof(uint64_t);
     pthread_mutex_lock(&s->heap_mu);
-    for (i = 0; i < s->nsegs; i++) {
+    for (i = 0; i < 2 * s->nsegs; i++) { /* the heap's segments, then the jumbos */
         uint8_t qn = s->meta[i].queue;
 
         out->live_bytes += __atomic_load_n(&s->meta[i].live_bytes, __ATOMIC_RELAXED);
@@ -218,6 +218,8 @@ seg_stats(struct seg *s, struct seg_stats *out)
     out->segs_free = s->nfree;
     out->segs_small = s->q_count[QI_SMALL];
     out->segs_main = s->q_count[QI_MAIN];
+    out->jumbos = s->njumbo;
+    out->segs_held = s->nheld;
     pthread_mutex_unlock(&s->heap_mu);
     out->evictions = __atomic_load_n(&s->evictions, __ATOMIC_RELAXED);
     out->reclaimed = __atomic_load_n(&s->reclaimed, __ATOMIC_RELAXED);

@@ -12,24 +12,34 @@
 #include "server/seg.h"
 #include "server/seg_internal.h"
 
-/* do_update's "release the lock, make room, build again". */
-#define NEED_ROOM 100
+/* do_update's "release the lock, make room, build again": a segment, or
+ * a jumbo of room->need bytes. */
+#define NEED_ROOM  100
+#define NEED_JUMBO 101
+
+/* What seg_update took for its write, kept over its attempts. */
+struct room {
+    uint32_t spare; /* a segment to replace a full main open one */
+    uint32_t jumbo; /* a jumbo of room->need bytes or more */
+    size_t   need;
+};
 
 /*
  * One attempt of seg_update, the stripe lock held: find the old record,
- * build, and write and link the result. NEED_ROOM when the append needs a
- * segment first (taken without the lock: eviction takes stripe locks).
+ * build, and write and link the result. NEED_ROOM or NEED_JUMBO when the write needs a
+ * segment or a jumbo first (taken without the lock: eviction takes stripe locks).
  */
 static int
 do_update(struct seg *s, struct seg_stripe *st, const char *key, size_t nkey, uint64_t hash,
-          int64_t now, uint64_t floor, seg_build_fn build, void *arg, bool to_main, uint32_t *spare)
+          int64_t now, uint64_t floor, seg_build_fn build, void *arg, bool to_main,
+          struct room *room)
 {
     uint64_t      *slot = do_index_find(s, st, key, nkey, hash);
     struct seg_rec old, nr;
     bool           live = false;
     size_t         sz, oldsz = 0;
     uint32_t       segid, off;
-    int            rc;
+    int            rc, jumbo_q = QI_SMALL;
 
     if (slot != NULL) {
         oldsz = seg_rec_decode(seg_rec_at(s, slot_seg(*slot), slot_off(*slot)), &old);
@@ -53,13 +63,25 @@ do_update(struct seg *s, struct seg_stripe *st, const char *key, size_t nkey, ui
     if (nr.nbytes > 0 && nr.value == NULL) {
         return SEG_BAD_ARGUMENT;
     }
-    sz = seg_rec_size(seg_rec_has(&nr), nkey, nr.nbytes);
-    if (sz > s->seg_size / 4) {
+    if (nr.nbytes > s->item_max) {
         return SEG_TOO_LARGE;
     }
-    rc = do_seg_append(s, &nr, sz, to_main, spare, &segid, &off);
-    if (rc != 0) {
-        return rc == 1 ? NEED_ROOM : rc;
+    sz = seg_rec_size(seg_rec_has(&nr), nkey, nr.nbytes);
+    if (sz > s->seg_size / 4) { /* a jumbo of its own */
+        if (room->jumbo == SEG_NONE || seg_jumbo_len(s, room->jumbo) < sz) {
+            room->need = sz;
+            return NEED_JUMBO;
+        }
+        jumbo_q = to_main ? QI_MAIN : QI_SMALL;
+        segid = room->jumbo;
+        off = 0;
+        seg_rec_encode(seg_rec_at(s, segid, 0), &nr);
+        room->jumbo = SEG_NONE;
+    } else {
+        rc = do_seg_append(s, &nr, sz, to_main, &room->spare, &segid, &off);
+        if (rc != 0) {
+            return rc == 1 ? NEED_ROOM : rc;
+        }
     }
     if (slot != NULL) {
         /* A live key keeps its read count; a dead one's is not its. */
@@ -71,7 +93,13 @@ do_update(struct seg *s, struct seg_stripe *st, const char *key, size_t nkey, ui
     } else {
         live_add(s, segid, sz, 1);
     }
-    if (to_main) { /* linked (or dead): eviction may empty its segment */
+    if (segid >= s->nsegs) {
+        if (rc == SEG_OK) { /* linked: now eviction may meet it */
+            seg_jumbo_queue(s, segid, (uint32_t)sz, jumbo_q);
+        } else {
+            room->jumbo = segid; /* freed by seg_update */
+        }
+    } else if (to_main) { /* linked (or dead): eviction may empty its segment */
         __atomic_fetch_sub(&s->meta[segid].pending, 1, __ATOMIC_RELEASE);
     }
     return rc;
@@ -83,7 +111,7 @@ seg_update(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_t n
            seg_build_fn build, void *arg)
 {
     struct seg_stripe *st = seg_stripe(s, hash);
-    uint32_t           spare = SEG_NONE;
+    struct room        room = { SEG_NONE, SEG_NONE, 0 };
     bool               to_main;
     int                rc;
 
@@ -94,19 +122,26 @@ seg_update(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_t n
     to_main = ghost_take(&s->ghost, hash);
     for (;;) {
         pthread_mutex_lock(&st->lock);
-        rc = do_update(s, st, key, nkey, hash, now, floor, build, arg, to_main, &spare);
+        rc = do_update(s, st, key, nkey, hash, now, floor, build, arg, to_main, &room);
         pthread_mutex_unlock(&st->lock);
-        if (rc != NEED_ROOM) {
+        if (rc == NEED_JUMBO) {
+            /* Mapped and charged (which may evict) without the lock. */
+            seg_jumbo_free(s, room.jumbo);
+            room.jumbo = seg_jumbo_new(s, room.need);
+            rc = room.jumbo != SEG_NONE ? SEG_OK : SEG_NO_MEMORY;
+        } else if (rc == NEED_ROOM) {
+            /* A fresh segment holds any record up to a quarter segment,
+             * so the next attempt appends. */
+            rc = seg_make_room(s, to_main, &room.spare);
+        } else {
             break;
         }
-        /* A fresh segment holds any record up to a quarter segment, so
-         * the next attempt appends (the build runs at most twice). */
-        rc = seg_make_room(s, to_main, &spare);
         if (rc != SEG_OK) {
             break;
         }
     }
-    seg_spare_free(s, spare);
+    seg_spare_free(s, room.spare);
+    seg_jumbo_free(s, room.jumbo); /* unused: the build changed its mind */
     return rc;
 }
 

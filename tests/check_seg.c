@@ -242,7 +242,7 @@ START_TEST(test_basic)
     struct seg_rec   r = { .nkey = 1, .key = "k", .value = "", .cas = 99 };
     uint64_t         c;
     struct seg_stats st;
-    static char      big[300 * KIB];
+    static char      big[SEG_ITEM_MAX_DEFAULT + 1];
 
     ck_assert_int_eq(put(s, "alpha", "one"), SEG_OK);
     expect(s, "alpha", "one");
@@ -271,11 +271,20 @@ START_TEST(test_basic)
     seg_stats(s, &st);
     ck_assert_uint_eq(st.items, 0);
     ck_assert_uint_eq(st.live_bytes, 0);
-    /* Too large for a segment: a distinct error, nothing stored. */
+    /* Over the item maximum (1 MiB): a distinct error, nothing stored. */
     r = (struct seg_rec){ .nkey = 3, .key = "big", .value = big, .nbytes = sizeof(big), .cas = 1 };
     ck_assert_int_eq(seg_put(s, hk("big"), &r, NULL, NULL), SEG_TOO_LARGE);
     r.nbytes = 256 * KIB - 3 - 17; /* header 17 + key 3: exactly a quarter segment */
     ck_assert_uint_eq(seg_rec_size(0, 3, r.nbytes), 256 * KIB);
+    ck_assert_int_eq(seg_put(s, hk("big"), &r, NULL, NULL), SEG_OK);
+    seg_stats(s, &st);
+    ck_assert_uint_eq(st.jumbos, 0); /* in a segment */
+    r.nbytes++;
+    ck_assert_int_eq(seg_put(s, hk("big"), &r, NULL, NULL), SEG_OK);
+    seg_stats(s, &st);
+    ck_assert_uint_eq(st.jumbos, 1); /* a byte more: a jumbo */
+    ck_assert_uint_eq(st.items, 1);
+    r.nbytes = SEG_ITEM_MAX_DEFAULT;
     ck_assert_int_eq(seg_put(s, hk("big"), &r, NULL, NULL), SEG_OK);
     r.nbytes++;
     ck_assert_int_eq(seg_put(s, hk("big"), &r, NULL, NULL), SEG_TOO_LARGE);
@@ -1060,7 +1069,7 @@ START_TEST(test_update_refuse)
     struct seg      *s = mkseg(8 * MIB_SEG, 0);
     struct seg_stats st0, st;
     struct got       g;
-    static char      buf[512 * KIB], big[512 * KIB];
+    static char      buf[2 * MIB_SEG], big[MIB_SEG];
     struct upd       u = { .op = UPD_KEEP, .buf = buf, .nbuf = sizeof(buf) };
     uint32_t         n = 0;
 
@@ -1099,20 +1108,27 @@ START_TEST(test_update_refuse)
     ck_assert_int_eq(update(s, "m", &u), SEG_OK);
     ck_assert_int_eq(peek(s, "m", &g), SEG_MISS);
     ck_assert_int_eq(update(s, "m", &u), SEG_MISS);
-    /* Append until the record passes the largest one: SEG_TOO_LARGE and
-     * the last record that fitted stays. */
+    /* Append past a quarter segment (a jumbo), then past the item
+     * maximum: SEG_TOO_LARGE, and the last record that fitted stays. */
     memset(big, 'z', sizeof(big));
     ck_assert_int_eq(put_full(s, "grow", big, 200 * KIB, 0, 0), SEG_OK);
     u = (struct upd){
         .op = UPD_APPEND, .data = big, .ndata = 100 * KIB, .buf = buf, .nbuf = sizeof(buf)
     };
+    ck_assert_int_eq(update(s, "grow", &u), SEG_OK);
+    ck_assert_int_eq(u.calls, 2); /* the second after the jumbo was mapped */
     seg_stats(s, &st0);
+    ck_assert_uint_eq(st0.jumbos, 1);
+    u = (struct upd){
+        .op = UPD_APPEND, .data = big, .ndata = 800 * KIB, .buf = buf, .nbuf = sizeof(buf)
+    };
     ck_assert_int_eq(update(s, "grow", &u), SEG_TOO_LARGE);
     ck_assert_int_eq(seg_get(s, "grow", 4, hk("grow"), fake_now, 0, 0, size_out, &n), SEG_OK);
-    ck_assert_uint_eq(n, 200 * KIB);
+    ck_assert_uint_eq(n, 300 * KIB);
     seg_stats(s, &st);
     ck_assert_uint_eq(st.items, st0.items);
     ck_assert_uint_eq(st.live_bytes, st0.live_bytes);
+    ck_assert_uint_eq(st.jumbos, 1);
     /* A bad key. */
     ck_assert_int_eq(seg_update(s, "", 0, hk(""), fake_now, 0, upd_build, &u), SEG_BAD_ARGUMENT);
     seg_free(s);
