@@ -1135,6 +1135,250 @@ START_TEST(test_update_refuse)
 }
 END_TEST
 
+/* ---- jumbo segments: values over a quarter segment -------------------- */
+
+/* A large value's bytes: a pattern by key and position, so a record that
+ * read back whole is told from a mix of two. */
+static void
+fill_pattern(char *buf, size_t n, unsigned seed)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        buf[i] = (char)('a' + (i * 7 + seed) % 26);
+    }
+}
+
+/* A get's callback: compare the value with the pattern (length in
+ * want_len, seed in want_seed). */
+struct big_check {
+    uint32_t want_len;
+    unsigned want_seed;
+    bool     ok;
+};
+
+static int
+check_pattern(void *arg, const struct seg_rec *r, uint64_t hash, unsigned freq)
+{
+    struct big_check *c = arg;
+    uint32_t          i;
+
+    (void)hash;
+    (void)freq;
+    c->ok = r->nbytes == c->want_len;
+    for (i = 0; c->ok && i < r->nbytes; i++) {
+        c->ok = r->value[i] == (char)('a' + (i * 7 + c->want_seed) % 26);
+    }
+    return 0;
+}
+
+static bool
+big_is(struct seg *s, const char *key, uint32_t len, unsigned seed, unsigned how)
+{
+    struct big_check c = { len, seed, false };
+
+    return seg_get(s, key, strlen(key), hk(key), clock_now(NULL), clock_floor(NULL), how,
+                   check_pattern, &c) == SEG_OK &&
+           c.ok;
+}
+
+/* put/get/delete/overwrite of 300 KiB and 1 MiB values, small over large
+ * and large over small; the segments a jumbo is charged as come back when
+ * its record goes; a custom item maximum. */
+START_TEST(test_jumbo_basic)
+{
+    struct seg      *s = mkseg(16 * MIB_SEG, 0);
+    static char      big[MIB_SEG];
+    struct seg_stats st, st0;
+    struct got       g;
+
+    seg_stats(s, &st0);
+    fill_pattern(big, 300 * KIB, 1);
+    ck_assert_int_eq(put_full(s, "j1", big, 300 * KIB, 0, 5), SEG_OK);
+    fill_pattern(big, MIB_SEG, 2);
+    ck_assert_int_eq(put_full(s, "j2", big, MIB_SEG, 0, 0), SEG_OK);
+    ck_assert_int_eq(put(s, "small", "s"), SEG_OK);
+    ck_assert(big_is(s, "j1", 300 * KIB, 1, SEG_GET_FETCH));
+    ck_assert(big_is(s, "j2", MIB_SEG, 2, SEG_GET_FETCH));
+    expect(s, "small", "s");
+    seg_stats(s, &st);
+    ck_assert_uint_eq(st.items, 3);
+    ck_assert_uint_eq(st.jumbos, 2);
+    ck_assert_uint_eq(st.segs_held, 1 + 2); /* 300 KiB: one segment; 1 MiB + header: two */
+    ck_assert_uint_eq(st.live_bytes, seg_rec_size(SEG_RB_FLAGS, 2, 300 * KIB) +
+                                         seg_rec_size(0, 2, MIB_SEG) + seg_rec_size(0, 5, 1));
+    /* Overwrite the 300 KiB one with 1 MiB: the old jumbo goes at once. */
+    ck_assert_int_eq(put_full(s, "j1", big, MIB_SEG, 0, 0), SEG_OK);
+    ck_assert(big_is(s, "j1", MIB_SEG, 2, 0));
+    seg_stats(s, &st);
+    ck_assert_uint_eq(st.jumbos, 2);
+    ck_assert_uint_eq(st.segs_held, 4);
+    /* Small over large, large over small. */
+    ck_assert_int_eq(put(s, "j1", "tiny"), SEG_OK);
+    expect(s, "j1", "tiny");
+    fill_pattern(big, 400 * KIB, 3);
+    ck_assert_int_eq(put_full(s, "small", big, 400 * KIB, 0, 0), SEG_OK);
+    ck_assert(big_is(s, "small", 400 * KIB, 3, 0));
+    seg_stats(s, &st);
+    ck_assert_uint_eq(st.jumbos, 2);
+    ck_assert_uint_eq(st.segs_held, 2 + 1);
+    ck_assert_uint_eq(st.items, 3);
+    /* Delete both jumbos: every segment back in the pool. */
+    ck_assert_int_eq(seg_delete(s, "j2", 2, hk("j2"), fake_now, 0, NULL, NULL), SEG_OK);
+    ck_assert_int_eq(seg_delete(s, "small", 5, hk("small"), fake_now, 0, NULL, NULL), SEG_OK);
+    ck_assert_int_eq(get(s, "j2", &g), SEG_MISS);
+    seg_stats(s, &st);
+    ck_assert_uint_eq(st.jumbos, 0);
+    ck_assert_uint_eq(st.segs_held, 0);
+    ck_assert_uint_eq(st.items, 1);
+    ck_assert_uint_eq(st.segs_free + st.segs_open, st0.segs_free + st0.segs_open);
+    /* An expired jumbo reads as a miss and gives its segments back. */
+    ck_assert_int_eq(put_full(s, "ttl", big, 400 * KIB, (uint32_t)(fake_now + 10), 0), SEG_OK);
+    fake_now += 11;
+    ck_assert_int_eq(get(s, "ttl", &g), SEG_MISS);
+    seg_stats(s, &st);
+    ck_assert_uint_eq(st.jumbos, 0);
+    seg_free(s);
+
+    /* A smaller item maximum; a limit too small for a jumbo. */
+    {
+        struct seg_config cfg = { .mem_limit = 16 * MIB_SEG, .item_max = 512 * KIB };
+
+        s = seg_new(&cfg);
+        ck_assert_ptr_nonnull(s);
+        ck_assert_int_eq(put_full(s, "a", big, 512 * KIB, 0, 0), SEG_OK);
+        ck_assert_int_eq(put_full(s, "b", big, 512 * KIB + 1, 0, 0), SEG_TOO_LARGE);
+        ck_assert_int_eq(peek(s, "b", &g), SEG_MISS);
+        seg_free(s);
+    }
+    s = mkseg(8 * 64 * KIB, 64 * KIB); /* a 1 MiB value would need 17 of 8 */
+    ck_assert_int_eq(put(s, "keep", "me"), SEG_OK);
+    ck_assert_int_eq(put_full(s, "huge", big, MIB_SEG, 0, 0), SEG_NO_MEMORY);
+    expect(s, "keep", "me"); /* nothing evicted for it */
+    ck_assert_int_eq(put_full(s, "fits", big, 100 * KIB, 0, 0), SEG_OK);
+    seg_free(s);
+}
+END_TEST
+
+/* A flood writer: FLOOD_KEYS keys of its own, one in 8 large (260 KiB to
+ * 1 MiB), the rest 10 B to 1000 B, reading its hot jumbo after each 64. */
+enum {
+    FLOOD_KEYS = 3000
+};
+
+struct flood {
+    struct seg *s;
+    int         id;
+    long        hot_hits;
+};
+
+static void *
+flood_main(void *arg)
+{
+    struct flood *f = arg;
+    static char   big[2][MIB_SEG];
+    char          key[32], hot[32];
+    int           i;
+
+    fill_pattern(big[f->id], MIB_SEG, (unsigned)f->id);
+    snprintf(hot, sizeof(hot), "hot%d", f->id);
+    if (put_full(f->s, hot, big[f->id], 700 * KIB, 0, 0) != SEG_OK) {
+        return (void *)1;
+    }
+    for (i = 0; i < FLOOD_KEYS; i++) {
+        uint32_t h = (uint32_t)i * 2654435761u;
+        uint32_t nb = i % 8 == 0 ? 260 * KIB + h % (MIB_SEG - 260 * KIB) : 10 + h % 990;
+
+        snprintf(key, sizeof(key), "f%d:%d", f->id, i);
+        if (put_full(f->s, key, big[f->id], nb, 0, 0) != SEG_OK) {
+            return (void *)2;
+        }
+        if (i % 64 == 0) {
+            if (big_is(f->s, hot, 700 * KIB, (unsigned)f->id, SEG_GET_FETCH)) {
+                f->hot_hits++;
+            } else if (put_full(f->s, hot, big[f->id], 700 * KIB, 0, 0) != SEG_OK) {
+                return (void *)3;
+            }
+        }
+    }
+    seg_thread_done(f->s);
+    return NULL;
+}
+
+/* Count what reads back, and check each large value whole. */
+struct tally {
+    uint64_t items, bytes;
+};
+
+static int
+tally_cb(void *arg, const struct seg_rec *r, uint64_t hash, unsigned freq)
+{
+    struct tally *t = arg;
+
+    (void)hash;
+    (void)freq;
+    t->items++;
+    t->bytes += seg_rec_size(seg_rec_has(r), r->nkey, r->nbytes);
+    return 0;
+}
+
+/* Two threads flood large and small values at a 16 MiB limit (about 20
+ * times it): every write succeeds, the counts add up (items + evictions =
+ * keys written), what walks back matches items and live bytes, the held
+ * segments stay within the limit, a jumbo read between floods keeps its
+ * place (requeued, not evicted), and RSS grows by no more than the limit
+ * plus the index and ghost table. */
+START_TEST(test_jumbo_flood)
+{
+    enum {
+        LIMIT = 16 * MIB_SEG
+    };
+    long             rss0 = rss_now(), grew;
+    struct seg      *s = mkseg(LIMIT, 0);
+    struct flood     f[2];
+    pthread_t        th[2];
+    struct seg_stats st;
+    struct tally     t = { 0, 0 };
+    uint32_t         i;
+    int              k;
+
+    for (k = 0; k < 2; k++) {
+        f[k] = (struct flood){ .s = s, .id = k };
+        ck_assert_int_eq(pthread_create(&th[k], NULL, flood_main, &f[k]), 0);
+    }
+    for (k = 0; k < 2; k++) {
+        void *rc;
+
+        ck_assert_int_eq(pthread_join(th[k], &rc), 0);
+        ck_assert_ptr_null(rc);
+        ck_assert_int_gt(f[k].hot_hits, FLOOD_KEYS / 64 / 2);
+    }
+    seg_stats(s, &st);
+    grew = rss_now() - rss0;
+    ck_assert_uint_gt(st.evictions, FLOOD_KEYS);
+    ck_assert_uint_gt(st.jumbos, 0);
+    ck_assert_uint_le(st.segs_held, st.segs_total);
+    ck_assert_uint_le(st.segs_held + st.segs_free + st.segs_open, st.segs_total);
+    for (i = 0; i < SEG_STRIPES; i++) {
+        seg_walk(s, i, tally_cb, &t);
+    }
+    ck_assert_uint_eq(t.items, st.items);
+    ck_assert_uint_eq(t.bytes, st.live_bytes);
+    /* Each key written once (a hot key rewritten only after it was
+     * evicted), nothing expired: every key is either here or evicted. */
+    ck_assert_uint_eq(st.reclaimed, 0);
+    ck_assert_uint_ge(st.items + st.evictions, 2 * FLOOD_KEYS + 2);
+    ck_assert_uint_le(st.items + st.evictions, 2 * (FLOOD_KEYS + FLOOD_KEYS / 64 + 2));
+    ck_assert_uint_le(st.live_bytes, (uint64_t)LIMIT);
+#ifndef RC_SANITIZERS
+    ck_assert_int_le(grew, (long)(LIMIT + st.index_bytes + LIMIT / 256 * 4 + 512 * KIB));
+#else
+    (void)grew;
+#endif
+    seg_free(s);
+}
+END_TEST
+
 Suite *
 seg_suite(void)
 {
@@ -1157,6 +1401,8 @@ seg_suite(void)
     tcase_add_test(tc, test_rss_bounded);
     tcase_add_test(tc, test_update_threads);
     tcase_add_test(tc, test_update_refuse);
+    tcase_add_test(tc, test_jumbo_basic);
+    tcase_add_test(tc, test_jumbo_flood);
     suite_add_tcase(s, tc);
     return s;
 }
