@@ -828,6 +828,21 @@ rss_now(void)
     return res * sysconf(_SC_PAGESIZE);
 }
 
+/* RSS grown by no more than the segments, the index, the ghost table (4
+ * bytes per 256 of the limit) and 512 KiB of the rest; not asserted under
+ * the sanitizers (shadow memory). */
+static void
+assert_rss_within(long grew, size_t limit, const struct seg_stats *st)
+{
+#ifndef RC_SANITIZERS
+    ck_assert_int_le(grew, (long)(limit + st->index_bytes + limit / 256 * 4 + 512 * KIB));
+#else
+    (void)grew;
+    (void)limit;
+    (void)st;
+#endif
+}
+
 /* A flood of 16 times the limit in sizes from 10 bytes to 60 KB: RSS grows
  * by at most the segments plus the index and the ghost table (and a
  * little slack for the test's own pages). Not asserted in the sanitizer
@@ -856,11 +871,7 @@ START_TEST(test_rss_bounded)
     seg_stats(s, &st);
     grew = rss_now() - rss0;
     ck_assert_uint_gt(st.evictions, 0);
-#ifndef RC_SANITIZERS
-    ck_assert_int_le(grew, (long)(LIMIT + st.index_bytes + LIMIT / 256 * 4 + 512 * KIB));
-#else
-    (void)grew;
-#endif
+    assert_rss_within(grew, LIMIT, &st);
     seg_free(s);
 }
 END_TEST
@@ -1137,6 +1148,8 @@ END_TEST
 
 /* ---- jumbo segments: values over a quarter segment -------------------- */
 
+#define RC_UNUSED __attribute__((unused))
+
 /* A large value's bytes: a pattern by key and position, so a record that
  * read back whole is told from a mix of two. */
 static void
@@ -1149,24 +1162,22 @@ fill_pattern(char *buf, size_t n, unsigned seed)
     }
 }
 
-/* A get's callback: compare the value with the pattern (length in
- * want_len, seed in want_seed). */
+/* What check_pattern expects and found. */
 struct big_check {
     uint32_t want_len;
     unsigned want_seed;
     bool     ok;
 };
 
+/* A get's callback: ok when the value is the pattern of want_seed and
+ * want_len bytes long. */
 static int
-check_pattern(void *arg, const struct seg_rec *r, uint64_t hash, unsigned freq)
+check_pattern(void *arg, const struct seg_rec *r, uint64_t hash RC_UNUSED, unsigned freq RC_UNUSED)
 {
     struct big_check *c = arg;
-    uint32_t          i;
 
-    (void)hash;
-    (void)freq;
     c->ok = r->nbytes == c->want_len;
-    for (i = 0; c->ok && i < r->nbytes; i++) {
+    for (uint32_t i = 0; c->ok && i < r->nbytes; i++) {
         c->ok = r->value[i] == (char)('a' + (i * 7 + c->want_seed) % 26);
     }
     return 0;
@@ -1311,14 +1322,10 @@ struct tally {
 };
 
 static int
-tally_cb(void *arg, const struct seg_rec *r, uint64_t hash, unsigned freq)
+tally_cb(void *arg, const struct seg_rec *r, uint64_t hash RC_UNUSED, unsigned freq RC_UNUSED)
 {
-    struct tally *t = arg;
-
-    (void)hash;
-    (void)freq;
-    t->items++;
-    t->bytes += seg_rec_size(seg_rec_has(r), r->nkey, r->nbytes);
+    ((struct tally *)arg)->items++;
+    ((struct tally *)arg)->bytes += seg_rec_size(seg_rec_has(r), r->nkey, r->nbytes);
     return 0;
 }
 
@@ -1370,11 +1377,7 @@ START_TEST(test_jumbo_flood)
     ck_assert_uint_ge(st.items + st.evictions, 2 * FLOOD_KEYS + 2);
     ck_assert_uint_le(st.items + st.evictions, 2 * (FLOOD_KEYS + FLOOD_KEYS / 64 + 2));
     ck_assert_uint_le(st.live_bytes, (uint64_t)LIMIT);
-#ifndef RC_SANITIZERS
-    ck_assert_int_le(grew, (long)(LIMIT + st.index_bytes + LIMIT / 256 * 4 + 512 * KIB));
-#else
-    (void)grew;
-#endif
+    assert_rss_within(grew, LIMIT, &st);
     seg_free(s);
 }
 END_TEST
