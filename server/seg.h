@@ -70,10 +70,11 @@ struct seg_config {
 struct seg_stats {
     uint64_t items;      /* linked records */
     uint64_t live_bytes; /* their bytes in segments */
-    uint64_t segs_total, segs_free, segs_small, segs_main, segs_open;
-    uint64_t evictions; /* live records dropped to make room */
-    uint64_t reclaimed; /* dead records (expired, flushed) found at eviction */
-    uint64_t moved;     /* records copied to the main open segment by eviction */
+    uint64_t segs_total, segs_free, segs_open;
+    uint64_t segs_small, segs_main; /* queued segments and jumbos */
+    uint64_t evictions;             /* live records dropped to make room */
+    uint64_t reclaimed;             /* dead records (expired, flushed) found at eviction */
+    uint64_t moved;                 /* records copied to the main open segment by eviction */
     uint64_t index_slots, index_bytes;
     uint64_t jumbos;    /* records over a quarter segment, each in a mapping of its own */
     uint64_t segs_held; /* heap segments the jumbos are charged as (of segs_total) */
@@ -96,10 +97,12 @@ enum seg_build {
  * record's fields, state bits and value: nr->value may point at the
  * caller's bytes or into old->value, and needs to stay valid only until the
  * build returns to the engine's write (the engine copies it before it drops
- * the lock). It may be called a second time (with the then-current old
- * record) when the write needed a new segment, so it must not count on
- * running once; only the last call's outcome is applied. Returns enum
- * seg_build. It must not call into the engine.
+ * the lock). It is called again (with the then-current old record) when
+ * the write first needed a new segment or a jumbo (taken without the
+ * lock): twice at most, unless the record grew past the jumbo mapped for
+ * it meanwhile. So it must not count on running once; only the last call's
+ * outcome is applied. Returns enum seg_build. It must not call into the
+ * engine.
  */
 typedef int (*seg_build_fn)(void *arg, const struct seg_rec *old, struct seg_rec *nr);
 
