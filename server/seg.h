@@ -101,8 +101,8 @@ enum seg_build {
  * the write first needed a new segment or a jumbo (taken without the
  * lock): twice at most, unless the record grew past the jumbo mapped for
  * it meanwhile. So it must not count on running once; only the last call's
- * outcome is applied. Returns enum seg_build. It must not call into the
- * engine.
+ * outcome is applied. Returns enum seg_build (anything else:
+ * SEG_BAD_ARGUMENT, nothing written). It must not call into the engine.
  */
 typedef int (*seg_build_fn)(void *arg, const struct seg_rec *old, struct seg_rec *nr);
 

@@ -26,8 +26,9 @@ struct room {
 
 /*
  * One attempt of seg_update, the stripe lock held: find the old record,
- * build, and write and link the result. NEED_ROOM or NEED_JUMBO when the write needs a
- * segment or a jumbo first (taken without the lock: eviction takes stripe locks).
+ * build, and write and link the result. NEED_ROOM or NEED_JUMBO when the
+ * write needs a segment or a jumbo first (taken without the lock: eviction
+ * takes stripe locks).
  */
 static int
 do_update(struct seg *s, struct seg_stripe *st, const char *key, size_t nkey, uint64_t hash,
@@ -60,9 +61,10 @@ do_update(struct seg *s, struct seg_stripe *st, const char *key, size_t nkey, ui
         }
         return live ? SEG_OK : SEG_MISS;
     }
-    if (nr.nbytes > 0 && nr.value == NULL) {
+    if (rc != SEG_BUILD_WRITE || (nr.nbytes > 0 && nr.value == NULL)) {
         return SEG_BAD_ARGUMENT;
     }
+    rc = SEG_OK;
     if (nr.nbytes > s->item_max) {
         return SEG_TOO_LARGE;
     }

@@ -887,6 +887,7 @@ enum upd_op {
     UPD_KEEP,
     UPD_DELETE,
     UPD_MERGE,
+    UPD_BOGUS, /* returns no enum seg_build value */
 };
 
 struct upd {
@@ -913,6 +914,10 @@ upd_build(void *arg, const struct seg_rec *old, struct seg_rec *nr)
         return SEG_BUILD_KEEP;
     case UPD_DELETE:
         return SEG_BUILD_DELETE;
+    case UPD_BOGUS:
+        nr->value = "x";
+        nr->nbytes = 1;
+        return 7;
     case UPD_MERGE:
         if (old != NULL && old->cas >= u->cas) {
             return SEG_BUILD_KEEP;
@@ -1105,6 +1110,10 @@ START_TEST(test_update_refuse)
     ck_assert_str_eq(g.val, "newer");
     ck_assert_uint_eq(g.cas, u.cas);
     ck_assert_uint_eq(g.freq, 1); /* kept the read count of "v1" (expect read it) */
+    /* A build that returns nonsense: an error, nothing written. */
+    u = (struct upd){ .op = UPD_BOGUS };
+    ck_assert_int_eq(update(s, "k", &u), SEG_BAD_ARGUMENT);
+    expect(s, "k", "newer");
     /* A merge into a missing key: the build sees NULL, writes. */
     u = (struct upd){ .op = UPD_MERGE, .data = "fresh", .ndata = 5, .cas = 7 };
     ck_assert_int_eq(update(s, "m", &u), SEG_OK);
