@@ -21,12 +21,11 @@
 /* Eviction takes SMALL's oldest segment while SMALL holds more than this
  * many tenths of the segments (S3-FIFO: 10%). */
 #define SMALL_TENTHS 1u
-/* Fewest segments: two writers, the main open one and the reserve. */
-#define MIN_SEGS 4u
 
 /* ---- the segment heap (heap_mu held) ------------------------------------ */
 
-static void
+/* See seg_internal.h. */
+void
 q_push(struct seg *s, int q, uint32_t id)
 {
     struct seg_meta *m = &s->meta[id];
@@ -43,27 +42,40 @@ q_push(struct seg *s, int q, uint32_t id)
     s->q_count[q]++;
 }
 
+/* See seg_internal.h. */
+void
+q_remove(struct seg *s, int q, uint32_t id)
+{
+    struct seg_meta *m = &s->meta[id];
+
+    if (m->prev != SEG_NONE) {
+        s->meta[m->prev].next = m->next;
+    } else {
+        s->q_head[q] = m->next;
+    }
+    if (m->next != SEG_NONE) {
+        s->meta[m->next].prev = m->prev;
+    } else {
+        s->q_tail[q] = m->prev;
+    }
+    s->q_count[q]--;
+    m->queue = SQ_EVICTING;
+}
+
 /* Take the oldest segment of a queue, or SEG_NONE. */
 static uint32_t
 q_pop(struct seg *s, int q)
 {
     uint32_t id = s->q_head[q];
 
-    if (id == SEG_NONE) {
-        return SEG_NONE;
+    if (id != SEG_NONE) {
+        q_remove(s, q, id);
     }
-    s->q_head[q] = s->meta[id].next;
-    if (s->q_head[q] != SEG_NONE) {
-        s->meta[s->q_head[q]].prev = SEG_NONE;
-    } else {
-        s->q_tail[q] = SEG_NONE;
-    }
-    s->q_count[q]--;
-    s->meta[id].queue = SQ_EVICTING;
     return id;
 }
 
-static void
+/* See seg_internal.h. */
+void
 free_push(struct seg *s, uint32_t id)
 {
     struct seg_meta *m = &s->meta[id];
@@ -77,7 +89,8 @@ free_push(struct seg *s, uint32_t id)
     s->nfree++;
 }
 
-static uint32_t
+/* See seg_internal.h. */
+uint32_t
 free_pop(struct seg *s, enum seg_queue as)
 {
     uint32_t id = s->free_head;
@@ -117,6 +130,9 @@ live_add(struct seg *s, uint32_t id, size_t sz, int sign)
 
     __atomic_fetch_add(&m->live_bytes, (uint32_t)((int64_t)sign * (int64_t)sz), __ATOMIC_RELAXED);
     __atomic_fetch_add(&m->live_items, (uint32_t)sign, __ATOMIC_RELAXED);
+    if (sign < 0 && id >= s->nsegs) { /* a jumbo's one record */
+        seg_jumbo_unlinked(s, id);
+    }
 }
 
 /* See seg_internal.h. */
@@ -189,7 +205,10 @@ main_append(struct seg *s, const struct seg_rec *r, const uint8_t *src, size_t s
  * dead one is reclaimed; one read since it was written moves to the main
  * open segment with a read less (from SMALL: with none, as S3-FIFO's
  * promotion); the rest are evicted, a ghost left for those from SMALL.
- * The emptied segment refills the reserve or goes to the free list.
+ * The emptied segment refills the reserve or goes to the free list. A
+ * jumbo's record read since it was queued keeps its jumbo, requeued onto
+ * MAIN with a read less; else the jumbo is unmapped and the segments it
+ * was charged as go back to the free list.
  * Returns 1 when it emptied a segment, 0 when there was none to empty.
  */
 static int
@@ -199,6 +218,7 @@ evict_one(struct seg *s)
     int      q;
     int64_t  now;
     uint64_t floor;
+    bool     requeue = false;
 
     pthread_mutex_lock(&s->evict_mu);
     pthread_mutex_lock(&s->heap_mu);
@@ -235,7 +255,7 @@ evict_one(struct seg *s)
         pthread_mutex_lock(&st->lock);
         slot = do_index_find_at(st, hash, victim, off);
         if (slot != NULL) {
-            unsigned f = slot_freq(*slot);
+            unsigned f = slot_freq(*slot), nf = q == QI_SMALL ? 0 : f - 1;
             uint32_t nseg, noff;
             bool     spare_used = false;
 
@@ -246,10 +266,15 @@ evict_one(struct seg *s)
                 }
                 __atomic_fetch_add(&s->reclaimed, 1, __ATOMIC_RELAXED);
                 do_seg_unlink(s, st, slot, sz);
+            } else if (f > 0 && victim >= s->nsegs) {
+                /* A jumbo's one record: requeued onto MAIN, not copied. */
+                *slot = slot_with_freq(*slot, nf);
+                requeue = true;
+                __atomic_fetch_add(&s->moved, 1, __ATOMIC_RELAXED);
             } else if (f > 0 && main_append(s, NULL, rec, sz, true, SEG_NONE, &spare_used, &nseg,
                                             &noff) == 0) {
                 live_add(s, victim, sz, -1);
-                *slot = slot_make(hash, nseg, noff, q == QI_SMALL ? 0 : f - 1);
+                *slot = slot_make(hash, nseg, noff, nf);
                 live_add(s, nseg, sz, 1);
                 __atomic_fetch_add(&s->moved, 1, __ATOMIC_RELAXED);
             } else {
@@ -266,6 +291,21 @@ evict_one(struct seg *s)
         pthread_mutex_unlock(&st->lock);
         off += (uint32_t)sz;
     }
+    if (victim >= s->nsegs) {
+        if (requeue) { /* unless a write unlinked the record meanwhile */
+            pthread_mutex_lock(&s->heap_mu);
+            requeue = __atomic_load_n(&s->meta[victim].live_items, __ATOMIC_RELAXED) != 0;
+            if (requeue) {
+                q_push(s, QI_MAIN, victim);
+            }
+            pthread_mutex_unlock(&s->heap_mu);
+        }
+        if (!requeue) {
+            seg_jumbo_free(s, victim);
+        }
+        pthread_mutex_unlock(&s->evict_mu);
+        return 1;
+    }
     pthread_mutex_lock(&s->heap_mu);
     if (s->reserve == SEG_NONE) {
         free_push(s, victim); /* reset its counters */
@@ -278,9 +318,8 @@ evict_one(struct seg *s)
     return 1;
 }
 
-/* A free segment for a writer, evicting until one is free; SEG_NONE when
- * nothing is left to evict (every segment is open). Caller holds no lock. */
-static uint32_t
+/* See seg_internal.h. */
+uint32_t
 take_segment(struct seg *s, enum seg_queue as)
 {
     for (;;) {
@@ -349,26 +388,29 @@ writer_get(struct seg *s)
     return w;
 }
 
-/* Encode r into the calling thread's open segment (sealing a full one
- * onto SMALL and taking a new one). 0 or SEG_NO_MEMORY. */
-static int
-own_append(struct seg *s, const struct seg_rec *r, size_t sz, uint32_t *segid, uint32_t *off)
+/* See seg_internal.h. */
+int
+do_seg_append(struct seg *s, const struct seg_rec *r, size_t sz, bool to_main, uint32_t *spare,
+              uint32_t *segid, uint32_t *off)
 {
-    struct seg_writer *w = writer_get(s);
+    struct seg_writer *w;
+    bool               used = false;
 
+    if (to_main) {
+        if (main_append(s, r, NULL, sz, false, *spare, &used, segid, off) < 0) {
+            return 1;
+        }
+        if (used) {
+            *spare = SEG_NONE;
+        }
+        return 0;
+    }
+    w = writer_get(s);
     if (w == NULL) {
         return SEG_NO_MEMORY;
     }
     if (w->segid == SEG_NONE || w->off + sz > s->seg_size) {
-        if (w->segid != SEG_NONE) {
-            seal(s, w->segid, w->off, QI_SMALL);
-            w->segid = SEG_NONE;
-        }
-        w->segid = take_segment(s, SQ_OPEN);
-        if (w->segid == SEG_NONE) {
-            return SEG_NO_MEMORY;
-        }
-        w->off = 0;
+        return 1;
     }
     seg_rec_encode(seg_rec_at(s, w->segid, w->off), r);
     *segid = w->segid;
@@ -377,31 +419,40 @@ own_append(struct seg *s, const struct seg_rec *r, size_t sz, uint32_t *segid, u
     return 0;
 }
 
-/* Encode r into the main open segment (a key that was a ghost), taking a
- * new segment when it is full. 0 or SEG_NO_MEMORY. */
-static int
-writer_main_append(struct seg *s, const struct seg_rec *r, size_t sz, uint32_t *segid,
-                   uint32_t *off)
+/* See seg_internal.h. */
+int
+seg_make_room(struct seg *s, bool to_main, uint32_t *spare)
 {
-    bool     used = false;
-    uint32_t spare;
+    struct seg_writer *w;
 
-    if (main_append(s, r, NULL, sz, false, SEG_NONE, &used, segid, off) == 0) {
-        return 0;
+    if (to_main) {
+        if (*spare == SEG_NONE) {
+            *spare = take_segment(s, SQ_MAINOPEN);
+        }
+        return *spare != SEG_NONE ? 0 : SEG_NO_MEMORY;
     }
-    spare = take_segment(s, SQ_MAINOPEN);
-    if (spare == SEG_NONE) {
+    w = writer_get(s);
+    if (w == NULL) {
         return SEG_NO_MEMORY;
     }
-    if (main_append(s, r, NULL, sz, false, spare, &used, segid, off) < 0) {
-        return SEG_NO_MEMORY; /* cannot happen: a spare always has room */
+    if (w->segid != SEG_NONE) {
+        seal(s, w->segid, w->off, QI_SMALL);
+        w->segid = SEG_NONE;
     }
-    if (!used) { /* another writer replaced the full one meanwhile */
+    w->segid = take_segment(s, SQ_OPEN);
+    w->off = 0;
+    return w->segid != SEG_NONE ? 0 : SEG_NO_MEMORY;
+}
+
+/* See seg_internal.h. */
+void
+seg_spare_free(struct seg *s, uint32_t spare)
+{
+    if (spare != SEG_NONE) {
         pthread_mutex_lock(&s->heap_mu);
         free_push(s, spare);
         pthread_mutex_unlock(&s->heap_mu);
     }
-    return 0;
 }
 
 /* ---- the API ------------------------------------------------------------ */
@@ -415,7 +466,7 @@ seg_new(const struct seg_config *cfg)
     size_t      nsegs = cfg->mem_limit / seg_size;
 
     if (seg_size < SEG_SIZE_MIN || seg_size > SEG_SIZE_DEFAULT || nsegs < MIN_SEGS ||
-        nsegs >= SEG_MAX_SEGS) {
+        nsegs >= SEG_MAX_SEGS / 2) {
         return NULL;
     }
     s = calloc(1, sizeof(*s));
@@ -425,6 +476,7 @@ seg_new(const struct seg_config *cfg)
     s->cfg = *cfg;
     s->seg_size = seg_size;
     s->nsegs = (uint32_t)nsegs;
+    s->item_max = cfg->item_max != 0 ? cfg->item_max : SEG_ITEM_MAX_DEFAULT;
     s->map_len = nsegs * seg_size;
     s->base = mmap(NULL, s->map_len, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -432,10 +484,11 @@ seg_new(const struct seg_config *cfg)
         free(s);
         return NULL;
     }
-    s->meta = calloc(nsegs, sizeof(*s->meta));
-    if (ghost_init(&s->ghost, cfg->mem_limit) < 0 || s->meta == NULL || seg_index_init(s) < 0 ||
-        pthread_key_create(&s->tls, writer_dtor) != 0) {
+    s->meta = calloc(2 * nsegs, sizeof(*s->meta));
+    if (ghost_init(&s->ghost, cfg->mem_limit) < 0 || s->meta == NULL || seg_jumbo_init(s) < 0 ||
+        seg_index_init(s) < 0 || pthread_key_create(&s->tls, writer_dtor) != 0) {
         seg_index_free(s);
+        seg_jumbo_fini(s);
         ghost_free(&s->ghost);
         free(s->meta);
         munmap(s->base, s->map_len);
@@ -472,6 +525,7 @@ seg_free(struct seg *s)
         free(w);
     }
     seg_index_free(s);
+    seg_jumbo_fini(s);
     pthread_mutex_destroy(&s->heap_mu);
     pthread_mutex_destroy(&s->main_mu);
     pthread_mutex_destroy(&s->evict_mu);
@@ -491,59 +545,4 @@ seg_thread_done(struct seg *s)
         seal(s, w->segid, w->off, QI_SMALL);
         w->segid = SEG_NONE;
     }
-}
-
-/* See seg.h. */
-int
-seg_put(struct seg *s, uint64_t hash, const struct seg_rec *r, seg_check_fn check, void *arg)
-{
-    struct seg_stripe *st = seg_stripe(s, hash);
-    size_t             sz;
-    uint32_t           segid, off;
-    bool               to_main, live;
-    uint64_t          *slot;
-    struct seg_rec     old;
-    int64_t            now = eng_now(s);
-    uint64_t           floor = eng_floor(s);
-    int                rc = SEG_OK;
-
-    if (r->nkey == 0 || r->nkey > SEG_KEY_MAX) {
-        return SEG_BAD_ARGUMENT;
-    }
-    sz = seg_rec_size(seg_rec_has(r), r->nkey, r->nbytes);
-    if (sz > s->seg_size / 4) {
-        return SEG_TOO_LARGE;
-    }
-    to_main = ghost_take(&s->ghost, hash);
-    if (to_main) {
-        rc = writer_main_append(s, r, sz, &segid, &off);
-    } else {
-        rc = own_append(s, r, sz, &segid, &off);
-    }
-    if (rc != SEG_OK) {
-        return rc;
-    }
-    pthread_mutex_lock(&st->lock);
-    slot = do_index_find(s, st, r->key, r->nkey, hash);
-    if (slot != NULL) {
-        seg_rec_decode(seg_rec_at(s, slot_seg(*slot), slot_off(*slot)), &old);
-    }
-    live = slot != NULL && !seg_rec_dead(&old, now, floor);
-    if (check != NULL && !check(arg, live ? &old : NULL)) {
-        rc = SEG_REFUSED;
-    } else if (slot != NULL) {
-        /* A live key keeps its read count; a dead one's is not its. */
-        live_add(s, slot_seg(*slot), seg_rec_size(old.bits, old.nkey, old.nbytes), -1);
-        *slot = slot_make(hash, segid, off, live ? slot_freq(*slot) : 0);
-        live_add(s, segid, sz, 1);
-    } else if (do_index_add(s, st, hash, slot_make(hash, segid, off, 0)) < 0) {
-        rc = SEG_NO_MEMORY;
-    } else {
-        live_add(s, segid, sz, 1);
-    }
-    pthread_mutex_unlock(&st->lock);
-    if (to_main) {
-        __atomic_fetch_sub(&s->meta[segid].pending, 1, __ATOMIC_RELEASE);
-    }
-    return rc;
 }

@@ -15,17 +15,18 @@
 
 #include "server/seg_item.h"
 
-#define SEG_SIZE_DEFAULT (1u << 20) /* and the largest: slots hold 20-bit offsets */
-#define SEG_SIZE_MIN     (1u << 12)
-#define SEG_STRIPES      1024u
-#define SEG_KEY_MAX      250u
+#define SEG_SIZE_DEFAULT     (1u << 20) /* and the largest: slots hold 20-bit offsets */
+#define SEG_SIZE_MIN         (1u << 12)
+#define SEG_STRIPES          1024u
+#define SEG_KEY_MAX          250u
+#define SEG_ITEM_MAX_DEFAULT (1u << 20) /* largest value, as memcached's -I */
 
 /* Results (>= 0) and errors (< 0). */
 enum seg_result {
     SEG_OK = 0,
     SEG_MISS = 1,          /* no live record for the key */
     SEG_REFUSED = 2,       /* the caller's check said no */
-    SEG_TOO_LARGE = -2,    /* record over seg_size/4: the caller stores it elsewhere */
+    SEG_TOO_LARGE = -2,    /* value over the item maximum (cfg.item_max) */
     SEG_NO_MEMORY = -3,    /* no segment to write into (all are open) or no index room */
     SEG_BAD_ARGUMENT = -4, /* key length 0 or over SEG_KEY_MAX */
 };
@@ -58,6 +59,7 @@ typedef bool (*seg_check_fn)(void *arg, const struct seg_rec *old);
 struct seg_config {
     size_t       mem_limit; /* bytes of segments; floor(mem_limit / seg_size) of them */
     uint32_t     seg_size;  /* SEG_SIZE_MIN..SEG_SIZE_DEFAULT; 0 = the default */
+    uint32_t     item_max;  /* largest value in bytes; 0 = SEG_ITEM_MAX_DEFAULT */
     seg_now_fn   now;       /* NULL: time(NULL) */
     seg_floor_fn floor;     /* NULL: no flush floor */
     void        *clock_arg;
@@ -68,15 +70,41 @@ struct seg_config {
 struct seg_stats {
     uint64_t items;      /* linked records */
     uint64_t live_bytes; /* their bytes in segments */
-    uint64_t segs_total, segs_free, segs_small, segs_main, segs_open;
-    uint64_t evictions; /* live records dropped to make room */
-    uint64_t reclaimed; /* dead records (expired, flushed) found at eviction */
-    uint64_t moved;     /* records copied to the main open segment by eviction */
+    uint64_t segs_total, segs_free, segs_open;
+    uint64_t segs_small, segs_main; /* queued segments and jumbos */
+    uint64_t evictions;             /* live records dropped to make room */
+    uint64_t reclaimed;             /* dead records (expired, flushed) found at eviction */
+    uint64_t moved;                 /* records copied to the main open segment by eviction */
     uint64_t index_slots, index_bytes;
+    uint64_t jumbos;    /* records over a quarter segment, each in a mapping of its own */
+    uint64_t segs_held; /* heap segments the jumbos are charged as (of segs_total) */
 };
 
 /* seg_get's how. */
 #define SEG_GET_FETCH 0x1u /* a read: count it, mark fetched, stamp atime */
+
+/* What a seg_update build does with the key. */
+enum seg_build {
+    SEG_BUILD_WRITE = 0,  /* write nr in place of the old record */
+    SEG_BUILD_KEEP = 1,   /* leave the old record (or none): SEG_REFUSED */
+    SEG_BUILD_DELETE = 2, /* unlink the old record: SEG_OK, or SEG_MISS when none */
+};
+
+/*
+ * seg_update's build, under the key's stripe lock: old is the key's live
+ * record (its key and value point into the segment) or NULL. To write, it
+ * fills nr (zeroed, key and nkey preset and not to be changed) with the new
+ * record's fields, state bits and value: nr->value may point at the
+ * caller's bytes or into old->value, and needs to stay valid only until the
+ * build returns to the engine's write (the engine copies it before it drops
+ * the lock). It is called again (with the then-current old record) when
+ * the write first needed a new segment or a jumbo (taken without the
+ * lock): twice at most, unless the record grew past the jumbo mapped for
+ * it meanwhile. So it must not count on running once; only the last call's
+ * outcome is applied. Returns enum seg_build (anything else:
+ * SEG_BAD_ARGUMENT, nothing written). It must not call into the engine.
+ */
+typedef int (*seg_build_fn)(void *arg, const struct seg_rec *old, struct seg_rec *nr);
 
 /* A new engine: reserves (does not touch) the segments' address space and
  * allocates the index. NULL on a bad config or no memory. */
@@ -91,10 +119,25 @@ void seg_free(struct seg *s);
  * is appended to the calling thread's open segment (or the main open one
  * when the key is a recent ghost), then linked under the stripe lock in
  * place of the key's old record, if check (may be NULL) agrees; the new
- * record keeps the old one's read count. On SEG_REFUSED the appended bytes
- * are dead. May evict (the caller holds no stripe lock).
+ * record keeps the old one's read count. Nothing is written on
+ * SEG_REFUSED. seg_update with a build that checks and copies r. May
+ * evict (the caller holds no stripe lock).
  */
 int seg_put(struct seg *s, uint64_t hash, const struct seg_rec *r, seg_check_fn check, void *arg);
+
+/*
+ * Read-modify-write under the key's stripe lock: hand the live record (or
+ * NULL) to build, then write what it built in place of it and relink,
+ * without dropping the lock in between, so no other write to the key can
+ * come between the read and the write (append, incr, merging by CAS need
+ * no retry loop). The new record keeps the old one's read count. Returns
+ * SEG_OK, SEG_REFUSED (build kept the old record), SEG_MISS (build deleted
+ * and there was none), SEG_TOO_LARGE (the built record is over the item
+ * maximum: the old record stays), SEG_NO_MEMORY or SEG_BAD_ARGUMENT. May
+ * evict (the caller holds no stripe lock).
+ */
+int seg_update(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_t now,
+               uint64_t floor, seg_build_fn build, void *arg);
 
 /*
  * Find the live record of a key and hand it to cb (under the stripe lock).

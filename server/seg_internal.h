@@ -34,7 +34,9 @@
 #define SLOT_SEG_SHIFT  20
 #define SLOT_OFF_MASK   ((1ull << 20) - 1)
 #define SLOT_SEG_MASK   ((1ull << 24) - 1)
-#define SEG_MAX_SEGS    (1u << 24)
+#define SEG_MAX_SEGS    (1u << 24) /* ids: the heap's segments, then as many jumbos */
+/* Fewest segments: two writers, the main open one and the reserve. */
+#define MIN_SEGS 4u
 
 static inline uint64_t
 slot_make(uint64_t hash, uint32_t segid, uint32_t off, unsigned freq)
@@ -91,6 +93,8 @@ enum seg_queue {
     SQ_MAIN,     /* sealed, keys that earned a second lap */
     SQ_EVICTING,
     SQ_RESERVE, /* the evictor's spare */
+    SQ_HELD,    /* a heap segment a jumbo is charged as (its pages released) */
+    SQ_JUMBO,   /* a jumbo being written, not queued yet */
 };
 
 /* A segment's metadata, apart from its bytes (so an untouched segment
@@ -103,6 +107,14 @@ struct seg_meta {
     uint32_t pending;    /* atomic: records appended to the main open segment, not linked yet */
     uint32_t next, prev; /* queue links (heap_mu) */
     uint8_t  queue;      /* enum seg_queue (heap_mu) */
+};
+
+/* A jumbo segment: one record over a quarter segment, in a mapping of its
+ * own; its id is nsegs + its index in s->jumbo. */
+struct seg_jumbo {
+    size_t   len;  /* bytes mapped (whole pages) */
+    uint32_t held; /* the heap segments it is charged as, linked by meta.next */
+    uint32_t next; /* the free jumbo list (heap_mu) */
 };
 
 /* A thread's open segment (pthread key per engine). */
@@ -119,7 +131,12 @@ struct seg {
     size_t            map_len;
     uint32_t          seg_size;
     uint32_t          nsegs;
-    struct seg_meta  *meta;
+    uint32_t          item_max;      /* largest value (cfg.item_max or SEG_ITEM_MAX_DEFAULT) */
+    struct seg_meta  *meta;          /* 2 * nsegs: the heap's segments, then the jumbos */
+    uint8_t         **jaddr;         /* nsegs: each jumbo's mapping, or NULL */
+    struct seg_jumbo *jumbo;         /* nsegs (heap_mu) */
+    uint32_t          jfree;         /* free jumbo indices (heap_mu) */
+    uint32_t          njumbo, nheld; /* jumbos in use, heap segments they hold (heap_mu) */
 
     pthread_mutex_t    heap_mu; /* free list, queues, writers */
     uint32_t           free_head;
@@ -144,6 +161,9 @@ struct seg {
 static inline uint8_t *
 seg_rec_at(const struct seg *s, uint32_t segid, uint32_t off)
 {
+    if (segid >= s->nsegs) { /* a jumbo */
+        return s->jaddr[segid - s->nsegs] + off;
+    }
     return s->base + (size_t)segid * s->seg_size + off;
 }
 
@@ -186,6 +206,64 @@ SEG_INTERNAL void live_add(struct seg *s, uint32_t id, size_t sz, int sign);
 
 /* Unlink a slot and its record's bytes (sz). Caller holds the stripe lock. */
 SEG_INTERNAL void do_seg_unlink(struct seg *s, struct seg_stripe *st, uint64_t *slot, size_t sz);
+
+/* Encode r (sz bytes) into the calling thread's open segment, or with
+ * to_main into the main open one (a full one replaced by *spare when that
+ * is not SEG_NONE; *spare becomes SEG_NONE once used; the segment's pending
+ * count is raised: drop it once linked). Never takes a segment, so it runs
+ * under the key's stripe lock: 0, 1 when seg_make_room must run first
+ * (without the stripe lock), or SEG_NO_MEMORY. */
+SEG_INTERNAL int do_seg_append(struct seg *s, const struct seg_rec *r, size_t sz, bool to_main,
+                               uint32_t *spare, uint32_t *segid, uint32_t *off);
+
+/* Make the room do_seg_append asked for: seal the thread's open segment
+ * and take a new one, or (to_main) take a spare into *spare. May evict;
+ * the caller holds no lock. 0 or SEG_NO_MEMORY. */
+SEG_INTERNAL int seg_make_room(struct seg *s, bool to_main, uint32_t *spare);
+
+/* Give an unused spare back to the free list (SEG_NONE: nothing). */
+SEG_INTERNAL void seg_spare_free(struct seg *s, uint32_t spare);
+
+/* The heap (heap_mu held): put a segment on the free list, take one (or
+ * SEG_NONE), queue a sealed segment or jumbo (QI_SMALL, QI_MAIN). */
+SEG_INTERNAL void     free_push(struct seg *s, uint32_t id);
+SEG_INTERNAL uint32_t free_pop(struct seg *s, enum seg_queue as);
+SEG_INTERNAL void     q_push(struct seg *s, int q, uint32_t id);
+SEG_INTERNAL void     q_remove(struct seg *s, int q, uint32_t id);
+
+/* A free segment, evicting until one is free; SEG_NONE when nothing is
+ * left to evict. The caller holds no lock. */
+SEG_INTERNAL uint32_t take_segment(struct seg *s, enum seg_queue as);
+
+/* ---- seg_jumbo.c -------------------------------------------------------- */
+
+/* Set up the jumbo table (seg_new) and unmap what is left (seg_free). */
+SEG_INTERNAL int  seg_jumbo_init(struct seg *s);
+SEG_INTERNAL void seg_jumbo_fini(struct seg *s);
+
+/* A jumbo with room for sz bytes, charged as ceil(len / seg_size) heap
+ * segments taken from the free pool (evicting for them); its id, or
+ * SEG_NONE when the limit cannot hold it. The caller holds no lock. */
+SEG_INTERNAL uint32_t seg_jumbo_new(struct seg *s, size_t sz);
+
+/* Unmap a jumbo and give its segments back (SEG_NONE: nothing). Takes
+ * heap_mu; the jumbo's record must be unlinked (or never linked). */
+SEG_INTERNAL void seg_jumbo_free(struct seg *s, uint32_t id);
+
+/* A jumbo's record was unlinked (overwritten, deleted, expired): free it
+ * now unless the evictor holds it (it frees it itself). Caller holds the
+ * key's stripe lock. */
+SEG_INTERNAL void seg_jumbo_unlinked(struct seg *s, uint32_t id);
+
+/* Queue a written jumbo (its record linked) on q; takes heap_mu. */
+SEG_INTERNAL void seg_jumbo_queue(struct seg *s, uint32_t id, uint32_t sz, int q);
+
+/* Room a jumbo has. */
+static inline size_t
+seg_jumbo_len(const struct seg *s, uint32_t id)
+{
+    return s->jumbo[id - s->nsegs].len;
+}
 
 /* ---- seg_index.c -------------------------------------------------------- */
 

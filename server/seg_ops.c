@@ -103,11 +103,17 @@ seg_delete(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_t n
     return rc;
 }
 
-/* seg_touch's check: the record is still the one copied. */
-static bool
-same_cas(void *arg, const struct seg_rec *old)
+/* seg_touch's build: a copy of the record with the new exptime (the
+ * same CAS, value and state). */
+static int
+touch_build(void *arg, const struct seg_rec *old, struct seg_rec *nr)
 {
-    return old != NULL && old->cas == *(const uint64_t *)arg;
+    if (old == NULL) {
+        return SEG_BUILD_KEEP;
+    }
+    *nr = *old;
+    nr->exptime = *(const uint32_t *)arg;
+    return SEG_BUILD_WRITE;
 }
 
 /* See seg.h. */
@@ -116,39 +122,23 @@ seg_touch(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_t no
           uint32_t exptime)
 {
     struct seg_stripe *st = seg_stripe(s, hash);
+    struct seg_rec     r;
+    size_t             sz;
+    uint64_t          *slot = lock_find(s, st, key, nkey, hash, now, floor, &r, &sz);
+    int                rc;
 
-    for (;;) {
-        struct seg_rec r;
-        size_t         sz;
-        uint64_t      *slot = lock_find(s, st, key, nkey, hash, now, floor, &r, &sz);
-        uint8_t       *copy;
-        int            rc;
-
-        if (slot == NULL || (r.bits & SEG_RB_EXPTIME) || exptime == 0) {
-            if (slot != NULL && (r.bits & SEG_RB_EXPTIME)) {
-                seg_rec_set_exptime(seg_rec_at(s, slot_seg(*slot), slot_off(*slot)), r.nbytes,
-                                    exptime);
-            }
-            pthread_mutex_unlock(&st->lock);
-            return slot != NULL ? SEG_OK : SEG_MISS;
+    if (slot == NULL || (r.bits & SEG_RB_EXPTIME) || exptime == 0) {
+        if (slot != NULL && (r.bits & SEG_RB_EXPTIME)) {
+            seg_rec_set_exptime(seg_rec_at(s, slot_seg(*slot), slot_off(*slot)), r.nbytes, exptime);
         }
-        /* No exptime field: write a copy that has one (a record never
-         * grows in place). */
-        copy = malloc(sz);
-        if (copy == NULL) {
-            pthread_mutex_unlock(&st->lock);
-            return SEG_NO_MEMORY;
-        }
-        memcpy(copy, seg_rec_at(s, slot_seg(*slot), slot_off(*slot)), sz);
         pthread_mutex_unlock(&st->lock);
-        seg_rec_decode(copy, &r);
-        r.exptime = exptime;
-        rc = seg_put(s, hash, &r, same_cas, &r.cas);
-        free(copy);
-        if (rc != SEG_REFUSED) {
-            return rc;
-        }
+        return slot != NULL ? SEG_OK : SEG_MISS;
     }
+    pthread_mutex_unlock(&st->lock);
+    /* No exptime field: write a copy that has one (a record never grows
+     * in place). */
+    rc = seg_update(s, key, nkey, hash, now, floor, touch_build, &exptime);
+    return rc == SEG_REFUSED ? SEG_MISS : rc;
 }
 
 /* See seg.h. */
@@ -218,7 +208,7 @@ seg_stats(struct seg *s, struct seg_stats *out)
     }
     out->index_bytes = out->index_slots * sizeof(uint64_t);
     pthread_mutex_lock(&s->heap_mu);
-    for (i = 0; i < s->nsegs; i++) {
+    for (i = 0; i < 2 * s->nsegs; i++) { /* the heap's segments, then the jumbos */
         uint8_t qn = s->meta[i].queue;
 
         out->live_bytes += __atomic_load_n(&s->meta[i].live_bytes, __ATOMIC_RELAXED);
@@ -228,6 +218,8 @@ seg_stats(struct seg *s, struct seg_stats *out)
     out->segs_free = s->nfree;
     out->segs_small = s->q_count[QI_SMALL];
     out->segs_main = s->q_count[QI_MAIN];
+    out->jumbos = s->njumbo;
+    out->segs_held = s->nheld;
     pthread_mutex_unlock(&s->heap_mu);
     out->evictions = __atomic_load_n(&s->evictions, __ATOMIC_RELAXED);
     out->reclaimed = __atomic_load_n(&s->reclaimed, __ATOMIC_RELAXED);

@@ -4,7 +4,8 @@
  * in a child process of its own (so one engine's freed memory cannot hide
  * the other's growth): RSS (/proc/self/statm) before the engine is created
  * and after N sets, divided by N. Keys of 10-12 bytes; values of 100 bytes,
- * 1000 bytes, and a mix of 64-1024 bytes (a function of the key).
+ * 1000 bytes, a mix of 64-1024 bytes (a function of the key), and N/1000
+ * values of 100 KB (in segments) and 300 KB (a jumbo each).
  * Usage: seg_bytes [items]   (default 1000000)
  */
 #include "config.h"
@@ -39,7 +40,7 @@ size_of(long i, uint32_t fixed)
     return fixed != 0 ? fixed : 64 + (uint32_t)((i * 2654435761u) % 961u);
 }
 
-static char val[1024];
+static char val[300000];
 
 static int
 put_seg(struct seg *s, const char *key, size_t nkey, uint32_t nbytes, long i)
@@ -71,8 +72,10 @@ put_store(struct store *s, const char *key, size_t nkey, uint32_t nbytes)
 static int
 fill(enum engine e, long items, uint32_t fixed, double extra[2])
 {
-    struct seg_config   scfg = { .mem_limit = (size_t)items * ((fixed ? fixed : 1024) + 64) +
-                                              ((size_t)64 << 20) };
+    /* Room for all: a jumbo (over a quarter segment) is charged as a
+     * whole segment. */
+    size_t each = fixed > SEG_SIZE_DEFAULT / 4 ? SEG_SIZE_DEFAULT : (fixed ? fixed : 1024) + 64;
+    struct seg_config   scfg = { .mem_limit = (size_t)items * each + ((size_t)64 << 20) };
     struct store_config tcfg = { .mem_limit = (size_t)8 << 30, .item_size_max = 1 << 20 };
     struct seg         *sg = e == ENG_SEG ? seg_new(&scfg) : NULL;
     struct store       *st = e == ENG_STORE ? store_new(&tcfg) : NULL;
@@ -83,7 +86,7 @@ fill(enum engine e, long items, uint32_t fixed, double extra[2])
     if (sg == NULL && st == NULL) {
         return -1;
     }
-    memset(val, 'v', sizeof(val));
+    memset(val, 'v', fixed ? fixed : 1024); /* only what is read: RSS */
     for (i = 0; i < items; i++) {
         size_t   n = key_of(key, sizeof(key), i);
         uint32_t nb = size_of(i, fixed);
@@ -151,7 +154,12 @@ main(int argc, char **argv)
     static const struct {
         const char *name;
         uint32_t    fixed;
-    } loads[] = { { "100B", 100 }, { "1000B", 1000 }, { "mix64-1024B", 0 } };
+        long        per; /* items / per of them */
+    } loads[] = { { "100B", 100, 1 },
+                  { "1000B", 1000, 1 },
+                  { "mix64-1024B", 0, 1 },
+                  { "100KB", 100000, 1000 },
+                  { "300KB", 300000, 1000 } };
     long   items = argc > 1 ? atol(argv[1]) : 1000000;
     size_t k;
 
@@ -161,8 +169,9 @@ main(int argc, char **argv)
     }
     for (k = 0; k < sizeof(loads) / sizeof(loads[0]); k++) {
         double ex[2], ex2[2];
-        double sb = measure(ENG_SEG, items, loads[k].fixed, ex);
-        double tb = measure(ENG_STORE, items, loads[k].fixed, ex2);
+        long   n = items / loads[k].per > 0 ? items / loads[k].per : 1;
+        double sb = measure(ENG_SEG, n, loads[k].fixed, ex);
+        double tb = measure(ENG_STORE, n, loads[k].fixed, ex2);
 
         if (sb < 0 || tb < 0) {
             fprintf(stderr, "seg_bytes: the %s fill failed\n", loads[k].name);
