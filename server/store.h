@@ -644,6 +644,11 @@ struct store_item *store_import_alloc_meta(struct store *s, const char *key, siz
                                            uint64_t hash, uint32_t flags, int64_t ttl_remaining,
                                            size_t nbytes, uint8_t mflags, uint64_t ecas, int *err);
 
+/* import_evictions of store_get_stats alone: one atomic load, where
+ * store_get_stats takes every stripe lock (a handoff batch reads it before
+ * and after its records). */
+uint64_t store_import_evictions(struct store *s);
+
 /* A tombstone from the source: delete the key. STORE_DELETED or
  * STORE_NOT_FOUND. */
 int store_import_delete(struct store *s, const char *key, size_t nkey, uint64_t hash);

@@ -480,6 +480,12 @@ store_import(struct store *s, const char *key, size_t nkey, uint64_t hash, uint3
     return rc;
 }
 
+uint64_t
+store_import_evictions(struct store *s)
+{
+    return __atomic_load_n(&s->import_evictions, __ATOMIC_RELAXED);
+}
+
 int
 store_import_delete(struct store *s, const char *key, size_t nkey, uint64_t hash)
 {
