@@ -40,6 +40,7 @@ main(void)
     srunner_add_suite(sr, ready_suite());
     srunner_add_suite(sr, ctl_out_suite());
     srunner_add_suite(sr, seg_suite());
+    srunner_add_suite(sr, seg_update_suite());
     srunner_run_all(sr, CK_ENV);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -33,6 +33,7 @@ Suite *k8s_suite(void);
 Suite *ready_suite(void);
 Suite *ctl_out_suite(void);
 Suite *seg_suite(void);
+Suite *seg_update_suite(void);
 
 /* Absolute path of the source tree (for test data such as the vectors). */
 #ifndef RC_SRCDIR
