@@ -29,6 +29,7 @@
 #define FENCE_HOLD_MS     50
 #define STALL_MS          60000 /* no copy progress for this long: abort */
 #define CONTROL_POLL_MS   500   /* the copying admin reads ringctl rate/pause this often */
+#define BOOT_CHECK_MS     10000 /* commit: how long a planned node may take to answer Status */
 #define HEARTBEAT_MS      2000  /* the copying admin re-stores its record this often */
 #define NODE_LOST_MS      5000  /* a node unreachable this long during COPY: abort */
 #define COMMIT_RETRY_MS   10000 /* retry Commit to a silent node this long */
@@ -673,11 +674,20 @@ boot_changed_now(struct admin *a)
     struct tnode        *t;
     uint32_t             i;
 
+    int64_t deadline = util_now_ms() + BOOT_CHECK_MS;
+
     for (i = 0; i < a->n_nodes; i++) {
-        /* A connection to a node that restarted fails once; the second
-         * call connects again and reads the new boot id. */
-        if (node_call(a, &a->nodes[i], &sreq, a->g->timeout_ms) != CPORT_OK) {
-            node_call(a, &a->nodes[i], &sreq, a->g->timeout_ms);
+        struct tnode *n = &a->nodes[i];
+
+        /* A connection to a node that restarted fails once; the next call
+         * connects again and reads the new boot id. A node the plan had a
+         * boot id for is asked again until it answers (one restarting
+         * may take a moment to serve its cluster port): its old Status
+         * would hide the restart, and committing a joiner that lost its
+         * copy loses the keys it gained (R=1). */
+        while (node_call(a, n, &sreq, a->g->timeout_ms) != CPORT_OK &&
+               trec_boot_id(&a->rec, n->id) != 0 && util_now_ms() < deadline) {
+            ctl_sleep_ms(100);
         }
     }
     t = boot_changed(a);

@@ -3,7 +3,10 @@ committed as an owner of data it lost (issue 11, finding 7). R=1, three
 nodes with data; `ringctl join d` is held right before the store's commit
 (RINGCTL_PAUSE_AT=commit), d is killed and restarted with its state
 directory (it reloads the pending transition but its imported copy is
-gone), and ringctl goes on. Before the fix ringctl checked boot ids only in
+gone), and ringctl goes on; or d is killed, ringctl goes on while d is
+still down, and d comes back a second later (seen in an ASan CI run: the
+restarted d did not serve yet, its Status failed twice, and ringctl
+committed it). Before the fix ringctl checked boot ids only in
 the Fence replies: it committed, d served its arcs empty and the sources'
 cleanup purged the only copy (837 of 3000 keys gone). Now the commit
 re-checks every node's boot id and aborts: exit 1, epoch 1 unchanged,
@@ -20,6 +23,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadgen as lg  # noqa: E402
@@ -28,7 +32,7 @@ import failover_lib as fl  # noqa: E402
 NKEYS = 3000
 
 
-def scenario(t):
+def scenario(t, down_at_check=False):
     cl, ok = lg.start_cluster(t, ["a", "b", "c"])
     try:
         if not ok:
@@ -47,8 +51,17 @@ def scenario(t):
                       env={"RINGCTL_PAUSE_AT": "commit", "RINGCTL_PAUSE_FILE": pause})
         held = lg.wait_for(lambda: os.path.exists(pause), 60, 0.02)
         t.ok(held, "ringctl join is held right before the store's commit")
-        d.restart()
-        os.unlink(pause)
+        if down_at_check:
+            # The fault: d is down for a second while ringctl checks the
+            # boot ids; ringctl must wait for it, not commit on its old
+            # Status.
+            d.stop(signal.SIGKILL)
+            os.unlink(pause)
+            time.sleep(1.0)
+            d.start()
+        else:
+            d.restart()
+            os.unlink(pause)
         try:
             out, err = p.communicate(timeout=90)
         except Exception:  # noqa: BLE001 (a hung ringctl is a failure)
@@ -125,7 +138,7 @@ def after_store_commit(t):
 
 
 def main():
-    lg.tap_main([scenario, after_store_commit], 170,
+    lg.tap_main([scenario, (scenario, True), after_store_commit], 250,
                 "a joiner restarted before or after the store's commit")
 
 
