@@ -76,8 +76,9 @@ struct seg_stats {
     uint64_t reclaimed;             /* dead records (expired, flushed) found at eviction */
     uint64_t moved;                 /* records copied to the main open segment by eviction */
     uint64_t index_slots, index_bytes;
-    uint64_t jumbos;    /* records over a quarter segment, each in a mapping of its own */
-    uint64_t segs_held; /* heap segments the jumbos are charged as (of segs_total) */
+    uint64_t jumbos;        /* records over a quarter segment, each in a mapping of its own */
+    uint64_t segs_held;     /* heap segments the jumbos are charged as (of segs_total) */
+    uint64_t segs_withheld; /* segments seg_set_limit keeps out of use (of segs_total) */
 };
 
 /* seg_get's how. */
@@ -168,6 +169,23 @@ int seg_set_state(struct seg *s, const char *key, size_t nkey, uint64_t hash, in
  * stripe lock for the whole stripe (see docs/store-engine.md). Returns the
  * records handed, or stops early when cb returns nonzero. */
 long seg_walk(struct seg *s, uint32_t stripe, seg_item_fn cb, void *arg);
+
+/* Hand every record of one stripe whose CAS is below `below` to cb, dead
+ * or alive (a flush during a handoff records each flushed key: the floor
+ * has made them dead already). Returns the records handed. */
+long seg_walk_flushed(struct seg *s, uint32_t stripe, uint64_t below, seg_item_fn cb, void *arg);
+
+/* Lock and unlock one stripe: a write to that stripe that started before
+ * has finished, one that starts after sees what the caller wrote before
+ * (the store turns dirty tracking on this way). */
+void seg_stripe_barrier(struct seg *s, uint32_t stripe);
+
+/* Lower or raise the bytes of segments in use (memcached's
+ * cache_memlimit), within the mapping seg_new made: a lower limit evicts
+ * segments now and gives their pages back; a raise past the mapping stops
+ * at it. At least MIN_SEGS plus one per writer thread stay usable. Returns
+ * the limit now in force. */
+size_t seg_set_limit(struct seg *s, size_t bytes);
 
 /* Seal the calling thread's open segment (a worker that stops writing
  * calls it; thread exit does it too). */

@@ -137,6 +137,8 @@ struct seg {
     struct seg_jumbo *jumbo;         /* nsegs (heap_mu) */
     uint32_t          jfree;         /* free jumbo indices (heap_mu) */
     uint32_t          njumbo, nheld; /* jumbos in use, heap segments they hold (heap_mu) */
+    uint32_t          withheld, nwithheld; /* seg_set_limit's segments (heap_mu; a list
+                                            * through meta[].next, valid when n > 0) */
 
     pthread_mutex_t    heap_mu; /* free list, queues, writers */
     uint32_t           free_head;

@@ -183,3 +183,46 @@ seg_jumbo_queue(struct seg *s, uint32_t id, uint32_t sz, int q)
     q_push(s, q, id);
     pthread_mutex_unlock(&s->heap_mu);
 }
+
+/* See seg.h. Segments above the limit are withheld as a jumbo holds its
+ * own: taken off the free list (evicting as needed) with their pages
+ * given back. */
+size_t
+seg_set_limit(struct seg *s, size_t bytes)
+{
+    static pthread_mutex_t one = PTHREAD_MUTEX_INITIALIZER; /* one change at a time */
+    size_t                 want = bytes / s->seg_size;
+    uint32_t               keep, target;
+
+    pthread_mutex_lock(&one);
+    keep = MIN_SEGS + 4u;
+    if (want < keep) {
+        want = keep;
+    }
+    target = want >= s->nsegs ? 0 : s->nsegs - (uint32_t)want;
+    while (s->nwithheld < target) {
+        uint32_t id = take_segment(s, SQ_HELD);
+
+        if (id == SEG_NONE) {
+            break;
+        }
+        madvise(seg_rec_at(s, id, 0), s->seg_size, MADV_DONTNEED);
+        pthread_mutex_lock(&s->heap_mu);
+        s->meta[id].next = s->withheld;
+        s->withheld = id;
+        s->nwithheld++;
+        pthread_mutex_unlock(&s->heap_mu);
+    }
+    pthread_mutex_lock(&s->heap_mu);
+    while (s->nwithheld > target) {
+        uint32_t id = s->withheld;
+
+        s->withheld = s->meta[id].next;
+        s->nwithheld--;
+        free_push(s, id);
+    }
+    want = (size_t)(s->nsegs - s->nwithheld) * s->seg_size;
+    pthread_mutex_unlock(&s->heap_mu);
+    pthread_mutex_unlock(&one);
+    return want;
+}

@@ -192,6 +192,45 @@ seg_walk(struct seg *s, uint32_t stripe, seg_item_fn cb, void *arg)
 }
 
 /* See seg.h. */
+long
+seg_walk_flushed(struct seg *s, uint32_t stripe, uint64_t below, seg_item_fn cb, void *arg)
+{
+    struct seg_stripe *st = &s->stripes[stripe & SEG_STRIPE_MASK];
+    long               n = 0;
+    uint32_t           i;
+
+    pthread_mutex_lock(&st->lock);
+    for (i = 0; i < st->nslots; i++) {
+        uint64_t       v = st->slots[i];
+        struct seg_rec r;
+
+        if (!(v & SLOT_USED)) {
+            continue;
+        }
+        seg_rec_decode(seg_rec_at(s, slot_seg(v), slot_off(v)), &r);
+        if (r.cas >= below) {
+            continue;
+        }
+        n++;
+        if (cb(arg, &r, XXH3_64bits(r.key, r.nkey), slot_freq(v)) != 0) {
+            break;
+        }
+    }
+    pthread_mutex_unlock(&st->lock);
+    return n;
+}
+
+/* See seg.h. */
+void
+seg_stripe_barrier(struct seg *s, uint32_t stripe)
+{
+    struct seg_stripe *st = &s->stripes[stripe & SEG_STRIPE_MASK];
+
+    pthread_mutex_lock(&st->lock);
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* See seg.h. */
 void
 seg_stats(struct seg *s, struct seg_stats *out)
 {
@@ -220,6 +259,7 @@ seg_stats(struct seg *s, struct seg_stats *out)
     out->segs_main = s->q_count[QI_MAIN];
     out->jumbos = s->njumbo;
     out->segs_held = s->nheld;
+    out->segs_withheld = s->nwithheld;
     pthread_mutex_unlock(&s->heap_mu);
     out->evictions = __atomic_load_n(&s->evictions, __ATOMIC_RELAXED);
     out->reclaimed = __atomic_load_n(&s->reclaimed, __ATOMIC_RELAXED);

@@ -137,7 +137,7 @@ settings_usage(FILE *f)
                "                             `user password`, users from this file of\n"
                "                             user:password lines (docs/security.md)\n"
                "  -Z, --enable-ssl           TLS on the client port (needs ssl_chain_cert)\n"
-               "  -o, --extended=<opts>      modern, no_modern, maxconns_fast,\n"
+               "  -o, --extended=<opts>      store_engine=compact|classic, modern, maxconns_fast,\n"
                "                             idle_timeout=<secs> (close a connection idle\n"
                "                             that long; 0: never, the default); slab and\n"
                "                             LRU tuning is accepted with a warning\n"
@@ -266,6 +266,7 @@ enum sub_kind {
     SUB_SLAB,   /* slab, LRU or hash tuning: one warning */
     SUB_IGNORE, /* accepted with one warning saying why */
     SUB_IDLE,   /* idle_timeout: applied */
+    SUB_ENGINE, /* store_engine: applied */
     SUB_SSL,    /* ssl_*: TLS settings (parse_ssl) */
 };
 
@@ -291,6 +292,7 @@ static const struct subopt SUBOPTS[] = {
     { "no_maxconns_fast", SUB_IGNORE, ARG_NONE,
       "connections over -c are always answered with an error and closed" },
     { "idle_timeout", SUB_IDLE, ARG_REQUIRED, NULL },
+    { "store_engine", SUB_ENGINE, ARG_REQUIRED, NULL },
     { "drop_privileges", SUB_IGNORE, ARG_NONE, "there is no system call filter" },
     { "no_drop_privileges", SUB_IGNORE, ARG_NONE, "there is no system call filter" },
     { "watcher_logbuf_size", SUB_IGNORE, ARG_REQUIRED, "there is no watch command" },
@@ -498,6 +500,12 @@ parse_subopt(FILE *err, char *one, struct settings *s)
                 return -1;
             }
             s->idle_timeout = (int)v;
+        } else if (so->kind == SUB_ENGINE) {
+            if (strcmp(val, "compact") != 0 && strcmp(val, "classic") != 0) {
+                fprintf(err, "ringcached: -o store_engine=%s: must be compact or classic\n", val);
+                return -1;
+            }
+            s->store_classic = strcmp(val, "classic") == 0;
         } else if (so->kind == SUB_SSL) {
             return parse_ssl(err, one, val, s);
         } else if (so->kind == SUB_SLAB) {

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/seg.h"
 #include "server/store.h"
 #include "server/store_internal.h"
 
@@ -49,7 +50,9 @@ store_item_size(size_t nkey, size_t nbytes)
 static void
 item_free(struct store *s, struct store_item *it)
 {
-    __atomic_fetch_sub(&s->mem_used, item_charge(it), __ATOMIC_RELAXED);
+    if (s->seg == NULL) {
+        __atomic_fetch_sub(&s->mem_used, item_charge(it), __ATOMIC_RELAXED);
+    }
     free(it);
 }
 
@@ -85,6 +88,10 @@ store_set_drop_hook(struct store *s, store_drop_fn fn, void *arg)
 void
 store_set_mem_limit(struct store *s, size_t bytes)
 {
+    if (s->seg != NULL) {
+        sg_set_mem_limit(s, bytes);
+        return;
+    }
     __atomic_store_n(&s->mem_limit, bytes, __ATOMIC_RELAXED);
 }
 
@@ -324,7 +331,9 @@ store_raise_floor(struct store *s, uint64_t f)
     pthread_mutex_lock(&s->track_lock);
     tracking = s->track_on;
     pthread_mutex_unlock(&s->track_lock);
-    if (tracking) {
+    if (tracking && s->seg != NULL) {
+        sg_track_flushed(s, f);
+    } else if (tracking) {
         walk_remove_stale(s, f);
     }
 }
@@ -446,14 +455,17 @@ store_alloc_counted(struct store *s, const char *key, size_t nkey, uint64_t hash
         *err = STORE_NO_MEMORY;
         return NULL;
     }
-    rc = mem_reserve(s, size, store_now(s), evicted);
+    /* The compact engine's records take their room when stored. */
+    rc = s->seg != NULL ? 0 : mem_reserve(s, size, store_now(s), evicted);
     if (rc < 0) {
         *err = rc;
         return NULL;
     }
     it = malloc(offsetof(struct store_item, data) + nkey + nbytes + 2 + tail);
     if (it == NULL) {
-        __atomic_fetch_sub(&s->mem_used, size, __ATOMIC_RELAXED);
+        if (s->seg == NULL) {
+            __atomic_fetch_sub(&s->mem_used, size, __ATOMIC_RELAXED);
+        }
         *err = STORE_NO_MEMORY;
         return NULL;
     }
@@ -639,6 +651,9 @@ put_common(struct store *s, struct store_item *it, enum store_op op, uint64_t ca
     int64_t            now;
     int                rc = STORE_STORED;
 
+    if (s->seg != NULL) {
+        return sg_put(s, it, op, cas_in, o, cas_out, nbytes_out);
+    }
     if (it->gen & IF_LINKED) {
         return STORE_NOT_STORED; /* an item is stored once */
     }
@@ -714,8 +729,12 @@ get_common(struct store *s, const char *key, size_t nkey, uint64_t hash, bool to
 {
     struct stripe     *st = stripe_of(s, hash);
     int64_t            now;
-    struct store_item *it = stripe_lock_find(s, st, key, nkey, hash, true, &now);
+    struct store_item *it;
 
+    if (s->seg != NULL) {
+        return sg_get(s, key, nkey, hash, true, touch, exptime);
+    }
+    it = stripe_lock_find(s, st, key, nkey, hash, true, &now);
     if (it != NULL) {
         if (touch) {
             __atomic_store_n(&it->exptime, time32(exptime), __ATOMIC_RELAXED);
@@ -733,8 +752,12 @@ store_peek(struct store *s, const char *key, size_t nkey, uint64_t hash)
 {
     struct stripe     *st = stripe_of(s, hash);
     int64_t            now;
-    struct store_item *it = stripe_lock_find(s, st, key, nkey, hash, false, &now);
+    struct store_item *it;
 
+    if (s->seg != NULL) {
+        return sg_peek(s, key, nkey, hash);
+    }
+    it = stripe_lock_find(s, st, key, nkey, hash, false, &now);
     if (it != NULL) {
         item_ref(it);
     }
@@ -765,8 +788,12 @@ store_delete_cas(struct store *s, const char *key, size_t nkey, uint64_t hash, u
 {
     struct stripe     *st = stripe_of(s, hash);
     int64_t            now;
-    struct store_item *it = stripe_lock_find(s, st, key, nkey, hash, false, &now);
+    struct store_item *it;
 
+    if (s->seg != NULL) {
+        return sg_delete_cas(s, key, nkey, hash, cas);
+    }
+    it = stripe_lock_find(s, st, key, nkey, hash, false, &now);
     if (it != NULL) {
         if (cas != NULL) {
             *cas = it->cas;
@@ -788,8 +815,12 @@ store_touch(struct store *s, const char *key, size_t nkey, uint64_t hash, int64_
 {
     struct stripe     *st = stripe_of(s, hash);
     int64_t            now;
-    struct store_item *it = stripe_lock_find(s, st, key, nkey, hash, false, &now);
+    struct store_item *it;
 
+    if (s->seg != NULL) {
+        return sg_touch(s, key, nkey, hash, exptime);
+    }
+    it = stripe_lock_find(s, st, key, nkey, hash, false, &now);
     if (it != NULL) {
         __atomic_store_n(&it->exptime, time32(exptime), __ATOMIC_RELAXED);
         do_track(s, st, it);
@@ -894,6 +925,9 @@ store_get_stats(struct store *s, struct store_stats *out)
     out->track_pending = __atomic_load_n(&s->track_pending, __ATOMIC_RELAXED);
     out->limit_maxbytes = __atomic_load_n(&s->mem_limit, __ATOMIC_RELAXED);
     out->mem_used = __atomic_load_n(&s->mem_used, __ATOMIC_RELAXED);
+    if (s->seg != NULL) {
+        sg_get_stats(s, out);
+    }
 }
 
 void
@@ -908,6 +942,9 @@ store_reset_stats(struct store *s)
         st->total_items = st->evictions = st->reclaimed = 0;
         st->expired_unfetched = st->get_expired = st->get_flushed = 0;
         pthread_mutex_unlock(&st->lock);
+    }
+    if (s->seg != NULL) {
+        sg_reset_stats(s);
     }
 }
 
@@ -959,7 +996,7 @@ store_new(const struct store_config *cfg)
         st->tail_atime[Q_SMALL] = st->tail_atime[Q_MAIN] = TAIL_EMPTY;
         inited++;
     }
-    if (store_ghost_init(s) != 0) {
+    if (cfg->compact ? sg_open(s, cfg) != 0 : store_ghost_init(s) != 0) {
         goto fail;
     }
     s->nbuckets_total = (uint64_t)STRIPES * INIT_BUCKETS;
@@ -972,7 +1009,7 @@ store_new(const struct store_config *cfg)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->sweeper_cv, &ca);
     pthread_condattr_destroy(&ca);
-    if (cfg->sweeper) {
+    if (cfg->sweeper && s->seg == NULL) { /* the engine reclaims as it evicts */
         if (pthread_create(&s->sweeper, NULL, store_sweeper_main, s) != 0) {
             store_free(s);
             return NULL;
@@ -1018,6 +1055,7 @@ store_free(struct store *s)
         pthread_mutex_destroy(&st->lock);
     }
     store_ghost_free(s);
+    seg_free(s->seg);
     pthread_mutex_destroy(&s->flush_lock);
     pthread_mutex_destroy(&s->sweep_lock);
     pthread_mutex_destroy(&s->copy_lock);

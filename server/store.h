@@ -50,7 +50,9 @@ enum store_op {
 struct store_config {
     size_t mem_limit;     /* bytes of items (header+key+value) before eviction; -m */
     size_t item_size_max; /* largest item, header+key+value; -I (default 1 MiB) */
-    bool   sweeper;       /* start a background expiry sweep thread */
+    bool   sweeper;       /* start a background expiry sweep thread (chained table only) */
+    bool   compact;       /* items in the compact engine (server/seg.h, store_seg.c),
+                           * not the chained table of malloc'd items */
 };
 
 /* An item's meta state (mflags). */

@@ -138,8 +138,11 @@ struct store {
     uint32_t     *ghost; /* atomic entries: hashes of keys evicted from a small FIFO */
     uint32_t      ghost_mask;
     bool          ghost_used; /* atomic: a hash was put in the ghost table */
-    store_drop_fn drop_fn;    /* atomic; see store_set_drop_hook */
-    void         *drop_arg;   /* written before drop_fn */
+    struct seg   *seg;        /* the compact engine (store_seg.c), or NULL: the chained table */
+    uint32_t      seg_size;   /* its segments' size */
+    uint64_t      evictions_base, reclaimed_base; /* atomic: its counters at "stats reset" */
+    store_drop_fn drop_fn;                        /* atomic; see store_set_drop_hook */
+    void         *drop_arg;                       /* written before drop_fn */
     /* Written by evictions only. */
     uint32_t evict_cursor __attribute__((aligned(64)));
     uint64_t evicted_bytes; /* atomic: charged bytes removed to make room */
@@ -266,6 +269,54 @@ STORE_INTERNAL void do_track_key(struct store *s, struct stripe *st, const char 
 /* Detach and free every stripe's dirty set. With lock, each stripe is
  * detached under its lock; without (store_free), nobody else runs. */
 STORE_INTERNAL void store_track_clear(struct store *s, bool lock);
+
+/* ---- store_seg.c, store_seg_range.c: store.h on the compact engine ------
+ * Each public function of the store that reads or writes items calls its
+ * sg_ counterpart first when s->seg is set. */
+struct seg_rec;
+STORE_INTERNAL int  sg_open(struct store *s, const struct store_config *cfg);
+/* The store's result for an engine error (SEG_TOO_LARGE, SEG_NO_MEMORY). */
+STORE_INTERNAL int sg_store_rc(int seg_rc);
+/* Where the engine's drop hook counts evictions for the import this
+ * thread is storing (NULL: none): store_import_evictions. */
+STORE_INTERNAL extern __thread uint64_t *sg_import_evicted;
+STORE_INTERNAL void sg_track(struct store *s, const char *key, size_t nkey, uint64_t hash);
+STORE_INTERNAL struct store_item *sg_item_of(const struct seg_rec *r, uint64_t hash);
+STORE_INTERNAL void               sg_set_mem_limit(struct store *s, size_t bytes);
+STORE_INTERNAL void               sg_get_stats(struct store *s, struct store_stats *out);
+STORE_INTERNAL void               sg_reset_stats(struct store *s);
+STORE_INTERNAL int sg_put(struct store *s, struct store_item *it, enum store_op op, uint64_t cas_in,
+                          const struct store_mset *o, uint64_t *cas_out, uint32_t *nbytes_out);
+STORE_INTERNAL struct store_item *sg_get(struct store *s, const char *key, size_t nkey,
+                                         uint64_t hash, bool fetch, bool touch, int64_t exptime);
+STORE_INTERNAL int sg_delete_cas(struct store *s, const char *key, size_t nkey, uint64_t hash,
+                                 uint64_t *cas);
+STORE_INTERNAL int sg_touch(struct store *s, const char *key, size_t nkey, uint64_t hash,
+                            int64_t exptime);
+STORE_INTERNAL struct store_item *sg_mget(struct store *s, const char *key, size_t nkey,
+                                          uint64_t hash, const struct store_mget *q,
+                                          struct store_mget_res *r, int *err);
+STORE_INTERNAL int  sg_mdel(struct store *s, const char *key, size_t nkey, uint64_t hash,
+                            const struct store_mdel *o, bool *removed, uint64_t *tomb_cas);
+STORE_INTERNAL int  sg_marith(struct store *s, const char *key, size_t nkey, uint64_t hash,
+                              const struct store_marith *o, struct store_marith_res *res);
+STORE_INTERNAL bool sg_mdebug(struct store *s, const char *key, size_t nkey, uint64_t hash,
+                              struct store_mdebug *out);
+STORE_INTERNAL int  sg_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred,
+                            void *arg, store_walk_fn fn, void *fn_arg, size_t max_items);
+STORE_INTERNAL int sg_count_step(struct store *s, uint32_t *stripe, store_hash_pred pred, void *arg,
+                                 size_t max_items, uint64_t *items, uint64_t *bytes);
+STORE_INTERNAL int sg_purge(struct store *s, store_hash_pred pred, void *arg, size_t max_items,
+                            struct store_cursor *cur);
+STORE_INTERNAL void               sg_track_barrier(struct store *s, uint32_t stripe);
+STORE_INTERNAL void               sg_track_flushed(struct store *s, uint64_t floor);
+STORE_INTERNAL struct store_item *sg_peek(struct store *s, const char *key, size_t nkey,
+                                          uint64_t hash);
+STORE_INTERNAL int sg_put_import(struct store *s, struct store_item *it, uint64_t cas);
+STORE_INTERNAL int sg_put_import_newer(struct store *s, struct store_item *it, uint64_t cas,
+                                       store_cover_fn covered, void *arg);
+STORE_INTERNAL int sg_delete_older(struct store *s, const char *key, size_t nkey, uint64_t hash,
+                                   uint64_t cas, store_drop_fn removed, void *arg);
 
 /* ---- small helpers ------------------------------------------------------ */
 

@@ -32,6 +32,9 @@ store_mget(struct store *s, const char *key, size_t nkey, uint64_t hash, const s
     struct store_item *it, *stub = NULL;
     int64_t            now;
 
+    if (s->seg != NULL) {
+        return sg_mget(s, key, nkey, hash, q, r, err);
+    }
     memset(r, 0, sizeof(*r));
     if (q->vivify) {
         /* Allocated before the lock (an allocation may evict, taking other
@@ -107,6 +110,9 @@ store_mdel(struct store *s, const char *key, size_t nkey, uint64_t hash, const s
 {
     struct stripe *st = stripe_of(s, hash);
 
+    if (s->seg != NULL) {
+        return sg_mdel(s, key, nkey, hash, o, removed, tomb_cas);
+    }
     *removed = false;
     *tomb_cas = 0;
     for (;;) {
@@ -170,6 +176,9 @@ store_marith(struct store *s, const char *key, size_t nkey, uint64_t hash,
 {
     struct stripe *st = stripe_of(s, hash);
 
+    if (s->seg != NULL) {
+        return sg_marith(s, key, nkey, hash, o, res);
+    }
     memset(res, 0, sizeof(*res));
 
     for (;;) {
@@ -264,7 +273,12 @@ store_mdebug(struct store *s, const char *key, size_t nkey, uint64_t hash, struc
 {
     struct stripe     *st = stripe_of(s, hash);
     int64_t            now;
-    struct store_item *it = stripe_lock_find(s, st, key, nkey, hash, false, &now);
+    struct store_item *it;
+
+    if (s->seg != NULL) {
+        return sg_mdebug(s, key, nkey, hash, out);
+    }
+    it = stripe_lock_find(s, st, key, nkey, hash, false, &now);
 
     if (it != NULL) {
         out->exp = it->exptime == 0 ? -1 : (int64_t)it->exptime - now;

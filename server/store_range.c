@@ -36,6 +36,9 @@ store_sweep(struct store *s, size_t max_buckets)
     size_t  reclaimed = 0;
     int64_t now = clock_begin(s);
 
+    if (s->seg != NULL) {
+        return 0; /* the compact engine reclaims a segment's dead records as it evicts it */
+    }
     pthread_mutex_lock(&s->sweep_lock);
     while (max_buckets > 0) {
         struct stripe *st = &s->stripes[s->sweep_stripe];
@@ -256,6 +259,9 @@ store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred, void
     if (max_items == 0) {
         max_items = 1;
     }
+    if (s->seg != NULL) {
+        return sg_walk(s, cur, pred, arg, fn, fn_arg, max_items);
+    }
     budget = walk_budget(max_items);
     pthread_mutex_lock(&s->copy_lock);
     while (cur->stripe < STRIPES && visited < max_items && budget > 0) {
@@ -320,6 +326,9 @@ store_count_step(struct store *s, uint32_t *stripe, store_hash_pred pred, void *
     size_t   read = 0;
     uint32_t b;
 
+    if (s->seg != NULL) {
+        return sg_count_step(s, stripe, pred, arg, max_items, items, bytes);
+    }
     while (*stripe < STRIPES && read < max_items) {
         struct stripe *st = &s->stripes[*stripe];
         int64_t        now = clock_begin(s);
@@ -364,6 +373,9 @@ store_purge(struct store *s, store_hash_pred pred, void *arg, size_t max_items,
 
     if (max_items == 0) {
         max_items = 1;
+    }
+    if (s->seg != NULL) {
+        return sg_purge(s, pred, arg, max_items, cur);
     }
     budget = walk_budget(max_items);
     while (cur->stripe < STRIPES && purged < max_items && budget > 0) {

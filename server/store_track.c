@@ -192,6 +192,9 @@ store_track_start(struct store *s, store_hash_pred pred, void *arg)
         st->d_head = st->d_tail = NULL;
         st->tracking = true;
         pthread_mutex_unlock(&st->lock);
+        if (s->seg != NULL) {
+            sg_track_barrier(s, i);
+        }
     }
     free(sets);
 out:
@@ -238,7 +241,8 @@ store_track_drain(struct store *s, store_dirty_fn fn, void *arg, size_t max)
         }
         while (n < DRAIN_BATCH && done + n < max && st->d_head != NULL) {
             struct dirty_key  *d = do_dirty_pop(st);
-            struct store_item *it = do_find_live(s, st, d->key, d->nkey, d->hash, now);
+            struct store_item *it =
+                s->seg != NULL ? NULL : do_find_live(s, st, d->key, d->nkey, d->hash, now);
 
             if (it != NULL) {
                 item_ref(it);
@@ -252,6 +256,9 @@ store_track_drain(struct store *s, store_dirty_fn fn, void *arg, size_t max)
             __atomic_fetch_sub(&s->track_pending, n, __ATOMIC_RELAXED);
         }
         for (i = 0; i < n; i++) {
+            if (s->seg != NULL) { /* read now, after the pop (a change since records it again) */
+                items[i] = sg_peek(s, keys[i]->key, keys[i]->nkey, keys[i]->hash);
+            }
             fn(keys[i]->key, keys[i]->nkey, keys[i]->hash, items[i], arg);
             if (items[i] != NULL) {
                 store_release(s, items[i]);
@@ -387,6 +394,9 @@ store_put_import(struct store *s, struct store_item *it, uint64_t cas)
     int64_t        now;
     int            rc = STORE_NOT_STORED;
 
+    if (s->seg != NULL) {
+        return sg_put_import(s, it, cas);
+    }
     if (it->gen & IF_LINKED) {
         return STORE_NOT_STORED; /* an item is stored once */
     }
@@ -412,6 +422,9 @@ store_put_import_newer(struct store *s, struct store_item *it, uint64_t cas, sto
     int64_t            now;
     int                rc = STORE_NOT_STORED;
 
+    if (s->seg != NULL) {
+        return sg_put_import_newer(s, it, cas, covered, arg);
+    }
     if (it->gen & IF_LINKED) {
         return STORE_NOT_STORED;
     }
@@ -443,6 +456,9 @@ store_delete_older(struct store *s, const char *key, size_t nkey, uint64_t hash,
     int64_t            now;
     int                rc = STORE_NOT_FOUND;
 
+    if (s->seg != NULL) {
+        return sg_delete_older(s, key, nkey, hash, cas, removed, arg);
+    }
     store_cas_raise(s, cas);
     old = stripe_lock_find(s, st, key, nkey, hash, false, &now);
     if (old != NULL && old->cas > cas) {

@@ -84,6 +84,7 @@ server_new(const struct settings *settings)
     cfg.mem_limit = settings->maxbytes;
     cfg.item_size_max = settings->item_size_max;
     cfg.sweeper = true;
+    cfg.compact = !settings->store_classic;
     srv->store = store_new(&cfg);
     if (srv->store == NULL) {
         log_msg(LOG_ERR, "cannot create the store");
