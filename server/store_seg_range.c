@@ -19,9 +19,10 @@
 #include "server/store.h"
 #include "server/store_internal.h"
 
-/* Stripes one walk, count or purge call reads at most (with no match, a
- * call over an empty range still returns in bounded time). */
-#define STEP_STRIPES 64u
+/* Stripes one walk or purge call reads at most: all of them when few
+ * items match (a sparse store is walked in one call, as the chained
+ * table's bucket budget allows), fewer once max_items are read. */
+#define STEP_STRIPES STRIPES
 
 /* ---- walks -------------------------------------------------------------- */
 

@@ -4,15 +4,36 @@
  * CK_RUN_SUITE / CK_RUN_CASE pick a subset.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "tests/suites.h"
+
+/* RC_TEST_STORE=compact (tests/check_store_compact.sh): the store's suites
+ * alone, on the compact engine (tests/check_store.h's mkstore). */
+static int
+run_store_only(void)
+{
+    SRunner *sr = srunner_create(store_suite());
+    int      failed;
+
+    srunner_add_suite(sr, store_range_suite());
+    srunner_add_suite(sr, store_meta_suite());
+    srunner_run_all(sr, CK_ENV);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
 
 int
 main(void)
 {
     SRunner *sr;
     int      failed;
+    const char *engine = getenv("RC_TEST_STORE");
 
+    if (engine != NULL && strcmp(engine, "compact") == 0) {
+        return run_store_only();
+    }
     sr = srunner_create(ring_suite());
     srunner_add_suite(sr, members_suite());
     srunner_add_suite(sr, store_suite());

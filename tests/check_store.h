@@ -9,12 +9,23 @@
 #include <check.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ring/ring.h"
 #include "server/store.h"
 
 #define MIB (1024u * 1024u)
+
+/* RC_TEST_STORE=compact runs the store's suites on the compact engine
+ * (tests/check_store_compact.sh); the chained table otherwise. */
+static inline bool
+store_test_compact(void)
+{
+    const char *e = getenv("RC_TEST_STORE");
+
+    return e != NULL && strcmp(e, "compact") == 0;
+}
 
 static inline struct store *
 mkstore(size_t limit, bool sweeper)
@@ -23,6 +34,7 @@ mkstore(size_t limit, bool sweeper)
         .mem_limit = limit,
         .item_size_max = MIB,
         .sweeper = sweeper,
+        .compact = store_test_compact(),
     };
     struct store *s = store_new(&cfg);
 
