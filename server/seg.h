@@ -26,6 +26,8 @@ enum seg_result {
     SEG_OK = 0,
     SEG_MISS = 1,          /* no live record for the key */
     SEG_REFUSED = 2,       /* the caller's check said no */
+    SEG_GONE_EXPIRED = 3,  /* seg_get with SEG_GET_WHY: a miss, the record found expired */
+    SEG_GONE_FLUSHED = 4,  /* ... found below the flush floor */
     SEG_TOO_LARGE = -2,    /* value over the item maximum (cfg.item_max) */
     SEG_NO_MEMORY = -3,    /* no segment to write into (all are open) or no index room */
     SEG_BAD_ARGUMENT = -4, /* key length 0 or over SEG_KEY_MAX */
@@ -83,6 +85,7 @@ struct seg_stats {
 
 /* seg_get's how. */
 #define SEG_GET_FETCH 0x1u /* a read: count it, mark fetched, stamp atime */
+#define SEG_GET_WHY   0x2u /* a miss that unlinked a dead record says why (SEG_GONE_*) */
 
 /* What a seg_update build does with the key. */
 enum seg_build {

@@ -26,8 +26,8 @@
  * slot, or NULL.
  */
 static uint64_t *
-lock_find(struct seg *s, struct seg_stripe *st, const char *key, size_t nkey, uint64_t hash,
-          int64_t now, uint64_t floor, struct seg_rec *r, size_t *sz)
+lock_find_why(struct seg *s, struct seg_stripe *st, const char *key, size_t nkey, uint64_t hash,
+              int64_t now, uint64_t floor, struct seg_rec *r, size_t *sz, int *why)
 {
     uint64_t *slot;
 
@@ -38,6 +38,7 @@ lock_find(struct seg *s, struct seg_stripe *st, const char *key, size_t nkey, ui
     }
     *sz = seg_rec_decode(seg_rec_at(s, slot_seg(*slot), slot_off(*slot)), r);
     if (seg_rec_dead(r, now, floor)) {
+        *why = r->cas < floor ? SEG_GONE_FLUSHED : SEG_GONE_EXPIRED;
         if (r->cas >= floor && s->cfg.drop != NULL) {
             s->cfg.drop(s->cfg.drop_arg, hash, r, true);
         }
@@ -45,6 +46,15 @@ lock_find(struct seg *s, struct seg_stripe *st, const char *key, size_t nkey, ui
         return NULL;
     }
     return slot;
+}
+
+static uint64_t *
+lock_find(struct seg *s, struct seg_stripe *st, const char *key, size_t nkey, uint64_t hash,
+          int64_t now, uint64_t floor, struct seg_rec *r, size_t *sz)
+{
+    int why;
+
+    return lock_find_why(s, st, key, nkey, hash, now, floor, r, sz, &why);
 }
 
 /* See seg.h. cb sees the record as it was before this read counted. */
@@ -55,12 +65,13 @@ seg_get(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_t now,
     struct seg_stripe *st = seg_stripe(s, hash);
     struct seg_rec     r;
     size_t             sz;
-    uint64_t          *slot = lock_find(s, st, key, nkey, hash, now, floor, &r, &sz);
+    int                why = SEG_MISS;
+    uint64_t          *slot = lock_find_why(s, st, key, nkey, hash, now, floor, &r, &sz, &why);
     unsigned           f;
 
     if (slot == NULL) {
         pthread_mutex_unlock(&st->lock);
-        return SEG_MISS;
+        return how & SEG_GET_WHY ? why : SEG_MISS;
     }
     f = slot_freq(*slot);
     if (cb != NULL) {

@@ -393,6 +393,17 @@ sg_put(struct store *s, struct store_item *it, enum store_op op, uint64_t cas_in
 
 /* ---- reads -------------------------------------------------------------- */
 
+/* memcached's get_expired and get_flushed: reads that found one. */
+static void
+count_gone(struct store *s, uint64_t hash, int rc)
+{
+    if (rc == SEG_GONE_EXPIRED) {
+        __atomic_fetch_add(&stripe_of(s, hash)->get_expired, 1, __ATOMIC_RELAXED);
+    } else if (rc == SEG_GONE_FLUSHED) {
+        __atomic_fetch_add(&stripe_of(s, hash)->get_flushed, 1, __ATOMIC_RELAXED);
+    }
+}
+
 static int
 copy_cb(void *arg, const struct seg_rec *r, uint64_t hash, unsigned freq)
 {
@@ -409,9 +420,11 @@ sg_get(struct store *s, const char *key, size_t nkey, uint64_t hash, bool fetch,
     struct store_item *it = NULL;
     int64_t            now = clock_begin(s);
     uint64_t           floor = do_floor(s);
+    int                rc = seg_get(s->seg, key, nkey, hash, now, floor,
+                                    fetch ? SEG_GET_FETCH | SEG_GET_WHY : 0, copy_cb, &it);
 
-    if (seg_get(s->seg, key, nkey, hash, now, floor, fetch ? SEG_GET_FETCH : 0, copy_cb, &it) !=
-        SEG_OK) {
+    if (rc != SEG_OK) {
+        count_gone(s, hash, rc);
         return NULL;
     }
     if (touch && it != NULL) {
@@ -569,8 +582,9 @@ sg_mget(struct store *s, const char *key, size_t nkey, uint64_t hash, const stru
     c.now = clock_begin(s);
     floor = do_floor(s);
     if (!q->vivify && !q->touch && !q->recache) {
-        rc = seg_get(s->seg, key, nkey, hash, c.now, floor, q->bump ? SEG_GET_FETCH : 0,
-                     mget_read_cb, &c);
+        rc = seg_get(s->seg, key, nkey, hash, c.now, floor,
+                     SEG_GET_WHY | (q->bump ? SEG_GET_FETCH : 0), mget_read_cb, &c);
+        count_gone(s, hash, rc);
         if (rc != SEG_OK || !c.slow) {
             if (c.it != NULL && q->bump) {
                 c.it->gen |= IF_FETCHED;
