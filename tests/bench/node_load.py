@@ -3,7 +3,8 @@
 protocol server, pipelined in batches, then prints
 `items <curr_items> rss_kb <VmRSS of pid>`.
 
-usage: node_load.py PORT PID [N] [VALUE_BYTES]
+usage: node_load.py PORT PID [N] [VALUE_BYTES | mix]
+(mix: values of 64-1024 bytes, 64 + (i * 7919) % 961 for item i.)
 """
 import socket
 import sys
@@ -20,13 +21,17 @@ def rss_kb(pid):
 def main():
     port, pid = int(sys.argv[1]), int(sys.argv[2])
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 1000000
-    size = int(sys.argv[4]) if len(sys.argv) > 4 else 100
-    value = b"v" * size
+    arg = sys.argv[4] if len(sys.argv) > 4 else "100"
+    fixed = None if arg == "mix" else int(arg)
+    big = b"v" * (fixed if fixed is not None else 1024)
+
+    def size_of(i):
+        return fixed if fixed is not None else 64 + (i * 7919) % 961
     s = socket.create_connection(("127.0.0.1", port), timeout=30)
     batch = 1000
     for start in range(0, n, batch):
         end = min(n, start + batch)
-        req = b"".join(b"set key:%08d 0 0 %d\r\n%s\r\n" % (i, size, value)
+        req = b"".join(b"set key:%08d 0 0 %d\r\n%s\r\n" % (i, size_of(i), big[:size_of(i)])
                        for i in range(start, end))
         s.sendall(req)
         want = (end - start) * len(b"STORED\r\n")

@@ -7,6 +7,7 @@
  * reports its RSS growth. Prints `figure value` lines.
  * Usage: seg_hitratio [limit-MiB 64] [skew 0.99] [keys 1000000]
  *                     [requests 2000000] [warm-up 2000000]
+ * Environment: SEG_SIZE (bytes, the compact engine's segment size).
  */
 #include "config.h"
 
@@ -90,6 +91,10 @@ static void
 run(const struct load *l, bool use_seg, struct outcome *o)
 {
     struct seg_config   scfg = { .mem_limit = l->limit };
+
+    if (getenv("SEG_SIZE") != NULL) { /* exploring: segment size in bytes */
+        scfg.seg_size = (uint32_t)strtoul(getenv("SEG_SIZE"), NULL, 10);
+    }
     struct store_config tcfg = { .mem_limit = l->limit, .item_size_max = 1 << 20 };
     struct seg         *sg = use_seg ? seg_new(&scfg) : NULL;
     struct store       *st = use_seg ? NULL : store_new(&tcfg);
