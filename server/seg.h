@@ -174,9 +174,10 @@ int seg_set_state(struct seg *s, const char *key, size_t nkey, uint64_t hash, in
 long seg_walk(struct seg *s, uint32_t stripe, seg_item_fn cb, void *arg);
 
 /* Hand every record of one stripe whose CAS is below `below` to cb, dead
- * or alive (a flush during a handoff records each flushed key: the floor
- * has made them dead already). Returns the records handed. */
-long seg_walk_flushed(struct seg *s, uint32_t stripe, uint64_t below, seg_item_fn cb, void *arg);
+ * or alive: a flush during a handoff records each flushed key (the floor
+ * has made them dead already); a purge removes every record (UINT64_MAX).
+ * Returns the records handed. */
+long seg_walk_below(struct seg *s, uint32_t stripe, uint64_t below, seg_item_fn cb, void *arg);
 
 /* Lock and unlock one stripe: a write to that stripe that started before
  * has finished, one that starts after sees what the caller wrote before

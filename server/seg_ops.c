@@ -204,7 +204,7 @@ seg_walk(struct seg *s, uint32_t stripe, seg_item_fn cb, void *arg)
 
 /* See seg.h. */
 long
-seg_walk_flushed(struct seg *s, uint32_t stripe, uint64_t below, seg_item_fn cb, void *arg)
+seg_walk_below(struct seg *s, uint32_t stripe, uint64_t below, seg_item_fn cb, void *arg)
 {
     struct seg_stripe *st = &s->stripes[stripe & SEG_STRIPE_MASK];
     long               n = 0;

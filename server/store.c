@@ -1009,7 +1009,7 @@ store_new(const struct store_config *cfg)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->sweeper_cv, &ca);
     pthread_condattr_destroy(&ca);
-    if (cfg->sweeper && s->seg == NULL) { /* the engine reclaims as it evicts */
+    if (cfg->sweeper) { /* compact: no sweep (the engine reclaims as it evicts), the trim */
         if (pthread_create(&s->sweeper, NULL, store_sweeper_main, s) != 0) {
             store_free(s);
             return NULL;

@@ -162,8 +162,15 @@ sg_dropped(void *arg, uint64_t hash, const struct seg_rec *r, bool expired)
     if (expired && !(r->bits & SEG_RB_FETCHED)) {
         __atomic_fetch_add(&stripe_of(s, hash)->expired_unfetched, 1, __ATOMIC_RELAXED);
     }
-    if (!expired && sg_import_evicted != NULL) {
-        (*sg_import_evicted)++;
+    if (!expired) {
+        if (sg_import_evicted != NULL) {
+            (*sg_import_evicted)++;
+        }
+        /* The sweeper's malloc_trim follows evictions: the values staged
+         * on the heap for the writes that caused them. */
+        __atomic_fetch_add(&s->evicted_bytes,
+                           seg_rec_size((uint8_t)(r->bits & SEG_RB_HAS), r->nkey, r->nbytes),
+                           __ATOMIC_RELAXED);
     }
     sg_track(s, r->key, r->nkey, hash);
 }

@@ -161,7 +161,7 @@ sg_purge(struct store *s, store_hash_pred pred, void *arg, size_t max_items,
     while (cur->stripe < STRIPES && done < max_items && stripes < STEP_STRIPES) {
         int64_t now = clock_begin(s);
 
-        seg_walk(s->seg, cur->stripe, pick_cb, &p);
+        seg_walk_below(s->seg, cur->stripe, UINT64_MAX, pick_cb, &p); /* live or dead */
         if (p.failed) {
             pick_clear(s, &p);
             break;
@@ -169,8 +169,9 @@ sg_purge(struct store *s, store_hash_pred pred, void *arg, size_t max_items,
         for (i = 0; i < p.n; i++) {
             struct store_item *it = p.items[i];
 
-            if (seg_delete(s->seg, it->data, it->nkey, it->hash, now, do_floor(s), NULL, NULL) ==
-                SEG_OK) {
+            /* A dead record is unlinked by the lookup (SEG_MISS). */
+            if (seg_delete(s->seg, it->data, it->nkey, it->hash, now, do_floor(s), NULL, NULL) !=
+                SEG_BAD_ARGUMENT) {
                 __atomic_fetch_add(&stripe_of(s, it->hash)->purged, 1, __ATOMIC_RELAXED);
                 sg_track(s, it->data, it->nkey, it->hash);
             }
@@ -212,7 +213,7 @@ sg_track_flushed(struct store *s, uint64_t floor)
     uint32_t i;
 
     for (i = 0; i < STRIPES; i++) {
-        seg_walk_flushed(s->seg, i, floor, flushed_cb, s);
+        seg_walk_below(s->seg, i, floor, flushed_cb, s);
     }
 }
 
