@@ -50,6 +50,10 @@ store_item_size(size_t nkey, size_t nbytes)
 static void
 item_free(struct store *s, struct store_item *it)
 {
+    if (it->gen & IF_POOLED) {
+        sg_item_free(it);
+        return;
+    }
     if (s->seg == NULL) {
         __atomic_fetch_sub(&s->mem_used, item_charge(it), __ATOMIC_RELAXED);
     }

@@ -68,6 +68,11 @@
 #define IF_MAIN    0x0004u /* in the main FIFO (else the small one) */
 #define IF_LINKED  0x4000u
 #define IF_FETCHED 0x8000u
+/* A compact store's copy from a thread's cache (store_seg.c): its size
+ * class in IF_CLASS, where it goes back when released. */
+#define IF_POOLED      0x2000u
+#define IF_CLASS       0x0700u
+#define IF_CLASS_SHIFT 8
 
 #define TAIL_EMPTY UINT32_MAX /* stripe tail_atime: an empty queue */
 
@@ -274,7 +279,7 @@ STORE_INTERNAL void store_track_clear(struct store *s, bool lock);
  * Each public function of the store that reads or writes items calls its
  * sg_ counterpart first when s->seg is set. */
 struct seg_rec;
-STORE_INTERNAL int  sg_open(struct store *s, const struct store_config *cfg);
+STORE_INTERNAL int sg_open(struct store *s, const struct store_config *cfg);
 /* The store's result for an engine error (SEG_TOO_LARGE, SEG_NO_MEMORY). */
 STORE_INTERNAL int sg_store_rc(int seg_rc);
 /* Where the engine's drop hook counts evictions for the import this
@@ -282,9 +287,11 @@ STORE_INTERNAL int sg_store_rc(int seg_rc);
 STORE_INTERNAL extern __thread uint64_t *sg_import_evicted;
 STORE_INTERNAL void sg_track(struct store *s, const char *key, size_t nkey, uint64_t hash);
 STORE_INTERNAL struct store_item *sg_item_of(const struct seg_rec *r, uint64_t hash);
-STORE_INTERNAL void               sg_set_mem_limit(struct store *s, size_t bytes);
-STORE_INTERNAL void               sg_get_stats(struct store *s, struct store_stats *out);
-STORE_INTERNAL void               sg_reset_stats(struct store *s);
+/* Give back a copy from sg_item_of (IF_POOLED) to this thread's cache. */
+STORE_INTERNAL void sg_item_free(struct store_item *it);
+STORE_INTERNAL void sg_set_mem_limit(struct store *s, size_t bytes);
+STORE_INTERNAL void sg_get_stats(struct store *s, struct store_stats *out);
+STORE_INTERNAL void sg_reset_stats(struct store *s);
 STORE_INTERNAL int sg_put(struct store *s, struct store_item *it, enum store_op op, uint64_t cas_in,
                           const struct store_mset *o, uint64_t *cas_out, uint32_t *nbytes_out);
 STORE_INTERNAL struct store_item *sg_get(struct store *s, const char *key, size_t nkey,
