@@ -123,7 +123,8 @@ seg_index_free(struct seg *s)
 
 /* See seg_internal.h. */
 uint64_t *
-do_index_find(struct seg *s, struct seg_stripe *st, const char *key, size_t nkey, uint64_t hash)
+do_index_find(struct seg *s, struct seg_stripe *st, const char *key, size_t nkey, uint64_t hash,
+              struct seg_rec *r, size_t *sz)
 {
     uint32_t n = st->nslots, i = home(hash, n);
 
@@ -134,10 +135,8 @@ do_index_find(struct seg *s, struct seg_stripe *st, const char *key, size_t nkey
             return NULL;
         }
         if (slot_tag_matches(v, hash)) {
-            size_t      k;
-            const char *rk = seg_rec_key(seg_rec_at(s, slot_seg(v), slot_off(v)), &k);
-
-            if (k == nkey && memcmp(rk, key, nkey) == 0) {
+            *sz = seg_rec_decode(seg_rec_at(s, slot_seg(v), slot_off(v)), r);
+            if (r->nkey == nkey && memcmp(r->key, key, nkey) == 0) {
                 return &st->slots[i];
             }
         }

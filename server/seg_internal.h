@@ -272,9 +272,10 @@ seg_jumbo_len(const struct seg *s, uint32_t id)
 SEG_INTERNAL int  seg_index_init(struct seg *s);
 SEG_INTERNAL void seg_index_free(struct seg *s);
 
-/* The slot of a key's record (live or dead), or NULL. */
+/* The slot of a key's record (live or dead), or NULL; the record decoded
+ * into *r and its size in *sz (a lookup decodes it once). */
 SEG_INTERNAL uint64_t *do_index_find(struct seg *s, struct seg_stripe *st, const char *key,
-                                     size_t nkey, uint64_t hash);
+                                     size_t nkey, uint64_t hash, struct seg_rec *r, size_t *sz);
 
 /* The slot that points at the record at (segid, off) of this hash, or NULL
  * (the record is dead bytes). */

@@ -32,11 +32,10 @@ lock_find_why(struct seg *s, struct seg_stripe *st, const char *key, size_t nkey
     uint64_t *slot;
 
     pthread_mutex_lock(&st->lock);
-    slot = do_index_find(s, st, key, nkey, hash);
+    slot = do_index_find(s, st, key, nkey, hash, r, sz);
     if (slot == NULL) {
         return NULL;
     }
-    *sz = seg_rec_decode(seg_rec_at(s, slot_seg(*slot), slot_off(*slot)), r);
     if (seg_rec_dead(r, now, floor)) {
         *why = r->cas < floor ? SEG_GONE_FLUSHED : SEG_GONE_EXPIRED;
         if (r->cas >= floor && s->cfg.drop != NULL) {

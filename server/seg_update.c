@@ -35,15 +35,14 @@ do_update(struct seg *s, struct seg_stripe *st, const char *key, size_t nkey, ui
           int64_t now, uint64_t floor, seg_build_fn build, void *arg, bool to_main,
           struct room *room)
 {
-    uint64_t      *slot = do_index_find(s, st, key, nkey, hash);
     struct seg_rec old, nr;
-    bool           live = false;
     size_t         sz, oldsz = 0;
+    uint64_t      *slot = do_index_find(s, st, key, nkey, hash, &old, &oldsz);
+    bool           live = false;
     uint32_t       segid, off;
     int            rc, jumbo_q = QI_SMALL;
 
     if (slot != NULL) {
-        oldsz = seg_rec_decode(seg_rec_at(s, slot_seg(*slot), slot_off(*slot)), &old);
         live = !seg_rec_dead(&old, now, floor);
     }
     memset(&nr, 0, sizeof(nr));

@@ -181,9 +181,13 @@ sg_item_of(const struct seg_rec *r, uint64_t hash)
     it->mflags = (uint8_t)(mflags_of(r->bits) | (tail != 0 ? STORE_MF_ECAS : 0));
     it->gen = (uint16_t)(gen | (r->bits & SEG_RB_FETCHED ? IF_FETCHED : 0));
     it->atime = r->atime;
-    memcpy(it->data, r->key, r->nkey);
-    if (r->nbytes > 0) {
-        memcpy(it->data + r->nkey, r->value, r->nbytes);
+    if (r->value == r->key + r->nkey) { /* decoded from a segment: one copy */
+        memcpy(it->data, r->key, (size_t)r->nkey + r->nbytes);
+    } else {
+        memcpy(it->data, r->key, r->nkey);
+        if (r->nbytes > 0) {
+            memcpy(it->data + r->nkey, r->value, r->nbytes);
+        }
     }
     it->data[r->nkey + r->nbytes] = '\r';
     it->data[r->nkey + r->nbytes + 1] = '\n';

@@ -69,7 +69,8 @@ start_server() {
         # shellcheck disable=SC2086 # OURS_ARGS: extra options, word-split on purpose
         "$ours_bin" -l 127.0.0.1 -p "$SRV_PORT" -t "$threads" -m "${2:-$mem}" -c 4096 ${OURS_ARGS:-} &
     else
-        "$theirs_bin" -u nobody -l 127.0.0.1 -p "$SRV_PORT" -U 0 -t "$threads" -m "${2:-$mem}" -c 4096 &
+        # shellcheck disable=SC2086 # THEIRS_ARGS: as OURS_ARGS, for the peer
+        "$theirs_bin" -u nobody -l 127.0.0.1 -p "$SRV_PORT" -U 0 -t "$threads" -m "${2:-$mem}" -c 4096 ${THEIRS_ARGS:-} &
     fi
     SRV_PID=$!
     pids+=("$SRV_PID")

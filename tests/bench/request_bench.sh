@@ -13,7 +13,9 @@
 # second, independent tool.
 # Environment: RC_BUILDDIR (./_build), ROUNDS (5), SECS (3 per run), THREADS
 # (server -t, 2), CLIENT_THREADS (rcload -T, 2), MEM (-m, 64), KEYS (100000),
-# RATE_FRAC (0.6), OURS_ARGS (more ringcached options), QUICK=1 (1 round of
+# RATE_FRAC (0.6), OURS_ARGS (more ringcached options), MEMCACHED and THEIRS_ARGS
+# (another peer, e.g. MEMCACHED=_build/server/ringcached THEIRS_ARGS="-o
+# store_engine=classic": one engine against the other), QUICK=1 (1 round of
 # 1 s: a smoke run).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
