@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ring/ring.h"
+#include "server/seg_item.h"
 #include "server/store.h"
 
 #define MIB (1024u * 1024u)
@@ -25,6 +26,35 @@ store_test_compact(void)
     const char *e = getenv("RC_TEST_STORE");
 
     return e != NULL && strcmp(e, "compact") == 0;
+}
+
+/*
+ * Bytes the store charges to the bytes stat (and me's size) for an item
+ * with this key and value and optional fields (SEG_RB_EXPTIME,
+ * SEG_RB_FLAGS, SEG_RB_ECAS: a field that is 0 is not stored): the
+ * record's size in a segment on the compact engine, the malloc'd item's
+ * (store_item_size, the client CAS a tail of the value) on the chained
+ * table.
+ */
+static inline size_t
+item_bytes(size_t nkey, size_t nbytes, uint8_t has)
+{
+    if (store_test_compact()) {
+        return seg_rec_size(has, nkey, (uint32_t)nbytes);
+    }
+    return store_item_size(nkey, nbytes + (has & SEG_RB_ECAS ? sizeof(uint64_t) : 0));
+}
+
+/* How many items of item_bytes(nkey, nbytes, 0) the store's limit holds
+ * (limit_maxbytes: the compact engine's is whole segments, 256 KiB at
+ * least, whatever the configured limit). */
+static inline size_t
+store_capacity(struct store *s, size_t nkey, size_t nbytes)
+{
+    struct store_stats st;
+
+    store_get_stats(s, &st);
+    return (size_t)(st.limit_maxbytes / item_bytes(nkey, nbytes, 0));
 }
 
 static inline struct store *
