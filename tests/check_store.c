@@ -716,14 +716,12 @@ END_TEST
  * anything. */
 START_TEST(test_no_memory_compact)
 {
-    struct store_config cfg = { .mem_limit = 256 * 1024, .item_size_max = MIB, .compact = true };
-    struct store       *s = store_new(&cfg);
-    struct store_item  *a, *b, *c;
-    struct store_stats  st;
-    char                val[101];
-    int                 err = 0;
+    struct store      *s = mkstore_on(256 * 1024, false, true);
+    struct store_item *a, *b, *c;
+    struct store_stats st;
+    char               val[101];
+    int                err = 0;
 
-    ck_assert_ptr_nonnull(s);
     hold_two(s, val, &a, &b);
     ck_assert_int_eq(set(s, "k3", val), STORE_STORED);
     ck_assert_mem_eq(store_item_value(a), val, 100);

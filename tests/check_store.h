@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ring/ring.h"
 #include "server/seg_item.h"
@@ -57,19 +58,27 @@ store_capacity(struct store *s, size_t nkey, size_t nbytes)
     return (size_t)(st.limit_maxbytes / item_bytes(nkey, nbytes, 0));
 }
 
+/* A store on the chained table or the compact engine. */
 static inline struct store *
-mkstore(size_t limit, bool sweeper)
+mkstore_on(size_t limit, bool sweeper, bool compact)
 {
     struct store_config cfg = {
         .mem_limit = limit,
         .item_size_max = MIB,
         .sweeper = sweeper,
-        .compact = store_test_compact(),
+        .compact = compact,
     };
     struct store *s = store_new(&cfg);
 
     ck_assert_ptr_nonnull(s);
     return s;
+}
+
+/* A store on the engine the run is for (RC_TEST_STORE). */
+static inline struct store *
+mkstore(size_t limit, bool sweeper)
+{
+    return mkstore_on(limit, sweeper, store_test_compact());
 }
 
 static inline uint64_t
@@ -126,7 +135,19 @@ expect(struct store *s, const char *key, const char *val)
     store_release(s, it);
 }
 
+/* Monotonic seconds, for a test's deadlines. */
+static inline double
+mono(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 /* The eviction policy's cases (tests/check_store_evict.c), in store_suite. */
 TCase *store_evict_tcase(void);
+/* The expiry sweep's cases (tests/check_store_sweep.c), in store_range_suite. */
+TCase *store_sweep_tcase(void);
 
 #endif
