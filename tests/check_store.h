@@ -1,7 +1,8 @@
 /*
- * Helpers of the item store's suites (tests/check_store.c,
- * tests/check_store_range.c): a store for a test, and set/get/expect of
- * string values, asserting as they go.
+ * Helpers of the item store's suites (tests/check_store*.c): a store for a
+ * test on either engine (RC_TEST_STORE), what an item is charged there,
+ * set/get/expect of string values asserting as they go, a flood, a drop
+ * hook's log.
  */
 #ifndef TESTS_CHECK_STORE_H
 #define TESTS_CHECK_STORE_H
@@ -9,6 +10,7 @@
 #include <check.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -133,6 +135,47 @@ expect(struct store *s, const char *key, const char *val)
     ck_assert_mem_eq(store_item_value(it), val, strlen(val));
     ck_assert_mem_eq(store_item_value(it) + it->nbytes, "\r\n", 2);
     store_release(s, it);
+}
+
+/* Write count keys prefix<i> of 100 bytes: eviction pressure. */
+static inline void
+flood(struct store *s, const char *prefix, int count)
+{
+    char key[32], val[101];
+    int  i;
+
+    memset(val, 'f', 100);
+    val[100] = '\0';
+    for (i = 0; i < count; i++) {
+        snprintf(key, sizeof(key), "%s%d", prefix, i);
+        ck_assert_int_eq(set(s, key, val), STORE_STORED);
+    }
+}
+
+/* A drop hook's log (store_set_drop_hook(s, drops_fn, &d)): how often it
+ * was told, and how often of each of n watched hashes (the caller's
+ * arrays). */
+struct drops {
+    uint64_t  calls;
+    int       n;
+    uint64_t *hashes;
+    unsigned *seen;
+};
+
+static inline void
+drops_fn(uint64_t hash, uint64_t cas, int64_t now, void *arg)
+{
+    struct drops *d = arg;
+    int           i;
+
+    (void)cas;
+    (void)now;
+    d->calls++;
+    for (i = 0; i < d->n; i++) {
+        if (d->hashes[i] == hash) {
+            d->seen[i]++;
+        }
+    }
 }
 
 /* Monotonic seconds, for a test's deadlines. */

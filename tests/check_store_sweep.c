@@ -15,30 +15,6 @@
 #include "server/store.h"
 #include "tests/check_store.h"
 
-/* A drop hook that counts what it is told, and which of the "k" keys. */
-struct drops {
-    uint64_t calls;
-    int      n;
-    uint64_t hashes[300];
-    unsigned seen[300];
-};
-
-static void
-drop_fn(uint64_t hash, uint64_t cas, int64_t now, void *arg)
-{
-    struct drops *d = arg;
-    int           i;
-
-    (void)cas;
-    (void)now;
-    d->calls++;
-    for (i = 0; i < d->n; i++) {
-        if (d->hashes[i] == hash) {
-            d->seen[i]++;
-        }
-    }
-}
-
 /* Set n "k" keys of value "v", all but every third with a 10 s TTL, with
  * their hashes in d. */
 static void
@@ -86,7 +62,9 @@ START_TEST(test_sweep)
 {
     struct store      *s;
     struct store_stats st;
-    struct drops       d = { 0 };
+    uint64_t           hashes[300];
+    unsigned           seen[300] = { 0 };
+    struct drops       d = { .hashes = hashes, .seen = seen };
     char               key[16];
     size_t             got = 0;
     int                i;
@@ -163,21 +141,6 @@ START_TEST(test_sweeper_thread)
 }
 END_TEST
 
-/* Write count keys prefix<i> of 100 bytes: eviction pressure. */
-static void
-flood(struct store *s, const char *prefix, int count)
-{
-    char key[32], val[101];
-    int  i;
-
-    memset(val, 'f', 100);
-    val[100] = '\0';
-    for (i = 0; i < count; i++) {
-        snprintf(key, sizeof(key), "%s%d", prefix, i);
-        ck_assert_int_eq(set(s, key, val), STORE_STORED);
-    }
-}
-
 /* The compact engine's counterpart of the sweep: store_sweep does
  * nothing, an expired record stays linked (curr_items) until eviction
  * pressure empties its segment, and is then reclaimed, counted in
@@ -186,12 +149,14 @@ flood(struct store *s, const char *prefix, int count)
 START_TEST(test_sweep_compact)
 {
     struct store      *s = mkstore_on(MIB, false, true);
-    struct drops       d = { 0 };
+    uint64_t           hashes[300];
+    unsigned           seen[300] = { 0 };
+    struct drops       d = { .hashes = hashes, .seen = seen };
     struct store_stats st;
     uint64_t           items, bytes;
     int                i, cycle;
 
-    store_set_drop_hook(s, drop_fn, &d);
+    store_set_drop_hook(s, drops_fn, &d);
     set_k_keys(s, &d, 300);
     store_get_stats(s, &st);
     cycle = 2 * (int)(st.limit_maxbytes / seg_rec_size(0, 6, 100));
@@ -236,12 +201,14 @@ END_TEST
 START_TEST(test_sweeper_compact)
 {
     struct store      *s = mkstore_on(64 * MIB, true, true);
-    struct drops       d = { 0 };
+    uint64_t           hashes[300];
+    unsigned           seen[300] = { 0 };
+    struct drops       d = { .hashes = hashes, .seen = seen };
     struct store_stats st;
     char               key[16];
     int                i;
 
-    store_set_drop_hook(s, drop_fn, &d);
+    store_set_drop_hook(s, drops_fn, &d);
     set_k_keys(s, &d, 300);
     store_clock_shift(s, 10);
     store_get_stats(s, &st);
