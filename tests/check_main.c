@@ -9,7 +9,8 @@
 #include "tests/suites.h"
 
 /* RC_TEST_STORE=compact (tests/check_store_compact.sh): the store's suites
- * alone, on the compact engine (tests/check_store.h's mkstore). */
+ * alone, on the compact engine (tests/check_store.h's mkstore), and the
+ * compact engine's own (tests/check_store_compact.c). */
 static int
 run_store_only(void)
 {
@@ -18,6 +19,7 @@ run_store_only(void)
 
     srunner_add_suite(sr, store_range_suite());
     srunner_add_suite(sr, store_meta_suite());
+    srunner_add_suite(sr, store_compact_suite());
     srunner_run_all(sr, CK_ENV);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);
@@ -27,8 +29,8 @@ run_store_only(void)
 int
 main(void)
 {
-    SRunner *sr;
-    int      failed;
+    SRunner    *sr;
+    int         failed;
     const char *engine = getenv("RC_TEST_STORE");
 
     if (engine != NULL && strcmp(engine, "compact") == 0) {
@@ -39,6 +41,7 @@ main(void)
     srunner_add_suite(sr, store_suite());
     srunner_add_suite(sr, store_range_suite());
     srunner_add_suite(sr, store_meta_suite());
+    srunner_add_suite(sr, store_compact_suite());
     srunner_add_suite(sr, proto_text_suite());
     srunner_add_suite(sr, conn_suite());
     srunner_add_suite(sr, client_suite());

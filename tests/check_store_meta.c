@@ -221,7 +221,7 @@ START_TEST(test_client_cas)
 
         ck_assert(store_mdebug(s, "e", 1, h("e"), &dbg));
         ck_assert_uint_eq(dbg.cas, 4242);
-        ck_assert_uint_eq(dbg.size, store_item_size(1, 1 + 8));
+        ck_assert_uint_eq(dbg.size, item_bytes(1, 1, SEG_RB_ECAS));
     }
     store_free(s);
 }

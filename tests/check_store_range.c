@@ -1,9 +1,9 @@
 /*
  * store_range_suite: the item store's operations over many items
- * (server/store_range.c, server/store_track.c). The expiry sweep and its
- * thread; the handoff primitives: range walk, count, dirty tracking,
- * import, purge, and a simulated copy under concurrent writers that must
- * converge. Time moves with store_clock_shift, never by sleeping.
+ * (server/store_range.c, server/store_track.c): the handoff primitives,
+ * range walk, count, dirty tracking, import, purge, and a simulated copy
+ * under concurrent writers that must converge; the expiry sweep's tcase
+ * is tests/check_store_sweep.c. Time moves with store_clock_shift.
  */
 #include "ring/ring.h"
 #include "config.h"
@@ -18,95 +18,6 @@
 #include "server/store.h"
 #include "tests/check_store.h"
 #include "tests/suites.h"
-
-START_TEST(test_sweep)
-{
-    struct store      *s = mkstore(64 * MIB, false);
-    struct store_stats st;
-    char               key[16];
-    size_t             got = 0;
-    int                i;
-
-    for (i = 0; i < 300; i++) {
-        snprintf(key, sizeof(key), "k%d", i);
-        ck_assert_int_eq(put(s, STORE_OP_SET, key, "v", 0, i % 3 == 0 ? 0 : 10, 0, NULL),
-                         STORE_STORED);
-    }
-    ck_assert_uint_eq(store_sweep(s, 1u << 20), 0);
-    store_clock_shift(s, 10);
-    /* small slices cover the table too */
-    for (i = 0; i < 200; i++) {
-        got += store_sweep(s, 100);
-    }
-    ck_assert_uint_eq(got, 200);
-    store_get_stats(s, &st);
-    ck_assert_uint_eq(st.curr_items, 100);
-    ck_assert_uint_eq(st.reclaimed, 200);
-    ck_assert_uint_eq(st.expired_unfetched, 200);
-    ck_assert_uint_eq(st.get_expired, 0);
-    {
-        uint64_t want = 0;
-
-        for (i = 0; i < 300; i += 3) {
-            snprintf(key, sizeof(key), "k%d", i);
-            want += store_item_size(strlen(key), 1);
-        }
-        ck_assert_uint_eq(st.bytes, want);
-    }
-    /* flushed items are reclaimed too */
-    store_flush(s, 0);
-    ck_assert_uint_eq(store_sweep(s, 1u << 20), 100);
-    store_get_stats(s, &st);
-    ck_assert_uint_eq(st.curr_items, 0);
-    ck_assert_uint_eq(st.bytes, 0);
-    ck_assert_uint_eq(st.mem_used, 0);
-    store_reset_stats(s);
-    store_get_stats(s, &st);
-    ck_assert_uint_eq(st.reclaimed, 0);
-    ck_assert_uint_eq(st.total_items, 0);
-    store_free(s);
-}
-END_TEST
-
-static double
-mono(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* The background sweeper reclaims without anyone touching the keys, and
- * store_free stops it promptly with items still in the table. */
-START_TEST(test_sweeper_thread)
-{
-    struct store      *s = mkstore(64 * MIB, true);
-    struct store_stats st;
-    char               key[16];
-    double             deadline, t0;
-    int                i;
-
-    for (i = 0; i < 1000; i++) {
-        snprintf(key, sizeof(key), "k%d", i);
-        ck_assert_int_eq(put(s, STORE_OP_SET, key, "v", 0, i < 500 ? 5 : 0, 0, NULL), STORE_STORED);
-    }
-    store_clock_shift(s, 5);
-    deadline = mono() + 20;
-    do {
-        store_get_stats(s, &st);
-        if (st.curr_items == 500) {
-            break;
-        }
-        nanosleep(&(struct timespec){ .tv_nsec = 10000000 }, NULL);
-    } while (mono() < deadline);
-    ck_assert_uint_eq(st.curr_items, 500);
-    ck_assert_uint_eq(st.reclaimed, 500);
-    t0 = mono();
-    store_free(s);
-    ck_assert(mono() - t0 < 1.0);
-}
-END_TEST
 
 /* ---- ranges: walk, tracking, import, purge (the handoff primitives) ---- */
 
@@ -188,8 +99,33 @@ fill_keys(struct store *s, const char *prefix, int from, int to)
     return matching;
 }
 
+/* The most keys prefix<0..n-1> of the quarter one lock stripe holds:
+ * what a walk or purge call may read past max_items on the compact
+ * engine, which reads whole stripes. */
+static unsigned
+stripe_matching_max(const char *prefix, int n)
+{
+    unsigned *per = calloc(STORE_STRIPES, sizeof(unsigned)), max = 0;
+    char      key[32];
+    int       i;
+
+    ck_assert_ptr_nonnull(per);
+    for (i = 0; i < n; i++) {
+        uint64_t hh;
+
+        keyname(key, sizeof(key), prefix, i);
+        hh = h(key);
+        if (in_arc(hh, &quarter) && ++per[hh & (STORE_STRIPES - 1)] > max) {
+            max = per[hh & (STORE_STRIPES - 1)];
+        }
+    }
+    free(per);
+    return max;
+}
+
 /* On a static table every matching item is visited exactly once and no
- * other one; batches stay within max_items (whole buckets, short chains). */
+ * other one; batches stay within max_items (whole buckets, short chains
+ * on the chained table; whole stripes on the compact engine). */
 START_TEST(test_walk_static)
 {
     enum {
@@ -202,6 +138,7 @@ START_TEST(test_walk_static)
     struct store_stats  st;
     char                key[32];
     int                 i, matching = fill_keys(s, "w", 0, N), calls = 0, more;
+    unsigned            bound = store_test_compact() ? 6 + stripe_matching_max("w", N) : 7 + 4;
 
     ck_assert_int_gt(matching, N / 5);
     store_cursor_init(&cur);
@@ -210,10 +147,10 @@ START_TEST(test_walk_static)
 
         more = store_walk(s, &cur, in_arc, &quarter, visit_fn, &v, 7);
         ck_assert_int_ge(more, 0);
-        ck_assert_uint_le(v.total - before, 7 + 4);
+        ck_assert_uint_le(v.total - before, bound);
         calls++;
     } while (more == 1);
-    ck_assert_int_gt(calls, matching / 8);
+    ck_assert_int_gt(calls, store_test_compact() ? matching / (int)bound : matching / 8);
     ck_assert_uint_eq(v.outside, 0);
     ck_assert_uint_eq(v.other, 0);
     ck_assert_uint_eq(v.total, (unsigned)matching);
@@ -227,7 +164,7 @@ START_TEST(test_walk_static)
 
     store_count(s, in_arc, &quarter, &items, &bytes);
     ck_assert_uint_eq(items, (uint64_t)matching);
-    ck_assert_uint_eq(bytes, (uint64_t)matching * store_item_size(7, 7));
+    ck_assert_uint_eq(bytes, (uint64_t)matching * item_bytes(7, 7, 0));
     store_count(s, NULL, NULL, &all_items, &all_bytes);
     store_get_stats(s, &st);
     ck_assert_uint_eq(all_items, st.curr_items);
@@ -641,8 +578,9 @@ START_TEST(test_track_ops)
 }
 END_TEST
 
-/* Evictions of keys in range are recorded and drain as tombstones; the
- * sweep's expiry too. */
+/* Evictions of keys in range are recorded and drain as tombstones; an
+ * expiry the store finds by itself too (the sweep's on the chained
+ * table, eviction's on the compact engine). */
 static void
 count_fn(const char *key, size_t nkey, uint64_t hash, struct store_item *it, void *arg)
 {
@@ -693,7 +631,20 @@ START_TEST(test_track_evict_expire)
     ck_assert_int_eq(put(s, STORE_OP_SET, key, "x", 0, 10, 0, NULL), STORE_STORED);
     ck_assert_int_eq(store_track_start(s, in_arc, &quarter), 0);
     store_clock_shift(s, 11);
-    ck_assert_uint_gt(store_sweep(s, 1 << 20), 0);
+    if (store_test_compact()) {
+        /* no sweep: a flood of keys outside the range, twice what the
+         * segments hold, makes eviction meet it */
+        for (i = 0; i < 2 * (int)store_capacity(s, 6, 199); i++) {
+            snprintf(key, sizeof(key), "out%d", i);
+            if (!in_arc(h(key), &quarter)) {
+                ck_assert_int_eq(set(s, key, val), STORE_STORED);
+            }
+        }
+        store_get_stats(s, &st);
+        ck_assert_uint_gt(st.reclaimed, 0);
+    } else {
+        ck_assert_uint_gt(store_sweep(s, 1 << 20), 0);
+    }
     ck_assert_uint_eq(store_track_drain(s, count_fn, n, SIZE_MAX), 1);
     ck_assert_uint_eq(n[1], 1);
     store_track_stop(s);
@@ -1114,15 +1065,24 @@ START_TEST(test_purge)
     struct store_stats  st;
     uint64_t            items, bytes;
     char                key[32];
-    int                 i, matching = fill_keys(s, "w", 0, N), calls = 0;
+    int                 i, matching = fill_keys(s, "w", 0, N), calls = 0, more;
+    unsigned            bound = store_test_compact() ? 9 + stripe_matching_max("w", N) : 10;
 
     ck_assert_int_eq(put(s, STORE_OP_SET, "w000001", "x", 0, 5, 0, NULL), STORE_STORED);
     store_clock_shift(s, 10); /* dead items of the range go too */
     store_cursor_init(&cur);
-    while (store_purge(s, in_arc, &quarter, 10, &cur) == 1) {
-        calls++;
-    }
-    ck_assert_int_gt(calls, matching / 10 - 1);
+    do {
+        /* 10 items a call; whole stripes on the compact engine */
+        uint64_t before = 0;
+
+        store_get_stats(s, &st);
+        before = st.purged;
+        more = store_purge(s, in_arc, &quarter, 10, &cur);
+        store_get_stats(s, &st);
+        ck_assert_uint_le(st.purged - before, bound);
+        calls += more;
+    } while (more == 1);
+    ck_assert_int_gt(calls, matching / (int)bound - 1);
     store_get_stats(s, &st);
     ck_assert_uint_eq(st.purged, (uint64_t)matching);
     ck_assert_uint_eq(st.curr_items, (uint64_t)(N - matching));
@@ -1135,7 +1095,9 @@ START_TEST(test_purge)
         }
         expect(s, key, in_arc(h(key), &quarter) ? NULL : key);
     }
-    /* purge everything */
+    /* purge everything, the expired w000001 too (store.h: "every item
+     * (live or dead)"; the compact store's purge walks live records only
+     * and leaves it linked: a known failure there, reported) */
     store_cursor_init(&cur);
     while (store_purge(s, NULL, NULL, 1000, &cur) == 1)
         ;
@@ -1152,8 +1114,6 @@ store_range_suite(void)
     TCase *tc = tcase_create("store_range");
 
     tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_sweep);
-    tcase_add_test(tc, test_sweeper_thread);
     tcase_add_test(tc, test_walk_static);
     tcase_add_test(tc, test_walk_resize);
     tcase_add_test(tc, test_walk_concurrent);
@@ -1166,5 +1126,6 @@ store_range_suite(void)
     tcase_add_test(tc, test_import_evictions);
     tcase_add_test(tc, test_purge);
     suite_add_tcase(s, tc);
+    suite_add_tcase(s, store_sweep_tcase());
     return s;
 }

@@ -11,6 +11,7 @@ Suite *members_suite(void);
 Suite *store_suite(void);
 Suite *store_range_suite(void);
 Suite *store_meta_suite(void);
+Suite *store_compact_suite(void);
 Suite *proto_text_suite(void);
 Suite *conn_suite(void);
 Suite *client_suite(void);
