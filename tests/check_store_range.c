@@ -1096,8 +1096,8 @@ START_TEST(test_purge)
         expect(s, key, in_arc(h(key), &quarter) ? NULL : key);
     }
     /* purge everything, the expired w000001 too (store.h: "every item
-     * (live or dead)"; the compact store's purge walks live records only
-     * and leaves it linked: a known failure there, reported) */
+     * (live or dead)"; the compact store's purge once walked live records
+     * only and left it linked: this failed there before seg_walk_below) */
     store_cursor_init(&cur);
     while (store_purge(s, NULL, NULL, 1000, &cur) == 1)
         ;
