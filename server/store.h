@@ -524,7 +524,9 @@ store_cursor_init(struct store_cursor *cur)
  * the bucket that reaches max_items; a single bucket longer than that is
  * still read whole) and a bounded number of buckets, one stripe lock at a
  * time, taking a reference to each item under the lock and calling fn after
- * unlocking. Returns 1 while there is more, 0 when the walk is complete.
+ * unlocking. On the compact engine, whose items are copies, a call also
+ * stops after the stripe that brings the keys and values it handed out to
+ * 1 MiB (a caller that holds them holds that much). Returns 1 while there is more, 0 when the walk is complete.
  * Every item present and unchanged from the first call to the last is
  * visited at least once; items added, changed or removed meanwhile may or
  * may not be (dirty tracking covers them). Takes the copy lock.
@@ -568,8 +570,9 @@ int store_track_start(struct store *s, store_hash_pred pred, void *arg);
  * Pop up to max recorded keys (FIFO within a stripe) and call fn for each
  * with the key's current state, read under its stripe lock at pop time; a
  * change after the pop records the key again. Returns the number of keys
- * delivered (0 when the set is empty or no session is active). Takes the
- * copy lock.
+ * delivered (0 when the set is empty or no session is active); on the
+ * compact engine a call stops once about 1 MiB of values was delivered
+ * (as store_walk). Takes the copy lock.
  */
 size_t store_track_drain(struct store *s, store_dirty_fn fn, void *arg, size_t max);
 

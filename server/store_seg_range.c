@@ -23,6 +23,11 @@
  * items match (a sparse store is walked in one call, as the chained
  * table's bucket budget allows), fewer once max_items are read. */
 #define STEP_STRIPES STRIPES
+/* A walk call also stops after the stripe that brings the bytes it handed
+ * out to this: its items are copies, and a caller may hold them (the
+ * handoff carries what its window cannot take yet), where the chained
+ * table's items cost nothing more held. */
+#define STEP_BYTES (1u << 20)
 
 /* ---- walks -------------------------------------------------------------- */
 
@@ -89,11 +94,12 @@ sg_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred, void *a
         store_walk_fn fn, void *fn_arg, size_t max_items)
 {
     struct pick p = { .pred = pred, .arg = arg };
-    size_t      done = 0, i;
+    size_t      done = 0, bytes = 0, i;
     uint32_t    stripes = 0;
 
     pthread_mutex_lock(&s->copy_lock);
-    while (cur->stripe < STRIPES && done < max_items && stripes < STEP_STRIPES) {
+    while (cur->stripe < STRIPES && done < max_items && bytes < STEP_BYTES &&
+           stripes < STEP_STRIPES) {
         clock_begin(s);
         seg_walk(s->seg, cur->stripe, pick_cb, &p);
         if (p.failed) {
@@ -101,6 +107,7 @@ sg_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred, void *a
             break; /* read this stripe again on the next call */
         }
         for (i = 0; i < p.n; i++) {
+            bytes += (size_t)p.items[i]->nkey + p.items[i]->nbytes;
             fn(p.items[i], fn_arg);
         }
         done += p.n;

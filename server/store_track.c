@@ -223,11 +223,13 @@ store_track_drain(struct store *s, store_dirty_fn fn, void *arg, size_t max)
 {
     struct dirty_key  *keys[DRAIN_BATCH];
     struct store_item *items[DRAIN_BATCH];
-    size_t             done = 0;
+    size_t             done = 0, bytes = 0;
     uint32_t           idle = 0, n, i;
 
     pthread_mutex_lock(&s->copy_lock);
-    while (done < max && idle < STRIPES &&
+    /* On the compact engine the items are copies a caller may hold: at
+     * most about 1 MiB of them a call, as store_walk. */
+    while (done < max && idle < STRIPES && (s->seg == NULL || bytes < (1u << 20)) &&
            __atomic_load_n(&s->track_pending, __ATOMIC_RELAXED) > 0) {
         struct stripe *st = &s->stripes[s->drain_stripe];
         int64_t        now = clock_begin(s);
@@ -258,6 +260,7 @@ store_track_drain(struct store *s, store_dirty_fn fn, void *arg, size_t max)
         for (i = 0; i < n; i++) {
             if (s->seg != NULL) { /* read now, after the pop (a change since records it again) */
                 items[i] = sg_peek(s, keys[i]->key, keys[i]->nkey, keys[i]->hash);
+                bytes += items[i] != NULL ? (size_t)items[i]->nkey + items[i]->nbytes : 0;
             }
             fn(keys[i]->key, keys[i]->nkey, keys[i]->hash, items[i], arg);
             if (items[i] != NULL) {
