@@ -169,14 +169,15 @@ seg_set_state(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_
     return slot != NULL ? SEG_OK : SEG_MISS;
 }
 
-/* See seg.h. Dead records are skipped, not unlinked: an unlink shifts
- * slots back over the walk's position. */
-long
-seg_walk(struct seg *s, uint32_t stripe, seg_item_fn cb, void *arg)
+/* Hand the records of one stripe to cb under its lock: the live ones
+ * (live, at now and floor) or those with a CAS below `below`, dead or not.
+ * Dead records are skipped, not unlinked: an unlink shifts slots back over
+ * the walk's position. */
+static long
+walk_stripe(struct seg *s, uint32_t stripe, bool live, int64_t now, uint64_t below, seg_item_fn cb,
+            void *arg)
 {
     struct seg_stripe *st = &s->stripes[stripe & SEG_STRIPE_MASK];
-    int64_t            now = eng_now(s);
-    uint64_t           floor = eng_floor(s);
     long               n = 0;
     uint32_t           i;
 
@@ -189,7 +190,7 @@ seg_walk(struct seg *s, uint32_t stripe, seg_item_fn cb, void *arg)
             continue;
         }
         seg_rec_decode(seg_rec_at(s, slot_seg(v), slot_off(v)), &r);
-        if (seg_rec_dead(&r, now, floor)) {
+        if (live ? seg_rec_dead(&r, now, below) : r.cas >= below) {
             continue;
         }
         n++;
@@ -203,31 +204,16 @@ seg_walk(struct seg *s, uint32_t stripe, seg_item_fn cb, void *arg)
 
 /* See seg.h. */
 long
+seg_walk(struct seg *s, uint32_t stripe, seg_item_fn cb, void *arg)
+{
+    return walk_stripe(s, stripe, true, eng_now(s), eng_floor(s), cb, arg);
+}
+
+/* See seg.h. */
+long
 seg_walk_below(struct seg *s, uint32_t stripe, uint64_t below, seg_item_fn cb, void *arg)
 {
-    struct seg_stripe *st = &s->stripes[stripe & SEG_STRIPE_MASK];
-    long               n = 0;
-    uint32_t           i;
-
-    pthread_mutex_lock(&st->lock);
-    for (i = 0; i < st->nslots; i++) {
-        uint64_t       v = st->slots[i];
-        struct seg_rec r;
-
-        if (!(v & SLOT_USED)) {
-            continue;
-        }
-        seg_rec_decode(seg_rec_at(s, slot_seg(v), slot_off(v)), &r);
-        if (r.cas >= below) {
-            continue;
-        }
-        n++;
-        if (cb(arg, &r, XXH3_64bits(r.key, r.nkey), slot_freq(v)) != 0) {
-            break;
-        }
-    }
-    pthread_mutex_unlock(&st->lock);
-    return n;
+    return walk_stripe(s, stripe, false, 0, below, cb, arg);
 }
 
 /* See seg.h. */
