@@ -36,9 +36,6 @@ static const struct settings defaults = {
     .num_threads = 4,
     .maxbytes = (size_t)64 * 1024 * 1024,
     .maxconns = 1024,
-    /* The compact engine stays opt-in until test_limits' slow reader under
-     * -o idle_timeout passes on it every time (docs/store-engine.md). */
-    .store_classic = true,
     .item_size_max = 1024 * 1024,
     .cluster_name = "ringcache",
     .forward_timeout_ms = 1000,
@@ -140,7 +137,7 @@ settings_usage(FILE *f)
                "                             `user password`, users from this file of\n"
                "                             user:password lines (docs/security.md)\n"
                "  -Z, --enable-ssl           TLS on the client port (needs ssl_chain_cert)\n"
-               "  -o, --extended=<opts>      store_engine=classic|compact, modern, maxconns_fast,\n"
+               "  -o, --extended=<opts>      store_engine=compact|classic, modern, maxconns_fast,\n"
                "                             idle_timeout=<secs> (close a connection idle\n"
                "                             that long; 0: never, the default); slab and\n"
                "                             LRU tuning is accepted with a warning\n"

@@ -66,8 +66,7 @@ struct settings {
     uint32_t hotkeys_decay_s;
     /* Limits (docs/operations.md, "Limits"). */
     int    idle_timeout;     /* -o idle_timeout: seconds, 0 = off */
-    bool   store_classic;    /* -o store_engine: true (classic, the default) the chained table,
-                              * false (compact) the compact engine */
+    bool   store_classic;    /* -o store_engine=classic: the chained table, not the compact engine */
     size_t max_output_bytes; /* --max-output-bytes: replies queued per client */
     int    max_keys_per_get; /* --max-keys-per-get: 0 = no limit */
     size_t max_frame_bytes;  /* --max-frame-bytes: cluster port payload */

@@ -1,6 +1,6 @@
 /*
  * store_seg: store.h on the compact engine (server/seg.c), the store a
- * node runs with -o store_engine=compact. Items live as
+ * node runs unless started with -o store_engine=classic. Items live as
  * byte-packed records in segments; what a caller holds (struct
  * store_item) is a copy made under the key's stripe lock, which it
  * releases as any item. Keyed writes are one seg_update each: the build
