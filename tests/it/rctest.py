@@ -302,7 +302,7 @@ def recv_until(sock, terminator, timeout=10.0, limit=64 << 20):
     """Read until the buffer ends with terminator (bytes); returns what was
     read (possibly short if the peer closed or the deadline passed)."""
     deadline = time.monotonic() + timeout
-    buf = b""
+    buf = bytearray()
     while not buf.endswith(terminator) and len(buf) < limit:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -315,7 +315,7 @@ def recv_until(sock, terminator, timeout=10.0, limit=64 << 20):
         if not d:
             break
         buf += d
-    return buf
+    return bytes(buf)
 
 
 def recv_exact_or_close(sock, timeout=5.0):
