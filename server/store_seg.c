@@ -397,6 +397,15 @@ concat_build(struct put_ctx *c, const struct seg_rec *old, struct seg_rec *nr)
         c->buf = b;
         c->cap = nb;
     }
+    if (nb == 0) { /* both empty: no buffer (memcpy to NULL is undefined) */
+        nr->nbytes = 0;
+        nr->value = "";
+        nr->flags = old->flags;
+        nr->exptime = old->exptime;
+        nr->ecas = tail != 0 ? store_item_cas(it) : 0;
+        nr->bits = it->mflags & STORE_MF_BINKEY ? SEG_RB_BINKEY : 0;
+        return SEG_BUILD_WRITE;
+    }
     if (c->op == STORE_OP_APPEND) {
         memcpy(c->buf, old->value, old->nbytes);
         memcpy(c->buf + old->nbytes, store_item_value(it), it->nbytes);
