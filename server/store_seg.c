@@ -397,16 +397,9 @@ concat_build(struct put_ctx *c, const struct seg_rec *old, struct seg_rec *nr)
         c->buf = b;
         c->cap = nb;
     }
-    if (nb == 0) { /* both empty: no buffer (memcpy to NULL is undefined) */
-        nr->nbytes = 0;
-        nr->value = "";
-        nr->flags = old->flags;
-        nr->exptime = old->exptime;
-        nr->ecas = tail != 0 ? store_item_cas(it) : 0;
-        nr->bits = it->mflags & STORE_MF_BINKEY ? SEG_RB_BINKEY : 0;
-        return SEG_BUILD_WRITE;
-    }
-    if (c->op == STORE_OP_APPEND) {
+    if (nb == 0) {
+        /* both empty: nothing to copy, and no buffer (memcpy to NULL is undefined) */
+    } else if (c->op == STORE_OP_APPEND) {
         memcpy(c->buf, old->value, old->nbytes);
         memcpy(c->buf + old->nbytes, store_item_value(it), it->nbytes);
     } else {
@@ -415,7 +408,7 @@ concat_build(struct put_ctx *c, const struct seg_rec *old, struct seg_rec *nr)
     }
     /* The old flags and expiry, the item's client CAS and key form. */
     nr->nbytes = (uint32_t)nb;
-    nr->value = c->buf;
+    nr->value = nb > 0 ? c->buf : "";
     nr->flags = old->flags;
     nr->exptime = old->exptime;
     nr->ecas = tail != 0 ? store_item_cas(it) : 0;
