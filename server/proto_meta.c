@@ -444,6 +444,7 @@ meta_get(struct conn *c, struct mreq *r)
     const char           *err;
     bool                  value;
     uint32_t              exp;
+    int64_t               la;
     int                   i, e = 0;
 
     if ((err = parse_flags(r)) != NULL) {
@@ -537,8 +538,8 @@ meta_get(struct conn *c, struct mreq *r)
             p = util_fmt_u64(put_flag(p, 'f'), it->flags);
             break;
         case 'l':
-            p = util_fmt_u64(put_flag(p, 'l'),
-                             (uint64_t)(store_now(s) - (int64_t)res.atime_before));
+            la = store_now(s) - (int64_t)res.atime_before;
+            p = util_fmt_u64(put_flag(p, 'l'), la > 0 ? (uint64_t)la : 0);
             break;
         case 'h':
             p = put_flag(p, 'h');

@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "server/cas_clock.h"
+
 #define STORE_KEY_MAX 250
 #define STORE_STRIPES 1024 /* lock stripes (store_cursor.stripe < this) */
 
@@ -221,22 +223,6 @@ int store_delete_cas(struct store *s, const char *key, size_t nkey, uint64_t has
  * minted after a restart, or on a node that just joined, is above what any
  * node minted earlier, up to clock skew. */
 uint64_t store_cas_mint(struct store *s);
-
-/* The CAS clock counts milliseconds from 2024-01-01T00:00:00Z (Unix ms
- * 1704067200000), shifted above a 22-bit counter: CAS values stay below
- * 2^63 (clients that hold a CAS in a signed 64-bit integer) until 2093. */
-#define STORE_CAS_EPOCH_MS     INT64_C(1704067200000)
-#define STORE_CAS_LOGICAL_BITS 22
-
-/* The CAS clock at Unix time unix_ms: the least CAS minted from then on
- * (0 before the clock's epoch). */
-static inline uint64_t
-store_cas_clock(int64_t unix_ms)
-{
-    return unix_ms > STORE_CAS_EPOCH_MS
-               ? (uint64_t)(unix_ms - STORE_CAS_EPOCH_MS) << STORE_CAS_LOGICAL_BITS
-               : 0;
-}
 
 /* Make every CAS minted from now on newer than cas (a replica applying a
  * tombstone: were it to become the primary, its writes must outrank it). */

@@ -901,7 +901,9 @@ mdebug_cb(void *arg, const struct seg_rec *r, uint64_t hash, unsigned freq)
     (void)hash;
     (void)freq;
     out->exp = r->exptime == 0 ? -1 : (int64_t)r->exptime - c->now;
-    out->la = (uint32_t)(c->now - (int64_t)r->atime);
+    /* 0, not a wrap, for an atime ahead of the clock (it can be as far
+     * ahead as a peer's clock was when it minted the CAS: seg_item.h). */
+    out->la = c->now > (int64_t)r->atime ? (uint32_t)(c->now - (int64_t)r->atime) : 0;
     out->cas = rec_ccas(r);
     out->fetched = (r->bits & SEG_RB_FETCHED) != 0;
     out->size = (uint32_t)seg_rec_size((uint8_t)(r->bits & SEG_RB_HAS), r->nkey, r->nbytes);

@@ -20,9 +20,10 @@
 #include "tests/suites.h"
 
 /* A clock the tests move; the flush floor. */
-int64_t  fake_now = 1000000;
+int64_t  fake_now = 1800000000; /* 2027: the CAS clock's time, as the node's */
 uint64_t fake_floor;
-uint64_t next_cas = 1;
+uint64_t next_cas =
+    ((uint64_t)(INT64_C(1800000000000) - STORE_CAS_EPOCH_MS) << STORE_CAS_LOGICAL_BITS);
 
 int64_t
 clock_now(void *arg)
@@ -151,21 +152,24 @@ START_TEST(test_codec)
     for (v = 0; v < 262144; v++) {
         val[v] = (char)(v * 7 + 3);
     }
-    for (combo = 0; combo < 16; combo++) {
+    for (combo = 0; combo < 32; combo++) {
         for (k = 1; k <= 250; k += (k < 8 ? 1 : 31)) {
             for (v = 0; v < sizeof(sizes) / sizeof(sizes[0]); v++) {
                 struct seg_rec in = { .bits = (uint8_t)(combo & 8 ? SEG_RB_STATE : 0),
                                       .nkey = (uint8_t)k,
                                       .nbytes = sizes[v],
                                       .cas = 0x0102030405060708ull + combo,
-                                      .atime = 0xa1b2c3d4u,
+                                      .atime = combo & 16
+                                                   ? store_cas_unix_s(0x0102030405060708ull) + 12345
+                                                   : 0xa1b2c3d4u,
                                       .exptime = combo & 1 ? 1700000000u + k : 0,
                                       .flags = combo & 2 ? 0xdeadbeefu : 0,
                                       .ecas = combo & 4 ? 0x1122334455667788ull : 0,
                                       .key = key,
                                       .value = val },
                                out;
-                size_t n, nk;
+                size_t   n, nk;
+                uint32_t na;
 
                 memset(key, 'a' + (int)(k % 26), k);
                 key[k - 1] = 'Z';
@@ -175,7 +179,8 @@ START_TEST(test_codec)
                 ck_assert_uint_eq(buf[n], 0xee); /* wrote no further */
                 ck_assert_uint_eq(seg_rec_decode(buf, &out), n);
                 ck_assert_uint_eq(out.bits & SEG_RB_STATE, in.bits & SEG_RB_STATE);
-                ck_assert_uint_eq(out.bits & SEG_RB_HAS, combo & 7);
+                ck_assert_uint_eq(out.bits & SEG_RB_HAS,
+                                  (combo & 7) | (combo & 16 ? 0 : SEG_RB_ATIME32));
                 ck_assert_uint_eq(out.nkey, k);
                 ck_assert_uint_eq(out.nbytes, sizes[v]);
                 ck_assert_uint_eq(out.cas, in.cas);
@@ -188,13 +193,14 @@ START_TEST(test_codec)
                 ck_assert_ptr_eq(seg_rec_key(buf, &nk), out.key);
                 ck_assert_uint_eq(nk, k);
                 /* In-place edits touch their field only. */
-                seg_rec_set_atime(buf, out.nbytes, 42);
+                na = combo & 16 ? store_cas_unix_s(in.cas) + 100 : 42;
+                seg_rec_set_atime(buf, out.nbytes, na);
                 seg_rec_set_bits(buf, SEG_RB_WON, SEG_RB_STALE);
                 if (combo & 1) {
                     seg_rec_set_exptime(buf, out.nbytes, 77);
                 }
                 seg_rec_decode(buf, &out);
-                ck_assert_uint_eq(out.atime, 42);
+                ck_assert_uint_eq(out.atime, na);
                 ck_assert(out.bits & SEG_RB_WON);
                 ck_assert(!(out.bits & SEG_RB_STALE));
                 ck_assert_uint_eq(out.exptime, combo & 1 ? 77 : 0);
@@ -204,10 +210,63 @@ START_TEST(test_codec)
             }
         }
     }
-    /* 100-byte value, no flags or TTL, 11-byte key: 15 bytes of header. */
-    ck_assert_uint_eq(seg_rec_size(0, 11, 100), 15 + 11 + 100);
+    /* 100-byte value, no flags or TTL, 11-byte key: 13 bytes of header. */
+    ck_assert_uint_eq(seg_rec_size(0, 11, 100), 13 + 11 + 100);
     free(buf);
     free(val);
+}
+END_TEST
+
+/* The last access kept as a 16-bit distance from the CAS's second: exact
+ * below 2^15 s, then rounded down within 1/2048, codes in order and with no
+ * gaps, the end saturated; a record whose atime does not fit is written
+ * with a u32; a bump in place rounds down, never below the CAS's second. */
+START_TEST(test_atime_codec)
+{
+    uint64_t       cas = next_cas;
+    uint32_t       base = store_cas_unix_s(cas), d, prev = 0, code;
+    uint8_t        buf[64];
+    struct seg_rec in = { .nkey = 1, .key = "k", .value = "", .cas = cas }, out;
+
+    ck_assert_uint_eq(base, (uint32_t)fake_now);
+    for (code = 1; code <= UINT16_MAX; code++) {
+        d = seg_atime_from_code((uint16_t)code);
+        ck_assert_uint_gt(d, prev);
+        ck_assert_uint_eq(seg_atime_to_code(d), code);         /* every code round-trips */
+        ck_assert_uint_eq(seg_atime_to_code(d - 1), code - 1); /* no gap below it */
+        if (code < SEG_ATIME_EXACT) {
+            ck_assert_uint_eq(d, code);
+        } else {
+            ck_assert_uint_le((uint64_t)(d - prev) * 2048, d);
+        }
+        prev = d;
+    }
+    ck_assert_uint_gt(prev, 4u * 365 * 86400); /* reaches 4 years */
+    ck_assert_uint_eq(seg_atime_to_code(UINT32_MAX), UINT16_MAX);
+    /* Written: u16 when exact, else u32 (rounding would change it). */
+    for (d = 0; d < 40000; d += 97) {
+        in.atime = base + d;
+        ck_assert_uint_eq(seg_rec_has(&in) & SEG_RB_ATIME32,
+                          seg_atime_from_code(seg_atime_to_code(d)) == d ? 0 : SEG_RB_ATIME32);
+        ck_assert_uint_eq(seg_rec_encode(buf, &in), seg_rec_size(seg_rec_has(&in), 1, 0));
+        seg_rec_decode(buf, &out);
+        ck_assert_uint_eq(out.atime, base + d);
+    }
+    in.atime = base - 1; /* older than the CAS (a peer's clock ahead) */
+    ck_assert_uint_eq(seg_rec_has(&in), SEG_RB_ATIME32);
+    in.atime = base + 10;
+    ck_assert_uint_eq(seg_rec_encode(buf, &in), 2 + 1 + 8 + 2 + 1);
+    /* In place: exact, rounded down, clamped to the CAS's second. */
+    seg_rec_set_atime(buf, 0, base + 32767);
+    seg_rec_decode(buf, &out);
+    ck_assert_uint_eq(out.atime, base + 32767);
+    seg_rec_set_atime(buf, 0, base + 100001);
+    seg_rec_decode(buf, &out);
+    ck_assert_uint_le(out.atime, base + 100001);
+    ck_assert_uint_ge(out.atime, base + 100001 - 100001 / 2048);
+    seg_rec_set_atime(buf, 0, base - 50);
+    seg_rec_decode(buf, &out);
+    ck_assert_uint_eq(out.atime, base);
 }
 END_TEST
 
@@ -261,9 +320,14 @@ START_TEST(test_basic)
     ck_assert_uint_eq(st.items, 0);
     ck_assert_uint_eq(st.live_bytes, 0);
     /* Over the item maximum (1 MiB): a distinct error, nothing stored. */
-    r = (struct seg_rec){ .nkey = 3, .key = "big", .value = big, .nbytes = sizeof(big), .cas = 1 };
+    r = (struct seg_rec){ .nkey = 3,
+                          .key = "big",
+                          .value = big,
+                          .nbytes = sizeof(big),
+                          .cas = next_cas++,
+                          .atime = (uint32_t)fake_now };
     ck_assert_int_eq(seg_put(s, hk("big"), &r, NULL, NULL), SEG_TOO_LARGE);
-    r.nbytes = 256 * KIB - 3 - 17; /* header 17 + key 3: exactly a quarter segment */
+    r.nbytes = 256 * KIB - 3 - 15; /* header 15 + key 3: exactly a quarter segment */
     ck_assert_uint_eq(seg_rec_size(0, 3, r.nbytes), 256 * KIB);
     ck_assert_int_eq(seg_put(s, hk("big"), &r, NULL, NULL), SEG_OK);
     seg_stats(s, &st);
@@ -708,7 +772,7 @@ START_TEST(test_segment_full)
     static char      val[1024];
     char             key[16];
     struct got       g;
-    uint32_t         nb = 1024 - 16 - 4; /* header 16 (2-byte length) + key 4 */
+    uint32_t         nb = 1024 - 14 - 4; /* header 14 (2-byte length) + key 4 */
     int              i;
 
     ck_assert_uint_eq(seg_rec_size(0, 4, nb), 1024);
@@ -873,6 +937,7 @@ seg_suite(void)
 
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_codec);
+    tcase_add_test(tc, test_atime_codec);
     tcase_add_test(tc, test_basic);
     tcase_add_test(tc, test_ttl_touch_state);
     tcase_add_test(tc, test_index_growth);

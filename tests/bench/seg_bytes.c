@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -45,9 +46,17 @@ static char val[300000];
 static int
 put_seg(struct seg *s, const char *key, size_t nkey, uint32_t nbytes, long i)
 {
-    struct seg_rec r = {
-        .nkey = (uint8_t)nkey, .nbytes = nbytes, .cas = (uint64_t)i + 1, .key = key, .value = val
-    };
+    /* CAS and atime as the node writes them: minted from the clock now. */
+    static uint64_t cas0;
+    static uint32_t now;
+    struct seg_rec  r = { .nkey = (uint8_t)nkey, .nbytes = nbytes, .key = key, .value = val };
+
+    if (cas0 == 0) {
+        now = (uint32_t)time(NULL);
+        cas0 = store_cas_clock((int64_t)now * 1000);
+    }
+    r.cas = cas0 + (uint64_t)i + 1;
+    r.atime = now;
 
     return seg_put(s, XXH3_64bits(key, nkey), &r, NULL, NULL) == SEG_OK ? 0 : -1;
 }
