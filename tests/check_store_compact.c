@@ -427,6 +427,65 @@ START_TEST(test_mem_limit)
 }
 END_TEST
 
+/* ---- (vi) the last access, kept as a distance from the CAS ------------- */
+
+static void
+set1(struct store *s, const char *key)
+{
+    struct store_item *it = store_alloc(s, key, strlen(key), h(key), 0, 0, 1, NULL);
+
+    ck_assert_ptr_nonnull(it);
+    memcpy(store_item_value_mut(it), "v", 1);
+    ck_assert_int_eq(store_put(s, it, STORE_OP_SET, 0, NULL), STORE_STORED);
+    store_release(s, it);
+}
+
+/* la through the store (seg_item.h keeps atime in 2 bytes from the CAS's
+ * second): exact over hours, and after a bump in place; an import whose
+ * CAS a peer minted 50 s in our future (its atime is older than the CAS:
+ * a u32 record) or an hour ago (a u16 one) keeps the access time it was
+ * given; a bump while the clock reads before the CAS's second reads la 0,
+ * not a wrap to 2^32 - 10. */
+START_TEST(test_atime_la)
+{
+    struct store       *s = mkstore_on(64 * MIB, false, true);
+    struct store_mdebug md;
+    struct store_item  *it;
+    int64_t             now = store_now(s);
+
+    set1(s, "own");
+    set1(s, "early");
+    ck_assert_int_eq(
+        store_import(s, "ahead", 5, h("ahead"), 0, 0, store_cas_clock((now + 50) * 1000), "a", 1),
+        STORE_STORED);
+    ck_assert_int_eq(store_import(s, "behind", 6, h("behind"), 0, 0,
+                                  store_cas_clock((now - 3600) * 1000), "b", 1),
+                     STORE_STORED);
+    ck_assert(store_mdebug(s, "ahead", 5, h("ahead"), &md));
+    ck_assert_uint_eq(md.la, 0);
+    store_clock_shift(s, 3 * 3600);
+    ck_assert(store_mdebug(s, "own", 3, h("own"), &md));
+    ck_assert_uint_eq(md.la, 3 * 3600);
+    it = store_get(s, "own", 3, h("own")); /* a bump: la 0 */
+    ck_assert_ptr_nonnull(it);
+    store_release(s, it);
+    store_clock_shift(s, 7);
+    ck_assert(store_mdebug(s, "own", 3, h("own"), &md));
+    ck_assert_uint_eq(md.la, 7);
+    ck_assert(store_mdebug(s, "behind", 6, h("behind"), &md));
+    ck_assert_uint_eq(md.la, 3 * 3600 + 7);
+    ck_assert(store_mdebug(s, "ahead", 5, h("ahead"), &md));
+    ck_assert_uint_eq(md.la, 3 * 3600 + 7);
+    store_clock_shift(s, -(3 * 3600 + 7) - 10); /* 10 s before "early" was written */
+    it = store_get(s, "early", 5, h("early"));
+    ck_assert_ptr_nonnull(it);
+    store_release(s, it);
+    ck_assert(store_mdebug(s, "early", 5, h("early"), &md));
+    ck_assert_uint_eq(md.la, 0);
+    store_free(s);
+}
+END_TEST
+
 /* ---- (v) the replica's CAS merge ----------------------------------------- */
 
 /* The removals a replica recorded (store_delete_older's hook) and the
@@ -568,6 +627,7 @@ store_compact_suite(void)
     tcase_add_test(tc, test_large_values);
     tcase_add_test(tc, test_mem_limit);
     tcase_add_test(tc, test_cas_merge);
+    tcase_add_test(tc, test_atime_la);
     suite_add_tcase(s, tc);
     return s;
 }
