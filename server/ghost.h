@@ -12,9 +12,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-/* One 4-byte slot per GHOST_BYTES_PER_SLOT bytes of the memory limit:
- * about as many ghosts as the limit holds 256-byte items (1.6% of it). */
-#define GHOST_BYTES_PER_SLOT 256u
+/* One 4-byte slot per GHOST_BYTES_PER_SLOT bytes of the memory limit
+ * (rounded up to a power of two): about as many ghosts as the limit holds
+ * 512-byte items (0.8% of it). With the compact engine's small SMALL
+ * queue, one per 256 bytes admitted too many returning keys to MAIN; one
+ * per 512 or 1024 did better at every skew but the largest limit
+ * (docs/store-engine.md, "Eviction"). */
+#define GHOST_BYTES_PER_SLOT 512u
 #define GHOST_MIN_SLOTS      4096u
 #define GHOST_MAX_SLOTS      (1u << 28)
 
