@@ -71,6 +71,9 @@ struct settings {
     int    max_keys_per_get; /* --max-keys-per-get: 0 = no limit */
     size_t max_frame_bytes;  /* --max-frame-bytes: cluster port payload */
     int    handoff_window;   /* --handoff-window: batches in flight per stream */
+    /* -o copy_throttle=off: a copy's rate is StartCopy's alone, not the
+     * adaptive throttle's (server/throttle.h). */
+    bool throttle_off;
     /* TLS on the client port (server/tls.h): memcached's -Z and -o ssl_*. */
     bool ssl_enabled;          /* -Z */
     char ssl_chain_cert[1024]; /* certificate chain, PEM */

@@ -58,6 +58,7 @@ main(void)
     srunner_add_suite(sr, util_suite());
     srunner_add_suite(sr, hotkeys_suite());
     srunner_add_suite(sr, latency_suite());
+    srunner_add_suite(sr, throttle_suite());
     srunner_add_suite(sr, authfile_suite());
     srunner_add_suite(sr, tlsctx_suite());
     srunner_add_suite(sr, k8s_suite());
