@@ -730,10 +730,12 @@ throttle_cb(evutil_socket_t fd, short what, void *arg)
 
 /* See handoff.h. */
 int
-handoff_throttle(struct handoff *h, struct server *srv, bool on, struct throttle_pub *pub)
+handoff_throttle(struct handoff *h, struct server *srv, bool on, uint64_t floor,
+                 struct throttle_pub *pub)
 {
     struct timeval tv = { 0, THROTTLE_TICK_MS * 1000 };
 
+    throttle_init(&h->thr, floor);
     h->srv = srv;
     h->pub = pub;
     h->thr_on = on;
@@ -1008,7 +1010,7 @@ handoff_start_copy(struct handoff *h, uint64_t rate, bool paused, char *err, siz
     h->nx = n_dests;
     h->copying = true;
     set_background(h, true);
-    if (h->thr_on) {
+    if (h->thr_on && h->nx > 0) {
         struct latency_hist snap;
 
         client_snapshot(h, &snap);

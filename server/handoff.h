@@ -42,9 +42,11 @@ void            handoff_free(struct handoff *h);
  * throttle"): on, the copy's rate follows the p99 of srv's client requests
  * (a timer on the handoff's event_base reads the workers' histograms every
  * THROTTLE_TICK_MS), capped by StartCopy's rate; off, it is that rate.
- * pub (owned by the caller, outliving h) gets the controller's figures.
- * Before the cluster thread runs; 0 or -1 (out of memory). */
-int handoff_throttle(struct handoff *h, struct server *srv, bool on, struct throttle_pub *pub);
+ * floor is the rate it never cuts under (bytes/s). pub (owned by the
+ * caller, outliving h) gets the controller's figures. Before the cluster
+ * thread runs; 0 or -1 (out of memory). */
+int handoff_throttle(struct handoff *h, struct server *srv, bool on, uint64_t floor,
+                     struct throttle_pub *pub);
 
 /* PREPARE, as a source: start dirty tracking of the arcs it sources (a
  * copy of them, so the cluster may drop its own). Idempotent. 0 or -1. */

@@ -225,6 +225,7 @@ stats_settings(struct conn *c)
     proto_reply_printf(c, "STAT max_frame_bytes %zu\r\n", st->max_frame_bytes);
     proto_reply_printf(c, "STAT handoff_window %d\r\n", st->handoff_window);
     proto_reply_printf(c, "STAT copy_throttle %s\r\n", st->throttle_off ? "off" : "on");
+    proto_reply_printf(c, "STAT copy_throttle_floor %u\r\n", st->throttle_floor_mib);
     proto_reply_printf(c, "STAT client_flags_size 4\r\n");
     proto_reply_printf(c, "STAT hotkeys_sample %u\r\n", st->hotkeys_sample);
     proto_reply_printf(c, "STAT hotkeys_decay %u\r\n", st->hotkeys_decay_s);
