@@ -153,7 +153,8 @@ def delta(after, before, nid, f):
 # ---------------------------------------------------------------- scenarios
 
 def throttle_on(t):
-    cl, ok = lg.start_cluster(t, ["a", "b", "c"], node_args=["-o", "copy_throttle_floor=%d" % FLOOR])
+    cl, ok = lg.start_cluster(t, ["a", "b", "c"],
+                              node_args=["-o", "copy_throttle_floor=%d" % FLOOR])
     load = None
     try:
         if not ok or not fill(t, cl):
