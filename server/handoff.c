@@ -722,7 +722,7 @@ throttle_cb(evutil_socket_t fd, short what, void *arg)
     if (h->fence_fn != NULL || h->paused) {
         return;
     }
-    if (throttle_tick(&h->thr, &snap, h->sent) != THROTTLE_WAIT) {
+    if (throttle_tick(&h->thr, &snap, h->sent, util_now_ms()) != THROTTLE_WAIT) {
         apply_rate(h);
         throttle_publish(&h->thr, true, h->pub);
     }
@@ -1014,7 +1014,7 @@ handoff_start_copy(struct handoff *h, uint64_t rate, bool paused, char *err, siz
         struct latency_hist snap;
 
         client_snapshot(h, &snap);
-        throttle_start(&h->thr, &snap, h->sent, rate);
+        throttle_start(&h->thr, &snap, h->sent, rate, util_now_ms());
         throttle_publish(&h->thr, true, h->pub);
     }
     apply_rate(h);

@@ -127,7 +127,8 @@ throttle_observe(struct throttle *t, const struct latency_hist *snap)
 /* See throttle.h. A baseline from fewer requests than a window needs
  * would be noise: the first judged window of the copy sets it then. */
 void
-throttle_start(struct throttle *t, const struct latency_hist *snap, uint64_t sent, uint64_t cap)
+throttle_start(struct throttle *t, const struct latency_hist *snap, uint64_t sent, uint64_t cap,
+               uint64_t now_ms)
 {
     struct latency_hist d;
 
@@ -145,6 +146,7 @@ throttle_start(struct throttle *t, const struct latency_hist *snap, uint64_t sen
     }
     t->win = *snap;
     t->win_sent = sent;
+    t->win_ms = now_ms;
     t->win_ticks = 0;
 }
 
@@ -185,11 +187,10 @@ rise(struct throttle *t)
  * the load's own.
  */
 enum throttle_verdict
-throttle_tick(struct throttle *t, const struct latency_hist *snap, uint64_t sent)
+throttle_tick(struct throttle *t, const struct latency_hist *snap, uint64_t sent, uint64_t now_ms)
 {
     struct latency_hist d;
-    uint64_t            n, p99, sent_d;
-    uint32_t            ticks;
+    uint64_t            n, p99, sent_d, ms;
     bool                over;
 
     if (!t->running) {
@@ -201,10 +202,11 @@ throttle_tick(struct throttle *t, const struct latency_hist *snap, uint64_t sent
     if (n < THROTTLE_MIN_SAMPLES && t->win_ticks < THROTTLE_MAX_TICKS) {
         return THROTTLE_WAIT;
     }
-    ticks = t->win_ticks;
+    ms = now_ms > t->win_ms ? now_ms - t->win_ms : 1;
     sent_d = sent > t->win_sent ? sent - t->win_sent : 0;
     t->win = *snap;
     t->win_sent = sent;
+    t->win_ms = now_ms;
     t->win_ticks = 0;
     t->decisions++;
     if (n < THROTTLE_MIN_SAMPLES) {
@@ -241,7 +243,7 @@ throttle_tick(struct throttle *t, const struct latency_hist *snap, uint64_t sent
         return THROTTLE_FLOOR_HIT;
     }
     {
-        double sent_rate = (double)sent_d * 1000.0 / ((double)ticks * THROTTLE_TICK_MS);
+        double sent_rate = (double)sent_d * 1000.0 / (double)ms;
         double from = sent_rate < t->rate ? sent_rate : t->rate;
 
         set_rate(t, from * THROTTLE_CUT_PCT / 100);

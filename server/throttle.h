@@ -51,6 +51,7 @@ struct throttle {
     /* The window being pooled: its start and how many ticks it spans. */
     struct latency_hist win;
     uint64_t            win_sent;
+    uint64_t            win_ms; /* when it started (the caller's clock) */
     uint32_t            win_ticks;
     /* Before a copy: the last THROTTLE_HISTORY snapshots, a ring. */
     struct latency_hist ring[THROTTLE_HISTORY];
@@ -76,19 +77,21 @@ void throttle_init(struct throttle *t, uint64_t floor);
  * command, throttle_client_hist) in the ring the baseline comes from. */
 void throttle_observe(struct throttle *t, const struct latency_hist *snap);
 
-/* A copy starts: sent is the copy's byte count now, cap the operator's
- * (0: none). The rate starts at the ceiling (the cap, or unlimited); the
- * baseline is the p99 of the ring's span if it has enough requests. */
+/* A copy starts at now_ms (a monotonic clock in ms): sent is the copy's
+ * byte count now, cap the operator's (0: none). The rate starts at the
+ * ceiling (the cap, or unlimited); the baseline is the p99 of the ring's
+ * span if it has enough requests. */
 void throttle_start(struct throttle *t, const struct latency_hist *snap, uint64_t sent,
-                    uint64_t cap);
+                    uint64_t cap, uint64_t now_ms);
 
 /* The operator's cap changed: the rate starts over from it. */
 void throttle_set_cap(struct throttle *t, uint64_t cap);
 
 /* One tick of a running copy (every THROTTLE_TICK_MS): snap the summed
- * client histograms now, sent the copy's byte count now. */
+ * client histograms now, sent the copy's byte count now, now_ms the same
+ * clock as throttle_start's (a late timer does not skew the sent rate). */
 enum throttle_verdict throttle_tick(struct throttle *t, const struct latency_hist *snap,
-                                    uint64_t sent);
+                                    uint64_t sent, uint64_t now_ms);
 
 /* The copy ended; the ring starts over. */
 void throttle_stop(struct throttle *t);

@@ -2,7 +2,8 @@
  * server/throttle: the copy's adaptive rate fed with synthetic histograms:
  * the interpolated p99, a baseline from before the copy (or the first
  * window), rises when idle, cuts under latency (from the rate the copy
- * actually sent), the hold after a cut, the floor, the operator's cap, and
+ * actually sent, over the window's real length), the hold after a cut,
+ * the floor, the operator's cap, and
  * windows with too few requests that never move the rate on their p99.
  */
 #include "config.h"
@@ -27,6 +28,7 @@ add(struct latency_hist *h, uint64_t n, uint64_t us)
 static struct throttle     t;
 static struct latency_hist cum;
 static uint64_t            sent;
+static uint64_t            now_ms; /* a tick is THROTTLE_TICK_MS on it */
 
 /* One tick of traffic: n requests at fast_us, of which slow at slow_us;
  * the copy sent `bytes` more. */
@@ -36,7 +38,8 @@ tick(uint64_t n, uint64_t fast_us, uint64_t slow, uint64_t slow_us, uint64_t byt
     add(&cum, n - slow, fast_us);
     add(&cum, slow, slow_us);
     sent += bytes;
-    return throttle_tick(&t, &cum, sent);
+    now_ms += THROTTLE_TICK_MS;
+    return throttle_tick(&t, &cum, sent, now_ms);
 }
 
 /* A copy started after 2 s of 1000 requests a tick at 50 us. */
@@ -53,7 +56,7 @@ start_loaded(uint64_t cap)
         add(&cum, 1000, 50);
         throttle_observe(&t, &cum);
     }
-    throttle_start(&t, &cum, 0, cap);
+    throttle_start(&t, &cum, 0, cap, now_ms);
 }
 
 START_TEST(test_p99)
@@ -96,7 +99,7 @@ START_TEST(test_baseline)
     throttle_init(&t, THROTTLE_FLOOR);
     memset(&cum, 0, sizeof(cum));
     throttle_observe(&t, &cum);
-    throttle_start(&t, &cum, 0, 0);
+    throttle_start(&t, &cum, 0, 0, now_ms);
     ck_assert_uint_eq(t.base_ns, 0);
     ck_assert_int_eq(tick(300, 100, 0, 0, MIB), THROTTLE_BASELINE);
     ck_assert_msg(t.base_ns > 64000 && t.base_ns <= 128000, "baseline %llu",
@@ -144,6 +147,18 @@ START_TEST(test_cut_hold_floor)
     /* Latency back to normal: the rate rises again. */
     ck_assert_int_eq(tick(300, 50, 0, 0, MIB), THROTTLE_RISE);
     ck_assert_uint_gt(throttle_rate(&t), THROTTLE_FLOOR);
+}
+END_TEST
+
+/* A late timer: the window is 300 ms long, not one tick; 30 MiB in it
+ * is 100 MiB/s, so the cut is to 70 MiB/s. */
+START_TEST(test_late_tick)
+{
+    start_loaded(0);
+    now_ms += 2 * THROTTLE_TICK_MS;
+    ck_assert_int_eq(tick(300, 50, 6, 2000, 30 * MIB), THROTTLE_CUT);
+    ck_assert_msg(throttle_rate(&t) > 69 * MIB && throttle_rate(&t) < 71 * MIB, "rate %llu",
+                  (unsigned long long)throttle_rate(&t));
 }
 END_TEST
 
@@ -261,6 +276,7 @@ throttle_suite(void)
     tcase_add_test(tc, test_p99);
     tcase_add_test(tc, test_baseline);
     tcase_add_test(tc, test_cut_hold_floor);
+    tcase_add_test(tc, test_late_tick);
     tcase_add_test(tc, test_rises_when_idle);
     tcase_add_test(tc, test_few_samples_ignored);
     tcase_add_test(tc, test_cap);
