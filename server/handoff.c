@@ -694,6 +694,15 @@ apply_rate(struct handoff *h)
     pump_schedule(h, 0);
 }
 
+/* Show the controller's figures (once handoff_throttle gave a place). */
+static void
+publish(struct handoff *h)
+{
+    if (h->pub != NULL) {
+        throttle_publish(&h->thr, h->thr_on, h->pub);
+    }
+}
+
 /* The node's client-request histograms now, summed over its workers. */
 static void
 client_snapshot(struct handoff *h, struct latency_hist *snap)
@@ -724,7 +733,7 @@ throttle_cb(evutil_socket_t fd, short what, void *arg)
     }
     if (throttle_tick(&h->thr, &snap, h->sent, util_now_ms()) != THROTTLE_WAIT) {
         apply_rate(h);
-        throttle_publish(&h->thr, true, h->pub);
+        publish(h);
     }
 }
 
@@ -923,7 +932,7 @@ handoff_stop(struct handoff *h)
     h->copying = false;
     if (h->thr.running) {
         throttle_stop(&h->thr);
-        throttle_publish(&h->thr, h->thr_on, h->pub);
+        publish(h);
     }
     event_del(h->pump_ev);
     h->pump_armed = false;
@@ -996,7 +1005,7 @@ handoff_start_copy(struct handoff *h, uint64_t rate, bool paused, char *err, siz
             h->cap = rate;
             throttle_set_cap(&h->thr, rate);
             apply_rate(h);
-            throttle_publish(&h->thr, h->thr_on, h->pub);
+            publish(h);
         }
         return 0;
     }
@@ -1015,7 +1024,7 @@ handoff_start_copy(struct handoff *h, uint64_t rate, bool paused, char *err, siz
 
         client_snapshot(h, &snap);
         throttle_start(&h->thr, &snap, h->sent, rate, util_now_ms());
-        throttle_publish(&h->thr, true, h->pub);
+        publish(h);
     }
     apply_rate(h);
     for (i = 0; i < h->nx; i++) {
