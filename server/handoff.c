@@ -703,14 +703,18 @@ publish(struct handoff *h)
     }
 }
 
-/* The node's client-request histograms now, summed over its workers. */
+/* The node's client-request histograms now, summed over its workers,
+ * and the workers' run-queue waits (none where /proc does not tell). */
 static void
-client_snapshot(struct handoff *h, struct latency_hist *snap)
+client_snapshot(struct handoff *h, struct throttle_sample *snap)
 {
     struct latency_stats ls;
 
     latency_sum(h->srv, &ls);
-    throttle_client_hist(&ls, snap);
+    throttle_client_hist(&ls, &snap->hist);
+    if (latency_sched_wait(h->srv, &snap->wait_ns, &snap->slices) < 0) {
+        snap->wait_ns = snap->slices = 0;
+    }
 }
 
 /* Every THROTTLE_TICK_MS: before a copy, a snapshot for its baseline;
@@ -718,8 +722,8 @@ client_snapshot(struct handoff *h, struct latency_hist *snap)
 static void
 throttle_cb(evutil_socket_t fd, short what, void *arg)
 {
-    struct handoff     *h = arg;
-    struct latency_hist snap;
+    struct handoff        *h = arg;
+    struct throttle_sample snap;
 
     (void)fd;
     (void)what;
@@ -1020,7 +1024,7 @@ handoff_start_copy(struct handoff *h, uint64_t rate, bool paused, char *err, siz
     h->copying = true;
     set_background(h, true);
     if (h->thr_on && h->nx > 0) {
-        struct latency_hist snap;
+        struct throttle_sample snap;
 
         client_snapshot(h, &snap);
         throttle_start(&h->thr, &snap, h->sent, rate, util_now_ms());

@@ -156,6 +156,10 @@ stats_general(struct conn *c)
         proto_reply_printf(c, "STAT copy_throttle_rises %" PRIu64 "\r\n", tp.rises);
         proto_reply_printf(c, "STAT copy_throttle_p99_us %" PRIu64 "\r\n", tp.p99_us);
         proto_reply_printf(c, "STAT copy_throttle_baseline_us %" PRIu64 "\r\n", tp.base_us);
+        proto_reply_printf(c, "STAT copy_throttle_cuts_wait %" PRIu64 "\r\n", tp.cuts_wait);
+        proto_reply_printf(c, "STAT copy_throttle_wait_us %" PRIu64 "\r\n", tp.wait_us);
+        proto_reply_printf(c, "STAT copy_throttle_wait_baseline_us %" PRIu64 "\r\n",
+                           tp.wait_base_us);
     }
     conn_out_add(c, "END\r\n", 5);
 }

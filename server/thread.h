@@ -62,6 +62,7 @@ struct worker {
     struct thread_stats     stats;
     struct latency_stats    lat;   /* its latency histograms (server/latency.h) */
     struct latency_clock    clock; /* the running callback's clock reading (latency.h) */
+    int                     ktid;  /* its kernel thread id, set as it starts (atomic) */
     struct hotkeys         *hot;   /* its hot-key sketch (server/hotkeys.h); NULL: off */
     /* Buffer pools, so idle connections hold no buffers (conn.c). */
     char             *rbuf_pool[WORKER_RBUF_POOL];

@@ -1,7 +1,8 @@
 /*
  * throttle: the copy's adaptive rate (server/throttle.h). Windows of at
- * least THROTTLE_MIN_SAMPLES requests are judged by their p99 against a
- * baseline (a slow-moving minimum seeded before the copy); the rate is
+ * least THROTTLE_MIN_SAMPLES requests are judged by their p99 and by the
+ * workers' mean run-queue wait against baselines (slow-moving minimums
+ * seeded before the copy); the rate is
  * AIMD-like: cut by THROTTLE_CUT_PCT, raised by an eighth (at least a
  * quarter of the floor) per good window, doubled per quiet one.
  */
@@ -112,9 +113,39 @@ throttle_client_hist(const struct latency_stats *ls, struct latency_hist *out)
     }
 }
 
+/* The workers' mean wait per run between two samples; false when there
+ * are too few runs to tell (or no figures). */
+static bool
+mean_wait(const struct throttle_sample *a, const struct throttle_sample *b, uint64_t *out)
+{
+    uint64_t n = a->slices > b->slices ? a->slices - b->slices : 0;
+
+    if (n < THROTTLE_MIN_SLICES) {
+        return false;
+    }
+    *out = a->wait_ns > b->wait_ns ? (a->wait_ns - b->wait_ns) / n : 0;
+    return true;
+}
+
+/* Whether v is over bounds of its baseline. */
+static bool
+over_base(uint64_t v, uint64_t base)
+{
+    return v * 100 > base * THROTTLE_OVER_PCT && v > base + THROTTLE_SLACK_NS;
+}
+
+/* A baseline follows a lower figure a quarter of the way. */
+static void
+follow_down(uint64_t *base, uint64_t v)
+{
+    if (v < *base) {
+        *base -= (*base - v) / 4;
+    }
+}
+
 /* See throttle.h. */
 void
-throttle_observe(struct throttle *t, const struct latency_hist *snap)
+throttle_observe(struct throttle *t, const struct throttle_sample *snap)
 {
     t->ring[(t->ring_head + t->ring_n) % THROTTLE_HISTORY] = *snap;
     if (t->ring_n < THROTTLE_HISTORY) {
@@ -127,7 +158,7 @@ throttle_observe(struct throttle *t, const struct latency_hist *snap)
 /* See throttle.h. A baseline from fewer requests than a window needs
  * would be noise: the first judged window of the copy sets it then. */
 void
-throttle_start(struct throttle *t, const struct latency_hist *snap, uint64_t sent, uint64_t cap,
+throttle_start(struct throttle *t, const struct throttle_sample *snap, uint64_t sent, uint64_t cap,
                uint64_t now_ms)
 {
     struct latency_hist d;
@@ -137,12 +168,16 @@ throttle_start(struct throttle *t, const struct latency_hist *snap, uint64_t sen
     t->rate = t->rate_min = ceiling(t);
     t->base_ns = 0;
     t->p99_ns = 0;
+    t->wait_based = false;
+    t->wait_base_ns = t->wait_ns = 0;
     t->hold = 0;
     if (t->ring_n > 0) {
-        hist_sub(&d, snap, &t->ring[t->ring_head]);
+        hist_sub(&d, &snap->hist, &t->ring[t->ring_head].hist);
         if (latency_count(&d) >= THROTTLE_MIN_SAMPLES) {
             t->base_ns = t->p99_ns = throttle_p99_ns(&d);
         }
+        t->wait_based = mean_wait(snap, &t->ring[t->ring_head], &t->wait_base_ns);
+        t->wait_ns = t->wait_base_ns;
     }
     t->win = *snap;
     t->win_sent = sent;
@@ -187,23 +222,25 @@ rise(struct throttle *t)
  * the load's own.
  */
 enum throttle_verdict
-throttle_tick(struct throttle *t, const struct latency_hist *snap, uint64_t sent, uint64_t now_ms)
+throttle_tick(struct throttle *t, const struct throttle_sample *snap, uint64_t sent,
+              uint64_t now_ms)
 {
     struct latency_hist d;
-    uint64_t            n, p99, sent_d, ms;
-    bool                over;
+    uint64_t            n, p99, sent_d, ms, wait = 0;
+    bool                over, over_wait, has_wait;
 
     if (!t->running) {
         return THROTTLE_WAIT;
     }
     t->win_ticks++;
-    hist_sub(&d, snap, &t->win);
+    hist_sub(&d, &snap->hist, &t->win.hist);
     n = latency_count(&d);
     if (n < THROTTLE_MIN_SAMPLES && t->win_ticks < THROTTLE_MAX_TICKS) {
         return THROTTLE_WAIT;
     }
     ms = now_ms > t->win_ms ? now_ms - t->win_ms : 1;
     sent_d = sent > t->win_sent ? sent - t->win_sent : 0;
+    has_wait = mean_wait(snap, &t->win, &wait);
     t->win = *snap;
     t->win_sent = sent;
     t->win_ms = now_ms;
@@ -216,15 +253,26 @@ throttle_tick(struct throttle *t, const struct latency_hist *snap, uint64_t sent
     }
     p99 = throttle_p99_ns(&d);
     t->p99_ns = p99;
-    if (t->base_ns == 0) {
-        t->base_ns = p99 > 0 ? p99 : 1;
+    if (has_wait) {
+        t->wait_ns = wait;
+    }
+    if (t->base_ns == 0 || (has_wait && !t->wait_based)) {
+        if (t->base_ns == 0) {
+            t->base_ns = p99 > 0 ? p99 : 1;
+        }
+        if (has_wait && !t->wait_based) {
+            t->wait_base_ns = wait;
+            t->wait_based = true;
+        }
         return THROTTLE_BASELINE;
     }
-    over = p99 * 100 > t->base_ns * THROTTLE_OVER_PCT && p99 > t->base_ns + THROTTLE_SLACK_NS;
+    over_wait = has_wait && over_base(wait, t->wait_base_ns);
+    over = over_base(p99, t->base_ns) || over_wait;
+    if (has_wait) {
+        follow_down(&t->wait_base_ns, wait);
+    }
+    follow_down(&t->base_ns, p99);
     if (!over) {
-        if (p99 < t->base_ns) {
-            t->base_ns -= (t->base_ns - p99) / 4;
-        }
         if (t->hold > 0) {
             t->hold--;
         }
@@ -239,7 +287,12 @@ throttle_tick(struct throttle *t, const struct latency_hist *snap, uint64_t sent
         return THROTTLE_HELD;
     }
     if (t->rate <= floor_rate(t)) {
-        t->base_ns += (p99 - t->base_ns) / 32;
+        if (p99 > t->base_ns) {
+            t->base_ns += (p99 - t->base_ns) / 32;
+        }
+        if (over_wait) {
+            t->wait_base_ns += (wait - t->wait_base_ns) / 32;
+        }
         return THROTTLE_FLOOR_HIT;
     }
     {
@@ -249,6 +302,9 @@ throttle_tick(struct throttle *t, const struct latency_hist *snap, uint64_t sent
         set_rate(t, from * THROTTLE_CUT_PCT / 100);
     }
     t->cuts++;
+    if (!over_base(p99, t->base_ns)) {
+        t->cuts_wait++;
+    }
     t->hold = THROTTLE_HOLD;
     return THROTTLE_CUT;
 }
@@ -288,8 +344,11 @@ throttle_publish(const struct throttle *t, bool on, struct throttle_pub *pub)
     PUT(cuts, t->cuts);
     PUT(rises, t->rises);
     PUT(decisions, t->decisions);
+    PUT(cuts_wait, t->cuts_wait);
     PUT(p99_us, t->p99_ns / 1000);
     PUT(base_us, t->base_ns / 1000);
+    PUT(wait_us, t->wait_ns / 1000);
+    PUT(wait_base_us, t->wait_base_ns / 1000);
 }
 
 /* See throttle.h. */
@@ -302,8 +361,11 @@ throttle_pub_read(const struct throttle_pub *pub, struct throttle_pub *out)
     GET(cuts);
     GET(rises);
     GET(decisions);
+    GET(cuts_wait);
     GET(p99_us);
     GET(base_us);
+    GET(wait_us);
+    GET(wait_base_us);
 }
 
 #undef PUT

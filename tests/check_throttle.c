@@ -3,7 +3,7 @@
  * the interpolated p99, a baseline from before the copy (or the first
  * window), rises when idle, cuts under latency (from the rate the copy
  * actually sent, over the window's real length), the hold after a cut,
- * the floor, the operator's cap, and
+ * the floor, the operator's cap, the workers' run-queue wait, and
  * windows with too few requests that never move the rate on their p99.
  */
 #include "config.h"
@@ -23,23 +23,32 @@ add(struct latency_hist *h, uint64_t n, uint64_t us)
     latency_record_n(h, us * 1000, n);
 }
 
-/* The controller under test, the node's cumulative histogram and the
- * copy's byte count (each test runs in a process of its own). */
-static struct throttle     t;
-static struct latency_hist cum;
-static uint64_t            sent;
-static uint64_t            now_ms; /* a tick is THROTTLE_TICK_MS on it */
+/* The controller under test, the node's cumulative sample (histogram,
+ * workers' waits) and the copy's byte count (each test runs in a process
+ * of its own). */
+static struct throttle        t;
+static struct throttle_sample cum;
+static uint64_t               sent;
+static uint64_t               now_ms; /* a tick is THROTTLE_TICK_MS on it */
 
 /* One tick of traffic: n requests at fast_us, of which slow at slow_us;
  * the copy sent `bytes` more. */
 static enum throttle_verdict
 tick(uint64_t n, uint64_t fast_us, uint64_t slow, uint64_t slow_us, uint64_t bytes)
 {
-    add(&cum, n - slow, fast_us);
-    add(&cum, slow, slow_us);
+    add(&cum.hist, n - slow, fast_us);
+    add(&cum.hist, slow, slow_us);
     sent += bytes;
     now_ms += THROTTLE_TICK_MS;
     return throttle_tick(&t, &cum, sent, now_ms);
+}
+
+/* The workers ran `slices` more times, waiting wait_us on average. */
+static void
+runs(uint64_t slices, uint64_t wait_us)
+{
+    cum.slices += slices;
+    cum.wait_ns += slices * wait_us * 1000;
 }
 
 /* A copy started after 2 s of 1000 requests a tick at 50 us. */
@@ -53,7 +62,7 @@ start_loaded(uint64_t cap)
     sent = 0;
     throttle_observe(&t, &cum);
     for (i = 0; i < THROTTLE_HISTORY; i++) {
-        add(&cum, 1000, 50);
+        add(&cum.hist, 1000, 50);
         throttle_observe(&t, &cum);
     }
     throttle_start(&t, &cum, 0, cap, now_ms);
@@ -159,6 +168,52 @@ START_TEST(test_late_tick)
     ck_assert_int_eq(tick(300, 50, 6, 2000, 30 * MIB), THROTTLE_CUT);
     ck_assert_msg(throttle_rate(&t) > 69 * MIB && throttle_rate(&t) < 71 * MIB, "rate %llu",
                   (unsigned long long)throttle_rate(&t));
+}
+END_TEST
+
+/* The workers' mean wait for a CPU: its baseline from before the copy,
+ * a cut when it is over bounds while the p99 is not, nothing from a
+ * window with too few runs, and nothing at all without the figures. */
+START_TEST(test_wait)
+{
+    int i;
+
+    throttle_init(&t, THROTTLE_FLOOR);
+    throttle_observe(&t, &cum);
+    for (i = 0; i < THROTTLE_HISTORY; i++) {
+        add(&cum.hist, 1000, 50);
+        runs(500, 20);
+        throttle_observe(&t, &cum);
+    }
+    throttle_start(&t, &cum, 0, 64 * MIB, now_ms);
+    ck_assert(t.wait_based);
+    ck_assert_uint_eq(t.wait_base_ns, 20000);
+    runs(100, 25);
+    ck_assert_int_eq(tick(300, 50, 0, 0, MIB), THROTTLE_RISE);
+    /* 40 more runs only: too few to judge their wait of 1 ms. */
+    runs(40, 1000);
+    ck_assert_int_eq(tick(300, 50, 0, 0, MIB), THROTTLE_RISE);
+    ck_assert_uint_eq(t.cuts, 0);
+    /* Enough of them: a cut for the wait alone. */
+    runs(100, 1000);
+    ck_assert_int_eq(tick(300, 50, 0, 0, MIB), THROTTLE_CUT);
+    ck_assert_uint_eq(t.cuts, 1);
+    ck_assert_uint_eq(t.cuts_wait, 1);
+    ck_assert_uint_eq(t.wait_ns, 1000000);
+    /* Without figures (no schedstat), only the p99 counts. */
+    memset(&cum, 0, sizeof(cum));
+    throttle_init(&t, THROTTLE_FLOOR);
+    throttle_observe(&t, &cum);
+    for (i = 0; i < THROTTLE_HISTORY; i++) {
+        add(&cum.hist, 1000, 50);
+        throttle_observe(&t, &cum);
+    }
+    throttle_start(&t, &cum, 0, 64 * MIB, now_ms);
+    ck_assert(!t.wait_based);
+    for (i = 0; i < 5; i++) {
+        ck_assert_int_eq(tick(300, 50, 0, 0, MIB), THROTTLE_RISE);
+    }
+    ck_assert_uint_eq(t.cuts, 0);
 }
 END_TEST
 
@@ -277,6 +332,7 @@ throttle_suite(void)
     tcase_add_test(tc, test_baseline);
     tcase_add_test(tc, test_cut_hold_floor);
     tcase_add_test(tc, test_late_tick);
+    tcase_add_test(tc, test_wait);
     tcase_add_test(tc, test_rises_when_idle);
     tcase_add_test(tc, test_few_samples_ignored);
     tcase_add_test(tc, test_cap);

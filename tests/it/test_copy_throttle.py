@@ -97,7 +97,9 @@ def gets_of(node):
 # ---------------------------------------------------------------- helpers
 
 FIELDS = ("copy_throttle_p99_us", "copy_throttle_baseline_us", "copy_throttle_decisions",
-          "copy_throttle_cuts", "copy_throttle_rises", "copy_rate_bytes", "copy_rate_min_bytes")
+          "copy_throttle_cuts", "copy_throttle_rises", "copy_throttle_cuts_wait",
+          "copy_rate_bytes", "copy_rate_min_bytes", "copy_throttle_wait_us",
+          "copy_throttle_wait_baseline_us")
 
 
 def throttle_stats(cl, ids):
@@ -185,10 +187,11 @@ def throttle_on(t):
         load = None
         if not ok:
             return
-        t.diag("under load: %s" % {n: {f: delta(s3, s2, n, f) for f in FIELDS[2:5]} for n in src})
-        t.diag("under load: least rate, p99 and baseline (us) %s" % {
+        t.diag("under load: %s" % {n: {f: delta(s3, s2, n, f) for f in FIELDS[2:6]} for n in src})
+        t.diag("under load: least rate, p99 and baseline, wait and baseline (us) %s" % {
             n: (s3[n]["copy_rate_min_bytes"], s3[n]["copy_throttle_p99_us"],
-                s3[n]["copy_throttle_baseline_us"]) for n in src})
+                s3[n]["copy_throttle_baseline_us"], s3[n]["copy_throttle_wait_us"],
+                s3[n]["copy_throttle_wait_baseline_us"]) for n in src})
         cut = [n for n in src if delta(s3, s2, n, "copy_throttle_cuts") > 0]
         t.ok(cut, "under load: the controller cut the rate on a source (%s)" % " ".join(cut),
              {n: (s2[n], s3[n]) for n in src})
