@@ -342,12 +342,14 @@ def bench_ringcache(a, figures, throttle="adaptive"):
         figures["throttle_cuts"] = sum(int(s.get("copy_throttle_cuts", 0)) for s in thr) - cuts0
         figures["throttle_rate_mib"] = sum(int(s.get("copy_rate_bytes", 0)) for s in thr) / 3.0 \
             / 1048576.0
-        print("# throttle %s: sources' rate at the end %s MiB/s, least %s MiB/s, cuts %d, "
-              "p99/baseline us %s" % (
+        print("# throttle %s: sources' rate at the end %s MiB/s, least %s MiB/s, cuts %d "
+              "(for the wait alone %s), p99/baseline us %s, wait/baseline us %s" % (
                   throttle, [round(int(s.get("copy_rate_bytes", 0)) / 1048576.0, 1) for s in thr],
                   [round(int(s.get("copy_rate_min_bytes", 0)) / 1048576.0, 1) for s in thr],
-                  figures["throttle_cuts"],
+                  figures["throttle_cuts"], [s.get("copy_throttle_cuts_wait") for s in thr],
                   [(s.get("copy_throttle_p99_us"), s.get("copy_throttle_baseline_us"))
+                   for s in thr],
+                  [(s.get("copy_throttle_wait_us"), s.get("copy_throttle_wait_baseline_us"))
                    for s in thr]), flush=True)
         time.sleep(a.secs)     # the window after the join
         t_end = time.monotonic()
