@@ -12,9 +12,11 @@
   is then under the cap and not under the floor; every key reads back;
 - a second cluster with -o copy_throttle=off joins d under the same load:
   exit 0, no decision and no cut, `stats settings` says off, every key
-  reads back."""
+  reads back;
+- bad values of the two options stop the start with one line, exit 2."""
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -72,7 +74,6 @@ class Load:
     """load_main in a subprocess against the given nodes."""
 
     def __init__(self, nodes):
-        import subprocess
         self.nodes = nodes
         self.proc = lg.track(subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--load"] + [n.addr_s for n in nodes],
@@ -213,8 +214,9 @@ def throttle_off(t):
             return
         st = lg.Conn(cl.nodes["a"].addr, 5.0)
         try:
-            t.ok(st.stats("settings").get("copy_throttle") == "off",
-                 "-o copy_throttle=off: stats settings says off")
+            ss = st.stats("settings")
+            t.ok(ss.get("copy_throttle") == "off" and ss.get("copy_throttle_floor") == "8",
+                 "-o copy_throttle=off: stats settings says off (floor 8, the default)", ss)
         finally:
             st.close()
         src = ["a", "b", "c"]
@@ -237,11 +239,23 @@ def throttle_off(t):
         lg.close_cluster(t, cl)
 
 
+def bad_options(t):
+    for opt, want in ((["-o", "copy_throttle=maybe"], "-o copy_throttle=maybe: must be on or off"),
+                      (["-o", "copy_throttle_floor=0"],
+                       "-o copy_throttle_floor=0: must be 1-100000 (MiB/s)"),
+                      (["-o", "copy_throttle"], "missing copy_throttle argument")):
+        r = subprocess.run([lg.RINGCACHED, "-p", "0"] + opt, stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=10)
+        lines = r.stderr.splitlines()
+        t.ok(r.returncode == 2 and len(lines) == 1 and want in lines[0],
+             "%s: exit 2, one line: %s" % (" ".join(opt), want), (r.returncode, r.stderr[:300]))
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--load":
         load_main(sys.argv[2:])
         return
-    lg.tap_main([throttle_on, throttle_off], 400, "the adaptive copy throttle")
+    lg.tap_main([bad_options, throttle_on, throttle_off], 400, "the adaptive copy throttle")
 
 
 if __name__ == "__main__":
