@@ -129,9 +129,9 @@ mean_wait(const struct throttle_sample *a, const struct throttle_sample *b, uint
 
 /* Whether v is over bounds of its baseline. */
 static bool
-over_base(uint64_t v, uint64_t base)
+over_base(uint64_t v, uint64_t base, uint64_t slack)
 {
-    return v * 100 > base * THROTTLE_OVER_PCT && v > base + THROTTLE_SLACK_NS;
+    return v * 100 > base * THROTTLE_OVER_PCT && v > base + slack;
 }
 
 /* A baseline follows a lower figure a quarter of the way. */
@@ -266,8 +266,8 @@ throttle_tick(struct throttle *t, const struct throttle_sample *snap, uint64_t s
         }
         return THROTTLE_BASELINE;
     }
-    over_wait = has_wait && over_base(wait, t->wait_base_ns);
-    over = over_base(p99, t->base_ns) || over_wait;
+    over_wait = has_wait && over_base(wait, t->wait_base_ns, THROTTLE_WAIT_SLACK_NS);
+    over = over_base(p99, t->base_ns, THROTTLE_SLACK_NS) || over_wait;
     if (has_wait) {
         follow_down(&t->wait_base_ns, wait);
     }
@@ -302,7 +302,7 @@ throttle_tick(struct throttle *t, const struct throttle_sample *snap, uint64_t s
         set_rate(t, from * THROTTLE_CUT_PCT / 100);
     }
     t->cuts++;
-    if (!over_base(p99, t->base_ns)) {
+    if (!over_base(p99, t->base_ns, THROTTLE_SLACK_NS)) {
         t->cuts_wait++;
     }
     t->hold = THROTTLE_HOLD;

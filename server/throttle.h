@@ -15,17 +15,18 @@
 
 #include "server/latency.h"
 
-#define THROTTLE_TICK_MS     100          /* how often the handoff feeds a snapshot */
-#define THROTTLE_HISTORY     20           /* snapshots kept before a copy (2 s): the baseline */
-#define THROTTLE_FLOOR       (8ull << 20) /* bytes/s: a move always finishes */
-#define THROTTLE_RATE_MAX    (4ull << 30) /* no cap and at least this: unlimited */
-#define THROTTLE_MIN_SAMPLES 200          /* requests a window needs to judge its p99 */
-#define THROTTLE_MAX_TICKS   10           /* a window still short of them then: quiet */
-#define THROTTLE_OVER_PCT    130          /* p99 over baseline * this / 100 ... */
-#define THROTTLE_SLACK_NS    50000        /* ... and over baseline + this: a cut */
-#define THROTTLE_CUT_PCT     70           /* a cut: min(rate, sent rate) * this / 100 */
-#define THROTTLE_HOLD        2            /* decisions after a cut that do not cut */
-#define THROTTLE_MIN_SLICES  50           /* worker runs a window needs to judge their wait */
+#define THROTTLE_TICK_MS       100          /* how often the handoff feeds a snapshot */
+#define THROTTLE_HISTORY       20           /* snapshots kept before a copy (2 s): the baseline */
+#define THROTTLE_FLOOR         (8ull << 20) /* bytes/s: a move always finishes */
+#define THROTTLE_RATE_MAX      (4ull << 30) /* no cap and at least this: unlimited */
+#define THROTTLE_MIN_SAMPLES   200          /* requests a window needs to judge its p99 */
+#define THROTTLE_MAX_TICKS     10           /* a window still short of them then: quiet */
+#define THROTTLE_OVER_PCT      130          /* p99 over baseline * this / 100 ... */
+#define THROTTLE_SLACK_NS      50000        /* ... and over baseline + this: a cut */
+#define THROTTLE_CUT_PCT       70           /* a cut: min(rate, sent rate) * this / 100 */
+#define THROTTLE_HOLD          2            /* decisions after a cut that do not cut */
+#define THROTTLE_MIN_SLICES    50           /* worker runs a window needs to judge their wait */
+#define THROTTLE_WAIT_SLACK_NS 20000        /* a mean, not a tail: a smaller margin */
 
 /* What one call of throttle_tick decided. */
 enum throttle_verdict {

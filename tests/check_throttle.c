@@ -194,12 +194,13 @@ START_TEST(test_wait)
     runs(40, 1000);
     ck_assert_int_eq(tick(300, 50, 0, 0, MIB), THROTTLE_RISE);
     ck_assert_uint_eq(t.cuts, 0);
-    /* Enough of them: a cut for the wait alone. */
-    runs(100, 1000);
+    /* Enough of them, at 45 us: over 1.3x and 20 us above: a cut for the
+     * wait alone. */
+    runs(100, 45);
     ck_assert_int_eq(tick(300, 50, 0, 0, MIB), THROTTLE_CUT);
     ck_assert_uint_eq(t.cuts, 1);
     ck_assert_uint_eq(t.cuts_wait, 1);
-    ck_assert_uint_eq(t.wait_ns, 1000000);
+    ck_assert_uint_eq(t.wait_ns, 45000);
     /* Without figures (no schedstat), only the p99 counts. */
     memset(&cum, 0, sizeof(cum));
     throttle_init(&t, THROTTLE_FLOOR);

@@ -42,7 +42,8 @@ p99_ratio_nonmoving_adaptive_over_off.
 
 Usage: make bench && RC_BUILDDIR=_build python3 tests/bench/handoff_bench.py
        [--items N] [--secs S] [--threads T] [--sample K] [--rate MBPS]
-       [--probe-rate OPS] [--throttle adaptive|off|both] [--rounds N] [--skip-ketama]
+       [--probe-rate OPS] [--throttle adaptive|off|both] [--rounds N] [--floor MIBPS]
+       [--skip-ketama]
 """
 import argparse
 import bisect
@@ -269,7 +270,8 @@ def run_ctl_marked(cl, args, patterns):
 
 def bench_ringcache(a, figures, throttle="adaptive"):
     cl = lg.Cluster(replicas=1, mem=a.mem, node_args=["-v"] + (
-        ["-o", "copy_throttle=off"] if throttle == "off" else []))
+        ["-o", "copy_throttle=off"] if throttle == "off" else
+        ["-o", "copy_throttle_floor=%d" % a.floor] if a.floor else []))
     try:
         for i in ("a", "b", "c"):
             cl.add(i)
@@ -555,6 +557,8 @@ def main():
     ap.add_argument("--throttle", choices=("adaptive", "off", "both"), default="adaptive",
                     help="the nodes' -o copy_throttle; both: alternate, --rounds each")
     ap.add_argument("--rounds", type=int, default=1, help="runs of each way with --throttle both")
+    ap.add_argument("--floor", type=int, default=None,
+                    help="-o copy_throttle_floor (MiB/s) of the adaptive nodes")
     ap.add_argument("--skip-ketama", action="store_true")
     ap.add_argument("--skip-ringcache", action="store_true")
     a = ap.parse_args()
