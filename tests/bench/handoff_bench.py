@@ -540,7 +540,9 @@ def both(a, figures):
     for way, fs in runs.items():
         for k in set().union(*fs):
             vals = sorted(f[k] for f in fs if k in f)
-            figures["%s_%s" % (k, way)] = vals[len(vals) // 2]
+            mid = len(vals) // 2
+            figures["%s_%s" % (k, way)] = (vals[mid] if len(vals) % 2
+                                           else (vals[mid - 1] + vals[mid]) / 2.0)
 
 
 def main():
