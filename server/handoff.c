@@ -1023,7 +1023,9 @@ handoff_start_copy(struct handoff *h, uint64_t rate, bool paused, char *err, siz
     h->nx = n_dests;
     h->copying = true;
     set_background(h, true);
-    if (h->thr_on && h->nx > 0) {
+    /* Off, the controller is started all the same but never ticked: what
+     * it shows is the operator's rate. */
+    if (h->nx > 0) {
         struct throttle_sample snap;
 
         client_snapshot(h, &snap);

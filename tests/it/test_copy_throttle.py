@@ -232,6 +232,8 @@ def throttle_off(t):
             return
         t.ok(all(s1[n]["copy_throttle_decisions"] == 0 and s1[n]["copy_throttle_cuts"] == 0
                  for n in src), "off: no decision, no cut", (s0, s1))
+        t.ok(all(s1[n]["copy_rate_bytes"] == s1[n]["copy_rate_min_bytes"] == 50 * MIB
+                 for n in src), "off: the rate shown is ringctl's (50 MiB/s)", s1)
         all_readable(t, cl, "a")
     finally:
         if load is not None:
