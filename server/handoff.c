@@ -717,8 +717,8 @@ client_snapshot(struct handoff *h, struct throttle_sample *snap)
     }
 }
 
-/* Every THROTTLE_TICK_MS: before a copy, a snapshot for its baseline;
- * during it (not in a fence: unpaced), one for a decision. */
+/* Every THROTTLE_TICK_MS: a snapshot for a baseline, or in a copy (not
+ * paused nor in a fence) a decision. */
 static void
 throttle_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -1023,8 +1023,7 @@ handoff_start_copy(struct handoff *h, uint64_t rate, bool paused, char *err, siz
     h->nx = n_dests;
     h->copying = true;
     set_background(h, true);
-    /* Off, the controller is started all the same but never ticked: what
-     * it shows is the operator's rate. */
+    /* Off, it is never ticked: it shows the operator's rate. */
     if (h->nx > 0) {
         struct throttle_sample snap;
 
