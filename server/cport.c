@@ -484,6 +484,11 @@ cport_new(struct server *srv, struct cluster *cl, const char *listen_addr, int p
         goto fail;
     }
     cp->ho = handoff_new(cl, srv->store, cp->base, (uint32_t)srv->settings.handoff_window);
+    if (cp->ho != NULL && handoff_throttle(cp->ho, srv, !srv->settings.throttle_off,
+                                           (uint64_t)srv->settings.throttle_floor_mib << 20,
+                                           &srv->copy_throttle) < 0) {
+        goto fail;
+    }
     cp->tr = cp->ho != NULL ? transition_new(cl, srv->store, cp->ho, cp->base) : NULL;
     cp->health = health_new(cl, cp->base);
     cp->stop_ev = event_new(cp->base, cp->stop_fd[0], EV_READ, stop_cb, cp);

@@ -32,6 +32,7 @@
 #include "server/log.h"
 #include "server/peer.h"
 #include "server/store.h"
+#include "server/throttle.h"
 
 #define CHUNK_BYTES     (HANDOFF_BATCH_BYTES - 1024) /* value bytes per chunk */
 #define PUMP_BATCHES    32                           /* batches per pump call, then yield */
@@ -86,7 +87,8 @@ struct handoff {
     struct arcset      track_arcs; /* predicate of the dirty tracking */
     bool               tracking;
     bool               copying;
-    uint64_t           rate;   /* bytes/s, 0 = unlimited */
+    uint64_t           rate;   /* bytes/s in force, 0 = unlimited */
+    uint64_t           cap;    /* the operator's rate (StartCopy), 0 = none */
     bool               paused; /* ringctl pause: the pump sends nothing but a fence */
     uint32_t           window; /* unacknowledged batches per stream */
     double             tokens;
@@ -99,6 +101,14 @@ struct handoff {
     int                base_nice;   /* the thread's nice before the copy */
     bool               niced;       /* running at COPY_NICE now */
     bool               nice_broken; /* cannot come back: never nice again */
+    /* The adaptive throttle (handoff_throttle): its controller, fed every
+     * THROTTLE_TICK_MS by tick_ev from the workers' histograms. */
+    struct throttle      thr;
+    bool                 thr_on;
+    struct server       *srv;
+    struct throttle_pub *pub;
+    struct event        *tick_ev;
+    uint64_t             sent; /* bytes the streams queued, frames included */
 };
 
 static void pump_schedule(struct handoff *h, uint64_t ms);
@@ -246,6 +256,7 @@ batch_flush(struct xfer *x)
     x->st.items_sent += x->nrec;
     x->st.bytes_sent += x->kv_bytes;
     cluster_count_sent(cl, x->nrec, x->kv_bytes);
+    h->sent += hl + x->len;
     if (h->rate > 0) {
         h->tokens -= (double)(hl + x->len);
     }
@@ -660,6 +671,98 @@ pump_schedule(struct handoff *h, uint64_t ms)
     h->pump_armed = true;
 }
 
+/*
+ * Source: the adaptive throttle (server/throttle.h)
+ */
+
+/* Put the rate in force: the controller's, or the operator's alone with
+ * the throttle off. The tokens earned at the old rate are kept. */
+static void
+apply_rate(struct handoff *h)
+{
+    uint64_t r = h->thr_on ? throttle_rate(&h->thr) : h->cap;
+
+    if (r == h->rate) {
+        return;
+    }
+    refill(h);
+    if (h->rate == 0) {
+        h->tokens = 0;
+        h->refill_ms = util_now_ms();
+    }
+    h->rate = r;
+    pump_schedule(h, 0);
+}
+
+/* Show the controller's figures (once handoff_throttle gave a place). */
+static void
+publish(struct handoff *h)
+{
+    if (h->pub != NULL) {
+        throttle_publish(&h->thr, h->thr_on, h->pub);
+    }
+}
+
+/* The node's client-request histograms now, summed over its workers,
+ * and the workers' run-queue waits (none where /proc does not tell). */
+static void
+client_snapshot(struct handoff *h, struct throttle_sample *snap)
+{
+    struct latency_stats ls;
+
+    latency_sum(h->srv, &ls);
+    throttle_client_hist(&ls, &snap->hist);
+    if (latency_sched_wait(h->srv, &snap->wait_ns, &snap->slices) < 0) {
+        snap->wait_ns = snap->slices = 0;
+    }
+}
+
+/* Every THROTTLE_TICK_MS: a snapshot for a baseline, or in a copy (not
+ * paused nor in a fence) a decision. */
+static void
+throttle_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct handoff        *h = arg;
+    struct throttle_sample snap;
+
+    (void)fd;
+    (void)what;
+    client_snapshot(h, &snap);
+    if (!h->thr.running) {
+        throttle_observe(&h->thr, &snap);
+        return;
+    }
+    if (h->fence_fn != NULL || h->paused) {
+        return;
+    }
+    if (throttle_tick(&h->thr, &snap, h->sent, util_now_ms()) != THROTTLE_WAIT) {
+        apply_rate(h);
+        publish(h);
+    }
+}
+
+/* See handoff.h. */
+int
+handoff_throttle(struct handoff *h, struct server *srv, bool on, uint64_t floor,
+                 struct throttle_pub *pub)
+{
+    struct timeval tv = { 0, THROTTLE_TICK_MS * 1000 };
+
+    throttle_init(&h->thr, floor);
+    h->srv = srv;
+    h->pub = pub;
+    h->thr_on = on;
+    throttle_publish(&h->thr, on, pub);
+    if (!on) {
+        return 0;
+    }
+    h->tick_ev = event_new(h->base, -1, EV_PERSIST, throttle_cb, h);
+    if (h->tick_ev == NULL || event_add(h->tick_ev, &tv) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
 /* A frame from the destination: HelloReply, HandoffAck or Error. */
 static void
 xfer_frame(struct xfer *x, const struct frame *f)
@@ -800,6 +903,7 @@ handoff_new(struct cluster *cl, struct store *s, struct event_base *base, uint32
         free(h);
         return NULL;
     }
+    throttle_init(&h->thr, THROTTLE_FLOOR);
     return h;
 }
 
@@ -830,6 +934,10 @@ handoff_stop(struct handoff *h)
 {
     set_background(h, false);
     h->copying = false;
+    if (h->thr.running) {
+        throttle_stop(&h->thr);
+        publish(h);
+    }
     event_del(h->pump_ev);
     h->pump_armed = false;
     xfers_clear(h);
@@ -851,6 +959,9 @@ handoff_free(struct handoff *h)
     h->niced = false; /* called after the cluster thread ended: no renice */
     handoff_stop(h);
     event_free(h->pump_ev);
+    if (h->tick_ev != NULL) {
+        event_free(h->tick_ev);
+    }
     free(h);
 }
 
@@ -890,17 +1001,19 @@ handoff_start_copy(struct handoff *h, uint64_t rate, bool paused, char *err, siz
     if (handoff_prepare(h, err, errlen) < 0) {
         return -1;
     }
-    if (h->rate != rate) {
-        h->rate = rate;
-        h->tokens = 0;
-        h->refill_ms = util_now_ms();
-    }
     /* Paused: the pump sends nothing (it polls, so the next StartCopy
      * without the flag goes on within POLL_MS); a fence is never paused. */
     h->paused = paused;
     if (h->copying) {
+        if (h->cap != rate) {
+            h->cap = rate;
+            throttle_set_cap(&h->thr, rate);
+            apply_rate(h);
+            publish(h);
+        }
         return 0;
     }
+    h->cap = rate;
     dests = cluster_dests(h->cl, &n_dests);
     h->x = calloc(n_dests > 0 ? n_dests : 1, sizeof(*h->x));
     if (h->x == NULL) {
@@ -910,6 +1023,15 @@ handoff_start_copy(struct handoff *h, uint64_t rate, bool paused, char *err, siz
     h->nx = n_dests;
     h->copying = true;
     set_background(h, true);
+    /* Off, it is never ticked: it shows the operator's rate. */
+    if (h->nx > 0) {
+        struct throttle_sample snap;
+
+        client_snapshot(h, &snap);
+        throttle_start(&h->thr, &snap, h->sent, rate, util_now_ms());
+        publish(h);
+    }
+    apply_rate(h);
     for (i = 0; i < h->nx; i++) {
         struct xfer               *x = &h->x[i];
         const struct cluster_dest *d = &dests[i];
@@ -942,7 +1064,7 @@ handoff_fence(struct handoff *h, handoff_done_fn fn, void *arg)
     h->fence_arg = arg;
     h->fence_start_ms = util_now_ms();
     if (!h->copying && n_dests > 0 &&
-        handoff_start_copy(h, h->rate, h->paused, err, sizeof(err)) < 0) {
+        handoff_start_copy(h, h->cap, h->paused, err, sizeof(err)) < 0) {
         h->fence_fn = NULL;
         fn(arg, err);
         return;

@@ -21,6 +21,8 @@ struct cluster;
 struct event_base;
 struct store;
 struct handoff;
+struct server;
+struct throttle_pub;
 
 #define HANDOFF_BATCH_RECORDS 256
 #define HANDOFF_BATCH_BYTES   (256u << 10) /* key + value bytes a batch */
@@ -35,6 +37,16 @@ typedef void (*handoff_done_fn)(void *arg, const char *err);
 struct handoff *handoff_new(struct cluster *cl, struct store *s, struct event_base *base,
                             uint32_t window);
 void            handoff_free(struct handoff *h);
+
+/* The adaptive throttle (server/throttle.h, docs/cluster.md "The adaptive
+ * throttle"): on, the copy's rate follows the p99 of srv's client requests
+ * (a timer on the handoff's event_base reads the workers' histograms every
+ * THROTTLE_TICK_MS), capped by StartCopy's rate; off, it is that rate.
+ * floor is the rate it never cuts under (bytes/s). pub (owned by the
+ * caller, outliving h) gets the controller's figures. Before the cluster
+ * thread runs; 0 or -1 (out of memory). */
+int handoff_throttle(struct handoff *h, struct server *srv, bool on, uint64_t floor,
+                     struct throttle_pub *pub);
 
 /* PREPARE, as a source: start dirty tracking of the arcs it sources (a
  * copy of them, so the cluster may drop its own). Idempotent. 0 or -1. */

@@ -5,7 +5,11 @@
 #include "config.h"
 #include "server/latency.h"
 
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server/conn.h"
 #include "server/thread.h"
@@ -97,6 +101,44 @@ latency_sum(struct server *srv, struct latency_stats *out)
         }
         latency_accumulate(&out->repl, &ls->repl);
     }
+}
+
+/* See latency.h. /proc/self/task/TID/schedstat: "time on a CPU (ns), time
+ * waiting on a run queue (ns), runs on a CPU". */
+int
+latency_sched_wait(struct server *srv, uint64_t *wait_ns, uint64_t *slices)
+{
+    int i;
+
+    *wait_ns = *slices = 0;
+    for (i = 0; i < srv->nworkers; i++) {
+        int      tid = __atomic_load_n(&srv->workers[i].ktid, __ATOMIC_RELAXED);
+        char     path[64], buf[128];
+        uint64_t run, wait, n;
+        ssize_t  len;
+        int      fd;
+
+        if (tid <= 0) {
+            return -1;
+        }
+        snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", tid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            return -1;
+        }
+        len = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (len <= 0) {
+            return -1;
+        }
+        buf[len] = '\0';
+        if (sscanf(buf, "%" SCNu64 " %" SCNu64 " %" SCNu64, &run, &wait, &n) != 3) {
+            return -1;
+        }
+        *wait_ns += wait;
+        *slices += n;
+    }
+    return 0;
 }
 
 /* A new batch of input is about to be parsed: its clock is read lazily,

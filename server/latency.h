@@ -170,6 +170,14 @@ const char *latency_cmd_name(enum latency_cmd k);
 /* Every worker's histograms summed into out (zeroed first). Any thread. */
 void latency_sum(struct server *srv, struct latency_stats *out);
 
+/* The other half of a request's time on the node: the workers' time
+ * runnable but waiting for a CPU (wait_ns) and their runs on one
+ * (slices), summed since they started, from the kernel's schedstat of each
+ * worker thread. 0, or -1 when a worker has not started or /proc does not
+ * tell (no CONFIG_SCHED_INFO). Any thread; reads a small /proc file per
+ * worker. */
+int latency_sched_wait(struct server *srv, uint64_t *wait_ns, uint64_t *slices);
+
 /*
  * The request path (the connection's worker only). latency_batch: the
  * parsing of a batch starts. latency_begin: a command line is being

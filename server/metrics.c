@@ -280,6 +280,16 @@ static const struct metric_row CLUSTER_ROWS[] = {
       offsetof(struct cluster_counters, bytes_sent) },
 };
 
+/* The handoff's adaptive throttle (server/throttle.h). */
+static const struct metric_row THROTTLE_ROWS[] = {
+    { "ringcache_copy_rate_bytes", "gauge",
+      "The copy rate in force as a handoff source, bytes/s (0: unlimited).",
+      offsetof(struct throttle_pub, rate) },
+    { "ringcache_copy_throttle_cuts_total", "counter",
+      "Times the adaptive throttle cut the copy rate for client latency.",
+      offsetof(struct throttle_pub, cuts) },
+};
+
 /* The cluster's figures: `stats` cluster counters, epochs, phase, health. */
 static void
 render_cluster(struct server *srv, struct evbuffer *b)
@@ -288,6 +298,7 @@ render_cluster(struct server *srv, struct evbuffer *b)
     struct cluster_counters  cc;
     struct cluster_snapshot  cs;
     struct thread_stats      ts;
+    struct throttle_pub      tp;
     unsigned                 i;
     char                     why[READY_REASON_MAX];
 
@@ -324,6 +335,8 @@ render_cluster(struct server *srv, struct evbuffer *b)
     one(b, "ringcache_cluster_behind_epoch", "gauge",
         "A higher epoch a peer runs (0: none); everything TRYAGAIN meanwhile.", cs.behind_epoch);
     rows(b, CLUSTER_ROWS, sizeof(CLUSTER_ROWS) / sizeof(CLUSTER_ROWS[0]), &cc);
+    throttle_pub_read(&srv->copy_throttle, &tp);
+    rows(b, THROTTLE_ROWS, sizeof(THROTTLE_ROWS) / sizeof(THROTTLE_ROWS[0]), &tp);
     one(b, "ringcache_ready", "gauge",
         "1 when GET /ready answers 200: a member serving its active epoch (or a plain node).",
         node_ready(srv, why, sizeof(why)) ? 1 : 0);

@@ -145,6 +145,22 @@ stats_general(struct conn *c)
         proto_reply_printf(c, "STAT cluster_bytes_imported %" PRIu64 "\r\n", cc.bytes_imported);
         proto_reply_printf(c, "STAT route_lookups %" PRIu64 "\r\n", ts.route_lookups);
     }
+    {
+        struct throttle_pub tp;
+
+        throttle_pub_read(&srv->copy_throttle, &tp);
+        proto_reply_printf(c, "STAT copy_rate_bytes %" PRIu64 "\r\n", tp.rate);
+        proto_reply_printf(c, "STAT copy_rate_min_bytes %" PRIu64 "\r\n", tp.rate_min);
+        proto_reply_printf(c, "STAT copy_throttle_decisions %" PRIu64 "\r\n", tp.decisions);
+        proto_reply_printf(c, "STAT copy_throttle_cuts %" PRIu64 "\r\n", tp.cuts);
+        proto_reply_printf(c, "STAT copy_throttle_rises %" PRIu64 "\r\n", tp.rises);
+        proto_reply_printf(c, "STAT copy_throttle_p99_us %" PRIu64 "\r\n", tp.p99_us);
+        proto_reply_printf(c, "STAT copy_throttle_baseline_us %" PRIu64 "\r\n", tp.base_us);
+        proto_reply_printf(c, "STAT copy_throttle_cuts_wait %" PRIu64 "\r\n", tp.cuts_wait);
+        proto_reply_printf(c, "STAT copy_throttle_wait_us %" PRIu64 "\r\n", tp.wait_us);
+        proto_reply_printf(c, "STAT copy_throttle_wait_baseline_us %" PRIu64 "\r\n",
+                           tp.wait_base_us);
+    }
     conn_out_add(c, "END\r\n", 5);
 }
 
@@ -212,6 +228,8 @@ stats_settings(struct conn *c)
     proto_reply_printf(c, "STAT max_keys_per_get %d\r\n", st->max_keys_per_get);
     proto_reply_printf(c, "STAT max_frame_bytes %zu\r\n", st->max_frame_bytes);
     proto_reply_printf(c, "STAT handoff_window %d\r\n", st->handoff_window);
+    proto_reply_printf(c, "STAT copy_throttle %s\r\n", st->throttle_off ? "off" : "on");
+    proto_reply_printf(c, "STAT copy_throttle_floor %u\r\n", st->throttle_floor_mib);
     proto_reply_printf(c, "STAT client_flags_size 4\r\n");
     proto_reply_printf(c, "STAT hotkeys_sample %u\r\n", st->hotkeys_sample);
     proto_reply_printf(c, "STAT hotkeys_decay %u\r\n", st->hotkeys_decay_s);

@@ -48,6 +48,7 @@ static const struct settings defaults = {
     .max_keys_per_get = SETTINGS_MAX_KEYS_DEFAULT,
     .max_frame_bytes = SETTINGS_MAX_FRAME_DEFAULT,
     .handoff_window = SETTINGS_HANDOFF_WIN_DEFAULT,
+    .throttle_floor_mib = SETTINGS_THROTTLE_FLOOR_DEFAULT,
     .ssl_min_version = 2, /* tlsv1.2, as memcached */
     .prefix_delimiter = ':',
 };
@@ -139,8 +140,12 @@ settings_usage(FILE *f)
                "  -Z, --enable-ssl           TLS on the client port (needs ssl_chain_cert)\n"
                "  -o, --extended=<opts>      store_engine=compact|classic, modern, maxconns_fast,\n"
                "                             idle_timeout=<secs> (close a connection idle\n"
-               "                             that long; 0: never, the default); slab and\n"
-               "                             LRU tuning is accepted with a warning\n"
+               "                             that long; 0: never, the default),\n"
+               "                             copy_throttle=on|off (a handoff copy's rate\n"
+               "                             follows client latency; default on),\n"
+               "                             copy_throttle_floor=<MiB/s> (its least rate,\n"
+               "                             default 8); slab and LRU tuning is accepted\n"
+               "                             with a warning\n"
                "     TLS (with -Z): ssl_chain_cert=<file> (PEM chain), ssl_key=<file> (PEM\n"
                "                             key; default: in the chain file),\n"
                "                             ssl_ca_cert=<file> (CAs for client certs),\n"
@@ -262,12 +267,13 @@ static const char SLAB_WHY[] = "slab allocator tuning does not apply (ringcached
 
 /* What ringcached does with a memcached -o sub-option. */
 enum sub_kind {
-    SUB_NOOP,   /* accepted: what ringcached does anyway */
-    SUB_SLAB,   /* slab, LRU or hash tuning: one warning */
-    SUB_IGNORE, /* accepted with one warning saying why */
-    SUB_IDLE,   /* idle_timeout: applied */
-    SUB_ENGINE, /* store_engine: applied */
-    SUB_SSL,    /* ssl_*: TLS settings (parse_ssl) */
+    SUB_NOOP,     /* accepted: what ringcached does anyway */
+    SUB_SLAB,     /* slab, LRU or hash tuning: one warning */
+    SUB_IGNORE,   /* accepted with one warning saying why */
+    SUB_IDLE,     /* idle_timeout: applied */
+    SUB_ENGINE,   /* store_engine: applied */
+    SUB_THROTTLE, /* copy_throttle: applied */
+    SUB_SSL,      /* ssl_*: TLS settings (parse_ssl) */
 };
 
 /* A sub-option's value: none (one given is ignored, as memcached does),
@@ -293,6 +299,8 @@ static const struct subopt SUBOPTS[] = {
       "connections over -c are always answered with an error and closed" },
     { "idle_timeout", SUB_IDLE, ARG_REQUIRED, NULL },
     { "store_engine", SUB_ENGINE, ARG_REQUIRED, NULL },
+    { "copy_throttle", SUB_THROTTLE, ARG_REQUIRED, NULL },
+    { "copy_throttle_floor", SUB_THROTTLE, ARG_REQUIRED, NULL },
     { "drop_privileges", SUB_IGNORE, ARG_NONE, "there is no system call filter" },
     { "no_drop_privileges", SUB_IGNORE, ARG_NONE, "there is no system call filter" },
     { "watcher_logbuf_size", SUB_IGNORE, ARG_REQUIRED, "there is no watch command" },
@@ -506,6 +514,21 @@ parse_subopt(FILE *err, char *one, struct settings *s)
                 return -1;
             }
             s->store_classic = strcmp(val, "classic") == 0;
+        } else if (so->kind == SUB_THROTTLE && strcmp(one, "copy_throttle_floor") == 0) {
+            long v;
+
+            if (parse_int(val, 1, 100000, &v) < 0) {
+                fprintf(err, "ringcached: -o copy_throttle_floor=%s: must be 1-100000 (MiB/s)\n",
+                        val);
+                return -1;
+            }
+            s->throttle_floor_mib = (uint32_t)v;
+        } else if (so->kind == SUB_THROTTLE) {
+            if (strcmp(val, "on") != 0 && strcmp(val, "off") != 0) {
+                fprintf(err, "ringcached: -o copy_throttle=%s: must be on or off\n", val);
+                return -1;
+            }
+            s->throttle_off = strcmp(val, "off") == 0;
         } else if (so->kind == SUB_SSL) {
             return parse_ssl(err, one, val, s);
         } else if (so->kind == SUB_SLAB) {

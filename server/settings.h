@@ -19,6 +19,7 @@
 #define SETTINGS_MAX_KEYS_DEFAULT    100000     /* --max-keys-per-get */
 #define SETTINGS_MAX_FRAME_DEFAULT   (4u << 20) /* --max-frame-bytes */
 #define SETTINGS_HANDOFF_WIN_DEFAULT 8          /* --handoff-window */
+#define SETTINGS_THROTTLE_FLOOR_DEFAULT 8       /* -o copy_throttle_floor, MiB/s */
 
 struct settings {
     int    port;            /* -p, TCP port (0 = any free port) */
@@ -71,6 +72,11 @@ struct settings {
     int    max_keys_per_get; /* --max-keys-per-get: 0 = no limit */
     size_t max_frame_bytes;  /* --max-frame-bytes: cluster port payload */
     int    handoff_window;   /* --handoff-window: batches in flight per stream */
+    /* -o copy_throttle=off: a copy's rate is StartCopy's alone, not the
+     * adaptive throttle's (server/throttle.h); -o copy_throttle_floor: the
+     * rate it never cuts under, MiB/s. */
+    bool     throttle_off;
+    uint32_t throttle_floor_mib;
     /* TLS on the client port (server/tls.h): memcached's -Z and -o ssl_*. */
     bool ssl_enabled;          /* -Z */
     char ssl_chain_cert[1024]; /* certificate chain, PEM */

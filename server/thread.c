@@ -20,6 +20,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -423,6 +424,7 @@ worker_main(void *arg)
 {
     struct worker *w = arg;
 
+    __atomic_store_n(&w->ktid, (int)syscall(SYS_gettid), __ATOMIC_RELAXED);
     pthread_mutex_lock(&w->srv->barrier_lock);
     w->barrier_live = true;
     w->barrier_seen = w->srv->barrier_gen;

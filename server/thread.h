@@ -17,6 +17,7 @@
 #include "server/settings.h"
 #include "server/stats.h"
 #include "server/store.h"
+#include "server/throttle.h"
 
 struct event_base;
 struct event;
@@ -61,6 +62,7 @@ struct worker {
     struct thread_stats     stats;
     struct latency_stats    lat;   /* its latency histograms (server/latency.h) */
     struct latency_clock    clock; /* the running callback's clock reading (latency.h) */
+    int                     ktid;  /* its kernel thread id, set as it starts (atomic) */
     struct hotkeys         *hot;   /* its hot-key sketch (server/hotkeys.h); NULL: off */
     /* Buffer pools, so idle connections hold no buffers (conn.c). */
     char             *rbuf_pool[WORKER_RBUF_POOL];
@@ -112,6 +114,9 @@ struct server {
     uint64_t            base_total_conns, base_rejected_conns;
     /* Cluster mode (server/cluster.h); NULL: a plain single-node cache. */
     struct cluster *cluster;
+    /* The handoff's adaptive throttle as `stats` and /metrics show it
+     * (server/throttle.h; written by the cluster thread). */
+    struct throttle_pub copy_throttle;
     /* -Y: the users read at start (server/authfile.h, read only; main
      * owns it); NULL: no login. Never written while the workers run, so
      * it also tells, without a lock, whether a login is needed. */

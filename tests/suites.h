@@ -28,6 +28,7 @@ Suite *peerauth_suite(void);
 Suite *util_suite(void);
 Suite *hotkeys_suite(void);
 Suite *latency_suite(void);
+Suite *throttle_suite(void);
 Suite *authfile_suite(void);
 Suite *tlsctx_suite(void);
 Suite *k8s_suite(void);

@@ -29,11 +29,21 @@ result:
                                TRYAGAIN to the end of the last one (the fence as
                                clients see it, Fence to Commit)
   hit_ratio_after_over_before  get hit ratio in a window after the join over before
+  throttle_rate_mib            the sources' copy rate in force at the end of the copy
+                               (the adaptive throttle's, server/throttle.h; mean, MiB/s)
+  throttle_cuts                the sources' copy_throttle_cuts during the join
   ketama_hit_ratio_after_over_before   the same for memcached + ketama
+
+--throttle adaptive (the default) or off (every node with -o copy_throttle=off)
+runs the ringcache part so; both runs it --rounds times each way, alternating,
+and prints every figure with an _adaptive and an _off suffix (the median of
+the rounds), then copy_mb_s_adaptive_over_off and
+p99_ratio_nonmoving_adaptive_over_off.
 
 Usage: make bench && RC_BUILDDIR=_build python3 tests/bench/handoff_bench.py
        [--items N] [--secs S] [--threads T] [--sample K] [--rate MBPS]
-       [--probe-rate OPS] [--skip-ketama]
+       [--probe-rate OPS] [--throttle adaptive|off|both] [--rounds N] [--floor MIBPS]
+       [--skip-ketama]
 """
 import argparse
 import bisect
@@ -258,8 +268,10 @@ def run_ctl_marked(cl, args, patterns):
 
 # ---------------------------------------------------------------- ringcache
 
-def bench_ringcache(a, figures):
-    cl = lg.Cluster(replicas=1, mem=a.mem, node_args=["-v"])
+def bench_ringcache(a, figures, throttle="adaptive"):
+    cl = lg.Cluster(replicas=1, mem=a.mem, node_args=["-v"] + (
+        ["-o", "copy_throttle=off"] if throttle == "off" else
+        ["-o", "copy_throttle_floor=%d" % a.floor] if a.floor else []))
     try:
         for i in ("a", "b", "c"):
             cl.add(i)
@@ -269,6 +281,8 @@ def bench_ringcache(a, figures):
         cl.converged(1, ["a", "b", "c"])
         e1 = cl.store_active()
         d = cl.add("d")
+        cuts0 = sum(int(lg.node_stats(cl.nodes[i].addr).get("copy_throttle_cuts", 0))
+                    for i in ("a", "b", "c"))
         e2_planned = cl.members(["a", "b", "c", "d"], epoch=2)
         t = time.monotonic()
         prim1 = locate_primaries(e1, a.items)
@@ -326,6 +340,19 @@ def bench_ringcache(a, figures):
                 for line in f.read().decode(errors="replace").splitlines():
                     if re.search(r"fence|priority|stall|suspect|down", line):
                         print("# node %s: %s" % (nid, line.strip()), flush=True)
+        thr = [lg.node_stats(cl.nodes[i].addr) for i in ("a", "b", "c")]
+        figures["throttle_cuts"] = sum(int(s.get("copy_throttle_cuts", 0)) for s in thr) - cuts0
+        figures["throttle_rate_mib"] = sum(int(s.get("copy_rate_bytes", 0)) for s in thr) / 3.0 \
+            / 1048576.0
+        print("# throttle %s: sources' rate at the end %s MiB/s, least %s MiB/s, cuts %d "
+              "(for the wait alone %s), p99/baseline us %s, wait/baseline us %s" % (
+                  throttle, [round(int(s.get("copy_rate_bytes", 0)) / 1048576.0, 1) for s in thr],
+                  [round(int(s.get("copy_rate_min_bytes", 0)) / 1048576.0, 1) for s in thr],
+                  figures["throttle_cuts"], [s.get("copy_throttle_cuts_wait") for s in thr],
+                  [(s.get("copy_throttle_p99_us"), s.get("copy_throttle_baseline_us"))
+                   for s in thr],
+                  [(s.get("copy_throttle_wait_us"), s.get("copy_throttle_wait_baseline_us"))
+                   for s in thr]), flush=True)
         time.sleep(a.secs)     # the window after the join
         t_end = time.monotonic()
         load.stop()
@@ -498,6 +525,26 @@ def bench_ketama(a, figures):
                 p.wait()
 
 
+def both(a, figures):
+    """--throttle both: a.rounds runs each way, alternating which goes
+    first; each figure's median gets the way's suffix."""
+    runs = {"adaptive": [], "off": []}
+    for r in range(a.rounds):
+        for way in (("adaptive", "off") if r % 2 == 0 else ("off", "adaptive")):
+            f = {}
+            print("# round %d: --throttle %s" % (r + 1, way), flush=True)
+            bench_ringcache(a, f, way)
+            print("# round %d %s: %s" % (r + 1, way, " ".join(
+                "%s=%.3f" % kv for kv in sorted(f.items()))), flush=True)
+            runs[way].append(f)
+    for way, fs in runs.items():
+        for k in set().union(*fs):
+            vals = sorted(f[k] for f in fs if k in f)
+            mid = len(vals) // 2
+            figures["%s_%s" % (k, way)] = (vals[mid] if len(vals) % 2
+                                           else (vals[mid - 1] + vals[mid]) / 2.0)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--items", type=int, default=1000000)
@@ -509,6 +556,11 @@ def main():
     ap.add_argument("--probe-rate", type=float, default=2000.0,
                     help="gets/s of the C latency prober (non-moving keys)")
     ap.add_argument("--dump", help="write the prober's records into this directory")
+    ap.add_argument("--throttle", choices=("adaptive", "off", "both"), default="adaptive",
+                    help="the nodes' -o copy_throttle; both: alternate, --rounds each")
+    ap.add_argument("--rounds", type=int, default=1, help="runs of each way with --throttle both")
+    ap.add_argument("--floor", type=int, default=None,
+                    help="-o copy_throttle_floor (MiB/s) of the adaptive nodes")
     ap.add_argument("--skip-ketama", action="store_true")
     ap.add_argument("--skip-ringcache", action="store_true")
     a = ap.parse_args()
@@ -518,8 +570,10 @@ def main():
             why = lg.supports_cluster()
             if why:
                 print("# ringcache part skipped: %s" % why, flush=True)
+            elif a.throttle == "both":
+                both(a, figures)
             else:
-                bench_ringcache(a, figures)
+                bench_ringcache(a, figures, a.throttle)
         if not a.skip_ketama:
             bench_ketama(a, figures)
     finally:
@@ -527,10 +581,15 @@ def main():
     for k in ("join_s", "copy_mb_s", "copied_over_imported", "fence_ms_max",
               "p99_ratio_nonmoving", "p99_ratio_nonmoving_join", "p99_ratio_nonmoving_sched",
               "p99_ratio_nonmoving_py",
-              "tryagain_window_ms", "hit_ratio_after_over_before",
-              "ketama_hit_ratio_after_over_before"):
-        if k in figures:
-            print("%s %.3f" % (k, figures[k]))
+              "tryagain_window_ms", "hit_ratio_after_over_before", "throttle_rate_mib",
+              "throttle_cuts", "ketama_hit_ratio_after_over_before"):
+        for kk in (k, k + "_adaptive", k + "_off"):
+            if kk in figures:
+                print("%s %.3f" % (kk, figures[kk]))
+    for k in ("copy_mb_s", "p99_ratio_nonmoving", "p99_ratio_nonmoving_join"):
+        if k + "_adaptive" in figures and k + "_off" in figures:
+            print("%s_adaptive_over_off %.3f" % (k, figures[k + "_adaptive"]
+                                                 / figures[k + "_off"]))
     sys.stdout.flush()
 
 
