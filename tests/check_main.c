@@ -48,9 +48,9 @@ static const struct {
     { cluster_suite, 1 },      { cport_suite, 2 },      { forward_suite, 1 },
     { fwd_order_suite, 1 },    { mstore_suite, 2 },     { replicate_suite, 2 },
     { peerauth_suite, 3 },     { util_suite, 3 },       { hotkeys_suite, 3 },
-    { latency_suite, 1 },      { authfile_suite, 3 },   { tlsctx_suite, 3 },
-    { k8s_suite, 1 },          { ready_suite, 2 },      { ctl_out_suite, 2 },
-    { seg_suite, 1 },          { seg_update_suite, 2 },
+    { latency_suite, 1 },      { throttle_suite, 3 },   { authfile_suite, 3 },
+    { tlsctx_suite, 3 },       { k8s_suite, 1 },        { ready_suite, 2 },
+    { ctl_out_suite, 2 },      { seg_suite, 1 },        { seg_update_suite, 2 },
 };
 
 /* Whether suite i runs: all without RC_CHECK_PART, else those of its part
