@@ -10,7 +10,8 @@
   baseline is the p99 of the 2 s before a copy): exit 0; the controller
   cut the rate on a source (copy_throttle_cuts grew), whose least rate
   is then under the cap and not under the floor; every key reads back;
-- a second cluster with -o copy_throttle=off joins d under the same load:
+- a second cluster with -o copy_throttle=off joins d under the same load
+  (2.5 s of it first, too):
   exit 0, no decision and no cut, `stats settings` says off, every key
   reads back;
 - bad values of the two options stop the start with one line, exit 2."""
@@ -153,12 +154,29 @@ def delta(after, before, nid, f):
     return after[nid][f] - before[nid][f]
 
 
+def join_under_load(t, cl, src, nid, args):
+    """Join nid (ringctl args) while a pipelined load runs on src, which it
+    starts 2.5 s before: the baseline is the p99 of the 2 s before a copy,
+    a window of that length under the load, not a wait for anything.
+    Returns src's throttle stats before and after, or None."""
+    load = Load([cl.nodes[n] for n in src])
+    try:
+        if not load.running(t):
+            return None
+        time.sleep(2.5)
+        before = throttle_stats(cl, src)
+        ok = join(t, cl, nid, args)
+        after = throttle_stats(cl, src)
+    finally:
+        load.stop()
+    return (before, after) if ok else None
+
+
 # ---------------------------------------------------------------- scenarios
 
 def throttle_on(t):
     cl, ok = lg.start_cluster(t, ["a", "b", "c"],
                               node_args=["-o", "copy_throttle_floor=%d" % FLOOR])
-    load = None
     try:
         if not ok or not fill(t, cl):
             return
@@ -174,20 +192,11 @@ def throttle_on(t):
         t.ok(all(s1[n]["copy_rate_min_bytes"] == CAP * MIB for n in src),
              "no load: the least rate of each copy is the cap (%d MiB/s), over the floor" % CAP,
              s1)
-        load = Load([cl.nodes[n] for n in ("a", "b", "c", "d")])
-        if not load.running(t):
-            return
-        # The baseline is the p99 of the 2 s before a copy: a window of
-        # that length under the load, not a wait for anything.
-        time.sleep(2.5)
         src = ["a", "b", "c", "d"]
-        s2 = throttle_stats(cl, src)
-        ok = join(t, cl, "e", ["--rate", str(CAP_LOADED)])
-        s3 = throttle_stats(cl, src)
-        load.stop()
-        load = None
-        if not ok:
+        got = join_under_load(t, cl, src, "e", ["--rate", str(CAP_LOADED)])
+        if got is None:
             return
+        s2, s3 = got
         t.diag("under load: %s" % {n: {f: delta(s3, s2, n, f) for f in FIELDS[2:6]} for n in src})
         t.diag("under load: least rate, p99 and baseline, wait and baseline (us) %s" % {
             n: (s3[n]["copy_rate_min_bytes"], s3[n]["copy_throttle_p99_us"],
@@ -201,14 +210,11 @@ def throttle_on(t):
              "floor (%d MiB/s)" % (CAP_LOADED, FLOOR), {n: s3[n] for n in cut})
         all_readable(t, cl, "a")
     finally:
-        if load is not None:
-            load.stop()
         lg.close_cluster(t, cl)
 
 
 def throttle_off(t):
     cl, ok = lg.start_cluster(t, ["a", "b", "c"], node_args=["-o", "copy_throttle=off"])
-    load = None
     try:
         if not ok or not fill(t, cl):
             return
@@ -220,24 +226,16 @@ def throttle_off(t):
         finally:
             st.close()
         src = ["a", "b", "c"]
-        load = Load([cl.nodes[n] for n in src])
-        if not load.running(t):
+        got = join_under_load(t, cl, src, "d", [])
+        if got is None:
             return
-        s0 = throttle_stats(cl, src)
-        ok = join(t, cl, "d", [])
-        s1 = throttle_stats(cl, src)
-        load.stop()
-        load = None
-        if not ok:
-            return
+        s0, s1 = got
         t.ok(all(s1[n]["copy_throttle_decisions"] == 0 and s1[n]["copy_throttle_cuts"] == 0
                  for n in src), "off: no decision, no cut", (s0, s1))
         t.ok(all(s1[n]["copy_rate_bytes"] == s1[n]["copy_rate_min_bytes"] == 50 * MIB
                  for n in src), "off: the rate shown is ringctl's (50 MiB/s)", s1)
         all_readable(t, cl, "a")
     finally:
-        if load is not None:
-            load.stop()
         lg.close_cluster(t, cl)
 
 
