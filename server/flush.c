@@ -5,6 +5,18 @@
  * owners agree on what the flush removed whatever order the flush and
  * the images reach them in; a node joining meanwhile gets the floor with
  * its handoff batches (op_broadcast). See flush.h.
+ *
+ * F is proposed before it is known: the node the client sent the flush
+ * to proposes P, its CAS clock FLUSH_LEAD_MS ahead (and above its own
+ * counter), and every member it asks raises its counter to P as it
+ * answers with what the counter was. When every answer is below P
+ * (clocks within FLUSH_LEAD_MS of the proposer's), F = P: everything a
+ * member held when asked is below F and everything it mints after is
+ * above, so a write that reaches a member after the flush did survives
+ * it, as in memcached. A member ahead by more makes F its counter
+ * (counted: flush_skewed), and the writes other members took between
+ * their answer and the floor may then fall below F: on every owner
+ * alike, as a write concurrent with the flush.
  */
 #include "config.h"
 #include "server/flush.h"
@@ -27,6 +39,15 @@
 #include "server/store.h"
 #include "server/thread.h"
 
+/* How far ahead of the proposer's clock a proposed floor is: above what
+ * any member within that skew has minted by the time the question
+ * reaches it. A member's CAS clock runs that much ahead of its wall
+ * clock after a flush, until the wall catches up (no cost but that). */
+#define FLUSH_LEAD_MS 100
+
+/* What flush_counters reports (any thread). */
+static uint64_t flush_asked, flush_skewed;
+
 enum flush_phase {
     FL_WAIT, /* for the connection's earlier requests */
     FL_ASK,  /* rc_flush_cas to every member */
@@ -42,7 +63,8 @@ struct flush_op {
     enum flush_phase  phase;
     uint32_t          pending; /* calls in flight, plus one while sending */
     uint32_t          failed;
-    uint64_t          floor; /* FL_ASK: the largest counter seen */
+    uint64_t          floor;    /* FL_ASK: the proposal, or a larger counter seen */
+    uint64_t          proposal; /* FL_ASK: what every member raised its counter to */
     int32_t           delay;
     bool              noreply;
 };
@@ -85,6 +107,13 @@ op_reply(void *arg, const char *line, size_t len, enum fwd_err err)
         op->failed++;
     } else if (op->phase == FL_ASK) {
         if (len > 4 && memcmp(line, "CAS ", 4) == 0 && util_parse_u64n(line + 4, len - 4, &n)) {
+            if (n > op->proposal && op->floor == op->proposal) {
+                __atomic_fetch_add(&flush_skewed, 1, __ATOMIC_RELAXED);
+                log_msg(LOG_INFO,
+                        "flush_all: a member's CAS counter is more than %d ms "
+                        "ahead of this node's clock; the floor is its counter",
+                        FLUSH_LEAD_MS);
+            }
             op->floor = n > op->floor ? n : op->floor;
         } else {
             op->failed++;
@@ -185,8 +214,14 @@ op_begin(struct flush_op *op)
         return;
     }
     op->phase = FL_ASK;
-    op->floor = store_cas_next(s);
-    op_broadcast(op, "rc_flush_cas\r\n", sizeof("rc_flush_cas\r\n") - 1);
+    op->proposal = store_cas_clock_ahead(s, FLUSH_LEAD_MS);
+    if (op->proposal < store_cas_next(s)) {
+        op->proposal = store_cas_next(s);
+    }
+    op->floor = op->proposal;
+    store_cas_raise(s, op->proposal);
+    n = snprintf(line, sizeof(line), "rc_flush_cas %" PRIu64 "\r\n", op->proposal);
+    op_broadcast(op, line, (size_t)n);
 }
 
 /* c closed: the flush goes on (or, not begun, is dropped) unanswered. */
@@ -251,17 +286,32 @@ flush_start(struct conn *c, int32_t delay, bool noreply)
 void
 flush_peer_cas(struct conn *c, const struct token *t, int ntok)
 {
-    char line[40];
-    int  n;
+    struct store *s = c->w->srv->store;
+    uint64_t      proposal = 0, was;
+    char          line[40];
+    int           n;
 
-    (void)t;
     c->noreply = false;
-    if (!c->peer || ntok != 1) {
-        REPLY(c, "CLIENT_ERROR rc_flush_cas is for cluster peers (rc_peer), no arguments");
+    if (!c->peer || ntok > 2 || (ntok == 2 && !proto_parse_u64(&t[1], &proposal))) {
+        REPLY(c, "CLIENT_ERROR usage: rc_flush_cas [<proposed floor>] (cluster peers only)");
         return;
     }
-    n = snprintf(line, sizeof(line), "CAS %" PRIu64 "\r\n", store_cas_next(c->w->srv->store));
+    /* What the counter was, and every CAS minted from here on above the
+     * proposal (a write that comes after the question survives the
+     * flush). Without a proposal (a node before it): the counter only. */
+    was = store_cas_next(s);
+    store_cas_raise(s, proposal);
+    __atomic_fetch_add(&flush_asked, 1, __ATOMIC_RELAXED);
+    n = snprintf(line, sizeof(line), "CAS %" PRIu64 "\r\n", was);
     conn_out_add(c, line, (size_t)n);
+}
+
+/* See flush.h. */
+void
+flush_counters(uint64_t *asked, uint64_t *skewed)
+{
+    *asked = __atomic_load_n(&flush_asked, __ATOMIC_RELAXED);
+    *skewed = __atomic_load_n(&flush_skewed, __ATOMIC_RELAXED);
 }
 
 /* See flush.h. */

@@ -1,7 +1,9 @@
 /*
  * flush: flush_all in a cluster as one CAS floor (docs/guarantees.md
- * "flush_all"). The node a client sent it to asks every member for its CAS
- * counter, then has every member raise its flush floor to the maximum, so
+ * "flush_all"). The node a client sent it to proposes a floor a little
+ * ahead of its clock; every member raises its CAS counter to it and
+ * answers with what the counter was; then every member raises its flush
+ * floor to the largest of those (the proposal unless a clock ran ahead), so
  * every owner drops the same items whatever order images and the flush
  * arrive in. One connection's flush_all runs after its earlier requests
  * are answered and before its later ones start.
@@ -24,6 +26,12 @@ struct token;
  * (store_flush), the same at every member.
  */
 void flush_start(struct conn *c, int32_t delay, bool noreply);
+
+/* rc_flush_cas questions this node answered as a member (asked), and
+ * flushes it proposed whose floor a member's counter overtook (skewed:
+ * that member's clock, or CAS counter, ran ahead of this node's by more
+ * than the proposal's lead). */
+void flush_counters(uint64_t *asked, uint64_t *skewed);
 
 /* Whether flush_all on c is cluster-wide: a member with a membership,
  * and c is a client, not a peer. */

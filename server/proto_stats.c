@@ -17,6 +17,7 @@
 
 #include "server/cluster.h"
 #include "server/conn.h"
+#include "server/flush.h"
 #include "server/hotkeys.h"
 #include "server/latency.h"
 #include "server/log.h"
@@ -125,6 +126,7 @@ stats_general(struct conn *c)
     {
         const struct cluster_view *v = srv->cluster != NULL ? cluster_view(srv->cluster) : NULL;
         struct cluster_counters    cc;
+        uint64_t                   asked, skewed;
 
         memset(&cc, 0, sizeof(cc));
         if (srv->cluster != NULL) {
@@ -141,6 +143,9 @@ stats_general(struct conn *c)
         proto_reply_printf(c, "STAT replica_failures %" PRIu64 "\r\n", cc.replica_failures);
         proto_reply_printf(c, "STAT replica_skipped %" PRIu64 "\r\n", cc.replica_skipped);
         proto_reply_printf(c, "STAT cluster_unavailable %" PRIu64 "\r\n", cc.unavailable);
+        flush_counters(&asked, &skewed);
+        proto_reply_printf(c, "STAT flush_asked %" PRIu64 "\r\n", asked);
+        proto_reply_printf(c, "STAT flush_skewed %" PRIu64 "\r\n", skewed);
         proto_reply_printf(c, "STAT cluster_items_imported %" PRIu64 "\r\n", cc.items_imported);
         proto_reply_printf(c, "STAT cluster_bytes_imported %" PRIu64 "\r\n", cc.bytes_imported);
         proto_reply_printf(c, "STAT route_lookups %" PRIu64 "\r\n", ts.route_lookups);

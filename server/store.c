@@ -404,6 +404,13 @@ store_cas_next(struct store *s)
 
 /* See store.h. */
 uint64_t
+store_cas_clock_ahead(struct store *s, int64_t lead_ms)
+{
+    return cas_wall(s) + ((uint64_t)lead_ms << STORE_CAS_LOGICAL_BITS);
+}
+
+/* See store.h. */
+uint64_t
 store_floor(struct store *s)
 {
     return __atomic_load_n(&s->floor, __ATOMIC_ACQUIRE);

@@ -273,6 +273,11 @@ void store_flush_floor(struct store *s, uint64_t floor);
 /* The CAS counter: every CAS minted or imported so far is below it. */
 uint64_t store_cas_next(struct store *s);
 
+/* The CAS clock lead_ms milliseconds from now by this store's clock
+ * (store_cas_clock of its wall time plus lead_ms), not a CAS: what a
+ * flush proposes as its floor (server/flush.c). */
+uint64_t store_cas_clock_ahead(struct store *s, int64_t lead_ms);
+
 /* The flush floor (0: never flushed). */
 uint64_t store_floor(struct store *s);
 

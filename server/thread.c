@@ -55,6 +55,19 @@ block_stop_signals(int how)
     pthread_sigmask(how, &set, NULL);
 }
 
+/* A test hook: RC_TEST_CLOCK_SHIFT=N runs the store's clock (its CAS
+ * clock, expiry, the "time" stat) N seconds off the wall, as on a node
+ * whose clock is skewed (tests/it/test_flush_order.py). */
+static void
+test_clock_shift(struct store *s)
+{
+    const char *n = getenv("RC_TEST_CLOCK_SHIFT");
+
+    if (n != NULL) {
+        store_clock_shift(s, strtoll(n, NULL, 10));
+    }
+}
+
 /* Create the store and the workers' bases; see thread.h. */
 struct server *
 server_new(const struct settings *settings)
@@ -91,6 +104,7 @@ server_new(const struct settings *settings)
         log_msg(LOG_ERR, "cannot create the store");
         goto fail;
     }
+    test_clock_shift(srv->store);
     srv->started = store_now(srv->store);
     if (settings->ssl_enabled) {
         char err[1536];

@@ -13,8 +13,17 @@ connection (issue 26, findings f23 and f22; docs/guarantees.md
   reached the replica unordered and the owners differed on thousands.
 - f17, R=2, a, b, c: `flush_all 6` through a, then d joins at once; 1.5 s
   past the moment no owner serves a pre-flush value. Before, the flush
-  never reached d (not yet a member), which served what it imported."""
+  never reached d (not yet a member), which served what it imported.
+- Skew, R=1, a, b, c with b's clock 3 s behind (RC_TEST_CLOCK_SHIFT):
+  a flush_all through a, held open by c stopped; sets at b after b was
+  asked survive it, sets before do not. Before, the floor was the
+  members' largest counter (a's clock), above every CAS b minted in the
+  3 s after: gomemcache's own test (a flush_all it does not wait for,
+  then add) saw its add undone by the flush. Then a flush through b,
+  the node behind: everything acknowledged before it is still removed
+  at a and c, whose counters are ahead of b's proposal (flush_skewed)."""
 import os
+import signal
 import sys
 import time
 
@@ -27,6 +36,8 @@ F22_ROUNDS = 30
 F22_KEYS = 400
 F17_KEYS = 1500
 F17_DELAY = 6
+SKEW_S = 3
+SKEW_KEYS = 50
 
 
 def read_until_end(c):
@@ -150,10 +161,93 @@ def delayed_join(t, cl):
          "copies)" % (len(served), 2 * len(keys)), served[:5])
 
 
+def skewed(t):
+    cl = lg.Cluster(replicas=1)
+    try:
+        cl.add("a")
+        os.environ["RC_TEST_CLOCK_SHIFT"] = str(-SKEW_S)
+        try:
+            cl.add("b")
+        finally:
+            del os.environ["RC_TEST_CLOCK_SHIFT"]
+        cl.add("c")
+        rc, out, err = cl.ctl("init", "--members", cl.write_members(["a", "b", "c"]))
+        conv = cl.converged(1, ["a", "b", "c"])
+        if not t.ok(rc == 0 and all(v == (1, 0) for v in conv.values()),
+                    "a, b (clock %d s behind), c: ringctl init, every node at epoch 1"
+                    % SKEW_S, (rc, lg.tail(err), conv)):
+            return
+        skewed_flushes(t, cl)
+    finally:
+        lg.close_cluster(t, cl)
+
+
+def skewed_flushes(t, cl):
+    a, b, c = (cl.nodes[i] for i in ("a", "b", "c"))
+    cand = ["fs-%d" % i for i in range(SKEW_KEYS * 12)]
+    owners = lg.locate(cl.store_active(), cand, 1)
+    at = {nid: [k for k in cand if owners[k][0] == nid] for nid in ("a", "b", "c")}
+    before, after = at["b"][:SKEW_KEYS], at["b"][SKEW_KEYS:2 * SKEW_KEYS]
+    # Set at a too, last: a's CAS counter is then its clock's now, 3 s
+    # ahead of every CAS b mints.
+    for nid, keys in (("b", before), ("a", at["a"][:SKEW_KEYS])):
+        r = co.pipeline(cl.nodes[nid].addr, [co.set_req(k, b"before") for k in keys])
+        t.ok(all(x == b"STORED" for x in r), "%d keys set at %s" % (len(keys), nid), r[:3])
+    asked = int(lg.node_stats(b.addr)["flush_asked"])
+    f = lg.Conn(a.addr, 10.0)
+    try:
+        # c stopped: a waits for its answer, so b has been asked and has
+        # not had the floor yet while the second sets run.
+        c.proc.send_signal(signal.SIGSTOP)
+        try:
+            f.send(b"flush_all\r\n")
+            seen = lg.wait_for(lambda: int(lg.node_stats(b.addr)["flush_asked"]) > asked, 5.0)
+            r = co.pipeline(b.addr, [co.set_req(k, b"after") for k in after])
+        finally:
+            c.proc.send_signal(signal.SIGCONT)
+        fr = f.readline()
+    finally:
+        f.close()
+    t.ok(seen and fr == b"OK" and all(x == b"STORED" for x in r),
+         "flush_all through a while c is stopped: b asked, %d sets at b meanwhile, then OK"
+         % len(after), (seen, fr, r[:3]))
+    ep = cl.store_epoch()
+    held = lg.read_keys(b.addr, before + after, epoch=ep)
+    held_a = lg.read_keys(a.addr, at["a"][:SKEW_KEYS], epoch=ep)
+    t.ok(not [k for k in before if k in held] and not held_a,
+         "every set acknowledged before the flush is gone (%d of %d at b, %d of %d at a held)"
+         % (len([k for k in before if k in held]), len(before), len(held_a), SKEW_KEYS))
+    lost = [k for k in after if held.get(k) != b"after"]
+    t.ok(not lost, "every set b took after it was asked survives, though b's clock is %d s "
+         "behind the flush's (%d of %d lost)" % (SKEW_S, len(lost), len(after)), lost[:3])
+    t.ok(lg.node_stats(a.addr)["flush_skewed"] == "0",
+         "a's proposal was above every member's counter (flush_skewed 0)")
+
+    # Through b, the node behind: a's and c's counters are ahead of its
+    # proposal, so the floor is theirs, and what they hold still goes.
+    mine = at["a"][:SKEW_KEYS] + at["c"][:SKEW_KEYS]
+    for nid in ("a", "c"):
+        r = co.pipeline(cl.nodes[nid].addr,
+                        [co.set_req(k, b"x") for k in mine if owners[k][0] == nid])
+        t.ok(all(x == b"STORED" for x in r), "keys set at %s" % nid, r[:3])
+    f = lg.Conn(b.addr, 10.0)
+    try:
+        fr = f.simple("flush_all")
+    finally:
+        f.close()
+    held = dict(lg.read_keys(a.addr, at["a"][:SKEW_KEYS], epoch=ep))
+    held.update(lg.read_keys(c.addr, at["c"][:SKEW_KEYS], epoch=ep))
+    t.ok(fr == b"OK" and not held, "flush_all through b: OK, and a and c, ahead of b's "
+         "clock, hold none of the %d keys set before (%d held)" % (len(mine), len(held)),
+         (fr, sorted(held)[:3]))
+    t.ok(lg.node_stats(b.addr)["flush_skewed"] == "1",
+         "b counted its floor overtaken by a member's counter (flush_skewed 1)")
+
+
 def main():
     two = dict(ids=("a", "b"), node_args=("-t", "4"))
     lg.tap_main([co.on_cluster(order, replicas=1, **two), co.on_cluster(identical, **two),
-                 co.on_cluster(delayed_join)], 170,
+                 co.on_cluster(delayed_join), skewed], 200,
                 "flush_all order and identical replicas")
 
 
