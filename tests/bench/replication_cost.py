@@ -12,6 +12,11 @@ primary, 3 nodes of 2 workers).
   "not supported", as on the 2-core VM) can still compare two builds.
   task_clock_us_per_set/r1, task_clock_us_per_set/r2: the same burst on
   the nodes run natively, perf stat task-clock (noisy on a shared machine).
+  syscalls_per_batch/r1, syscalls_per_batch/r2: in that burst, the nodes'
+  system calls per client batch of 32 sets (reads, writes and epoll
+  waits, each kind also alone): what bounds a pipelined replicated write
+  on loopback, where the kernel's TCP path is most of the cost. Each
+  replica peer of a batch adds a send and a read on each side.
 
 usage: RC_BUILDDIR=... replication_cost.py [--secs S] [--no-callgrind] [--no-perf]
 """
@@ -96,17 +101,32 @@ def callgrind_cost(replicas, secs):
         shutil.rmtree(outdir, ignore_errors=True)
 
 
+SYSCALLS = ("read", "readv", "sendmsg", "writev", "epoll_wait")
+
+
 def perf_cost(replicas, secs):
-    """perf stat counts the nodes for exactly as long as the burst runs."""
+    """perf stat counts the nodes for exactly as long as the burst runs:
+    task-clock us per set, and {syscall: count per batch of 32 sets} (empty
+    when the kernel offers no syscall tracepoints to this user)."""
     cl, members = cluster(replicas)
     try:
         pids = ",".join(str(n.proc.pid) for n in cl.nodes.values())
-        ops, err = burst(members, secs, ["perf", "stat", "-x,", "-e", "task-clock", "-p", pids, "--"])
+        events = ["task-clock"] + ["syscalls:sys_enter_" + n for n in SYSCALLS]
+        ops, err = burst(members, secs, ["perf", "stat", "-x,", "-e", ",".join(events), "-p",
+                                         pids, "--"])
+        if "task-clock" not in err:
+            ops, err = burst(members, secs, ["perf", "stat", "-x,", "-e", "task-clock", "-p",
+                                             pids, "--"])
+        clock, calls = None, {}
         for line in err.splitlines():
             p = line.split(",")
             if len(p) > 2 and p[2] == "task-clock":
-                return float(p[0]) * 1000 / ops
-        sys.exit("perf stat gave no task-clock: %s" % err)
+                clock = float(p[0]) * 1000 / ops
+            elif len(p) > 2 and p[2].startswith("syscalls:sys_enter_") and p[0].isdigit():
+                calls[p[2][len("syscalls:sys_enter_"):]] = int(p[0]) * 32.0 / ops
+        if clock is None:
+            sys.exit("perf stat gave no task-clock: %s" % err)
+        return clock, calls
     finally:
         cl.close()
         cl.cleanup_dir()
@@ -128,7 +148,12 @@ def main():
         if not a.no_callgrind:
             lines.append("instructions_per_set/r%d %.0f" % (r, callgrind_cost(r, a.secs)))
         if not a.no_perf:
-            lines.append("task_clock_us_per_set/r%d %.2f" % (r, perf_cost(r, a.secs)))
+            clock, calls = perf_cost(r, a.secs)
+            lines.append("task_clock_us_per_set/r%d %.2f" % (r, clock))
+            if calls:
+                lines.append("syscalls_per_batch/r%d %.1f (%s)" % (
+                    r, sum(calls.values()),
+                    " ".join("%s %.1f" % (n, calls[n]) for n in SYSCALLS if n in calls)))
     print("\n".join(lines))
 
 
