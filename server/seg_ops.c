@@ -169,10 +169,16 @@ seg_set_state(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_
     return slot != NULL ? SEG_OK : SEG_MISS;
 }
 
+/* How many slots ahead a walk prefetches the record: each record is a
+ * cache miss of its own (slots are in hash order, records in write order),
+ * and a walk that waits for one at a time is bound by memory latency. */
+#define WALK_PREFETCH 8
+
 /* Hand the records of one stripe to cb under its lock: the live ones
  * (live, at now and floor) or those with a CAS below `below`, dead or not.
  * Dead records are skipped, not unlinked: an unlink shifts slots back over
- * the walk's position. */
+ * the walk's position. The record WALK_PREFETCH slots ahead is prefetched
+ * while this one is read (store_bench's store_walk_ns_per_item). */
 static long
 walk_stripe(struct seg *s, uint32_t stripe, bool live, int64_t now, uint64_t below, seg_item_fn cb,
             void *arg)
@@ -186,6 +192,11 @@ walk_stripe(struct seg *s, uint32_t stripe, bool live, int64_t now, uint64_t bel
         uint64_t       v = st->slots[i];
         struct seg_rec r;
 
+        if (i + WALK_PREFETCH < st->nslots && (st->slots[i + WALK_PREFETCH] & SLOT_USED)) {
+            uint64_t w = st->slots[i + WALK_PREFETCH];
+
+            __builtin_prefetch(seg_rec_at(s, slot_seg(w), slot_off(w)));
+        }
         if (!(v & SLOT_USED)) {
             continue;
         }

@@ -1,12 +1,19 @@
 /*
  * store_bench: the item store alone, no network. Prints `figure value`
  * lines: resident bytes per item after 1M sets of 100-byte values with
- * 14-byte keys (by default), and get/set throughput from several threads.
+ * 14-byte keys (by default), get/set throughput from several threads, and
+ * the time a handoff's walk (store_walk, a predicate taking a quarter of
+ * the hashes, as a join's source walks) and count (store_count) take per
+ * item in the store.
  * Usage: store_bench [items] [threads] [ops-per-thread] [key-length 6..20]
+ * RC_BENCH_ENGINE=compact: the compact engine (the node's default); the
+ * chained table otherwise.
  */
 #include "config.h"
 
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +39,39 @@ mono(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* A join's share of a source's keys: a quarter of the hash space. */
+static bool
+quarter(uint64_t hash, void *arg)
+{
+    (void)arg;
+    return hash >> 62 == 0;
+}
+
+static void
+walked(struct store_item *it, void *arg)
+{
+    *(long *)arg += (long)it->nbytes > 0;
+}
+
+/* The walk and the count of a quarter of the store, ns per stored item. */
+static void
+bench_walk(struct store *s, long items)
+{
+    struct store_cursor cur;
+    uint64_t            n = 0, bytes = 0;
+    long                got = 0;
+    double              t0 = mono();
+
+    store_cursor_init(&cur);
+    while (store_walk(s, &cur, quarter, NULL, walked, &got, 4096)) {
+    }
+    printf("store_walk_ns_per_item/quarter %.1f (%ld walked)\n", (mono() - t0) * 1e9 / items, got);
+    t0 = mono();
+    store_count(s, quarter, NULL, &n, &bytes);
+    printf("store_count_ns_per_item/quarter %.1f (%llu counted)\n", (mono() - t0) * 1e9 / items,
+           (unsigned long long)n);
 }
 
 /* One set of key number i with a 100-byte value; 0 or a store error. */
@@ -83,7 +123,10 @@ main(int argc, char **argv)
     long                items = argc > 1 ? atol(argv[1]) : 1000000;
     int                 threads = argc > 2 ? atoi(argv[2]) : 2;
     long                ops = argc > 3 ? atol(argv[3]) : 2000000;
-    struct store_config cfg = { .mem_limit = (size_t)4 << 30, .item_size_max = 1 << 20 };
+    const char         *engine = getenv("RC_BENCH_ENGINE");
+    struct store_config cfg = { .mem_limit = (size_t)4 << 30,
+                                .item_size_max = 1 << 20,
+                                .compact = engine != NULL && strcmp(engine, "compact") == 0 };
     struct worker      *w;
     pthread_t          *th;
     struct store       *s;
@@ -117,6 +160,7 @@ main(int argc, char **argv)
     printf("store_charged_per_item/100B/key%d %zu\n", key_width + 4,
            store_item_size((size_t)key_width + 4, 100));
     printf("store_fill_sets_per_sec %.0f\n", (double)items / t);
+    bench_walk(s, items);
 
     w = calloc((size_t)threads, sizeof(*w));
     th = calloc((size_t)threads, sizeof(*th));
