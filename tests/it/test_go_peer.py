@@ -4,7 +4,8 @@ a 3-node R=2 ringcached cluster: make builds them into
 client/go/peer/memcache.test with only the construction changed
 (client/go/peer.sed: the package's names come from ringcache, the server
 is a node of this cluster, the unix-socket test skips: libringcache
-speaks TCP only). TAP: one line per gomemcache test, then the counts.
+speaks TCP only; and setup() reads its flush_all's reply before the test
+writes, see docs/go.md). TAP: one line per gomemcache test, then the counts.
 Skipped only when the Go package or gomemcache's source is missing."""
 import os
 import sys
