@@ -37,6 +37,7 @@ F22_KEYS = 400
 F17_KEYS = 1500
 F17_DELAY = 6
 SKEW_S = 3
+FLUSH_LEAD_S = 0.1  # FLUSH_LEAD_MS of server/flush.c
 SKEW_KEYS = 50
 
 
@@ -206,6 +207,7 @@ def skewed_flushes(t, cl):
         finally:
             c.proc.send_signal(signal.SIGCONT)
         fr = f.readline()
+        t_ok = time.monotonic()
     finally:
         f.close()
     t.ok(seen and fr == b"OK" and all(x == b"STORED" for x in r),
@@ -225,6 +227,10 @@ def skewed_flushes(t, cl):
 
     # Through b, the node behind: a's and c's counters are ahead of its
     # proposal, so the floor is theirs, and what they hold still goes.
+    # First the first flush's lead (100 ms, server/flush.c) must pass:
+    # until then every member's counter is that flush's proposal plus a
+    # few, b's too, and none is ahead of b's.
+    lg.wait_for(lambda: time.monotonic() > t_ok + 2 * FLUSH_LEAD_S, 5.0, 0.05)
     mine = at["a"][:SKEW_KEYS] + at["c"][:SKEW_KEYS]
     for nid in ("a", "c"):
         r = co.pipeline(cl.nodes[nid].addr,
