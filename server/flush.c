@@ -197,6 +197,7 @@ static void
 op_begin(struct flush_op *op)
 {
     struct store *s = op_store(op);
+    uint64_t      next;
     char          line[64];
     int           n;
 
@@ -214,9 +215,10 @@ op_begin(struct flush_op *op)
         return;
     }
     op->phase = FL_ASK;
+    next = store_cas_next(s);
     op->proposal = store_cas_clock_ahead(s, FLUSH_LEAD_MS);
-    if (op->proposal < store_cas_next(s)) {
-        op->proposal = store_cas_next(s);
+    if (op->proposal < next) {
+        op->proposal = next;
     }
     op->floor = op->proposal;
     store_cas_raise(s, op->proposal);

@@ -190,11 +190,10 @@ walk_stripe(struct seg *s, uint32_t stripe, bool live, int64_t now, uint64_t bel
     pthread_mutex_lock(&st->lock);
     for (i = 0; i < st->nslots; i++) {
         uint64_t       v = st->slots[i];
+        uint64_t       w = i + WALK_PREFETCH < st->nslots ? st->slots[i + WALK_PREFETCH] : 0;
         struct seg_rec r;
 
-        if (i + WALK_PREFETCH < st->nslots && (st->slots[i + WALK_PREFETCH] & SLOT_USED)) {
-            uint64_t w = st->slots[i + WALK_PREFETCH];
-
+        if (w & SLOT_USED) {
             __builtin_prefetch(seg_rec_at(s, slot_seg(w), slot_off(w)));
         }
         if (!(v & SLOT_USED)) {
