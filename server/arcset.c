@@ -102,6 +102,23 @@ arcset_pred(uint64_t hash, void *arg)
     return arcset_has(arg, hash);
 }
 
+/* See arcset.h. Ranges are disjoint and inclusive: each sets the bits of
+ * the prefixes from its start's to its end's. */
+void
+arcset_prefixes(const struct arcset *a, unsigned bits, uint64_t *map)
+{
+    uint32_t i;
+
+    memset(map, 0, ((size_t)1 << bits) / 8);
+    for (i = 0; i < a->n; i++) {
+        uint64_t p = a->r[i].start >> (64 - bits), last = a->r[i].end >> (64 - bits);
+
+        for (; p <= last; p++) {
+            map[p / 64] |= (uint64_t)1 << (p % 64);
+        }
+    }
+}
+
 /* Free the ranges; the set is empty and reusable after. */
 void
 arcset_clear(struct arcset *a)

@@ -38,6 +38,9 @@ int arcset_copy(struct arcset *dst, const struct arcset *src);
 int arcset_append(struct arcset *dst, const struct arcset *src);
 /* arcset_has as a store predicate (server/store.h): arg is the arcset. */
 bool arcset_pred(uint64_t hash, void *arg);
+/* The set's prefix map (server/store.h: bit p set when a range holds a
+ * hash whose top `bits` bits are p) into map, 2^bits bits, overwritten. */
+void arcset_prefixes(const struct arcset *a, unsigned bits, uint64_t *map);
 /* Fraction of the keyspace covered, for logs and tests. */
 double arcset_share(const struct arcset *a);
 

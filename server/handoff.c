@@ -63,7 +63,8 @@ struct xfer {
     struct handoff        *h;
     char                   id[RING_ID_MAX + 1];
     char                   addr[RING_ADDR_MAX + 1];
-    struct arcset          arcs; /* our copy of the arcs it gains from us */
+    struct arcset          arcs;     /* our copy of the arcs it gains from us */
+    uint64_t              *prefixes; /* their prefix map: the walk reads only those records */
     enum xfer_state        state;
     struct bufferevent    *bev;
     struct store_cursor    cur;
@@ -863,7 +864,8 @@ xfer_open(struct xfer *x)
 {
     int rc;
 
-    store_count(x->h->s, arcset_pred, &x->arcs, &x->st.items_total, &x->st.bytes_total);
+    store_count(x->h->s, arcset_pred, &x->arcs, x->prefixes, &x->st.items_total,
+                &x->st.bytes_total);
     cluster_count_planned(x->h->cl, x->st.items_total, x->st.bytes_total);
     x->bev = peer_dial(x->h->base, cluster_peer_tls(x->h->cl), x->addr);
     if (x->bev == NULL) {
@@ -920,6 +922,7 @@ xfers_clear(struct handoff *h)
             bufferevent_free(x->bev);
         }
         arcset_clear(&x->arcs);
+        free(x->prefixes);
         carry_clear(x);
         free(x->buf);
     }
@@ -1041,10 +1044,13 @@ handoff_start_copy(struct handoff *h, uint64_t rate, bool paused, char *err, siz
         snprintf(x->addr, sizeof(x->addr), "%s", d->addr);
         snprintf(x->st.dest, sizeof(x->st.dest), "%s", d->id);
         store_cursor_init(&x->cur);
-        if (arcset_copy(&x->arcs, &d->arcs) < 0) {
+        x->prefixes = malloc(STORE_PREFIX_WORDS * sizeof(uint64_t));
+        if (x->prefixes == NULL || arcset_copy(&x->arcs, &d->arcs) < 0) {
             xfer_fail(x, "out of memory");
             continue;
         }
+        arcset_prefixes(&x->arcs, STORE_PREFIX_BITS, x->prefixes);
+        x->cur.prefixes = x->prefixes;
         xfer_open(x);
     }
     pump_schedule(h, 0);

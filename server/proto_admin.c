@@ -298,7 +298,7 @@ cachedump_item(struct store_item *it, void *arg)
 enum proto_status
 proto_admin_dump_continue(struct conn *c)
 {
-    struct store_cursor cur = { c->dump_stripe, c->dump_bucket };
+    struct store_cursor cur = { c->dump_stripe, c->dump_bucket, NULL };
     int                 more = store_walk(c->w->srv->store, &cur, NULL, NULL,
                           c->dump_items ? cachedump_item : dump_item, c, DUMP_SLICE);
 

@@ -176,8 +176,22 @@ long seg_walk(struct seg *s, uint32_t stripe, seg_item_fn cb, void *arg);
 /* Hand every record of one stripe whose CAS is below `below` to cb, dead
  * or alive: a flush during a handoff records each flushed key (the floor
  * has made them dead already); a purge removes every record (UINT64_MAX).
+ * Only those whose prefix is in prefixes (NULL: all; see seg_walk_prefixes).
  * Returns the records handed. */
-long seg_walk_below(struct seg *s, uint32_t stripe, uint64_t below, seg_item_fn cb, void *arg);
+long seg_walk_below(struct seg *s, uint32_t stripe, uint64_t below, const uint64_t *prefixes,
+                    seg_item_fn cb, void *arg);
+
+/* A prefix map: 2^SEG_PREFIX_BITS bits, bit p (word p / 64, bit p % 64)
+ * for the hashes whose top SEG_PREFIX_BITS bits are p. The index keeps
+ * those bits in every slot, so a walk given a map skips a record outside
+ * it without reading it: a walk of a quarter of the ring reads a quarter
+ * of the records. NULL: every record. */
+#define SEG_PREFIX_BITS  16
+#define SEG_PREFIX_WORDS ((1u << SEG_PREFIX_BITS) / 64)
+
+/* seg_walk of the records whose prefix is in the map (NULL: all). */
+long seg_walk_prefixes(struct seg *s, uint32_t stripe, const uint64_t *prefixes, seg_item_fn cb,
+                       void *arg);
 
 /* Lock and unlock one stripe: a write to that stripe that started before
  * has finished, one that starts after sees what the caller wrote before

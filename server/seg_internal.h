@@ -23,9 +23,11 @@
 
 /*
  * A slot (u64): used (bit 63) | spare (62) | freq (61-60) | tag (59-44) |
- * segment id (43-20) | offset in the segment (19-0). The tag is hash bits
- * 42-57, which neither the stripe (bits 0-9) nor the position (bits 10-41,
- * multiply-shift) uses.
+ * segment id (43-20) | offset in the segment (19-0). The tag is the hash's
+ * top 16 bits (48-63), which neither the stripe (bits 0-9) nor the
+ * position (bits 10-41, multiply-shift) uses. They are also the top of the
+ * key's ring position: a walk of some ranges of the ring skips a slot
+ * whose tag is outside them without reading its record (SEG_PREFIX_BITS).
  */
 #define SLOT_USED       (1ull << 63)
 #define SLOT_FREQ_SHIFT 60
@@ -41,9 +43,8 @@
 static inline uint64_t
 slot_make(uint64_t hash, uint32_t segid, uint32_t off, unsigned freq)
 {
-    return SLOT_USED | ((uint64_t)freq << SLOT_FREQ_SHIFT) |
-           (((hash >> 42) & 0xffffull) << SLOT_TAG_SHIFT) | ((uint64_t)segid << SLOT_SEG_SHIFT) |
-           off;
+    return SLOT_USED | ((uint64_t)freq << SLOT_FREQ_SHIFT) | ((hash >> 48) << SLOT_TAG_SHIFT) |
+           ((uint64_t)segid << SLOT_SEG_SHIFT) | off;
 }
 
 static inline uint32_t
@@ -70,10 +71,17 @@ slot_with_freq(uint64_t v, unsigned f)
     return (v & ~SLOT_FREQ_MASK) | ((uint64_t)f << SLOT_FREQ_SHIFT);
 }
 
+/* The tag: the top SEG_PREFIX_BITS bits of the record's hash. */
+static inline uint32_t
+slot_tag(uint64_t v)
+{
+    return (uint32_t)((v >> SLOT_TAG_SHIFT) & 0xffffull);
+}
+
 static inline bool
 slot_tag_matches(uint64_t v, uint64_t hash)
 {
-    return ((v >> SLOT_TAG_SHIFT) & 0xffffull) == ((hash >> 42) & 0xffffull);
+    return slot_tag(v) == (uint32_t)(hash >> 48);
 }
 
 /* A stripe of the index: open addressing, linear probing. */

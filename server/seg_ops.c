@@ -169,6 +169,15 @@ seg_set_state(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_
     return slot != NULL ? SEG_OK : SEG_MISS;
 }
 
+/* Whether a used slot's tag is in the prefix map (NULL: all are). */
+static inline bool
+prefix_in(const uint64_t *pm, uint64_t v)
+{
+    uint32_t t = slot_tag(v);
+
+    return pm == NULL || (pm[t / 64] >> (t % 64) & 1) != 0;
+}
+
 /* How many slots ahead a walk prefetches the record: each record is a
  * cache miss of its own (slots are in hash order, records in write order),
  * and a walk that waits for one at a time is bound by memory latency. */
@@ -178,10 +187,11 @@ seg_set_state(struct seg *s, const char *key, size_t nkey, uint64_t hash, int64_
  * (live, at now and floor) or those with a CAS below `below`, dead or not.
  * Dead records are skipped, not unlinked: an unlink shifts slots back over
  * the walk's position. The record WALK_PREFETCH slots ahead is prefetched
- * while this one is read (store_bench's store_walk_ns_per_item). */
+ * while this one is read (store_bench's store_walk_ns_per_item). A slot
+ * whose tag is not in pm (when given) is passed over unread. */
 static long
-walk_stripe(struct seg *s, uint32_t stripe, bool live, int64_t now, uint64_t below, seg_item_fn cb,
-            void *arg)
+walk_stripe(struct seg *s, uint32_t stripe, bool live, int64_t now, uint64_t below,
+            const uint64_t *pm, seg_item_fn cb, void *arg)
 {
     struct seg_stripe *st = &s->stripes[stripe & SEG_STRIPE_MASK];
     long               n = 0;
@@ -193,10 +203,10 @@ walk_stripe(struct seg *s, uint32_t stripe, bool live, int64_t now, uint64_t bel
         uint64_t       w = i + WALK_PREFETCH < st->nslots ? st->slots[i + WALK_PREFETCH] : 0;
         struct seg_rec r;
 
-        if (w & SLOT_USED) {
+        if ((w & SLOT_USED) && prefix_in(pm, w)) {
             __builtin_prefetch(seg_rec_at(s, slot_seg(w), slot_off(w)));
         }
-        if (!(v & SLOT_USED)) {
+        if (!(v & SLOT_USED) || !prefix_in(pm, v)) {
             continue;
         }
         seg_rec_decode(seg_rec_at(s, slot_seg(v), slot_off(v)), &r);
@@ -216,14 +226,23 @@ walk_stripe(struct seg *s, uint32_t stripe, bool live, int64_t now, uint64_t bel
 long
 seg_walk(struct seg *s, uint32_t stripe, seg_item_fn cb, void *arg)
 {
-    return walk_stripe(s, stripe, true, eng_now(s), eng_floor(s), cb, arg);
+    return walk_stripe(s, stripe, true, eng_now(s), eng_floor(s), NULL, cb, arg);
 }
 
 /* See seg.h. */
 long
-seg_walk_below(struct seg *s, uint32_t stripe, uint64_t below, seg_item_fn cb, void *arg)
+seg_walk_prefixes(struct seg *s, uint32_t stripe, const uint64_t *prefixes, seg_item_fn cb,
+                  void *arg)
 {
-    return walk_stripe(s, stripe, false, 0, below, cb, arg);
+    return walk_stripe(s, stripe, true, eng_now(s), eng_floor(s), prefixes, cb, arg);
+}
+
+/* See seg.h. */
+long
+seg_walk_below(struct seg *s, uint32_t stripe, uint64_t below, const uint64_t *prefixes,
+               seg_item_fn cb, void *arg)
+{
+    return walk_stripe(s, stripe, false, 0, below, prefixes, cb, arg);
 }
 
 /* See seg.h. */

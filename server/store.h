@@ -472,6 +472,28 @@ void store_item_ref(struct store_item *it);
 
 typedef bool (*store_hash_pred)(uint64_t hash, void *arg);
 
+/*
+ * A prefix map narrows a walk, a count or a purge before the predicate:
+ * 2^STORE_PREFIX_BITS bits, bit p (word p / 64, bit p % 64) set when a
+ * hash whose top STORE_PREFIX_BITS bits are p may satisfy the predicate.
+ * It must cover every hash the predicate accepts (arcset_prefixes builds
+ * one for ranges of the ring); NULL covers all. The compact engine keeps
+ * those bits in its index and passes over an item outside the map without
+ * reading it, so a walk of a quarter of the ring reads a quarter of the
+ * records. Both engines select only items inside the map.
+ */
+#define STORE_PREFIX_BITS  16
+#define STORE_PREFIX_WORDS ((1u << STORE_PREFIX_BITS) / 64)
+
+/* Whether the prefix map pm (NULL: all) covers hash. */
+static inline bool
+store_prefix_has(const uint64_t *pm, uint64_t hash)
+{
+    uint32_t p = (uint32_t)(hash >> (64 - STORE_PREFIX_BITS));
+
+    return pm == NULL || (pm[p / 64] >> (p % 64) & 1) != 0;
+}
+
 /* Walk callback: a live item whose hash satisfies the predicate. The item
  * is borrowed: the store releases it after the callback returns (take
  * store_item_ref to keep it). Called with no stripe lock held. */
@@ -497,8 +519,9 @@ typedef void (*store_dirty_fn)(const char *key, size_t nkey, uint64_t hash, stru
  * read under one lock hold.
  */
 struct store_cursor {
-    uint32_t stripe; /* next stripe, STORE_STRIPES when done */
-    uint32_t bucket; /* reverse-binary cursor in that stripe */
+    uint32_t        stripe;   /* next stripe, STORE_STRIPES when done */
+    uint32_t        bucket;   /* reverse-binary cursor in that stripe */
+    const uint64_t *prefixes; /* the walk's or purge's prefix map (NULL: none) */
 };
 
 static inline void
@@ -506,6 +529,7 @@ store_cursor_init(struct store_cursor *cur)
 {
     cur->stripe = 0;
     cur->bucket = 0;
+    cur->prefixes = NULL;
 }
 
 /*
@@ -517,19 +541,22 @@ store_cursor_init(struct store_cursor *cur)
  * time, taking a reference to each item under the lock and calling fn after
  * unlocking. On the compact engine, whose items are copies, a call also
  * stops after the stripe that brings the keys and values it handed out to
- * 1 MiB (a caller that holds them holds that much). Returns 1 while there is more, 0 when the walk is complete.
- * Every item present and unchanged from the first call to the last is
- * visited at least once; items added, changed or removed meanwhile may or
- * may not be (dirty tracking covers them). Takes the copy lock.
+ * 1 MiB (a caller that holds them holds that much). cur->prefixes, when
+ * set, narrows the walk to its prefix map. Returns 1 while there is more,
+ * 0 when the walk is complete. Every item present and unchanged from the
+ * first call to the last is visited at least once; items added, changed or
+ * removed meanwhile may or may not be (dirty tracking covers them). Takes
+ * the copy lock.
  */
 int store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred, void *arg,
                store_walk_fn fn, void *fn_arg, size_t max_items);
 
 /* Count the live items whose hash satisfies pred (NULL: all) and their
- * charged bytes (as the bytes stat: store_item_size). Takes each stripe
- * lock in turn; a consistent total only on a quiet store. */
-void store_count(struct store *s, store_hash_pred pred, void *arg, uint64_t *items,
-                 uint64_t *bytes);
+ * charged bytes (as the bytes stat: store_item_size); prefixes: the
+ * predicate's prefix map or NULL. Takes each stripe lock in turn; a
+ * consistent total only on a quiet store. */
+void store_count(struct store *s, store_hash_pred pred, void *arg, const uint64_t *prefixes,
+                 uint64_t *items, uint64_t *bytes);
 
 /*
  * store_count in slices, for a caller that must not hold its thread for a
@@ -540,7 +567,7 @@ void store_count(struct store *s, store_hash_pred pred, void *arg, uint64_t *ite
  * added or removed between calls may or may not be counted.
  */
 int store_count_step(struct store *s, uint32_t *stripe, store_hash_pred pred, void *arg,
-                     size_t max_items, uint64_t *items, uint64_t *bytes);
+                     const uint64_t *prefixes, size_t max_items, uint64_t *items, uint64_t *bytes);
 
 /*
  * Start dirty tracking: from the return of this call on, every change to a

@@ -312,7 +312,8 @@ STORE_INTERNAL bool sg_mdebug(struct store *s, const char *key, size_t nkey, uin
 STORE_INTERNAL int  sg_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred,
                             void *arg, store_walk_fn fn, void *fn_arg, size_t max_items);
 STORE_INTERNAL int sg_count_step(struct store *s, uint32_t *stripe, store_hash_pred pred, void *arg,
-                                 size_t max_items, uint64_t *items, uint64_t *bytes);
+                                 const uint64_t *prefixes, size_t max_items, uint64_t *items,
+                                 uint64_t *bytes);
 STORE_INTERNAL int sg_purge(struct store *s, store_hash_pred pred, void *arg, size_t max_items,
                             struct store_cursor *cur);
 STORE_INTERNAL void               sg_track_barrier(struct store *s, uint32_t stripe);

@@ -223,25 +223,26 @@ cursor_save(struct store_cursor *cur, uint32_t v, bool stripe_done)
     }
 }
 
-/* A live item the predicate (NULL: every item) selects; caller holds the
- * stripe lock. */
+/* A live item inside the prefix map pm that the predicate (NULL: every
+ * item) selects; caller holds the stripe lock. */
 static inline bool
-do_selected(const struct store_item *it, store_hash_pred pred, void *arg, int64_t now,
-            uint64_t floor)
+do_selected(const struct store_item *it, const uint64_t *pm, store_hash_pred pred, void *arg,
+            int64_t now, uint64_t floor)
 {
-    return item_dead(it, now, floor) == LIVE && (pred == NULL || pred(it->hash, arg));
+    return item_dead(it, now, floor) == LIVE && store_prefix_has(pm, it->hash) &&
+           (pred == NULL || pred(it->hash, arg));
 }
 
 /* Matching live items of one bucket. */
 static size_t
-do_bucket_matches(struct stripe *st, uint32_t b, store_hash_pred pred, void *arg, int64_t now,
-                  uint64_t floor)
+do_bucket_matches(struct stripe *st, uint32_t b, const uint64_t *pm, store_hash_pred pred,
+                  void *arg, int64_t now, uint64_t floor)
 {
     struct store_item *it;
     size_t             n = 0;
 
     for (it = st->buckets[b]; it != NULL; it = it->h_next) {
-        if (do_selected(it, pred, arg, now, floor)) {
+        if (do_selected(it, pm, pred, arg, now, floor)) {
             n++;
         }
     }
@@ -276,7 +277,7 @@ store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred, void
         floor = do_floor(s);
         while (budget > 0 && visited + r.n < max_items) {
             uint32_t           b = v & st->mask;
-            size_t             m = do_bucket_matches(st, b, pred, arg, now, floor);
+            size_t             m = do_bucket_matches(st, b, cur->prefixes, pred, arg, now, floor);
             struct store_item *it;
 
             /* Whole buckets only: a bucket read in part could not be
@@ -290,7 +291,7 @@ store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred, void
                 break;
             }
             for (it = st->buckets[b]; m > 0 && it != NULL; it = it->h_next) {
-                if (do_selected(it, pred, arg, now, floor)) {
+                if (do_selected(it, cur->prefixes, pred, arg, now, floor)) {
                     item_ref(it);
                     r.v[r.n++] = it;
                 }
@@ -321,13 +322,13 @@ store_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred, void
 
 int
 store_count_step(struct store *s, uint32_t *stripe, store_hash_pred pred, void *arg,
-                 size_t max_items, uint64_t *items, uint64_t *bytes)
+                 const uint64_t *prefixes, size_t max_items, uint64_t *items, uint64_t *bytes)
 {
     size_t   read = 0;
     uint32_t b;
 
     if (s->seg != NULL) {
-        return sg_count_step(s, stripe, pred, arg, max_items, items, bytes);
+        return sg_count_step(s, stripe, pred, arg, prefixes, max_items, items, bytes);
     }
     while (*stripe < STRIPES && read < max_items) {
         struct stripe *st = &s->stripes[*stripe];
@@ -341,7 +342,7 @@ store_count_step(struct store *s, uint32_t *stripe, store_hash_pred pred, void *
 
             for (it = st->buckets[b]; it != NULL; it = it->h_next) {
                 read++;
-                if (do_selected(it, pred, arg, now, floor)) {
+                if (do_selected(it, prefixes, pred, arg, now, floor)) {
                     (*items)++;
                     *bytes += item_charge(it);
                 }
@@ -354,13 +355,14 @@ store_count_step(struct store *s, uint32_t *stripe, store_hash_pred pred, void *
 }
 
 void
-store_count(struct store *s, store_hash_pred pred, void *arg, uint64_t *items, uint64_t *bytes)
+store_count(struct store *s, store_hash_pred pred, void *arg, const uint64_t *prefixes,
+            uint64_t *items, uint64_t *bytes)
 {
     uint32_t stripe = 0;
 
     *items = 0;
     *bytes = 0;
-    while (store_count_step(s, &stripe, pred, arg, SIZE_MAX, items, bytes) != 0) {
+    while (store_count_step(s, &stripe, pred, arg, prefixes, SIZE_MAX, items, bytes) != 0) {
         continue;
     }
 }
@@ -391,7 +393,8 @@ store_purge(struct store *s, store_hash_pred pred, void *arg, size_t max_items,
             /* Unlinking is final, so stopping inside a bucket is fine:
              * the next call reads it again and finds only the rest. */
             while ((it = *pp) != NULL && purged < max_items) {
-                if (pred == NULL || pred(it->hash, arg)) {
+                if (store_prefix_has(cur->prefixes, it->hash) &&
+                    (pred == NULL || pred(it->hash, arg))) {
                     st->purged++;
                     do_unlink(s, st, it, pp);
                     purged++;

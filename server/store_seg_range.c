@@ -19,6 +19,8 @@
 #include "server/store.h"
 #include "server/store_internal.h"
 
+_Static_assert(STORE_PREFIX_BITS == SEG_PREFIX_BITS, "the engine keeps the store's prefix bits");
+
 /* Stripes one walk or purge call reads at most: all of them when few
  * items match (a sparse store is walked in one call, as the chained
  * table's bucket budget allows), fewer once max_items are read. */
@@ -101,7 +103,7 @@ sg_walk(struct store *s, struct store_cursor *cur, store_hash_pred pred, void *a
     while (cur->stripe < STRIPES && done < max_items && bytes < STEP_BYTES &&
            stripes < STEP_STRIPES) {
         clock_begin(s);
-        seg_walk(s->seg, cur->stripe, pick_cb, &p);
+        seg_walk_prefixes(s->seg, cur->stripe, cur->prefixes, pick_cb, &p);
         if (p.failed) {
             pick_clear(s, &p);
             break; /* read this stripe again on the next call */
@@ -142,14 +144,14 @@ count_cb(void *arg, const struct seg_rec *r, uint64_t hash, unsigned freq)
 }
 
 int
-sg_count_step(struct store *s, uint32_t *stripe, store_hash_pred pred, void *arg, size_t max_items,
-              uint64_t *items, uint64_t *bytes)
+sg_count_step(struct store *s, uint32_t *stripe, store_hash_pred pred, void *arg,
+              const uint64_t *prefixes, size_t max_items, uint64_t *items, uint64_t *bytes)
 {
     struct counting c = { .pred = pred, .arg = arg };
 
     clock_begin(s);
     while (*stripe < STRIPES && c.read < max_items) {
-        seg_walk(s->seg, *stripe, count_cb, &c);
+        seg_walk_prefixes(s->seg, *stripe, prefixes, count_cb, &c);
         (*stripe)++;
     }
     *items += c.items;
@@ -168,7 +170,8 @@ sg_purge(struct store *s, store_hash_pred pred, void *arg, size_t max_items,
     while (cur->stripe < STRIPES && done < max_items && stripes < STEP_STRIPES) {
         int64_t now = clock_begin(s);
 
-        seg_walk_below(s->seg, cur->stripe, UINT64_MAX, pick_cb, &p); /* live or dead */
+        /* live or dead */
+        seg_walk_below(s->seg, cur->stripe, UINT64_MAX, cur->prefixes, pick_cb, &p);
         if (p.failed) {
             pick_clear(s, &p);
             break;
@@ -220,7 +223,7 @@ sg_track_flushed(struct store *s, uint64_t floor)
     uint32_t i;
 
     for (i = 0; i < STRIPES; i++) {
-        seg_walk_below(s->seg, i, floor, flushed_cb, s);
+        seg_walk_below(s->seg, i, floor, NULL, flushed_cb, s);
     }
 }
 

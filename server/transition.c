@@ -179,8 +179,8 @@ count_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (store_count_step(t->store, &t->count_stripe, count_pred, t, ORPHANS_SLICE, &t->count_n,
-                         &bytes) != 0) {
+    if (store_count_step(t->store, &t->count_stripe, count_pred, t, NULL, ORPHANS_SLICE,
+                         &t->count_n, &bytes) != 0) {
         evtimer_add(t->count_ev, &tv);
         return;
     }
@@ -295,14 +295,23 @@ static void
 purge_importing(struct transition *t)
 {
     struct store_cursor cur;
+    uint64_t           *map;
 
     if (t->cl->importing.n == 0) {
         return;
     }
     store_cursor_init(&cur);
+    /* Only the importing ranges' records are read (without a map, if
+     * there is no memory for one). */
+    map = malloc(STORE_PREFIX_WORDS * sizeof(uint64_t));
+    if (map != NULL) {
+        arcset_prefixes(&t->cl->importing, STORE_PREFIX_BITS, map);
+        cur.prefixes = map;
+    }
     while (store_purge(t->store, refill_pred, t->cl, 1u << 16, &cur) != 0) {
         continue;
     }
+    free(map);
 }
 
 /* Store predicate (arg: the cluster): an orphan that no kept range holds. */

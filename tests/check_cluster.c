@@ -110,6 +110,38 @@ START_TEST(test_arcset_wrap_and_merge)
 }
 END_TEST
 
+/* A set's prefix map has exactly the 16-bit prefixes some range touches:
+ * arcs inside one prefix, across several, wrapping, and ending on a
+ * prefix's last hash. */
+START_TEST(test_arcset_prefixes)
+{
+    struct arcset a = { 0 };
+    uint64_t     *map = malloc(8192);
+    uint32_t      p, i;
+
+    ck_assert_ptr_nonnull(map);
+    ck_assert_int_eq(arcset_add_arc(&a, 0x0005000000000010ull, 0x0005000000000020ull), 0);
+    ck_assert_int_eq(arcset_add_arc(&a, 0x00100000000000ffull, 0x0013ffffffffffffull), 0);
+    ck_assert_int_eq(arcset_add_arc(&a, 0xfffeffffffffffffull, 0x0001000000000000ull), 0);
+    arcset_finish(&a);
+    arcset_prefixes(&a, 16, map);
+    for (p = 0; p < 65536; p++) {
+        uint64_t lo = (uint64_t)p << 48, hi = lo | 0xffffffffffffull;
+        bool     touched = false;
+
+        for (i = 0; i < a.n; i++) {
+            touched = touched || (a.r[i].start <= hi && a.r[i].end >= lo);
+        }
+        ck_assert_msg(((map[p / 64] >> (p % 64)) & 1) == touched, "prefix %#x", p);
+    }
+    ck_assert(map[0] & ((1ull << 0) | (1ull << 1) | (1ull << 5))); /* wrapped; inside one */
+    ck_assert(!(map[0] & (1ull << 2)));
+    ck_assert(!(map[0] & (1ull << 0x14)) && (map[0] & (1ull << 0x13)) && (map[0] & (1ull << 0x10)));
+    arcset_clear(&a);
+    free(map);
+}
+END_TEST
+
 START_TEST(test_state_round_trip)
 {
     struct ring_members *four = members(FOUR);
@@ -639,6 +671,7 @@ cluster_suite(void)
 
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_arcset_wrap_and_merge);
+    tcase_add_test(tc, test_arcset_prefixes);
     tcase_add_test(tc, test_state_round_trip);
     tcase_add_test(tc, test_state_corrupt);
     tcase_add_test(tc, test_state_legacy_phase_name);

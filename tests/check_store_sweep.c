@@ -178,7 +178,7 @@ START_TEST(test_sweep_compact)
         ck_assert_uint_eq(d.seen[i], 1); /* expired or evicted, once */
     }
     ck_assert_uint_eq(st.curr_items + st.evictions + st.reclaimed, 300 + (uint64_t)cycle);
-    store_count(s, NULL, NULL, &items, &bytes);
+    store_count(s, NULL, NULL, NULL, &items, &bytes);
     ck_assert_uint_eq(items, st.curr_items);
     ck_assert_uint_eq(bytes, st.bytes);
 
