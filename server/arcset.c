@@ -119,6 +119,34 @@ arcset_prefixes(const struct arcset *a, unsigned bits, uint64_t *map)
     }
 }
 
+/* See arcset.h. A finished set's touching ranges are merged, so a prefix
+ * the set covers whole lies inside one range. */
+void
+arcset_prefixes_outside(const struct arcset *a, unsigned bits, uint64_t *map)
+{
+    unsigned shift = 64 - bits;
+    uint64_t low = ((uint64_t)1 << shift) - 1;
+    uint32_t i;
+
+    memset(map, 0xff, ((size_t)1 << bits) / 8);
+    for (i = 0; i < a->n; i++) {
+        /* The prefixes whose every hash is in [start, end]. */
+        uint64_t first = (a->r[i].start >> shift) + ((a->r[i].start & low) != 0);
+        uint64_t end = a->r[i].end >> shift;
+        uint64_t p;
+
+        if ((a->r[i].end & low) != low) {
+            if (end == 0) {
+                continue;
+            }
+            end--;
+        }
+        for (p = first; p <= end && p < ((uint64_t)1 << bits); p++) {
+            map[p / 64] &= ~((uint64_t)1 << (p % 64));
+        }
+    }
+}
+
 /* Free the ranges; the set is empty and reusable after. */
 void
 arcset_clear(struct arcset *a)

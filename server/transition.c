@@ -85,6 +85,12 @@ struct transition {
     struct kept          *kept;
     uint32_t              n_kept;
     struct arcset         held; /* kept ranges whose owner holds nothing: not orphans */
+    /* The prefixes where orphans may be (orphan_prefixes), for the epoch
+     * and index they were built for. */
+    uint64_t *omap;
+    uint64_t  omap_epoch;
+    int32_t   omap_self;
+    bool      omap_ok;
     int (*peer_holds)(void *arg, const char *id, uint64_t since_ms);
     void *peer_arg;
     void (*end_streams)(void *arg); /* the caller's side of an abort */
@@ -105,6 +111,40 @@ orphan_pred(uint64_t hash, void *arg)
     struct cluster *cl = arg;
 
     return !cluster_owned_active(cl, hash) && !arcset_has(&cl->importing, hash);
+}
+
+/* The prefix map (server/store.h) of the hashes the active epoch does not
+ * give this node, which covers every orphan: the count and the cleanup
+ * read only those records. Rebuilt when the epoch or this node's index
+ * changed; NULL (no narrowing) without memory for it. */
+static const uint64_t *
+orphan_prefixes(struct transition *t)
+{
+    struct cluster *cl = t->cl;
+    uint64_t        epoch = cluster_active_epoch(cl);
+    struct arcset   owned = { 0 };
+
+    if (t->omap_ok && t->omap_epoch == epoch && t->omap_self == cl->self_old) {
+        return t->omap;
+    }
+    if (t->omap == NULL && (t->omap = malloc(STORE_PREFIX_WORDS * sizeof(uint64_t))) == NULL) {
+        return NULL;
+    }
+    t->omap_ok = false;
+    if (cl->active_ring == NULL || cl->self_old < 0) {
+        /* No ring: everything is owned; not a member: nothing is. */
+        memset(t->omap, cl->active_ring == NULL ? 0 : 0xff, STORE_PREFIX_WORDS * sizeof(uint64_t));
+    } else if (arcset_owned(&owned, cl->active_ring, (uint32_t)cl->self_old) < 0) {
+        arcset_clear(&owned);
+        return NULL;
+    } else {
+        arcset_prefixes_outside(&owned, STORE_PREFIX_BITS, t->omap);
+        arcset_clear(&owned);
+    }
+    t->omap_epoch = epoch;
+    t->omap_self = cl->self_old;
+    t->omap_ok = true;
+    return t->omap;
 }
 
 /* Store predicate for the orphan count (arg: the transition): an orphan
@@ -179,8 +219,8 @@ count_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (store_count_step(t->store, &t->count_stripe, count_pred, t, NULL, ORPHANS_SLICE,
-                         &t->count_n, &bytes) != 0) {
+    if (store_count_step(t->store, &t->count_stripe, count_pred, t, orphan_prefixes(t),
+                         ORPHANS_SLICE, &t->count_n, &bytes) != 0) {
         evtimer_add(t->count_ev, &tv);
         return;
     }
@@ -409,6 +449,7 @@ cleanup_cb(evutil_socket_t fd, short what, void *arg)
         store_cursor_init(&t->cleanup_cur); /* released ranges: purge them too */
         t->cleaning = true;
     }
+    t->cleanup_cur.prefixes = orphan_prefixes(t);
     if (t->cleaning &&
         store_purge(t->store, cleanup_pred, t->cl, CLEANUP_ITEMS, &t->cleanup_cur) == 0) {
         t->cleaning = false;
@@ -844,6 +885,7 @@ transition_free(struct transition *t)
     }
     free(t->kept);
     arcset_clear(&t->held);
+    free(t->omap);
     free(t->waiters);
     free(t);
 }

@@ -137,6 +137,19 @@ START_TEST(test_arcset_prefixes)
     ck_assert(map[0] & ((1ull << 0) | (1ull << 1) | (1ull << 5))); /* wrapped; inside one */
     ck_assert(!(map[0] & (1ull << 2)));
     ck_assert(!(map[0] & (1ull << 0x14)) && (map[0] & (1ull << 0x13)) && (map[0] & (1ull << 0x10)));
+    /* the complement's: every prefix but those wholly inside a range */
+    arcset_prefixes_outside(&a, 16, map);
+    for (p = 0; p < 65536; p++) {
+        uint64_t lo = (uint64_t)p << 48, hi = lo | 0xffffffffffffull;
+        bool     inside = false;
+
+        for (i = 0; i < a.n; i++) {
+            inside = inside || (a.r[i].start <= lo && a.r[i].end >= hi);
+        }
+        ck_assert_msg(((map[p / 64] >> (p % 64)) & 1) == !inside, "outside prefix %#x", p);
+    }
+    ck_assert(!(map[0] & (1ull << 0x11)) && (map[0] & (1ull << 0x10)) && (map[0] & (1ull << 5)));
+    ck_assert(!(map[1023] >> 63) && !(map[0] & 1) && (map[0] & 2));
     arcset_clear(&a);
     free(map);
 }
