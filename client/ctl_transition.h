@@ -36,7 +36,10 @@ struct mstore;
 #define REC_ABORTED "aborted.members"
 
 #define LONG_TIMEOUT_MS  10000 /* prepare, fence, commit, abort replies */
-#define DEFAULT_RATE_MIB 50
+/* No cap unless the operator gives one (--rate, ringctl rate): each
+ * source's adaptive throttle (server/throttle.h) sets the copy's pace
+ * from its own clients' latency, so an idle cluster copies at full speed. */
+#define DEFAULT_RATE_MIB 0
 #define FAILED_MAX       8                  /* failed nodes one transition may drop */
 #define OP_REMOVE_FAILED "remove --failed " /* the op line of remove --failed ID */
 
