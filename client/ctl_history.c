@@ -20,7 +20,7 @@
 #include "lib/mstore.h"
 #include "lib/util.h"
 
-#define HISTORY_RECORD "history/moves"
+#define HISTORY_RECORD CTL_HISTORY_RECORD
 #define HISTORY_KEEP   200 /* lines kept */
 #define HISTORY_TRIES  5   /* read-modify-write attempts against other admins */
 
@@ -59,53 +59,87 @@ format_line(const struct admin *a, const char *outcome, const char *why, char *o
     return n;
 }
 
+/* The history record with one more line (the newest HISTORY_KEEP - 1 of
+ * the old ones kept) into *text (malloc'd), and the revision it was read
+ * at (0: absent). MSTORE_OK, or the store's error (err set). */
+static int
+history_with(struct admin *a, const char *line, size_t n, char **text, size_t *len, uint64_t *rev,
+             char *err, size_t errlen)
+{
+    struct mstore_record rec = { 0 };
+    const char          *keep;
+    uint32_t             lines = 0;
+    size_t               i;
+    int                  rc = mstore_get(a->store, HISTORY_RECORD, &rec, err, errlen);
+
+    if (rc != MSTORE_OK && rc != MSTORE_ENOENT) {
+        return rc;
+    }
+    keep = rec.text != NULL ? rec.text : "";
+    while (keep[0] == '#' && strchr(keep, '\n') != NULL) {
+        keep = strchr(keep, '\n') + 1;
+    }
+    for (i = 0; rec.text != NULL && i < rec.len; i++) {
+        lines += rec.text[i] == '\n';
+    }
+    while (lines >= HISTORY_KEEP && strchr(keep, '\n') != NULL) {
+        keep = strchr(keep, '\n') + 1;
+        lines--;
+    }
+    *len = strlen(keep) + n;
+    *text = malloc(*len + 1);
+    if (*text == NULL) {
+        mstore_record_clear(&rec);
+        snprintf(err, errlen, "out of memory");
+        return MSTORE_ENOMEM;
+    }
+    memcpy(*text, keep, *len - n);
+    memcpy(*text + *len - n, line, n);
+    *rev = rec.rev;
+    mstore_record_clear(&rec);
+    return MSTORE_OK;
+}
+
+/* ctl_history_text: see ctl_transition.h. */
+char *
+ctl_history_text(struct admin *a, const char *outcome, const char *why, size_t *len)
+{
+    char     line[2048], err[512];
+    int      n = format_line(a, outcome, why, line, sizeof(line));
+    char    *text = NULL;
+    uint64_t rev;
+
+    if (n < 0 || a->store == NULL ||
+        history_with(a, line, (size_t)n, &text, len, &rev, err, sizeof(err)) != MSTORE_OK) {
+        return NULL;
+    }
+    return text;
+}
+
 /* ctl_history_add: see ctl_transition.h. */
 void
 ctl_history_add(struct admin *a, const char *outcome, const char *why)
 {
-    char line[2048], err[512];
+    char line[2048], err[512] = "";
     int  n = format_line(a, outcome, why, line, sizeof(line)), tries;
 
     if (n < 0 || a->store == NULL) {
         return;
     }
     for (tries = 0; tries < HISTORY_TRIES; tries++) {
-        struct mstore_record rec = { 0 };
-        const char          *keep;
-        char                *text;
-        size_t               len;
-        int                  rc = mstore_get(a->store, HISTORY_RECORD, &rec, err, sizeof(err));
-        uint32_t             lines = 0;
+        char    *text;
+        size_t   len;
+        uint64_t rev;
+        int      rc = history_with(a, line, (size_t)n, &text, &len, &rev, err, sizeof(err));
 
-        if (rc != MSTORE_OK && rc != MSTORE_ENOENT) {
+        if (rc != MSTORE_OK) {
             break;
         }
-        /* Keep the newest HISTORY_KEEP - 1 lines of the old text. */
-        keep = rec.text != NULL ? rec.text : "";
-        while (keep[0] == '#' && strchr(keep, '\n') != NULL) {
-            keep = strchr(keep, '\n') + 1;
-        }
-        for (len = 0; rec.text != NULL && len < rec.len; len++) {
-            lines += rec.text[len] == '\n';
-        }
-        while (lines >= HISTORY_KEEP && strchr(keep, '\n') != NULL) {
-            keep = strchr(keep, '\n') + 1;
-            lines--;
-        }
-        len = strlen(keep) + (size_t)n;
-        text = malloc(len + 1);
-        if (text == NULL) {
-            mstore_record_clear(&rec);
-            break;
-        }
-        memcpy(text, keep, len - (size_t)n);
-        memcpy(text + len - (size_t)n, line, (size_t)n);
-        rc = rec.rev == 0
+        rc = rev == 0
                  ? mstore_create_if_absent(a->store, HISTORY_RECORD, text, len, NULL, err,
                                            sizeof(err))
-                 : mstore_cas(a->store, HISTORY_RECORD, rec.rev, text, len, NULL, err, sizeof(err));
+                 : mstore_cas(a->store, HISTORY_RECORD, rev, text, len, NULL, err, sizeof(err));
         free(text);
-        mstore_record_clear(&rec);
         if (rc == MSTORE_OK) {
             return;
         }

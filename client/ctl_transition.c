@@ -701,21 +701,25 @@ boot_changed_now(struct admin *a)
 }
 
 /* The store's commit: active N -> N+1, history, delete pending, keep the
- * record as committed.meta, in one transaction: a crash leaves it whole
- * (resume re-sends Commit) or not begun (resume commits again). */
+ * record as committed.meta, and the move's line in the history of moves
+ * (ringctl history), in one transaction: a crash leaves it whole (resume
+ * re-sends Commit) or not begun (resume commits again); one store write
+ * while the moving ranges are fenced. */
 static int
 store_commit(struct admin *a)
 {
-    struct mstore_op ops[5];
+    struct mstore_op ops[6];
     char             name[64];
-    size_t           len = 0, rlen = 0;
+    size_t           len = 0, rlen = 0, hlen = 0, nops = 5;
     char            *text = ctl_members_text(a->new, &len);
     char            *rtext = trec_format(&a->rec, &rlen);
+    char            *htext = ctl_history_text(a, "committed", NULL, &hlen);
     int              rc;
 
     if (text == NULL || rtext == NULL) {
         free(text);
         free(rtext);
+        free(htext);
         ctl_error("out of memory");
         return EX_FAILED;
     }
@@ -728,9 +732,16 @@ store_commit(struct admin *a)
      * with its token (the admin died right after this, or a node missed
      * every Commit retry) take `resume`'s Commit only with it. */
     ops[4] = (struct mstore_op){ MSTORE_PUT, REC_COMMITTED_TREC, MSTORE_ANY_REV, rtext, rlen };
-    rc = mstore_txn(a->store, ops, 5, NULL, NULL, err_buf, sizeof(err_buf));
+    if (htext != NULL) {
+        ops[nops++] =
+            (struct mstore_op){ MSTORE_PUT, CTL_HISTORY_RECORD, MSTORE_ANY_REV, htext, hlen };
+    } else {
+        ctl_info("history: the move will not be recorded (the store's history cannot be read)");
+    }
+    rc = mstore_txn(a->store, ops, nops, NULL, NULL, err_buf, sizeof(err_buf));
     free(text);
     free(rtext);
+    free(htext);
     if (rc != MSTORE_OK) {
         ctl_error("commit: store: %s%s", err_buf,
                   rc == MSTORE_ECONFLICT
@@ -843,7 +854,6 @@ phase_commit(struct admin *a)
     if (rc != EX_OK) {
         return rc;
     }
-    ctl_history_add(a, "committed", NULL);
     maybe_exit_after(a, "commit");
     missed = deliver_commit(a);
     clean = wait_cleanup(a);

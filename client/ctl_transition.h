@@ -35,7 +35,7 @@ struct mstore;
 #define REC_PENDING "pending.members"
 #define REC_ABORTED "aborted.members"
 
-#define LONG_TIMEOUT_MS  10000 /* prepare, fence, commit, abort replies */
+#define LONG_TIMEOUT_MS 10000 /* prepare, fence, commit, abort replies */
 /* No cap unless the operator gives one (--rate, ringctl rate): each
  * source's adaptive throttle (server/throttle.h) sets the copy's pace
  * from its own clients' latency, so an idle cluster copies at full speed. */
@@ -214,6 +214,12 @@ struct tnode *boot_changed(struct admin *a);
  * (ringctl history): outcome "committed" or "aborted", why (NULL: none).
  * A failure to write it is reported, not fatal. */
 void ctl_history_add(struct admin *a, const char *outcome, const char *why);
+/* The history record with that line added (malloc'd, *len bytes), for a
+ * transaction that writes it whatever its revision (the commit's: the
+ * transition holds the store's pending, so no other admin ends a move
+ * meanwhile); NULL when the store cannot be read or no memory. */
+char *ctl_history_text(struct admin *a, const char *outcome, const char *why, size_t *len);
+#define CTL_HISTORY_RECORD "history/moves"
 
 /* The operator's settings for the pending transition (ringctl rate, pause,
  * unpause; ctl_control.c): true with *rate (bytes/s, 0 unlimited) and

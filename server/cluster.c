@@ -981,13 +981,14 @@ cluster_commit(struct cluster *cl, const struct ring_members *next, const uint8_
         __atomic_store_n(&cl->live.behind_epoch, 0, __ATOMIC_RELEASE);
     }
     clear_pending(cl);
-    if (statedir_remove_phase(cl->state_dir, err, errlen) < 0 ||
-        statedir_remove(cl->state_dir, STATEDIR_PENDING, err, errlen) < 0) {
-        log_msg(LOG_ERR, "%s", err);
-    }
+    /* The view first: the fence lifts as soon as the new epoch is synced
+     * (the fenced ranges wait for every node's commit, rank by rank). */
     if (cluster_publish(cl) < 0) {
         snprintf(err, errlen, "out of memory publishing the view");
         return -1;
+    }
+    if (statedir_drop_pending(cl->state_dir, err, errlen) < 0) {
+        log_msg(LOG_ERR, "%s", err);
     }
     log_msg(LOG_NOTICE, "committed epoch %" PRIu64, cl->active->epoch);
     return 0;
@@ -1038,21 +1039,20 @@ load_state(struct cluster *cl, char *err, size_t errlen)
     if (rc == 1) {
         return 0;
     }
+    if (cl->active != NULL && p->epoch <= cl->active->epoch) {
+        /* Crashed between persisting the commit and removing pending (its
+         * phase record may be gone already, or not). */
+        log_msg(LOG_NOTICE, "dropping stale pending epoch %" PRIu64, p->epoch);
+        ring_members_free(p);
+        statedir_remove_phase(cl->state_dir, err, errlen);
+        return statedir_remove(cl->state_dir, STATEDIR_PENDING, err, errlen);
+    }
     if (statedir_load_phase(cl->state_dir, cl->ptoken, sizeof(cl->ptoken), &cl->ptoken_len,
                             phase_of, &phase, err, errlen) < 0) {
         ring_members_free(p);
         return -1;
     }
     cl->phase = (enum cluster_phase)phase;
-    if (cl->active != NULL && p->epoch <= cl->active->epoch) {
-        /* Crashed between persisting the commit and removing pending. */
-        log_msg(LOG_NOTICE, "dropping stale pending epoch %" PRIu64, p->epoch);
-        ring_members_free(p);
-        cl->ptoken_len = 0;
-        cl->phase = CLUSTER_PHASE_NONE;
-        statedir_remove_phase(cl->state_dir, err, errlen);
-        return statedir_remove(cl->state_dir, STATEDIR_PENDING, err, errlen);
-    }
     {
         enum cluster_phase ph = cl->phase;
         uint8_t            tok[CLUSTER_TOKEN_MAX];

@@ -16,7 +16,6 @@
 #include <string.h>
 #include <unistd.h>
 
-
 #define LEGACY_PHASE_FILE "pending.meta" /* its older name: read and removed, not written */
 #define STATE_FILE_MAX    (16u << 20)    /* largest state file we read */
 
@@ -277,6 +276,24 @@ statedir_remove_phase(const char *dir, char *err, size_t errlen)
         return -1;
     }
     return statedir_remove(dir, LEGACY_PHASE_FILE, err, errlen);
+}
+
+/* See statedir.h. */
+int
+statedir_drop_pending(const char *dir, char *err, size_t errlen)
+{
+    static const char *const names[] = { STATEDIR_PENDING, STATEDIR_PHASE, LEGACY_PHASE_FILE };
+    char                     path[1200];
+    size_t                   i;
+
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        if (unlink(path) < 0 && errno != ENOENT) {
+            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* See statedir.h. */

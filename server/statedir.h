@@ -57,6 +57,13 @@ int statedir_save_phase(const char *dir, const uint8_t *token, size_t token_len,
  * 0 or -1 with err set. */
 int statedir_remove_phase(const char *dir, char *err, size_t errlen);
 
+/* Remove the pending membership and the phase record (and a legacy
+ * pending.meta) without syncing the directory: for after a commit, whose
+ * active membership is synced already. A crash that loses the removals
+ * leaves a pending at or below the active epoch, which the load drops.
+ * 0 or -1 with err set. */
+int statedir_drop_pending(const char *dir, char *err, size_t errlen);
+
 /* Has this node served as a member (the `served` marker exists)? */
 bool statedir_served(const char *dir);
 
