@@ -9,7 +9,8 @@ fixed rate, latency from the scheduled send time), so the figure is the
 node's and not the Python interpreter's. Prints one `figure value` line per
 result:
 
-  join_s                       wall time of `ringctl join`
+  join_s                       wall time of `ringctl join` (leave_s: of `ringctl
+                               leave` with --op leave)
   copy_mb_s                    bytes the sources sent / the copy window (from
                                ringctl's "prepare:" line to "copy: caught up")
   copied_over_imported         bytes sent (sources' transfers) / bytes imported
@@ -34,6 +35,10 @@ result:
   throttle_cuts                the sources' copy_throttle_cuts during the join
   ketama_hit_ratio_after_over_before   the same for memcached + ketama
 
+--op leave runs the other way: 4 nodes hold the items and d leaves (d
+alone sources everything, a b c import; memcached + ketama drops its 4th);
+"the join" below is then the leave.
+
 --throttle adaptive (the default) or off (every node with -o copy_throttle=off)
 runs the ringcache part so; both runs it --rounds times each way, alternating,
 and prints every figure with an _adaptive and an _off suffix (the median of
@@ -43,7 +48,7 @@ p99_ratio_nonmoving_adaptive_over_off.
 Usage: make bench && RC_BUILDDIR=_build python3 tests/bench/handoff_bench.py
        [--items N] [--secs S] [--threads T] [--sample K] [--rate MBPS]
        [--probe-rate OPS] [--throttle adaptive|off|both] [--rounds N] [--floor MIBPS]
-       [--skip-ketama]
+       [--op join|leave] [--skip-ketama]
 """
 import argparse
 import bisect
@@ -273,17 +278,23 @@ def bench_ringcache(a, figures, throttle="adaptive"):
         ["-o", "copy_throttle=off"] if throttle == "off" else
         ["-o", "copy_throttle_floor=%d" % a.floor] if a.floor else []))
     try:
-        for i in ("a", "b", "c"):
+        # --op join: d joins a b c (they source, d imports); leave: d
+        # leaves a b c d (d sources everything, a b c import).
+        first, final = (["a", "b", "c"], ["a", "b", "c", "d"]) if a.op == "join" else \
+            (["a", "b", "c", "d"], ["a", "b", "c"])
+        sources = ["a", "b", "c"] if a.op == "join" else ["d"]
+        dests = ["d"] if a.op == "join" else ["a", "b", "c"]
+        for i in first:
             cl.add(i)
-        rc, out, err = cl.ctl("init", "--members", cl.write_members(["a", "b", "c"]))
+        rc, out, err = cl.ctl("init", "--members", cl.write_members(first))
         if rc != 0:
             raise RuntimeError("ringctl init: %s %s" % (out, err))
-        cl.converged(1, ["a", "b", "c"])
+        cl.converged(1, first)
         e1 = cl.store_active()
-        d = cl.add("d")
+        d = cl.add("d") if a.op == "join" else cl.nodes["d"]
         cuts0 = sum(int(lg.node_stats(cl.nodes[i].addr).get("copy_throttle_cuts", 0))
-                    for i in ("a", "b", "c"))
-        e2_planned = cl.members(["a", "b", "c", "d"], epoch=2)
+                    for i in sources)
+        e2_planned = cl.members(final, epoch=2)
         t = time.monotonic()
         prim1 = locate_primaries(e1, a.items)
         prim2 = locate_primaries(e2_planned, a.items)
@@ -324,13 +335,14 @@ def bench_ringcache(a, figures, throttle="adaptive"):
         time.sleep(a.secs)     # a measurement window of fixed length, not a wait
         t_join = time.monotonic()
         # Options before the operands (ringctl stops option parsing at the first).
-        args = ["join"] + (["--rate", str(a.rate)] if a.rate else []) + ["d", d.addr_s]
+        args = [a.op] + (["--rate", str(a.rate)] if a.rate else []) + \
+            (["d", d.addr_s] if a.op == "join" else ["d"])
         rc, out, marks = run_ctl_marked(cl, args, {
             "copy_start": r"ringctl: prepare: ", "copy_end": r"ringctl: copy: caught up",
             "fence_end": r"ringctl: fence: ", "commit": r"ringctl: commit: store"})
         t_done = time.monotonic()
         if rc != 0:
-            raise RuntimeError("ringctl join: exit %d: %s %s" % (rc, out[-500:],
+            raise RuntimeError("ringctl %s: exit %d: %s %s" % (a.op, rc, out[-500:],
                                                                 "".join(marks["lines"])[-500:]))
         for line in marks["lines"]:
             if re.match(r"ringctl: (copy: caught|fence|commit)", line):
@@ -340,10 +352,10 @@ def bench_ringcache(a, figures, throttle="adaptive"):
                 for line in f.read().decode(errors="replace").splitlines():
                     if re.search(r"fence|priority|stall|suspect|down", line):
                         print("# node %s: %s" % (nid, line.strip()), flush=True)
-        thr = [lg.node_stats(cl.nodes[i].addr) for i in ("a", "b", "c")]
+        thr = [lg.node_stats(cl.nodes[i].addr) for i in sources]
         figures["throttle_cuts"] = sum(int(s.get("copy_throttle_cuts", 0)) for s in thr) - cuts0
-        figures["throttle_rate_mib"] = sum(int(s.get("copy_rate_bytes", 0)) for s in thr) / 3.0 \
-            / 1048576.0
+        figures["throttle_rate_mib"] = sum(int(s.get("copy_rate_bytes", 0)) for s in thr) / \
+            float(len(thr)) / 1048576.0
         print("# throttle %s: sources' rate at the end %s MiB/s, least %s MiB/s, cuts %d "
               "(for the wait alone %s), p99/baseline us %s, wait/baseline us %s" % (
                   throttle, [round(int(s.get("copy_rate_bytes", 0)) / 1048576.0, 1) for s in thr],
@@ -359,23 +371,26 @@ def bench_ringcache(a, figures, throttle="adaptive"):
         nm = probe_nm.stop()
         mv = probe_mv.stop()
         st = cl.status()
-        figures["join_s"] = t_done - t_join
+        figures[a.op + "_s"] = t_done - t_join
         summary = dict(l.split("\t", 1) for l in out.splitlines() if "\t" in l)
         # Bytes the sources sent: NodeStatus transfers as ringctl reports
         # them (the join summary's moved_bytes), else the status table.
         sent = int(summary.get("moved_bytes", 0)) or sum(
             lg.status_counter(st, "bytes_sent").values())
-        # Bytes imported at the joiner: its own counter when it exposes one
-        # (status or stats), else the value bytes of the keys it gained.
-        imported = lg.status_counter(st, "bytes_imported").get("d", 0)
+        # Bytes imported at the destinations: their own counters when they
+        # expose one (status or stats), else the value bytes of the keys
+        # whose primary changed.
+        imported = sum(v for n, v in lg.status_counter(st, "bytes_imported").items()
+                       if n in dests)
         if not imported:
-            dst = lg.node_stats(d.addr)
-            imported = int(dst.get("bytes_imported", dst.get("cluster_bytes_imported", 0)))
+            for n in dests:
+                dst = lg.node_stats(cl.nodes[n].addr)
+                imported += int(dst.get("bytes_imported", dst.get("cluster_bytes_imported", 0)))
         how = "node counter"
         if not imported:
             imported = sum(size_of(i) + len(key_of(i)) for i in range(a.items)
-                           if prim2[i] == "d")
-            how = "key+value bytes of the keys whose primary became d (no node counter)"
+                           if prim2[i] != prim1[i])
+            how = "key+value bytes of the keys whose primary changed (no node counter)"
         print("# copied_over_imported: sent %d bytes, imported %d bytes (%s)" % (sent, imported,
                                                                                how), flush=True)
         c0, c1 = marks.get("copy_start", t_join), marks.get("copy_end", t_done)
@@ -410,7 +425,7 @@ def bench_ringcache(a, figures, throttle="adaptive"):
         ev = {}
         for nid, n in cl.nodes.items():
             ev[nid] = int(lg.node_stats(n.addr).get("evictions", 0))
-        print("# ringcache: copy window %.2f s of a %.2f s join; prober p99 service time "
+        print("# ringcache: copy window %.2f s of a %.2f s move; prober p99 service time "
               "before %.3f ms, copy %.3f ms, join %.3f ms; from the scheduled time before %.3f "
               "ms, copy %.3f ms (%d/%d/%d probes, %d errors); python load p99 before "
               "%.2f ms, copy %.2f ms (%d ops)" % (c1 - c0, t_done - t_join, pb * 1e3, pc * 1e3,
@@ -469,7 +484,7 @@ def bench_ketama(a, figures):
                 return ("127.0.0.1", port)
         raise RuntimeError("memcached did not start")
     try:
-        servers = [start() for _ in range(3)]
+        servers = [start() for _ in range(3 if a.op == "join" else 4)]
         ring = {"k": Ketama(servers)}
         t = time.monotonic()
         groups = {}
@@ -502,9 +517,12 @@ def bench_ketama(a, figures):
         load.start()
         t_before = time.monotonic()
         time.sleep(a.secs)
-        servers.append(start())
+        if a.op == "join":
+            servers.append(start())
+        else:
+            servers.pop()
         t_join = time.monotonic()
-        ring["k"] = Ketama(servers)    # every client switches to 4 servers
+        ring["k"] = Ketama(servers)    # every client switches to the new list
         time.sleep(a.secs)
         t_end = time.monotonic()
         load.stop()
@@ -552,7 +570,9 @@ def main():
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--sample", type=int, default=50000, help="keys the live load touches")
     ap.add_argument("--mem", type=int, default=1024, help="-m of every node (MiB)")
-    ap.add_argument("--rate", type=str, default=None, help="ringctl join --rate MBPS")
+    ap.add_argument("--rate", type=str, default=None, help="ringctl join/leave --rate MBPS")
+    ap.add_argument("--op", choices=("join", "leave"), default="join",
+                    help="d joins a b c, or leaves a b c d")
     ap.add_argument("--probe-rate", type=float, default=2000.0,
                     help="gets/s of the C latency prober (non-moving keys)")
     ap.add_argument("--dump", help="write the prober's records into this directory")
@@ -578,7 +598,7 @@ def main():
             bench_ketama(a, figures)
     finally:
         lg.kill_all()
-    for k in ("join_s", "copy_mb_s", "copied_over_imported", "fence_ms_max",
+    for k in ("join_s", "leave_s", "copy_mb_s", "copied_over_imported", "fence_ms_max",
               "p99_ratio_nonmoving", "p99_ratio_nonmoving_join", "p99_ratio_nonmoving_sched",
               "p99_ratio_nonmoving_py",
               "tryagain_window_ms", "hit_ratio_after_over_before", "throttle_rate_mib",
