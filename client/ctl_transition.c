@@ -673,12 +673,21 @@ boot_changed_now(struct admin *a)
     struct cport_request sreq = { .kind = CPORT_STATUS };
     struct tnode        *t;
     uint32_t             i;
+    int                 *rc = calloc(a->n_nodes ? a->n_nodes : 1, sizeof(*rc));
 
     int64_t deadline = util_now_ms() + BOOT_CHECK_MS;
 
+    /* Every node at once first (the moving ranges are fenced meanwhile);
+     * then one after the other, again, those that did not answer. */
+    if (rc != NULL) {
+        nodes_call_parallel(a, &sreq, a->g->timeout_ms, 0, a->n_nodes, NULL, rc);
+    }
     for (i = 0; i < a->n_nodes; i++) {
         struct tnode *n = &a->nodes[i];
 
+        if (rc != NULL && rc[i] == CPORT_OK) {
+            continue;
+        }
         /* A connection to a node that restarted fails once; the next call
          * connects again and reads the new boot id. A node the plan had a
          * boot id for is asked again until it answers (one restarting
@@ -690,6 +699,7 @@ boot_changed_now(struct admin *a)
             ctl_sleep_ms(100);
         }
     }
+    free(rc);
     t = boot_changed(a);
     if (t == NULL) {
         return false;
