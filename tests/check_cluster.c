@@ -110,14 +110,37 @@ START_TEST(test_arcset_wrap_and_merge)
 }
 END_TEST
 
+/* Check a prefix map against the set, prefix by prefix: outside false,
+ * bit p is set when a range touches prefix p; outside true, unless one
+ * range holds the whole prefix. */
+static void
+check_prefix_map(const struct arcset *a, const uint64_t *map, bool outside)
+{
+    uint32_t p, i;
+
+    for (p = 0; p < 65536; p++) {
+        uint64_t lo = (uint64_t)p << 48, hi = lo | 0xffffffffffffull;
+        bool     want = outside;
+
+        for (i = 0; i < a->n; i++) {
+            if (outside ? (a->r[i].start <= lo && a->r[i].end >= hi)
+                        : (a->r[i].start <= hi && a->r[i].end >= lo)) {
+                want = !outside;
+            }
+        }
+        ck_assert_msg(((map[p / 64] >> (p % 64)) & 1) == want, "prefix %#x (outside %d)", p,
+                      outside);
+    }
+}
+
 /* A set's prefix map has exactly the 16-bit prefixes some range touches:
  * arcs inside one prefix, across several, wrapping, and ending on a
- * prefix's last hash. */
+ * prefix's last hash; the complement's map every prefix but those wholly
+ * inside a range. */
 START_TEST(test_arcset_prefixes)
 {
     struct arcset a = { 0 };
     uint64_t     *map = malloc(8192);
-    uint32_t      p, i;
 
     ck_assert_ptr_nonnull(map);
     ck_assert_int_eq(arcset_add_arc(&a, 0x0005000000000010ull, 0x0005000000000020ull), 0);
@@ -125,29 +148,12 @@ START_TEST(test_arcset_prefixes)
     ck_assert_int_eq(arcset_add_arc(&a, 0xfffeffffffffffffull, 0x0001000000000000ull), 0);
     arcset_finish(&a);
     arcset_prefixes(&a, 16, map);
-    for (p = 0; p < 65536; p++) {
-        uint64_t lo = (uint64_t)p << 48, hi = lo | 0xffffffffffffull;
-        bool     touched = false;
-
-        for (i = 0; i < a.n; i++) {
-            touched = touched || (a.r[i].start <= hi && a.r[i].end >= lo);
-        }
-        ck_assert_msg(((map[p / 64] >> (p % 64)) & 1) == touched, "prefix %#x", p);
-    }
+    check_prefix_map(&a, map, false);
     ck_assert(map[0] & ((1ull << 0) | (1ull << 1) | (1ull << 5))); /* wrapped; inside one */
     ck_assert(!(map[0] & (1ull << 2)));
     ck_assert(!(map[0] & (1ull << 0x14)) && (map[0] & (1ull << 0x13)) && (map[0] & (1ull << 0x10)));
-    /* the complement's: every prefix but those wholly inside a range */
     arcset_prefixes_outside(&a, 16, map);
-    for (p = 0; p < 65536; p++) {
-        uint64_t lo = (uint64_t)p << 48, hi = lo | 0xffffffffffffull;
-        bool     inside = false;
-
-        for (i = 0; i < a.n; i++) {
-            inside = inside || (a.r[i].start <= lo && a.r[i].end >= hi);
-        }
-        ck_assert_msg(((map[p / 64] >> (p % 64)) & 1) == !inside, "outside prefix %#x", p);
-    }
+    check_prefix_map(&a, map, true);
     ck_assert(!(map[0] & (1ull << 0x11)) && (map[0] & (1ull << 0x10)) && (map[0] & (1ull << 5)));
     ck_assert(!(map[1023] >> 63) && !(map[0] & 1) && (map[0] & 2));
     arcset_clear(&a);
@@ -242,6 +248,16 @@ START_TEST(test_state_corrupt)
 }
 END_TEST
 
+/* The state directory holds no file `name`. */
+static void
+assert_gone(const char *name)
+{
+    char path[128];
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    ck_assert_msg(access(path, F_OK) == -1, "%s is still there", path);
+}
+
 /* A state directory from before the phase record was renamed: its
  * pending.meta is read, and removed with the pending transition. */
 START_TEST(test_state_legacy_phase_name)
@@ -260,10 +276,8 @@ START_TEST(test_state_legacy_phase_name)
     ck_assert(cluster_token_ok(cl, (const uint8_t *)"t0k", 3));
     ck_assert_uint_gt(cluster_view(cl)->fence.n, 0);
     ck_assert_int_eq(cluster_abort(cl, (const uint8_t *)"t0k", 3, err, sizeof(err)), 0);
-    snprintf(path, sizeof(path), "%s/pending.meta", dir);
-    ck_assert_int_eq(access(path, F_OK), -1);
-    snprintf(path, sizeof(path), "%s/pending.members", dir);
-    ck_assert_int_eq(access(path, F_OK), -1);
+    assert_gone("pending.meta");
+    assert_gone("pending.members");
     cluster_free(cl);
     rmstate();
 
@@ -289,7 +303,6 @@ END_TEST
 START_TEST(test_state_stale_pending)
 {
     struct cluster *cl;
-    char            path[128];
     int             with_phase;
 
     for (with_phase = 0; with_phase < 2; with_phase++) {
@@ -303,10 +316,8 @@ START_TEST(test_state_stale_pending)
         ck_assert_ptr_null(cl->pending);
         ck_assert_uint_eq(cl->active->epoch, 4);
         ck_assert_int_eq(cl->phase, CLUSTER_PHASE_NONE);
-        snprintf(path, sizeof(path), "%s/pending.members", dir);
-        ck_assert_int_eq(access(path, F_OK), -1);
-        snprintf(path, sizeof(path), "%s/pending.phase", dir);
-        ck_assert_int_eq(access(path, F_OK), -1);
+        assert_gone("pending.members");
+        assert_gone("pending.phase");
         cluster_free(cl);
         rmstate();
     }
