@@ -119,6 +119,18 @@ arcset_prefixes(const struct arcset *a, unsigned bits, uint64_t *map)
     }
 }
 
+/* See arcset.h. */
+uint64_t *
+arcset_prefixes_new(const struct arcset *a, unsigned bits)
+{
+    uint64_t *map = malloc(((size_t)1 << bits) / 8);
+
+    if (map != NULL) {
+        arcset_prefixes(a, bits, map);
+    }
+    return map;
+}
+
 /* See arcset.h. A finished set's touching ranges are merged, so a prefix
  * the set covers whole lies inside one range. */
 void

@@ -41,6 +41,8 @@ bool arcset_pred(uint64_t hash, void *arg);
 /* The set's prefix map (server/store.h: bit p set when a range holds a
  * hash whose top `bits` bits are p) into map, 2^bits bits, overwritten. */
 void arcset_prefixes(const struct arcset *a, unsigned bits, uint64_t *map);
+/* arcset_prefixes into a new map (free it); NULL on ENOMEM. */
+uint64_t *arcset_prefixes_new(const struct arcset *a, unsigned bits);
 /* The prefix map of the set's complement: every prefix but those wholly
  * inside one of its ranges. */
 void arcset_prefixes_outside(const struct arcset *a, unsigned bits, uint64_t *map);

@@ -1044,12 +1044,11 @@ handoff_start_copy(struct handoff *h, uint64_t rate, bool paused, char *err, siz
         snprintf(x->addr, sizeof(x->addr), "%s", d->addr);
         snprintf(x->st.dest, sizeof(x->st.dest), "%s", d->id);
         store_cursor_init(&x->cur);
-        x->prefixes = malloc(STORE_PREFIX_WORDS * sizeof(uint64_t));
-        if (x->prefixes == NULL || arcset_copy(&x->arcs, &d->arcs) < 0) {
+        if (arcset_copy(&x->arcs, &d->arcs) < 0 ||
+            (x->prefixes = arcset_prefixes_new(&x->arcs, STORE_PREFIX_BITS)) == NULL) {
             xfer_fail(x, "out of memory");
             continue;
         }
-        arcset_prefixes(&x->arcs, STORE_PREFIX_BITS, x->prefixes);
         x->cur.prefixes = x->prefixes;
         xfer_open(x);
     }

@@ -67,16 +67,27 @@ fail:
     return -1;
 }
 
-/* Remove a state file (absent is fine) and sync the directory. */
-int
-statedir_remove(const char *dir, const char *name, char *err, size_t errlen)
+/* Unlink dir/name, absent being fine. 0 or -1 with err set. */
+static int
+unlink_state(const char *dir, const char *name, char *err, size_t errlen)
 {
     char path[1200];
-    int  dfd;
 
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     if (unlink(path) < 0 && errno != ENOENT) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Remove a state file (absent is fine) and sync the directory. */
+int
+statedir_remove(const char *dir, const char *name, char *err, size_t errlen)
+{
+    int dfd;
+
+    if (unlink_state(dir, name, err, errlen) < 0) {
         return -1;
     }
     dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -283,13 +294,10 @@ int
 statedir_drop_pending(const char *dir, char *err, size_t errlen)
 {
     static const char *const names[] = { STATEDIR_PENDING, STATEDIR_PHASE, LEGACY_PHASE_FILE };
-    char                     path[1200];
     size_t                   i;
 
     for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-        if (unlink(path) < 0 && errno != ENOENT) {
-            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        if (unlink_state(dir, names[i], err, errlen) < 0) {
             return -1;
         }
     }

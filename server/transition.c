@@ -343,11 +343,8 @@ purge_importing(struct transition *t)
     store_cursor_init(&cur);
     /* Only the importing ranges' records are read (without a map, if
      * there is no memory for one). */
-    map = malloc(STORE_PREFIX_WORDS * sizeof(uint64_t));
-    if (map != NULL) {
-        arcset_prefixes(&t->cl->importing, STORE_PREFIX_BITS, map);
-        cur.prefixes = map;
-    }
+    map = arcset_prefixes_new(&t->cl->importing, STORE_PREFIX_BITS);
+    cur.prefixes = map;
     while (store_purge(t->store, refill_pred, t->cl, 1u << 16, &cur) != 0) {
         continue;
     }
